@@ -1,0 +1,138 @@
+"""The Quart application: the microkernel's HTTP edge.
+
+It owns only request validation, SSE framing, auth and the error envelope;
+models, drivers and processors come from plugins (:mod:`missive.kernel`).
+
+Every response carries ``request-id`` (``req_...``); every error, whatever
+raised it, is rendered here as the Anthropic envelope (contract sections 1, 5).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from quart import Quart, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from .config import Config
+from .errors import (
+    ApiError,
+    InvalidRequestError,
+    MissiveError,
+    NotFoundError,
+    RequestTooLargeError,
+)
+from .ids import request_id
+from .kernel import Kernel
+from .logs import request_id_var
+from .model_table import ModelTable
+
+__all__ = ["create_app", "error_response"]
+
+log = logging.getLogger("missive.app")
+
+_HTTP_ERRORS: dict[int, type[MissiveError]] = {404: NotFoundError, 413: RequestTooLargeError}
+
+MAX_IGNORED_HEADER = 2000
+
+
+def error_response(exc: MissiveError) -> Response:
+    """The Anthropic error envelope for ``exc``, with retry headers."""
+    rid = getattr(g, "request_id", None)
+    response = Response(
+        _json(exc.envelope(rid)), status=exc.status, content_type="application/json"
+    )
+    if exc.retry_after is not None:
+        response.headers["retry-after"] = str(min(60, max(0, int(exc.retry_after))))
+    if exc.should_retry is False:
+        response.headers["x-should-retry"] = "false"
+    return response
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
+    """Build the app: load plugins, build the model table, register routes.
+
+    Raises:
+        ConfigError: a configured model cannot be served (unknown driver,
+            missing dependency).
+    """
+    kernel = kernel or Kernel(block=config.plugins.block)
+    models = ModelTable(config, kernel)
+
+    app = Quart("missive")
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = 300
+    # Key order is part of the client's bytes (tool_use.input) and of caching.
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.extensions["missive"] = {"config": config, "kernel": kernel, "models": models}
+
+    @app.before_serving
+    async def _start() -> None:
+        await models.start()
+
+    @app.after_serving
+    async def _stop() -> None:
+        await models.aclose()
+
+    @app.before_request
+    async def _identify() -> None:
+        g.request_id = request_id()
+        request_id_var.set(g.request_id)
+        g.ignored = []
+
+    @app.after_request
+    async def _headers(response: Response) -> Response:
+        rid = getattr(g, "request_id", None)
+        if rid:
+            response.headers["request-id"] = rid
+        ignored = getattr(g, "ignored", None)
+        if ignored:
+            value = ", ".join(ignored)
+            if len(value) > MAX_IGNORED_HEADER:
+                value = value[:MAX_IGNORED_HEADER].rsplit(", ", 1)[0] + f", ... ({len(ignored)} in all)"
+            response.headers["missive-ignored"] = value.encode("ascii", "replace").decode()
+        return response
+
+    @app.errorhandler(MissiveError)
+    async def _missive_error(exc: MissiveError) -> Response:
+        if exc.status >= 500:
+            log.error("%s: %s", exc.error_type, exc.message)
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        cls = _HTTP_ERRORS.get(status)
+        if status == 404:
+            message = f"Not found: {request.method} {request.path}"
+        elif status == 413:
+            message = f"request body exceeds the limit of {config.server.max_body_bytes} bytes"
+        elif status == 405:
+            message = f"method {request.method} is not allowed on {request.path}"
+        else:
+            message = exc.description or exc.name
+        if cls is None:
+            cls = InvalidRequestError if status < 500 else ApiError
+        error = cls(message)
+        response = error_response(error)
+        response.status_code = status
+        return response
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(ApiError("internal server error; the server log has the details"))
+
+    from .routes import register_routes
+
+    register_routes(app)
+    return app

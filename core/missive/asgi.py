@@ -1,0 +1,17 @@
+"""ASGI entry point: ``hypercorn missive.asgi:app``.
+
+Configuration comes from ``$MISSIVE_CONFIG`` and ``MISSIVE__...`` variables
+(see :mod:`missive.config`). Hypercorn chooses the bind address here, so the
+loopback-only rule of ``missive serve`` is not enforced: set API keys before
+binding anything but loopback.
+"""
+
+from __future__ import annotations
+
+from .app import create_app
+from .config import load_config
+from .logs import setup_logging
+
+_config = load_config()
+setup_logging(_config.server.log_level)
+app = create_app(_config)

@@ -1,0 +1,45 @@
+"""API key check: ``x-api-key`` or ``Authorization: Bearer`` (contract section 1).
+
+Keys are compared with :func:`hmac.compare_digest` against every configured
+key (no early exit), so timing does not reveal a key's prefix. With no keys
+configured every request is accepted (the server then binds to loopback
+only, see :meth:`missive.config.Config.check_bind`).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping, Sequence
+
+from .errors import AuthenticationError
+
+__all__ = ["check_api_key"]
+
+
+def _presented(headers: Mapping[str, str]) -> list[str]:
+    found = []
+    if headers.get("x-api-key"):
+        found.append(headers["x-api-key"].strip())
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        found.append(token.strip())
+    return found
+
+
+def check_api_key(headers: Mapping[str, str], keys: Sequence[str]) -> None:
+    """Raise :class:`AuthenticationError` unless a presented key matches.
+
+    Clients may send both headers; either matching is enough.
+    """
+    if not keys:
+        return
+    presented = _presented(headers)
+    if not presented:
+        raise AuthenticationError("x-api-key header is required")
+    ok = False
+    for candidate in presented:
+        for key in keys:
+            ok |= hmac.compare_digest(candidate.encode(), key.encode())
+    if not ok:
+        raise AuthenticationError("invalid x-api-key")

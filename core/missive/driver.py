@@ -1,0 +1,110 @@
+"""The driver interface: what a backend plugin implements.
+
+A driver class is named by a :class:`~missive.specs.DriverSpec` factory and
+built once per configured model: ``factory(model_id, entry)``. The core calls:
+
+* :meth:`Driver.start` when the server starts (load weights, open pools);
+* :meth:`Driver.count_tokens` for ``/v1/messages/count_tokens`` (must not wait
+  behind generation);
+* :meth:`Driver.generate`, an async iterator of :mod:`missive.events`;
+  closing it early (client gone, stop sequence matched) must stop the
+  backend's work;
+* :meth:`Driver.aclose` at shutdown.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from .capabilities import Capabilities
+from .config import ModelEntry
+from .conversation import Conversation
+from .events import GenerationEvent
+from .schema.request import CountTokensRequest
+
+__all__ = ["Driver", "GenerationRequest", "clamp_max_tokens"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What the core hands a driver for one request.
+
+    Attributes:
+        request_id: ``req_...`` for logs.
+        model: the configured model id serving the request.
+        conversation: system prompt, turns and prefill (see :mod:`missive.conversation`).
+        max_tokens: requested output cap (before clamping to the context).
+        temperature, top_p, top_k: sampling; None means the API default
+            (temperature 1.0, no nucleus or top-k cut).
+        stop_sequences: the core matches these on the text; a driver may pass
+            them to its backend as an early-stop hint, nothing more.
+        request: the validated request, for fields a driver needs beyond these.
+    """
+
+    request_id: str
+    model: str
+    conversation: Conversation
+    max_tokens: int
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    stop_sequences: tuple[str, ...]
+    request: CountTokensRequest
+
+
+class Driver(abc.ABC):
+    """Base class of backend drivers.
+
+    Subclasses set :attr:`capabilities` (usually the spec's, refined by model
+    settings) and implement :meth:`generate` and :meth:`count_tokens`.
+    """
+
+    #: Registered driver name (set by the subclass).
+    name: str = ""
+
+    def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
+        self.model_id = model_id
+        self.entry = entry
+        self.capabilities = capabilities
+
+    @property
+    def context_window(self) -> int | None:
+        """Tokens of context (prompt + output), None if unknown."""
+        return self.entry.context_window
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Prepare to serve (load the model, check the backend). Raise to fail startup."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+    @abc.abstractmethod
+    async def count_tokens(self, request: GenerationRequest) -> int:
+        """Exact prompt tokens of ``request`` as :meth:`generate` would report them
+        (``input_tokens`` + cache fields of its :class:`~missive.events.Started`).
+
+        Raises:
+            MissiveError: e.g. a template rejecting the conversation.
+        """
+
+    @abc.abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Generate the answer as events (order in :mod:`missive.events`).
+
+        Raises:
+            PromptTooLongError: before ``Started``, if the prompt does not fit.
+            MissiveError: any other failure, before or after ``Started``.
+        """
+
+
+def clamp_max_tokens(max_tokens: int, prompt_tokens: int, context_window: int | None) -> int:
+    """``max_tokens`` limited to what the context leaves after the prompt.
+
+    Contract section 5: clamping is preferred to a 400; the answer then ends
+    with ``stop_reason: "max_tokens"`` when it reaches the clamp.
+    """
+    if context_window is None:
+        return max_tokens
+    return max(0, min(max_tokens, context_window - prompt_tokens))

@@ -1,0 +1,17 @@
+"""HTTP routes. Paths are served under ``/v1`` and, for clients whose base URL
+already ends in ``/v1``, under ``/v1/v1`` (contract section 1)."""
+
+from __future__ import annotations
+
+from quart import Quart
+
+from . import health, messages, models
+
+PREFIXES = ("/v1", "/v1/v1")
+
+
+def register_routes(app: Quart) -> None:
+    for prefix in PREFIXES:
+        messages.register(app, prefix)
+        models.register(app, prefix)
+    health.register(app)

@@ -1,0 +1,61 @@
+"""Helpers shared by the API routes: auth, body reading, ignored-field policy."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from quart import current_app, g, request
+
+from ..auth import check_api_key
+from ..config import Config
+from ..errors import InvalidRequestError
+from ..kernel import Kernel
+from ..model_table import ModelTable
+from ..schema.ignored import collect_ignored
+from ..validation import parse_json, validate_body
+
+__all__ = ["state", "authenticate", "read_request"]
+
+log = logging.getLogger("missive.request")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def state() -> tuple[Config, Kernel, ModelTable]:
+    ext = current_app.extensions["missive"]
+    return ext["config"], ext["kernel"], ext["models"]
+
+
+def authenticate() -> None:
+    config, _, _ = state()
+    check_api_key(request.headers, config.server.api_keys)
+
+
+async def read_request(model: type[M]) -> M:
+    """Read, validate and police one request body.
+
+    Unknown fields and block types, and every ``anthropic-beta`` value, are
+    recorded in ``g.ignored`` (sent as the ``missive-ignored`` header and
+    logged); in strict mode they are a 400 instead.
+
+    Raises:
+        InvalidRequestError: bad JSON, failed validation, or (strict) ignored fields.
+        RequestTooLargeError: via Quart, body over ``server.max_body_bytes``.
+    """
+    config, _, _ = state()
+    raw = await request.get_data(cache=False)
+    body: Any = parse_json(raw if isinstance(raw, bytes) else raw.encode())
+    validated = validate_body(model, body)
+    ignored = collect_ignored(validated)
+    betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
+    ignored += [f"anthropic-beta={b}" for b in betas]
+    if ignored:
+        if config.server.strict:
+            raise InvalidRequestError(
+                "strict mode: this server does not support: " + ", ".join(ignored)
+            )
+        log.info("ignored: %s", ", ".join(ignored))
+        g.ignored = ignored
+    return validated

@@ -1,0 +1,93 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Stream or not is decided by the body's ``stream`` field alone (Claude Code
+sends ``accept: application/json`` for streams too). Both paths run the same
+:class:`~missive.pipeline.MessageStream`; errors before the stream starts are
+HTTP errors, errors after it are an SSE ``error`` event with no
+``message_stop`` after it (contract section 4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from quart import Quart, Response, g
+
+from ..capabilities import check_request
+from ..conversation import build_conversation
+from ..driver import GenerationRequest
+from ..errors import ApiError, MissiveError
+from ..ids import message_id
+from ..pipeline import MessageStream, accumulate
+from ..schema.request import CountTokensRequest, MessagesRequest
+from ..sse import PING, frame, with_heartbeat
+from .common import authenticate, read_request, state
+
+log = logging.getLogger("missive.messages")
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def _generation_request(req: CountTokensRequest, model_id: str) -> GenerationRequest:
+    return GenerationRequest(
+        request_id=g.request_id,
+        model=model_id,
+        conversation=build_conversation(req),
+        max_tokens=req.max_tokens or 0,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        stop_sequences=tuple(req.stop_sequences or ()),
+        request=req,
+    )
+
+
+async def create_message() -> Response | dict:
+    authenticate()
+    config, _, models = state()
+    req = await read_request(MessagesRequest)
+    model_id, driver = models.resolve(req.model)
+    check_request(req, driver.capabilities, model=model_id, driver=driver.name)
+    stream = MessageStream(
+        driver, _generation_request(req, model_id), message_id=message_id(), model=req.model
+    )
+    first = await stream.start()
+    if not req.stream:
+        events = [first]
+        async for event in stream.events():
+            events.append(event)
+        return accumulate(events)
+
+    request_id = g.request_id
+    interval = config.server.ping_interval
+
+    async def body() -> AsyncIterator[bytes]:
+        yield frame(first)
+        try:
+            async for event in with_heartbeat(stream.events(), interval, PING):
+                yield frame(event)
+        except MissiveError as exc:
+            log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
+            yield frame(exc.envelope(request_id))
+        except Exception:
+            log.exception("stream failed")
+            yield frame(ApiError("internal server error; the server log has the details").envelope(request_id))
+
+    response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
+    response.timeout = None
+    return response
+
+
+async def count_tokens() -> dict[str, int]:
+    authenticate()
+    _, _, models = state()
+    req = await read_request(CountTokensRequest)
+    model_id, driver = models.resolve(req.model)
+    check_request(req, driver.capabilities, model=model_id, driver=driver.name)
+    return {"input_tokens": await driver.count_tokens(_generation_request(req, model_id))}
+
+
+def register(app: Quart, prefix: str) -> None:
+    app.add_url_rule(f"{prefix}/messages", f"{prefix}-messages", create_message, methods=["POST"])
+    app.add_url_rule(f"{prefix}/messages/count_tokens", f"{prefix}-count-tokens", count_tokens, methods=["POST"])

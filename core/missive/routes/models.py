@@ -1,0 +1,83 @@
+"""``GET /v1/models`` and ``GET /v1/models/{id}`` in the API's shape (contract section 6).
+
+The listing pages with ``limit`` (1-1000, default 20), ``after_id`` and
+``before_id`` and always sends ``has_more``, ``first_id`` and ``last_id``
+(the SDK's auto-pagination stops only on ``has_more: false``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Quart, request
+
+from ..driver import Driver
+from ..errors import InvalidRequestError, ModelNotFoundError
+from .common import authenticate, state
+
+
+def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) -> dict[str, Any]:
+    entry = driver.entry
+    created = entry.created_at.isoformat().replace("+00:00", "Z")
+    obj: dict[str, Any] = {
+        "type": "model",
+        "id": shown_id or model_id,
+        "display_name": entry.display_name or model_id,
+        "created_at": created,
+    }
+    context = driver.context_window
+    if context is not None:
+        obj["max_input_tokens"] = context
+    if entry.max_output_tokens is not None or context is not None:
+        obj["max_tokens"] = entry.max_output_tokens or context
+    return obj
+
+
+def _limit() -> int:
+    raw = request.args.get("limit", "20")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise InvalidRequestError(f"limit: Input should be a valid integer, got {raw!r}") from None
+    if not 1 <= limit <= 1000:
+        raise InvalidRequestError("limit: Input should be between 1 and 1000")
+    return limit
+
+
+async def list_models() -> dict[str, Any]:
+    authenticate()
+    _, _, models = state()
+    ids = list(models.drivers)
+    limit = _limit()
+    after, before = request.args.get("after_id"), request.args.get("before_id")
+    for name, value in (("after_id", after), ("before_id", before)):
+        if value is not None and value not in ids:
+            raise InvalidRequestError(f"{name}: no model with id {value!r}")
+    if before is not None:
+        end = ids.index(before)
+        start = max(0, end - limit)
+        page, has_more = ids[start:end], start > 0
+    else:
+        start = ids.index(after) + 1 if after is not None else 0
+        page, has_more = ids[start : start + limit], start + limit < len(ids)
+    data = [_model_object(mid, models.drivers[mid]) for mid in page]
+    return {
+        "data": data,
+        "has_more": has_more,
+        "first_id": page[0] if page else None,
+        "last_id": page[-1] if page else None,
+    }
+
+
+async def get_model(model_id: str) -> dict[str, Any]:
+    authenticate()
+    _, _, models = state()
+    resolved, driver = models.resolve(model_id)
+    if resolved is None:
+        raise ModelNotFoundError(model_id)
+    return _model_object(resolved, driver, shown_id=model_id)
+
+
+def register(app: Quart, prefix: str) -> None:
+    app.add_url_rule(f"{prefix}/models", f"{prefix}-models", list_models, methods=["GET"])
+    app.add_url_rule(f"{prefix}/models/<path:model_id>", f"{prefix}-model", get_model, methods=["GET"])

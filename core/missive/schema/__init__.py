@@ -1,0 +1,1 @@
+"""Pydantic models of the Messages API at the protocol edge."""

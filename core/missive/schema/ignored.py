@@ -1,0 +1,42 @@
+"""Find what a validated request carries that Missive does not act on.
+
+Reported paths look like ``context_management``, ``tools.0.defer_loading``,
+``messages.1.content.0 (block type "container_upload")``.  The app puts them in
+the ``missive-ignored`` response header and the log, or answers 400 in strict
+mode (contract section 2, "forward compatibility").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from .blocks import ServerToolBlock, UnknownBlock
+
+__all__ = ["collect_ignored"]
+
+
+def collect_ignored(model: BaseModel, prefix: str = "") -> list[str]:
+    """Paths of unknown keys and unknown block types under ``model``, in order."""
+    found: list[str] = []
+    _walk(model, prefix, found)
+    return found
+
+
+def _join(prefix: str, key: object) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def _walk(value: Any, path: str, found: list[str]) -> None:
+    if isinstance(value, (UnknownBlock, ServerToolBlock)):
+        found.append(f'{path} (block type "{value.type}")')
+        return
+    if isinstance(value, BaseModel):
+        for key in value.model_extra or {}:
+            found.append(_join(path, key))
+        for name in type(value).model_fields:
+            _walk(getattr(value, name), _join(path, name), found)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _walk(item, _join(path, i), found)

@@ -1,0 +1,205 @@
+"""The ``POST /v1/messages`` and ``count_tokens`` request bodies (contract section 2).
+
+Validation follows the API: ``max_tokens`` an integer >= 0 (0 is the API's
+cache warm-up), ``temperature`` and ``top_p`` in [0, 1], ``top_k`` >= 0, at least
+one message, tool names matching ``^[a-zA-Z0-9_-]{1,64}$``, and the thinking
+budget rules (``budget_tokens`` >= 1024 and < ``max_tokens``).  Fields Missive
+does not act on are not declared: they land in ``model_extra`` and are reported
+(header ``missive-ignored``), or rejected in strict mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, model_validator
+
+from .blocks import (
+    CacheControl,
+    ContentBlock,
+    DocumentBlock,
+    ImageBlock,
+    Open,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = [
+    "Message",
+    "Tool",
+    "ToolChoice",
+    "Thinking",
+    "OutputConfig",
+    "Metadata",
+    "CountTokensRequest",
+    "MessagesRequest",
+]
+
+
+class Message(Open):
+    role: Literal["user", "assistant", "system"]
+    content: str | list[ContentBlock]
+
+    def blocks(self) -> list[Any]:
+        """Content as a list of blocks (a string becomes one text block)."""
+        if isinstance(self.content, str):
+            return [TextBlock(type="text", text=self.content)]
+        return list(self.content)
+
+
+class Tool(Open):
+    """A custom tool (``input_schema``) or an Anthropic-defined one (versioned ``type``)."""
+
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    type: str | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    cache_control: CacheControl | None = None
+
+    @model_validator(mode="after")
+    def _custom_needs_schema(self) -> Tool:
+        if self.type in (None, "custom") and self.input_schema is None:
+            raise ValueError("input_schema: Field required")
+        return self
+
+
+class _ToolChoiceBase(Open):
+    disable_parallel_tool_use: bool | None = None
+
+
+class ToolChoiceAuto(_ToolChoiceBase):
+    type: Literal["auto"]
+
+
+class ToolChoiceAny(_ToolChoiceBase):
+    type: Literal["any"]
+
+
+class ToolChoiceNone(Open):
+    type: Literal["none"]
+
+
+class ToolChoiceTool(_ToolChoiceBase):
+    type: Literal["tool"]
+    name: str
+
+
+ToolChoice = Annotated[
+    Union[ToolChoiceAuto, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool], Field(discriminator="type")
+]
+
+
+class Thinking(Open):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = None
+    display: str | None = None
+
+
+class OutputFormat(Open):
+    type: Literal["json_schema"]
+    schema_: Annotated[dict[str, Any], Field(alias="schema")]
+
+
+class OutputConfig(Open):
+    effort: str | None = None
+    format: OutputFormat | None = None
+
+
+class Metadata(Open):
+    user_id: str | None = None
+
+
+class CountTokensRequest(Open):
+    """Body of ``POST /v1/messages/count_tokens``; also the base of
+    :class:`MessagesRequest`, so both render the same prompt."""
+
+    model: str
+    messages: Annotated[list[Message], Field(min_length=1)]
+    system: str | list[TextBlock] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    output_format: OutputFormat | None = None
+
+    # Fields of MessagesRequest, absent here; declared for a shared interface.
+    max_tokens: int | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def system_text(self) -> str | None:
+        """Top-level ``system`` as one string (text blocks joined by a newline)."""
+        if self.system is None:
+            return None
+        if isinstance(self.system, str):
+            return self.system
+        return "\n".join(block.text for block in self.system)
+
+    def output_format_schema(self) -> dict[str, Any] | None:
+        """The JSON schema of ``output_config.format`` (or legacy ``output_format``)."""
+        fmt = (self.output_config.format if self.output_config else None) or self.output_format
+        return fmt.schema_ if fmt is not None else None
+
+    def iter_blocks(self) -> Iterator[Any]:
+        """Every content block of every message, tool_result content included."""
+        for message in self.messages:
+            for block in message.blocks():
+                yield block
+                if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                    yield from block.content
+
+    def uses_tool_blocks(self) -> bool:
+        return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for b in self.iter_blocks())
+
+    def media_types(self) -> list[str]:
+        """Media needed by image/document blocks, e.g. ``image/png``, ``application/pdf``.
+
+        URL and file sources, whose type is unknown until fetched, give
+        ``image`` or ``document``.
+        """
+        found: list[str] = []
+        for block in self.iter_blocks():
+            if isinstance(block, (ImageBlock, DocumentBlock)):
+                source = block.source
+                kind = "image" if isinstance(block, ImageBlock) else "document"
+                media = getattr(source, "media_type", None)
+                if source.type == "content":
+                    media = "text/plain"
+                found.append(media or kind)
+        return list(dict.fromkeys(found))
+
+
+class MessagesRequest(CountTokensRequest):
+    """Body of ``POST /v1/messages``."""
+
+    max_tokens: Annotated[int, Field(ge=0)]  # type: ignore[assignment]
+    stream: bool = False
+    stop_sequences: list[str] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    metadata: Metadata | None = None
+
+    @model_validator(mode="after")
+    def _api_rules(self) -> MessagesRequest:
+        if self.stop_sequences is not None:
+            for i, seq in enumerate(self.stop_sequences):
+                if not seq.strip():
+                    raise ValueError(f"stop_sequences.{i}: each stop sequence must contain non-whitespace")
+        thinking = self.thinking
+        if thinking is not None and thinking.type == "enabled":
+            if thinking.budget_tokens is None:
+                raise ValueError("thinking.enabled.budget_tokens: Field required")
+            if thinking.budget_tokens < 1024:
+                raise ValueError(
+                    "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+                )
+            if self.max_tokens <= thinking.budget_tokens:
+                raise ValueError("`max_tokens` must be greater than `thinking.budget_tokens`")
+            if self.tool_choice is not None and self.tool_choice.type in ("any", "tool"):
+                raise ValueError("Thinking may not be enabled when tool_choice forces tool use.")
+        return self

@@ -1,0 +1,112 @@
+"""Typed registration objects returned by the ``register_*`` hooks.
+
+Factories are lazy ``"module:attribute"`` strings, so listing plugins and their
+capabilities (``missive plugins``) never imports llama_cpp, mlx or torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .capabilities import Capabilities
+from .config import ModelEntry
+
+__all__ = [
+    "load_object",
+    "DriverSpec",
+    "DefaultModel",
+    "ToolParserSpec",
+    "TokenizerSpec",
+    "ImageProcessorSpec",
+    "DocumentProcessorSpec",
+]
+
+
+def load_object(ref: str) -> Any:
+    """Import ``"package.module:attr"`` and return the attribute.
+
+    Raises:
+        ImportError: the module is missing; the message names the reference.
+        AttributeError: the module lacks the attribute.
+    """
+    module_name, _, attr = ref.partition(":")
+    if not attr:
+        raise ValueError(f"factory reference {ref!r} must look like 'module:attribute'")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """A backend driver.
+
+    Attributes:
+        name: what ``driver = "..."`` in a model entry refers to.
+        factory: ``"module:attr"`` of a callable ``(model_id: str, entry: ModelEntry) -> Driver``.
+        capabilities: what the driver can do for any model (a driver instance
+            may narrow or widen it per model through ``Driver.capabilities``).
+        description: one line for listings.
+        extra: the pip extra that installs the driver's dependencies, for error messages.
+    """
+
+    name: str
+    factory: str
+    capabilities: Capabilities
+    description: str = ""
+    extra: str | None = None
+
+
+@dataclass(frozen=True)
+class DefaultModel:
+    """A model served when the configuration names none (the embedded default)."""
+
+    id: str
+    entry: ModelEntry
+
+
+@dataclass(frozen=True)
+class ToolParserSpec:
+    """A streaming parser of tool calls in model text (Hermes, Llama 3, Mistral...).
+
+    ``factory`` builds a parser object; its interface is defined with the tool
+    parsing feature (issue 3) and documented in docs/hooks.md.
+    """
+
+    name: str
+    factory: str
+    description: str = ""
+    template_markers: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer usable for counting tokens of models whose driver cannot."""
+
+    name: str
+    factory: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ImageProcessorSpec:
+    """Turns image blocks of the given media types into what drivers accept."""
+
+    name: str
+    factory: str
+    media_types: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DocumentProcessorSpec:
+    """Turns document blocks of the given media types into text or images."""
+
+    name: str
+    factory: str
+    media_types: tuple[str, ...]
+    description: str = ""

@@ -1,0 +1,83 @@
+"""Chat template rendering with jinja2's sandbox, as Hugging Face does it.
+
+Drivers that render prompts themselves (llama.cpp in-process, MLX) use
+:func:`render_prompt` with the model's own template (GGUF
+``tokenizer.chat_template`` or ``tokenizer_config.json``).  The environment
+mirrors ``transformers``' ``apply_chat_template``: ``trim_blocks``,
+``lstrip_blocks``, ``loopcontrols``, ``raise_exception``, ``strftime_now`` and
+a ``tojson`` that keeps non-ASCII text and key order.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import ApiError, InvalidRequestError
+
+__all__ = ["compile_template", "render_prompt"]
+
+
+def _raise_exception(message: str) -> None:
+    raise InvalidRequestError(f"the model's chat template rejected the conversation: {message}")
+
+
+def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+@lru_cache(maxsize=16)
+def compile_template(source: str) -> Any:
+    """Compile a chat template once (cached by source text)."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
+def render_prompt(
+    template_source: str,
+    messages: list[dict[str, Any]],
+    *,
+    prefill: str | None = None,
+    bos_token: str = "",
+    eos_token: str = "",
+    **kwargs: Any,
+) -> str:
+    """Render ``messages`` and open the assistant turn.
+
+    With ``prefill`` (a final assistant message), the conversation is rendered
+    with the prefill as the last assistant message and without a generation
+    prompt, then cut right after the prefill text, so the model continues it.
+
+    Raises:
+        InvalidRequestError: the template raised (``raise_exception``), e.g.
+            roles in an order it does not accept.
+        ApiError: the template itself is broken.
+    """
+    template = compile_template(template_source)
+    if prefill:
+        messages = [*messages, {"role": "assistant", "content": prefill}]
+    try:
+        text = template.render(
+            messages=messages,
+            add_generation_prompt=not prefill,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            **kwargs,
+        )
+    except InvalidRequestError:
+        raise
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ApiError(f"the model's chat template failed to render: {exc}") from exc
+    if prefill:
+        cut = text.rfind(prefill)
+        if cut >= 0:
+            text = text[: cut + len(prefill)]
+    return text

@@ -1,0 +1,102 @@
+"""Turning request bodies into validated models, with the API's error wording."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import InvalidRequestError
+
+__all__ = ["parse_json", "validate_body", "format_validation_error"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_json(raw: bytes) -> Any:
+    """Decode a JSON request body.
+
+    Raises:
+        InvalidRequestError: empty body, not UTF-8, not JSON, or not an object.
+    """
+    if not raw.strip():
+        raise InvalidRequestError("request body is empty; send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return body
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    """Pydantic locations as API field paths: ``messages.0.content.1.text``.
+
+    Union branch labels (``str``, ``list[...]``, discriminator tags that follow
+    a list index) are dropped.
+    """
+    parts: list[str] = []
+    previous: Any = None
+    for item in loc:
+        text = str(item)
+        is_label = isinstance(item, str) and (
+            "[" in text or text in {"str", "int", "float", "bool", "dict", "list", "none"}
+            or (isinstance(previous, int) and text in _BLOCK_TAGS)
+            or (previous == "tool_choice" and text in _CHOICE_TAGS)
+            or (previous == "source" and text in _SOURCE_TAGS)
+        )
+        previous = item
+        if not is_label:
+            parts.append(text)
+    return ".".join(parts)
+
+
+_BLOCK_TAGS = {
+    "text", "image", "document", "search_result", "tool_use", "tool_result", "thinking",
+    "redacted_thinking", "server_tool", "unknown",
+}
+_CHOICE_TAGS = {"auto", "any", "none", "tool"}
+_SOURCE_TAGS = {"base64", "url", "file", "text", "content"}
+
+
+def _drop_shadowed_branches(errors: list[Any]) -> list[Any]:
+    """For ``str | list[...]`` fields, keep the list branch's precise errors and
+    drop "Input should be a valid string" when the client clearly sent a list."""
+    list_prefixes = {
+        tuple(err["loc"][: i]) for err in errors for i, part in enumerate(err["loc"])
+        if isinstance(part, str) and part.startswith("list[")
+    }
+    return [
+        err for err in errors
+        if not (err["loc"] and err["loc"][-1] == "str" and tuple(err["loc"][:-1]) in list_prefixes)
+    ]
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line per problem: ``path: message`` (first 5, then a count)."""
+    lines: list[str] = []
+    for err in _drop_shadowed_branches(exc.errors(include_url=False)):
+        message = err["msg"].removeprefix("Value error, ")
+        path = _path(tuple(err["loc"]))
+        if err["type"] == "union_tag_invalid" or err["type"] == "literal_error":
+            message = f"{message} (got {err.get('input')!r})" if "input" in err else message
+        lines.append(f"{path}: {message}" if path else message)
+    lines = list(dict.fromkeys(lines))
+    if len(lines) > 5:
+        lines = lines[:5] + [f"... and {len(lines) - 5} more"]
+    return "; ".join(lines)
+
+
+def validate_body(model: type[M], body: Any) -> M:
+    """Validate ``body`` as ``model``.
+
+    Raises:
+        InvalidRequestError: with field paths, e.g.
+            ``messages.0.role: Input should be 'user', 'assistant' or 'system'``.
+    """
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidRequestError(format_validation_error(exc)) from None

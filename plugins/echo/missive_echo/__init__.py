@@ -1,0 +1,1 @@
+"""missive-echo: a scripted driver (see :mod:`missive_echo.driver`)."""

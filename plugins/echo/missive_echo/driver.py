@@ -1,0 +1,133 @@
+"""The echo driver: deterministic answers for tests and a model for plugin authors.
+
+Without a script it answers with the last user message's text, one token per
+whitespace-separated word. Tokens are counted the same way everywhere: the
+prompt's size is the number of words in the system prompt and all turns.
+
+A script is a user message whose text is a JSON object with a ``"script"``
+list; each step is one of::
+
+    {"text": "Hel"}                  a text delta (1 token, or "tokens": n)
+    {"thinking": "hmm"}              a thinking delta
+    {"tool_call": {"name": "f", "arguments": ["{\\"a\\"", ": 1}"]}}
+    {"sleep": 0.5}                   seconds of silence
+    {"error": {"type": "overloaded_error", "message": "..."}}   raise mid-stream
+
+and the object may also hold ``"stop_reason"`` (default ``end_turn``),
+``"error_before_start"`` (an error raised before ``Started``) and
+``"cache_read_input_tokens"``.  Model settings may override capabilities:
+``settings.capabilities = {tool_choice = ["auto"], thinking = true}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from missive import errors
+from missive.capabilities import Capabilities
+from missive.config import ModelEntry
+from missive.driver import Driver, GenerationRequest, clamp_max_tokens
+from missive.events import (
+    Finished,
+    GenerationEvent,
+    Started,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+
+ERRORS: dict[str, type[errors.MissiveError]] = {
+    cls.error_type: cls
+    for cls in (
+        errors.InvalidRequestError,
+        errors.AuthenticationError,
+        errors.NotFoundError,
+        errors.RateLimitError,
+        errors.ApiError,
+        errors.TimeoutError_,
+        errors.OverloadedError,
+    )
+}
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _error(spec: dict[str, Any]) -> errors.MissiveError:
+    cls = ERRORS.get(spec.get("type", "api_error"), errors.ApiError)
+    return cls(spec.get("message", "scripted error"), retry_after=spec.get("retry_after"))
+
+
+class EchoDriver(Driver):
+    def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
+        overrides = entry.settings.get("capabilities", {})
+        super().__init__(model_id, entry, capabilities.model_copy(update=overrides))
+
+    def _prompt_tokens(self, request: GenerationRequest) -> int:
+        conv = request.conversation
+        words = len(_words(conv.system or "")) + sum(len(_words(t.text())) for t in conv.turns)
+        return words + len(_words(conv.prefill or ""))
+
+    async def count_tokens(self, request: GenerationRequest) -> int:
+        return self._prompt_tokens(request)
+
+    def _script(self, request: GenerationRequest) -> dict[str, Any] | None:
+        turns = request.conversation.turns
+        if not turns or turns[-1].role != "user":
+            return None
+        try:
+            data = json.loads(turns[-1].text())
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("script"), list) else None
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        script = self._script(request)
+        prompt = self._prompt_tokens(request)
+        if self.context_window is not None and prompt >= self.context_window:
+            raise errors.PromptTooLongError(prompt, self.context_window)
+        if script and script.get("error_before_start"):
+            raise _error(script["error_before_start"])
+        cached = int(script.get("cache_read_input_tokens", 0)) if script else 0
+        yield Started(input_tokens=prompt - cached, cache_read_input_tokens=cached)
+        budget = clamp_max_tokens(request.max_tokens, prompt, self.context_window)
+        if script is None:
+            turns = request.conversation.turns
+            words = _words(turns[-1].text()) if turns else []
+            for i, word in enumerate(words):
+                if i >= budget:
+                    yield Finished("max_tokens", output_tokens=budget)
+                    return
+                yield TextDelta(word if i == 0 else " " + word)
+            yield Finished("end_turn", output_tokens=len(words))
+            return
+        used = 0
+        for step in script["script"]:
+            if "sleep" in step:
+                await anyio.sleep(float(step["sleep"]))
+            elif "error" in step:
+                raise _error(step["error"])
+            else:
+                tokens = int(step.get("tokens", 1))
+                if used + tokens > budget:
+                    yield Finished("max_tokens", output_tokens=used)
+                    return
+                used += tokens
+                if "text" in step:
+                    yield TextDelta(step["text"], tokens=tokens)
+                elif "thinking" in step:
+                    yield ThinkingDelta(step["thinking"], tokens=tokens)
+                elif "tool_call" in step:
+                    call = step["tool_call"]
+                    yield ToolCallStart(name=call["name"], id=call.get("id"))
+                    for fragment in call.get("arguments", []):
+                        yield ToolCallDelta(fragment, tokens=0)
+                    yield ToolCallEnd(tokens=tokens)
+        yield Finished(script.get("stop_reason", "end_turn"), output_tokens=used)

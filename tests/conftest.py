@@ -1,0 +1,60 @@
+"""Shared fixtures: live Missive servers driven through the official SDK."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from missive.testing import live_server
+
+ECHO_CONFIG: dict[str, Any] = {
+    "server": {"ping_interval": 0.3, "max_body_bytes": 200_000},
+    "models": {
+        "echo": {"driver": "echo", "context_window": 1000, "aliases": ["claude-*"], "display_name": "Echo"},
+        "echo-b": {"driver": "echo", "context_window": 1000},
+        "echo-c": {"driver": "echo", "context_window": 1000},
+        "echo-small": {"driver": "echo", "context_window": 12},
+        "echo-tools": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def echo_url() -> Iterator[str]:
+    with live_server(ECHO_CONFIG) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def echo(echo_url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=echo_url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def default_url() -> Iterator[str]:
+    """The README's server: ``missive serve`` with no config (SmolLM2 on CPU)."""
+    with live_server(None) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def smol(default_url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def script(*steps: dict[str, Any], **extra: Any) -> str:
+    """The text of a user message that makes the echo driver play ``steps``."""
+    return json.dumps({"script": list(steps), **extra})

@@ -1,0 +1,157 @@
+"""The SSE grammar and the stream/non-stream equivalence, through the SDK and raw bytes."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import httpx
+import pytest
+
+from conftest import script
+
+
+def sse_events(url: str, body: dict, **headers: str) -> list[tuple[str, dict]]:
+    events = []
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, headers=headers, timeout=30) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        name = None
+        for line in resp.iter_lines():
+            if line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                data = json.loads(line[len("data: ") :])
+                assert data["type"] == name
+                events.append((name, data))
+    return events
+
+
+def test_event_order_and_usage(echo_url: str) -> None:
+    steps = [{"text": "Hel"}, {"text": "lo"}, {"thinking": "x"}, {"text": "!"}]
+    events = sse_events(
+        echo_url,
+        {"model": "echo", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": script(*steps)}]},
+    )
+    names = [n for n, _ in events if n != "ping"]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+    assert names.count("message_delta") == 1
+    start = events[0][1]["message"]
+    counted = httpx.post(
+        f"{echo_url}/v1/messages/count_tokens",
+        json={"model": "echo", "messages": [{"role": "user", "content": script(*steps)}]},
+    ).json()["input_tokens"]
+    assert start["usage"]["input_tokens"] == counted > 0
+    assert start["content"] == [] and start["stop_reason"] is None
+    # blocks open and close in index order, never interleaved
+    open_index = None
+    seen = []
+    for name, data in events:
+        if name == "content_block_start":
+            assert open_index is None
+            open_index = data["index"]
+            seen.append((data["index"], data["content_block"]["type"]))
+        elif name == "content_block_delta":
+            assert data["index"] == open_index
+        elif name == "content_block_stop":
+            assert data["index"] == open_index
+            open_index = None
+    assert seen == [(0, "text"), (1, "thinking"), (2, "text")]
+    delta = [d for n, d in events if n == "message_delta"][0]
+    assert delta["usage"]["output_tokens"] == 4 and delta["usage"]["input_tokens"] == counted
+
+
+def test_stream_equals_non_stream(echo: anthropic.Anthropic) -> None:
+    content = script({"text": "a b"}, {"text": " c"}, stop_reason="end_turn")
+    kwargs = dict(model="echo", max_tokens=20, messages=[{"role": "user", "content": content}])
+    plain = echo.messages.create(**kwargs)
+    with echo.messages.stream(**kwargs) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "a b c" == plain.content[0].text
+    assert final.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
+
+
+def test_ping_while_model_is_silent(echo_url: str) -> None:
+    body = {
+        "model": "echo",
+        "max_tokens": 10,
+        "stream": True,
+        "messages": [{"role": "user", "content": script({"sleep": 1.0}, {"text": "done"})}],
+    }
+    names = [n for n, _ in sse_events(echo_url, body)]
+    assert names.index("ping") > names.index("message_start")
+    assert names.count("ping") >= 2
+    assert names[-1] == "message_stop"
+
+
+def test_error_mid_stream_is_an_error_event(echo_url: str, echo: anthropic.Anthropic) -> None:
+    body = {
+        "model": "echo",
+        "max_tokens": 10,
+        "stream": True,
+        "messages": [
+            {"role": "user", "content": script({"text": "partial"}, {"error": {"type": "overloaded_error", "message": "busy"}})}
+        ],
+    }
+    events = sse_events(echo_url, body)
+    names = [n for n, _ in events]
+    assert names[-1] == "error" and "message_stop" not in names
+    assert events[-1][1]["error"] == {"type": "overloaded_error", "message": "busy"}
+    assert [d["delta"]["text"] for n, d in events if n == "content_block_delta"] == ["partial"]
+    with pytest.raises(anthropic.APIStatusError) as info:
+        with echo.messages.stream(model="echo", max_tokens=10, messages=body["messages"]) as stream:
+            for _ in stream:
+                pass
+    assert "busy" in str(info.value)
+
+
+def test_error_before_start_is_an_http_status(echo: anthropic.Anthropic) -> None:
+    content = script(error_before_start={"type": "overloaded_error", "message": "no capacity", "retry_after": 3})
+    with pytest.raises(anthropic.OverloadedError) as info:
+        echo.messages.create(model="echo", max_tokens=5, stream=True, messages=[{"role": "user", "content": content}])
+    assert info.value.response.headers["retry-after"] == "3"
+    assert info.value.body["error"]["message"] == "no capacity"
+
+
+def test_tool_call_sets_stop_reason_tool_use(echo: anthropic.Anthropic) -> None:
+    content = script(
+        {"text": "Let me look."},
+        {"tool_call": {"name": "get_weather", "arguments": ['{"ci', 'ty": "Pa', 'ris", "z": 1, "a": 2}']}},
+        stop_reason="end_turn",
+    )
+    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    kwargs = dict(model="echo-tools", max_tokens=20, tools=tools, messages=[{"role": "user", "content": content}])
+    msg = echo.messages.create(**kwargs)
+    assert msg.stop_reason == "tool_use"
+    assert [b.type for b in msg.content] == ["text", "tool_use"]
+    assert msg.content[1].input == {"city": "Paris", "z": 1, "a": 2}
+    assert list(msg.content[1].input) == ["city", "z", "a"]  # key order kept
+    assert msg.content[1].id.startswith("toolu_")
+    with echo.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    assert final.content[1].input == msg.content[1].input and final.stop_reason == "tool_use"
+
+
+def test_stop_sequence_split_across_deltas_is_held_back(echo_url: str) -> None:
+    steps = [{"text": "one tw"}, {"text": "o EN"}, {"text": "D three"}]
+    body = {
+        "model": "echo",
+        "max_tokens": 20,
+        "stream": True,
+        "stop_sequences": ["END"],
+        "messages": [{"role": "user", "content": script(*steps)}],
+    }
+    events = sse_events(echo_url, body)
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta")
+    assert text == "one two "
+    delta = [d for n, d in events if n == "message_delta"][0]["delta"]
+    assert delta == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+
+
+def test_partial_stop_sequence_is_released_at_end(echo: anthropic.Anthropic) -> None:
+    content = script({"text": "ends with EN"})
+    msg = echo.messages.create(
+        model="echo", max_tokens=20, stop_sequences=["END"], messages=[{"role": "user", "content": content}]
+    )
+    assert msg.content[0].text == "ends with EN" and msg.stop_reason == "end_turn"
