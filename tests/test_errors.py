@@ -1,0 +1,157 @@
+"""Every client mistake gets the Anthropic envelope, the right status and the SDK's own exception."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import pytest
+
+from conftest import ECHO_CONFIG, script
+from missive.testing import live_server
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+def assert_envelope(resp: httpx.Response, status: int, error_type: str) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["type"] == "error" and body["error"]["type"] == error_type
+    assert body["request_id"] == resp.headers["request-id"] and body["request_id"].startswith("req_")
+    assert body["error"]["message"]
+    return body
+
+
+def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as info:
+        echo.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": [{"type": "text"}]}])
+    assert info.value.body["error"]["message"] == "messages.0.content.0.text: Field required"
+    assert info.value.response.headers["x-should-retry"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"model": "echo", "messages": USER}, "max_tokens: Field required"),
+        ({"model": "echo", "max_tokens": -1, "messages": USER}, "max_tokens: Input should be greater than or equal to 0"),
+        ({"model": "echo", "max_tokens": 5, "messages": []}, "messages: List should have at least 1 item"),
+        ({"model": "echo", "max_tokens": 5, "temperature": 2, "messages": USER}, "temperature: Input should be less"),
+        ({"model": "echo", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]}, "messages.0.role"),
+        ({"model": "echo", "max_tokens": 5, "stop_sequences": [" "], "messages": USER}, "stop_sequences.0"),
+        ({"max_tokens": 5, "messages": USER}, "model: Field required"),
+        (
+            {"model": "echo", "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 10}, "messages": USER},
+            "budget_tokens: Input should be greater than or equal to 1024",
+        ),
+        (
+            {"model": "echo", "max_tokens": 1500, "thinking": {"type": "enabled", "budget_tokens": 2000}, "messages": USER},
+            "`max_tokens` must be greater than `thinking.budget_tokens`",
+        ),
+        ({"model": "echo", "max_tokens": 5, "tools": [{"name": "bad name!", "input_schema": {}}], "messages": USER}, "tools.0.name"),
+    ],
+)
+def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
+    resp = httpx.post(f"{echo_url}/v1/messages", json=body)
+    assert fragment in assert_envelope(resp, 400, "invalid_request_error")["error"]["message"]
+
+
+@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"'])
+def test_malformed_bodies(echo_url: str, raw: bytes) -> None:
+    resp = httpx.post(f"{echo_url}/v1/messages", content=raw, headers={"content-type": "application/json"})
+    assert_envelope(resp, 400, "invalid_request_error")
+
+
+def test_unknown_model_404(echo: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.NotFoundError) as info:
+        echo.messages.create(model="no-such-model", max_tokens=5, messages=USER)
+    assert info.value.body["error"]["message"] == "model: no-such-model"
+
+
+def test_unknown_route_and_method(echo_url: str) -> None:
+    assert_envelope(httpx.post(f"{echo_url}/v1/nothing", json={}), 404, "not_found_error")
+    assert_envelope(httpx.get(f"{echo_url}/v1/messages"), 405, "invalid_request_error")
+
+
+def test_body_over_limit_is_413(echo: anthropic.Anthropic, echo_url: str) -> None:
+    big = "x" * 300_000  # ECHO_CONFIG sets max_body_bytes = 200_000
+    with pytest.raises(anthropic.ContentTooLargeError) as info:
+        echo.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": big}])
+    assert info.value.body["error"]["type"] == "request_too_large"
+    # a chunked body (no content-length) is refused the same way
+    chunks = iter([b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "', big.encode(), b'"}]}'])
+    resp = httpx.post(f"{echo_url}/v1/messages", content=chunks, headers={"content-type": "application/json"})
+    assert_envelope(resp, 413, "request_too_large")
+
+
+def test_prompt_too_long_wording(echo: anthropic.Anthropic) -> None:
+    words = " ".join(["word"] * 20)  # echo-small has a 12-token context
+    for stream in (False, True):
+        with pytest.raises(anthropic.BadRequestError) as info:
+            echo.messages.create(model="echo-small", max_tokens=5, stream=stream, messages=[{"role": "user", "content": words}])
+        assert info.value.body["error"]["message"] == "prompt is too long: 20 tokens > 12 maximum"
+
+
+def test_capability_gap_names_the_capability(echo: anthropic.Anthropic) -> None:
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    with pytest.raises(anthropic.BadRequestError) as info:
+        echo.messages.create(model="echo", max_tokens=5, tools=tools, messages=USER)
+    message = info.value.body["error"]["message"]
+    assert 'tool_choice "auto"' in message and "'echo'" in message and "driver 'echo'" in message
+    with pytest.raises(anthropic.BadRequestError) as info:
+        echo.messages.create(
+            model="echo", max_tokens=5000, thinking={"type": "enabled", "budget_tokens": 1024}, messages=USER
+        )
+    assert "thinking" in info.value.body["error"]["message"]
+
+
+def test_adaptive_thinking_needs_no_capability(echo: anthropic.Anthropic) -> None:
+    msg = echo.messages.create(model="echo", max_tokens=5, thinking={"type": "adaptive"}, messages=USER)
+    assert msg.content[0].text == "hello"
+
+
+def test_server_survives_every_bad_input(echo: anthropic.Anthropic) -> None:
+    assert echo.messages.create(model="echo", max_tokens=5, messages=USER).content[0].text == "hello"
+
+
+@pytest.fixture(scope="module")
+def auth_url() -> Iterator[str]:
+    config = {**ECHO_CONFIG, "server": {"api_keys": ["sk-one", "sk-two"]}}
+    with live_server(config) as url:
+        yield url
+
+
+def test_auth(auth_url: str) -> None:
+    for key in ("sk-one", "sk-two"):
+        client = anthropic.Anthropic(base_url=auth_url, api_key=key, max_retries=0)
+        assert client.messages.create(model="echo", max_tokens=5, messages=USER).content[0].text == "hello"
+    bearer = anthropic.Anthropic(base_url=auth_url, auth_token="sk-two", max_retries=0)
+    assert bearer.models.list().data
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=auth_url, api_key="wrong", max_retries=0).messages.create(
+            model="echo", max_tokens=5, messages=USER
+        )
+    resp = httpx.post(f"{auth_url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER})
+    assert_envelope(resp, 401, "authentication_error")
+    resp = httpx.get(f"{auth_url}/v1/models", headers={"x-api-key": "wrong", "authorization": "Bearer sk-one"})
+    assert resp.status_code == 200  # some clients send both headers
+    assert httpx.get(f"{auth_url}/health").status_code == 200
+
+
+def test_strict_mode_rejects_unknown_fields() -> None:
+    config = {**ECHO_CONFIG, "server": {"strict": True}}
+    with live_server(config) as url:
+        resp = httpx.post(
+            f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER, "context_management": {}}
+        )
+        body = assert_envelope(resp, 400, "invalid_request_error")
+        assert "context_management" in body["error"]["message"]
+        ok = httpx.post(f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER})
+        assert ok.status_code == 200
+
+
+def test_non_loopback_without_keys_refuses_to_start() -> None:
+    with pytest.raises(RuntimeError, match="refusing to listen on 0.0.0.0 without API keys"):
+        with live_server(ECHO_CONFIG, args=("--host", "0.0.0.0"), timeout=20):
+            pass
+
