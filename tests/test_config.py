@@ -1,0 +1,71 @@
+"""Config from TOML, environment and CLI, in that order of precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from missive.config import ConfigError, load_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "missive.toml"
+    path.write_text(text)
+    return path
+
+
+def test_file_env_cli_precedence(tmp_path: Path) -> None:
+    path = write(tmp_path, '[server]\nport = 1000\nhost = "127.0.0.1"\n[models.m]\ndriver = "echo"\n')
+    env = {"MISSIVE__SERVER__PORT": "2000", "MISSIVE__SERVER__STRICT": "true"}
+    assert load_config(path, environ={}).server.port == 1000
+    config = load_config(path, environ=env)
+    assert config.server.port == 2000 and config.server.strict is True
+    config = load_config(path, environ=env, overrides=["server.port=3000"])
+    assert config.server.port == 3000
+
+
+def test_quoted_model_ids_and_values(tmp_path: Path) -> None:
+    config = load_config(
+        None,
+        environ={},
+        overrides=[
+            'models."qwen2.5".driver=echo',
+            'models."qwen2.5".aliases=["claude-*", "q*"]',
+            'models."qwen2.5".context_window=4096',
+        ],
+    )
+    entry = config.models["qwen2.5"]
+    assert entry.driver == "echo" and entry.aliases == ["claude-*", "q*"] and entry.context_window == 4096
+
+
+def test_api_key_env(tmp_path: Path) -> None:
+    assert load_config(None, environ={"MISSIVE_API_KEY": "a, b"}).server.api_keys == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[server]\nport = 'x'\n", "server.port"),
+        ("[server]\nnope = 1\n", "server.nope"),
+        ("[server\n", "not valid TOML"),
+        ("[models.m]\ncontext_window = 5\n", "models.m.driver"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), environ={})
+    assert fragment in str(info.value)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config("/nonexistent/missive.toml", environ={})
+
+
+def test_bind_rule() -> None:
+    load_config(None, environ={}).check_bind()
+    with pytest.raises(ConfigError, match="without API keys"):
+        load_config(None, environ={}, overrides=["server.host=0.0.0.0"]).check_bind()
+    load_config(None, environ={}, overrides=["server.host=0.0.0.0", 'server.api_keys=["k"]']).check_bind()
+    load_config(None, environ={}, overrides=["server.host=::", "server.allow_unauthenticated_remote=true"]).check_bind()

@@ -1,0 +1,36 @@
+"""Chat template rendering: prefill continuation and sandboxing."""
+
+from __future__ import annotations
+
+import pytest
+
+from missive.errors import InvalidRequestError
+from missive.templating import render_prompt
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_generation_prompt() -> None:
+    text = render_prompt(CHATML, [{"role": "user", "content": "hi"}])
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_prefill_is_continued() -> None:
+    text = render_prompt(CHATML, [{"role": "user", "content": "hi"}], prefill="Sure, the")
+    assert text.endswith("<|im_start|>assistant\nSure, the")
+
+
+def test_raise_exception_is_a_400() -> None:
+    template = "{{ raise_exception('Conversation roles must alternate') }}"
+    with pytest.raises(InvalidRequestError, match="roles must alternate"):
+        render_prompt(template, [])
+
+
+def test_sandbox_blocks_attribute_escapes() -> None:
+    template = "{{ messages.__class__.__mro__ }}"
+    with pytest.raises(Exception) as info:
+        render_prompt(template, [])
+    assert "unsafe" in str(info.value).lower() or "access" in str(info.value).lower()
