@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +24,12 @@ ECHO_CONFIG: dict[str, Any] = {
         },
     },
 }
+
+
+@pytest.fixture(scope="session")
+def echo_config() -> dict[str, Any]:
+    """The echo server's configuration, for tests that start a variant of it."""
+    return ECHO_CONFIG
 
 
 @pytest.fixture(scope="session")
@@ -53,8 +58,3 @@ def default_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def smol(default_url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=120)
-
-
-def script(*steps: dict[str, Any], **extra: Any) -> str:
-    """The text of a user message that makes the echo driver play ``steps``."""
-    return json.dumps({"script": list(steps), **extra})

@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import pytest
 
-from conftest import ECHO_CONFIG, script
+from missive_echo import script
 from missive.testing import live_server
 
 USER = [{"role": "user", "content": "hello"}]
@@ -115,8 +115,8 @@ def test_server_survives_every_bad_input(echo: anthropic.Anthropic) -> None:
 
 
 @pytest.fixture(scope="module")
-def auth_url() -> Iterator[str]:
-    config = {**ECHO_CONFIG, "server": {"api_keys": ["sk-one", "sk-two"]}}
+def auth_url(echo_config: dict) -> Iterator[str]:
+    config = {**echo_config, "server": {"api_keys": ["sk-one", "sk-two"]}}
     with live_server(config) as url:
         yield url
 
@@ -138,8 +138,8 @@ def test_auth(auth_url: str) -> None:
     assert httpx.get(f"{auth_url}/health").status_code == 200
 
 
-def test_strict_mode_rejects_unknown_fields() -> None:
-    config = {**ECHO_CONFIG, "server": {"strict": True}}
+def test_strict_mode_rejects_unknown_fields(echo_config: dict) -> None:
+    config = {**echo_config, "server": {"strict": True}}
     with live_server(config) as url:
         resp = httpx.post(
             f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER, "context_management": {}}
@@ -150,8 +150,8 @@ def test_strict_mode_rejects_unknown_fields() -> None:
         assert ok.status_code == 200
 
 
-def test_non_loopback_without_keys_refuses_to_start() -> None:
+def test_non_loopback_without_keys_refuses_to_start(echo_config: dict) -> None:
     with pytest.raises(RuntimeError, match="refusing to listen on 0.0.0.0 without API keys"):
-        with live_server(ECHO_CONFIG, args=("--host", "0.0.0.0"), timeout=20):
+        with live_server(echo_config, args=("--host", "0.0.0.0"), timeout=20):
             pass
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anthropic
 import httpx
 
-from conftest import script
+from missive_echo import script
 
 
 def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:

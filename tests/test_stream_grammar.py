@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import pytest
 
-from conftest import script
+from missive_echo import script
 
 
 def sse_events(url: str, body: dict, **headers: str) -> list[tuple[str, dict]]:
