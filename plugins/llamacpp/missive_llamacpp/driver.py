@@ -261,8 +261,9 @@ class LlamaCppDriver(Driver):
         if len(tokens) >= n_ctx:
             raise PromptTooLongError(len(tokens), n_ctx)
         max_new = clamp_max_tokens(request.max_tokens, len(tokens), n_ctx)
+        yield Started(input_tokens=len(tokens) - prefix, cache_read_input_tokens=prefix)
+
         async with self._queue:
-            yield Started(input_tokens=len(tokens) - prefix, cache_read_input_tokens=prefix)
             if log.isEnabledFor(logging.DEBUG):
                 actual = _cached_prefix(llm, tokens)
                 log.debug(
