@@ -4,6 +4,7 @@ through the official SDK, as the README serves it (``missive serve``, no config)
 from __future__ import annotations
 
 import asyncio
+import time
 
 import anthropic
 import httpx
@@ -124,3 +125,30 @@ def test_disconnect_stops_generation(default_url: str, smol: anthropic.Anthropic
         model=MODEL, max_tokens=5, messages=QUESTION, extra_body=GREEDY
     )
     assert msg.usage.output_tokens > 0
+
+
+def test_count_tokens_does_not_wait_behind_generation(default_url: str, smol: anthropic.Anthropic) -> None:
+    """A count sent while the model generates comes back before that generation ends.
+
+    Were it queued behind the generation, it would return only after the last
+    token, and the rest of the stream (already buffered) would follow at once.
+    """
+    body = {
+        "model": MODEL,
+        "max_tokens": 300,
+        "stream": True,
+        "temperature": 1.0,
+        "messages": [{"role": "user", "content": "Write a very long essay about the history of Rome."}],
+    }
+    first = counted_at = None
+    counted = None
+    with httpx.stream("POST", f"{default_url}/v1/messages", json=body, timeout=120) as resp:
+        for line in resp.iter_lines():
+            if "text_delta" in line and counted is None:
+                first = time.monotonic()
+                counted = smol.messages.count_tokens(model=MODEL, messages=QUESTION).input_tokens
+                counted_at = time.monotonic()
+        ended = time.monotonic()
+    assert counted and counted > 10
+    assert first is not None and counted_at is not None
+    assert counted_at - first < (ended - first) / 2

@@ -65,6 +65,7 @@ import anyio
 import anyio.to_thread
 import llama_cpp
 from jinja2 import TemplateError
+
 from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
 from missive.conversation import Conversation

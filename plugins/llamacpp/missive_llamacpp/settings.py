@@ -22,10 +22,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from missive.config import ConfigError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["LlamaCppSettings", "parse_settings", "available_cpus"]
+from missive.config import ConfigError
+
+__all__ = ["LlamaCppSettings", "available_cpus", "parse_settings"]
 
 # llama.cpp reserves 0xFFFFFFFF (LLAMA_DEFAULT_SEED) for "random seed".
 _MAX_SEED = 0xFFFFFFFF - 1

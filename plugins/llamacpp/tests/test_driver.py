@@ -15,13 +15,19 @@ from typing import Any
 
 import anyio
 import pytest
+
 from missive.config import ConfigError, ModelEntry
 from missive.conversation import build_conversation
 from missive.driver import GenerationRequest
 from missive.errors import PromptTooLongError
 from missive.events import Finished, Started, TextDelta
 from missive.schema.request import MessagesRequest
-from missive_llamacpp.plugin import CAPABILITIES, default_model_path, register_default_models, register_drivers
+from missive_llamacpp.plugin import (
+    CAPABILITIES,
+    default_model_path,
+    register_default_models,
+    register_drivers,
+)
 from missive_llamacpp.prefix import reused_prefix
 
 MODEL_PATH = default_model_path()
