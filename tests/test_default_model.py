@@ -91,7 +91,7 @@ def test_prompt_too_long(smol: anthropic.Anthropic) -> None:
         smol.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": long_text}])
     except anthropic.BadRequestError as exc:
         message = exc.body["error"]["message"]
-        assert message.startswith("prompt is too long: ") and message.endswith(" tokens > 8192 maximum")
+        assert message.startswith("prompt is too long: ") and message.endswith(" tokens > 8191 maximum")
     else:
         raise AssertionError("expected a 400")
 

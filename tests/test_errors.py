@@ -89,7 +89,7 @@ def test_prompt_too_long_wording(echo: anthropic.Anthropic) -> None:
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as info:
             echo.messages.create(model="echo-small", max_tokens=5, stream=stream, messages=[{"role": "user", "content": words}])
-        assert info.value.body["error"]["message"] == "prompt is too long: 20 tokens > 12 maximum"
+        assert info.value.body["error"]["message"] == "prompt is too long: 20 tokens > 11 maximum"
 
 
 def test_capability_gap_names_the_capability(echo: anthropic.Anthropic) -> None:

@@ -47,7 +47,8 @@ class DriverSpec:
 
     Attributes:
         name: what ``driver = "..."`` in a model entry refers to.
-        factory: ``"module:attr"`` of a callable ``(model_id: str, entry: ModelEntry) -> Driver``.
+        factory: ``"module:attr"`` of a :class:`~missive.driver.Driver` subclass, built as
+            ``cls(model_id: str, entry: ModelEntry, capabilities: Capabilities)``.
         capabilities: what the driver can do for any model (a driver instance
             may narrow or widen it per model through ``Driver.capabilities``).
         description: one line for listings.

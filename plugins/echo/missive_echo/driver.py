@@ -92,7 +92,7 @@ class EchoDriver(Driver):
         script = self._script(request)
         prompt = self._prompt_tokens(request)
         if self.context_window is not None and prompt >= self.context_window:
-            raise errors.PromptTooLongError(prompt, self.context_window)
+            raise errors.PromptTooLongError(prompt, self.context_window - 1)  # one token left to answer
         if script and script.get("error_before_start"):
             raise _error(script["error_before_start"])
         cached = int(script.get("cache_read_input_tokens", 0)) if script else 0

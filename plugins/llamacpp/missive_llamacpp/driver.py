@@ -127,9 +127,7 @@ class LlamaCppDriver(Driver):
         """
         path = self.settings.path
         if not path.is_file():
-            raise ConfigError(
-                f"model '{self.model_id}': GGUF file not found: {path} (settings.model_path)"
-            )
+            raise ConfigError(f"model '{self.model_id}': GGUF file not found: {path} (settings.model_path)")
         self._queue = anyio.Semaphore(1)  # FIFO: waiters are served in arrival order
         self._gen_limiter = anyio.CapacityLimiter(1)
         self._prep_limiter = anyio.CapacityLimiter(TOKENIZE_THREADS)
@@ -156,7 +154,12 @@ class LlamaCppDriver(Driver):
         self._llm = llm
         log.info(
             "model %s loaded from %s: n_ctx=%d, %d threads, bos=%r add_bos=%s",
-            self.model_id, path, self._n_ctx, s.threads, self._bos_text, self._add_bos,
+            self.model_id,
+            path,
+            self._n_ctx,
+            s.threads,
+            self._bos_text,
+            self._add_bos,
         )
 
     def _configure(self, llm: Any) -> None:
@@ -260,7 +263,7 @@ class LlamaCppDriver(Driver):
         )
         n_ctx = self._n_ctx
         if len(tokens) >= n_ctx:
-            raise PromptTooLongError(len(tokens), n_ctx)
+            raise PromptTooLongError(len(tokens), n_ctx - 1)  # one token must be left to answer
         max_new = clamp_max_tokens(request.max_tokens, len(tokens), n_ctx)
         yield Started(input_tokens=len(tokens) - prefix, cache_read_input_tokens=prefix)
 
@@ -269,7 +272,12 @@ class LlamaCppDriver(Driver):
                 actual = _cached_prefix(llm, tokens)
                 log.debug(
                     "%s: %d prompt tokens, %d cached (reported %d), max_new=%d/%d",
-                    request.request_id, len(tokens), actual, prefix, max_new, request.max_tokens,
+                    request.request_id,
+                    len(tokens),
+                    actual,
+                    prefix,
+                    max_new,
+                    request.max_tokens,
                 )
             gen = llm.generate(
                 tokens,

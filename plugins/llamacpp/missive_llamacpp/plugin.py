@@ -15,7 +15,13 @@ from missive.config import ModelEntry
 from missive.hookspecs import hookimpl
 from missive.specs import DefaultModel, DriverSpec
 
-__all__ = ["CAPABILITIES", "DEFAULT_MODEL_ID", "default_model_path", "register_default_models", "register_drivers"]
+__all__ = [
+    "CAPABILITIES",
+    "DEFAULT_MODEL_ID",
+    "default_model_path",
+    "register_default_models",
+    "register_drivers",
+]
 
 #: What the driver can do for any GGUF model: plain-text chat, all three
 #: sampling parameters, exact token counts (the model's own tokenizer on the
