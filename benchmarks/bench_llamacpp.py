@@ -70,8 +70,9 @@ def run_missive(client: httpx.Client, url: str, text: str, max_tokens: int) -> t
                 deltas += 1
             elif event["type"] == "message_delta":
                 output_tokens = event["usage"]["output_tokens"]
-    assert first is not None and last is not None
-    return first - start, (deltas - 1) / (last - first), output_tokens
+    assert first is not None and last is not None and deltas > 1
+    # deltas may carry several tokens each: rate from the exact token count
+    return first - start, (output_tokens - 1) / (last - first), output_tokens
 
 
 def main() -> None:

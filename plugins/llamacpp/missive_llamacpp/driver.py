@@ -30,10 +30,11 @@ Generation, in :meth:`LlamaCppDriver.generate`:
    another request served while this one waits in the queue changes the
    cache, so the reuse actually obtained can differ from the reported one;
    the total ``input_tokens + cache_read_input_tokens`` is always exact;
-4. under the queue, ``Llama.generate(..., reset=True)`` is driven one token per
-   worker-thread hop, so closing the iterator (client gone, stop sequence
-   matched by the core) stops the model within one token. The prompt decode
-   happens in the first hop and is not interruptible;
+4. under the queue, ``Llama.generate(..., reset=True)`` runs in the model's
+   own thread (:class:`_Producer`), which decodes ahead of the event loop and
+   checks a cancel flag before every token: closing the iterator (client gone,
+   stop sequence matched by the core) stops the model within one token. The
+   prompt decode is the first step and is not interruptible;
 5. an end-of-generation token (``llama_vocab_is_eog``, the test
    ``Llama.create_completion`` uses) ends with ``end_turn``; it is neither
    shown nor counted (as ``create_completion``'s ``completion_tokens``; note
@@ -55,8 +56,11 @@ default is not part of the API), no repetition penalty.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,7 +74,7 @@ from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
 from missive.conversation import Conversation
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.errors import ApiError, MissiveError, PromptTooLongError
+from missive.errors import ApiError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_prompt
 
@@ -107,7 +111,8 @@ class LlamaCppDriver(Driver):
         self._add_bos = False
         # Created in start(), inside the event loop that will use them.
         self._queue: anyio.Semaphore | None = None
-        self._gen_limiter: anyio.CapacityLimiter | None = None
+        # One thread per model runs generation: llama.cpp contexts are not thread-safe.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llamacpp-{model_id}")
         self._prep_limiter: anyio.CapacityLimiter | None = None
 
     # -- lifecycle ---------------------------------------------------------
@@ -129,7 +134,6 @@ class LlamaCppDriver(Driver):
         if not path.is_file():
             raise ConfigError(f"model '{self.model_id}': GGUF file not found: {path} (settings.model_path)")
         self._queue = anyio.Semaphore(1)  # FIFO: waiters are served in arrival order
-        self._gen_limiter = anyio.CapacityLimiter(1)
         self._prep_limiter = anyio.CapacityLimiter(TOKENIZE_THREADS)
         await anyio.to_thread.run_sync(self._load, path)
 
@@ -200,6 +204,7 @@ class LlamaCppDriver(Driver):
             await anyio.to_thread.run_sync(llm.close)
         finally:
             self._queue.release()
+            self._executor.shutdown(wait=False)
 
     def _loaded(self) -> Any:
         if self._llm is None:
@@ -289,43 +294,108 @@ class LlamaCppDriver(Driver):
                 repeat_penalty=1.0,
                 reset=True,
             )
+            producer = _Producer(llm, gen, max_new)
+            future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
             try:
                 if max_new == 0:
-                    await self._in_thread(_warm_up, gen)
+                    await producer.next_batch()  # the prompt is decoded into the KV cache
                     yield Finished("max_tokens", output_tokens=0)
                     return
                 decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
                 produced = pending = 0
-                stop_reason: StopReason = "max_tokens"
-                while produced < max_new:
-                    piece = await self._in_thread(_step, llm, gen)
-                    if piece is None:
-                        stop_reason = "end_turn"
-                        break
-                    produced += 1
-                    pending += 1
-                    text = decoder.decode(piece)
+                while True:
+                    pieces, ended = await producer.next_batch()
+                    produced += len(pieces)
+                    pending += len(pieces)
+                    text = decoder.decode(b"".join(pieces))
                     if text:
                         yield TextDelta(text, tokens=pending)
                         pending = 0
+                    if ended:
+                        break
                 tail = decoder.decode(b"", final=True)
                 if tail:
                     yield TextDelta(tail, tokens=pending)
+                stop_reason: StopReason = "end_turn" if producer.reached_eog else "max_tokens"
                 yield Finished(stop_reason, output_tokens=produced)
             finally:
+                producer.cancel()
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(gen.close, limiter=self._gen_limiter)
+                    await future  # the model is never used by two threads at once
 
-    async def _in_thread(self, func: Any, *args: Any) -> Any:
-        """Run one generation step in the generation thread slot. Not
-        abandoned on cancellation: the step finishes first, so the model is
-        never used by two threads and ``gen.close()`` runs after it."""
+
+class _Producer:
+    """Runs ``Llama.generate`` in the model's own thread, ahead of the event loop.
+
+    The thread decodes token after token without waiting for the loop; each
+    token's bytes are handed over with ``call_soon_threadsafe``. Pieces that
+    arrive while the loop is busy are taken together (one text delta with
+    their token count), so a busy loop never slows decoding. :meth:`cancel`
+    makes the thread stop before its next token (a client that disconnects
+    stops its generation within one token).
+    """
+
+    def __init__(self, llm: Any, gen: Iterator[int], max_new: int) -> None:
+        self.llm = llm
+        self.gen = gen
+        self.max_new = max_new
+        self.loop = asyncio.get_running_loop()
+        self.reached_eog = False
+        self._pieces: list[bytes] = []
+        self._ended = False
+        self._error: BaseException | None = None
+        self._wakeup = asyncio.Event()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+
+    def _publish(self, piece: bytes | None, ended: bool, error: BaseException | None) -> None:
+        if piece is not None:
+            self._pieces.append(piece)
+        self._ended = self._ended or ended
+        self._error = self._error or error
+        self._wakeup.set()
+
+    def _send(self, piece: bytes | None, ended: bool = False, error: BaseException | None = None) -> None:
         try:
-            return await anyio.to_thread.run_sync(func, *args, limiter=self._gen_limiter)
-        except MissiveError:
-            raise
-        except (RuntimeError, ValueError, OSError) as exc:
-            raise ApiError(f"llama.cpp failed while generating: {exc}") from exc
+            self.loop.call_soon_threadsafe(self._publish, piece, ended, error)
+        except RuntimeError:  # the event loop is closed (shutdown): nobody listens any more
+            self._cancelled.set()
+
+    def run(self) -> None:
+        """The thread's loop; always closes the generator and signals the end."""
+        try:
+            if self.max_new == 0:
+                next(self.gen, None)  # decode the prompt only (cache warm-up)
+                return
+            for _ in range(self.max_new):
+                if self._cancelled.is_set():
+                    return
+                piece = _step(self.llm, self.gen)
+                if piece is None:
+                    self.reached_eog = True
+                    return
+                self._send(piece)
+        except Exception as exc:
+            self._send(None, error=exc)
+        finally:
+            self.gen.close()
+            self._send(None, ended=True)
+
+    async def next_batch(self) -> tuple[list[bytes], bool]:
+        """Wait for pieces; return ``(pieces, ended)`` (``ended``: no more will come).
+
+        Raises:
+            ApiError: llama.cpp failed in the thread.
+        """
+        while not self._pieces and not self._ended and self._error is None:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        if self._error is not None:
+            raise ApiError(f"llama.cpp failed while generating: {self._error}") from self._error
+        pieces, self._pieces = self._pieces, []
+        return pieces, self._ended
 
 
 def _step(llm: Any, gen: Iterator[int]) -> bytes | None:
@@ -335,11 +405,6 @@ def _step(llm: Any, gen: Iterator[int]) -> bytes | None:
     if token is None or llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
         return None
     return llm.detokenize([token])
-
-
-def _warm_up(gen: Iterator[int]) -> None:
-    """Decode the prompt into the KV cache; the sampled token is discarded."""
-    next(gen, None)
 
 
 def _cached_prefix(llm: Any, tokens: list[int]) -> int:
