@@ -10,6 +10,7 @@ Shape (every key optional)::
     max_body_bytes = 33554432   # 32 MiB, the API's own limit; over it: 413
     strict = false              # reject unknown fields instead of reporting them
     ping_interval = 5.0         # seconds of model silence before an SSE ping
+    delta_interval = 0.015      # seconds between streamed deltas; faster ones are merged
     log_level = "info"
 
     [models.smollm2-135m]
@@ -70,6 +71,7 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     strict: bool = False
     ping_interval: float = Field(default=5.0, gt=0)
+    delta_interval: float = Field(default=0.015, ge=0)
     log_level: str = "info"
 
 

@@ -21,7 +21,7 @@ from ..errors import ApiError, MissiveError
 from ..ids import message_id
 from ..pipeline import MessageStream, accumulate
 from ..schema.request import CountTokensRequest, MessagesRequest
-from ..sse import PING, frame, with_heartbeat
+from ..sse import frame, paced
 from .common import authenticate, read_request, state
 
 log = logging.getLogger("missive.messages")
@@ -60,12 +60,14 @@ async def create_message() -> Response | dict:
         return accumulate(events)
 
     request_id = g.request_id
-    interval = config.server.ping_interval
+    server = config.server
 
     async def body() -> AsyncIterator[bytes]:
         yield frame(first)
         try:
-            async for event in with_heartbeat(stream.events(), interval, PING):
+            async for event in paced(
+                stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval
+            ):
                 yield frame(event)
         except MissiveError as exc:
             log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
