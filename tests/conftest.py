@@ -17,6 +17,7 @@ ECHO_CONFIG: dict[str, Any] = {
         "echo-b": {"driver": "echo", "context_window": 1000},
         "echo-c": {"driver": "echo", "context_window": 1000},
         "echo-small": {"driver": "echo", "context_window": 12},
+        "echo-capped": {"driver": "echo", "context_window": 1000, "max_output_tokens": 2},
         "echo-tools": {
             "driver": "echo",
             "context_window": 1000,

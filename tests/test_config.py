@@ -50,6 +50,7 @@ def test_api_key_env(tmp_path: Path) -> None:
         ("[server]\nnope = 1\n", "server.nope"),
         ("[server\n", "not valid TOML"),
         ("[models.m]\ncontext_window = 5\n", "models.m.driver"),
+        ("[server]\nlog_level = 'loud'\n", "server.log_level"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, fragment: str) -> None:

@@ -146,8 +146,13 @@ def test_strict_mode_rejects_unknown_fields(echo_config: dict) -> None:
         )
         body = assert_envelope(resp, 400, "invalid_request_error")
         assert "context_management" in body["error"]["message"]
-        ok = httpx.post(f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER})
+        ok = httpx.post(
+            f"{url}/v1/messages",
+            json={"model": "echo", "max_tokens": 5, "messages": USER},
+            headers={"anthropic-beta": "a-beta-from-the-future"},  # betas are never rejected
+        )
         assert ok.status_code == 200
+        assert ok.headers["missive-ignored"] == "anthropic-beta=a-beta-from-the-future"
 
 
 def test_non_loopback_without_keys_refuses_to_start(echo_config: dict) -> None:
@@ -155,3 +160,20 @@ def test_non_loopback_without_keys_refuses_to_start(echo_config: dict) -> None:
         with live_server(echo_config, args=("--host", "0.0.0.0"), timeout=20):
             pass
 
+
+
+def test_model_that_cannot_start_fails_cleanly(tmp_path) -> None:
+    config = {"models": {"m": {"driver": "llamacpp", "settings": {"model_path": str(tmp_path / "missing.gguf")}}}}
+    with pytest.raises(RuntimeError) as info:
+        with live_server(config, timeout=60):
+            pass
+    log = str(info.value)
+    assert "GGUF file not found" in log and "Traceback" not in log
+
+
+def test_unknown_driver_fails_cleanly() -> None:
+    with pytest.raises(RuntimeError) as info:
+        with live_server({"models": {"m": {"driver": "warp-drive"}}}, timeout=60):
+            pass
+    log = str(info.value)
+    assert "uses driver 'warp-drive', which no loaded plugin provides" in log and "Traceback" not in log

@@ -115,3 +115,22 @@ def test_async_client_streams(echo_url: str) -> None:
         return "".join(parts)
 
     assert asyncio.run(run()) == "async works"
+
+
+def test_max_output_tokens_caps_max_tokens(echo: anthropic.Anthropic) -> None:
+    msg = echo.messages.create(model="echo-capped", max_tokens=100, messages=[{"role": "user", "content": "a b c d"}])
+    assert msg.content[0].text == "a b" and msg.stop_reason == "max_tokens"
+
+
+def test_claude_code_billing_header_is_stripped(echo: anthropic.Anthropic) -> None:
+    messages = [{"role": "user", "content": "hello"}]
+    plain = echo.messages.count_tokens(model="echo", system=[{"type": "text", "text": "be kind"}], messages=messages)
+    billed = echo.messages.count_tokens(
+        model="echo",
+        system=[
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.0; cch=abc;"},
+            {"type": "text", "text": "be kind"},
+        ],
+        messages=messages,
+    )
+    assert billed.input_tokens == plain.input_tokens == 3

@@ -71,7 +71,7 @@ class Capabilities(BaseModel):
 
 
 def _fmt(values: frozenset[str]) -> str:
-    return ", ".join(sorted(values)) or "none"
+    return ", ".join(f'"{v}"' for v in sorted(values))
 
 
 def check_request(
@@ -91,18 +91,20 @@ def check_request(
     if request.tools or request.tool_choice is not None:
         mode = request.tool_choice.type if request.tool_choice is not None else "auto"
         if request.tools and mode not in caps.tool_choice:
-            fail(f'tools with tool_choice "{mode}"', f"tool_choice modes: {_fmt(caps.tool_choice)}")
+            supported = f"tool_choice modes {_fmt(caps.tool_choice)}" if caps.tool_choice else "no tool use"
+            fail(f'tools with tool_choice "{mode}"', supported)
     if request.uses_tool_blocks() and not caps.tool_choice:
-        fail("tool_use/tool_result content blocks", "text-only conversations")
+        fail("tool_use/tool_result content blocks", "no tool use")
     for media in request.media_types():
         if media not in caps.input_media:
-            fail(f"input media type {media}", f"media types: {_fmt(caps.input_media)}")
+            supported = f"media types {_fmt(caps.input_media)}" if caps.input_media else "text only"
+            fail(f"input media type {media}", supported)
     if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
         fail('thinking {"type": "enabled"}', 'thinking "disabled" or "adaptive" (no reasoning)')
     if request.output_format_schema() is not None and not caps.structured_output:
         fail("output_config.format (structured output)", "free-form text")
     for name in ("temperature", "top_p", "top_k"):
         if getattr(request, name) is not None and name not in caps.sampling:
-            fail(name, f"sampling parameters: {_fmt(caps.sampling)}")
+            fail(name, f"sampling parameters {_fmt(caps.sampling)}")
     if request.stop_sequences and not caps.stop_sequences:
-        fail("stop_sequences", "none")
+        fail("stop_sequences", "no stop sequences")

@@ -82,11 +82,6 @@ def serve(
         app = create_app(config)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if not config.models:
-        raise click.ClickException(
-            "no models to serve: configure [models.<id>] in a config file, or install the "
-            "embedded default with pip install 'missive[default]'"
-        )
     hc = HypercornConfig()
     host_part = f"[{config.server.host}]" if ":" in config.server.host else config.server.host
     hc.bind = [f"{host_part}:{config.server.port}"]
@@ -96,14 +91,25 @@ def serve(
     click.echo(
         f"Missive serving {', '.join(config.models)} on http://{host_part}:{config.server.port}", err=True
     )
-    asyncio.run(hypercorn_serve(app, hc))  # type: ignore[arg-type]
+    models = app.extensions["missive"]["models"]
+
+    async def run() -> None:
+        try:
+            await models.start()  # load models before listening; errors end here, cleanly
+        except ConfigError as exc:
+            await models.aclose()
+            raise click.ClickException(str(exc)) from None
+        await hypercorn_serve(app, hc)  # type: ignore[arg-type]
+
+    asyncio.run(run())
 
 
 @cli.command()
+@_config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def plugins(as_json: bool) -> None:
+def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
     """List plugins, what failed to load, and each driver's capabilities."""
-    kernel = Kernel()
+    kernel = Kernel(block=_load(config_path, overrides).plugins.block)
     data = {
         "plugins": [
             {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}

@@ -5,6 +5,8 @@
 parts, with a final assistant turn kept apart as the prefill. Rules (contract
 section 2):
 
+* Claude Code's ``x-anthropic-billing-header`` system block is dropped, as
+  the real API does;
 * ``system`` and every ``role: "system"`` message are folded, in order, into the
   one leading system prompt (most chat templates accept a single leading
   system message; rendering them mid-conversation hurt tool calling in vLLM).
@@ -78,10 +80,24 @@ class Conversation:
 _KEPT = (TextBlock, SearchResultBlock, ToolUseBlock, ToolResultBlock, ImageBlock, DocumentBlock)
 
 
+#: Claude Code's first system block; it changes on every request, and the real
+#: API strips it (contract section 2). Kept, it would defeat prefix caching.
+BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
+
+
+def _system_text(request: CountTokensRequest) -> str | None:
+    if isinstance(request.system, list):
+        kept = [b.text for b in request.system if not b.text.startswith(BILLING_HEADER_PREFIX)]
+        return "\n".join(kept) if kept else None
+    if request.system is not None and request.system.startswith(BILLING_HEADER_PREFIX):
+        return None
+    return request.system
+
+
 def build_conversation(request: CountTokensRequest) -> Conversation:
     """Normalize ``request`` (see module doc). Never raises for valid requests."""
     system_parts: list[str] = []
-    top = request.system_text()
+    top = _system_text(request)
     if top:
         system_parts.append(top)
     turns: list[Turn] = []

@@ -14,6 +14,9 @@ __all__ = ["ModelTable"]
 
 log = logging.getLogger("missive.models")
 
+#: Drivers shipped as extras of the ``missive`` distribution (``missive[<name>]``).
+BUILTIN_DRIVERS = frozenset({"llamacpp", "echo"})
+
 
 class ModelTable:
     """Model id -> driver instance, built from the config (or the plugins'
@@ -29,7 +32,13 @@ class ModelTable:
         self.kernel = kernel
         if not config.models:
             config.models = {d.id: d.entry for d in kernel.default_models.values()}
+        if not config.models:
+            raise ConfigError(
+                "no models to serve: configure [models.<id>] in a config file, or install the "
+                "embedded default with pip install 'missive[default]'"
+            )
         self.drivers: dict[str, Driver] = {}
+        self._started = False
         for model_id, entry in config.models.items():
             self.drivers[model_id] = self._build(model_id, entry)
 
@@ -37,17 +46,21 @@ class ModelTable:
         spec = self.kernel.drivers.get(entry.driver)
         if spec is None:
             known = ", ".join(sorted(self.kernel.drivers)) or "none installed"
+            hint = (
+                f"pip install 'missive[{entry.driver}]'"
+                if entry.driver in BUILTIN_DRIVERS
+                else "install the plugin distribution that provides it"
+            )
             raise ConfigError(
                 f"model '{model_id}' uses driver '{entry.driver}', which no loaded plugin provides "
-                f"(available: {known}); install it, e.g. pip install 'missive[{entry.driver}]'"
+                f"(available: {known}); {hint} (see `missive plugins` for plugins that failed to load)"
             )
         try:
             cls = load_object(spec.factory)
         except ImportError as exc:
-            extra = spec.extra or entry.driver
+            hint = f"pip install 'missive[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
             raise ConfigError(
-                f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); "
-                f"install its dependencies: pip install 'missive[{extra}]'"
+                f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc
         driver = cls(model_id, entry, spec.capabilities)
         driver.name = spec.name
@@ -65,6 +78,14 @@ class ModelTable:
         return model_id, self.drivers[model_id]
 
     async def start(self) -> None:
+        """Start every driver once (later calls do nothing).
+
+        Raises:
+            ConfigError: a driver could not start (missing model file...).
+        """
+        if self._started:
+            return
+        self._started = True
         for model_id, driver in self.drivers.items():
             log.info("starting model %s (driver %s)", model_id, driver.name)
             await driver.start()

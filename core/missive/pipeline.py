@@ -79,6 +79,7 @@ class MessageStream:
         try:
             first = await self._source.__anext__()
         except StopAsyncIteration:
+            await self.aclose()
             raise ApiError(f"driver '{self.driver.name}' ended without starting a message") from None
         except BaseException:
             await self.aclose()

@@ -38,7 +38,8 @@ async def read_request(model: type[M]) -> M:
 
     Unknown fields and block types, and every ``anthropic-beta`` value, are
     recorded in ``g.ignored`` (sent as the ``missive-ignored`` header and
-    logged); in strict mode they are a 400 instead.
+    logged); in strict mode unknown fields and blocks are a 400 instead (betas
+    never are).
 
     Raises:
         InvalidRequestError: bad JSON, failed validation, or (strict) ignored fields.
@@ -49,13 +50,13 @@ async def read_request(model: type[M]) -> M:
     body: Any = parse_json(raw if isinstance(raw, bytes) else raw.encode())
     validated = validate_body(model, body)
     ignored = collect_ignored(validated)
+    if ignored and config.server.strict:
+        raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(ignored))
+    # Betas are reported but never rejected, even in strict mode: clients send
+    # new ones with every release (contract section 1).
     betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
     ignored += [f"anthropic-beta={b}" for b in betas]
     if ignored:
-        if config.server.strict:
-            raise InvalidRequestError(
-                "strict mode: this server does not support: " + ", ".join(ignored)
-            )
         log.info("ignored: %s", ", ".join(ignored))
         g.ignored = ignored
     return validated

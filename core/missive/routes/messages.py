@@ -16,8 +16,8 @@ from quart import Quart, Response, g
 
 from ..capabilities import check_request
 from ..conversation import build_conversation
-from ..driver import GenerationRequest
-from ..errors import ApiError, MissiveError
+from ..driver import Driver, GenerationRequest
+from ..errors import ApiError, CapabilityError, MissiveError
 from ..ids import message_id
 from ..pipeline import MessageStream, accumulate
 from ..schema.request import CountTokensRequest, MessagesRequest
@@ -29,12 +29,16 @@ log = logging.getLogger("missive.messages")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def _generation_request(req: CountTokensRequest, model_id: str) -> GenerationRequest:
+def _generation_request(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
+    max_tokens = req.max_tokens or 0
+    cap = driver.entry.max_output_tokens
+    if cap is not None:
+        max_tokens = min(max_tokens, cap)  # clamped like the context: ends with max_tokens
     return GenerationRequest(
         request_id=g.request_id,
         model=model_id,
         conversation=build_conversation(req),
-        max_tokens=req.max_tokens or 0,
+        max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
         top_k=req.top_k,
@@ -50,7 +54,7 @@ async def create_message() -> Response | dict:
     model_id, driver = models.resolve(req.model)
     check_request(req, driver.capabilities, model=model_id, driver=driver.name)
     stream = MessageStream(
-        driver, _generation_request(req, model_id), message_id=message_id(), model=req.model
+        driver, _generation_request(req, model_id, driver), message_id=message_id(), model=req.model
     )
     first = await stream.start()
     if not req.stream:
@@ -86,8 +90,12 @@ async def count_tokens() -> dict[str, int]:
     _, _, models = state()
     req = await read_request(CountTokensRequest)
     model_id, driver = models.resolve(req.model)
+    if driver.capabilities.count_tokens == "none":
+        raise CapabilityError(
+            capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"
+        )
     check_request(req, driver.capabilities, model=model_id, driver=driver.name)
-    return {"input_tokens": await driver.count_tokens(_generation_request(req, model_id))}
+    return {"input_tokens": await driver.count_tokens(_generation_request(req, model_id, driver))}
 
 
 def register(app: Quart, prefix: str) -> None:

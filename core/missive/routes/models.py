@@ -12,7 +12,7 @@ from typing import Any
 from quart import Quart, request
 
 from ..driver import Driver
-from ..errors import InvalidRequestError, ModelNotFoundError
+from ..errors import InvalidRequestError
 from .common import authenticate, state
 
 
@@ -73,8 +73,6 @@ async def get_model(model_id: str) -> dict[str, Any]:
     authenticate()
     _, _, models = state()
     resolved, driver = models.resolve(model_id)
-    if resolved is None:
-        raise ModelNotFoundError(model_id)
     return _model_object(resolved, driver, shown_id=model_id)
 
 

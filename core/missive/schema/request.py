@@ -123,6 +123,7 @@ class CountTokensRequest(Open):
     thinking: Thinking | None = None
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
+    cache_control: CacheControl | None = None  # automatic prefix caching: nothing to do
 
     # Fields of MessagesRequest, absent here; declared for a shared interface.
     max_tokens: int | None = None
@@ -130,14 +131,6 @@ class CountTokensRequest(Open):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
-
-    def system_text(self) -> str | None:
-        """Top-level ``system`` as one string (text blocks joined by a newline)."""
-        if self.system is None:
-            return None
-        if isinstance(self.system, str):
-            return self.system
-        return "\n".join(block.text for block in self.system)
 
     def output_format_schema(self) -> dict[str, Any] | None:
         """The JSON schema of ``output_config.format`` (or legacy ``output_format``)."""
