@@ -155,3 +155,56 @@ def test_partial_stop_sequence_is_released_at_end(echo: anthropic.Anthropic) -> 
         model="echo", max_tokens=20, stop_sequences=["END"], messages=[{"role": "user", "content": content}]
     )
     assert msg.content[0].text == "ends with EN" and msg.stop_reason == "end_turn"
+
+
+def test_client_disconnect_stops_generation(echo_url: str, echo: anthropic.Anthropic) -> None:
+    """echo-serial answers one request at a time. The first request would hold
+    the model for 60 s; once its client goes away, the next one is served at once."""
+    body = {
+        "model": "echo-serial",
+        "max_tokens": 10,
+        "stream": True,
+        "messages": [{"role": "user", "content": script({"text": "first"}, {"sleep": 60}, {"text": "never"})}],
+    }
+    with httpx.stream("POST", f"{echo_url}/v1/messages", json=body, timeout=10) as resp:
+        for line in resp.iter_lines():
+            if "text_delta" in line:
+                break  # the client goes away mid-answer
+    quick = echo.with_options(timeout=10).messages.create(
+        model="echo-serial", max_tokens=5, messages=[{"role": "user", "content": "served now"}]
+    )
+    assert quick.content[0].text == "served now"
+
+
+def test_requests_queue_in_order(echo_url: str) -> None:
+    """While echo-serial is busy, waiting requests get message_start at once and
+    are answered in arrival order."""
+    import threading
+
+    order: list[str] = []
+    starts: list[str] = []
+
+    def send(name: str, steps: list[dict]) -> None:
+        body = {"model": "echo-serial", "max_tokens": 10, "stream": True,
+                "messages": [{"role": "user", "content": script(*steps)}]}
+        with httpx.stream("POST", f"{echo_url}/v1/messages", json=body, timeout=20) as resp:
+            for line in resp.iter_lines():
+                if line == "event: message_start":
+                    starts.append(name)
+                if "text_delta" in line:
+                    order.append(name)
+
+    first = threading.Thread(target=send, args=("a", [{"text": "a"}, {"sleep": 0.8}, {"text": "a"}]))
+    first.start()
+    while not order:  # "a" holds the model now
+        threading.Event().wait(0.01)
+    others = [threading.Thread(target=send, args=(n, [{"text": n}])) for n in ("b", "c")]
+    for thread in others:
+        thread.start()
+        threading.Event().wait(0.1)  # b arrives before c
+    while len(starts) < 3:  # both waiting requests got message_start while "a" still runs
+        threading.Event().wait(0.01)
+    assert order == ["a"]
+    for thread in [first, *others]:
+        thread.join()
+    assert order == ["a", "a", "b", "c"]

@@ -16,7 +16,10 @@ list; each step is one of::
 and the object may also hold ``"stop_reason"`` (default ``end_turn``),
 ``"error_before_start"`` (an error raised before ``Started``) and
 ``"cache_read_input_tokens"``.  Model settings may override capabilities:
-``settings.capabilities = {tool_choice = ["auto"], thinking = true}``.
+``settings.capabilities = {tool_choice = ["auto"], thinking = true}``, and
+``settings.serialize = true`` makes the model answer one request at a time
+(FIFO, after ``Started``), like an in-process model, so tests can observe
+queueing and that a disconnected client frees the model.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class EchoDriver(Driver):
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         overrides = entry.settings.get("capabilities", {})
         super().__init__(model_id, entry, capabilities.model_copy(update=overrides))
+        self._serial = anyio.Semaphore(1) if entry.settings.get("serialize") else None
 
     def _prompt_tokens(self, request: GenerationRequest) -> int:
         conv = request.conversation
@@ -97,6 +101,17 @@ class EchoDriver(Driver):
             raise _error(script["error_before_start"])
         cached = int(script.get("cache_read_input_tokens", 0)) if script else 0
         yield Started(input_tokens=prompt - cached, cache_read_input_tokens=cached)
+        if self._serial is None:
+            async for event in self._play(request, script, prompt):
+                yield event
+            return
+        async with self._serial:
+            async for event in self._play(request, script, prompt):
+                yield event
+
+    async def _play(
+        self, request: GenerationRequest, script: dict[str, Any] | None, prompt: int
+    ) -> AsyncIterator[GenerationEvent]:
         budget = clamp_max_tokens(request.max_tokens, prompt, self.context_window)
         if script is None:
             turns = request.conversation.turns
