@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "dump_toml", "live_server"]
+__all__ = ["free_port", "dump_toml", "live_server", "DriverContract"]
 
 
 def free_port() -> int:
@@ -123,14 +123,14 @@ def live_server(
 class DriverContract:
     """The shared contract every driver passes, through the official SDK.
 
-    Subclass it in a driver's tests and provide two fixtures::
+    Subclass it in a driver's tests, next to a ``contract_url`` fixture::
+
+        @pytest.fixture(scope="module")
+        def contract_url():                  # base URL of a live server
+            with live_server({...}) as url:
+                yield url
 
         class TestMyDriver(DriverContract):
-            @pytest.fixture(scope="class")
-            def contract_url(self):          # base URL of a live server
-                with live_server({...}) as url:
-                    yield url
-
             model = "my-model"               # the model id to test
 
     Tests that need a capability the model does not declare (read from

@@ -9,11 +9,12 @@ import pytest
 from missive.testing import DriverContract, live_server
 
 
+@pytest.fixture(scope="module")
+def contract_url() -> Iterator[str]:
+    with live_server({"models": {"echo": {"driver": "echo", "context_window": 200}}}) as url:
+        yield url
+
+
 class TestEchoContract(DriverContract):
     model = "echo"
     prompt = "red orange yellow green blue"
-
-    @pytest.fixture(scope="class")
-    def contract_url(self) -> Iterator[str]:
-        with live_server({"models": {"echo": {"driver": "echo", "context_window": 200}}}) as url:
-            yield url

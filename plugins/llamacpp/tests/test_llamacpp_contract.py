@@ -9,10 +9,11 @@ import pytest
 from missive.testing import DriverContract, live_server
 
 
+@pytest.fixture(scope="module")
+def contract_url() -> Iterator[str]:
+    with live_server(None) as url:
+        yield url
+
+
 class TestLlamaCppContract(DriverContract):
     model = "smollm2-135m"
-
-    @pytest.fixture(scope="class")
-    def contract_url(self) -> Iterator[str]:
-        with live_server(None) as url:
-            yield url
