@@ -1,0 +1,1 @@
+"""Tool use: definitions the model sees, history checks, and tool call parsers."""
