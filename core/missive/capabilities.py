@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from .errors import CapabilityError
 
 if TYPE_CHECKING:
-    from .schema.request import MessagesRequest
+    from .schema.request import CountTokensRequest
+    from .tools.definitions import ToolChoice, ToolDefinition
 
 __all__ = ["Capabilities", "ToolChoiceMode", "check_request"]
 
@@ -31,6 +32,8 @@ class Capabilities(BaseModel):
     Attributes:
         tool_choice: the ``tool_choice`` modes the driver can honour exactly.
             Empty means the driver takes no ``tools`` at all.
+        strict_tools: the modes in which ``strict: true`` tool schemas are
+            enforced (constrained decoding), not merely requested.
         parallel_tool_calls: can emit more than one tool_use block per turn.
         input_media: media types accepted in image/document blocks
             (``image/png``, ``application/pdf``...). Empty: text only.
@@ -51,6 +54,7 @@ class Capabilities(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tool_choice: frozenset[ToolChoiceMode] = frozenset()
+    strict_tools: frozenset[ToolChoiceMode] = frozenset()
     parallel_tool_calls: bool = False
     input_media: frozenset[str] = frozenset()
     thinking: bool = False
@@ -75,24 +79,35 @@ def _fmt(values: frozenset[str]) -> str:
 
 
 def check_request(
-    request: MessagesRequest, caps: Capabilities, *, model: str, driver: str
+    request: CountTokensRequest,
+    caps: Capabilities,
+    *,
+    model: str,
+    driver: str,
+    tools: tuple[ToolDefinition, ...] = (),
+    tool_choice: ToolChoice | None = None,
 ) -> None:
     """Raise :class:`CapabilityError` if ``request`` needs what ``caps`` lacks.
 
-    Checked, in order: tools / tool_choice mode, media in image and document
-    blocks (also inside tool_result content), thinking ``enabled``, structured
-    output, sampling parameters, stop sequences. ``thinking.type: adaptive``
-    needs no capability: the API lets the model decide not to think.
+    Checked, in order: the tool_choice mode (when tools are offered), strict
+    tools in that mode, parallel calls, tool blocks in the history, media in
+    image and document blocks (also inside tool_result content), thinking
+    ``enabled``, structured output, sampling parameters, stop sequences.
+    ``thinking.type: adaptive`` needs no capability: the API lets the model
+    decide not to think.
     """
 
     def fail(capability: str, supported: str) -> None:
         raise CapabilityError(capability=capability, model=model, driver=driver, supported=supported)
 
-    if request.tools or request.tool_choice is not None:
-        mode = request.tool_choice.type if request.tool_choice is not None else "auto"
-        if request.tools and mode not in caps.tool_choice:
+    if tools:
+        mode = tool_choice.mode if tool_choice is not None else "auto"
+        if mode not in caps.tool_choice:
             supported = f"tool_choice modes {_fmt(caps.tool_choice)}" if caps.tool_choice else "no tool use"
             fail(f'tools with tool_choice "{mode}"', supported)
+        if mode != "none" and any(t.strict for t in tools) and mode not in caps.strict_tools:
+            supported = f"strict tools with tool_choice {_fmt(caps.strict_tools)}" if caps.strict_tools else "no strict tools"
+            fail(f'strict tools with tool_choice "{mode}"', supported)
     if request.uses_tool_blocks() and not caps.tool_choice:
         fail("tool_use/tool_result content blocks", "no tool use")
     for media in request.media_types():

@@ -64,6 +64,10 @@ class Conversation:
     turns: list[Turn]
     prefill: str | None = None
 
+    def has_tool_blocks(self) -> bool:
+        """Whether any turn holds ``tool_use`` or ``tool_result`` blocks."""
+        return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for t in self.turns for b in t.blocks)
+
     def chat_messages(self) -> list[dict[str, str]]:
         """OpenAI/HF-style ``[{"role", "content"}]`` with the system first.
 

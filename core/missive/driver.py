@@ -15,7 +15,7 @@ built once per configured model: ``factory(model_id, entry)``. The core calls:
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 from .capabilities import Capabilities
@@ -23,6 +23,9 @@ from .config import ModelEntry
 from .conversation import Conversation
 from .events import GenerationEvent
 from .schema.request import CountTokensRequest
+from .specs import ToolParserSpec
+from .tools.definitions import ToolChoice, ToolDefinition
+from .tools.parsers.base import ToolParser
 
 __all__ = ["Driver", "GenerationRequest", "clamp_max_tokens"]
 
@@ -38,9 +41,12 @@ class GenerationRequest:
         max_tokens: requested output cap (before clamping to the context).
         temperature, top_p, top_k: sampling; None means the API default
             (temperature 1.0, no nucleus or top-k cut).
-        stop_sequences: the core matches these on the text; a driver may pass
-            them to its backend as an early-stop hint, nothing more.
+        stop_sequences: the core matches these on the text (do not pass them
+            to a backend: it would cut the text before the core sees the match).
         request: the validated request, for fields a driver needs beyond these.
+        tools: the tools offered to the model (see :mod:`missive.tools.definitions`).
+        tool_choice: mode, forced name and whether parallel calls are allowed.
+            With mode ``none`` a driver must not let the model call tools.
     """
 
     request_id: str
@@ -52,6 +58,8 @@ class GenerationRequest:
     top_k: int | None
     stop_sequences: tuple[str, ...]
     request: CountTokensRequest
+    tools: tuple[ToolDefinition, ...] = ()
+    tool_choice: ToolChoice = ToolChoice()
 
 
 class Driver(abc.ABC):
@@ -63,6 +71,9 @@ class Driver(abc.ABC):
 
     #: Registered driver name (set by the subclass).
     name: str = ""
+    #: Registered tool parsers (set by the core when the driver is built), for
+    #: drivers that parse tool calls out of generated text.
+    tool_parser_specs: Mapping[str, ToolParserSpec] = {}
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         self.model_id = model_id
@@ -79,6 +90,16 @@ class Driver(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+    def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
+        """A parser for tool calls written as text, or None.
+
+        Drivers whose backend returns tool calls natively yield tool call
+        events and return None (the default). Drivers that render prompts
+        themselves return the parser matching the model's format; the core
+        then feeds it every :class:`~missive.events.TextDelta`.
+        """
+        return None
 
     @abc.abstractmethod
     async def count_tokens(self, request: GenerationRequest) -> int:

@@ -64,6 +64,7 @@ class ModelTable:
             ) from exc
         driver = cls(model_id, entry, spec.capabilities)
         driver.name = spec.name
+        driver.tool_parser_specs = self.kernel.tool_parsers
         return driver
 
     def resolve(self, requested: str) -> tuple[str, Driver]:

@@ -13,7 +13,10 @@ Rules applied here, for every driver (contract sections 3 and 4):
 * blocks are opened and closed in index order, never interleaved;
 * stop sequences are matched exactly on the text, with hold-back; on a match
   generation is stopped and ``stop_reason`` is ``stop_sequence``;
-* ``stop_reason`` is ``tool_use`` whenever a tool call was emitted;
+* tool calls written as text are parsed by the driver's tool parser (if it
+  returns one); only the text outside calls is matched against stop sequences;
+* ``stop_reason`` is ``tool_use`` whenever a tool call was emitted; with
+  ``disable_parallel_tool_use`` generation stops after the first call;
 * ``message_delta`` carries cumulative usage, input and cache fields repeated.
 """
 
@@ -25,7 +28,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from .driver import Driver, GenerationRequest
-from .errors import ApiError, MissiveError
+from .errors import ApiError, BadGatewayError, MissiveError
 from .events import (
     Finished,
     GenerationEvent,
@@ -38,6 +41,7 @@ from .events import (
 )
 from .ids import tool_use_id
 from .stop_sequences import StopMatcher
+from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Text, ToolParser
 
 __all__ = ["MessageStream", "accumulate"]
 
@@ -139,6 +143,36 @@ class MessageStream:
         )
         return events
 
+    async def _parsed(self) -> AsyncIterator[GenerationEvent]:
+        """The driver's events with text tool calls turned into call events."""
+        assert self._source is not None
+        parser: ToolParser | None = None
+        request = self.request
+        if request.tools and request.tool_choice.mode != "none":
+            parser = self.driver.tool_parser(request)
+        if parser is None:
+            async for event in self._source:
+                yield event
+            return
+        flushed = False
+        try:
+            async for event in self._source:
+                if isinstance(event, TextDelta):
+                    self._output_tokens += event.tokens
+                    for parsed in parser.feed(event.text):
+                        yield _from_parse(parsed)
+                    continue
+                if isinstance(event, Finished) and not flushed:
+                    flushed = True
+                    for parsed in parser.finish():
+                        yield _from_parse(parsed)
+                yield event
+            if not flushed:
+                for parsed in parser.finish():
+                    yield _from_parse(parsed)
+        except MalformedToolCall as exc:
+            raise BadGatewayError(f"the model produced a malformed tool call: {exc}") from exc
+
     async def events(self) -> AsyncIterator[Event]:
         """Content block events, then ``message_delta`` and ``message_stop``.
 
@@ -151,8 +185,9 @@ class MessageStream:
         stop_reason: str = "end_turn"
         stop_sequence: str | None = None
         driver_output_tokens: int | None = None
+        parallel = self.request.tool_choice.parallel
         try:
-            async for event in self._source:
+            async for event in self._parsed():
                 if isinstance(event, TextDelta):
                     self._output_tokens += event.tokens
                     safe, matched = matcher.feed(event.text)
@@ -193,6 +228,9 @@ class MessageStream:
                         self._tool_calls += 1
                     for out in self._close_block():
                         yield out
+                    if not parallel and self._tool_calls >= 1:
+                        stop_reason = "tool_use"  # disable_parallel_tool_use: at most one call
+                        break
                 elif isinstance(event, Finished):
                     stop_reason = event.stop_reason
                     driver_output_tokens = event.output_tokens
@@ -219,6 +257,18 @@ class MessageStream:
             "usage": {**self._input_usage(), "output_tokens": output_tokens},
         }
         yield {"type": "message_stop"}
+
+
+def _from_parse(parsed: object) -> GenerationEvent:
+    """A parser event as a generation event (tokens were counted already)."""
+    if isinstance(parsed, Text):
+        return TextDelta(parsed.text, tokens=0)
+    if isinstance(parsed, CallStart):
+        return ToolCallStart(parsed.name)
+    if isinstance(parsed, CallArgs):
+        return ToolCallDelta(parsed.partial_json, tokens=0)
+    assert isinstance(parsed, CallEnd)
+    return ToolCallEnd()
 
 
 def accumulate(events: list[Event]) -> dict[str, Any]:

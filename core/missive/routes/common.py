@@ -16,7 +16,7 @@ from ..model_table import ModelTable
 from ..schema.ignored import collect_ignored
 from ..validation import parse_json, validate_body
 
-__all__ = ["state", "authenticate", "read_request"]
+__all__ = ["state", "authenticate", "read_request", "note_ignored"]
 
 log = logging.getLogger("missive.request")
 
@@ -60,3 +60,19 @@ async def read_request(model: type[M]) -> M:
         log.info("ignored: %s", ", ".join(ignored))
         g.ignored = ignored
     return validated
+
+
+def note_ignored(paths: list[str]) -> None:
+    """Report more ignored request parts (found after validation, e.g. server
+    tools); a 400 in strict mode.
+
+    Raises:
+        InvalidRequestError: strict mode.
+    """
+    if not paths:
+        return
+    config, _, _ = state()
+    if config.server.strict:
+        raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(paths))
+    log.info("ignored: %s", ", ".join(paths))
+    g.ignored = [*getattr(g, "ignored", []), *paths]

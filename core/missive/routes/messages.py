@@ -22,14 +22,28 @@ from ..ids import message_id
 from ..pipeline import MessageStream, accumulate
 from ..schema.request import CountTokensRequest, MessagesRequest
 from ..sse import frame, paced
-from .common import authenticate, read_request, state
+from ..tools.definitions import offered_tools, tool_choice_of
+from ..tools.history import check_tool_history
+from .common import authenticate, note_ignored, read_request, state
 
 log = logging.getLogger("missive.messages")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def _generation_request(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
+def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
+    """Everything the core checks before a driver sees the request.
+
+    Raises:
+        InvalidRequestError: tool history pairing, tool_choice naming an
+            unknown tool, duplicate tool names, strict-mode ignored tools.
+        CapabilityError: the driver lacks something the request needs.
+    """
+    tools, skipped = offered_tools(req)
+    choice = tool_choice_of(req, tools)
+    check_tool_history(req)
+    note_ignored(skipped)
+    check_request(req, driver.capabilities, model=model_id, driver=driver.name, tools=tools, tool_choice=choice)
     max_tokens = req.max_tokens or 0
     cap = driver.entry.max_output_tokens
     if cap is not None:
@@ -44,6 +58,8 @@ def _generation_request(req: CountTokensRequest, model_id: str, driver: Driver) 
         top_k=req.top_k,
         stop_sequences=tuple(req.stop_sequences or ()),
         request=req,
+        tools=tools,
+        tool_choice=choice,
     )
 
 
@@ -52,10 +68,7 @@ async def create_message() -> Response | dict:
     config, _, models = state()
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
-    check_request(req, driver.capabilities, model=model_id, driver=driver.name)
-    stream = MessageStream(
-        driver, _generation_request(req, model_id, driver), message_id=message_id(), model=req.model
-    )
+    stream = MessageStream(driver, _prepare(req, model_id, driver), message_id=message_id(), model=req.model)
     first = await stream.start()
     if not req.stream:
         events = [first]
@@ -94,8 +107,7 @@ async def count_tokens() -> dict[str, int]:
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"
         )
-    check_request(req, driver.capabilities, model=model_id, driver=driver.name)
-    return {"input_tokens": await driver.count_tokens(_generation_request(req, model_id, driver))}
+    return {"input_tokens": await driver.count_tokens(_prepare(req, model_id, driver))}
 
 
 def register(app: Quart, prefix: str) -> None:

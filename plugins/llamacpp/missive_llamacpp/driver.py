@@ -72,13 +72,17 @@ from jinja2 import TemplateError
 
 from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
-from missive.conversation import Conversation
+from missive.tools.parsers.base import ToolParser
+from missive.tools.parsers.registry import build_parser, parser_class
+from missive.tools.parsers.selection import select_parser
+from missive.tools.render import hermes_messages, native_messages, template_supports_tools
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.errors import ApiError, PromptTooLongError
+from missive.errors import ApiError, InvalidRequestError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_prompt
 
 from .plugin import CAPABILITIES
+from .grammar import json_schema_grammar, tool_call_grammar
 from .prefix import reused_prefix
 from .settings import LlamaCppSettings, parse_settings
 
@@ -106,6 +110,7 @@ class LlamaCppDriver(Driver):
         self._llm: Any = None
         self._n_ctx: int | None = None
         self._template = ""
+        self._native_tools = False
         self._bos_text = ""
         self._eos_text = ""
         self._add_bos = False
@@ -185,6 +190,7 @@ class LlamaCppDriver(Driver):
         except TemplateError as exc:
             raise ConfigError(f"model '{self.model_id}': the chat template does not compile: {exc}") from exc
         self._template = template
+        self._native_tools = template_supports_tools(template)
         self._bos_text = _token_text(llm, llm.token_bos())
         self._eos_text = _token_text(llm, llm.token_eos())
         self._add_bos = llm.token_bos() != -1 and bool(llm._model.add_bos_token())
@@ -213,8 +219,25 @@ class LlamaCppDriver(Driver):
 
     # -- prompt ------------------------------------------------------------
 
-    def _tokenize(self, llm: Any, conversation: Conversation) -> list[int]:
-        """Render the conversation with the chat template and tokenize it.
+    def _messages(self, request: GenerationRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Template messages and extra template variables for ``request``.
+
+        Tools are offered unless ``tool_choice`` is ``none`` (then the model is
+        not told about them, so it cannot call them; past calls and results
+        are still rendered). A template with tool support gets them natively,
+        any other the Hermes convention (:mod:`missive.tools.render`).
+        """
+        conversation = request.conversation
+        offered = request.tools if request.tool_choice.mode != "none" else ()
+        if not offered and not conversation.has_tool_blocks():
+            return conversation.chat_messages(), {}
+        if self._native_tools:
+            extra = {"tools": [t.openai_function() for t in offered]} if offered else {}
+            return native_messages(conversation), extra
+        return hermes_messages(conversation, offered), {}
+
+    def _tokenize(self, llm: Any, request: GenerationRequest) -> list[int]:
+        """Render the request with the chat template and tokenize it.
 
         The one prompt path of both :meth:`count_tokens` and :meth:`generate`.
 
@@ -222,12 +245,14 @@ class LlamaCppDriver(Driver):
             InvalidRequestError: the template rejected the conversation.
             ApiError: the template failed, or llama.cpp could not tokenize.
         """
+        messages, extra = self._messages(request)
         text = render_prompt(
             self._template,
-            conversation.chat_messages(),
-            prefill=conversation.prefill,
+            messages,
+            prefill=request.conversation.prefill,
             bos_token=self._bos_text,
             eos_token=self._eos_text,
+            **extra,
         )
         add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
         try:
@@ -238,18 +263,48 @@ class LlamaCppDriver(Driver):
             raise ApiError("the chat template rendered an empty prompt")
         return tokens
 
-    def _prepare(self, llm: Any, conversation: Conversation) -> tuple[list[int], int]:
-        """Prompt tokens and the KV-cache prefix ``Llama.generate`` would reuse now."""
-        tokens = self._tokenize(llm, conversation)
-        return tokens, _cached_prefix(llm, tokens)
+    def _prepare(self, llm: Any, request: GenerationRequest) -> tuple[list[int], int, Any]:
+        """Prompt tokens, the KV-cache prefix ``Llama.generate`` would reuse
+        now, and the grammar constraining the reply (or None)."""
+        tokens = self._tokenize(llm, request)
+        return tokens, _cached_prefix(llm, tokens), self._grammar(request)
+
+    # -- tools and structured output ---------------------------------------
+
+    def _parser_name(self) -> str:
+        """The tool call format of this model: the ``tool_parser`` setting, else
+        the one its chat template uses, else Hermes (our fallback rendering)."""
+        if self.settings.tool_parser:
+            return self.settings.tool_parser
+        if self._native_tools:
+            return select_parser(self._template, self.tool_parser_specs) or "hermes"
+        return "hermes"
+
+    def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
+        constrained = request.tool_choice.mode in ("any", "tool")
+        return build_parser(self.tool_parser_specs, self._parser_name(), request.tools, constrained=constrained)
+
+    def _grammar(self, request: GenerationRequest) -> Any:
+        """A compiled llama.cpp grammar for forced tool choice or structured
+        output, or None for free generation. Runs in a worker thread."""
+        choice = request.tool_choice
+        if request.tools and choice.mode in ("any", "tool"):
+            cls = parser_class(self.tool_parser_specs, self._parser_name())
+            text = tool_call_grammar(cls, request.tools, choice)
+        elif (schema := request.request.output_format_schema()) is not None:
+            text = json_schema_grammar(schema)
+        else:
+            return None
+        try:
+            return llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise InvalidRequestError(f"the schema could not be turned into a llama.cpp grammar: {exc}") from exc
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """Prompt tokens, equal to ``input_tokens + cache_read_input_tokens`` of
         :meth:`generate`'s ``Started``. Never waits behind a generation."""
         llm = self._loaded()
-        tokens = await anyio.to_thread.run_sync(
-            self._tokenize, llm, request.conversation, limiter=self._prep_limiter
-        )
+        tokens = await anyio.to_thread.run_sync(self._tokenize, llm, request, limiter=self._prep_limiter)
         return len(tokens)
 
     # -- generation --------------------------------------------------------
@@ -263,8 +318,8 @@ class LlamaCppDriver(Driver):
         """
         llm = self._loaded()
         assert self._queue is not None and self._n_ctx is not None
-        tokens, prefix = await anyio.to_thread.run_sync(
-            self._prepare, llm, request.conversation, limiter=self._prep_limiter
+        tokens, prefix, grammar = await anyio.to_thread.run_sync(
+            self._prepare, llm, request, limiter=self._prep_limiter
         )
         n_ctx = self._n_ctx
         if len(tokens) >= n_ctx:
@@ -293,6 +348,7 @@ class LlamaCppDriver(Driver):
                 typical_p=1.0,
                 repeat_penalty=1.0,
                 reset=True,
+                grammar=grammar,
             )
             producer = _Producer(llm, gen, max_new)
             future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)

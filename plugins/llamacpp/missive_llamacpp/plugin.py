@@ -23,15 +23,21 @@ __all__ = [
     "register_drivers",
 ]
 
-#: What the driver can do for any GGUF model: plain-text chat, all three
-#: sampling parameters, exact token counts (the model's own tokenizer on the
-#: rendered prompt), automatic KV-cache prefix reuse, one generation at a time
-#: per model (a llama.cpp context holds a single sequence here).
+#: What the driver can do for any GGUF model: chat with tools in every
+#: tool_choice mode (``auto``: the model decides, its calls parsed from its
+#: text; ``any``/``tool``: sampling constrained by a grammar to schema-valid
+#: calls; ``none``: tools not offered), strict tool schemas where a grammar
+#: applies (``any``/``tool``), structured output by grammar, all three sampling
+#: parameters, exact token counts (the model's own tokenizer on the rendered
+#: prompt), automatic KV-cache prefix reuse, one generation at a time per model
+#: (a llama.cpp context holds a single sequence here).
 CAPABILITIES = Capabilities(
-    tool_choice=frozenset(),
+    tool_choice=frozenset({"auto", "any", "tool", "none"}),
+    strict_tools=frozenset({"any", "tool"}),
+    parallel_tool_calls=True,
     input_media=frozenset(),
     thinking=False,
-    structured_output=False,
+    structured_output=True,
     count_tokens="exact",
     prompt_caching=True,
     in_process=True,

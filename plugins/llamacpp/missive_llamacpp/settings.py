@@ -53,6 +53,9 @@ class LlamaCppSettings(BaseModel):
         seed: sampling seed, 0..4294967294, reused for every request so equal
             requests sample equally; None: a fresh random seed per request.
         chat_template: Jinja chat template replacing the GGUF's.
+        tool_parser: tool call format (a registered parser: ``hermes``,
+            ``llama3``, ``mistral``, ``harmony``); default: chosen from the chat
+            template, Hermes when the template has no tool support.
         verbose: let llama.cpp log to stderr.
     """
 
@@ -63,6 +66,7 @@ class LlamaCppSettings(BaseModel):
     n_batch: int = Field(default=512, ge=1)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
+    tool_parser: str | None = Field(default=None, min_length=1)
     verbose: bool = False
 
     @property

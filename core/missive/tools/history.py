@@ -1,0 +1,67 @@
+"""Checks of tool_use / tool_result pairing in the conversation, with the API's wording.
+
+Rules and messages are the real API's (seen in its 400 responses):
+
+* every ``tool_use`` id is unique:
+  ``messages.{i}.content.{j}: `tool_use` ids must be unique``;
+* every ``tool_use`` of an assistant message is answered by a ``tool_result``
+  in the next message (unless that assistant message is the last one):
+  ``messages.{i}: `tool_use` ids were found without `tool_result` blocks
+  immediately after: {ids}. Each `tool_use` block must have a corresponding
+  `tool_result` block in the next message.``;
+* every ``tool_result`` answers a ``tool_use`` of the previous message:
+  ``messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result`
+  blocks: {id}. Each `tool_result` block must have a corresponding `tool_use`
+  block in the previous message.``
+
+Indices are those of the request's ``messages`` array as sent. Nothing is
+reordered: rendering keeps the client's order and bytes.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequestError
+from ..schema.blocks import ToolResultBlock, ToolUseBlock
+from ..schema.request import CountTokensRequest
+
+__all__ = ["check_tool_history"]
+
+
+def check_tool_history(request: CountTokensRequest) -> None:
+    """Raise :class:`InvalidRequestError` on the first pairing problem.
+
+    ``role: "system"`` messages are skipped when looking for the previous or
+    next message: clients insert them anywhere (Claude Code), and they are
+    folded into the system prompt before rendering.
+    """
+    turns = [(i, m) for i, m in enumerate(request.messages) if m.role != "system"]
+    seen_ids: set[str] = set()
+    for k, (i, message) in enumerate(turns):
+        blocks = message.blocks()
+        if message.role == "assistant":
+            for j, block in enumerate(blocks):
+                if isinstance(block, ToolUseBlock):
+                    if block.id in seen_ids:
+                        raise InvalidRequestError(f"messages.{i}.content.{j}: `tool_use` ids must be unique")
+                    seen_ids.add(block.id)
+        previous_ids: set[str] = set()
+        if k > 0 and turns[k - 1][1].role == "assistant":
+            previous_ids = {b.id for b in turns[k - 1][1].blocks() if isinstance(b, ToolUseBlock)}
+        for j, block in enumerate(blocks):
+            if isinstance(block, ToolResultBlock) and block.tool_use_id not in previous_ids:
+                raise InvalidRequestError(
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{block.tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` "
+                    "block in the previous message."
+                )
+        if message.role == "assistant" and k + 1 < len(turns):
+            used = [b.id for b in blocks if isinstance(b, ToolUseBlock)]
+            following = turns[k + 1][1].blocks()
+            answered = {b.tool_use_id for b in following if isinstance(b, ToolResultBlock)}
+            missing = [tool_id for tool_id in used if tool_id not in answered]
+            if missing:
+                raise InvalidRequestError(
+                    f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately "
+                    f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
+                    "`tool_result` block in the next message."
+                )

@@ -1,0 +1,41 @@
+"""Building tool parsers from the registered :class:`~missive.specs.ToolParserSpec`\\ s."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ...errors import ApiError
+from ...specs import ToolParserSpec, load_object
+from ..definitions import ToolDefinition
+from .base import ToolParser
+
+__all__ = ["parser_class", "build_parser"]
+
+
+def parser_class(specs: Mapping[str, ToolParserSpec], name: str) -> type[ToolParser]:
+    """The parser class registered as ``name``.
+
+    Raises:
+        ApiError: no plugin registers that parser (a server configuration
+            problem, e.g. a ``tool_parser`` setting naming an absent plugin).
+    """
+    spec = specs.get(name)
+    if spec is None:
+        known = ", ".join(sorted(specs)) or "none"
+        raise ApiError(f"tool parser '{name}' is not registered (registered: {known})")
+    cls = load_object(spec.factory)
+    if not (isinstance(cls, type) and issubclass(cls, ToolParser)):
+        raise ApiError(f"tool parser '{name}' ({spec.factory}) is not a ToolParser subclass")
+    return cls
+
+
+def build_parser(
+    specs: Mapping[str, ToolParserSpec], name: str, tools: tuple[ToolDefinition, ...], *, constrained: bool
+) -> ToolParser:
+    """A fresh parser for one generation.
+
+    ``constrained``: generation is grammar-constrained to valid calls, so
+    arguments may be streamed as they come and malformed output is an error.
+    """
+    cls = parser_class(specs, name)
+    return cls(frozenset(t.name for t in tools), stream_arguments=constrained, strict=constrained)

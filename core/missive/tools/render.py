@@ -1,0 +1,119 @@
+"""Conversations with tools as chat-template messages.
+
+Two renderings, for drivers that render prompts themselves (llama.cpp, MLX):
+
+* **native**, for chat templates that take ``tools`` (Qwen, Llama 3.1+,
+  Mistral, Hermes fine-tunes...): OpenAI/Hugging Face messages, assistant
+  ``tool_calls`` (arguments as objects, key order kept) and ``role: "tool"``
+  results, plus ``tools=[{"type": "function", ...}]`` for the template;
+* **hermes**, for templates without tool support (SmolLM2): the tools and the
+  ``<tool_call>`` convention go into the system prompt (Qwen2.5's wording),
+  calls are written back into assistant text, and results into the user turn
+  as ``<tool_response>`` blocks. Its replies parse with the ``hermes`` parser.
+
+A ``tool_result`` with ``is_error: true`` is rendered with an ``Error:``
+prefix, so the model sees the call failed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..conversation import Conversation
+from ..schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from .definitions import ToolDefinition
+
+__all__ = ["tool_result_text", "native_messages", "hermes_messages", "template_supports_tools", "HERMES_INSTRUCTIONS"]
+
+HERMES_INSTRUCTIONS = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+
+
+def template_supports_tools(template: str) -> bool:
+    """Whether a chat template renders ``tools`` and assistant ``tool_calls`` itself."""
+    return "tools" in template and "tool_calls" in template
+
+
+def tool_result_text(block: ToolResultBlock) -> str:
+    """A tool_result's content as text (text blocks joined), ``Error: `` first when ``is_error``."""
+    if block.content is None:
+        text = ""
+    elif isinstance(block.content, str):
+        text = block.content
+    else:
+        text = "\n".join(b.text for b in block.content if isinstance(b, TextBlock))
+    return f"Error: {text}" if block.is_error else text
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def native_messages(conversation: Conversation) -> list[dict[str, Any]]:
+    """Messages for a template with tool support (see module doc)."""
+    names: dict[str, str] = {}
+    messages: list[dict[str, Any]] = []
+    if conversation.system is not None:
+        messages.append({"role": "system", "content": conversation.system})
+    for turn in conversation.turns:
+        if turn.role == "assistant":
+            message: dict[str, Any] = {"role": "assistant", "content": turn.text()}
+            calls = [b for b in turn.blocks if isinstance(b, ToolUseBlock)]
+            if calls:
+                names.update({c.id: c.name for c in calls})
+                message["tool_calls"] = [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.input}}
+                    for c in calls
+                ]
+            messages.append(message)
+            continue
+        for block in turn.blocks:
+            if isinstance(block, ToolResultBlock):
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": block.tool_use_id,
+                        "name": names.get(block.tool_use_id, ""),
+                        "content": tool_result_text(block),
+                    }
+                )
+        text = turn.text()
+        if text or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
+            messages.append({"role": "user", "content": text})
+    return messages
+
+
+def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...]) -> list[dict[str, str]]:
+    """Messages for a template without tool support (see module doc)."""
+    instructions = HERMES_INSTRUCTIONS.format(tools="\n".join(_dumps(t.openai_function()) for t in tools))
+    system = f"{conversation.system}\n\n{instructions}" if conversation.system else instructions
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}]
+    for turn in conversation.turns:
+        parts: list[str] = []
+        if turn.role == "assistant":
+            if turn.text():
+                parts.append(turn.text())
+            for block in turn.blocks:
+                if isinstance(block, ToolUseBlock):
+                    call = _dumps({"name": block.name, "arguments": block.input})
+                    parts.append(f"<tool_call>\n{call}\n</tool_call>")
+        else:
+            for block in turn.blocks:
+                if isinstance(block, ToolResultBlock):
+                    parts.append(f"<tool_response>\n{tool_result_text(block)}\n</tool_response>")
+            if turn.text():
+                parts.append(turn.text())
+        messages.append({"role": turn.role, "content": "\n".join(parts)})
+    return messages

@@ -1,0 +1,77 @@
+"""GBNF grammars that make llama.cpp honour ``tool_choice`` and structured output exactly.
+
+With ``tool_choice`` ``any`` or ``tool``, sampling is constrained so the reply
+*is* one call (or, when parallel calls are allowed, several) in the model's
+tool-call syntax, each call to an offered tool with arguments valid against
+that tool's ``input_schema``. Even a 135M model then returns a schema-valid
+call. Grammar text comes from llama-cpp-python's own JSON-Schema converter
+(``llama_cpp.llama_grammar.SchemaConverter``, a port of llama.cpp's
+``json_schema_to_grammar``); the call syntax (literal text around the
+arguments object) comes from the tool parser's ``call_syntax``.
+
+Parallel calls are capped at :data:`MAX_PARALLEL_CALLS` so a small model cannot
+loop on calls until ``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from llama_cpp.llama_grammar import SchemaConverter
+
+from missive.tools.definitions import ToolChoice, ToolDefinition
+from missive.tools.parsers.base import ToolParser
+
+__all__ = ["tool_call_grammar", "json_schema_grammar", "MAX_PARALLEL_CALLS"]
+
+MAX_PARALLEL_CALLS = 8
+
+
+def _converter() -> SchemaConverter:
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments are always a JSON object (the API's ``input`` is an object)."""
+    schema = copy.deepcopy(schema)
+    schema.pop("$schema", None)
+    if "type" not in schema and not any(k in schema for k in ("oneOf", "anyOf", "allOf", "$ref")):
+        schema["type"] = "object"
+    return schema
+
+
+def tool_call_grammar(parser: type[ToolParser], tools: tuple[ToolDefinition, ...], choice: ToolChoice) -> str:
+    """GBNF for a reply made only of calls (``choice.mode`` ``any`` or ``tool``).
+
+    Args:
+        parser: the parser class whose ``call_syntax`` writes a call.
+        tools: the offered tools; with mode ``tool`` only ``choice.name`` is allowed.
+        choice: mode, name and whether several calls are allowed.
+    """
+    allowed = [t for t in tools if choice.mode != "tool" or t.name == choice.name]
+    converter = _converter()
+    alternatives = []
+    for i, tool in enumerate(allowed):
+        schema = converter.resolve_refs(_object_schema(tool.input_schema), f"tool{i}")
+        args_rule = converter.visit(schema, f"tool{i}-args")
+        prefix, suffix = parser.call_syntax(tool.name)
+        body = f"{converter._format_literal(prefix)} {args_rule} {converter._format_literal(suffix)}"
+        alternatives.append(converter._add_rule(f"tool{i}-call", body))
+    call = converter._add_rule("call", " | ".join(alternatives))
+    if choice.parallel:
+        separator = converter._format_literal(parser.call_separator)
+        converter._rules["root"] = f"{call} ({separator} {call}){{0,{MAX_PARALLEL_CALLS - 1}}}"
+    else:
+        converter._rules["root"] = call
+    return converter.format_grammar()
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> str:
+    """GBNF for a reply that is one JSON value valid against ``schema``
+    (``output_config.format``)."""
+    converter = _converter()
+    resolved = converter.resolve_refs(copy.deepcopy(schema), "output")
+    resolved.pop("$schema", None)
+    converter.visit(resolved, "")
+    return converter.format_grammar()
