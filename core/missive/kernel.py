@@ -44,7 +44,7 @@ __all__ = ["Kernel", "PluginInfo", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP"]
 log = logging.getLogger("missive.kernel")
 
 ENTRY_POINT_GROUP = "missive"
-DEFAULT_PLUGINS = ("missive.default_plugins.aliases",)
+DEFAULT_PLUGINS = ("missive.default_plugins.aliases", "missive.default_plugins.tool_parsers")
 
 T = TypeVar("T")
 

@@ -7,7 +7,10 @@ across tokens, a name across deltas), into parse events:
 * :class:`CallStart` - a tool call begins; its name is known;
 * :class:`CallArgs` - a fragment of the call's ``arguments`` JSON object;
   fragments of one call concatenate to exactly one valid JSON object;
-* :class:`CallEnd` - the call is complete.
+* :class:`CallEnd` - the call is complete;
+* :class:`Reasoning` - chain of thought that the format itself marks as such
+  (harmony's ``analysis`` channel): not answer text, so a consumer shows it
+  only as thinking, or drops it. Only formats with such a channel emit it.
 
 Rules every parser follows (issue 3, contract section 4):
 
@@ -20,7 +23,9 @@ Rules every parser follows (issue 3, contract section 4):
 * with ``stream_arguments=True`` argument fragments are emitted as they
   arrive once the name is known (safe only when the output is constrained to
   valid JSON); otherwise a call's arguments are emitted once the object is
-  complete and validated.
+  complete and validated. Once a call's :class:`CallStart` was emitted nothing
+  can be retracted: if that call then turns out malformed the parser raises
+  :class:`MalformedToolCall` whatever ``strict`` says.
 """
 
 from __future__ import annotations
@@ -29,7 +34,16 @@ import abc
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["Text", "CallStart", "CallArgs", "CallEnd", "ParseEvent", "ToolParser", "MalformedToolCall"]
+__all__ = [
+    "Text",
+    "CallStart",
+    "CallArgs",
+    "CallEnd",
+    "Reasoning",
+    "ParseEvent",
+    "ToolParser",
+    "MalformedToolCall",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +66,12 @@ class CallEnd:
     pass
 
 
-ParseEvent = Union[Text, CallStart, CallArgs, CallEnd]
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    text: str
+
+
+ParseEvent = Union[Text, CallStart, CallArgs, CallEnd, Reasoning]
 
 
 class MalformedToolCall(Exception):
