@@ -18,6 +18,11 @@ ECHO_CONFIG: dict[str, Any] = {
         "echo-c": {"driver": "echo", "context_window": 1000},
         "echo-small": {"driver": "echo", "context_window": 12},
         "echo-capped": {"driver": "echo", "context_window": 1000, "max_output_tokens": 2},
+        "echo-hermes": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"tool_parser": "hermes", "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}},
+        },
         "echo-serial": {"driver": "echo", "context_window": 1000, "settings": {"serialize": True}},
         "echo-tools": {
             "driver": "echo",

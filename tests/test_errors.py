@@ -49,6 +49,10 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             "`max_tokens` must be greater than `thinking.budget_tokens`",
         ),
         ({"model": "echo", "max_tokens": 5, "tools": [{"name": "bad name!", "input_schema": {}}], "messages": USER}, "tools.0.name"),
+        ({"model": "echo", "max_tokens": "10", "messages": USER}, "max_tokens: Input should be a valid integer"),
+        ({"model": "echo", "max_tokens": True, "messages": USER}, "max_tokens: Input should be a valid integer"),
+        ({"model": "echo", "max_tokens": 5, "temperature": "0.5", "messages": USER}, "temperature: Input should be a valid number"),
+        ({"model": "echo", "max_tokens": 5, "stream": "yes", "messages": USER}, "stream: Input should be a valid boolean"),
     ],
 )
 def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
@@ -56,9 +60,15 @@ def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
     assert fragment in assert_envelope(resp, 400, "invalid_request_error")["error"]["message"]
 
 
-@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"'])
-def test_malformed_bodies(echo_url: str, raw: bytes) -> None:
-    resp = httpx.post(f"{echo_url}/v1/messages", content=raw, headers={"content-type": "application/json"})
+DEEP = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+SURROGATE = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+SURROGATE_MODEL = b'{"model": "x\\ud800", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+
+
+@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL])
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_malformed_bodies(echo_url: str, raw: bytes, path: str) -> None:
+    resp = httpx.post(f"{echo_url}{path}", content=raw, headers={"content-type": "application/json"})
     assert_envelope(resp, 400, "invalid_request_error")
 
 

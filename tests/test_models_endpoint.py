@@ -6,7 +6,7 @@ import anthropic
 import httpx
 import pytest
 
-ALL = ["echo", "echo-b", "echo-c", "echo-small", "echo-capped", "echo-serial", "echo-tools"]
+ALL = ["echo", "echo-b", "echo-c", "echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools"]
 
 
 def test_list_and_auto_pagination(echo: anthropic.Anthropic) -> None:
@@ -20,7 +20,7 @@ def test_list_and_auto_pagination(echo: anthropic.Anthropic) -> None:
 
 def test_after_and_before(echo_url: str) -> None:
     after = httpx.get(f"{echo_url}/v1/models", params={"after_id": "echo-c"}).json()
-    assert [m["id"] for m in after["data"]] == ["echo-small", "echo-capped", "echo-serial", "echo-tools"]
+    assert [m["id"] for m in after["data"]] == ["echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools"]
     assert after["has_more"] is False
     before = httpx.get(f"{echo_url}/v1/models", params={"before_id": "echo-c", "limit": 1}).json()
     assert [m["id"] for m in before["data"]] == ["echo-b"] and before["has_more"] is True

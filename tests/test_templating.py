@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from missive.errors import InvalidRequestError
-from missive.templating import render_prompt
+from missive.templating import render_prompt, render_segments
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -34,3 +34,25 @@ def test_sandbox_blocks_attribute_escapes() -> None:
     with pytest.raises(Exception) as info:
         render_prompt(template, [])
     assert "unsafe" in str(info.value).lower() or "access" in str(info.value).lower()
+
+
+def test_segments_mark_client_text() -> None:
+    messages = [{"role": "user", "content": "hi<|im_end|>"}]
+    pieces = render_segments(CHATML, messages)
+    assert pieces == [
+        ("<|im_start|>user\n", False),
+        ("hi<|im_end|>", True),
+        ("<|im_end|>\n<|im_start|>assistant\n", False),
+    ]
+    assert "".join(text for text, _ in pieces) == render_prompt(CHATML, messages)
+
+
+def test_segments_with_prefill() -> None:
+    pieces = render_segments(CHATML, [{"role": "user", "content": "q"}], prefill="Sure")
+    assert pieces[-1] == ("Sure", True)
+
+
+def test_segments_fall_back_when_the_template_transforms_content() -> None:
+    trimming = "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}"
+    messages = [{"role": "user", "content": "  padded  "}]
+    assert render_segments(trimming, messages) == [(render_prompt(trimming, messages), False)]

@@ -72,6 +72,7 @@ class MessageStream:
         self._open: str | None = None
         self._tool_calls = 0
         self._output_tokens = 0
+        self._held_space = ""
 
     async def start(self) -> Event:
         """Run the driver up to its :class:`Started` event; return ``message_start``.
@@ -135,8 +136,21 @@ class MessageStream:
         return [{"type": "content_block_stop", "index": self._index}]
 
     def _text(self, text: str) -> list[Event]:
+        """Events for answer text.
+
+        Whitespace that would open a new text block is held until real text
+        follows, and dropped if a tool call or the end comes first: the
+        newlines models write between and around tool calls are not content
+        (the API never sends whitespace-only text blocks between tool_use
+        blocks).
+        """
         if not text:
             return []
+        if self._open != "text":
+            if not text.strip():
+                self._held_space += text
+                return []
+            text, self._held_space = self._held_space + text, ""
         events = [] if self._open == "text" else self._open_block("text", {"type": "text", "text": ""})
         events.append(
             {"type": "content_block_delta", "index": self._index, "delta": {"type": "text_delta", "text": text}}
@@ -210,6 +224,7 @@ class MessageStream:
                     self._output_tokens += event.tokens
                     for out in self._text(matcher.flush()):
                         yield out
+                    self._held_space = ""
                     block = {"type": "tool_use", "id": event.id or tool_use_id(), "name": event.name, "input": {}}
                     for out in self._open_block("tool_use", block):
                         yield out

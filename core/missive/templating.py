@@ -11,6 +11,7 @@ a ``tojson`` that keeps non-ASCII text and key order.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -20,7 +21,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import ApiError, InvalidRequestError
 
-__all__ = ["compile_template", "render_prompt"]
+__all__ = ["compile_template", "render_prompt", "render_segments"]
 
 
 def _raise_exception(message: str) -> None:
@@ -81,3 +82,71 @@ def render_prompt(
         if cut >= 0:
             text = text[: cut + len(prefill)]
     return text
+
+
+# Private-use characters marking client text while rendering (see render_segments).
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_SEGMENT = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
+
+
+def _wrap(value: str) -> str:
+    return f"{_OPEN}{value}{_CLOSE}"
+
+
+def _wrap_client_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    wrapped = []
+    for message in messages:
+        copy = dict(message)
+        if isinstance(copy.get("content"), str):
+            copy["content"] = _wrap(copy["content"])
+        wrapped.append(copy)
+    return wrapped
+
+
+def render_segments(
+    template_source: str,
+    messages: list[dict[str, Any]],
+    *,
+    prefill: str | None = None,
+    bos_token: str = "",
+    eos_token: str = "",
+    **kwargs: Any,
+) -> list[tuple[str, bool]]:
+    """The rendered prompt as ``[(text, is_client_text)]`` pieces.
+
+    Client text (message contents) must be tokenized as plain text: a user
+    who types ``<|im_end|>`` must not close their turn and forge others (the
+    real API treats such text as text). Contents are marked with private-use
+    characters while rendering, and the marks split the result. If the
+    template transformed a content (``| trim``...) the marked rendering no
+    longer matches the plain one; then the whole prompt is one template piece
+    (the old behaviour), so the prompt is never altered.
+
+    Same arguments and errors as :func:`render_prompt`.
+    """
+    plain = render_prompt(
+        template_source, messages, prefill=prefill, bos_token=bos_token, eos_token=eos_token, **kwargs
+    )
+    if _OPEN in plain or _CLOSE in plain:
+        return [(plain, False)]
+    marked = render_prompt(
+        template_source,
+        _wrap_client_text(messages),
+        prefill=_wrap(prefill) if prefill else None,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        **kwargs,
+    )
+    if marked.replace(_OPEN, "").replace(_CLOSE, "") != plain:
+        return [(plain, False)]
+    pieces: list[tuple[str, bool]] = []
+    position = 0
+    for match in _SEGMENT.finditer(marked):
+        if match.start() > position:
+            pieces.append((marked[position : match.start()], False))
+        if match.group(1):
+            pieces.append((match.group(1), True))
+        position = match.end()
+    if position < len(marked):
+        pieces.append((marked[position:], False))
+    return pieces

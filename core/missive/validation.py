@@ -26,8 +26,20 @@ def parse_json(raw: bytes) -> Any:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequestError("request body is not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
+    try:
+        # JSON may escape lone UTF-16 surrogates ("\ud800"), which are not
+        # Unicode text: nothing downstream (tokenizers, the response) can encode them.
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequestError(
+            "request body is not valid JSON: it contains an unpaired surrogate escape (\\ud800-\\udfff)"
+        ) from None
+    except RecursionError:
+        raise InvalidRequestError("request body is not valid JSON: nested too deeply") from None
     return body
 
 
@@ -100,3 +112,5 @@ def validate_body(model: type[M], body: Any) -> M:
         return model.model_validate(body)
     except ValidationError as exc:
         raise InvalidRequestError(format_validation_error(exc)) from None
+    except RecursionError:
+        raise InvalidRequestError("request body is nested too deeply") from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from .blocks import (
     CacheControl,
@@ -169,12 +169,13 @@ class CountTokensRequest(Open):
 class MessagesRequest(CountTokensRequest):
     """Body of ``POST /v1/messages``."""
 
-    max_tokens: Annotated[int, Field(ge=0)]  # type: ignore[assignment]
-    stream: bool = False
+    # Strict types: the API rejects "10" for an integer and "yes" for a boolean.
+    max_tokens: Annotated[StrictInt, Field(ge=0)]  # type: ignore[assignment]
+    stream: StrictBool = False
     stop_sequences: list[str] | None = None
-    temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
+    temperature: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None
+    top_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None
+    top_k: Annotated[StrictInt, Field(ge=0)] | None = None
     metadata: Metadata | None = None
 
     @model_validator(mode="after")

@@ -17,6 +17,8 @@ and the object may also hold ``"stop_reason"`` (default ``end_turn``),
 ``"error_before_start"`` (an error raised before ``Started``) and
 ``"cache_read_input_tokens"``.  Model settings may override capabilities:
 ``settings.capabilities = {tool_choice = ["auto"], thinking = true}``, and
+``settings.tool_parser = "hermes"`` parses tool calls out of the scripted
+text with that registered parser (as an in-process model's driver does), and
 ``settings.serialize = true`` makes the model answer one request at a time
 (FIFO, after ``Started``), like an in-process model, so tests can observe
 queueing and that a disconnected client frees the model.
@@ -34,6 +36,8 @@ from missive import errors
 from missive.capabilities import Capabilities
 from missive.config import ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
+from missive.tools.parsers.base import ToolParser
+from missive.tools.parsers.registry import build_parser
 from missive.events import (
     Finished,
     GenerationEvent,
@@ -78,6 +82,13 @@ class EchoDriver(Driver):
         conv = request.conversation
         words = len(_words(conv.system or "")) + sum(len(_words(t.text())) for t in conv.turns)
         return words + len(_words(conv.prefill or ""))
+
+    def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
+        name = self.entry.settings.get("tool_parser")
+        if not name:
+            return None
+        constrained = request.tool_choice.mode in ("any", "tool")
+        return build_parser(self.tool_parser_specs, name, request.tools, constrained=constrained)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         return self._prompt_tokens(request)

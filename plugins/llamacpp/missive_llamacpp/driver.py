@@ -79,10 +79,11 @@ from missive.tools.render import hermes_messages, native_messages, template_supp
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, InvalidRequestError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
-from missive.templating import compile_template, render_prompt
+from missive.templating import compile_template, render_segments
 
 from .plugin import CAPABILITIES
 from .grammar import json_schema_grammar, tool_call_grammar
+from .grammar import warm_up as warm_up_grammar
 from .prefix import reused_prefix
 from .settings import LlamaCppSettings, parse_settings
 
@@ -111,6 +112,7 @@ class LlamaCppDriver(Driver):
         self._n_ctx: int | None = None
         self._template = ""
         self._native_tools = False
+        self._segmented_tokenize = False
         self._bos_text = ""
         self._eos_text = ""
         self._add_bos = False
@@ -157,6 +159,7 @@ class LlamaCppDriver(Driver):
             raise ConfigError(f"model '{self.model_id}': llama.cpp could not load {path}: {exc}") from exc
         try:
             self._configure(llm)
+            warm_up_grammar(llm)
         except BaseException:
             llm.close()
             raise
@@ -191,6 +194,10 @@ class LlamaCppDriver(Driver):
             raise ConfigError(f"model '{self.model_id}': the chat template does not compile: {exc}") from exc
         self._template = template
         self._native_tools = template_supports_tools(template)
+        # Tokenizing client text apart from template text is exact for byte-level
+        # BPE vocabularies (no space prefix is added to a piece); SentencePiece
+        # vocabularies would get a spurious leading space on every piece.
+        self._segmented_tokenize = llm._model.vocab_type() == llama_cpp.LLAMA_VOCAB_TYPE_BPE
         self._bos_text = _token_text(llm, llm.token_bos())
         self._eos_text = _token_text(llm, llm.token_eos())
         self._add_bos = llm.token_bos() != -1 and bool(llm._model.add_bos_token())
@@ -246,7 +253,7 @@ class LlamaCppDriver(Driver):
             ApiError: the template failed, or llama.cpp could not tokenize.
         """
         messages, extra = self._messages(request)
-        text = render_prompt(
+        pieces = render_segments(
             self._template,
             messages,
             prefill=request.conversation.prefill,
@@ -254,9 +261,15 @@ class LlamaCppDriver(Driver):
             eos_token=self._eos_text,
             **extra,
         )
-        add_bos = self._add_bos and not (self._bos_text and text.startswith(self._bos_text))
+        if not self._segmented_tokenize:
+            pieces = [("".join(text for text, _ in pieces), False)]
+        first = pieces[0][0] if pieces else ""
+        add_bos = self._add_bos and not (self._bos_text and first.startswith(self._bos_text))
+        tokens: list[int] = []
         try:
-            tokens = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+            for i, (text, client) in enumerate(pieces):
+                # Client text is plain text: a typed "<|im_end|>" stays characters.
+                tokens += llm.tokenize(text.encode("utf-8"), add_bos=add_bos and i == 0, special=not client)
         except RuntimeError as exc:
             raise ApiError(f"llama.cpp could not tokenize the prompt: {exc}") from exc
         if not tokens:
@@ -350,7 +363,7 @@ class LlamaCppDriver(Driver):
                 reset=True,
                 grammar=grammar,
             )
-            producer = _Producer(llm, gen, max_new)
+            producer = _Producer(llm, gen, max_new, tokens)
             future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
             try:
                 if max_new == 0:
@@ -369,11 +382,10 @@ class LlamaCppDriver(Driver):
                         pending = 0
                     if ended:
                         break
-                tail = decoder.decode(b"", final=True)
-                if tail:
-                    yield TextDelta(tail, tokens=pending)
+                # Bytes of a character cut off by max_tokens are dropped, not
+                # shown as U+FFFD: the API never returns half a character.
                 stop_reason: StopReason = "end_turn" if producer.reached_eog else "max_tokens"
-                yield Finished(stop_reason, output_tokens=produced)
+                yield Finished(stop_reason, output_tokens=produced)  # includes tokens of dropped bytes
             finally:
                 producer.cancel()
                 with anyio.CancelScope(shield=True):
@@ -391,9 +403,10 @@ class _Producer:
     stops its generation within one token).
     """
 
-    def __init__(self, llm: Any, gen: Iterator[int], max_new: int) -> None:
+    def __init__(self, llm: Any, gen: Iterator[int], max_new: int, tokens: list[int]) -> None:
         self.llm = llm
         self.gen = gen
+        self.tokens = tokens
         self.max_new = max_new
         self.loop = asyncio.get_running_loop()
         self.reached_eog = False
@@ -422,9 +435,10 @@ class _Producer:
     def run(self) -> None:
         """The thread's loop; always closes the generator and signals the end."""
         try:
+            if not _prefill(self.llm, self.tokens, self._cancelled):
+                return  # the client went away while the prompt was decoded
             if self.max_new == 0:
-                next(self.gen, None)  # decode the prompt only (cache warm-up)
-                return
+                return  # the prompt is in the KV cache (cache warm-up)
             for _ in range(self.max_new):
                 if self._cancelled.is_set():
                     return
@@ -461,6 +475,32 @@ def _step(llm: Any, gen: Iterator[int]) -> bytes | None:
     if token is None or llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
         return None
     return llm.detokenize([token])
+
+
+def _prefill(llm: Any, tokens: list[int], cancelled: threading.Event) -> bool:
+    """Decode the prompt's uncached part one batch (``n_batch`` tokens) at a
+    time, checking ``cancelled`` between batches; False if cancelled.
+
+    ``Llama.generate`` would decode it in one uninterruptible call, so a client
+    that left during a long prompt would keep the model busy for its whole
+    prefill. Afterwards the context holds exactly ``tokens`` with live logits,
+    and ``Llama.generate(tokens, reset=True)`` samples at once (its
+    "full prompt already cached" case). Reuse follows :func:`_cached_prefix`,
+    so the reported ``cache_read_input_tokens`` stays exact.
+    """
+    reuse = _cached_prefix(llm, tokens)
+    if reuse == len(tokens):
+        return True
+    if reuse > 0 and llm._ctx.kv_cache_seq_rm(-1, reuse, -1):
+        llm.n_tokens = reuse
+    else:
+        llm.reset()
+    step = max(1, llm.n_batch)
+    for start in range(llm.n_tokens, len(tokens), step):
+        if cancelled.is_set():
+            return False
+        llm.eval(tokens[start : start + step])
+    return True
 
 
 def _cached_prefix(llm: Any, tokens: list[int]) -> int:

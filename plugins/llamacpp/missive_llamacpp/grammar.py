@@ -75,3 +75,28 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     resolved.pop("$schema", None)
     converter.visit(resolved, "")
     return converter.format_grammar()
+
+
+def warm_up(llm: Any) -> None:
+    """Prepare llama.cpp's grammar machinery for this model's vocabulary.
+
+    Measured with llama-cpp-python 0.3.36 on SmolLM2 (49k tokens, 2 cores):
+    the first grammar-constrained token of a process took 12-20 s, every later
+    one ~30 ms. Applying a trivial grammar sampler once to a synthetic
+    candidate list (all token ids) costs ~60 ms and removes that first-token
+    delay, without touching the context (so it needs no generation slot).
+    """
+    import ctypes
+
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(llm._model.vocab, b'root ::= "a"', b"root")
+    try:
+        n_vocab = llm.n_vocab()
+        data = (llama_cpp.llama_token_data * n_vocab)()
+        for token in range(n_vocab):
+            data[token].id = token
+        candidates = llama_cpp.llama_token_data_array(data=data, size=n_vocab, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(sampler, ctypes.byref(candidates))
+    finally:
+        llama_cpp.llama_sampler_free(sampler)

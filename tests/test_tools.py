@@ -1,0 +1,168 @@
+"""Tool use through the core: definitions, tool_choice, history checks, parsed calls.
+
+The echo driver plays scripted model output; ``echo-hermes`` parses tool calls
+out of that text with the Hermes parser, as an in-process model's driver does.
+"""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+from missive_echo import script
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 🌧", "n": {"deep": [1, "}"]}}}\n</tool_call>'
+
+
+def pieces(text: str, size: int) -> list[dict]:
+    return [{"text": text[i : i + size]} for i in range(0, len(text), size)]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
+def test_parsed_call_at_any_chunking(echo: anthropic.Anthropic, size: int) -> None:
+    content = script(*pieces("Let me check." + CALL, size))
+    kwargs = dict(model="echo-hermes", max_tokens=500, tools=[WEATHER], messages=[{"role": "user", "content": content}])
+    msg = echo.messages.create(**kwargs)
+    assert [b.type for b in msg.content] == ["text", "tool_use"]
+    assert msg.content[0].text == "Let me check."
+    assert msg.content[1].name == "get_weather"
+    assert msg.content[1].input == {"city": "Zürich 🌧", "n": {"deep": [1, "}"]}}
+    assert msg.stop_reason == "tool_use"
+    with echo.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    assert final.content[1].input == msg.content[1].input and final.content[0].text == "Let me check."
+
+
+def test_two_calls_and_disable_parallel(echo: anthropic.Anthropic) -> None:
+    two = CALL + "\n" + CALL.replace("Zürich 🌧", "Oslo")
+    messages = [{"role": "user", "content": script(*pieces(two, 5))}]
+    msg = echo.messages.create(model="echo-hermes", max_tokens=500, tools=[WEATHER], messages=messages)
+    assert [b.type for b in msg.content] == ["tool_use", "tool_use"]  # no whitespace text block between
+    assert [b.input["city"] for b in msg.content] == ["Zürich 🌧", "Oslo"]
+    assert msg.content[0].id != msg.content[1].id
+    one = echo.messages.create(
+        model="echo-hermes",
+        max_tokens=500,
+        tools=[WEATHER],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        messages=messages,
+    )
+    assert [b.type for b in one.content] == ["tool_use"] and one.stop_reason == "tool_use"
+
+
+def test_malformed_call_is_given_back_as_text(echo: anthropic.Anthropic) -> None:
+    bad = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par</tool_call>'
+    msg = echo.messages.create(
+        model="echo-hermes", max_tokens=500, tools=[WEATHER], messages=[{"role": "user", "content": script({"text": bad})}]
+    )
+    assert [b.type for b in msg.content] == ["text"] and msg.stop_reason == "end_turn"
+    assert "get_weather" in msg.content[0].text  # the model's own characters, no fabricated call
+
+
+def test_tool_choice_none_does_not_parse(echo: anthropic.Anthropic) -> None:
+    msg = echo.messages.create(
+        model="echo-hermes",
+        max_tokens=500,
+        tools=[WEATHER],
+        tool_choice={"type": "none"},
+        messages=[{"role": "user", "content": script({"text": CALL})}],
+    )
+    assert all(b.type == "text" for b in msg.content) and msg.stop_reason == "end_turn"
+
+
+def test_native_tool_events_and_stop_reason(echo: anthropic.Anthropic) -> None:
+    content = script({"tool_call": {"name": "get_weather", "arguments": ['{"city":', ' "Rome"}']}}, stop_reason="end_turn")
+    msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEATHER], messages=[{"role": "user", "content": content}])
+    assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Rome"}
+
+
+def test_tool_loop_history_is_accepted(echo: anthropic.Anthropic) -> None:
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Rome"}}]},
+        {"role": "system", "content": "# Environment"},  # clients insert these anywhere
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "is_error": False},
+                {"type": "text", "text": "thanks"},
+            ],
+        },
+    ]
+    msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEATHER], messages=messages)
+    assert msg.content[0].text == "thanks"
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {}}]},
+                {"role": "user", "content": "no result"},
+            ],
+            "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_9. "
+            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}],
+            "messages.0.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_x. "
+            "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
+        ),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_d", "name": "get_weather", "input": {}},
+                        {"type": "tool_use", "id": "toolu_d", "name": "get_weather", "input": {}},
+                    ],
+                },
+            ],
+            "messages.1.content.1: `tool_use` ids must be unique",
+        ),
+    ],
+)
+def test_history_errors_use_the_api_wording(echo: anthropic.Anthropic, messages: list, expected: str) -> None:
+    with pytest.raises(anthropic.BadRequestError) as info:
+        echo.messages.create(model="echo-tools", max_tokens=5, tools=[WEATHER], messages=messages)
+    assert info.value.body["error"]["message"] == expected
+
+
+def test_tool_choice_errors(echo: anthropic.Anthropic) -> None:
+    user = [{"role": "user", "content": "x"}]
+    with pytest.raises(anthropic.BadRequestError, match="tool 'nope' is not among"):
+        echo.messages.create(model="echo-tools", max_tokens=5, tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}, messages=user)
+    with pytest.raises(anthropic.BadRequestError, match="Tool names must be unique"):
+        echo.messages.create(model="echo-tools", max_tokens=5, tools=[WEATHER, WEATHER], messages=user)
+    with pytest.raises(anthropic.BadRequestError) as info:
+        echo.messages.create(model="echo", max_tokens=5, tools=[WEATHER], messages=user)
+    assert info.value.body["error"]["message"] == (
+        "tools with tool_choice \"auto\" is not supported by model 'echo' (driver 'echo'); supported: no tool use"
+    )
+
+
+def test_server_tools_are_reported_not_offered(echo_url: str) -> None:
+    body = {
+        "model": "echo",  # no tool support at all: server tools need none
+        "max_tokens": 5,
+        "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],
+        "messages": [{"role": "user", "content": "search"}],
+    }
+    resp = httpx.post(f"{echo_url}/v1/messages", json=body)
+    assert resp.status_code == 200, resp.text
+    assert 'tools.0 (tool type "web_search_20250305": not available on this server)' in resp.headers["missive-ignored"]
+
+
+def test_client_tools_get_schemas(echo: anthropic.Anthropic) -> None:
+    tools = [{"type": "bash_20250124", "name": "bash"}, {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]
+    content = script({"text": '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'})
+    msg = echo.messages.create(model="echo-hermes", max_tokens=50, tools=tools, messages=[{"role": "user", "content": content}])
+    assert msg.content[0].name == "bash" and msg.content[0].input == {"command": "ls"}
