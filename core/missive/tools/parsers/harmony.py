@@ -35,7 +35,7 @@ import re
 
 from ._common import find_marker, give_back
 from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Reasoning, Text, ToolParser
-from .jsonscan import JsonScanner, JsonSyntaxError, loads_strict
+from .jsonscan import JsonScanner, JsonSyntaxError
 
 __all__ = ["HarmonyParser"]
 
@@ -113,6 +113,8 @@ class HarmonyParser(ToolParser):
         elif self._state == _HEADER:
             out += self._fail("unfinished message header", self._raw + self._buf)
         else:
+            if self._kind == _K_CALL and not self._json_done():
+                self._scan_call(out)
             self._take_content(self._buf, out)
             self._buf = ""
             out += self._end_message()
@@ -170,6 +172,11 @@ class HarmonyParser(ToolParser):
             self._begin_message(header, out)
             return True
         # _CONTENT
+        if self._kind == _K_CALL and not self._json_done():
+            self._scan_call(out)
+            if not self._json_done() and self._kind == _K_CALL:
+                return False
+            return True
         i, marker = find_marker(buf, TERMINATORS + (START,))
         self._take_content(buf[:i], out)
         self._buf = buf[i:]
@@ -181,6 +188,31 @@ class HarmonyParser(ToolParser):
         out += self._end_message()
         return True
 
+    def _json_done(self) -> bool:
+        return self._scanner is not None and self._scanner.done
+
+    def _scan_call(self, out: list[ParseEvent]) -> None:
+        """Feed the call's arguments to the scanner: terminators inside JSON
+        strings are text, and text that cannot be JSON ends the call early."""
+        assert self._scanner is not None
+        buf = self._buf
+        if self._scanner.pos == 0:
+            stripped = buf.lstrip(_WS)
+            self._raw += buf[: len(buf) - len(stripped)]
+            buf = stripped
+        try:
+            n = self._scanner.feed(buf)
+        except JsonSyntaxError as exc:
+            if self._started:
+                raise MalformedToolCall(f"invalid JSON in a streamed call ({exc})") from None
+            n = exc.pos - len(self._content)
+            self._kind = _K_RAW  # given back whole when the message ends
+        self._raw += buf[:n]
+        self._content += buf[:n]
+        if self._started and n:
+            out.append(CallArgs(buf[:n]))
+        self._buf = buf[n:]
+
     def _begin_message(self, header: str, out: list[ParseEvent]) -> None:
         role, channel, recipient = parse_header(header)
         self._state = _CONTENT
@@ -191,8 +223,8 @@ class HarmonyParser(ToolParser):
         elif recipient.startswith("functions.") and recipient[len("functions.") :] in self.tool_names:
             self._kind = _K_CALL
             self._name = recipient[len("functions.") :]
+            self._scanner = JsonScanner("{", track_levels=0)
             if self.stream_arguments:
-                self._scanner = JsonScanner("{", track_levels=0)
                 out.append(CallStart(self._name))
                 self._started = True
         else:
@@ -203,24 +235,16 @@ class HarmonyParser(ToolParser):
             return
         if self._kind == _K_TEXT:
             out.append(Text(piece))
-            return
-        if self._kind == _K_REASONING:
+        elif self._kind == _K_REASONING:
             out.append(Reasoning(piece))
-            return
-        self._raw += piece
-        self._content += piece
-        if self._scanner is None:
-            return
-        if self._scanner.pos == 0:
-            piece = piece.lstrip(_WS)
-        try:
-            n = self._scanner.feed(piece)
-        except JsonSyntaxError as exc:
-            raise MalformedToolCall(f"invalid JSON in a streamed call ({exc})") from None
-        if n:
-            out.append(CallArgs(piece[:n]))
-        if piece[n:].strip(_WS):
-            raise MalformedToolCall("text after the arguments of a streamed call")
+        elif self._kind == _K_CALL and piece.strip(_WS):
+            # Text after the arguments object.
+            if self._started:
+                raise MalformedToolCall("text after the arguments of a streamed call")
+            self._kind = _K_RAW
+            self._raw += piece
+        else:
+            self._raw += piece
 
     def _end_message(self) -> list[ParseEvent]:
         kind, raw = self._kind, self._raw
@@ -229,18 +253,11 @@ class HarmonyParser(ToolParser):
             return []
         if kind == _K_RAW:
             return self._fail("message to a recipient that was not offered", raw)
-        if self._scanner is not None:
-            if not self._scanner.done:
-                raise MalformedToolCall("streamed call ended before its arguments did")
+        if not self._json_done():
+            return self._fail("call arguments are not a JSON object", raw)
+        if self._started:
             self._reset()
             return [CallEnd()]
-        args = self._content.strip(_WS)
-        try:
-            ok = isinstance(loads_strict(args), dict)
-        except ValueError:
-            ok = False
-        if not ok:
-            return self._fail("call arguments are not a JSON object", raw)
-        name = self._name
+        name, args = self._name, self._content
         self._reset()
         return [CallStart(name), CallArgs(args), CallEnd()]
