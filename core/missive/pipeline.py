@@ -41,7 +41,7 @@ from .events import (
 )
 from .ids import tool_use_id
 from .stop_sequences import StopMatcher
-from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Text, ToolParser
+from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
 
 __all__ = ["MessageStream", "accumulate"]
 
@@ -174,16 +174,19 @@ class MessageStream:
                 if isinstance(event, TextDelta):
                     self._output_tokens += event.tokens
                     for parsed in parser.feed(event.text):
-                        yield _from_parse(parsed)
+                        if (converted := self._from_parse(parsed)) is not None:
+                            yield converted
                     continue
                 if isinstance(event, Finished) and not flushed:
                     flushed = True
                     for parsed in parser.finish():
-                        yield _from_parse(parsed)
+                        if (converted := self._from_parse(parsed)) is not None:
+                            yield converted
                 yield event
             if not flushed:
                 for parsed in parser.finish():
-                    yield _from_parse(parsed)
+                    if (converted := self._from_parse(parsed)) is not None:
+                        yield converted
         except MalformedToolCall as exc:
             raise BadGatewayError(f"the model produced a malformed tool call: {exc}") from exc
 
@@ -272,6 +275,21 @@ class MessageStream:
             "usage": {**self._input_usage(), "output_tokens": output_tokens},
         }
         yield {"type": "message_stop"}
+
+
+    def _from_parse(self, parsed: object) -> GenerationEvent | None:
+        """A parser event as a generation event (tokens were counted already).
+
+        Reasoning a format carries in-band (harmony's analysis channel) becomes
+        a thinking block when the request allows thinking (``enabled`` or
+        ``adaptive``), and is dropped otherwise: it is never answer text.
+        """
+        if isinstance(parsed, Reasoning):
+            thinking = self.request.request.thinking
+            if thinking is not None and thinking.type in ("enabled", "adaptive"):
+                return ThinkingDelta(parsed.text, tokens=0)
+            return None
+        return _from_parse(parsed)
 
 
 def _from_parse(parsed: object) -> GenerationEvent:
