@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import anthropic
@@ -9,7 +12,7 @@ import httpx
 import pytest
 
 from missive_echo import script
-from missive.testing import live_server
+from missive.testing import dump_toml, free_port, live_server
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -187,3 +190,21 @@ def test_unknown_driver_fails_cleanly() -> None:
             pass
     log = str(info.value)
     assert "uses driver 'warp-drive', which no loaded plugin provides" in log and "Traceback" not in log
+
+
+def test_port_in_use_fails_cleanly(echo_config: dict, tmp_path) -> None:
+    config = tmp_path / "missive.toml"
+    config.write_text(dump_toml(echo_config))
+    port = free_port()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port))
+        busy.listen()
+        out = subprocess.run(
+            [sys.executable, "-m", "missive", "serve", "--config", str(config), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode != 0
+    assert f"Error: cannot listen on http://127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr

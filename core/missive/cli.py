@@ -88,10 +88,8 @@ def serve(
     hc.accesslog = "-" if config.server.log_level.lower() == "debug" else None
     hc.errorlog = "-"
     hc.keep_alive_timeout = 75
-    click.echo(
-        f"Missive serving {', '.join(config.models)} on http://{host_part}:{config.server.port}", err=True
-    )
     models = app.extensions["missive"]["models"]
+    address = f"http://{host_part}:{config.server.port}"
 
     async def run() -> None:
         try:
@@ -99,7 +97,12 @@ def serve(
         except ConfigError as exc:
             await models.aclose()
             raise click.ClickException(str(exc)) from None
-        await hypercorn_serve(app, hc)  # type: ignore[arg-type]
+        click.echo(f"Missive serving {', '.join(config.models)} on {address}", err=True)
+        try:
+            await hypercorn_serve(app, hc)  # type: ignore[arg-type]
+        except OSError as exc:
+            await models.aclose()
+            raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
     asyncio.run(run())
 
@@ -131,7 +134,9 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
     for name, info in data["drivers"].items():
         click.echo(f"\ndriver {name}: {info['description']}")
         for key, value in info["capabilities"].items():
-            click.echo(f"  {key}: {', '.join(value) if isinstance(value, list) else value}")
+            if isinstance(value, list):
+                value = ", ".join(value) or "(none)"
+            click.echo(f"  {key}: {value}")
     if data["default_models"]:
         click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
 
