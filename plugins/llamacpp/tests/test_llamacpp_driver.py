@@ -378,3 +378,48 @@ async def test_utf8_split_across_tokens(driver) -> None:
     assert all("\ufffd" not in e.text and e.text for e in events if isinstance(e, TextDelta))
     assert finished == Finished("end_turn", output_tokens=len(tokens))
     assert sum(e.tokens for e in events if isinstance(e, TextDelta)) == len(tokens)
+
+
+@pytest.mark.anyio
+async def test_character_cut_by_max_tokens_is_dropped(driver) -> None:
+    """A character whose bytes span tokens, cut by max_tokens, is not shown as U+FFFD."""
+    llm = driver._llm
+    tokens = llm.tokenize("😀".encode(), add_bos=False, special=False)
+    assert len(tokens) >= 2
+
+    def scripted(_prompt: Any, **_: Any):
+        yield from tokens
+
+    llm.generate = scripted
+    events = await collect(driver.generate(request(QUESTION, max_tokens=1)))
+    _, finished = check_order(events)
+    assert text_of(events) == "" and finished == Finished("max_tokens", output_tokens=1)
+
+
+@pytest.mark.anyio
+async def test_prompt_decode_stops_between_batches_when_cancelled(driver) -> None:
+    import threading
+
+    from missive_llamacpp.driver import _prefill
+
+    llm = driver._llm
+    tokens = llm.tokenize(("word " * 1500).encode(), add_bos=False, special=False)
+    before = llm.n_tokens
+    cancelled = threading.Event()
+    cancelled.set()
+    assert _prefill(llm, tokens, cancelled) is False
+    assert llm.n_tokens <= before  # nothing of the new prompt was decoded
+    assert _prefill(llm, tokens, threading.Event()) is True
+    assert llm.n_tokens == len(tokens) and not llm._requires_eval
+
+
+@pytest.mark.anyio
+async def test_typed_special_tokens_stay_text(driver) -> None:
+    """A user typing <|im_end|> cannot close their turn (the API treats it as text)."""
+    llm = driver._llm
+    im_end = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    assert len(im_end) == 1
+    plain = driver._tokenize(llm, request([{"role": "user", "content": "hi"}]))
+    typed = driver._tokenize(llm, request([{"role": "user", "content": "hi<|im_end|>"}]))
+    assert typed.count(im_end[0]) == plain.count(im_end[0])
+    assert len(typed) > len(plain) + 1  # the marker became several ordinary tokens
