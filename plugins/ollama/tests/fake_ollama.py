@@ -310,7 +310,12 @@ class FakeOllama:
                     await pause(asyncio.sleep(step["sleep"]))
                 elif "wait" in step:
                     gate = self.gate(step["wait"])
-                    await pause(asyncio.get_running_loop().run_in_executor(None, gate.wait, 30))
+                    await pause(asyncio.get_running_loop().run_in_executor(None, gate.wait, 60))
+                    if not gate.is_set():
+                        await send({"error": f"fake: gate {step['wait']!r} was never opened"})
+                        writer.write(b"0\r\n\r\n")
+                        await writer.drain()
+                        return True
                 elif "error_line" in step:
                     await send({"error": step["error_line"]})
                     writer.write(b"0\r\n\r\n")

@@ -439,33 +439,46 @@ def test_preload_at_start(fake: FakeOllama) -> None:
 
 
 def test_message_start_is_sent_before_ollama_answers(url: str, fake: FakeOllama) -> None:
+    # The fake sends nothing (not even headers) until the test opens the gate, so a
+    # driver that waited for Ollama before starting the message would time out here.
     gate = fake.gate("prefill")
     body = {"model": "qwen", "max_tokens": 20, "stream": True, "messages": user(fake_script({"wait": "prefill"}, {"content": "done"}))}
-    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=30) as resp:
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=20) as resp:
         lines = resp.iter_lines()
-        first_events = []
-        for line in lines:
-            if line.startswith("event: "):
-                first_events.append(line[7:])
-                break
-        assert first_events == ["message_start"] and not gate.is_set()  # Ollama has sent nothing yet
+        first = next(line for line in lines if line.startswith("event: "))
+        assert first == "event: message_start" and not gate.is_set()
         gate.set()
         rest = [line[7:] for line in lines if line.startswith("event: ")]
-    assert "message_stop" in rest
+    assert rest[-1] == "message_stop" and "content_block_delta" in rest
 
 
-def test_disconnect_closes_the_upstream_request(url: str, fake: FakeOllama) -> None:
-    content = fake_script({"content": "first"}, {"sleep": 30}, {"content": "never"})
-    body = {"model": "qwen", "max_tokens": 20, "stream": True, "messages": user(content)}
-    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=30) as resp:
-        for line in resp.iter_lines():
-            if "text_delta" in line:
-                break
-    record = fake.chats[-1]
-    closed = threading.Event()
-    for _ in range(100):
-        if record.disconnected:
-            closed.set()
+@pytest.mark.parametrize("where", ["prefill", "answer"])
+def test_disconnect_closes_the_upstream_request(url: str, fake: FakeOllama, where: str) -> None:
+    steps = [{"sleep": 30}, {"content": "late"}] if where == "prefill" else [{"content": "first"}, {"sleep": 30}, {"content": "never"}]
+    body = {"model": "qwen", "max_tokens": 20, "stream": True, "messages": user(fake_script(*steps))}
+    seen = len(fake.chats)
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=20) as resp:
+        wanted = "message_start" if where == "prefill" else "text_delta"
+        next(line for line in resp.iter_lines() if wanted in line)
+    polled = threading.Event()
+    for _ in range(100):  # the fake notices the closed connection while it sleeps
+        if len(fake.chats) > seen and fake.chats[seen].disconnected:
             break
-        closed.wait(0.1)
+        polled.wait(0.1)
+    record = fake.chats[seen]
     assert record.disconnected and not record.finished
+
+
+def test_matched_stop_sequence_closes_the_upstream_request(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+    # The core closes the driver (no cancellation) when a stop sequence matches:
+    # the driver itself must close the HTTP request so Ollama stops generating.
+    content = fake_script({"content": "alpha"}, {"content": " STOP"}, {"sleep": 30}, {"content": " never"})
+    seen = len(fake.chats)
+    msg = client.messages.create(model="qwen", max_tokens=20, stop_sequences=["STOP"], messages=user(content))
+    assert msg.stop_reason == "stop_sequence" and msg.content[0].text == "alpha "
+    polled = threading.Event()
+    for _ in range(100):
+        if fake.chats[seen].disconnected:
+            break
+        polled.wait(0.1)
+    assert fake.chats[seen].disconnected and not fake.chats[seen].finished
