@@ -104,10 +104,17 @@ class Finished:
             emitted, whatever the driver says.
         output_tokens: total output tokens if the driver knows them exactly;
             None lets the core use the sum of the deltas' ``tokens``.
+        input_tokens, cache_read_input_tokens: the exact prompt usage when it
+            is only known at the end (a backend that reports prompt counts in
+            its last chunk, after ``Started`` carried an estimate); None keeps
+            ``Started``'s values. ``message_start`` keeps the estimate, the
+            final usage (``message_delta``, the non-streaming body) the exact values.
     """
 
     stop_reason: StopReason = "end_turn"
     output_tokens: int | None = None
+    input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
 
 
 GenerationEvent = Union[

@@ -17,7 +17,8 @@ Rules applied here, for every driver (contract sections 3 and 4):
   returns one); only the text outside calls is matched against stop sequences;
 * ``stop_reason`` is ``tool_use`` whenever a tool call was emitted; with
   ``disable_parallel_tool_use`` generation stops after the first call;
-* ``message_delta`` carries cumulative usage, input and cache fields repeated.
+* ``message_delta`` carries cumulative usage, input and cache fields repeated
+  (or corrected, when :class:`~missive.events.Finished` carries exact prompt counts).
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ class MessageStream:
         stop_sequence: str | None = None
         driver_output_tokens: int | None = None
         parallel = self.request.tool_choice.parallel
+        final_input: dict[str, int] = {}
         try:
             async for event in self._parsed():
                 if isinstance(event, TextDelta):
@@ -252,6 +254,10 @@ class MessageStream:
                 elif isinstance(event, Finished):
                     stop_reason = event.stop_reason
                     driver_output_tokens = event.output_tokens
+                    if event.input_tokens is not None:
+                        final_input["input_tokens"] = event.input_tokens
+                    if event.cache_read_input_tokens is not None:
+                        final_input["cache_read_input_tokens"] = event.cache_read_input_tokens
                 elif isinstance(event, Started):
                     raise ApiError(f"driver '{self.driver.name}' started the message twice")
         except MissiveError:
@@ -272,7 +278,7 @@ class MessageStream:
         yield {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-            "usage": {**self._input_usage(), "output_tokens": output_tokens},
+            "usage": {**self._input_usage(), **final_input, "output_tokens": output_tokens},
         }
         yield {"type": "message_stop"}
 
