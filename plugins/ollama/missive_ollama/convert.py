@@ -109,20 +109,20 @@ def chat_messages(conv: Conversation) -> list[dict[str, Any]]:
 def chat_tools(request: GenerationRequest) -> list[dict[str, Any]] | None:
     """``tools`` for ``/api/chat``, or None when none are to be sent.
 
-    ``tool_choice: none`` sends no tools at all, so the model cannot call one
-    (Ollama itself ignores tool_choice, contract section 8).
+    The tools are the core's offered tools (:mod:`missive.tools.definitions`):
+    custom tools as sent, Anthropic-defined client tools with their
+    synthesized schemas, server tools left out. ``tool_choice: none`` sends no
+    tools at all, so the model cannot call one (Ollama itself ignores
+    tool_choice, contract section 8).
     """
-    body = request.request
-    if not body.tools:
-        return None
-    if body.tool_choice is not None and body.tool_choice.type == "none":
+    if not request.tools or request.tool_choice.mode == "none":
         return None
     tools = []
-    for tool in body.tools:
+    for tool in request.tools:
         function: dict[str, Any] = {"name": tool.name}
         if tool.description:
             function["description"] = tool.description
-        function["parameters"] = tool.input_schema or {"type": "object", "properties": {}}
+        function["parameters"] = tool.input_schema
         tools.append({"type": "function", "function": function})
     return tools
 

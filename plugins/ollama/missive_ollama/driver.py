@@ -278,8 +278,7 @@ class OllamaDriver(Driver):
         warm_up: bool,
     ) -> AsyncIterator[GenerationEvent]:
         show_thinking = thinking_requested(request) and not warm_up
-        choice = request.request.tool_choice
-        one_call = choice is not None and getattr(choice, "disable_parallel_tool_use", None) is True
+        one_call = not request.tool_choice.parallel
         calls = 0
         ctx = self.context_window
         try:
