@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["IncrementalDetokenizer", "CONTEXT_TOKENS"]
+__all__ = ["CONTEXT_TOKENS", "IncrementalDetokenizer"]
 
 #: Prompt tokens the first window starts with (vLLM's
 #: ``INITIAL_INCREMENTAL_DETOKENIZATION_OFFSET``).

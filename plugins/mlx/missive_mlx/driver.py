@@ -419,7 +419,7 @@ class _Producer:
             self.tail = detok.flush()
         except _Cancelled:
             failed = True  # stopped inside the prompt: the cache is incomplete
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - handed to the event loop, raised there as ApiError
             failed = True
             self._send(None, error=exc)
         finally:
@@ -430,7 +430,9 @@ class _Producer:
             self._send(None, ended=True)
 
     def _decode(self, ids: Any) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+        return str(
+            self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
 
     def _store(self, cache: list[Any], held: list[int]) -> None:
         import mlx.core as mx
@@ -441,7 +443,7 @@ class _Producer:
             return
         try:
             mx.eval([c.state for c in cache])
-        except Exception:  # noqa: BLE001 - a cache that cannot be evaluated is dropped
+        except Exception:  # a cache that cannot be evaluated is dropped (logged)
             log.exception("prompt cache could not be evaluated: not kept")
             return
         self.store.put(held, cache)
