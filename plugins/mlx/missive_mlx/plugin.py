@@ -1,0 +1,46 @@
+"""Registration hooks of ``missive-mlx`` (entry point group ``missive``).
+
+Nothing here imports ``mlx`` or ``mlx_lm``: listing plugins stays fast and
+works where MLX cannot load. The driver class is named by a lazy
+``"module:attr"`` factory (:class:`missive.specs.DriverSpec`).
+"""
+
+from __future__ import annotations
+
+from missive.capabilities import Capabilities
+from missive.hookspecs import hookimpl
+from missive.specs import DriverSpec
+
+__all__ = ["CAPABILITIES", "register_drivers"]
+
+#: What the driver can do for any MLX model: plain-text chat, all three
+#: sampling parameters (mlx-lm's ``make_sampler``), exact token counts (the
+#: model's tokenizer on the rendered prompt), reuse of cached prompt prefixes
+#: across requests (refined to False per model when
+#: ``prompt_cache_entries = 0``), one generation at a time per model (one
+#: KV cache in flight, one MLX stream). No tools: parsing a model's tool-call
+#: syntax needs the shared parser plugins (not there yet), and nothing here
+#: constrains decoding. No media, no reasoning blocks.
+CAPABILITIES = Capabilities(
+    tool_choice=frozenset(),
+    input_media=frozenset(),
+    thinking=False,
+    structured_output=False,
+    count_tokens="exact",
+    prompt_caching=True,
+    in_process=True,
+    max_concurrency=1,
+)
+
+
+@hookimpl
+def register_drivers() -> list[DriverSpec]:
+    return [
+        DriverSpec(
+            name="mlx",
+            factory="missive_mlx.driver:MlxDriver",
+            capabilities=CAPABILITIES,
+            description="MLX models in-process with mlx-lm (Apple Silicon; CPU on Linux), prompt-prefix cache",
+            extra="mlx",
+        )
+    ]

@@ -1,0 +1,147 @@
+"""Cached prompt prefixes: KV caches kept across requests, least recently used evicted.
+
+mlx-lm evaluates a prompt into a per-layer cache (``make_prompt_cache``) that
+``generate_step`` extends in place. After a request the cache holds the prompt
+and the generated tokens; the next turn of the same conversation starts with
+exactly those tokens (the template renders the previous answer back), so only
+the new part has to be evaluated.
+
+Rules (the same as mlx-lm's own server, ``mlx_lm/server.py`` +
+``LRUPromptCache``, but without its copy on every hit):
+
+* an entry is a token list and the cache holding exactly those tokens;
+* for a prompt, the entry sharing the longest common token prefix wins (ties:
+  the most recently used); at least one prompt token is always left to
+  evaluate, since generation needs the logits of the last one;
+* an entry that is a prefix of the prompt is taken out of the store and
+  extended in place (no copy); an entry that diverges from the prompt is
+  copied and the copy trimmed to the common prefix (``trim_prompt_cache``), so
+  the entry still serves its own conversation. Caches that cannot be trimmed
+  (recurrent layers: ``can_trim_prompt_cache`` is False) are only reused when
+  they are a prefix of the prompt;
+* after a request its cache is stored under its tokens; entries that are a
+  prefix of it are dropped (it serves them too, by trimming); beyond
+  ``capacity`` entries the least recently used are evicted. Memory is thus at
+  most ``capacity`` caches plus the one in use, each at most the context
+  window.
+
+The store is locked: :meth:`PromptCacheStore.reusable` runs in tokenizing
+threads while the generation thread takes and puts entries.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CachedPrefix", "PromptCacheStore", "common_prefix"]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class CachedPrefix:
+    """``tokens``: what ``cache`` (mlx-lm per-layer caches) holds, in order."""
+
+    tokens: list[int]
+    cache: list[Any]
+
+
+class PromptCacheStore:
+    """Up to ``capacity`` cached prefixes of one model.
+
+    Args:
+        capacity: entries kept (0: nothing is ever stored).
+        can_trim: ``mlx_lm.models.cache.can_trim_prompt_cache``.
+        trim: ``mlx_lm.models.cache.trim_prompt_cache`` (cache, n) -> tokens trimmed.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        can_trim: Callable[[list[Any]], bool],
+        trim: Callable[[list[Any], int], int],
+    ) -> None:
+        self.capacity = capacity
+        self._can_trim = can_trim
+        self._trim = trim
+        self._entries: list[CachedPrefix] = []  # least recently used first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _reuse(self, entry: CachedPrefix, prompt: Sequence[int]) -> int:
+        n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+        if n < len(entry.tokens) and not self._can_trim(entry.cache):
+            return 0
+        return max(n, 0)
+
+    def _best(self, prompt: Sequence[int]) -> tuple[int, int]:
+        """(index, reused tokens) of the best entry; (-1, 0) if none helps."""
+        best, best_n = -1, 0
+        for i, entry in enumerate(self._entries):  # later = more recent: >= prefers it
+            n = self._reuse(entry, prompt)
+            if n > 0 and n >= best_n:
+                best, best_n = i, n
+        return best, best_n
+
+    def reusable(self, prompt: Sequence[int]) -> int:
+        """Prompt tokens :meth:`take` would serve from the cache right now."""
+        with self._lock:
+            return self._best(prompt)[1]
+
+    def take(self, prompt: Sequence[int], fresh: Callable[[], list[Any]]) -> tuple[list[Any], int]:
+        """A cache to evaluate ``prompt`` into, and how many of its tokens it holds.
+
+        The caller evaluates ``prompt[reused:]`` into the returned cache. ``fresh``
+        makes an empty cache (``make_prompt_cache(model)``) when nothing is reusable.
+        Runs in the generation thread (copying and trimming touch MLX arrays).
+        """
+        with self._lock:
+            index, n = self._best(prompt)
+            if index < 0:
+                return fresh(), 0
+            entry = self._entries[index]
+            if n == len(entry.tokens):
+                del self._entries[index]  # extended in place, stored again afterwards
+                return entry.cache, n
+            self._entries.append(self._entries.pop(index))  # used: most recent
+            cache = copy.deepcopy(entry.cache)
+        if self._trim(cache, len(entry.tokens) - n) != len(entry.tokens) - n:
+            return fresh(), 0
+        return cache, n
+
+    def put(self, tokens: list[int], cache: list[Any]) -> None:
+        """Store ``cache`` (holding exactly ``tokens``) as the most recent entry."""
+        if self.capacity == 0 or not tokens:
+            return
+        trimmable = self._can_trim(cache)
+        with self._lock:
+            kept = [
+                e
+                for e in self._entries
+                if not (
+                    e.tokens == tokens
+                    or (trimmable and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens)
+                )
+            ]
+            kept.append(CachedPrefix(list(tokens), cache))
+            self._entries = kept[-self.capacity :]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()

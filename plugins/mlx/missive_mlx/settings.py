@@ -1,0 +1,76 @@
+"""The ``[models.<id>.settings]`` table of a ``driver = "mlx"`` model.
+
+Example::
+
+    [models.qwen]
+    driver = "mlx"
+    context_window = 32768          # unset: config.json max_position_embeddings
+    [models.qwen.settings]
+    model_path = "~/models/Qwen2.5-7B-Instruct-4bit"   # an MLX model folder
+    prompt_cache_entries = 4        # cached prompt prefixes kept (LRU); 0: none
+    seed = 42                       # fixed sampling seed (default: random)
+    chat_template = "..."           # Jinja override of the tokenizer's chat template
+    prefill_step_size = 512         # prompt tokens per forward pass
+
+Unknown keys are rejected (a typo must not silently fall back to a default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from missive.config import ConfigError
+
+__all__ = ["MlxSettings", "parse_settings"]
+
+
+class MlxSettings(BaseModel):
+    """Validated driver settings.
+
+    Attributes:
+        model_path: an MLX model folder (``config.json``, ``*.safetensors``,
+            tokenizer files), as written by ``mlx_lm.convert`` or downloaded
+            from the mlx-community organisation; ``~`` expanded. Never a hub
+            name: the driver does not download.
+        prompt_cache_entries: how many prompt prefixes (token list + KV cache)
+            are kept for reuse, least recently used evicted first; 0 disables
+            reuse. Memory: each entry holds the KV cache of up to
+            ``context_window`` tokens.
+        seed: sampling seed (``mx.random.seed``), set before every request so
+            equal requests sample equally; None: MLX's own random state.
+        chat_template: Jinja chat template replacing the tokenizer's.
+        prefill_step_size: prompt tokens evaluated per forward pass
+            (mlx-lm's ``generate_step`` default is 2048); lower bounds the
+            memory peak of long prompts.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_path: str = Field(min_length=1)
+    prompt_cache_entries: int = Field(default=4, ge=0)
+    seed: int | None = Field(default=None, ge=0, le=2**64 - 1)
+    chat_template: str | None = Field(default=None, min_length=1)
+    prefill_step_size: int = Field(default=2048, ge=1)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.model_path).expanduser()
+
+
+def parse_settings(model_id: str, settings: dict[str, Any]) -> MlxSettings:
+    """Validate a model entry's ``settings``.
+
+    Raises:
+        ConfigError: naming the model and each bad key, e.g.
+            ``model 'qwen': invalid mlx setting settings.seed: Input should be a valid integer``.
+    """
+    try:
+        return MlxSettings.model_validate(settings)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"settings.{'.'.join(str(p) for p in err['loc']) or '?'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"model '{model_id}': invalid mlx setting {problems}") from exc

