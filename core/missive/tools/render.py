@@ -21,10 +21,18 @@ import json
 from typing import Any
 
 from ..conversation import Conversation
+from ..driver import GenerationRequest
 from ..schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from .definitions import ToolDefinition
 
-__all__ = ["tool_result_text", "native_messages", "hermes_messages", "template_supports_tools", "HERMES_INSTRUCTIONS"]
+__all__ = [
+    "tool_result_text",
+    "native_messages",
+    "hermes_messages",
+    "template_messages",
+    "template_supports_tools",
+    "HERMES_INSTRUCTIONS",
+]
 
 HERMES_INSTRUCTIONS = """# Tools
 
@@ -117,3 +125,21 @@ def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...
                 parts.append(turn.text())
         messages.append({"role": turn.role, "content": "\n".join(parts)})
     return messages
+
+
+def template_messages(request: GenerationRequest, template: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Messages and extra template variables for a driver that renders ``template``.
+
+    Tools are offered unless ``tool_choice`` is ``none`` (then the model is not
+    told about them, so it cannot call them; past calls and results are still
+    rendered). A template with tool support gets them natively (``tools=``),
+    any other the Hermes convention.
+    """
+    conversation = request.conversation
+    offered = request.tools if request.tool_choice.mode != "none" else ()
+    if not offered and not conversation.has_tool_blocks():
+        return conversation.chat_messages(), {}
+    if template_supports_tools(template):
+        extra = {"tools": [t.openai_function() for t in offered]} if offered else {}
+        return native_messages(conversation), extra
+    return hermes_messages(conversation, offered), {}

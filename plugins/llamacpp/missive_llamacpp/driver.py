@@ -74,8 +74,8 @@ from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser, parser_class
-from missive.tools.parsers.selection import select_parser
-from missive.tools.render import hermes_messages, native_messages, template_supports_tools
+from missive.tools.parsers.selection import parser_for_template
+from missive.tools.render import template_messages
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, InvalidRequestError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
@@ -111,7 +111,6 @@ class LlamaCppDriver(Driver):
         self._llm: Any = None
         self._n_ctx: int | None = None
         self._template = ""
-        self._native_tools = False
         self._segmented_tokenize = False
         self._bos_text = ""
         self._eos_text = ""
@@ -193,7 +192,6 @@ class LlamaCppDriver(Driver):
         except TemplateError as exc:
             raise ConfigError(f"model '{self.model_id}': the chat template does not compile: {exc}") from exc
         self._template = template
-        self._native_tools = template_supports_tools(template)
         # Tokenizing client text apart from template text is exact for byte-level
         # BPE vocabularies (no space prefix is added to a piece); SentencePiece
         # vocabularies would get a spurious leading space on every piece.
@@ -226,23 +224,6 @@ class LlamaCppDriver(Driver):
 
     # -- prompt ------------------------------------------------------------
 
-    def _messages(self, request: GenerationRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Template messages and extra template variables for ``request``.
-
-        Tools are offered unless ``tool_choice`` is ``none`` (then the model is
-        not told about them, so it cannot call them; past calls and results
-        are still rendered). A template with tool support gets them natively,
-        any other the Hermes convention (:mod:`missive.tools.render`).
-        """
-        conversation = request.conversation
-        offered = request.tools if request.tool_choice.mode != "none" else ()
-        if not offered and not conversation.has_tool_blocks():
-            return conversation.chat_messages(), {}
-        if self._native_tools:
-            extra = {"tools": [t.openai_function() for t in offered]} if offered else {}
-            return native_messages(conversation), extra
-        return hermes_messages(conversation, offered), {}
-
     def _tokenize(self, llm: Any, request: GenerationRequest) -> list[int]:
         """Render the request with the chat template and tokenize it.
 
@@ -252,7 +233,7 @@ class LlamaCppDriver(Driver):
             InvalidRequestError: the template rejected the conversation.
             ApiError: the template failed, or llama.cpp could not tokenize.
         """
-        messages, extra = self._messages(request)
+        messages, extra = template_messages(request, self._template)
         pieces = render_segments(
             self._template,
             messages,
@@ -285,13 +266,9 @@ class LlamaCppDriver(Driver):
     # -- tools and structured output ---------------------------------------
 
     def _parser_name(self) -> str:
-        """The tool call format of this model: the ``tool_parser`` setting, else
-        the one its chat template uses, else Hermes (our fallback rendering)."""
-        if self.settings.tool_parser:
-            return self.settings.tool_parser
-        if self._native_tools:
-            return select_parser(self._template, self.tool_parser_specs) or "hermes"
-        return "hermes"
+        """The tool call format: the ``tool_parser`` setting, else the one the
+        chat template uses, else Hermes (the fallback rendering's convention)."""
+        return parser_for_template(self._template, self.tool_parser_specs, self.settings.tool_parser)
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
         constrained = request.tool_choice.mode in ("any", "tool")

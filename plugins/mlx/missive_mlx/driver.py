@@ -70,7 +70,10 @@ from jinja2 import TemplateError
 
 from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
-from missive.conversation import Conversation
+from missive.tools.parsers.base import ToolParser
+from missive.tools.parsers.registry import build_parser
+from missive.tools.parsers.selection import parser_for_template
+from missive.tools.render import template_messages
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
@@ -206,8 +209,14 @@ class MlxDriver(Driver):
 
     # -- prompt ------------------------------------------------------------
 
-    def _tokenize(self, tokenizer: Any, conversation: Conversation) -> list[int]:
-        """Render the conversation with the chat template and tokenize it.
+    def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
+        """The parser of the model's tool call format (``auto`` only: nothing
+        here constrains decoding, so ``any``/``tool`` are not declared)."""
+        name = parser_for_template(self._template, self.tool_parser_specs, self.settings.tool_parser)
+        return build_parser(self.tool_parser_specs, name, request.tools, constrained=False)
+
+    def _tokenize(self, tokenizer: Any, request: GenerationRequest) -> list[int]:
+        """Render the request with the chat template and tokenize it.
 
         The one prompt path of both :meth:`count_tokens` and :meth:`generate`.
 
@@ -215,21 +224,23 @@ class MlxDriver(Driver):
             InvalidRequestError: the template rejected the conversation.
             ApiError: the template failed, or rendered nothing.
         """
+        messages, extra = template_messages(request, self._template)
         text = render_prompt(
             self._template,
-            conversation.chat_messages(),
-            prefill=conversation.prefill,
+            messages,
+            prefill=request.conversation.prefill,
             bos_token=tokenizer.bos_token or "",
             eos_token=tokenizer.eos_token or "",
+            **extra,
         )
         tokens = list(tokenizer.encode(text, add_special_tokens=False))
         if not tokens:
             raise ApiError("the chat template rendered an empty prompt")
         return tokens
 
-    def _prepare(self, tokenizer: Any, conversation: Conversation) -> tuple[list[int], int]:
+    def _prepare(self, tokenizer: Any, request: GenerationRequest) -> tuple[list[int], int]:
         """Prompt tokens and the prefix the prompt cache would serve now."""
-        tokens = self._tokenize(tokenizer, conversation)
+        tokens = self._tokenize(tokenizer, request)
         assert self._store is not None
         return tokens, self._store.reusable(tokens)
 
@@ -238,7 +249,7 @@ class MlxDriver(Driver):
         :meth:`generate`'s ``Started``. Never waits behind a generation."""
         _, tokenizer = self._loaded()
         tokens = await anyio.to_thread.run_sync(
-            self._tokenize, tokenizer, request.conversation, limiter=self._tokenize_limiter
+            self._tokenize, tokenizer, request, limiter=self._tokenize_limiter
         )
         return len(tokens)
 
@@ -254,7 +265,7 @@ class MlxDriver(Driver):
         model, tokenizer = self._loaded()
         assert self._queue is not None and self._context is not None and self._store is not None
         tokens, reusable = await anyio.to_thread.run_sync(
-            self._prepare, tokenizer, request.conversation, limiter=self._tokenize_limiter
+            self._prepare, tokenizer, request, limiter=self._tokenize_limiter
         )
         context = self._context
         if len(tokens) >= context:

@@ -22,7 +22,11 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: syntax needs the shared parser plugins (not there yet), and nothing here
 #: constrains decoding. No media, no reasoning blocks.
 CAPABILITIES = Capabilities(
-    tool_choice=frozenset(),
+    # auto: the model decides, its calls parsed from its text by the parser of
+    # its chat template's format; none: tools not shown. any/tool would need
+    # constrained decoding, which this driver does not do: not declared.
+    tool_choice=frozenset({"auto", "none"}),
+    parallel_tool_calls=True,
     input_media=frozenset(),
     thinking=False,
     structured_output=False,

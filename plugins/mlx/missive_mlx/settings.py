@@ -42,6 +42,8 @@ class MlxSettings(BaseModel):
         seed: sampling seed (``mx.random.seed``), set before every request so
             equal requests sample equally; None: MLX's own random state.
         chat_template: Jinja chat template replacing the tokenizer's.
+        tool_parser: tool call format (a registered parser); default: chosen
+            from the chat template, Hermes when it has no tool support.
         prefill_step_size: prompt tokens evaluated per forward pass
             (mlx-lm's ``generate_step`` default is 2048); lower bounds the
             memory peak of long prompts.
@@ -53,6 +55,7 @@ class MlxSettings(BaseModel):
     prompt_cache_entries: int = Field(default=4, ge=0)
     seed: int | None = Field(default=None, ge=0, le=2**64 - 1)
     chat_template: str | None = Field(default=None, min_length=1)
+    tool_parser: str | None = Field(default=None, min_length=1)
     prefill_step_size: int = Field(default=2048, ge=1)
 
     @property

@@ -7,6 +7,7 @@ state share one module-level driver.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 import subprocess
@@ -105,7 +106,8 @@ def test_plugin_registration_is_lazy() -> None:
     assert spec.capabilities == CAPABILITIES
     caps = spec.capabilities
     assert caps.in_process and caps.max_concurrency == 1 and caps.count_tokens == "exact"
-    assert caps.prompt_caching and not caps.tool_choice and not caps.input_media and not caps.thinking
+    assert caps.prompt_caching and not caps.input_media and not caps.thinking
+    assert caps.tool_choice == {"auto", "none"} and not caps.strict_tools  # no constrained decoding
 
 
 def test_bad_setting_names_model_and_key() -> None:
@@ -378,3 +380,19 @@ async def test_utf8_split_across_tokens(mlx_model_dir: Path, monkeypatch: pytest
     assert all("\ufffd" not in e.text and e.text for e in events if isinstance(e, TextDelta))
     assert finished == Finished("end_turn", output_tokens=len(tokens))
     assert sum(e.tokens for e in events if isinstance(e, TextDelta)) == len(tokens)
+
+
+@pytest.mark.anyio
+async def test_tools_are_rendered_and_parsed_with_the_template_format(driver) -> None:
+    from missive.tools.definitions import ToolChoice, ToolDefinition
+
+    tool = ToolDefinition("get_weather", "Weather for a city", {"type": "object", "properties": {"city": {"type": "string"}}})
+    base = request([{"role": "user", "content": "Weather in Oslo?"}])
+    with_tools = dataclasses.replace(base, tools=(tool,))
+    hidden = dataclasses.replace(base, tools=(tool,), tool_choice=ToolChoice("none"))
+    _, tokenizer = driver._loaded()
+    plain, offered, none = (driver._tokenize(tokenizer, r) for r in (base, with_tools, hidden))
+    assert "<tools>" in tokenizer.decode(offered) and "get_weather" in tokenizer.decode(offered)
+    assert len(offered) > len(plain) and none == plain  # tool_choice none: not shown to the model
+    parser = driver.tool_parser(with_tools)
+    assert parser is not None and parser.name == "hermes"  # SmolLM2's template has no tool support

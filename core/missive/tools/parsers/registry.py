@@ -19,6 +19,10 @@ def parser_class(specs: Mapping[str, ToolParserSpec], name: str) -> type[ToolPar
         ApiError: no plugin registers that parser (a server configuration
             problem, e.g. a ``tool_parser`` setting naming an absent plugin).
     """
+    if not specs:  # a driver built outside the app (tests, scripts): the built-ins
+        from ...default_plugins.tool_parsers import register_tool_parsers
+
+        specs = {s.name: s for s in register_tool_parsers()}
     spec = specs.get(name)
     if spec is None:
         known = ", ".join(sorted(specs)) or "none"

@@ -10,10 +10,11 @@ from the models' published chat templates (see
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ...specs import ToolParserSpec
 
-__all__ = ["select_parser"]
+__all__ = ["select_parser", "parser_for_template"]
 
 
 def select_parser(
@@ -32,3 +33,19 @@ def select_parser(
         if any(marker and marker in template_source for marker in spec.template_markers):
             return spec.name
     return None
+
+
+def parser_for_template(template: str, specs: Any, override: str | None = None) -> str:
+    """The tool call format for a model rendered with ``template``.
+
+    ``override`` (a driver setting) wins; else the format the template uses;
+    else ``hermes``, the convention :func:`missive.tools.render.template_messages`
+    teaches models whose template has no tool support.
+    """
+    if override:
+        return override
+    from ..render import template_supports_tools
+
+    if template_supports_tools(template):
+        return select_parser(template, specs) or "hermes"
+    return "hermes"
