@@ -14,7 +14,9 @@ Rules applied here, for every driver (contract sections 3 and 4):
 * stop sequences are matched exactly on the text, with hold-back; on a match
   generation is stopped and ``stop_reason`` is ``stop_sequence``;
 * ``stop_reason`` is ``tool_use`` whenever a tool call was emitted;
-* ``message_delta`` carries cumulative usage, input and cache fields repeated.
+* ``message_delta`` carries cumulative usage, input and cache fields repeated
+  (corrected by :class:`~missive.events.Finished` when the driver learned the
+  exact prompt split only at the end).
 """
 
 from __future__ import annotations
@@ -111,6 +113,18 @@ class MessageStream:
             "cache_read_input_tokens": started.cache_read_input_tokens,
         }
 
+    def _correct_input_usage(self, finished: Finished) -> None:
+        """Apply the exact prompt usage a driver learned only at the end."""
+        started = self._started
+        assert started is not None
+        self._started = Started(
+            input_tokens=_first(finished.input_tokens, started.input_tokens),
+            cache_read_input_tokens=_first(finished.cache_read_input_tokens, started.cache_read_input_tokens),
+            cache_creation_input_tokens=_first(
+                finished.cache_creation_input_tokens, started.cache_creation_input_tokens
+            ),
+        )
+
     async def aclose(self) -> None:
         """Stop the driver's generation (idempotent)."""
         source, self._source = self._source, None
@@ -196,6 +210,7 @@ class MessageStream:
                 elif isinstance(event, Finished):
                     stop_reason = event.stop_reason
                     driver_output_tokens = event.output_tokens
+                    self._correct_input_usage(event)
                 elif isinstance(event, Started):
                     raise ApiError(f"driver '{self.driver.name}' started the message twice")
         except MissiveError:
@@ -219,6 +234,10 @@ class MessageStream:
             "usage": {**self._input_usage(), "output_tokens": output_tokens},
         }
         yield {"type": "message_stop"}
+
+
+def _first(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def accumulate(events: list[Event]) -> dict[str, Any]:
