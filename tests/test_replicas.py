@@ -3,6 +3,7 @@ recovery after a health probe. Real HTTP against local test servers."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +17,15 @@ from missive.replicas import Replica, ReplicaPool
 from missive.testing import free_port
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _collect_leftover_clients() -> None:
+    """Collect garbage before the test's event loop starts: an unclosed SDK
+    AsyncAnthropic left by an earlier test schedules its httpx ``aclose`` on
+    whatever loop is running when it is collected, and that task would fail
+    inside this test (its connections belong to a closed loop)."""
+    gc.collect()
 
 
 class Backend:

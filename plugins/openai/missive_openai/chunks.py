@@ -97,7 +97,6 @@ class ChunkTranslator:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.calls_emitted = 0
-        self.content_tokens = 0
         self._pending: dict[int, _Call] = {}
 
     def feed(self, chunk: Any) -> list[GenerationEvent]:
@@ -137,7 +136,6 @@ class ChunkTranslator:
         if isinstance(content, str) and content:
             events.extend(self._flush())
             events.append(TextDelta(content))
-            self.content_tokens += 1
         calls = delta.get("tool_calls")
         if calls:
             if not isinstance(calls, list):

@@ -104,7 +104,10 @@ def _tool_result(block: ToolResultBlock) -> tuple[Part, list[Part]]:
             part = _block_part(inner)
             if part is None:
                 continue
-            (texts.append(part["text"]) if part["type"] == "text" else media.append(part))
+            if part["type"] == "text":
+                texts.append(part["text"])
+            else:
+                media.append(part)
     text = "\n".join(texts)
     if block.is_error:
         text = ERROR_PREFIX + text
