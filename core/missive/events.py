@@ -104,17 +104,20 @@ class Finished:
             emitted, whatever the driver says.
         output_tokens: total output tokens if the driver knows them exactly;
             None lets the core use the sum of the deltas' ``tokens``.
-        input_tokens, cache_read_input_tokens: the exact prompt usage when it
-            is only known at the end (a backend that reports prompt counts in
-            its last chunk, after ``Started`` carried an estimate); None keeps
-            ``Started``'s values. ``message_start`` keeps the estimate, the
-            final usage (``message_delta``, the non-streaming body) the exact values.
+        input_tokens, cache_read_input_tokens, cache_creation_input_tokens:
+            corrected prompt usage, when the backend reports the exact split
+            only at the end (a remote server's ``usage`` chunk: cached prefix
+            tokens, or an exact count where ``Started`` carried an estimate).
+            None keeps the :class:`Started` value. ``message_start`` has
+            already been sent, so the correction appears in ``message_delta``
+            (and in the non-streaming body, which is folded from it).
     """
 
     stop_reason: StopReason = "end_turn"
     output_tokens: int | None = None
     input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
 
 
 GenerationEvent = Union[

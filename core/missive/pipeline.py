@@ -18,7 +18,8 @@ Rules applied here, for every driver (contract sections 3 and 4):
 * ``stop_reason`` is ``tool_use`` whenever a tool call was emitted; with
   ``disable_parallel_tool_use`` generation stops after the first call;
 * ``message_delta`` carries cumulative usage, input and cache fields repeated
-  (or corrected, when :class:`~missive.events.Finished` carries exact prompt counts).
+  (corrected by :class:`~missive.events.Finished` when the driver learned the
+  exact prompt split only at the end).
 """
 
 from __future__ import annotations
@@ -117,6 +118,18 @@ class MessageStream:
             "cache_read_input_tokens": started.cache_read_input_tokens,
         }
 
+    def _correct_input_usage(self, finished: Finished) -> None:
+        """Apply the exact prompt usage a driver learned only at the end."""
+        started = self._started
+        assert started is not None
+        self._started = Started(
+            input_tokens=_first(finished.input_tokens, started.input_tokens),
+            cache_read_input_tokens=_first(finished.cache_read_input_tokens, started.cache_read_input_tokens),
+            cache_creation_input_tokens=_first(
+                finished.cache_creation_input_tokens, started.cache_creation_input_tokens
+            ),
+        )
+
     async def aclose(self) -> None:
         """Stop the driver's generation (idempotent)."""
         source, self._source = self._source, None
@@ -204,7 +217,6 @@ class MessageStream:
         stop_sequence: str | None = None
         driver_output_tokens: int | None = None
         parallel = self.request.tool_choice.parallel
-        final_input: dict[str, int] = {}
         try:
             async for event in self._parsed():
                 if isinstance(event, TextDelta):
@@ -254,10 +266,7 @@ class MessageStream:
                 elif isinstance(event, Finished):
                     stop_reason = event.stop_reason
                     driver_output_tokens = event.output_tokens
-                    if event.input_tokens is not None:
-                        final_input["input_tokens"] = event.input_tokens
-                    if event.cache_read_input_tokens is not None:
-                        final_input["cache_read_input_tokens"] = event.cache_read_input_tokens
+                    self._correct_input_usage(event)
                 elif isinstance(event, Started):
                     raise ApiError(f"driver '{self.driver.name}' started the message twice")
         except MissiveError:
@@ -278,7 +287,7 @@ class MessageStream:
         yield {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-            "usage": {**self._input_usage(), **final_input, "output_tokens": output_tokens},
+            "usage": {**self._input_usage(), "output_tokens": output_tokens},
         }
         yield {"type": "message_stop"}
 
@@ -308,6 +317,10 @@ def _from_parse(parsed: object) -> GenerationEvent:
         return ToolCallDelta(parsed.partial_json, tokens=0)
     assert isinstance(parsed, CallEnd)
     return ToolCallEnd()
+
+
+def _first(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def accumulate(events: list[Event]) -> dict[str, Any]:

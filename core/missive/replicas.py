@@ -1,0 +1,226 @@
+"""Replicas of one backend deployment: least-outstanding choice, failover, health probes.
+
+A model served by a remote backend (vLLM, llama-server, Ollama...) may list
+several base URLs, replicas of one deployment. :class:`ReplicaPool` spreads
+requests over them without a scheduler of its own:
+
+* **choice**: each request goes to the healthy replica with the fewest
+  outstanding requests (ties broken round-robin, so an idle fleet is used
+  evenly);
+* **failure**: a driver that gets a connection error, or a 5xx status before
+  the first byte of the answer, calls :meth:`ReplicaPool.mark_failed`; the
+  replica is skipped from then on;
+* **recovery**: a failed replica is probed in the background (``GET`` of
+  ``health_path``: vLLM and llama-server answer ``/health``, any
+  OpenAI-compatible server ``/v1/models``) after ``probe_interval`` seconds,
+  doubling up to ``max_probe_interval`` while it keeps failing; a 2xx answer
+  makes it healthy again;
+* **failover**: a request that failed before its first byte is sent again to
+  another replica (``acquire(exclude=...)``); never after bytes were streamed
+  to the client, which the driver knows and the pool does not.
+
+Usage in a driver (``send`` stands for the driver's request)::
+
+    tried: set[Replica] = set()
+    while True:
+        async with pool.acquire(exclude=tried) as replica:   # 529 when none is left
+            try:
+                response = await send(replica.url)
+            except httpx.TransportError:
+                pool.mark_failed(replica, "connection refused")
+                tried.add(replica)
+                continue
+            ...  # stream the answer while the replica counts as busy
+            return
+
+The pool owns no HTTP client: it borrows the driver's pooled
+``httpx.AsyncClient`` for its probes, which run as asyncio tasks (Missive
+serves on asyncio) until the replica recovers or :meth:`ReplicaPool.aclose`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Collection, Sequence
+
+import anyio
+import httpx
+
+from .errors import OverloadedError
+
+__all__ = ["Replica", "ReplicaPool"]
+
+log = logging.getLogger("missive.replicas")
+
+
+class Replica:
+    """One backend base URL and its state.
+
+    Attributes:
+        url: base URL without a trailing slash (``http://gpu1:8000``).
+        outstanding: requests currently using it.
+        healthy: False from :meth:`ReplicaPool.mark_failed` until a probe succeeds.
+        last_error: why it was last marked failed (for logs and error messages).
+        next_probe_at: ``time.monotonic()`` of the next health probe, when unhealthy.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.outstanding = 0
+        self.healthy = True
+        self.last_error: str | None = None
+        self.next_probe_at: float | None = None
+        self._probe_interval = 0.0
+
+    def __repr__(self) -> str:
+        state = "healthy" if self.healthy else f"unhealthy ({self.last_error})"
+        return f"Replica({self.url!r}, outstanding={self.outstanding}, {state})"
+
+
+class ReplicaPool:
+    """Replicas of one deployment (see the module doc).
+
+    Args:
+        urls: base URLs, at least one; duplicates are dropped.
+        client: the driver's HTTP client, used for health probes.
+        name: what the replicas serve, for log lines and errors (the model id).
+        health_path: path probed with ``GET`` on a failed replica.
+        probe_interval: seconds before the first probe of a failed replica.
+        max_probe_interval: cap of the doubling interval, in seconds.
+        probe_timeout: seconds a probe may take.
+
+    Raises:
+        ValueError: no URL.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        client: httpx.AsyncClient,
+        name: str = "backend",
+        health_path: str = "/health",
+        probe_interval: float = 1.0,
+        max_probe_interval: float = 30.0,
+        probe_timeout: float = 5.0,
+    ) -> None:
+        unique = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        if not unique:
+            raise ValueError("a replica pool needs at least one URL")
+        self.replicas = [Replica(u) for u in unique]
+        self.client = client
+        self.name = name
+        self.health_path = "/" + health_path.lstrip("/")
+        self.probe_interval = probe_interval
+        self.max_probe_interval = max_probe_interval
+        self.probe_timeout = probe_timeout
+        self._turn = itertools.count()
+        self._probing: set[Replica] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def healthy(self) -> list[Replica]:
+        """Replicas currently accepting requests."""
+        return [r for r in self.replicas if r.healthy]
+
+    def choose(self, exclude: Collection[Replica] = ()) -> Replica | None:
+        """The healthy replica with the fewest outstanding requests, not in ``exclude``
+        (ties: round-robin). None when there is none."""
+        candidates = [r for r in self.replicas if r.healthy and r not in exclude]
+        if not candidates:
+            return None
+        start = next(self._turn) % len(candidates)
+        rotated = candidates[start:] + candidates[:start]
+        return min(rotated, key=lambda r: r.outstanding)
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, exclude: Collection[Replica] = ()) -> AsyncIterator[Replica]:
+        """Hold the chosen replica for one request (its ``outstanding`` count is
+        raised until the block exits, also on cancellation).
+
+        Raises:
+            OverloadedError: 529 with ``retry-after``: every replica is unhealthy
+                or already tried; the message names the last failure.
+        """
+        replica = self.choose(exclude)
+        if replica is None:
+            raise self._overloaded(exclude)
+        replica.outstanding += 1
+        try:
+            yield replica
+        finally:
+            replica.outstanding -= 1
+
+    def _overloaded(self, exclude: Collection[Replica]) -> OverloadedError:
+        now = time.monotonic()
+        waits = [r.next_probe_at - now for r in self.replicas if not r.healthy and r.next_probe_at is not None]
+        retry_after = max(1, int(min(waits) + 0.999)) if waits else 1
+        failures = "; ".join(f"{r.url}: {r.last_error}" for r in self.replicas if r.last_error)
+        what = "every replica failed" if exclude else "no healthy replica"
+        return OverloadedError(
+            f"backend for '{self.name}' unavailable ({what}: {failures or 'unknown error'})",
+            retry_after=retry_after,
+        )
+
+    def mark_failed(self, replica: Replica, reason: str) -> None:
+        """Take ``replica`` out of rotation until a health probe succeeds.
+
+        Call it for a connection error or a 5xx status before the first byte;
+        not for a 4xx (the request's fault, not the replica's). Must be called
+        from the event loop. Idempotent while the replica is unhealthy.
+        """
+        replica.last_error = reason
+        if not replica.healthy:
+            return
+        log.warning("replica %s of %s marked unhealthy: %s", replica.url, self.name, reason)
+        replica.healthy = False
+        replica._probe_interval = self.probe_interval
+        replica.next_probe_at = time.monotonic() + replica._probe_interval
+        self._start_probe(replica)
+
+    def _start_probe(self, replica: Replica) -> None:
+        if replica in self._probing:
+            return
+        self._probing.add(replica)
+        task = asyncio.get_running_loop().create_task(self._probe_until_healthy(replica))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Stop the health probes (call from ``Driver.aclose``)."""
+        tasks, self._tasks = list(self._tasks), set()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def probe(self, replica: Replica) -> bool:
+        """One health check: ``GET {url}{health_path}``; True on a 2xx answer."""
+        try:
+            response = await self.client.get(replica.url + self.health_path, timeout=self.probe_timeout)
+        except httpx.HTTPError as exc:
+            replica.last_error = f"health probe failed: {type(exc).__name__}"
+            return False
+        if 200 <= response.status_code < 300:
+            return True
+        replica.last_error = f"health probe answered {response.status_code}"
+        return False
+
+    async def _probe_until_healthy(self, replica: Replica) -> None:
+        try:
+            while not replica.healthy:
+                assert replica.next_probe_at is not None
+                await anyio.sleep(max(0.0, replica.next_probe_at - time.monotonic()))
+                if await self.probe(replica):
+                    log.info("replica %s of %s is healthy again", replica.url, self.name)
+                    replica.healthy = True
+                    replica.next_probe_at = None
+                    break
+                replica._probe_interval = min(self.max_probe_interval, replica._probe_interval * 2)
+                replica.next_probe_at = time.monotonic() + replica._probe_interval
+        finally:
+            self._probing.discard(replica)

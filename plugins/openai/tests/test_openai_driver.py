@@ -1,0 +1,236 @@
+"""The generic openai driver through the official SDK, against a generic
+OpenAI-compatible fake (FakeChatServer with vllm=False: no /tokenize, no
+max_model_len), plus unit tests of the error and chunk translation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from missive.errors import BadGatewayError, InvalidRequestError, OverloadedError, PromptTooLongError
+from missive.events import Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from missive.testing import DriverContract, live_server
+from missive_openai.chunks import ChunkTranslator
+from missive_openai.testing import FakeChatServer, render_tokens
+from missive_openai.upstream_errors import context_overflow, parse_error_body, translate
+
+CONTEXT = 1024
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeChatServer]:
+    with FakeChatServer(vllm=False, max_model_len=CONTEXT, api_key="sk-upstream", error_shape="object") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def url(fake: FakeChatServer) -> Iterator[str]:
+    settings = {"base_url": fake.url, "model": "fake-model", "api_key": "sk-upstream"}
+    config: dict[str, Any] = {
+        "models": {
+            "gen": {"driver": "openai", "context_window": CONTEXT, "settings": settings},
+            "gen-noctx": {"driver": "openai", "settings": {
+                **settings, "prefill": "trailing_message",
+                "capabilities": {"tool_choice": ["auto", "any", "tool", "none"], "sampling": ["temperature"]}}},
+            "gen-badkey": {"driver": "openai", "settings": {**settings, "api_key": "wrong"}},
+            "gen-5xx": {"driver": "openai", "settings": settings},  # its own replica pool
+        },
+    }
+    with live_server(config) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+
+
+def test_estimate_at_start_exact_usage_at_the_end(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    messages = [{"role": "user", "content": "alpha beta gamma delta"}]
+    estimate = client.messages.count_tokens(model="gen", messages=messages).input_tokens
+    with client.messages.stream(model="gen", max_tokens=20, messages=messages) as stream:
+        started = None
+        for event in stream:
+            if event.type == "message_start":
+                started = event.message.usage.input_tokens
+        final = stream.get_final_message()
+    exact = len(render_tokens(fake.requests[-1]))
+    assert started == estimate  # message_start carries the estimate, before any token
+    assert final.usage.input_tokens == exact != estimate  # message_delta carries the server's count
+    assert fake.headers[-1]["authorization"] == "Bearer sk-upstream"
+    assert final.content[0].text == "alpha beta gamma delta"
+
+
+def test_upstream_credentials_refused_is_502(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="gen-badkey", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 502
+    assert "refused Missive's credentials" in caught.value.body["error"]["message"]
+
+
+def test_context_overflow_from_the_server_wording(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="gen", max_tokens=5, messages=[{"role": "user", "content": "hi " * CONTEXT}])
+    prompt = len(render_tokens(fake.requests[-1]))
+    assert caught.value.body["error"]["message"] == f"prompt is too long: {prompt} tokens > {CONTEXT - 1} maximum"
+
+
+def test_output_budget_too_large_is_retried_clamped(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    before = len(fake.requests)
+    message = client.messages.create(model="gen-noctx", max_tokens=100_000,
+                                     messages=[{"role": "user", "content": "short prompt"}])
+    assert message.content[0].text == "short prompt"
+    first, second = fake.requests[before:]
+    assert first["max_tokens"] == 100_000
+    assert second["max_tokens"] == CONTEXT - len(render_tokens(second))
+
+
+def test_prefill_refused_unless_declared(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    messages = [{"role": "user", "content": "one two"}, {"role": "assistant", "content": "Sure:"}]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="gen", max_tokens=5, messages=messages)
+    assert caught.value.body["error"]["message"].startswith(
+        "assistant prefill (a final assistant message) is not supported by model 'gen' (driver 'openai')")
+    client.messages.create(model="gen-noctx", max_tokens=5, messages=messages)
+    assert fake.requests[-1]["messages"][-1] == {"role": "assistant", "content": "Sure:"}
+    assert "continue_final_message" not in fake.requests[-1]
+
+
+def test_declared_capabilities_are_enforced(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    tools = [{"name": "f", "input_schema": {"type": "object"}}]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="gen", max_tokens=5, tools=tools, tool_choice={"type": "any"},
+                               messages=[{"role": "user", "content": "x"}])
+    assert 'tool_choice "any" is not supported' in caught.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model="gen", max_tokens=5, messages=[{"role": "user", "content": "x"}],
+                               extra_body={"top_k": 3})
+    message = client.messages.create(model="gen-noctx", max_tokens=5, tools=tools, tool_choice={"type": "any"},
+                                     messages=[{"role": "user", "content": "x"}])
+    assert fake.requests[-1]["tool_choice"] == "required"
+    assert message.stop_reason == "tool_use" and message.content[0].input == {}
+
+
+def test_backend_5xx_is_529(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    fake.fail_status = 503
+    try:
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            client.messages.create(model="gen-5xx", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    finally:
+        fake.fail_status = None
+    assert caught.value.status_code == 529
+    assert caught.value.body["error"]["type"] == "overloaded_error"
+    assert "engine unavailable" in caught.value.body["error"]["message"]
+
+
+# -- unit tests of the translation ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "prompt", "context", "output_only"),
+    [
+        ({"error": {"message": "This model's maximum context length is 4096 tokens. However, your request has "
+                               "5000 input tokens. Please reduce the length of the input messages.",
+                    "type": "BadRequestError", "param": None, "code": 400}}, 5000, 4096, False),
+        ({"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you "
+                                        "requested 4196 tokens (4000 in the messages, 196 in the completion). "
+                                        "Please reduce the length of the messages or completion.",
+          "type": "BadRequestError", "param": None, "code": 400}, 4000, 4096, True),
+        ({"error": {"code": 400, "message": "request (9000 tokens) exceeds the available context size "
+                                            "(8192 tokens), try increasing it", "type": "exceed_context_size_error",
+                    "n_prompt_tokens": 9000, "n_ctx": 8192}}, 9000, 8192, False),
+        ({"detail": "The decoder prompt (length 3000) is longer than the maximum model length of 2048."},
+         3000, 2048, False),
+        ({"error": {"message": "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum "
+                               "context length is 4096 tokens and your request has 100 input tokens "
+                               "(5000 > 4096 - 100).", "code": 400}}, 100, 4096, True),
+    ],
+)
+def test_context_wordings(body: dict[str, Any], prompt: int, context: int, output_only: bool) -> None:
+    error = parse_error_body(400, json.dumps(body).encode())
+    overflow = context_overflow(error)
+    assert overflow is not None
+    assert (overflow.prompt_tokens, overflow.context, overflow.output_only) == (prompt, context, output_only)
+    translated = translate(error, model="m")
+    assert isinstance(translated, PromptTooLongError)
+    assert translated.message == f"prompt is too long: {prompt} tokens > {context - 1} maximum"
+
+
+def test_other_errors_translated() -> None:
+    assert isinstance(translate(parse_error_body(400, b'{"error": {"message": "bad image"}}'), model="m"),
+                      InvalidRequestError)
+    down = translate(parse_error_body(500, b"Internal Server Error"), model="m")
+    assert isinstance(down, OverloadedError) and down.retry_after and "Internal Server Error" in down.message
+    assert isinstance(translate(parse_error_body(403, b'{"error": "Unauthorized"}'), model="m"), BadGatewayError)
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def test_interleaved_late_fragment_is_rejected_not_repaired() -> None:
+    translator = ChunkTranslator()
+    translator.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": '{"x"'}}]}))
+    with pytest.raises(BadGatewayError, match="malformed JSON arguments for tool 'a'"):
+        translator.feed(_chunk({"tool_calls": [{"index": 1, "function": {"name": "b", "arguments": "{}"}}]}))
+
+
+def test_sequential_calls_and_usage_split() -> None:
+    translator = ChunkTranslator()
+    events = []
+    for chunk in (
+        _chunk({"content": "ok"}),
+        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "a", "arguments": ""}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"x": '}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        _chunk({"tool_calls": [{"index": 1, "id": "call_2", "function": {"name": "b", "arguments": {"y": 2}}}]}),
+        _chunk({}, "tool_calls"),
+        {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 7,
+                                  "prompt_tokens_details": {"cached_tokens": 4}}},
+    ):
+        events += translator.feed(chunk)
+    events += translator.finish(ended_cleanly=True)
+    assert events == [
+        TextDelta("ok"),
+        ToolCallStart(name="a", id="call_1"), ToolCallDelta('{"x": 1}', tokens=3), ToolCallEnd(),
+        ToolCallStart(name="b", id="call_2"), ToolCallDelta('{"y": 2}', tokens=1), ToolCallEnd(),
+        Finished("tool_use", output_tokens=7, input_tokens=6, cache_read_input_tokens=4),
+    ]
+
+
+@pytest.mark.parametrize(("reason", "stop"), [("stop", "end_turn"), ("length", "max_tokens"),
+                                               ("content_filter", "refusal"), ("tool_calls", "end_turn")])
+def test_finish_reasons(reason: str, stop: str) -> None:
+    translator = ChunkTranslator()
+    translator.feed(_chunk({"content": "x"}, reason))
+    assert translator.finish(ended_cleanly=True)[-1] == Finished(stop)
+
+
+def test_stream_cut_before_finish_and_forbidden_calls() -> None:
+    translator = ChunkTranslator()
+    translator.feed(_chunk({"content": "x"}))
+    with pytest.raises(BadGatewayError, match="closed the stream"):
+        translator.finish(ended_cleanly=False)
+    none = ChunkTranslator(tool_choice="none")
+    none.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": "{}"}}]}, "stop"))
+    with pytest.raises(BadGatewayError, match="although tool_choice was none"):
+        none.finish(ended_cleanly=True)
+    named = ChunkTranslator(tool_choice="tool", forced_name="b")
+    named.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": "{}"}}]}, "stop"))
+    with pytest.raises(BadGatewayError, match="named 'b'"):
+        named.finish(ended_cleanly=True)
+
+
+@pytest.fixture(scope="module")
+def contract_url(url: str) -> str:
+    return url
+
+
+class TestOpenAIContract(DriverContract):
+    model = "gen"
+    exact_count_tokens = False
+    prompt = "red orange yellow green blue"

@@ -1,0 +1,129 @@
+"""The ``vllm`` driver: the ``openai`` driver plus vLLM's extras.
+
+Source of each rule: vLLM's ``vllm/entrypoints/openai/protocol.py``
+(``ChatCompletionRequest``, ``TokenizeChatRequest``, ``TokenizeResponse``,
+``ModelCard``) and ``serving_chat.py``.
+
+* **Exact prompt size**: ``POST /tokenize`` with the same ``messages``,
+  ``tools``, ``add_generation_prompt`` / ``continue_final_message`` and
+  ``chat_template_kwargs`` as the generation renders the same chat template
+  with the same tokenizer; its ``count`` is the prompt size of ``Started``
+  and of ``count_tokens``, and its ``max_model_len`` the context. A prompt
+  of ``max_model_len`` tokens or more is the 400 ``prompt is too long``
+  before anything is generated, and ``max_tokens`` is clamped to what the
+  context leaves (vLLM itself would answer 400 ``'max_tokens' ... is too large``).
+* **Context window**: ``max_model_len`` of the served model in ``GET /v1/models``
+  at start-up (the model entry's ``context_window`` wins when set).
+* **Prefill**: a final assistant message is continued with
+  ``continue_final_message: true, add_generation_prompt: false``.
+* **Thinking switch**: with ``settings.thinking`` (a reasoning model served
+  with ``--reasoning-parser``), ``chat_template_kwargs.enable_thinking`` is
+  true for ``thinking: enabled`` or ``adaptive`` and false otherwise (Qwen3,
+  DeepSeek-R1 distills and GLM templates read it); ``delta.reasoning_content``
+  becomes the thinking block. Issue 4 owns budgets and signatures.
+* **Structured output**: ``output_config.format`` as ``response_format:
+  {type: json_schema, json_schema: {name, schema}}`` (guided decoding).
+* **Images**: with ``settings.vision``, base64 images are ``image_url``
+  parts with ``data:`` URLs.
+* **top_k** is sent as vLLM's extra ``top_k`` field.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from pydantic import Field
+
+from missive.capabilities import Capabilities
+from missive.driver import GenerationRequest
+from missive.errors import BadGatewayError
+from missive_openai.driver import OpenAIDriver
+from missive_openai.settings import OpenAISettings
+
+__all__ = ["VLLMDriver", "VLLMSettings", "IMAGE_MEDIA_TYPES"]
+
+log = logging.getLogger("missive.vllm")
+
+#: Image types vLLM's multimodal loader decodes (PIL), plus ``image`` for URL sources.
+IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image"})
+
+
+class VLLMSettings(OpenAISettings):
+    """The openai settings, with vLLM's defaults and extras.
+
+    Attributes:
+        vision: the model takes images (declares ``input_media``).
+        thinking: the model reasons and the server runs a ``--reasoning-parser``;
+            sends ``chat_template_kwargs.enable_thinking`` per request.
+        chat_template_kwargs: passed to the chat template on every request
+            (and to ``/tokenize``, so counts match).
+    """
+
+    health_path: str = "/health"
+    prefill: Literal["refuse", "continue_final_message", "trailing_message"] = "continue_final_message"
+    vision: bool = False
+    thinking: bool = False
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class VLLMDriver(OpenAIDriver):
+    settings_model = VLLMSettings
+    exact_prompt_tokens = True
+    label = "vllm"
+    settings: VLLMSettings
+
+    def refine_capabilities(self, capabilities: Capabilities) -> Capabilities:
+        update: dict[str, Any] = {}
+        if self.settings.vision:
+            update["input_media"] = capabilities.input_media | IMAGE_MEDIA_TYPES
+        if self.settings.thinking:
+            update["thinking"] = True
+        return capabilities.model_copy(update=update)
+
+    def _template_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
+        kwargs = dict(self.settings.chat_template_kwargs)
+        if self.settings.thinking:
+            thinking = request.request.thinking
+            kwargs["enable_thinking"] = thinking is not None and thinking.type in ("enabled", "adaptive")
+        return kwargs
+
+    def extra_fields(self, request: GenerationRequest) -> dict[str, Any]:
+        kwargs = self._template_kwargs(request)
+        return {"chat_template_kwargs": kwargs} if kwargs else {}
+
+    async def prompt_tokens(self, request: GenerationRequest, body: dict[str, Any]) -> int:
+        """``count`` of ``POST /tokenize`` for ``body``'s chat (exact); also
+        learns ``max_model_len`` when no context window is configured.
+
+        Raises:
+            OverloadedError: no replica answered.
+            BadGatewayError: an answer without an integer ``count``.
+        """
+        tokenize: dict[str, Any] = {
+            "model": body["model"],
+            "messages": body["messages"],
+            "add_generation_prompt": body.get("add_generation_prompt", True),
+            "continue_final_message": body.get("continue_final_message", False),
+        }
+        for key in ("tools", "chat_template_kwargs"):
+            if key in body:
+                tokenize[key] = body[key]
+        answer = await self.backend_json("POST", "/tokenize", tokenize)
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if not isinstance(count, int) or count < 0:
+            raise BadGatewayError(f"the backend of model '{self.model_id}' answered /tokenize without a count")
+        limit = answer.get("max_model_len")
+        if self.entry.context_window is None and isinstance(limit, int) and limit > 0:
+            self._context = limit
+        return count
+
+    async def discover_context(self) -> int | None:
+        """``max_model_len`` of the served model in ``GET /v1/models``."""
+        answer = await self.backend_json("GET", "/v1/models")
+        for card in answer.get("data", []) if isinstance(answer, dict) else []:
+            if isinstance(card, dict) and card.get("id") == self.upstream_model:
+                limit = card.get("max_model_len")
+                return limit if isinstance(limit, int) and limit > 0 else None
+        log.warning("model %s: the backend does not list '%s' in /v1/models", self.model_id, self.upstream_model)
+        return None

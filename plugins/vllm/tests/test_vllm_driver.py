@@ -1,0 +1,315 @@
+"""The vllm driver through the official SDK, against a fake vLLM server that
+reproduces vLLM's wire format (missive_openai.testing.FakeChatServer)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from missive.testing import DriverContract, free_port, live_server
+from missive_openai.testing import FakeChatServer, render_tokens
+
+MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeChatServer]:
+    with FakeChatServer(max_model_len=MAX_MODEL_LEN, prompt_tokens_details=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def url(fake: FakeChatServer) -> Iterator[str]:
+    dead = f"http://127.0.0.1:{free_port()}"
+    base = {"driver": "vllm"}
+    config: dict[str, Any] = {
+        "server": {"ping_interval": 0.2},
+        "models": {
+            "vllm": {**base, "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True}},
+            "vllm-vision": {**base, "settings": {"base_url": fake.url + "/v1", "model": "fake-model",
+                                                 "vision": True}},
+            "vllm-down": {**base, "context_window": 4096, "settings": {"base_url": dead, "model": "fake-model"}},
+            "vllm-replicas": {**base, "settings": {"base_urls": [dead, fake.url], "model": "fake-model"}},
+        },
+    }
+    with live_server(config) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+
+
+def script(*steps: dict[str, Any], **extra: Any) -> str:
+    return json.dumps({"script": list(steps), **extra})
+
+
+TOOLS = [
+    {"name": "get_weather", "description": "Weather of a city",
+     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    {"name": "get_time", "input_schema": {"type": "object", "properties": {}}},
+]
+
+
+def test_text_stream_equals_non_stream_and_upstream_body(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    kwargs: dict[str, Any] = dict(model="vllm", max_tokens=50, stop_sequences=["zzz"],
+                                  messages=[{"role": "user", "content": "red orange yellow"}],
+                                  extra_body={"temperature": 0.0, "top_k": 5})
+    plain = client.messages.create(**kwargs)
+    sent = fake.requests[-1]
+    with client.messages.stream(**kwargs) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert plain.content[0].text == text == final.content[0].text == "red orange yellow"
+    assert plain.stop_reason == final.stop_reason == "end_turn"
+    assert plain.usage.output_tokens == final.usage.output_tokens == 4  # three words + EOS, as vLLM counts
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert sent["temperature"] == 0.0 and sent["top_k"] == 5 and sent["max_tokens"] == 50
+    assert "stop" not in sent  # the core matches stop sequences itself
+    assert sent["chat_template_kwargs"] == {"enable_thinking": False}  # thinking absent: switched off
+    assert sent["messages"] == [{"role": "user", "content": "red orange yellow"}]
+
+
+def test_count_tokens_is_tokenize_count_and_usage(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    messages = [{"role": "user", "content": "one two three four"}]
+    counted = client.messages.count_tokens(model="vllm", messages=messages, tools=TOOLS, system="be brief")
+    tokenize = fake.tokenize_requests[-1]
+    assert tokenize["tools"][0]["function"]["name"] == "get_weather" and tokenize["add_generation_prompt"] is True
+    assert tokenize["messages"][0] == {"role": "system", "content": "be brief"}
+    assert counted.input_tokens == len(render_tokens(tokenize))
+    usage = client.messages.create(model="vllm", max_tokens=20, messages=messages, tools=TOOLS,
+                                   system="be brief").usage
+    assert usage.input_tokens + usage.cache_read_input_tokens == counted.input_tokens
+
+
+def test_cached_tokens_reported_as_cache_read(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    long_text = " ".join(f"word{i}" for i in range(100))
+    messages = [{"role": "user", "content": long_text}]
+    client.messages.create(model="vllm", max_tokens=1, messages=messages)
+    with client.messages.stream(model="vllm", max_tokens=1, messages=messages) as stream:
+        start_usage = None
+        for event in stream:
+            if event.type == "message_start":
+                start_usage = event.message.usage
+        final = stream.get_final_message()
+    total = len(render_tokens({"messages": [{"role": "user", "content": long_text}],
+                               "chat_template_kwargs": {"enable_thinking": False}}))
+    assert start_usage is not None and start_usage.input_tokens == total  # the /tokenize count, before the split
+    # vLLM reports whole cached blocks of 16, at least one token recomputed.
+    assert final.usage.cache_read_input_tokens == ((total - 1) // 16) * 16 > 0
+    assert final.usage.input_tokens == total - final.usage.cache_read_input_tokens
+
+
+def test_tool_calls_stream_and_non_stream_accumulate_the_same_input(
+    client: anthropic.Anthropic, fake: FakeChatServer
+) -> None:
+    content = script(
+        {"content": "Let me check."},
+        {"tool_call": {"name": "get_weather", "arguments": ['{"city', '": "Par', 'is"}']}},
+        {"tool_call": {"name": "get_time", "arguments": []}},
+        finish_reason="stop",  # as vLLM's named tool choice reports it: tool_use all the same
+    )
+    kwargs: dict[str, Any] = dict(model="vllm", max_tokens=100, tools=TOOLS,
+                                  messages=[{"role": "user", "content": content}])
+    plain = client.messages.create(**kwargs)
+    with client.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    for message in (plain, final):
+        assert [b.type for b in message.content] == ["text", "tool_use", "tool_use"]
+        assert message.content[1].name == "get_weather" and message.content[1].input == {"city": "Paris"}
+        assert message.content[2].name == "get_time" and message.content[2].input == {}
+        assert message.content[1].id.startswith("chatcmpl-tool-")
+        assert message.stop_reason == "tool_use"
+    assert fake.requests[-1]["tool_choice"] == "auto"
+
+
+@pytest.mark.parametrize(
+    ("choice", "sent"),
+    [
+        ({"type": "auto"}, {"tool_choice": "auto"}),
+        ({"type": "any"}, {"tool_choice": "required"}),
+        ({"type": "tool", "name": "get_time"}, {"tool_choice": {"type": "function", "function": {"name": "get_time"}}}),
+        ({"type": "none"}, {"tool_choice": "none"}),
+        ({"type": "any", "disable_parallel_tool_use": True}, {"tool_choice": "required", "parallel_tool_calls": False}),
+    ],
+)
+def test_tool_choice_modes_sent_upstream(
+    client: anthropic.Anthropic, fake: FakeChatServer, choice: dict[str, Any], sent: dict[str, Any]
+) -> None:
+    message = client.messages.create(model="vllm", max_tokens=30, tools=TOOLS, tool_choice=choice,
+                                     messages=[{"role": "user", "content": "hello there"}])
+    body = fake.requests[-1]
+    assert {k: body.get(k) for k in sent} == sent
+    if "parallel_tool_calls" not in sent:
+        assert "parallel_tool_calls" not in body
+    assert body["tools"][0] == {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather of a city", "parameters": TOOLS[0]["input_schema"]}}
+    if choice["type"] in ("any", "tool"):  # the fake forces a call, as vLLM's guided decoding
+        assert message.stop_reason == "tool_use"
+        assert message.content[-1].name == choice.get("name", "get_weather")
+    else:
+        assert message.content[0].text == "hello there"
+
+
+def test_tool_history_converted(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    client.messages.create(
+        model="vllm", max_tokens=10, tools=TOOLS,
+        messages=[
+            {"role": "user", "content": "weather in Paris and the time?"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
+                 "content": [{"type": "text", "text": "clock unavailable"}]},
+                {"type": "text", "text": "thanks"},
+            ]},
+        ],
+    )
+    assert fake.requests[-1]["messages"][1:] == [
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "toolu_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: clock unavailable"},
+        {"role": "user", "content": "thanks"},
+    ]
+
+
+def test_anthropic_defined_tool_refused(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
+                               tools=[{"type": "bash_20250124", "name": "bash"}])
+    assert "bash_20250124" in caught.value.body["error"]["message"]
+
+
+def test_reasoning_becomes_thinking_block(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    content = script({"reasoning": "Let me"}, {"reasoning": " think.", "field": "reasoning"}, {"content": "Four."})
+    kwargs: dict[str, Any] = dict(model="vllm", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1024},
+                                  messages=[{"role": "user", "content": content}])
+    plain = client.messages.create(**kwargs)
+    assert fake.requests[-1]["chat_template_kwargs"] == {"enable_thinking": True}
+    with client.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    for message in (plain, final):
+        assert [b.type for b in message.content] == ["thinking", "text"]
+        assert message.content[0].thinking == "Let me think." and message.content[1].text == "Four."
+
+
+def test_prefill_continues_final_message(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    message = client.messages.create(model="vllm", max_tokens=10, messages=[
+        {"role": "user", "content": "alpha beta"}, {"role": "assistant", "content": "The answer:"}])
+    body = fake.requests[-1]
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert body["messages"][-1] == {"role": "assistant", "content": "The answer:"}
+    assert fake.tokenize_requests[-1]["continue_final_message"] is True
+    assert message.content[0].text == "alpha beta"
+
+
+def test_structured_output_and_images(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": "x"}],
+                           extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    assert fake.requests[-1]["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": [image]}])
+    assert "input media type image/png" in caught.value.body["error"]["message"]
+    client.messages.create(model="vllm-vision", max_tokens=10,
+                           messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
+    assert fake.requests[-1]["messages"][0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "text", "text": "what?"},
+    ]
+
+
+def test_prompt_too_long_before_generation(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    sent = len(fake.requests)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="vllm", max_tokens=10,
+                               messages=[{"role": "user", "content": "hello " * MAX_MODEL_LEN}])
+    count = len(render_tokens(fake.tokenize_requests[-1]))
+    assert caught.value.body["error"]["message"] == f"prompt is too long: {count} tokens > {MAX_MODEL_LEN - 1} maximum"
+    assert len(fake.requests) == sent  # refused from the /tokenize count, nothing generated
+    # max_tokens is clamped to what the context leaves (vLLM would refuse it with a 400).
+    message = client.messages.create(model="vllm", max_tokens=100_000,
+                                     messages=[{"role": "user", "content": "fits"}])
+    assert message.content[0].text == "fits"
+    assert fake.requests[-1]["max_tokens"] == MAX_MODEL_LEN - len(render_tokens(fake.tokenize_requests[-1]))
+
+
+def test_models_listing_reports_max_model_len(client: anthropic.Anthropic) -> None:
+    assert client.models.retrieve("vllm").max_input_tokens == MAX_MODEL_LEN
+
+
+def test_backend_down_is_529_with_retry_after(url: str) -> None:
+    response = httpx.post(f"{url}/v1/messages", json={
+        "model": "vllm-down", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    assert response.status_code == 529
+    assert response.json()["error"]["type"] == "overloaded_error"
+    assert int(response.headers["retry-after"]) >= 1
+
+
+def test_replica_failover_before_first_byte(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    for _ in range(3):
+        message = client.messages.create(model="vllm-replicas", max_tokens=10,
+                                         messages=[{"role": "user", "content": "still here"}])
+        assert message.content[0].text == "still here"
+
+
+def test_malformed_chunk_is_an_error_event(url: str) -> None:
+    content = script({"content": "Hi"}, {"raw": "data: {not json"})
+    with httpx.stream("POST", f"{url}/v1/messages", timeout=30, json={
+        "model": "vllm", "max_tokens": 20, "stream": True, "messages": [{"role": "user", "content": content}]}) as r:
+        body = r.read().decode()
+    assert r.status_code == 200
+    assert "event: error" in body and "malformed chunk from the backend" in body
+    assert "message_stop" not in body
+
+
+def test_malformed_tool_arguments_are_502(client: anthropic.Anthropic) -> None:
+    content = script({"tool_call": {"name": "get_time", "arguments": ['{"a": ', "oops"]}})
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="vllm", max_tokens=20, tools=TOOLS,
+                               messages=[{"role": "user", "content": content}])
+    assert caught.value.status_code == 502
+    assert "malformed JSON arguments for tool 'get_time'" in caught.value.body["error"]["message"]
+
+
+def test_backend_error_chunk_mid_stream(client: anthropic.Anthropic) -> None:
+    content = script({"content": "partial"}, {"error": "engine died"})
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="vllm", max_tokens=20, messages=[{"role": "user", "content": content}])
+    assert caught.value.status_code == 502 and "engine died" in caught.value.body["error"]["message"]
+
+
+def test_client_disconnect_closes_upstream(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    steps = [{"content": "tick"}] + [{"sleep": 0.05}, {"content": " tick"}] * 200
+    before = len(fake.disconnects)
+    with client.messages.stream(model="vllm", max_tokens=1000,
+                                messages=[{"role": "user", "content": script(*steps)}]) as stream:
+        for text in stream.text_stream:
+            if text:
+                break
+    assert fake.wait_for(lambda: len(fake.disconnects) > before), "the fake never saw the disconnect"
+
+
+@pytest.fixture(scope="module")
+def contract_url(url: str) -> str:
+    return url
+
+
+class TestVLLMContract(DriverContract):
+    model = "vllm"
+    prompt = "red orange yellow green blue"
