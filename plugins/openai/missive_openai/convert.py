@@ -29,6 +29,7 @@ import json
 from typing import Any
 
 from missive.conversation import Conversation, Turn
+from missive.driver import GenerationRequest
 from missive.errors import InvalidRequestError
 from missive.schema.blocks import (
     Base64Source,
@@ -42,7 +43,6 @@ from missive.schema.blocks import (
     ToolUseBlock,
     UrlSource,
 )
-from missive.schema.request import CountTokensRequest
 
 __all__ = ["chat_messages", "chat_tools", "chat_tool_choice", "ERROR_PREFIX"]
 
@@ -180,46 +180,33 @@ def chat_messages(conversation: Conversation, *, prefill: bool = True) -> list[d
     return messages
 
 
-def chat_tools(request: CountTokensRequest) -> list[dict[str, Any]] | None:
-    """``tools`` of the request in the OpenAI function format, or None.
+def chat_tools(request: GenerationRequest) -> list[dict[str, Any]] | None:
+    """The offered tools in the OpenAI function format, or None.
 
-    Raises:
-        InvalidRequestError: an Anthropic-defined tool (``type`` such as
-            ``bash_20250124``), which has no ``input_schema`` to send.
+    The tools are the core's (:mod:`missive.tools.definitions`): custom tools
+    as sent, Anthropic-defined client tools (bash, text editor) with their
+    synthesized schemas; server tools are never offered.
     """
     if not request.tools:
         return None
-    tools: list[dict[str, Any]] = []
-    for tool in request.tools:
-        if tool.type not in (None, "custom") or tool.input_schema is None:
-            raise InvalidRequestError(
-                f"tools: Anthropic-defined tool type '{tool.type}' (tool '{tool.name}') is not supported "
-                "by this backend yet; declare it as a custom tool with an input_schema"
-            )
-        function: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
-        if tool.description is not None:
-            function["description"] = tool.description
-        tools.append({"type": "function", "function": function})
-    return tools
+    return [tool.openai_function() for tool in request.tools]
 
 
-def chat_tool_choice(request: CountTokensRequest) -> dict[str, Any]:
+def chat_tool_choice(request: GenerationRequest) -> dict[str, Any]:
     """``tool_choice`` (and ``parallel_tool_calls``) fields for a request with tools;
     empty without tools (OpenAI servers reject ``tool_choice`` without ``tools``)."""
     if not request.tools:
         return {}
     choice = request.tool_choice
-    if choice is None:
-        return {"tool_choice": "auto"}
     fields: dict[str, Any]
-    if choice.type == "auto":
+    if choice.mode == "auto":
         fields = {"tool_choice": "auto"}
-    elif choice.type == "any":
+    elif choice.mode == "any":
         fields = {"tool_choice": "required"}
-    elif choice.type == "tool":
+    elif choice.mode == "tool":
         fields = {"tool_choice": {"type": "function", "function": {"name": choice.name}}}
     else:
         return {"tool_choice": "none"}
-    if getattr(choice, "disable_parallel_tool_use", None):
+    if not choice.parallel:
         fields["parallel_tool_calls"] = False
     return fields

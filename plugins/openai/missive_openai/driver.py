@@ -187,10 +187,10 @@ class OpenAIDriver(Driver):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        tools = chat_tools(req)
+        tools = chat_tools(request)
         if tools:
             body["tools"] = tools
-            body.update(chat_tool_choice(req))
+            body.update(chat_tool_choice(request))
         if prefill and self.settings.prefill == "continue_final_message":
             body["continue_final_message"] = True
             body["add_generation_prompt"] = False

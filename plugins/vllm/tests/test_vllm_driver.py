@@ -186,11 +186,17 @@ def test_tool_history_converted(client: anthropic.Anthropic, fake: FakeChatServe
     ]
 
 
-def test_anthropic_defined_tool_refused(client: anthropic.Anthropic) -> None:
-    with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
-                               tools=[{"type": "bash_20250124", "name": "bash"}])
-    assert "bash_20250124" in caught.value.body["error"]["message"]
+def test_anthropic_defined_and_server_tools(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    """Client tools get the API's documented schema; server tools are never sent upstream."""
+    client.messages.create(
+        model="vllm",
+        max_tokens=10,
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[{"type": "bash_20250124", "name": "bash"}, {"type": "web_search_20250305", "name": "web_search"}],
+    )
+    sent = fake.requests[-1]["tools"]
+    assert [t["function"]["name"] for t in sent] == ["bash"]
+    assert "command" in sent[0]["function"]["parameters"]["properties"]
 
 
 def test_reasoning_becomes_thinking_block(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
