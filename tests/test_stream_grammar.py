@@ -225,3 +225,25 @@ def test_requests_queue_in_order(echo_url: str) -> None:
     assert first["b"] > a_second - 0.3
     # c waited for b's 0.4 s
     assert first["c"] > first["b"] + 0.2
+
+
+def test_disconnect_while_the_server_is_ahead_of_the_client(echo_url: str, echo: anthropic.Anthropic) -> None:
+    """The model produces faster than the (gone) client reads: the server's
+    read-ahead fills up and the stream is cancelled while waiting for room.
+    The model must still be freed (a regression: the generation was left
+    suspended, holding the model)."""
+    steps = [{"text": f" w{i}"} for i in range(400)]
+    body = {
+        "model": "echo-serial",
+        "max_tokens": 1000,
+        "stream": True,
+        "messages": [{"role": "user", "content": script(*steps, {"sleep": 60})}],
+    }
+    with httpx.stream("POST", f"{echo_url}/v1/messages", json=body, timeout=10) as resp:
+        for line in resp.iter_lines():
+            if "text_delta" in line:
+                break
+    quick = echo.with_options(timeout=10).messages.create(
+        model="echo-serial", max_tokens=5, messages=[{"role": "user", "content": "served now"}]
+    )
+    assert quick.content[0].text == "served now"

@@ -82,6 +82,13 @@ async def paced(
             await queue.put((False, exc))
         else:
             await queue.put((False, None))
+        finally:
+            # Cancelled while waiting for queue space (the client stopped
+            # reading), ``async for`` would leave ``source`` suspended, and with
+            # it the model's generation: close it explicitly.
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     task = asyncio.ensure_future(pump())
     held: dict[str, Any] | None = None
