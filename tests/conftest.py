@@ -64,4 +64,4 @@ def default_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def smol(default_url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=120)
+    return anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=600)  # a hang guard
