@@ -119,8 +119,8 @@ TOOL_CHOICES = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True
 @pytest.fixture
 def missive(tmp_path: Path) -> Iterator[Missive]:
     """Missive with echo models scripted by ``tmp_path/script.json``:
-    ``echo`` (200k words of context, ``claude-*`` alias) and ``echo-small``
-    (1000 words: Claude Code's prompt does not fit)."""
+    ``echo`` (200k words of context, ``claude-*`` alias), ``echo-100k`` and
+    ``echo-small`` (1000 words: Claude Code's prompt does not fit)."""
     script_file = tmp_path / "script.json"
     script_file.write_text("[]")
     capture_dir = tmp_path / "captures"
@@ -129,6 +129,7 @@ def missive(tmp_path: Path) -> Iterator[Missive]:
         "server": {"capture_dir": str(capture_dir)},
         "models": {
             "echo": {"driver": "echo", "context_window": 200_000, "aliases": ["claude-*"], "settings": settings},
+            "echo-100k": {"driver": "echo", "context_window": 100_000, "settings": settings},
             "echo-small": {"driver": "echo", "context_window": 1000, "settings": settings},
         },
     }

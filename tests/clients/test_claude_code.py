@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -163,3 +166,26 @@ def test_prompt_too_long_is_shown(missive: Missive, claude: ClaudeCode) -> None:
 def test_thinking_block_is_replayed() -> None:  # pragma: no cover
     raise AssertionError("not written")
 
+
+
+def test_missive_claude_runs_claude_code(missive: Missive, claude: ClaudeCode) -> None:
+    """``missive claude -- ARGS`` runs the ``claude`` on PATH with the environment it prints."""
+    missive.script({"script": [{"text": "Through"}, {"text": " missive claude"}]})
+    env = {
+        "PATH": f"{claude.binary.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(claude.home),
+        "CLAUDE_CONFIG_DIR": str(claude.home / ".claude"),
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "missive", "claude", "--url", missive.url, "--model", "echo-100k", "--",
+         "-p", "hello", "--output-format", "json"],
+        cwd=claude.work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["result"] == "Through missive claude"
+    (req,) = missive.captures()
+    assert req["headers"]["authorization"] == "[redacted]"  # ANTHROPIC_AUTH_TOKEN is sent as a bearer token
+    assert "x-api-key" not in req["headers"]
+    assert req["body"]["model"] == "echo-100k"  # ANTHROPIC_MODEL
+    assert req["body"]["max_tokens"] == 25000  # CLAUDE_CODE_MAX_OUTPUT_TOKENS: a quarter of the context
