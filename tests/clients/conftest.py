@@ -30,6 +30,7 @@ from missive.testing import live_server
 
 #: Pinned client versions (``npm view <pkg> version`` when bumping).
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
+OPENCODE = ("opencode-ai", "1.18.33")
 
 NPM_TIMEOUT = 600
 CLIENT_TIMEOUT = 120
@@ -83,6 +84,16 @@ def claude_bin() -> Path:
     path = npm_install(*CLAUDE_CODE, binary="claude")
     out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
     assert out.stdout.startswith(CLAUDE_CODE[1]), out.stdout + out.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
+def opencode_bin() -> Path:
+    """The pinned opencode CLI, installed once per machine."""
+    path = npm_install(*OPENCODE, binary="opencode")
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")})
+    assert out.stdout.strip() == OPENCODE[1], out.stdout + out.stderr
     return path
 
 
@@ -190,3 +201,58 @@ def claude(claude_bin: Path, missive: Missive, tmp_path: Path) -> ClaudeCode:
     work.mkdir()
     home.mkdir()
     return ClaudeCode(binary=claude_bin, missive=missive, work=work, home=home)
+
+
+@dataclass
+class Opencode:
+    """Runs ``opencode run --format json PROMPT`` in ``work`` with Missive as
+    its ``anthropic`` provider (``work/opencode.json``); HOME and the XDG
+    folders are fresh temp dirs. ``--title`` skips the title-generation call."""
+
+    binary: Path
+    missive: Missive
+    work: Path
+    home: Path
+
+    def configure(self, model: str = "echo") -> None:
+        config = {
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": False,
+            "share": "disabled",
+            "provider": {
+                "anthropic": {
+                    "options": {"baseURL": f"{self.missive.url}/v1", "apiKey": "sk-test"},
+                    "models": {model: {"name": model, "tool_call": True, "limit": {"context": 200_000, "output": 4096}}},
+                }
+            },
+        }
+        (self.work / "opencode.json").write_text(json.dumps(config))
+
+    def __call__(self, prompt: str, *, model: str = "echo") -> tuple[ClientRun, list[dict[str, Any]]]:
+        self.configure(model)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "XDG_CONFIG_HOME": str(self.home / ".config"),
+            "XDG_DATA_HOME": str(self.home / ".local" / "share"),
+            "XDG_CACHE_HOME": str(self.home / ".cache"),
+            "XDG_STATE_HOME": str(self.home / ".local" / "state"),
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        }
+        cmd = [str(self.binary), "run", "--pure", "--title", "test", "--format", "json",
+               "--model", f"anthropic/{model}", prompt]
+        proc = subprocess.run(cmd, cwd=self.work, env=env, capture_output=True, text=True,
+                              timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL)
+        print(f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+        events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return ClientRun(proc.returncode, proc.stdout, proc.stderr), events
+
+
+@pytest.fixture
+def opencode(opencode_bin: Path, missive: Missive, tmp_path: Path) -> Opencode:
+    """opencode pointed at this test's Missive, working in ``tmp_path/work``."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    return Opencode(binary=opencode_bin, missive=missive, work=work, home=home)
