@@ -15,6 +15,7 @@ from typing import Any
 from quart import Quart, Response, g, request
 from werkzeug.exceptions import HTTPException
 
+from .capture import write_capture
 from .config import Config
 from .errors import (
     ApiError,
@@ -100,6 +101,18 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
             if len(value) > MAX_IGNORED_HEADER:
                 value = value[:MAX_IGNORED_HEADER].rsplit(", ", 1)[0] + f", ... ({len(ignored)} in all)"
             response.headers["missive-ignored"] = value.encode("ascii", "replace").decode()
+        if config.server.capture_dir:
+            write_capture(
+                config.server.capture_dir,
+                request_id=rid or "req_unknown",
+                method=request.method,
+                path=request.path,
+                query=request.query_string.decode("latin-1"),
+                headers=request.headers.items(),
+                body=getattr(g, "capture_body", None),
+                status=response.status_code,
+                ignored=ignored,
+            )
         return response
 
     @app.errorhandler(MissiveError)

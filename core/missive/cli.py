@@ -1,9 +1,11 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``plugins``, ``claude``, and plugin commands."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import sys
 from typing import Any
 
@@ -139,6 +141,47 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
             click.echo(f"  {key}: {value}")
     if data["default_models"]:
         click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
+
+
+@cli.command()
+@_config_options
+@click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port).")
+@click.option("--model", help="Model id for Claude Code (default: the first model the server lists).")
+@click.option("--small-model", help="Model for Claude Code's side calls (ANTHROPIC_DEFAULT_HAIKU_MODEL; default: --model).")
+@click.option("--run", "run_", is_flag=True, help="Run `claude` with no arguments (an interactive session).")
+@click.argument("claude_args", nargs=-1, type=click.UNPROCESSED)
+def claude(
+    config_path: str | None,
+    overrides: tuple[str, ...],
+    url: str | None,
+    model: str | None,
+    small_model: str | None,
+    run_: bool,
+    claude_args: tuple[str, ...],
+) -> None:
+    """Print the environment that points Claude Code at the running server,
+    or run Claude Code with it: `missive claude -- -p "hello"`.
+
+    Use the printed lines with: eval "$(missive claude)".
+    """
+    from .claude_env import ServerUnavailable, claude_environment, export_lines, fetch_model, server_url
+
+    config = _load(config_path, overrides)
+    base = (url or server_url(config)).rstrip("/")
+    key = config.server.api_keys[0] if config.server.api_keys else None
+    try:
+        info = fetch_model(base, key, model)
+    except ServerUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    env = claude_environment(base, key, info, small_model)
+    if not claude_args and not run_:
+        click.echo(export_lines(env), nl=False)
+        return
+    binary = shutil.which("claude")
+    if binary is None:
+        raise click.ClickException("claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code")
+    sys.stdout.flush()
+    os.execve(binary, [binary, *claude_args], {**os.environ, **env})
 
 
 def main() -> None:

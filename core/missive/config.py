@@ -12,6 +12,7 @@ Shape (every key optional)::
     ping_interval = 5.0         # seconds of model silence before an SSE ping
     delta_interval = 0.015      # seconds between streamed deltas; faster ones are merged
     log_level = "info"
+    capture_dir = "/tmp/missive-captures"   # debugging/tests: write every request (keys redacted)
 
     [models.smollm2-135m]
     driver = "llamacpp"
@@ -73,6 +74,7 @@ class ServerConfig(_Strict):
     ping_interval: float = Field(default=5.0, gt=0)
     delta_interval: float = Field(default=0.015, ge=0)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    capture_dir: str | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -47,6 +47,8 @@ async def read_request(model: type[M]) -> M:
     """
     config, _, _ = state()
     raw = await request.get_data(cache=False)
+    if config.server.capture_dir:
+        g.capture_body = raw if isinstance(raw, bytes) else raw.encode()
     body: Any = parse_json(raw if isinstance(raw, bytes) else raw.encode())
     validated = validate_body(model, body)
     ignored = collect_ignored(validated)

@@ -17,6 +17,12 @@ and the object may also hold ``"stop_reason"`` (default ``end_turn``),
 ``"error_before_start"`` (an error raised before ``Started``) and
 ``"cache_read_input_tokens"``.  Model settings may override capabilities:
 ``settings.capabilities = {tool_choice = ["auto"], thinking = true}``, and
+``settings.script_file = "/path/script.json"`` scripts clients whose
+messages a test does not write (Claude Code): the file, read at every
+request, is a JSON list of script objects; the one with a ``"match"``
+substring found in the last user turn (text or tool results) plays, else the
+Nth one without ``"match"`` for a conversation with N-1 assistant turns (past
+the end: echo).  A script in the last user message wins over the file.
 ``settings.tool_parser = "hermes"`` parses tool calls out of the scripted
 text with that registered parser (as an in-process model's driver does), and
 ``settings.serialize = true`` makes the model answer one request at a time
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,6 +43,7 @@ from missive import errors
 from missive.capabilities import Capabilities
 from missive.config import ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
+from missive.schema.blocks import ToolResultBlock
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser
 from missive.events import (
@@ -65,6 +73,52 @@ ERRORS: dict[str, type[errors.MissiveError]] = {
 
 def _words(text: str) -> list[str]:
     return text.split()
+
+
+def _last_user_text(request: GenerationRequest) -> str:
+    """The last user turn's text with its tool results' text (for ``match``)."""
+    turns = request.conversation.turns
+    if not turns or turns[-1].role != "user":
+        return ""
+    parts = [turns[-1].text()]
+    for block in turns[-1].blocks:
+        if isinstance(block, ToolResultBlock):
+            content = block.content
+            if isinstance(content, str):
+                parts.append(content)
+            elif content:
+                parts.extend(getattr(b, "text", "") for b in content)
+    return "\n".join(parts)
+
+
+def _file_script(path: Path, request: GenerationRequest) -> dict[str, Any] | None:
+    """The script ``settings.script_file`` gives for this request, if any.
+
+    The file (read at every request, so a test may rewrite it between runs)
+    holds a JSON list of script objects. An object with ``"match"`` plays when
+    that substring is in the last user turn's text or tool results; otherwise
+    the Nth object without ``"match"`` plays for a conversation holding N-1
+    assistant turns. None (echo) past the end of the list.
+
+    Raises:
+        ApiError: the file cannot be read or is not a JSON list of objects
+            with a ``"script"`` list (a broken test setup, not a client mistake).
+    """
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise errors.ApiError(f"echo script_file {path}: {exc}") from None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("script"), list) for e in entries
+    ):
+        raise errors.ApiError(f"echo script_file {path}: not a list of objects with a \"script\" list")
+    last = _last_user_text(request)
+    for entry in entries:
+        if isinstance(entry.get("match"), str) and entry["match"] in last:
+            return entry
+    ordered = [e for e in entries if "match" not in e]
+    n = sum(1 for t in request.conversation.turns if t.role == "assistant")
+    return ordered[n] if n < len(ordered) else None
 
 
 def _error(spec: dict[str, Any]) -> errors.MissiveError:
@@ -100,8 +154,11 @@ class EchoDriver(Driver):
         try:
             data = json.loads(turns[-1].text())
         except ValueError:
-            return None
-        return data if isinstance(data, dict) and isinstance(data.get("script"), list) else None
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("script"), list):
+            return data
+        path = self.entry.settings.get("script_file")
+        return _file_script(Path(path), request) if path else None
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         script = self._script(request)

@@ -1,0 +1,81 @@
+"""``missive claude``: Claude Code's environment for the running server."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from missive.testing import dump_toml, free_port, live_server
+
+CONFIG: dict[str, Any] = {
+    "server": {"api_keys": ["sk-k1"]},
+    "models": {
+        "echo-big": {"driver": "echo", "context_window": 262144, "max_output_tokens": 8000, "aliases": ["claude-*"]},
+        "echo-32k": {"driver": "echo", "context_window": 32768},
+    },
+}
+
+
+def _missive_claude(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "missive", "claude", "--config", str(config_file), *args],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    env = {}
+    for line in stdout.splitlines():
+        words = shlex.split(line)
+        assert words[0] == "export" and len(words) == 2, line
+        name, _, value = words[1].partition("=")
+        env[name] = value
+    return env
+
+
+def test_prints_the_environment_for_the_running_server(tmp_path: Path) -> None:
+    with live_server(CONFIG) as url:
+        port = url.rsplit(":", 1)[1]
+        config_file = tmp_path / "missive.toml"
+        config_file.write_text(dump_toml({**CONFIG, "server": {**CONFIG["server"], "port": int(port)}}))
+        first = _missive_claude(config_file)
+        small = _missive_claude(config_file, "--model", "echo-32k", "--small-model", "echo-big")
+        alias = _missive_claude(config_file, "--model", "claude-sonnet-4-5")
+    assert first.returncode == 0, first.stderr
+    assert _exports(first.stdout) == {
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_AUTH_TOKEN": "sk-k1",
+        "ANTHROPIC_MODEL": "echo-big",
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": "echo-big",
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8000",  # the model's cap
+        "CLAUDE_CODE_MAX_CONTEXT_TOKENS": "262144",
+        "CLAUDE_CODE_AUTO_COMPACT_WINDOW": "262144",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    env = _exports(small.stdout)
+    assert env["ANTHROPIC_MODEL"] == "echo-32k" and env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] == "echo-big"
+    assert env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "8192"  # a quarter of the context
+    assert env["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "32768"
+    assert "CLAUDE_CODE_AUTO_COMPACT_WINDOW" not in env  # under Claude Code's 100k minimum
+    assert _exports(alias.stdout)["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
+
+
+def test_errors_name_the_problem(tmp_path: Path) -> None:
+    nobody = tmp_path / "nobody.toml"
+    nobody.write_text(dump_toml({"server": {"port": free_port()}}))
+    down = _missive_claude(nobody)
+    assert down.returncode == 1 and "no Missive server answers at http://127.0.0.1:" in down.stderr
+    with live_server(CONFIG) as url:
+        port = int(url.rsplit(":", 1)[1])
+        bad_key = tmp_path / "bad.toml"
+        bad_key.write_text(dump_toml({"server": {"port": port, "api_keys": ["wrong"]}}))
+        refused = _missive_claude(bad_key)
+        good = tmp_path / "good.toml"
+        good.write_text(dump_toml({"server": {"port": port, "api_keys": ["sk-k1"]}}))
+        unknown = _missive_claude(good, "--model", "nope")
+    assert refused.returncode == 1 and "answered 401" in refused.stderr, refused.stderr
+    assert unknown.returncode == 1 and "answered 404" in unknown.stderr and "nope" in unknown.stderr, unknown.stderr
+    assert refused.stdout == unknown.stdout == ""
