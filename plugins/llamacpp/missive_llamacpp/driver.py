@@ -59,9 +59,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import logging
-import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,14 +71,15 @@ from jinja2 import TemplateError
 
 from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
-from missive.tools.parsers.base import ToolParser
-from missive.tools.parsers.registry import build_parser, parser_class
-from missive.tools.parsers.selection import parser_for_template
-from missive.tools.render import template_messages
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, InvalidRequestError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_segments
+from missive.tools.parsers.base import ToolParser
+from missive.tools.parsers.registry import build_parser, parser_class
+from missive.tools.parsers.selection import parser_for_template
+from missive.tools.render import template_messages
+from missive.worker import ThreadChannel
 
 from .plugin import CAPABILITIES
 from .grammar import json_schema_grammar, tool_call_grammar
@@ -385,64 +385,31 @@ class _Producer:
         self.gen = gen
         self.tokens = tokens
         self.max_new = max_new
-        self.loop = asyncio.get_running_loop()
         self.reached_eog = False
-        self._pieces: list[bytes] = []
-        self._ended = False
-        self._error: BaseException | None = None
-        self._wakeup = asyncio.Event()
-        self._cancelled = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-    def _publish(self, piece: bytes | None, ended: bool, error: BaseException | None) -> None:
-        if piece is not None:
-            self._pieces.append(piece)
-        self._ended = self._ended or ended
-        self._error = self._error or error
-        self._wakeup.set()
-
-    def _send(self, piece: bytes | None, ended: bool = False, error: BaseException | None = None) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self._publish, piece, ended, error)
-        except RuntimeError:  # the event loop is closed (shutdown): nobody listens any more
-            self._cancelled.set()
+        self.channel: ThreadChannel[bytes] = ThreadChannel("llama.cpp failed while generating")
+        self.cancel = self.channel.cancel
+        self.next_batch = self.channel.next_batch
 
     def run(self) -> None:
         """The thread's loop; always closes the generator and signals the end."""
         try:
-            if not _prefill(self.llm, self.tokens, self._cancelled):
+            if not _prefill(self.llm, self.tokens, self.channel.cancelled):
                 return  # the client went away while the prompt was decoded
             if self.max_new == 0:
                 return  # the prompt is in the KV cache (cache warm-up)
             for _ in range(self.max_new):
-                if self._cancelled.is_set():
+                if self.channel.cancelled():
                     return
                 piece = _step(self.llm, self.gen)
                 if piece is None:
                     self.reached_eog = True
                     return
-                self._send(piece)
+                self.channel.send(piece)
         except Exception as exc:
-            self._send(None, error=exc)
+            self.channel.fail(exc)
         finally:
             self.gen.close()
-            self._send(None, ended=True)
-
-    async def next_batch(self) -> tuple[list[bytes], bool]:
-        """Wait for pieces; return ``(pieces, ended)`` (``ended``: no more will come).
-
-        Raises:
-            ApiError: llama.cpp failed in the thread.
-        """
-        while not self._pieces and not self._ended and self._error is None:
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        if self._error is not None:
-            raise ApiError(f"llama.cpp failed while generating: {self._error}") from self._error
-        pieces, self._pieces = self._pieces, []
-        return pieces, self._ended
+            self.channel.close()
 
 
 def _step(llm: Any, gen: Iterator[int]) -> bytes | None:
@@ -454,7 +421,7 @@ def _step(llm: Any, gen: Iterator[int]) -> bytes | None:
     return llm.detokenize([token])
 
 
-def _prefill(llm: Any, tokens: list[int], cancelled: threading.Event) -> bool:
+def _prefill(llm: Any, tokens: list[int], cancelled: Callable[[], bool]) -> bool:
     """Decode the prompt's uncached part one batch (``n_batch`` tokens) at a
     time, checking ``cancelled`` between batches; False if cancelled.
 
@@ -474,7 +441,7 @@ def _prefill(llm: Any, tokens: list[int], cancelled: threading.Event) -> bool:
         llm.reset()
     step = max(1, llm.n_batch)
     for start in range(llm.n_tokens, len(tokens), step):
-        if cancelled.is_set():
+        if cancelled():
             return False
         llm.eval(tokens[start : start + step])
     return True

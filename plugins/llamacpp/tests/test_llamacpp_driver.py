@@ -407,9 +407,9 @@ async def test_prompt_decode_stops_between_batches_when_cancelled(driver) -> Non
     before = llm.n_tokens
     cancelled = threading.Event()
     cancelled.set()
-    assert _prefill(llm, tokens, cancelled) is False
+    assert _prefill(llm, tokens, cancelled.is_set) is False
     assert llm.n_tokens <= before  # nothing of the new prompt was decoded
-    assert _prefill(llm, tokens, threading.Event()) is True
+    assert _prefill(llm, tokens, threading.Event().is_set) is True
     assert llm.n_tokens == len(tokens) and not llm._requires_eval
 
 

@@ -58,7 +58,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -70,14 +69,15 @@ from jinja2 import TemplateError
 
 from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
-from missive.tools.parsers.base import ToolParser
-from missive.tools.parsers.registry import build_parser
-from missive.tools.parsers.selection import parser_for_template
-from missive.tools.render import template_messages
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_prompt
+from missive.tools.parsers.base import ToolParser
+from missive.tools.parsers.registry import build_parser
+from missive.tools.parsers.selection import parser_for_template
+from missive.tools.render import template_messages
+from missive.worker import ThreadChannel
 
 from .detokenize import IncrementalDetokenizer
 from .plugin import CAPABILITIES
@@ -353,34 +353,15 @@ class _Producer:
         self.sampler = sampler
         self.seed = seed
         self.prefill_step_size = prefill_step_size
-        self.loop = asyncio.get_running_loop()
         self.reached_eos = False
         self.reused = 0
         self.tail = ""
-        self._pieces: list[str] = []
-        self._ended = False
-        self._error: BaseException | None = None
-        self._wakeup = asyncio.Event()
-        self._cancelled = threading.Event()
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-
-    def _publish(self, piece: str | None, ended: bool, error: BaseException | None) -> None:
-        if piece is not None:
-            self._pieces.append(piece)
-        self._ended = self._ended or ended
-        self._error = self._error or error
-        self._wakeup.set()
-
-    def _send(self, piece: str | None, ended: bool = False, error: BaseException | None = None) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self._publish, piece, ended, error)
-        except RuntimeError:  # the event loop is closed (shutdown): nobody listens any more
-            self._cancelled.set()
+        self.channel: ThreadChannel[str] = ThreadChannel("mlx failed while generating")
+        self.cancel = self.channel.cancel
+        self.next_batch = self.channel.next_batch
 
     def _check_cancelled(self, *_: int) -> None:
-        if self._cancelled.is_set():
+        if self.channel.cancelled():
             raise _Cancelled
 
     def run(self) -> None:
@@ -414,7 +395,7 @@ class _Producer:
             eos = self.tokenizer.eos_token_ids
             detok = IncrementalDetokenizer(self._decode, self.prompt)
             for _ in range(self.max_new):
-                if self._cancelled.is_set():
+                if self.channel.cancelled():
                     return
                 step = next(gen, None)
                 if step is None:
@@ -426,19 +407,19 @@ class _Producer:
                 if token in eos:
                     self.reached_eos = True
                     break
-                self._send(detok.add(token))
+                self.channel.send(detok.add(token))
             self.tail = detok.flush()
         except _Cancelled:
             failed = True  # stopped inside the prompt: the cache is incomplete
         except Exception as exc:  # noqa: BLE001 - handed to the event loop, raised there as ApiError
             failed = True
-            self._send(None, error=exc)
+            self.channel.fail(exc)
         finally:
             if gen is not None:
                 gen.close()
             if cache is not None and not failed:
                 self._store(cache, held)
-            self._send(None, ended=True)
+            self.channel.close()
 
     def _decode(self, ids: Any) -> str:
         return str(
@@ -458,20 +439,6 @@ class _Producer:
             log.exception("prompt cache could not be evaluated: not kept")
             return
         self.store.put(held, cache)
-
-    async def next_batch(self) -> tuple[list[str], bool]:
-        """Wait for pieces; return ``(pieces, ended)`` (``ended``: no more will come).
-
-        Raises:
-            ApiError: MLX failed in the thread.
-        """
-        while not self._pieces and not self._ended and self._error is None:
-            self._wakeup.clear()
-            await self._wakeup.wait()
-        if self._error is not None:
-            raise ApiError(f"mlx failed while generating: {self._error}") from self._error
-        pieces, self._pieces = self._pieces, []
-        return pieces, self._ended
 
 
 def _sampler(request: GenerationRequest) -> Callable[[Any], Any]:
