@@ -98,11 +98,13 @@ def test_prompt_too_long(smol: anthropic.Anthropic) -> None:
 
 def test_async_client(default_url: str) -> None:
     async def run() -> anthropic.types.Message:
-        client = anthropic.AsyncAnthropic(base_url=default_url, api_key="x", max_retries=0)
-        async with client.messages.stream(model=MODEL, max_tokens=10, messages=QUESTION, extra_body=GREEDY) as stream:
-            async for _ in stream.text_stream:
-                pass
-            return await stream.get_final_message()
+        async with anthropic.AsyncAnthropic(base_url=default_url, api_key="x", max_retries=0) as client:
+            async with client.messages.stream(
+                model=MODEL, max_tokens=10, messages=QUESTION, extra_body=GREEDY
+            ) as stream:
+                async for _ in stream.text_stream:
+                    pass
+                return await stream.get_final_message()
 
     assert asyncio.run(run()).usage.output_tokens > 0
 

@@ -105,12 +105,12 @@ def test_async_client_streams(echo_url: str) -> None:
     import asyncio
 
     async def run() -> str:
-        client = anthropic.AsyncAnthropic(base_url=echo_url, api_key="x", max_retries=0)
-        async with client.messages.stream(
-            model="echo", max_tokens=10, messages=[{"role": "user", "content": "async works"}]
-        ) as stream:
-            parts = [t async for t in stream.text_stream]
-            final = await stream.get_final_message()
+        async with anthropic.AsyncAnthropic(base_url=echo_url, api_key="x", max_retries=0) as client:
+            async with client.messages.stream(
+                model="echo", max_tokens=10, messages=[{"role": "user", "content": "async works"}]
+            ) as stream:
+                parts = [t async for t in stream.text_stream]
+                final = await stream.get_final_message()
         assert final.content[0].text == "".join(parts)
         return "".join(parts)
 
