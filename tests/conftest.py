@@ -13,7 +13,12 @@ from missive.testing import live_server
 ECHO_CONFIG: dict[str, Any] = {
     "server": {"ping_interval": 0.3, "max_body_bytes": 200_000},
     "models": {
-        "echo": {"driver": "echo", "context_window": 1000, "aliases": ["claude-*"], "display_name": "Echo"},
+        "echo": {
+            "driver": "echo",
+            "context_window": 1000,
+            "aliases": ["claude-local", "claude-*"],
+            "display_name": "Echo",
+        },
         "echo-b": {"driver": "echo", "context_window": 1000},
         "echo-c": {"driver": "echo", "context_window": 1000},
         "echo-small": {"driver": "echo", "context_window": 12},

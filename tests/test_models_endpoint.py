@@ -6,7 +6,7 @@ import anthropic
 import httpx
 import pytest
 
-ALL = ["echo", "echo-b", "echo-c", "echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools"]
+ALL = ["echo", "echo-b", "echo-c", "echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools", "claude-local"]
 
 
 def test_list_and_auto_pagination(echo: anthropic.Anthropic) -> None:
@@ -20,7 +20,9 @@ def test_list_and_auto_pagination(echo: anthropic.Anthropic) -> None:
 
 def test_after_and_before(echo_url: str) -> None:
     after = httpx.get(f"{echo_url}/v1/models", params={"after_id": "echo-c"}).json()
-    assert [m["id"] for m in after["data"]] == ["echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools"]
+    assert [m["id"] for m in after["data"]] == [
+        "echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools", "claude-local"
+    ]
     assert after["has_more"] is False
     before = httpx.get(f"{echo_url}/v1/models", params={"before_id": "echo-c", "limit": 1}).json()
     assert [m["id"] for m in before["data"]] == ["echo-b"] and before["has_more"] is True
@@ -32,3 +34,9 @@ def test_retrieve_with_alias(echo: anthropic.Anthropic) -> None:
     assert model.id == "claude-haiku-4-5" and model.display_name == "Echo" and model.max_input_tokens == 1000
     with pytest.raises(anthropic.NotFoundError):
         echo.models.retrieve("gpt-4")
+
+
+def test_literal_aliases_are_listed_for_model_pickers(echo: anthropic.Anthropic) -> None:
+    listed = {m.id: m for m in echo.models.list(limit=100)}
+    assert listed["claude-local"].display_name == "Echo"  # the literal alias, shown for Claude Code's picker
+    assert not any("*" in model_id for model_id in listed)  # glob patterns are never listed

@@ -3,6 +3,10 @@
 The listing pages with ``limit`` (1-1000, default 20), ``after_id`` and
 ``before_id`` and always sends ``has_more``, ``first_id`` and ``last_id``
 (the SDK's auto-pagination stops only on ``has_more: false``).
+
+Aliases written as plain ids (no glob characters), such as
+``claude-local``, are listed too, after the configured models: Claude Code
+keeps only ids containing ``claude`` in its model picker (contract section 6).
 """
 
 from __future__ import annotations
@@ -44,10 +48,21 @@ def _limit() -> int:
     return limit
 
 
+def _listed(models: Any) -> dict[str, str]:
+    """Shown id -> configured model id: every model, then its literal aliases."""
+    listed = {model_id: model_id for model_id in models.drivers}
+    for model_id, driver in models.drivers.items():
+        for alias in driver.entry.aliases:
+            if not any(c in alias for c in "*?[") and alias not in listed:
+                listed[alias] = model_id
+    return listed
+
+
 async def list_models() -> dict[str, Any]:
     authenticate()
     _, _, models = state()
-    ids = list(models.drivers)
+    listed = _listed(models)
+    ids = list(listed)
     limit = _limit()
     after, before = request.args.get("after_id"), request.args.get("before_id")
     for name, value in (("after_id", after), ("before_id", before)):
@@ -60,7 +75,7 @@ async def list_models() -> dict[str, Any]:
     else:
         start = ids.index(after) + 1 if after is not None else 0
         page, has_more = ids[start : start + limit], start + limit < len(ids)
-    data = [_model_object(mid, models.drivers[mid]) for mid in page]
+    data = [_model_object(listed[mid], models.drivers[listed[mid]], shown_id=mid) for mid in page]
     return {
         "data": data,
         "has_more": has_more,
