@@ -23,7 +23,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "dump_toml", "live_server", "DriverContract"]
+__all__ = [
+    "free_port",
+    "dump_toml",
+    "live_server",
+    "DriverContract",
+    "generation_request",
+    "collect_events",
+    "text_of",
+    "check_order",
+]
 
 
 def free_port() -> int:
@@ -230,3 +239,63 @@ class DriverContract:
     def test_contract_models_listing(self, contract_url: str) -> None:
         listed = [m.id for m in self.client(contract_url).models.list()]
         assert self.model in listed
+
+
+# -- helpers for driver unit tests (no HTTP) -----------------------------------
+
+
+def generation_request(
+    messages: list[dict[str, Any]], *, model: str = "test-model", max_tokens: int = 16, **fields: Any
+) -> Any:
+    """A :class:`~missive.driver.GenerationRequest` built as the core builds it
+    (conversation, offered tools, tool_choice), for calling a driver directly.
+
+    ``fields`` are more Messages API body fields (``system``, ``tools``,
+    ``temperature``...). Raises pydantic's ValidationError on a bad body.
+    """
+    from .conversation import build_conversation
+    from .driver import GenerationRequest
+    from .schema.request import MessagesRequest
+    from .tools.definitions import offered_tools, tool_choice_of
+
+    body = MessagesRequest.model_validate({"model": model, "max_tokens": max_tokens, "messages": messages, **fields})
+    tools, _ = offered_tools(body)
+    return GenerationRequest(
+        request_id="req_test",
+        model=model,
+        conversation=build_conversation(body),
+        max_tokens=body.max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        stop_sequences=tuple(body.stop_sequences or ()),
+        request=body,
+        tools=tools,
+        tool_choice=tool_choice_of(body, tools),
+    )
+
+
+async def collect_events(events: Any, timeout: float = 600) -> list[Any]:
+    """All events of a driver's ``generate`` (``timeout``: a hang guard, seconds)."""
+    import anyio
+
+    with anyio.fail_after(timeout):
+        return [event async for event in events]
+
+
+def text_of(events: list[Any]) -> str:
+    """The text of the :class:`~missive.events.TextDelta` events, joined."""
+    from .events import TextDelta
+
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def check_order(events: list[Any]) -> tuple[Any, Any]:
+    """Assert a text-only answer's event order (``Started``, deltas, ``Finished``);
+    return the first and the last event."""
+    from .events import Finished, Started, TextDelta
+
+    assert isinstance(events[0], Started), events
+    assert isinstance(events[-1], Finished), events
+    assert all(isinstance(e, TextDelta) for e in events[1:-1]), events
+    return events[0], events[-1]

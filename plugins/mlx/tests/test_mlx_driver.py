@@ -12,7 +12,6 @@ import importlib
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,10 @@ import anyio
 import pytest
 
 from missive.config import ConfigError, ModelEntry
-from missive.conversation import build_conversation
 from missive.driver import GenerationRequest
 from missive.errors import PromptTooLongError
 from missive.events import Finished, Started, TextDelta
-from missive.schema.request import MessagesRequest
+from missive.testing import check_order, collect_events as collect, generation_request, text_of
 from missive_mlx.plugin import CAPABILITIES, register_drivers
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -57,36 +55,7 @@ async def driver(mlx_model_dir: Path):
 
 
 def request(messages: list[dict[str, Any]], max_tokens: int = 16, **fields: Any) -> GenerationRequest:
-    body = MessagesRequest.model_validate(
-        {"model": "smollm2-mlx", "max_tokens": max_tokens, "messages": messages, **fields}
-    )
-    return GenerationRequest(
-        request_id="req_test",
-        model="smollm2-mlx",
-        conversation=build_conversation(body),
-        max_tokens=body.max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        stop_sequences=tuple(body.stop_sequences or ()),
-        request=body,
-    )
-
-
-async def collect(events: AsyncIterator[Any]) -> list[Any]:
-    with anyio.fail_after(300):
-        return [e async for e in events]
-
-
-def text_of(events: list[Any]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
-
-
-def check_order(events: list[Any]) -> tuple[Started, Finished]:
-    assert isinstance(events[0], Started), events
-    assert isinstance(events[-1], Finished), events
-    assert all(isinstance(e, TextDelta) for e in events[1:-1]), events
-    return events[0], events[-1]
+    return generation_request(messages, model="smollm2-mlx", max_tokens=max_tokens, **fields)
 
 
 # -- plugin and settings (no model needed) -------------------------------------
