@@ -57,3 +57,15 @@ def test_missive_plugins_command_lists_capabilities_and_failures(monkeypatch: py
     ).stdout
     assert "plugins.broken_import (MISSIVE_PLUGINS): FAILED" in text
     assert "driver echo:" in text
+
+
+def test_installed_plugins_replace_built_in_behaviour(monkeypatch: pytest.MonkeyPatch) -> None:
+    from missive.tools.parsers.selection import select_parser
+
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("MISSIVE_PLUGINS", "plugins.custom_parser")
+    kernel = Kernel()
+    assert kernel.tool_parsers["hermes"].description == "a replacement, for the test"
+    assert list(kernel.tool_parsers)[0] == "hermes"  # its markers are tried first
+    assert select_parser("... <tool_call> ...", kernel.tool_parsers) == "hermes"
+    assert "llama3" in kernel.tool_parsers  # the other built-ins stay

@@ -140,12 +140,17 @@ class Kernel:
         """Call each implementation of a registration hook on its own.
 
         A plugin whose hook raises or returns something other than a list of
-        ``kind`` is marked failed and unregistered; the first registration of a
-        name wins, a later duplicate is logged.
+        ``kind`` is marked failed and unregistered. Installed plugins come
+        before the default plugins, so a plugin can replace built-in behaviour
+        (a tool parser of the same name) and its template markers are tried
+        first; among them the first registration of a name wins, a later
+        duplicate is logged.
         """
         found: dict[str, T] = {}
         caller = getattr(self.pm.hook, hook_name)
-        for impl in caller.get_hookimpls():  # registration order (trylast first)
+        defaults = {name for name in DEFAULT_PLUGINS}
+        impls = sorted(caller.get_hookimpls(), key=lambda impl: impl.plugin_name in defaults)  # stable
+        for impl in impls:
             try:
                 result = impl.function()
                 items = list(result or [])
