@@ -10,8 +10,12 @@ import pytest
 
 from missive.testing import live_server
 
+#: The echo server's thinking-signature key, so tests can sign and verify blocks.
+SIGNING_KEY = "test-signing-key-0123456789"
+
 ECHO_CONFIG: dict[str, Any] = {
     "server": {"ping_interval": 0.3, "max_body_bytes": 200_000},
+    "thinking": {"signing_key": SIGNING_KEY},
     "models": {
         "echo": {
             "driver": "echo",

@@ -31,7 +31,13 @@ def test_event_order_and_usage(echo_url: str) -> None:
     steps = [{"text": "Hel"}, {"text": "lo"}, {"thinking": "x"}, {"text": "!"}]
     events = sse_events(
         echo_url,
-        {"model": "echo", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": script(*steps)}]},
+        {
+            "model": "echo",
+            "max_tokens": 50,
+            "stream": True,
+            "thinking": {"type": "adaptive"},
+            "messages": [{"role": "user", "content": script(*steps)}],
+        },
     )
     names = [n for n, _ in events if n != "ping"]
     assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
@@ -57,6 +63,10 @@ def test_event_order_and_usage(echo_url: str) -> None:
             assert data["index"] == open_index
             open_index = None
     assert seen == [(0, "text"), (1, "thinking"), (2, "text")]
+    # the thinking block: exactly one signature_delta, right before its stop
+    block = [(n, d) for n, d in events if d.get("index") == 1]
+    kinds = [d["delta"]["type"] if n == "content_block_delta" else n for n, d in block]
+    assert kinds == ["content_block_start", "thinking_delta", "signature_delta", "content_block_stop"]
     delta = [d for n, d in events if n == "message_delta"][0]
     assert delta["usage"]["output_tokens"] == 4 and delta["usage"]["input_tokens"] == counted
 

@@ -25,6 +25,7 @@ from .errors import (
     RequestTooLargeError,
 )
 from .ids import request_id
+from .thinking.signing import load_signer
 from .kernel import Kernel
 from .logs import request_id_var
 from .model_table import ModelTable
@@ -66,6 +67,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     """
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
+    signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
 
     app = Quart("missive")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
@@ -74,7 +76,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     # Key order is part of the client's bytes (tool_use.input) and of caching.
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
-    app.extensions["missive"] = {"config": config, "kernel": kernel, "models": models}
+    app.extensions["missive"] = {"config": config, "kernel": kernel, "models": models, "signer": signer}
 
     @app.before_serving
     async def _start() -> None:
@@ -89,12 +91,19 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
         g.request_id = request_id()
         request_id_var.set(g.request_id)
         g.ignored = []
+        g.dropped_thinking = []
 
     @app.after_request
     async def _headers(response: Response) -> Response:
         rid = getattr(g, "request_id", None)
         if rid:
             response.headers["request-id"] = rid
+        dropped = getattr(g, "dropped_thinking", None)
+        if dropped:
+            value = ", ".join(dropped)
+            if len(value) > MAX_IGNORED_HEADER:
+                value = value[:MAX_IGNORED_HEADER].rsplit(", ", 1)[0] + f", ... ({len(dropped)} in all)"
+            response.headers["missive-dropped-thinking"] = value
         ignored = getattr(g, "ignored", None)
         if ignored:
             value = ", ".join(ignored)

@@ -25,6 +25,10 @@ Shape (every key optional)::
     [plugins]
     block = ["some-plugin"]     # entry point names not to load
 
+    [thinking]
+    signing_key = "..."         # secret for thinking-block signatures (16+ chars)
+    key_file = "~/.local/state/missive/thinking.key"   # used when signing_key is unset (created)
+
 Overrides: any key as ``MISSIVE__SECTION__KEY=value`` in the environment
 (``MISSIVE__SERVER__PORT=9000``, ``MISSIVE__MODELS__MYMODEL__CONTEXT_WINDOW=4096``)
 or ``--set section.key=value`` on the CLI (quote dotted names:
@@ -50,7 +54,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ServerConfig", "ModelEntry", "PluginsConfig", "Config", "load_config", "ConfigError"]
+__all__ = ["ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "Config", "load_config", "ConfigError"]
 
 ENV_PREFIX = "MISSIVE__"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -106,6 +110,20 @@ class ModelEntry(_Strict):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
+class ThinkingConfig(_Strict):
+    """Signing of thinking blocks (see :mod:`missive.thinking.signing`).
+
+    Attributes:
+        signing_key: secret string (16+ characters) keying the signatures;
+            set it when several servers must accept each other's blocks.
+        key_file: where the generated key is kept when ``signing_key`` is
+            unset; default ``$XDG_STATE_HOME/missive/thinking.key``.
+    """
+
+    signing_key: str | None = Field(default=None, min_length=16)
+    key_file: str | None = None
+
+
 class PluginsConfig(_Strict):
     block: list[str] = Field(default_factory=list)
 
@@ -114,6 +132,7 @@ class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: dict[str, ModelEntry] = Field(default_factory=dict)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+    thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def check_bind(self) -> None:

@@ -13,8 +13,10 @@ section 2):
 * consecutive turns of the same role are merged, not rejected;
 * a final ``assistant`` message is a prefill: the answer continues it;
 * text blocks of one turn are joined with ``"\\n"``; ``search_result`` blocks
-  render as text; thinking, redacted_thinking and server-tool blocks carry
-  nothing a non-reasoning model can use and are left out.
+  render as text; server-tool and redacted_thinking blocks are left out;
+  thinking blocks are kept only where ``kept_thinking`` says so (their
+  signature verified: :mod:`missive.thinking.replay`), for templates that
+  render past reasoning (``reasoning_content``).
 
 Everything is deterministic so the rendered prompt is byte-stable across turns
 (prefix caching depends on it).
@@ -29,6 +31,7 @@ from .schema.blocks import (
     DocumentBlock,
     ImageBlock,
     SearchResultBlock,
+    ThinkingBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
@@ -57,6 +60,10 @@ class Turn:
                 parts.append(f"[{block.title}]({block.source})\n{body}")
         return "\n".join(parts)
 
+    def thinking(self) -> str:
+        """The turn's kept (verified) thinking blocks' text, joined by newlines."""
+        return "\n".join(b.thinking for b in self.blocks if isinstance(b, ThinkingBlock) and b.thinking)
+
 
 @dataclass
 class Conversation:
@@ -71,17 +78,32 @@ class Conversation:
     def chat_messages(self) -> list[dict[str, str]]:
         """OpenAI/HF-style ``[{"role", "content"}]`` with the system first.
 
+        An assistant turn with kept thinking also carries it as
+        ``reasoning_content`` (the key Qwen3, DeepSeek-R1, GLM and llama.cpp
+        templates read) and ``thinking`` (gpt-oss); templates that do not
+        render past reasoning ignore both.
         The prefill is not included; drivers render it (see
         :func:`missive.templating.render_prompt`).
         """
         messages: list[dict[str, str]] = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system})
-        messages.extend({"role": t.role, "content": t.text()} for t in self.turns)
+        for turn in self.turns:
+            message = {"role": turn.role, "content": turn.text()}
+            messages.append(with_reasoning(message, turn))
         return messages
 
 
 _KEPT = (TextBlock, SearchResultBlock, ToolUseBlock, ToolResultBlock, ImageBlock, DocumentBlock)
+
+
+def with_reasoning(message: dict[str, Any], turn: Turn) -> dict[str, Any]:
+    """``message`` with the turn's kept thinking as ``reasoning_content`` and
+    ``thinking`` (see :meth:`Conversation.chat_messages`); unchanged without."""
+    if turn.role == "assistant" and (thinking := turn.thinking()):
+        message["reasoning_content"] = thinking
+        message["thinking"] = thinking
+    return message
 
 
 #: Claude Code's first system block; it changes on every request, and the real
@@ -98,20 +120,30 @@ def _system_text(request: CountTokensRequest) -> str | None:
     return request.system
 
 
-def build_conversation(request: CountTokensRequest) -> Conversation:
-    """Normalize ``request`` (see module doc). Never raises for valid requests."""
+def build_conversation(
+    request: CountTokensRequest, kept_thinking: frozenset[tuple[int, int]] = frozenset()
+) -> Conversation:
+    """Normalize ``request`` (see module doc). Never raises for valid requests.
+
+    ``kept_thinking``: ``(message index, block index)`` of the thinking blocks
+    to keep (:attr:`missive.thinking.replay.ReplayReport.kept`); others are left out.
+    """
     system_parts: list[str] = []
     top = _system_text(request)
     if top:
         system_parts.append(top)
     turns: list[Turn] = []
-    for message in request.messages:
+    for m, message in enumerate(request.messages):
         if message.role == "system":
             text = "\n".join(b.text for b in message.blocks() if isinstance(b, TextBlock))
             if text:
                 system_parts.append(text)
             continue
-        blocks = [b for b in message.blocks() if isinstance(b, _KEPT)]
+        blocks = [
+            block
+            for b, block in enumerate(message.blocks())
+            if isinstance(block, _KEPT) or (isinstance(block, ThinkingBlock) and (m, b) in kept_thinking)
+        ]
         if turns and turns[-1].role == message.role:
             turns[-1].blocks.extend(blocks)
         else:

@@ -23,7 +23,9 @@ from .config import ModelEntry
 from .conversation import Conversation
 from .events import GenerationEvent
 from .schema.request import CountTokensRequest
-from .specs import ToolParserSpec
+from .reasoning.base import ReasoningParser
+from .specs import ReasoningParserSpec, ToolParserSpec
+from .thinking.plan import ThinkingPlan
 from .tools.definitions import ToolChoice, ToolDefinition
 from .tools.parsers.base import ToolParser
 
@@ -47,6 +49,12 @@ class GenerationRequest:
         tools: the tools offered to the model (see :mod:`missive.tools.definitions`).
         tool_choice: mode, forced name and whether parallel calls are allowed.
             With mode ``none`` a driver must not let the model call tools.
+        thinking: whether thinking blocks are wanted, the budget, the effort
+            (see :mod:`missive.thinking.plan`). A driver turns the model's
+            reasoning switch on or off accordingly; the core drops reasoning
+            the client did not ask for.
+        thinking_position: ``(assistant turn, first thinking block ordinal)``
+            of the answer, for signatures (:mod:`missive.thinking.signing`).
     """
 
     request_id: str
@@ -60,6 +68,8 @@ class GenerationRequest:
     request: CountTokensRequest
     tools: tuple[ToolDefinition, ...] = ()
     tool_choice: ToolChoice = ToolChoice()
+    thinking: ThinkingPlan = ThinkingPlan()
+    thinking_position: tuple[int, int] = (0, 0)
 
 
 class Driver(abc.ABC):
@@ -74,6 +84,8 @@ class Driver(abc.ABC):
     #: Registered tool parsers (set by the core when the driver is built), for
     #: drivers that parse tool calls out of generated text.
     tool_parser_specs: Mapping[str, ToolParserSpec] = {}
+    #: Registered reasoning parsers (set by the core when the driver is built).
+    reasoning_parser_specs: Mapping[str, ReasoningParserSpec] = {}
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         self.model_id = model_id
@@ -98,6 +110,18 @@ class Driver(abc.ABC):
         events and return None (the default). Drivers that render prompts
         themselves return the parser matching the model's format; the core
         then feeds it every :class:`~missive.events.TextDelta`.
+        """
+        return None
+
+    def reasoning_parser(self, request: GenerationRequest) -> ReasoningParser | None:
+        """A parser separating reasoning from the answer in generated text, or None.
+
+        Drivers whose backend separates reasoning (``reasoning_content``)
+        yield :class:`~missive.events.ThinkingDelta` and return None (the
+        default). The core feeds the parser every
+        :class:`~missive.events.TextDelta` before the tool parser (see
+        :mod:`missive.reasoning`), whether or not thinking was requested, so
+        reasoning never leaks into the answer text.
         """
         return None
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         DriverSpec,
         ImageProcessorSpec,
         TokenizerSpec,
+        ReasoningParserSpec,
         ToolParserSpec,
     )
 
@@ -48,6 +49,11 @@ def register_default_models() -> list[DefaultModel]:
 @hookspec
 def register_tool_parsers() -> list[ToolParserSpec]:
     """Return parsers that find tool calls in generated text."""
+
+
+@hookspec
+def register_reasoning_parsers() -> list[ReasoningParserSpec]:
+    """Return parsers that separate reasoning from the answer in generated text."""
 
 
 @hookspec

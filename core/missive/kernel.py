@@ -36,6 +36,7 @@ from .specs import (
     DriverSpec,
     ImageProcessorSpec,
     TokenizerSpec,
+    ReasoningParserSpec,
     ToolParserSpec,
 )
 
@@ -44,7 +45,11 @@ __all__ = ["Kernel", "PluginInfo", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP"]
 log = logging.getLogger("missive.kernel")
 
 ENTRY_POINT_GROUP = "missive"
-DEFAULT_PLUGINS = ("missive.default_plugins.aliases", "missive.default_plugins.tool_parsers")
+DEFAULT_PLUGINS = (
+    "missive.default_plugins.aliases",
+    "missive.default_plugins.tool_parsers",
+    "missive.default_plugins.reasoning_parsers",
+)
 
 T = TypeVar("T")
 
@@ -89,6 +94,7 @@ class Kernel:
             "register_default_models", DefaultModel, key="id"
         )
         self.tool_parsers = self._collect("register_tool_parsers", ToolParserSpec)
+        self.reasoning_parsers = self._collect("register_reasoning_parsers", ReasoningParserSpec)
         self.tokenizers = self._collect("register_tokenizers", TokenizerSpec)
         self.image_processors = self._collect("register_image_processors", ImageProcessorSpec)
         self.document_processors = self._collect("register_document_processors", DocumentProcessorSpec)

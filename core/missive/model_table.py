@@ -65,6 +65,7 @@ class ModelTable:
         driver = cls(model_id, entry, spec.capabilities)
         driver.name = spec.name
         driver.tool_parser_specs = self.kernel.tool_parsers
+        driver.reasoning_parser_specs = self.kernel.reasoning_parsers
         return driver
 
     def resolve(self, requested: str) -> tuple[str, Driver]:

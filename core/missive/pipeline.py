@@ -13,8 +13,15 @@ Rules applied here, for every driver (contract sections 3 and 4):
 * blocks are opened and closed in index order, never interleaved;
 * stop sequences are matched exactly on the text, with hold-back; on a match
   generation is stopped and ``stop_reason`` is ``stop_sequence``;
-* tool calls written as text are parsed by the driver's tool parser (if it
-  returns one); only the text outside calls is matched against stop sequences;
+* reasoning written as text is separated by the driver's reasoning parser (if
+  it returns one), then tool calls are parsed by its tool parser (if it
+  returns one); only answer text outside calls is matched against stop
+  sequences;
+* thinking the client did not ask for (``thinking`` absent or ``disabled``)
+  is dropped, though counted in ``output_tokens``; with ``display:
+  "omitted"`` thinking blocks carry no text; every thinking block ends with
+  exactly one ``signature_delta`` just before its ``content_block_stop``
+  (:mod:`missive.thinking.signing`);
 * ``stop_reason`` is ``tool_use`` whenever a tool call was emitted; with
   ``disable_parallel_tool_use`` generation stops after the first call;
 * ``message_delta`` carries cumulative usage, input and cache fields repeated
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,7 +50,9 @@ from .events import (
     ToolCallStart,
 )
 from .ids import tool_use_id
+from .reasoning.base import ReasoningParser
 from .stop_sequences import StopMatcher
+from .thinking.signing import Signer
 from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
 
 __all__ = ["MessageStream", "accumulate"]
@@ -63,7 +73,17 @@ class MessageStream:
             ...                           # errors here happen mid-stream
     """
 
-    def __init__(self, driver: Driver, request: GenerationRequest, *, message_id: str, model: str) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        request: GenerationRequest,
+        *,
+        message_id: str,
+        model: str,
+        signer: Signer | None = None,
+    ) -> None:
+        """``signer``: the server's thinking-block signer (a throwaway key when
+        None, for drivers exercised outside a server)."""
         self.driver = driver
         self.request = request
         self.message_id = message_id
@@ -75,6 +95,9 @@ class MessageStream:
         self._tool_calls = 0
         self._output_tokens = 0
         self._held_space = ""
+        self._signer = signer or Signer(secrets.token_bytes(32))
+        self._thinking_text = ""
+        self._thinking_blocks = 0
 
     async def start(self) -> Event:
         """Run the driver up to its :class:`Started` event; return ``message_start``.
@@ -146,8 +169,35 @@ class MessageStream:
     def _close_block(self) -> list[Event]:
         if self._open is None:
             return []
+        events: list[Event] = []
+        if self._open == "thinking":
+            turn, first = self.request.thinking_position
+            signature = self._signer.sign(self._thinking_text, turn=turn, block=first + self._thinking_blocks)
+            self._thinking_blocks += 1
+            events.append(
+                {
+                    "type": "content_block_delta",
+                    "index": self._index,
+                    "delta": {"type": "signature_delta", "signature": signature},
+                }
+            )
         self._open = None
-        return [{"type": "content_block_stop", "index": self._index}]
+        events.append({"type": "content_block_stop", "index": self._index})
+        return events
+
+    def _thinking(self, text: str) -> list[Event]:
+        """Events for reasoning text (the request wants thinking blocks)."""
+        events: list[Event] = []
+        if self._open != "thinking":
+            events += self._open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+            self._thinking_text = ""
+        if self.request.thinking.display == "omitted" or not text:
+            return events  # the block, its signature, no text (API: display "omitted")
+        self._thinking_text += text
+        events.append(
+            {"type": "content_block_delta", "index": self._index, "delta": {"type": "thinking_delta", "thinking": text}}
+        )
+        return events
 
     def _text(self, text: str) -> list[Event]:
         """Events for answer text.
@@ -171,14 +221,41 @@ class MessageStream:
         )
         return events
 
-    async def _parsed(self) -> AsyncIterator[GenerationEvent]:
-        """The driver's events with text tool calls turned into call events."""
-        assert self._source is not None
-        parser: ToolParser | None = None
+    def _parsers(self) -> tuple[ReasoningParser | None, ToolParser | None]:
         request = self.request
+        tool: ToolParser | None = None
         if request.tools and request.tool_choice.mode != "none":
-            parser = self.driver.tool_parser(request)
-        if parser is None:
+            tool = self.driver.tool_parser(request)
+        reasoning = None
+        if tool is None or not getattr(tool, "handles_reasoning", False):
+            reasoning = self.driver.reasoning_parser(request)
+        return reasoning, tool
+
+    def _split(
+        self, reasoning: ReasoningParser | None, tool: ToolParser | None, pieces: list[object]
+    ) -> list[GenerationEvent]:
+        """Reasoning parser output through the tool parser, as generation events."""
+        out: list[GenerationEvent] = []
+        for piece in pieces:
+            if isinstance(piece, Text) and tool is not None:
+                out += [self._from_parse(parsed) for parsed in tool.feed(piece.text)]
+            else:
+                out.append(self._from_parse(piece))
+        return out
+
+    def _flush(self, reasoning: ReasoningParser | None, tool: ToolParser | None) -> list[GenerationEvent]:
+        out = self._split(reasoning, tool, list(reasoning.finish())) if reasoning is not None else []
+        if tool is not None:
+            out += [self._from_parse(parsed) for parsed in tool.finish()]
+        return out
+
+    async def _parsed(self) -> AsyncIterator[GenerationEvent]:
+        """The driver's events with reasoning and tool calls written as text
+        turned into thinking and call events (tokens are counted on the
+        driver's text deltas, the derived events carry 0)."""
+        assert self._source is not None
+        reasoning, tool = self._parsers()
+        if reasoning is None and tool is None:
             async for event in self._source:
                 yield event
             return
@@ -187,20 +264,18 @@ class MessageStream:
             async for event in self._source:
                 if isinstance(event, TextDelta):
                     self._output_tokens += event.tokens
-                    for parsed in parser.feed(event.text):
-                        if (converted := self._from_parse(parsed)) is not None:
-                            yield converted
+                    pieces: list[object] = list(reasoning.feed(event.text)) if reasoning else [Text(event.text)]
+                    for converted in self._split(reasoning, tool, pieces):
+                        yield converted
                     continue
                 if isinstance(event, Finished) and not flushed:
                     flushed = True
-                    for parsed in parser.finish():
-                        if (converted := self._from_parse(parsed)) is not None:
-                            yield converted
+                    for converted in self._flush(reasoning, tool):
+                        yield converted
                 yield event
             if not flushed:
-                for parsed in parser.finish():
-                    if (converted := self._from_parse(parsed)) is not None:
-                        yield converted
+                for converted in self._flush(reasoning, tool):
+                    yield converted
         except MalformedToolCall as exc:
             raise BadGatewayError(f"the model produced a malformed tool call: {exc}") from exc
 
@@ -229,14 +304,9 @@ class MessageStream:
                         break
                 elif isinstance(event, ThinkingDelta):
                     self._output_tokens += event.tokens
-                    if self._open != "thinking":
-                        for out in self._open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""}):
+                    if self.request.thinking.requested:
+                        for out in self._thinking(event.thinking):
                             yield out
-                    yield {
-                        "type": "content_block_delta",
-                        "index": self._index,
-                        "delta": {"type": "thinking_delta", "thinking": event.thinking},
-                    }
                 elif isinstance(event, ToolCallStart):
                     self._output_tokens += event.tokens
                     for out in self._text(matcher.flush()):
@@ -292,18 +362,10 @@ class MessageStream:
         yield {"type": "message_stop"}
 
 
-    def _from_parse(self, parsed: object) -> GenerationEvent | None:
-        """A parser event as a generation event (tokens were counted already).
-
-        Reasoning a format carries in-band (harmony's analysis channel) becomes
-        a thinking block when the request allows thinking (``enabled`` or
-        ``adaptive``), and is dropped otherwise: it is never answer text.
-        """
+    def _from_parse(self, parsed: object) -> GenerationEvent:
+        """A parser event as a generation event (tokens were counted already)."""
         if isinstance(parsed, Reasoning):
-            thinking = self.request.request.thinking
-            if thinking is not None and thinking.type in ("enabled", "adaptive"):
-                return ThinkingDelta(parsed.text, tokens=0)
-            return None
+            return ThinkingDelta(parsed.text, tokens=0)
         return _from_parse(parsed)
 
 

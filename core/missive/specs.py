@@ -18,6 +18,7 @@ __all__ = [
     "DriverSpec",
     "DefaultModel",
     "ToolParserSpec",
+    "ReasoningParserSpec",
     "TokenizerSpec",
     "ImageProcessorSpec",
     "DocumentProcessorSpec",
@@ -76,6 +77,28 @@ class ToolParserSpec:
 
     ``factory`` builds a parser object; its interface is defined with the tool
     parsing feature (issue 3) and documented in docs/hooks.md.
+    """
+
+    name: str
+    factory: str
+    description: str = ""
+    template_markers: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ReasoningParserSpec:
+    """A streaming parser separating reasoning from the answer in model text
+    (``<think>...</think>``, harmony's analysis channel...).
+
+    Attributes:
+        name: what a driver's ``reasoning_parser`` setting refers to.
+        factory: ``"module:attr"`` of a
+            :class:`~missive.reasoning.base.ReasoningParser` subclass, built
+            with no arguments, one per generation.
+        description: one line for listings.
+        template_markers: literal strings that only chat templates of this
+            format contain; the first spec with one in a model's template is
+            chosen for that model.
     """
 
     name: str

@@ -14,9 +14,10 @@ from ..errors import InvalidRequestError
 from ..kernel import Kernel
 from ..model_table import ModelTable
 from ..schema.ignored import collect_ignored
+from ..thinking.signing import Signer
 from ..validation import parse_json, validate_body
 
-__all__ = ["state", "authenticate", "read_request", "note_ignored"]
+__all__ = ["state", "signer", "authenticate", "read_request", "note_ignored"]
 
 log = logging.getLogger("missive.request")
 
@@ -26,6 +27,11 @@ M = TypeVar("M", bound=BaseModel)
 def state() -> tuple[Config, Kernel, ModelTable]:
     ext = current_app.extensions["missive"]
     return ext["config"], ext["kernel"], ext["models"]
+
+
+def signer() -> Signer:
+    """The server's thinking-block :class:`~missive.thinking.signing.Signer`."""
+    return current_app.extensions["missive"]["signer"]
 
 
 def authenticate() -> None:

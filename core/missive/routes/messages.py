@@ -24,7 +24,9 @@ from ..schema.request import CountTokensRequest, MessagesRequest
 from ..sse import frame, paced
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
-from .common import authenticate, note_ignored, read_request, state
+from ..thinking.plan import plan_thinking
+from ..thinking.replay import answer_position, check_replayed_thinking
+from .common import authenticate, note_ignored, read_request, signer, state
 
 log = logging.getLogger("missive.messages")
 
@@ -44,6 +46,10 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     check_tool_history(req)
     note_ignored(skipped)
     check_request(req, driver.capabilities, model=model_id, driver=driver.name, tools=tools, tool_choice=choice)
+    replay = check_replayed_thinking(req.messages, signer())
+    if replay.dropped:
+        log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
+        g.dropped_thinking = list(replay.dropped)
     max_tokens = req.max_tokens or 0
     cap = driver.entry.max_output_tokens
     if cap is not None:
@@ -51,7 +57,7 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     return GenerationRequest(
         request_id=g.request_id,
         model=model_id,
-        conversation=build_conversation(req),
+        conversation=build_conversation(req, replay.kept),
         max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
@@ -60,6 +66,8 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
         request=req,
         tools=tools,
         tool_choice=choice,
+        thinking=plan_thinking(req.thinking, req.output_config),
+        thinking_position=answer_position(req.messages),
     )
 
 
@@ -68,7 +76,9 @@ async def create_message() -> Response | dict:
     config, _, models = state()
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
-    stream = MessageStream(driver, _prepare(req, model_id, driver), message_id=message_id(), model=req.model)
+    stream = MessageStream(
+        driver, _prepare(req, model_id, driver), message_id=message_id(), model=req.model, signer=signer()
+    )
     first = await stream.start()
     if not req.stream:
         events = [first]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..conversation import Conversation
+from ..conversation import Conversation, with_reasoning
 from ..driver import GenerationRequest
 from ..schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from .definitions import ToolDefinition
@@ -77,7 +77,7 @@ def native_messages(conversation: Conversation) -> list[dict[str, Any]]:
         messages.append({"role": "system", "content": conversation.system})
     for turn in conversation.turns:
         if turn.role == "assistant":
-            message: dict[str, Any] = {"role": "assistant", "content": turn.text()}
+            message: dict[str, Any] = with_reasoning({"role": "assistant", "content": turn.text()}, turn)
             calls = [b for b in turn.blocks if isinstance(b, ToolUseBlock)]
             if calls:
                 names.update({c.id: c.name for c in calls})
@@ -103,11 +103,11 @@ def native_messages(conversation: Conversation) -> list[dict[str, Any]]:
     return messages
 
 
-def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...]) -> list[dict[str, str]]:
+def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
     """Messages for a template without tool support (see module doc)."""
     instructions = HERMES_INSTRUCTIONS.format(tools="\n".join(_dumps(t.openai_function()) for t in tools))
     system = f"{conversation.system}\n\n{instructions}" if conversation.system else instructions
-    messages: list[dict[str, str]] = [{"role": "system", "content": system}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for turn in conversation.turns:
         parts: list[str] = []
         if turn.role == "assistant":
@@ -123,7 +123,7 @@ def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...
                     parts.append(f"<tool_response>\n{tool_result_text(block)}\n</tool_response>")
             if turn.text():
                 parts.append(turn.text())
-        messages.append({"role": turn.role, "content": "\n".join(parts)})
+        messages.append(with_reasoning({"role": turn.role, "content": "\n".join(parts)}, turn))
     return messages
 
 

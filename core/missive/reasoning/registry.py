@@ -1,0 +1,60 @@
+"""Choosing and building reasoning parsers from the registered
+:class:`~missive.specs.ReasoningParserSpec`\\ s.
+
+Each spec lists ``template_markers``: literal strings only a template of its
+format contains (``<think>``, ``[THINK]``, ``<|channel|>``). The first spec,
+in registration order, with a marker in the model's chat template is chosen;
+a driver setting may name one instead, or ``"none"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import ApiError
+from ..specs import ReasoningParserSpec, load_object
+from .base import ReasoningParser
+
+__all__ = ["reasoning_parser_for_template", "reasoning_parser_class"]
+
+
+def _builtin(specs: Mapping[str, ReasoningParserSpec]) -> Mapping[str, ReasoningParserSpec]:
+    if specs:
+        return specs
+    # A driver built outside the app (tests, scripts): the built-ins.
+    from ..default_plugins.reasoning_parsers import register_reasoning_parsers
+
+    return {s.name: s for s in register_reasoning_parsers()}
+
+
+def reasoning_parser_for_template(
+    template: str, specs: Mapping[str, ReasoningParserSpec], override: str | None = None
+) -> str | None:
+    """The reasoning format of a model rendered with ``template`` (its Jinja
+    source): ``override`` (a driver setting; ``"none"`` disables parsing) wins,
+    else the first registered spec with a marker in the template, else None
+    (the model does not reason in-band)."""
+    if override:
+        return None if override == "none" else override
+    for spec in _builtin(specs).values():
+        if any(marker and marker in template for marker in spec.template_markers):
+            return spec.name
+    return None
+
+
+def reasoning_parser_class(specs: Mapping[str, ReasoningParserSpec], name: str) -> type[ReasoningParser]:
+    """The parser class registered as ``name``.
+
+    Raises:
+        ApiError: no plugin registers that parser (a configuration problem:
+            a ``reasoning_parser`` setting naming an absent plugin).
+    """
+    specs = _builtin(specs)
+    spec = specs.get(name)
+    if spec is None:
+        known = ", ".join(sorted(specs)) or "none"
+        raise ApiError(f"reasoning parser '{name}' is not registered (registered: {known})")
+    cls = load_object(spec.factory)
+    if not (isinstance(cls, type) and issubclass(cls, ReasoningParser)):
+        raise ApiError(f"reasoning parser '{name}' ({spec.factory}) is not a ReasoningParser subclass")
+    return cls

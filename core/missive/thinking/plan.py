@@ -1,0 +1,82 @@
+"""The request's thinking settings, resolved once.
+
+Sources: the Messages API's ``thinking`` parameter (``enabled`` with
+``budget_tokens``, ``adaptive``, ``disabled``, absent = no thinking) with its
+optional ``display`` (``summarized`` or ``omitted``; any other value is treated
+as ``summarized``, the API's default), and ``output_config.effort``.
+
+Per-model switches (:meth:`ThinkingPlan.template_kwargs`) follow the published
+chat templates:
+
+* ``enable_thinking`` - Qwen3, GLM-4.5+, Hunyuan, SmolLM3 (``/think``), many
+  fine-tunes: ``False`` renders an empty ``<think></think>`` so the model answers
+  directly;
+* ``thinking`` - DeepSeek-V3.1 (``thinking=True`` opens ``<think>``);
+* ``reasoning_effort`` - gpt-oss (``low``/``medium``/``high``; it cannot be
+  switched off, so "no thinking" is ``low`` and its reasoning is dropped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["ThinkingPlan", "plan_thinking", "Effort"]
+
+Effort = Literal["low", "medium", "high"]
+
+#: ``output_config.effort`` values mapped to the three levels local models know.
+_EFFORTS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "max": "high", "xhigh": "high"}
+
+
+@dataclass(frozen=True)
+class ThinkingPlan:
+    """What the client asked for.
+
+    Attributes:
+        requested: thinking blocks may be returned (``enabled`` or ``adaptive``).
+            False (absent or ``disabled``): the model's reasoning switch is
+            turned off where it has one, and any reasoning it still produces is
+            dropped from the answer (but counted in ``output_tokens``).
+        budget_tokens: for ``enabled``, the most tokens to spend reasoning;
+            None: no budget (``adaptive``, or no thinking).
+        display: ``summarized`` (thinking text is returned) or ``omitted``
+            (thinking blocks carry an empty ``thinking`` and only the signature).
+        effort: reasoning depth for models that take a level (gpt-oss).
+    """
+
+    requested: bool = False
+    budget_tokens: int | None = None
+    display: Literal["summarized", "omitted"] = "summarized"
+    effort: Effort = "medium"
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Chat-template variables switching the model's reasoning on or off
+        (see the module documentation for which templates read which)."""
+        return {
+            "enable_thinking": self.requested,
+            "thinking": self.requested,
+            "reasoning_effort": self.effort if self.requested else "low",
+        }
+
+
+def _effort(effort: str | None, budget: int | None) -> Effort:
+    if effort is not None and effort in _EFFORTS:
+        return _EFFORTS[effort]
+    if budget is not None:
+        # Budgets mapped to levels: gpt-oss "low" reasons for a few hundred to
+        # ~2k tokens, "high" for 10k+ (OpenAI's gpt-oss model card).
+        return "low" if budget < 4096 else "medium" if budget < 16384 else "high"
+    return "medium"
+
+
+def plan_thinking(thinking: Any, output_config: Any) -> ThinkingPlan:
+    """The :class:`ThinkingPlan` of a validated request's ``thinking`` and
+    ``output_config`` (either may be None). Never raises: the schema already
+    enforced the API's rules (``budget_tokens`` >= 1024 and < ``max_tokens``)."""
+    effort = getattr(output_config, "effort", None)
+    if thinking is None or thinking.type == "disabled":
+        return ThinkingPlan(requested=False, effort=_effort(effort, None))
+    display: Literal["summarized", "omitted"] = "omitted" if thinking.display == "omitted" else "summarized"
+    budget = thinking.budget_tokens if thinking.type == "enabled" else None
+    return ThinkingPlan(requested=True, budget_tokens=budget, display=display, effort=_effort(effort, budget))

@@ -1,0 +1,120 @@
+"""Signatures of thinking blocks.
+
+The API returns every thinking block with an opaque ``signature`` and checks
+it when the block comes back in a later request, so a client cannot feed the
+model reasoning it did not write. Missive does the same with an HMAC-SHA256
+under a server key:
+
+``signature = "msv1." + base64url(HMAC(key, "missive-thinking-v1" | turn | block | thinking))``
+
+* ``turn``: the ordinal of the assistant message among the request's
+  assistant messages (0 for the first answer), so a block cannot be moved to
+  another turn;
+* ``block``: the ordinal of the thinking block among that message's thinking
+  blocks;
+* ``thinking``: the exact thinking text the client received (empty with
+  ``display: "omitted"``).
+
+Each part is length-prefixed, so no two inputs encode alike. The key comes
+from ``thinking.signing_key`` in the configuration, else from
+``thinking.key_file`` (default ``$XDG_STATE_HOME/missive/thinking.key``, i.e.
+``~/.local/state/missive/thinking.key``), created with 32 random bytes and
+mode 0600 on first use, so signatures stay valid across restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+from pathlib import Path
+
+from ..config import ConfigError
+
+__all__ = ["Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX"]
+
+log = logging.getLogger("missive.thinking")
+
+SIGNATURE_PREFIX = "msv1."
+_DOMAIN = b"missive-thinking-v1"
+
+
+def default_key_file() -> Path:
+    """``$XDG_STATE_HOME/missive/thinking.key`` (``~/.local/state`` when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "missive" / "thinking.key"
+
+
+class Signer:
+    """Signs and verifies thinking blocks with one key (bytes, at least 16)."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise ValueError("the thinking signing key must have at least 16 bytes")
+        self._key = key
+
+    def _mac(self, turn: int, block: int, thinking: str) -> bytes:
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        for part in (_DOMAIN, str(turn).encode(), str(block).encode(), thinking.encode("utf-8", "surrogatepass")):
+            mac.update(len(part).to_bytes(8, "big"))
+            mac.update(part)
+        return mac.digest()
+
+    def sign(self, thinking: str, *, turn: int, block: int) -> str:
+        """The signature of ``thinking`` at assistant turn ``turn``, thinking block ``block``."""
+        return SIGNATURE_PREFIX + base64.urlsafe_b64encode(self._mac(turn, block, thinking)).decode().rstrip("=")
+
+    def verify(self, signature: str | None, thinking: str, *, turn: int, block: int) -> bool:
+        """Whether ``signature`` is this server's for that text and position
+        (constant-time comparison)."""
+        if not signature or not signature.startswith(SIGNATURE_PREFIX):
+            return False
+        return hmac.compare_digest(signature, self.sign(thinking, turn=turn, block=block))
+
+
+def _read_or_create(path: Path) -> bytes:
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = b""
+    except OSError as exc:
+        raise ConfigError(f"thinking.key_file {path} cannot be read: {exc}") from exc
+    if key:
+        return key
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_bytes(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+    except FileExistsError:  # another process created it first: use theirs
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"thinking.key_file {path} cannot be created ({exc}); set thinking.key_file or thinking.signing_key"
+        ) from exc
+    log.info("created the thinking signing key %s", path)
+    return key
+
+
+def load_signer(signing_key: str | None, key_file: str | None) -> Signer:
+    """The server's :class:`Signer`: ``signing_key`` (a secret string of at
+    least 16 characters) if set, else the key in ``key_file`` (default
+    :func:`default_key_file`), created when missing.
+
+    Raises:
+        ConfigError: the key is too short, or the key file cannot be read or created.
+    """
+    if signing_key is not None:
+        key = signing_key.encode("utf-8")
+        source = "thinking.signing_key"
+    else:
+        path = Path(key_file).expanduser() if key_file else default_key_file()
+        key = _read_or_create(path)
+        source = f"thinking.key_file {path}"
+    if len(key) < 16:
+        raise ConfigError(f"{source}: the signing key must have at least 16 bytes")
+    return Signer(key)
