@@ -33,6 +33,16 @@ ECHO_CONFIG: dict[str, Any] = {
             "settings": {"tool_parser": "hermes", "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}},
         },
         "echo-serial": {"driver": "echo", "context_window": 1000, "settings": {"serialize": True}},
+        "echo-think": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"capabilities": {"tool_choice": ["auto", "none"], "thinking": True}},
+        },
+        "echo-think-tags": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"reasoning_parser": "think", "capabilities": {"thinking": True}},
+        },
         "echo-tools": {
             "driver": "echo",
             "context_window": 1000,
@@ -40,6 +50,14 @@ ECHO_CONFIG: dict[str, Any] = {
         },
     },
 }
+
+
+@pytest.fixture(scope="session")
+def signer() -> Any:
+    """A :class:`missive.thinking.signing.Signer` with the echo server's key."""
+    from missive.thinking.signing import Signer
+
+    return Signer(SIGNING_KEY.encode())
 
 
 @pytest.fixture(scope="session")

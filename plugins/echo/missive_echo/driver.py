@@ -9,6 +9,7 @@ list; each step is one of::
 
     {"text": "Hel"}                  a text delta (1 token, or "tokens": n)
     {"thinking": "hmm"}              a thinking delta
+    {"echo_thinking": true}          text: the verified thinking replayed in the conversation
     {"tool_call": {"name": "f", "arguments": ["{\\"a\\"", ": 1}"]}}
     {"sleep": 0.5}                   seconds of silence
     {"error": {"type": "overloaded_error", "message": "..."}}   raise mid-stream
@@ -25,6 +26,8 @@ Nth one without ``"match"`` for a conversation with N-1 assistant turns (past
 the end: echo).  A script in the last user message wins over the file.
 ``settings.tool_parser = "hermes"`` parses tool calls out of the scripted
 text with that registered parser (as an in-process model's driver does), and
+``settings.reasoning_parser = "think"`` separates reasoning written as text
+(``<think>...</think>``) with that registered reasoning parser, and
 ``settings.serialize = true`` makes the model answer one request at a time
 (FIFO, after ``Started``), like an in-process model, so tests can observe
 queueing and that a disconnected client frees the model.
@@ -44,6 +47,8 @@ from missive.capabilities import Capabilities
 from missive.config import ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.schema.blocks import ToolResultBlock
+from missive.reasoning.base import ReasoningParser
+from missive.reasoning.registry import reasoning_parser_class
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser
 from missive.events import (
@@ -134,7 +139,8 @@ class EchoDriver(Driver):
 
     def _prompt_tokens(self, request: GenerationRequest) -> int:
         conv = request.conversation
-        words = len(_words(conv.system or "")) + sum(len(_words(t.text())) for t in conv.turns)
+        # Replayed thinking that reaches the prompt (signature verified) counts too.
+        words = len(_words(conv.system or "")) + sum(len(_words(t.text())) + len(_words(t.thinking())) for t in conv.turns)
         return words + len(_words(conv.prefill or ""))
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
@@ -143,6 +149,12 @@ class EchoDriver(Driver):
             return None
         constrained = request.tool_choice.mode in ("any", "tool")
         return build_parser(self.tool_parser_specs, name, request.tools, constrained=constrained)
+
+    def reasoning_parser(self, request: GenerationRequest) -> ReasoningParser | None:
+        name = self.entry.settings.get("reasoning_parser")
+        if not name:
+            return None
+        return reasoning_parser_class(self.reasoning_parser_specs, name)()
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         return self._prompt_tokens(request)
@@ -205,6 +217,10 @@ class EchoDriver(Driver):
                 used += tokens
                 if "text" in step:
                     yield TextDelta(step["text"], tokens=tokens)
+                elif step.get("echo_thinking"):
+                    replayed = [t.thinking() for t in request.conversation.turns if t.thinking()]
+                    text = " | ".join(replayed) if replayed else "(no replayed thinking)"
+                    yield TextDelta(f"replayed thinking: {text}", tokens=tokens)
                 elif "thinking" in step:
                     yield ThinkingDelta(step["thinking"], tokens=tokens)
                 elif "tool_call" in step:
