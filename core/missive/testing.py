@@ -32,7 +32,25 @@ __all__ = [
     "collect_events",
     "text_of",
     "check_order",
+    "THINKING_CHATML",
 ]
+
+
+#: A ChatML chat template with a reasoning format, built the way Qwen3's is:
+#: ``enable_thinking`` opens ``<think>`` in the prompt, otherwise an empty
+#: closed block is rendered; past reasoning is rendered from
+#: ``reasoning_content``. It makes any ChatML model (the embedded SmolLM2) a
+#: "reasoning model" for tests of thinking (``settings.chat_template``).
+THINKING_CHATML = (
+    "{% for message in messages %}"
+    "{% if message.role == 'assistant' and message.reasoning_content %}"
+    "<|im_start|>assistant\n<think>\n{{ message.reasoning_content }}\n</think>\n\n{{ message.content }}<|im_end|>\n"
+    "{% else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking %}<think>\n{% else %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
+)
 
 
 def free_port() -> int:
@@ -256,6 +274,8 @@ def generation_request(
     from .conversation import build_conversation
     from .driver import GenerationRequest
     from .schema.request import MessagesRequest
+    from .thinking.plan import plan_thinking
+    from .thinking.replay import answer_position
     from .tools.definitions import offered_tools, tool_choice_of
 
     body = MessagesRequest.model_validate({"model": model, "max_tokens": max_tokens, "messages": messages, **fields})
@@ -272,6 +292,8 @@ def generation_request(
         request=body,
         tools=tools,
         tool_choice=tool_choice_of(body, tools),
+        thinking=plan_thinking(body.thinking, body.output_config),
+        thinking_position=answer_position(body.messages),
     )
 
 

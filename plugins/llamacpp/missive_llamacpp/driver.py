@@ -75,6 +75,8 @@ from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, InvalidRequestError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_segments
+from missive.reasoning.base import ReasoningParser
+from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser, parser_class
 from missive.tools.parsers.selection import parser_for_template
@@ -111,6 +113,7 @@ class LlamaCppDriver(Driver):
         self._llm: Any = None
         self._n_ctx: int | None = None
         self._template = ""
+        self._reasoning: str | None = None  # reasoning parser name, from the template
         self._segmented_tokenize = False
         self._bos_text = ""
         self._eos_text = ""
@@ -192,6 +195,11 @@ class LlamaCppDriver(Driver):
         except TemplateError as exc:
             raise ConfigError(f"model '{self.model_id}': the chat template does not compile: {exc}") from exc
         self._template = template
+        self._reasoning = reasoning_parser_for_template(
+            template, self.reasoning_parser_specs, self.settings.reasoning_parser
+        )
+        # Thinking blocks only for a model whose output has a reasoning format.
+        self.capabilities = self.capabilities.model_copy(update={"thinking": self._reasoning is not None})
         # Tokenizing client text apart from template text is exact for byte-level
         # BPE vocabularies (no space prefix is added to a piece); SentencePiece
         # vocabularies would get a spurious leading space on every piece.
@@ -233,15 +241,23 @@ class LlamaCppDriver(Driver):
             InvalidRequestError: the template rejected the conversation.
             ApiError: the template failed, or llama.cpp could not tokenize.
         """
+        return self._tokenize_pieces(llm, self._render(request))
+
+    def _render(self, request: GenerationRequest) -> list[tuple[str, bool]]:
+        """The prompt as ``(text, is_client_text)`` pieces, rendered with the
+        template's reasoning switches (``enable_thinking``...) set from the
+        request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`)."""
         messages, extra = template_messages(request, self._template)
-        pieces = render_segments(
+        return render_segments(
             self._template,
             messages,
             prefill=request.conversation.prefill,
             bos_token=self._bos_text,
             eos_token=self._eos_text,
-            **extra,
+            **{**request.thinking.template_kwargs(), **extra},
         )
+
+    def _tokenize_pieces(self, llm: Any, pieces: list[tuple[str, bool]]) -> list[int]:
         if not self._segmented_tokenize:
             pieces = [("".join(text for text, _ in pieces), False)]
         first = pieces[0][0] if pieces else ""
@@ -257,11 +273,38 @@ class LlamaCppDriver(Driver):
             raise ApiError("the chat template rendered an empty prompt")
         return tokens
 
-    def _prepare(self, llm: Any, request: GenerationRequest) -> tuple[list[int], int, Any]:
+    def _prepare(self, llm: Any, request: GenerationRequest) -> tuple[list[int], int, Any, str]:
         """Prompt tokens, the KV-cache prefix ``Llama.generate`` would reuse
-        now, and the grammar constraining the reply (or None)."""
-        tokens = self._tokenize(llm, request)
-        return tokens, _cached_prefix(llm, tokens), self._grammar(request)
+        now, the grammar constraining the reply (or None), and the reasoning
+        tag the prompt leaves open (``<think>``, or "")."""
+        pieces = self._render(request)
+        tokens = self._tokenize_pieces(llm, pieces)
+        opened = ""
+        if self._reasoning is not None:
+            opened = self._reasoning_class().prompt_prefix("".join(text for text, _ in pieces))
+        return tokens, _cached_prefix(llm, tokens), self._grammar(request), opened
+
+    def _reasoning_class(self) -> type[ReasoningParser]:
+        assert self._reasoning is not None
+        return reasoning_parser_class(self.reasoning_parser_specs, self._reasoning)
+
+    def reasoning_parser(self, request: GenerationRequest) -> ReasoningParser | None:
+        """The model's reasoning parser (``reasoning_parser`` setting, else chosen
+        from the chat template), or None for a model that does not reason."""
+        return self._reasoning_class()() if self._reasoning is not None else None
+
+    def _budget(self, llm: Any, request: GenerationRequest, opened: str) -> _Budget | None:
+        """How to end reasoning once ``thinking.budget_tokens`` are spent, or
+        None (no budget, or a format without a closing text)."""
+        budget = request.thinking.budget_tokens
+        if budget is None or self._reasoning is None:
+            return None
+        cls = self._reasoning_class()
+        close = cls.close_text()
+        if not close:
+            return None
+        close_tokens = llm.tokenize(close.encode("utf-8"), add_bos=False, special=True)
+        return _Budget(cls(), opened, budget, close_tokens)
 
     # -- tools and structured output ---------------------------------------
 
@@ -278,6 +321,14 @@ class LlamaCppDriver(Driver):
         """A compiled llama.cpp grammar for forced tool choice or structured
         output, or None for free generation. Runs in a worker thread."""
         choice = request.tool_choice
+        if request.thinking.budget_tokens is not None and self._reasoning is not None:
+            if (request.tools and choice.mode in ("any", "tool")) or request.request.output_format_schema():
+                # A grammar constrains the whole output: the model could not reason first.
+                raise InvalidRequestError(
+                    "thinking {\"type\": \"enabled\"} cannot be combined with a constrained output "
+                    f"(output_config.format) on model '{self.model_id}' (driver llamacpp): its grammar "
+                    "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
+                )
         if request.tools and choice.mode in ("any", "tool"):
             cls = parser_class(self.tool_parser_specs, self._parser_name())
             text = tool_call_grammar(cls, request.tools, choice)
@@ -308,7 +359,7 @@ class LlamaCppDriver(Driver):
         """
         llm = self._loaded()
         assert self._queue is not None and self._n_ctx is not None
-        tokens, prefix, grammar = await anyio.to_thread.run_sync(
+        tokens, prefix, grammar, opened = await anyio.to_thread.run_sync(
             self._prepare, llm, request, limiter=self._prep_limiter
         )
         n_ctx = self._n_ctx
@@ -316,6 +367,9 @@ class LlamaCppDriver(Driver):
             raise PromptTooLongError(len(tokens), n_ctx - 1)  # one token must be left to answer
         max_new = clamp_max_tokens(request.max_tokens, len(tokens), n_ctx)
         yield Started(input_tokens=len(tokens) - prefix, cache_read_input_tokens=prefix)
+        if opened:
+            # The template opened the reasoning tag: the output starts inside it.
+            yield TextDelta(opened, tokens=0)
 
         async with self._queue:
             if log.isEnabledFor(logging.DEBUG):
@@ -329,18 +383,21 @@ class LlamaCppDriver(Driver):
                     max_new,
                     request.max_tokens,
                 )
-            gen = llm.generate(
-                tokens,
-                temp=1.0 if request.temperature is None else request.temperature,
-                top_p=1.0 if request.top_p is None else request.top_p,
-                top_k=0 if request.top_k is None else request.top_k,
-                min_p=0.0,
-                typical_p=1.0,
-                repeat_penalty=1.0,
-                reset=True,
-                grammar=grammar,
-            )
-            producer = _Producer(llm, gen, max_new, tokens)
+            def start(prompt: list[int], grammar: Any = grammar) -> Iterator[int]:
+                return llm.generate(  # type: ignore[no-any-return]
+                    prompt,
+                    temp=1.0 if request.temperature is None else request.temperature,
+                    top_p=1.0 if request.top_p is None else request.top_p,
+                    top_k=0 if request.top_k is None else request.top_k,
+                    min_p=0.0,
+                    typical_p=1.0,
+                    repeat_penalty=1.0,
+                    reset=True,
+                    grammar=grammar,
+                )
+
+            budget = self._budget(llm, request, opened)
+            producer = _Producer(llm, start, max_new, tokens, budget)
             future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
             try:
                 if max_new == 0:
@@ -369,6 +426,39 @@ class LlamaCppDriver(Driver):
                     await future  # the model is never used by two threads at once
 
 
+class _Budget:
+    """Ends the model's reasoning once ``budget`` reasoning tokens are spent.
+
+    The thinking budget of ``thinking: {type: "enabled", budget_tokens}``:
+    a parser of the model's reasoning format follows the output; when the
+    budget is reached inside the reasoning, the format's closing text
+    (``\n</think>\n\n``) is written into the context and generation goes on
+    from there, so the model answers instead of reasoning further (the
+    technique of llama.cpp's ``--reasoning-budget`` and vLLM's thinking budget
+    processors). Runs in the model's thread.
+    """
+
+    def __init__(self, parser: ReasoningParser, opened: str, budget: int, close_tokens: list[int]) -> None:
+        self.parser = parser
+        self.budget = budget
+        self.close_tokens = close_tokens
+        self.spent = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        if opened:
+            parser.feed(opened)
+
+    def exhausted(self, piece: bytes) -> bool:
+        """Account one output token; True when reasoning must end now."""
+        reasoning = self.parser.in_reasoning
+        self.parser.feed(self._decoder.decode(piece))
+        if reasoning or self.parser.in_reasoning:
+            self.spent += 1
+        return self.parser.in_reasoning and self.spent >= self.budget
+
+    def closed(self, close: bytes) -> None:
+        self.parser.feed(self._decoder.decode(close))
+
+
 class _Producer:
     """Runs ``Llama.generate`` in the model's own thread, ahead of the event loop.
 
@@ -377,14 +467,26 @@ class _Producer:
     arrive while the loop is busy are taken together (one text delta with
     their token count), so a busy loop never slows decoding. :meth:`cancel`
     makes the thread stop before its next token (a client that disconnects
-    stops its generation within one token).
+    stops its generation within one token). With a :class:`_Budget`, the
+    reasoning is closed when its budget is spent: the closing tokens are
+    handed over like generated ones (first piece their bytes, then empty
+    pieces, so token counts stay exact) and generation restarts after them,
+    reusing the KV cache.
     """
 
-    def __init__(self, llm: Any, gen: Iterator[int], max_new: int, tokens: list[int]) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        start: Callable[[list[int]], Iterator[int]],
+        max_new: int,
+        tokens: list[int],
+        budget: _Budget | None = None,
+    ) -> None:
         self.llm = llm
-        self.gen = gen
+        self.start = start
         self.tokens = tokens
         self.max_new = max_new
+        self.budget = budget
         self.reached_eog = False
         self.channel: ThreadChannel[bytes] = ThreadChannel("llama.cpp failed while generating")
         self.cancel = self.channel.cancel
@@ -392,33 +494,52 @@ class _Producer:
 
     def run(self) -> None:
         """The thread's loop; always closes the generator and signals the end."""
+        gen: Iterator[int] | None = None
         try:
             if not _prefill(self.llm, self.tokens, self.channel.cancelled):
                 return  # the client went away while the prompt was decoded
             if self.max_new == 0:
                 return  # the prompt is in the KV cache (cache warm-up)
-            for _ in range(self.max_new):
+            gen = self.start(self.tokens)
+            produced: list[int] = []
+            while len(produced) < self.max_new:
                 if self.channel.cancelled():
                     return
-                piece = _step(self.llm, self.gen)
-                if piece is None:
+                step = _step(self.llm, gen)
+                if step is None:
                     self.reached_eog = True
                     return
+                token, piece = step
+                produced.append(token)
                 self.channel.send(piece)
+                budget = self.budget
+                if budget is not None and budget.exhausted(piece) and len(produced) < self.max_new:
+                    close = budget.close_tokens[: self.max_new - len(produced)]
+                    gen.close()
+                    closing = self.llm.detokenize(close)
+                    budget.closed(closing)
+                    produced += close
+                    for i in range(len(close)):
+                        self.channel.send(closing if i == 0 else b"")
+                    prompt = self.tokens + produced
+                    if not _prefill(self.llm, prompt, self.channel.cancelled):
+                        return
+                    gen = self.start(prompt)  # no grammar: a budget excludes one (see _grammar)
         except Exception as exc:
             self.channel.fail(exc)
         finally:
-            self.gen.close()
+            if gen is not None:
+                gen.close()
             self.channel.close()
 
 
-def _step(llm: Any, gen: Iterator[int]) -> bytes | None:
-    """Sample one token: its bytes, or None at end of generation (EOG token,
-    or ``Llama.generate`` stopped). Runs in a worker thread."""
+def _step(llm: Any, gen: Iterator[int]) -> tuple[int, bytes] | None:
+    """Sample one token: ``(token, its bytes)``, or None at end of generation
+    (EOG token, or ``Llama.generate`` stopped). Runs in a worker thread."""
     token = next(gen, None)
     if token is None or llama_cpp.llama_vocab_is_eog(llm._model.vocab, token):
         return None
-    return llm.detokenize([token])
+    return token, llm.detokenize([token])
 
 
 def _prefill(llm: Any, tokens: list[int], cancelled: Callable[[], bool]) -> bool:

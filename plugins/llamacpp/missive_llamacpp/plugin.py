@@ -30,13 +30,15 @@ __all__ = [
 #: applies (``any``/``tool``), structured output by grammar, all three sampling
 #: parameters, exact token counts (the model's own tokenizer on the rendered
 #: prompt), automatic KV-cache prefix reuse, one generation at a time per model
-#: (a llama.cpp context holds a single sequence here).
+#: (a llama.cpp context holds a single sequence here). Thinking: for models
+#: whose chat template has a reasoning format (``<think>``, harmony...); each
+#: loaded model narrows it (the embedded SmolLM2 does not reason).
 CAPABILITIES = Capabilities(
     tool_choice=frozenset({"auto", "any", "tool", "none"}),
     strict_tools=frozenset({"any", "tool"}),
     parallel_tool_calls=True,
     input_media=frozenset(),
-    thinking=False,
+    thinking=True,
     structured_output=True,
     count_tokens="exact",
     prompt_caching=True,

@@ -11,6 +11,8 @@ Example::
     n_batch = 512                   # prompt tokens per decode call
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
+    tool_parser = "hermes"          # tool call format; default: from the template
+    reasoning_parser = "think"      # reasoning format or "none"; default: from the template
     verbose = false                 # llama.cpp's own logging on stderr
 
 Unknown keys are rejected (a typo must not silently fall back to a default).
@@ -56,6 +58,10 @@ class LlamaCppSettings(BaseModel):
         tool_parser: tool call format (a registered parser: ``hermes``,
             ``llama3``, ``mistral``, ``harmony``); default: chosen from the chat
             template, Hermes when the template has no tool support.
+        reasoning_parser: reasoning format (a registered reasoning parser:
+            ``think``, ``harmony``, ``mistral_think``, ``seed_think``) or
+            ``"none"``; default: chosen from the chat template (none when the
+            template shows no reasoning format: the model cannot think).
         verbose: let llama.cpp log to stderr.
     """
 
@@ -67,6 +73,7 @@ class LlamaCppSettings(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)
+    reasoning_parser: str | None = Field(default=None, min_length=1)
     verbose: bool = False
 
     @property

@@ -19,7 +19,7 @@ from missive.config import ConfigError, ModelEntry
 from missive.driver import GenerationRequest
 from missive.errors import PromptTooLongError
 from missive.events import Finished, Started, TextDelta
-from missive.testing import check_order, collect_events as collect, generation_request, text_of
+from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
 from missive_llamacpp.plugin import (
     CAPABILITIES,
     default_model_path,
@@ -392,3 +392,59 @@ async def test_typed_special_tokens_stay_text(driver) -> None:
     typed = driver._tokenize(llm, request([{"role": "user", "content": "hi<|im_end|>"}]))
     assert typed.count(im_end[0]) == plain.count(im_end[0])
     assert len(typed) > len(plain) + 1  # the marker became several ordinary tokens
+
+
+# -- thinking ------------------------------------------------------------------
+
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_thinking_capability_follows_the_template() -> None:
+    plain = await make_driver(context_window=512)
+    thinking = await make_driver(context_window=512, settings={"chat_template": THINKING_CHATML})
+    try:
+        assert CAPABILITIES.thinking and not plain.capabilities.thinking
+        assert thinking.capabilities.thinking
+        assert plain.reasoning_parser(request(QUESTION)) is None
+    finally:
+        await plain.aclose()
+        await thinking.aclose()
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_thinking_budget_ends_the_reasoning() -> None:
+    from dataclasses import replace
+
+    from missive.thinking.plan import ThinkingPlan
+
+    driver = await make_driver(context_window=1024, settings={"chat_template": THINKING_CHATML, "seed": 7})
+    try:
+        base = request(STORY, max_tokens=60, temperature=0.0, thinking={"type": "adaptive"})
+        assert base.thinking.requested and base.thinking.budget_tokens is None
+        # a budget below the API's minimum (1024), so the test stays short
+        req = replace(base, thinking=ThinkingPlan(requested=True, budget_tokens=20))
+        events = await collect(driver.generate(req))
+        check_order(events)
+        deltas = [e for e in events if isinstance(e, TextDelta)]
+        assert deltas[0] == TextDelta("<think>", tokens=0)  # the tag the prompt opened
+        # Exactly the budget spent reasoning, then the closing text the driver
+        # wrote (5 tokens). Deltas may hold several tokens when the event loop
+        # lags, so the delta holding the close may also hold tokens around it.
+        closing = next(i for i, d in enumerate(deltas) if "\n</think>\n\n" in d.text)
+        before = sum(d.tokens for d in deltas[:closing])
+        assert before <= 20 <= before + deltas[closing].tokens - 5
+        reasoning = "".join(d.text for d in deltas[1:closing]) + deltas[closing].text.split("\n</think>")[0]
+        assert "</think>" not in reasoning and reasoning.strip()
+        finished = events[-1]
+        assert isinstance(finished, Finished)
+        assert finished.output_tokens == sum(d.tokens for d in deltas) <= 60
+        # the parser the core applies sees reasoning, then the answer
+        parser = driver.reasoning_parser(req)
+        assert parser is not None
+        for d in deltas:
+            parser.feed(d.text)
+        assert not parser.in_reasoning
+    finally:
+        await driver.aclose()

@@ -76,6 +76,8 @@ from missive.templating import compile_template, render_prompt
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser
 from missive.tools.parsers.selection import parser_for_template
+from missive.reasoning.base import ReasoningParser
+from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from missive.tools.render import template_messages
 from missive.worker import ThreadChannel
 
@@ -112,6 +114,7 @@ class MlxDriver(Driver):
         self._tokenizer: Any = None
         self._context: int | None = None
         self._template = ""
+        self._reasoning: str | None = None  # reasoning parser name, from the template
         self._store: PromptCacheStore | None = None
         self._queue: anyio.Semaphore | None = None
         # One thread per model runs everything MLX: streams are thread-local.
@@ -170,6 +173,10 @@ class MlxDriver(Driver):
         except TemplateError as exc:
             raise ConfigError(f"model '{self.model_id}': the chat template does not compile: {exc}") from exc
         self._template = template
+        self._reasoning = reasoning_parser_for_template(
+            template, self.reasoning_parser_specs, self.settings.reasoning_parser
+        )
+        self.capabilities = self.capabilities.model_copy(update={"thinking": self._reasoning is not None})
         self._store = PromptCacheStore(
             self.settings.prompt_cache_entries, can_trim=can_trim_prompt_cache, trim=trim_prompt_cache
         )
@@ -215,7 +222,27 @@ class MlxDriver(Driver):
         name = parser_for_template(self._template, self.tool_parser_specs, self.settings.tool_parser)
         return build_parser(self.tool_parser_specs, name, request.tools, constrained=False)
 
-    def _tokenize(self, tokenizer: Any, request: GenerationRequest) -> list[int]:
+    def reasoning_parser(self, request: GenerationRequest) -> ReasoningParser | None:
+        """The model's reasoning parser (``reasoning_parser`` setting, else chosen
+        from the chat template), or None for a model that does not reason."""
+        if self._reasoning is None:
+            return None
+        return reasoning_parser_class(self.reasoning_parser_specs, self._reasoning)()
+
+    def _render(self, tokenizer: Any, request: GenerationRequest) -> str:
+        """The prompt text, with the template's reasoning switches set from the
+        request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`)."""
+        messages, extra = template_messages(request, self._template)
+        return render_prompt(
+            self._template,
+            messages,
+            prefill=request.conversation.prefill,
+            bos_token=tokenizer.bos_token or "",
+            eos_token=tokenizer.eos_token or "",
+            **{**request.thinking.template_kwargs(), **extra},
+        )
+
+    def _tokenize(self, tokenizer: Any, request: GenerationRequest, text: str | None = None) -> list[int]:
         """Render the request with the chat template and tokenize it.
 
         The one prompt path of both :meth:`count_tokens` and :meth:`generate`.
@@ -224,25 +251,22 @@ class MlxDriver(Driver):
             InvalidRequestError: the template rejected the conversation.
             ApiError: the template failed, or rendered nothing.
         """
-        messages, extra = template_messages(request, self._template)
-        text = render_prompt(
-            self._template,
-            messages,
-            prefill=request.conversation.prefill,
-            bos_token=tokenizer.bos_token or "",
-            eos_token=tokenizer.eos_token or "",
-            **extra,
-        )
+        text = self._render(tokenizer, request) if text is None else text
         tokens = list(tokenizer.encode(text, add_special_tokens=False))
         if not tokens:
             raise ApiError("the chat template rendered an empty prompt")
         return tokens
 
-    def _prepare(self, tokenizer: Any, request: GenerationRequest) -> tuple[list[int], int]:
-        """Prompt tokens and the prefix the prompt cache would serve now."""
-        tokens = self._tokenize(tokenizer, request)
+    def _prepare(self, tokenizer: Any, request: GenerationRequest) -> tuple[list[int], int, str]:
+        """Prompt tokens, the prefix the prompt cache would serve now, and the
+        reasoning tag the prompt leaves open (``<think>``, or "")."""
+        text = self._render(tokenizer, request)
+        tokens = self._tokenize(tokenizer, request, text)
         assert self._store is not None
-        return tokens, self._store.reusable(tokens)
+        opened = ""
+        if self._reasoning is not None:
+            opened = reasoning_parser_class(self.reasoning_parser_specs, self._reasoning).prompt_prefix(text)
+        return tokens, self._store.reusable(tokens), opened
 
     async def count_tokens(self, request: GenerationRequest) -> int:
         """Prompt tokens, equal to ``input_tokens + cache_read_input_tokens`` of
@@ -264,7 +288,7 @@ class MlxDriver(Driver):
         """
         model, tokenizer = self._loaded()
         assert self._queue is not None and self._context is not None and self._store is not None
-        tokens, reusable = await anyio.to_thread.run_sync(
+        tokens, reusable, opened = await anyio.to_thread.run_sync(
             self._prepare, tokenizer, request, limiter=self._tokenize_limiter
         )
         context = self._context
@@ -272,6 +296,8 @@ class MlxDriver(Driver):
             raise PromptTooLongError(len(tokens), context - 1)  # one token must be left to answer
         max_new = clamp_max_tokens(request.max_tokens, len(tokens), context)
         yield Started(input_tokens=len(tokens) - reusable, cache_read_input_tokens=reusable)
+        if opened:
+            yield TextDelta(opened, tokens=0)  # the template opened the reasoning tag
 
         async with self._queue:
             producer = _Producer(

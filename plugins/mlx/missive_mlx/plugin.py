@@ -20,7 +20,8 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: ``prompt_cache_entries = 0``), one generation at a time per model (one
 #: KV cache in flight, one MLX stream). No tools: parsing a model's tool-call
 #: syntax needs the shared parser plugins (not there yet), and nothing here
-#: constrains decoding. No media, no reasoning blocks.
+#: constrains decoding. No media. Reasoning as thinking blocks for models whose
+#: chat template has a reasoning format (the budget is advisory here).
 CAPABILITIES = Capabilities(
     # auto: the model decides, its calls parsed from its text by the parser of
     # its chat template's format; none: tools not shown. any/tool would need
@@ -28,7 +29,7 @@ CAPABILITIES = Capabilities(
     tool_choice=frozenset({"auto", "none"}),
     parallel_tool_calls=True,
     input_media=frozenset(),
-    thinking=False,
+    thinking=True,  # models whose template has a reasoning format; each loaded model narrows it
     structured_output=False,
     count_tokens="exact",
     prompt_caching=True,

@@ -44,6 +44,9 @@ class MlxSettings(BaseModel):
         chat_template: Jinja chat template replacing the tokenizer's.
         tool_parser: tool call format (a registered parser); default: chosen
             from the chat template, Hermes when it has no tool support.
+        reasoning_parser: reasoning format (``think``, ``harmony``...) or
+            ``"none"``; default: chosen from the chat template. The thinking
+            budget is advisory on this driver (not enforced).
         prefill_step_size: prompt tokens evaluated per forward pass
             (mlx-lm's ``generate_step`` default is 2048); lower bounds the
             memory peak of long prompts.
@@ -56,6 +59,7 @@ class MlxSettings(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**64 - 1)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)
+    reasoning_parser: str | None = Field(default=None, min_length=1)
     prefill_step_size: int = Field(default=2048, ge=1)
 
     @property

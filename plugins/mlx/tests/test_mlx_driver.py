@@ -22,7 +22,7 @@ from missive.config import ConfigError, ModelEntry
 from missive.driver import GenerationRequest
 from missive.errors import PromptTooLongError
 from missive.events import Finished, Started, TextDelta
-from missive.testing import check_order, collect_events as collect, generation_request, text_of
+from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
 from missive_mlx.plugin import CAPABILITIES, register_drivers
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -365,3 +365,26 @@ async def test_tools_are_rendered_and_parsed_with_the_template_format(driver) ->
     assert len(offered) > len(plain) and none == plain  # tool_choice none: not shown to the model
     parser = driver.tool_parser(with_tools)
     assert parser is not None and parser.name == "hermes"  # SmolLM2's template has no tool support
+
+
+@pytest.mark.anyio
+async def test_reasoning_template_switch_and_opened_tag(mlx_model_dir: Path) -> None:
+    plain = await make_driver(mlx_model_dir, context_window=512)
+    d = await make_driver(mlx_model_dir, context_window=512, settings={"chat_template": THINKING_CHATML})
+    try:
+        assert not plain.capabilities.thinking and plain.reasoning_parser(request(QUESTION)) is None
+        assert d.capabilities.thinking
+        on = await collect(d.generate(request(QUESTION, max_tokens=4, temperature=0, thinking={"type": "adaptive"})))
+        off = await collect(d.generate(request(QUESTION, max_tokens=4, temperature=0)))
+    finally:
+        await plain.aclose()
+        await d.aclose()
+    check_order(on)
+    # thinking on: the prompt ends inside <think>, and the driver says so first
+    assert on[1] == TextDelta("<think>", tokens=0)
+    # thinking off: the template closed an empty block, which costs prompt tokens
+    assert not any(isinstance(e, TextDelta) and e.text == "<think>" for e in off)
+    def total(started: Any) -> int:
+        return started.input_tokens + started.cache_read_input_tokens
+
+    assert total(off[0]) > total(on[0])

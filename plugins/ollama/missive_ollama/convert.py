@@ -92,6 +92,9 @@ def chat_messages(conv: Conversation) -> list[dict[str, Any]]:
                 messages.append(message)
         else:
             message = {"role": "assistant", "content": turn.text()}
+            if turn.thinking():
+                # Replayed thinking whose signature verified (Ollama's Message.thinking).
+                message["thinking"] = turn.thinking()
             calls = [
                 {"id": b.id, "function": {"index": i, "name": b.name, "arguments": b.input}}
                 for i, b in enumerate(b for b in turn.blocks if isinstance(b, ToolUseBlock))

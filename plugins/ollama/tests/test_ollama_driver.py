@@ -144,6 +144,14 @@ def test_thinking_enabled_sends_think_true_and_streams_thinking(client: anthropi
         assert msg.content[0].thinking == "Let me think." and msg.content[1].text == "sky blue"
         assert msg.usage.output_tokens == 5  # eval_count: thinking and text tokens
 
+    # the signed block replayed reaches Ollama as the message's thinking; a changed one does not
+    replay = [b.model_dump(exclude_none=True) for b in plain.content]
+    for thinking, expected in ((replay[0], "Let me think."), ({**replay[0], "thinking": "Forged."}, None)):
+        conversation = [*user("sky blue"), {"role": "assistant", "content": [thinking, replay[1]]}, *user("again")]
+        client.messages.create(model="qwen", max_tokens=20, messages=conversation)
+        assistant = last_chat(fake)["messages"][1]
+        assert assistant["content"] == "sky blue" and assistant.get("thinking") == expected
+
 
 def test_adaptive_thinking_on_a_model_that_cannot_think_sends_false(client: anthropic.Anthropic, fake: FakeOllama) -> None:
     msg = client.messages.create(model="plain", max_tokens=20, thinking={"type": "adaptive"}, messages=user("hi"))

@@ -150,6 +150,11 @@ def _assistant_message(turn: Turn) -> dict[str, Any]:
             if part is not None and part["type"] == "text":
                 texts.append(part["text"])
     message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts or not calls else None}
+    if turn.thinking():
+        # Replayed thinking whose signature verified, in the field vLLM and
+        # llama-server pass to the chat template (templates that keep past
+        # reasoning render it; others ignore it).
+        message["reasoning_content"] = turn.thinking()
     if calls:
         message["tool_calls"] = calls
     return message

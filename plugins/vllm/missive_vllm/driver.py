@@ -17,10 +17,15 @@ Source of each rule: vLLM's ``vllm/entrypoints/openai/protocol.py``
 * **Prefill**: a final assistant message is continued with
   ``continue_final_message: true, add_generation_prompt: false``.
 * **Thinking switch**: with ``settings.thinking`` (a reasoning model served
-  with ``--reasoning-parser``), ``chat_template_kwargs.enable_thinking`` is
-  true for ``thinking: enabled`` or ``adaptive`` and false otherwise (Qwen3,
-  DeepSeek-R1 distills and GLM templates read it); ``delta.reasoning_content``
-  becomes the thinking block. Issue 4 owns budgets and signatures.
+  with ``--reasoning-parser``), ``chat_template_kwargs.enable_thinking`` and
+  ``thinking`` are true for ``thinking: enabled`` or ``adaptive`` and false
+  otherwise (Qwen3, GLM and DeepSeek-R1 distills read ``enable_thinking``,
+  DeepSeek-V3.1 ``thinking``), and ``reasoning_effort`` carries the effort
+  (gpt-oss; :mod:`missive.thinking.plan`); ``delta.reasoning_content``
+  becomes the thinking block; replayed thinking whose signature verified is
+  sent back as the assistant message's ``reasoning_content``. The budget is
+  not enforced by vLLM's chat API: ``budget_tokens`` is advisory on this
+  driver, as the API documents it ("a target, not a strict limit").
 * **Structured output**: ``output_config.format`` as ``response_format:
   {type: json_schema, json_schema: {name, schema}}`` (guided decoding).
 * **Images**: with ``settings.vision``, base64 images are ``image_url``
@@ -84,13 +89,17 @@ class VLLMDriver(OpenAIDriver):
     def _template_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
         kwargs = dict(self.settings.chat_template_kwargs)
         if self.settings.thinking:
-            thinking = request.request.thinking
-            kwargs["enable_thinking"] = thinking is not None and thinking.type in ("enabled", "adaptive")
+            switches = request.thinking.template_kwargs()
+            kwargs["enable_thinking"] = switches["enable_thinking"]
+            kwargs["thinking"] = switches["thinking"]
         return kwargs
 
     def extra_fields(self, request: GenerationRequest) -> dict[str, Any]:
         kwargs = self._template_kwargs(request)
-        return {"chat_template_kwargs": kwargs} if kwargs else {}
+        fields: dict[str, Any] = {"chat_template_kwargs": kwargs} if kwargs else {}
+        if self.settings.thinking:
+            fields["reasoning_effort"] = request.thinking.template_kwargs()["reasoning_effort"]
+        return fields
 
     async def prompt_tokens(self, request: GenerationRequest, body: dict[str, Any]) -> int:
         """``count`` of ``POST /tokenize`` for ``body``'s chat (exact); also
