@@ -75,10 +75,10 @@ def test_no_thinking_requested_switches_reasoning_off(thinker: anthropic.Anthrop
 
 
 def test_replayed_signed_thinking_reaches_the_prompt_and_tampered_does_not(thinker: anthropic.Anthropic) -> None:
-    first = thinker.messages.create(
+    first = thinker.messages.create(  # short: at most 40 tokens of reasoning
         model="smol-think",
-        max_tokens=1030,
-        thinking=ENABLED,
+        max_tokens=40,
+        thinking={"type": "adaptive"},
         tools=[CLOCK],
         messages=[{"role": "user", "content": "What time is it?"}],
         extra_body={"temperature": 0.0},
