@@ -58,7 +58,11 @@ def test_display_omitted_sends_signature_without_text(echo_url: str, signer: Sig
         data = [json.loads(line[6:]) for line in resp.iter_lines() if line.startswith("data: ")]
     deltas = [d["delta"] for d in data if d["type"] == "content_block_delta" and d["index"] == 0]
     assert [d["type"] for d in deltas] == ["signature_delta"]
-    assert signer.verify(deltas[0]["signature"], "", turn=0, block=0)
+    # the signature carries the reasoning, so a replay can give it back to the model
+    assert signer.open(deltas[0]["signature"], "", turn=0, block=0) == "hidden"
+    assert signer.open(deltas[0]["signature"], "hidden", turn=0, block=0) == "hidden"
+    assert signer.open(deltas[0]["signature"], "other", turn=0, block=0) is None
+    assert signer.open(deltas[0]["signature"], "", turn=1, block=0) is None
     # unknown display values are treated as summarized (the API's default)
     body["thinking"] = {**ENABLED, "display": "something-new"}
     body["stream"] = False

@@ -121,6 +121,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
                 body=getattr(g, "capture_body", None),
                 status=response.status_code,
                 ignored=ignored,
+                dropped_thinking=dropped,
             )
         return response
 

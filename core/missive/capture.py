@@ -9,7 +9,8 @@ Shape::
     {"request_id": "req_...", "method": "POST", "path": "/v1/messages",
      "query": "beta=true", "headers": {"anthropic-version": "...", ...},
      "body": {...} | "<text that is not JSON>" | null,
-     "status": 200, "ignored": ["context_management", ...]}
+     "status": 200, "ignored": ["context_management", ...],
+     "dropped_thinking": ["messages.1.content.0 (no signature)", ...]}
 
 Credentials never reach the file: the values of the headers in
 :data:`REDACTED_HEADERS` are replaced by ``"[redacted]"``. Bodies are kept
@@ -67,6 +68,7 @@ def write_capture(
     body: bytes | None,
     status: int,
     ignored: list[str] | None = None,
+    dropped_thinking: list[str] | None = None,
 ) -> Path | None:
     """Write one request as ``<directory>/<time_ns>-<request_id>.json``.
 
@@ -82,6 +84,7 @@ def write_capture(
         "body": _body(body),
         "status": status,
         "ignored": list(ignored or []),
+        "dropped_thinking": list(dropped_thinking or []),
     }
     target = Path(directory) / f"{time.time_ns()}-{request_id}.json"
     try:

@@ -24,6 +24,7 @@ Everything is deterministic so the rendered prompt is byte-stable across turns
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -121,12 +122,13 @@ def _system_text(request: CountTokensRequest) -> str | None:
 
 
 def build_conversation(
-    request: CountTokensRequest, kept_thinking: frozenset[tuple[int, int]] = frozenset()
+    request: CountTokensRequest, kept_thinking: Mapping[tuple[int, int], str] | None = None
 ) -> Conversation:
     """Normalize ``request`` (see module doc). Never raises for valid requests.
 
     ``kept_thinking``: ``(message index, block index)`` of the thinking blocks
-    to keep (:attr:`missive.thinking.replay.ReplayReport.kept`); others are left out.
+    to keep, mapped to their reasoning text
+    (:attr:`missive.thinking.replay.ReplayReport.kept`); others are left out.
     """
     system_parts: list[str] = []
     top = _system_text(request)
@@ -139,11 +141,12 @@ def build_conversation(
             if text:
                 system_parts.append(text)
             continue
-        blocks = [
-            block
-            for b, block in enumerate(message.blocks())
-            if isinstance(block, _KEPT) or (isinstance(block, ThinkingBlock) and (m, b) in kept_thinking)
-        ]
+        blocks: list[Any] = []
+        for b, block in enumerate(message.blocks()):
+            if isinstance(block, _KEPT):
+                blocks.append(block)
+            elif isinstance(block, ThinkingBlock) and kept_thinking and (m, b) in kept_thinking:
+                blocks.append(block.model_copy(update={"thinking": kept_thinking[(m, b)]}))
         if turns and turns[-1].role == message.role:
             turns[-1].blocks.extend(blocks)
         else:

@@ -172,7 +172,12 @@ class MessageStream:
         events: list[Event] = []
         if self._open == "thinking":
             turn, first = self.request.thinking_position
-            signature = self._signer.sign(self._thinking_text, turn=turn, block=first + self._thinking_blocks)
+            position = {"turn": turn, "block": first + self._thinking_blocks}
+            if self.request.thinking.display == "omitted":
+                # The client never sees the text: the signature carries it back.
+                signature = self._signer.seal(self._thinking_text, **position)
+            else:
+                signature = self._signer.sign(self._thinking_text, **position)
             self._thinking_blocks += 1
             events.append(
                 {
@@ -191,9 +196,9 @@ class MessageStream:
         if self._open != "thinking":
             events += self._open_block("thinking", {"type": "thinking", "thinking": "", "signature": ""})
             self._thinking_text = ""
+        self._thinking_text += text
         if self.request.thinking.display == "omitted" or not text:
             return events  # the block, its signature, no text (API: display "omitted")
-        self._thinking_text += text
         events.append(
             {"type": "content_block_delta", "index": self._index, "delta": {"type": "thinking_delta", "thinking": text}}
         )

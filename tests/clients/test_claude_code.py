@@ -4,10 +4,6 @@ The echo driver plays a script file per test (Claude Code writes the
 messages, so the script cannot be a message). Every request Claude Code sends
 is captured (``server.capture_dir``) and its shape asserted, so a Claude Code
 release that changes what it sends fails here first.
-
-Not covered here: replaying a streamed thinking block (Claude Code sends
-thinking blocks back with their signatures; Missive's signatures are another
-issue).
 """
 
 from __future__ import annotations
@@ -162,10 +158,28 @@ def test_prompt_too_long_is_shown(missive: Missive, claude: ClaudeCode) -> None:
     assert len(sent) == 1 and sent[0]["status"] == 400  # understood: no retry
 
 
-@pytest.mark.skip(reason="thinking replay needs signatures Claude Code accepts back: another issue")
-def test_thinking_block_is_replayed() -> None:  # pragma: no cover
-    raise AssertionError("not written")
+def test_thinking_block_is_replayed(missive: Missive, claude: ClaudeCode) -> None:
+    """A streamed, signed thinking block comes back with the tool result and
+    reaches the model's prompt (the second answer echoes the replayed thinking)."""
+    args = json.dumps({"command": "echo done-$((6*7))", "description": "compute"})
+    missive.script(
+        {"script": [{"thinking": "I should run"}, {"thinking": " the command first."},
+                    {"tool_call": {"name": "Bash", "arguments": [args]}}], "stop_reason": "tool_use"},
+        {"match": "done-42", "script": [{"echo_thinking": True}]},
+    )
+    run = claude("run the command")
+    assert run.returncode == 0, run.stderr
+    assert run.json()["result"] == "replayed thinking: I should run the command first."
 
+    first, second = missive.captures()
+    # Claude Code's default: thinking allowed, its text not displayed ("omitted"),
+    # so the block comes back empty and the sealed signature carries the reasoning.
+    assert first["body"]["thinking"] == {"type": "adaptive", "display": "omitted"}
+    assistant = [m for m in second["body"]["messages"] if m["role"] == "assistant"]
+    thinking = [b for b in assistant[0]["content"] if b["type"] == "thinking"]
+    assert [t["thinking"] for t in thinking] == [""]
+    assert thinking[0]["signature"].startswith("msv1z.")
+    assert second["dropped_thinking"] == []
 
 
 def test_missive_claude_runs_claude_code(missive: Missive, claude: ClaudeCode) -> None:

@@ -14,6 +14,7 @@ response header and the log) with its path and the reason.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +27,13 @@ __all__ = ["ReplayReport", "check_replayed_thinking", "answer_position"]
 @dataclass(frozen=True)
 class ReplayReport:
     """Attributes:
-    kept: ``(message index, block index)`` of thinking blocks whose signature verified.
+    kept: ``(message index, block index)`` of thinking blocks whose signature
+        verified, mapped to the reasoning they stand for (the block's text, or
+        the text a sealed signature carries when the block's is empty).
     dropped: ``"messages.3.content.0 (reason)"`` for every block left out.
     """
 
-    kept: frozenset[tuple[int, int]] = frozenset()
+    kept: Mapping[tuple[int, int], str] = field(default_factory=dict)
     dropped: tuple[str, ...] = field(default=())
 
 
@@ -39,7 +42,7 @@ def check_replayed_thinking(messages: list[Any], signer: Signer) -> ReplayReport
     (validated request messages). Positions are counted as in
     :mod:`missive.thinking.signing`: the assistant message's ordinal among
     assistant messages, the block's ordinal among that message's thinking blocks."""
-    kept: set[tuple[int, int]] = set()
+    kept: dict[tuple[int, int], str] = {}
     dropped: list[str] = []
     turn = 0
     for m, message in enumerate(messages):
@@ -49,8 +52,9 @@ def check_replayed_thinking(messages: list[Any], signer: Signer) -> ReplayReport
         for b, block in enumerate(message.blocks()):
             path = f"messages.{m}.content.{b}"
             if isinstance(block, ThinkingBlock):
-                if signer.verify(block.signature, block.thinking, turn=turn, block=ordinal):
-                    kept.add((m, b))
+                text = signer.open(block.signature, block.thinking, turn=turn, block=ordinal)
+                if text is not None:
+                    kept[(m, b)] = text
                 elif not block.signature:
                     dropped.append(f"{path} (no signature)")
                 else:
@@ -59,7 +63,7 @@ def check_replayed_thinking(messages: list[Any], signer: Signer) -> ReplayReport
             elif isinstance(block, RedactedThinkingBlock):
                 dropped.append(f"{path} (redacted_thinking)")
         turn += 1
-    return ReplayReport(kept=frozenset(kept), dropped=tuple(dropped))
+    return ReplayReport(kept=kept, dropped=tuple(dropped))
 
 
 def answer_position(messages: list[Any]) -> tuple[int, int]:

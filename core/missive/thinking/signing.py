@@ -7,6 +7,16 @@ under a server key:
 
 ``signature = "msv1." + base64url(HMAC(key, "missive-thinking-v1" | turn | block | thinking))``
 
+or, when the client asked for ``display: "omitted"`` (Claude Code does) and so
+receives an empty ``thinking``, the sealed form that carries the reasoning
+itself, so it can reach the prompt again when the block is replayed (the real
+API's signatures carry the thinking encrypted for the same reason):
+
+``signature = "msv1z." + base64url(HMAC(...same...) + zlib(thinking))``
+
+The sealed text is compressed, not encrypted: whoever holds the response can
+read the reasoning; the HMAC only proves this server produced it there.
+
 * ``turn``: the ordinal of the assistant message among the request's
   assistant messages (0 for the first answer), so a block cannot be moved to
   another turn;
@@ -30,16 +40,22 @@ import hmac
 import logging
 import os
 import secrets
+import zlib
 from pathlib import Path
 
 from ..config import ConfigError
 
-__all__ = ["Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX"]
+__all__ = ["Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX", "SEALED_PREFIX"]
 
 log = logging.getLogger("missive.thinking")
 
 SIGNATURE_PREFIX = "msv1."
+SEALED_PREFIX = "msv1z."
 _DOMAIN = b"missive-thinking-v1"
+_MAC_BYTES = 32
+#: Largest thinking text a sealed signature may expand to (bytes): a replayed
+#: signature must not be a decompression bomb.
+MAX_SEALED_BYTES = 4 * 1024 * 1024
 
 
 def default_key_file() -> Path:
@@ -67,12 +83,43 @@ class Signer:
         """The signature of ``thinking`` at assistant turn ``turn``, thinking block ``block``."""
         return SIGNATURE_PREFIX + base64.urlsafe_b64encode(self._mac(turn, block, thinking)).decode().rstrip("=")
 
+    def seal(self, thinking: str, *, turn: int, block: int) -> str:
+        """The sealed signature of ``thinking``: it also carries the text, for
+        blocks sent with an empty ``thinking`` (``display: "omitted"``)."""
+        packed = self._mac(turn, block, thinking) + zlib.compress(thinking.encode("utf-8", "surrogatepass"))
+        return SEALED_PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
+
+    def open(self, signature: str | None, thinking: str, *, turn: int, block: int) -> str | None:
+        """The reasoning a replayed block stands for, or None if ``signature``
+        is not this server's for that block at that position.
+
+        A plain signature must match ``thinking``; a sealed one gives its
+        carried text, and the block's ``thinking`` must be empty or that text.
+        Comparisons are constant-time; a malformed signature is None.
+        """
+        if not signature:
+            return None
+        if signature.startswith(SEALED_PREFIX):
+            try:
+                payload = signature[len(SEALED_PREFIX) :]
+                raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+                inflater = zlib.decompressobj()
+                data = inflater.decompress(raw[_MAC_BYTES:], MAX_SEALED_BYTES)
+                if inflater.unconsumed_tail or not inflater.eof:
+                    return None
+                text = data.decode("utf-8", "surrogatepass")
+            except (ValueError, zlib.error):
+                return None
+            if thinking not in ("", text):
+                return None
+            return text if hmac.compare_digest(raw[:_MAC_BYTES], self._mac(turn, block, text)) else None
+        if signature.startswith(SIGNATURE_PREFIX):
+            return thinking if hmac.compare_digest(signature, self.sign(thinking, turn=turn, block=block)) else None
+        return None
+
     def verify(self, signature: str | None, thinking: str, *, turn: int, block: int) -> bool:
-        """Whether ``signature`` is this server's for that text and position
-        (constant-time comparison)."""
-        if not signature or not signature.startswith(SIGNATURE_PREFIX):
-            return False
-        return hmac.compare_digest(signature, self.sign(thinking, turn=turn, block=block))
+        """Whether ``signature`` is this server's for that block and position."""
+        return self.open(signature, thinking, turn=turn, block=block) is not None
 
 
 def _read_or_create(path: Path) -> bytes:
