@@ -125,6 +125,8 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
             for name, spec in kernel.drivers.items()
         },
         "default_models": sorted(kernel.default_models),
+        "tool_parsers": {name: spec.description for name, spec in kernel.tool_parsers.items()},
+        "reasoning_parsers": {name: spec.description for name, spec in kernel.reasoning_parsers.items()},
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -141,6 +143,11 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
             click.echo(f"  {key}: {value}")
     if data["default_models"]:
         click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
+    for kind in ("tool_parsers", "reasoning_parsers"):
+        if data[kind]:
+            click.echo(f"\n{kind.replace('_', ' ')}:")
+            for name, description in data[kind].items():
+                click.echo(f"  {name}: {description}")
 
 
 @cli.command()
