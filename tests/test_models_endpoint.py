@@ -6,23 +6,28 @@ import anthropic
 import httpx
 import pytest
 
-ALL = ["echo", "echo-b", "echo-c", "echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools", "claude-local"]
 
 
-def test_list_and_auto_pagination(echo: anthropic.Anthropic) -> None:
+@pytest.fixture(scope="module")
+def all_ids(echo_config: dict) -> list[str]:
+    """Configured models in configuration order, then literal aliases (``claude-local``)."""
+    ids = list(echo_config["models"])
+    assert ids[:3] == ["echo", "echo-b", "echo-c"] and len(ids) > 4
+    return [*ids, "claude-local"]
+
+
+def test_list_and_auto_pagination(echo: anthropic.Anthropic, all_ids: list[str]) -> None:
     page = echo.models.list(limit=2)
-    assert [m.id for m in page.data] == ALL[:2]
+    assert [m.id for m in page.data] == all_ids[:2]
     assert page.has_more is True and page.first_id == "echo" and page.last_id == "echo-b"
-    assert [m.id for m in echo.models.list(limit=2)] == ALL  # the SDK follows after_id to the end
+    assert [m.id for m in echo.models.list(limit=2)] == all_ids  # the SDK follows after_id to the end
     first = page.data[0]
     assert first.display_name == "Echo" and first.type == "model" and first.created_at.tzinfo is not None
 
 
-def test_after_and_before(echo_url: str) -> None:
+def test_after_and_before(echo_url: str, all_ids: list[str]) -> None:
     after = httpx.get(f"{echo_url}/v1/models", params={"after_id": "echo-c"}).json()
-    assert [m["id"] for m in after["data"]] == [
-        "echo-small", "echo-capped", "echo-hermes", "echo-serial", "echo-tools", "claude-local"
-    ]
+    assert [m["id"] for m in after["data"]] == all_ids[3:]
     assert after["has_more"] is False
     before = httpx.get(f"{echo_url}/v1/models", params={"before_id": "echo-c", "limit": 1}).json()
     assert [m["id"] for m in before["data"]] == ["echo-b"] and before["has_more"] is True

@@ -174,7 +174,13 @@ class ClaudeCode:
     home: Path
 
     def __call__(
-        self, prompt: str, *, model: str = "echo", env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+        self,
+        prompt: str,
+        *,
+        model: str = "echo",
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        timeout: float = CLIENT_TIMEOUT,
     ) -> ClientRun:
         full_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -189,7 +195,7 @@ class ClaudeCode:
         cmd = [str(self.binary), "-p", prompt, "--model", model, "--allowedTools", "Bash,Write",
                "--output-format", "json", *args]
         proc = subprocess.run(cmd, cwd=self.work, env=full_env, capture_output=True, text=True,
-                              timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL)
         print(f"$ claude -p {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
         return ClientRun(proc.returncode, proc.stdout, proc.stderr)
 
@@ -243,7 +249,7 @@ class Opencode:
         cmd = [str(self.binary), "run", "--pure", "--title", "test", "--format", "json",
                "--model", f"anthropic/{model}", prompt]
         proc = subprocess.run(cmd, cwd=self.work, env=env, capture_output=True, text=True,
-                              timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL)
         print(f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
         events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         return ClientRun(proc.returncode, proc.stdout, proc.stderr), events
