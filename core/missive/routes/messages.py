@@ -24,6 +24,7 @@ from ..schema.request import CountTokensRequest, MessagesRequest
 from ..sse import frame, paced
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
+from ..tools.server import server_block_paths
 from .common import authenticate, note_ignored, read_request, state
 
 log = logging.getLogger("missive.messages")
@@ -39,10 +40,14 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
             unknown tool, duplicate tool names, strict-mode ignored tools.
         CapabilityError: the driver lacks something the request needs.
     """
-    tools, skipped = offered_tools(req)
+    # A model that cannot call tools is not offered server tools (reported as
+    # ignored), unless tool_choice forces a call: check_request refuses that.
+    can_call = bool(driver.capabilities.tool_choice)
+    forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool")
+    tools, skipped = offered_tools(req, server_tools=can_call or forced)
     choice = tool_choice_of(req, tools)
     check_tool_history(req)
-    note_ignored(skipped)
+    note_ignored(skipped if can_call else [*skipped, *server_block_paths(req)])
     check_request(req, driver.capabilities, model=model_id, driver=driver.name, tools=tools, tool_choice=choice)
     max_tokens = req.max_tokens or 0
     cap = driver.entry.max_output_tokens
@@ -51,7 +56,7 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     return GenerationRequest(
         request_id=g.request_id,
         model=model_id,
-        conversation=build_conversation(req),
+        conversation=build_conversation(req, server_tools=can_call),
         max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
