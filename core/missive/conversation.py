@@ -147,8 +147,9 @@ def continue_after(conversation: Conversation, blocks: list[Any]) -> Conversatio
 
     ``blocks`` are the answer so far (validated content blocks: text, then a
     ``server_tool_use`` and its result); the prefill, if any, is put before
-    them (joined to a first text block, which continues it). They are rendered exactly as the same blocks sent back by a
-    client in an assistant message (:func:`build_conversation`), so the
+    them (joined to a first text block, which continues it). They are
+    rendered exactly as the same blocks sent back by a client in an
+    assistant message (:func:`build_conversation`), so the
     continued prompt equals the one of a client's ``pause_turn`` resumption.
     """
     turns = [Turn(role=t.role, blocks=list(t.blocks)) for t in conversation.turns]

@@ -53,7 +53,15 @@ from .ids import tool_use_id
 from .stop_sequences import StopMatcher
 from .tools.definitions import choice_after_server_call
 from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
-from .tools.server import MAX_SERVER_CALLS, ServerTool, answer_blocks, error_result, server_tool_use_block
+from .tools.server import (
+    MAX_SERVER_CALLS,
+    UNAVAILABLE,
+    ServerTool,
+    answer_blocks,
+    error_result,
+    max_uses_of,
+    server_tool_use_block,
+)
 
 __all__ = ["MessageStream", "accumulate"]
 
@@ -92,10 +100,13 @@ class MessageStream:
         self._server_args = ""
         self._server_blocks = 0
         self._server_answers = 0
+        self._server_uses: dict[str, int] = {}
         self._resume: GenerationRequest | None = None
         self._round_stop: str | None = None
         self._round_text = ""
-        self._usage_before = {"input_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        self._usage_before = dict.fromkeys(
+            ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0
+        )
         self._settled_tokens = 0
         self._round_start_tokens = 0
         self._budget = request.max_tokens
@@ -136,12 +147,13 @@ class MessageStream:
     def _input_usage(self) -> dict[str, int]:
         started = self._started
         assert started is not None
-        before = self._usage_before  # rounds before a server tool's result: usage is cumulative
-        return {
-            "input_tokens": before["input_tokens"] + started.input_tokens,
-            "cache_creation_input_tokens": before["cache_creation_input_tokens"] + started.cache_creation_input_tokens,
-            "cache_read_input_tokens": before["cache_read_input_tokens"] + started.cache_read_input_tokens,
+        usage = {
+            "input_tokens": started.input_tokens,
+            "cache_creation_input_tokens": started.cache_creation_input_tokens,
+            "cache_read_input_tokens": started.cache_read_input_tokens,
         }
+        # Plus the rounds before a server tool's result: usage is cumulative.
+        return {key: value + self._usage_before[key] for key, value in usage.items()}
 
     def _correct_input_usage(self, finished: Finished) -> None:
         """Apply the exact prompt usage a driver learned only at the end."""
@@ -316,10 +328,12 @@ class MessageStream:
             yield out
         if self._round_stop is not None:
             stop_reason = self._round_stop
-        if self._tool_calls and stop_reason in ("end_turn", "stop_sequence", "pause_turn"):
+        if self._tool_calls and stop_reason in ("end_turn", "stop_sequence"):
             stop_reason, stop_sequence = "tool_use", None
         round_tokens = self._output_tokens - self._round_start_tokens
-        output_tokens = self._settled_tokens + (driver_output_tokens if driver_output_tokens is not None else round_tokens)
+        if driver_output_tokens is not None:
+            round_tokens = driver_output_tokens
+        output_tokens = self._settled_tokens + round_tokens
         usage: dict[str, Any] = {**self._input_usage(), "output_tokens": output_tokens}
         if self._server_blocks:
             # No search or fetch ran (every call was answered "unavailable").
@@ -364,7 +378,10 @@ class MessageStream:
         if self._tool_calls:
             return events
         self._server_answers += 1
-        result = error_result(tool, block["id"])
+        self._server_uses[tool.name] = uses = self._server_uses.get(tool.name, 0) + 1
+        limit = max_uses_of(self.request.request, tool.name)
+        code = "max_uses_exceeded" if limit is not None and uses > limit else UNAVAILABLE
+        result = error_result(tool, block["id"], code)
         events += self._open_block(tool.result_type, result)
         events += self._close_block()
         call = {**block, "input": json.loads(self._server_args) if self._server_args.strip() else {}}
@@ -385,7 +402,8 @@ class MessageStream:
         if choice is None:
             return None, "pause_turn"
         conversation = continue_after(request.conversation, answer_blocks(self._round_text, call, result))
-        return replace(request, conversation=conversation, max_tokens=self._budget - used, tool_choice=choice), None
+        remaining = self._budget - used
+        return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
 
     async def _rounds(self) -> AsyncIterator[GenerationEvent]:
         """:meth:`_parsed` events, round after round: when a server tool's

@@ -5,7 +5,9 @@ Reported paths look like ``context_management``, ``tools.0.defer_loading``,
 the ``missive-ignored`` response header and the log, or answers 400 in strict
 mode (contract section 2, "forward compatibility").
 
-Blocks of the server tools Missive answers (``server_tool_use`` of
+Restriction fields of ``web_search``/``web_fetch`` tool definitions
+(``max_uses``, domain lists...) are honoured, not reported (see
+:data:`missive.tools.server.LIMIT_FIELDS`). Blocks of the server tools Missive answers (``server_tool_use`` of
 ``web_search``/``web_fetch`` and their result blocks) are rendered when they
 are in an assistant message, their place in the API, and reported here when
 they are anywhere else.
@@ -17,9 +19,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .blocks import ServerToolBlock, ServerToolUseBlock, UnknownBlock, WebFetchToolResultBlock, WebSearchToolResultBlock
+from .blocks import (
+    ServerToolBlock,
+    ServerToolUseBlock,
+    UnknownBlock,
+    WebFetchToolResultBlock,
+    WebSearchToolResultBlock,
+)
 
 _ASSISTANT_ONLY = (ServerToolUseBlock, WebSearchToolResultBlock, WebFetchToolResultBlock)
+
+
+def _server_tool_limits(value: BaseModel) -> frozenset[str]:
+    """The restriction fields honoured on a ``web_search_*``/``web_fetch_*``
+    tool definition (:data:`missive.tools.server.LIMIT_FIELDS`), else none."""
+    from ..tools.server import LIMIT_FIELDS, server_tool_of
+
+    if "input_schema" in type(value).model_fields and server_tool_of(getattr(value, "type", None)):
+        return LIMIT_FIELDS
+    return frozenset()
 
 __all__ = ["collect_ignored"]
 
@@ -44,8 +62,10 @@ def _walk(value: Any, path: str, found: list[str], role: str | None = None) -> N
     if isinstance(value, BaseModel):
         if "role" in type(value).model_fields:  # a message: its blocks' place
             role = value.role
+        limits = _server_tool_limits(value)
         for key in value.model_extra or {}:
-            found.append(_join(path, key))
+            if key not in limits:
+                found.append(_join(path, key))
         for name in type(value).model_fields:
             _walk(getattr(value, name), _join(path, name), found, role)
     elif isinstance(value, list):

@@ -56,7 +56,6 @@ __all__ = [
     "SERVER_TOOLS",
     "UNAVAILABLE",
     "server_tool_of",
-    "server_tool_named",
     "server_tool_use_block",
     "error_result",
     "result_text",
@@ -65,6 +64,8 @@ __all__ = [
     "server_block_paths",
     "answer_blocks",
     "MAX_SERVER_CALLS",
+    "LIMIT_FIELDS",
+    "max_uses_of",
 ]
 
 #: The error code of every call Missive answers (the API's code for a tool
@@ -76,6 +77,16 @@ UNAVAILABLE = "unavailable"
 #: as with the API's long-running turns). Missive's choice: a small model
 #: that keeps calling a tool that never works must not loop for long.
 MAX_SERVER_CALLS = 5
+
+#: Fields of a server tool definition that only restrict what its searches
+#: or fetches may do (Anthropic docs, "Web search tool", "Web fetch tool"):
+#: ``max_uses``, domain lists, ``user_location``, ``max_content_tokens``,
+#: ``citations``. No search or fetch ever runs here, so each restriction
+#: holds; they are not reported as ignored. ``max_uses`` is also enforced on
+#: the calls: one beyond it is answered ``max_uses_exceeded``, as the API does.
+LIMIT_FIELDS = frozenset(
+    {"max_uses", "allowed_domains", "blocked_domains", "user_location", "max_content_tokens", "citations"}
+)
 
 _CONTENT_BLOCK: TypeAdapter[Any] = TypeAdapter(ContentBlock)
 
@@ -128,8 +139,6 @@ SERVER_TOOLS: dict[str, ServerTool] = {
     ),
 }
 
-_BY_NAME = {tool.name: tool for tool in SERVER_TOOLS.values()}
-
 
 def server_tool_of(tool_type: str | None) -> ServerTool | None:
     """The server tool a ``tools[i].type`` names (``web_search_20250305`` ->
@@ -169,7 +178,9 @@ def _error_text(name: str, code: object) -> str:
     return f"the {name} tool returned an error: {code}"
 
 
-def result_text(name: str, block: WebSearchToolResultBlock | WebFetchToolResultBlock | None) -> tuple[str, bool]:
+def result_text(
+    name: str, block: WebSearchToolResultBlock | WebFetchToolResultBlock | None
+) -> tuple[str, bool]:
     """What the model reads for the result of call ``name``, and whether it is an error.
 
     * no block (a call left unanswered): the ``unavailable`` error;
@@ -206,7 +217,9 @@ def result_text(name: str, block: WebSearchToolResultBlock | WebFetchToolResultB
     return _error_text(name, "unknown"), True
 
 
-def split_server_blocks(role: str, blocks: list[Any], *, answered: bool = True) -> list[tuple[str, list[Any]]]:
+def split_server_blocks(
+    role: str, blocks: list[Any], *, answered: bool = True
+) -> list[tuple[str, list[Any]]]:
     """One message's blocks as ``(role, blocks)`` turns with server-tool blocks rendered.
 
     Args:
@@ -237,18 +250,14 @@ def split_server_blocks(role: str, blocks: list[Any], *, answered: bool = True) 
     turns: list[tuple[str, list[Any]]] = [("assistant", [])]
     for block in blocks:
         if isinstance(block, ServerToolUseBlock):
-            turns[-1][1].append(ToolUseBlock(type="tool_use", id=block.id, name=block.name, input=block.input))
+            call = ToolUseBlock(type="tool_use", id=block.id, name=block.name, input=block.input)
             text, is_error = result_text(block.name, results.get(block.id))
             result = ToolResultBlock(type="tool_result", tool_use_id=block.id, content=text, is_error=is_error)
+            turns[-1][1].append(call)
             turns += [("user", [result]), ("assistant", [])]
         elif not is_server_block(block):
             turns[-1][1].append(block)
     return [(r, b) for r, b in turns if b]
-
-
-def server_tool_named(name: str) -> ServerTool | None:
-    """The server tool whose calls are named ``name`` (``web_search``), or None."""
-    return _BY_NAME.get(name)
 
 
 def server_block_paths(request: CountTokensRequest) -> list[str]:
@@ -272,3 +281,12 @@ def answer_blocks(text: str, call: dict[str, Any], result: dict[str, Any]) -> li
     for :func:`missive.conversation.continue_after`."""
     blocks: list[Any] = [TextBlock(type="text", text=text)] if text else []
     return blocks + [_CONTENT_BLOCK.validate_python(call), _CONTENT_BLOCK.validate_python(result)]
+
+
+def max_uses_of(request: CountTokensRequest, name: str) -> int | None:
+    """``max_uses`` of the request's server tool named ``name``, None if unset."""
+    for tool in request.tools or []:
+        if tool.name == name:
+            value = (tool.model_extra or {}).get("max_uses")
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
