@@ -7,7 +7,6 @@ out of that text with the Hermes parser, as an in-process model's driver does.
 from __future__ import annotations
 
 import anthropic
-import httpx
 import pytest
 from missive_echo import script
 
@@ -147,18 +146,6 @@ def test_tool_choice_errors(echo: anthropic.Anthropic) -> None:
     assert info.value.body["error"]["message"] == (
         "tools with tool_choice \"auto\" is not supported by model 'echo' (driver 'echo'); supported: no tool use"
     )
-
-
-def test_server_tools_are_reported_not_offered(echo_url: str) -> None:
-    body = {
-        "model": "echo",  # no tool support at all: server tools need none
-        "max_tokens": 5,
-        "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],
-        "messages": [{"role": "user", "content": "search"}],
-    }
-    resp = httpx.post(f"{echo_url}/v1/messages", json=body)
-    assert resp.status_code == 200, resp.text
-    assert 'tools.0 (tool type "web_search_20250305": not available on this server)' in resp.headers["missive-ignored"]
 
 
 def test_client_tools_get_schemas(echo: anthropic.Anthropic) -> None:

@@ -151,3 +151,43 @@ def test_strict_tool_in_auto_mode_is_refused(smol: anthropic.Anthropic) -> None:
         smol.messages.create(model=MODEL, max_tokens=10, tools=[{**WEATHER, "strict": True}], messages=ASK)
     message = info.value.body["error"]["message"]
     assert 'strict tools with tool_choice "auto"' in message and '"any", "tool"' in message
+
+
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def test_forced_web_search_is_answered_unavailable(smol: anthropic.Anthropic) -> None:
+    """tool_choice forces the server tool: the grammar makes SmolLM2 write a
+    schema-valid call, Missive answers it with the API's ``unavailable``
+    error, and the model goes on after the result in the same message."""
+    kwargs = dict(
+        model=MODEL,
+        max_tokens=80,
+        tools=[WEATHER, WEB_SEARCH],
+        tool_choice={"type": "tool", "name": "web_search"},
+        messages=[{"role": "user", "content": "What is the latest news about the Mars rover?"}],
+        extra_body=GREEDY,
+    )
+    plain = smol.messages.create(**kwargs)
+    with smol.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    for message in (plain, final):
+        call, result = message.content[:2]
+        assert call.type == "server_tool_use" and call.name == "web_search" and call.id.startswith("srvtoolu_")
+        assert isinstance(call.input["query"], str) and call.input["query"]
+        assert result.type == "web_search_tool_result" and result.tool_use_id == call.id
+        assert result.content.type == "web_search_tool_result_error" and result.content.error_code == "unavailable"
+        assert message.stop_reason in ("end_turn", "max_tokens", "pause_turn")
+        assert message.usage.server_tool_use.web_search_requests == 0
+    assert [b.type for b in final.content] == [b.type for b in plain.content]
+    assert final.content[0].input == plain.content[0].input
+    history = [
+        *kwargs["messages"],
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in plain.content]},
+        {"role": "user", "content": "Then answer from memory, briefly."},
+    ]
+    again = dict(model=MODEL, tools=[WEATHER, WEB_SEARCH], tool_choice={"type": "none"}, messages=history)
+    counted = smol.messages.count_tokens(**again).input_tokens
+    after = smol.messages.create(max_tokens=20, extra_body=GREEDY, **again)
+    assert [b.type for b in after.content] == ["text"] and after.content[0].text.strip()
+    assert counted == after.usage.input_tokens + after.usage.cache_read_input_tokens

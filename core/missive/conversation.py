@@ -13,10 +13,16 @@ section 2):
 * consecutive turns of the same role are merged, not rejected;
 * a final ``assistant`` message is a prefill: the answer continues it;
 * text blocks of one turn are joined with ``"\\n"``; ``search_result`` blocks
-  render as text; server-tool and redacted_thinking blocks are left out;
-  thinking blocks are kept only where ``kept_thinking`` says so (their
-  signature verified: :mod:`missive.thinking.replay`), for templates that
-  render past reasoning (``reasoning_content``).
+  render as text; redacted_thinking blocks are left out; thinking blocks are
+  kept only where ``kept_thinking`` says so (their signature verified:
+  :mod:`missive.thinking.replay`), for templates that render past reasoning
+  (``reasoning_content``);
+* ``web_search``/``web_fetch`` blocks of an assistant message become a
+  ``tool_use`` call and a ``tool_result`` in a user turn right after
+  (:func:`missive.tools.server.split_server_blocks`), so the model sees its
+  call and the answer; other server-tool blocks are left out. A final
+  assistant message ending with such a result is therefore no prefill: the
+  answer goes on after the result (the API's ``pause_turn`` resumption).
 
 Everything is deterministic so the rendered prompt is byte-stable across turns
 (prefix caching depends on it).
@@ -38,8 +44,9 @@ from .schema.blocks import (
     ToolUseBlock,
 )
 from .schema.request import CountTokensRequest
+from .tools.server import is_server_block, split_server_blocks
 
-__all__ = ["Turn", "Conversation", "build_conversation"]
+__all__ = ["Turn", "Conversation", "build_conversation", "continue_after"]
 
 
 @dataclass
@@ -107,6 +114,16 @@ def with_reasoning(message: dict[str, Any], turn: Turn) -> dict[str, Any]:
     return message
 
 
+def _append(turns: list[Turn], role: str, blocks: list[Any], *, server_tools: bool) -> None:
+    """Add one message's blocks to ``turns`` (server-tool blocks rendered,
+    consecutive same-role turns merged)."""
+    for part_role, part in split_server_blocks(role, blocks, answered=server_tools):
+        if turns and turns[-1].role == part_role:
+            turns[-1].blocks.extend(part)
+        else:
+            turns.append(Turn(role=part_role, blocks=part))  # type: ignore[arg-type]
+
+
 #: Claude Code's first system block; it changes on every request, and the real
 #: API strips it (contract section 2). Kept, it would defeat prefix caching.
 BILLING_HEADER_PREFIX = "x-anthropic-billing-header:"
@@ -122,13 +139,18 @@ def _system_text(request: CountTokensRequest) -> str | None:
 
 
 def build_conversation(
-    request: CountTokensRequest, kept_thinking: Mapping[tuple[int, int], str] | None = None
+    request: CountTokensRequest,
+    kept_thinking: Mapping[tuple[int, int], str] | None = None,
+    *,
+    server_tools: bool = True,
 ) -> Conversation:
     """Normalize ``request`` (see module doc). Never raises for valid requests.
 
     ``kept_thinking``: ``(message index, block index)`` of the thinking blocks
     to keep, mapped to their reasoning text
     (:attr:`missive.thinking.replay.ReplayReport.kept`); others are left out.
+    ``server_tools``: False for a model that cannot call tools; server-tool
+    blocks are then left out of the prompt (the caller reports them).
     """
     system_parts: list[str] = []
     top = _system_text(request)
@@ -143,16 +165,37 @@ def build_conversation(
             continue
         blocks: list[Any] = []
         for b, block in enumerate(message.blocks()):
-            if isinstance(block, _KEPT):
+            if isinstance(block, _KEPT) or is_server_block(block):
                 blocks.append(block)
             elif isinstance(block, ThinkingBlock) and kept_thinking and (m, b) in kept_thinking:
                 blocks.append(block.model_copy(update={"thinking": kept_thinking[(m, b)]}))
-        if turns and turns[-1].role == message.role:
-            turns[-1].blocks.extend(blocks)
-        else:
-            turns.append(Turn(role=message.role, blocks=blocks))
+        _append(turns, message.role, blocks, server_tools=server_tools)
     prefill = None
     if turns and turns[-1].role == "assistant":
         prefill = turns.pop().text()
     system = "\n\n".join(system_parts) if system_parts else None
     return Conversation(system=system, turns=turns, prefill=prefill)
+
+
+def continue_after(conversation: Conversation, blocks: list[Any]) -> Conversation:
+    """``conversation`` followed by answer ``blocks`` that end with a server
+    tool's result, for the generation that goes on after it.
+
+    ``blocks`` are the answer so far (validated content blocks: text, then a
+    ``server_tool_use`` and its result); the prefill, if any, is put before
+    them (joined to a first text block, which continues it). They are
+    rendered exactly as the same blocks sent back by a client in an
+    assistant message (:func:`build_conversation`), so the
+    continued prompt equals the one of a client's ``pause_turn`` resumption.
+    """
+    turns = [Turn(role=t.role, blocks=list(t.blocks)) for t in conversation.turns]
+    if conversation.prefill:
+        if blocks and isinstance(blocks[0], TextBlock):
+            blocks = [TextBlock(type="text", text=conversation.prefill + blocks[0].text), *blocks[1:]]
+        else:
+            blocks = [TextBlock(type="text", text=conversation.prefill), *blocks]
+    _append(turns, "assistant", blocks, server_tools=True)
+    prefill = None
+    if turns and turns[-1].role == "assistant":
+        prefill = turns.pop().text()
+    return Conversation(system=conversation.system, turns=turns, prefill=prefill)

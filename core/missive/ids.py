@@ -1,4 +1,4 @@
-"""Identifiers in the API's shapes: ``req_``, ``msg_`` and ``toolu_`` + base62."""
+"""Identifiers in the API's shapes: ``req_``, ``msg_``, ``toolu_`` and ``srvtoolu_`` + base62."""
 
 from __future__ import annotations
 
@@ -25,3 +25,9 @@ def message_id() -> str:
 def tool_use_id() -> str:
     """A new tool_use id, ``toolu_`` + 24 base62 chars."""
     return "toolu_" + _base62(24)
+
+
+def server_tool_use_id() -> str:
+    """A new server_tool_use id, ``srvtoolu_`` + 24 base62 chars (the API's prefix
+    for calls of tools it runs itself, Anthropic docs "Server tools")."""
+    return "srvtoolu_" + _base62(24)

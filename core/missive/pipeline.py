@@ -24,6 +24,12 @@ Rules applied here, for every driver (contract sections 3 and 4):
   (:mod:`missive.thinking.signing`);
 * ``stop_reason`` is ``tool_use`` whenever a tool call was emitted; with
   ``disable_parallel_tool_use`` generation stops after the first call;
+* a call of a server tool (``web_search``, ``web_fetch``) is a
+  ``server_tool_use`` block, answered at once by its result block with the
+  ``unavailable`` error; then the model goes on after the result, as with the
+  API's server-side loop: generation is restarted on the conversation plus
+  the answer so far (:func:`~missive.conversation.continue_after`), in the
+  same message (:mod:`missive.tools.server`);
 * ``message_delta`` carries cumulative usage, input and cache fields repeated
   (corrected by :class:`~missive.events.Finished` when the driver learned the
   exact prompt split only at the end).
@@ -35,10 +41,12 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
+from .conversation import continue_after
 from .driver import Driver, GenerationRequest
-from .errors import ApiError, BadGatewayError, MissiveError
+from .errors import ApiError, BadGatewayError, MissiveError, PromptTooLongError
 from .events import (
     Finished,
     GenerationEvent,
@@ -53,7 +61,17 @@ from .ids import tool_use_id
 from .reasoning.base import ReasoningParser
 from .stop_sequences import StopMatcher
 from .thinking.signing import Signer
+from .tools.definitions import choice_after_server_call
 from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
+from .tools.server import (
+    MAX_SERVER_CALLS,
+    UNAVAILABLE,
+    ServerTool,
+    answer_blocks,
+    error_result,
+    max_uses_of,
+    server_tool_use_block,
+)
 
 __all__ = ["MessageStream", "accumulate"]
 
@@ -98,6 +116,23 @@ class MessageStream:
         self._signer = signer or Signer(secrets.token_bytes(32))
         self._thinking_text = ""
         self._thinking_blocks = 0
+        # Server tools: the open call, calls answered, and what the
+        # continuation after a result needs (this round's text, usage and
+        # tokens of the rounds before, the output budget).
+        self._server_call: tuple[ServerTool, dict[str, Any]] | None = None
+        self._server_args = ""
+        self._server_blocks = 0
+        self._server_answers = 0
+        self._server_uses: dict[str, int] = {}
+        self._resume: GenerationRequest | None = None
+        self._round_stop: str | None = None
+        self._round_text = ""
+        self._usage_before = dict.fromkeys(
+            ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0
+        )
+        self._settled_tokens = 0
+        self._round_start_tokens = 0
+        self._budget = request.max_tokens
 
     async def start(self) -> Event:
         """Run the driver up to its :class:`Started` event; return ``message_start``.
@@ -135,11 +170,13 @@ class MessageStream:
     def _input_usage(self) -> dict[str, int]:
         started = self._started
         assert started is not None
-        return {
+        usage = {
             "input_tokens": started.input_tokens,
             "cache_creation_input_tokens": started.cache_creation_input_tokens,
             "cache_read_input_tokens": started.cache_read_input_tokens,
         }
+        # Plus the rounds before a server tool's result: usage is cumulative.
+        return {key: value + self._usage_before[key] for key, value in usage.items()}
 
     def _correct_input_usage(self, finished: Finished) -> None:
         """Apply the exact prompt usage a driver learned only at the end."""
@@ -221,6 +258,7 @@ class MessageStream:
                 return []
             text, self._held_space = self._held_space + text, ""
         events = [] if self._open == "text" else self._open_block("text", {"type": "text", "text": ""})
+        self._round_text += text
         events.append(
             {"type": "content_block_delta", "index": self._index, "delta": {"type": "text_delta", "text": text}}
         )
@@ -298,7 +336,7 @@ class MessageStream:
         driver_output_tokens: int | None = None
         parallel = self.request.tool_choice.parallel
         try:
-            async for event in self._parsed():
+            async for event in self._rounds():
                 if isinstance(event, TextDelta):
                     self._output_tokens += event.tokens
                     safe, matched = matcher.feed(event.text)
@@ -317,13 +355,14 @@ class MessageStream:
                     for out in self._text(matcher.flush()):
                         yield out
                     self._held_space = ""
-                    block = {"type": "tool_use", "id": event.id or tool_use_id(), "name": event.name, "input": {}}
-                    for out in self._open_block("tool_use", block):
+                    for out in self._call_start(event):
                         yield out
                 elif isinstance(event, ToolCallDelta):
                     self._output_tokens += event.tokens
-                    if self._open != "tool_use":
+                    if self._open not in ("tool_use", "server_tool_use"):
                         raise ApiError(f"driver '{self.driver.name}' sent tool arguments outside a tool call")
+                    if self._open == "server_tool_use":
+                        self._server_args += event.partial_json
                     yield {
                         "type": "content_block_delta",
                         "index": self._index,
@@ -331,6 +370,12 @@ class MessageStream:
                     }
                 elif isinstance(event, ToolCallEnd):
                     self._output_tokens += event.tokens
+                    if self._open == "server_tool_use":
+                        for out in self._end_server_call():
+                            yield out
+                        if self._round_stop is not None:
+                            break  # no continuation: pause_turn or max_tokens
+                        continue
                     if self._open == "tool_use":
                         self._tool_calls += 1
                     for out in self._close_block():
@@ -356,15 +401,120 @@ class MessageStream:
                 yield out
         for out in self._close_block():
             yield out
+        if self._round_stop is not None:
+            stop_reason = self._round_stop
         if self._tool_calls and stop_reason in ("end_turn", "stop_sequence"):
             stop_reason, stop_sequence = "tool_use", None
-        output_tokens = driver_output_tokens if driver_output_tokens is not None else self._output_tokens
+        round_tokens = self._output_tokens - self._round_start_tokens
+        if driver_output_tokens is not None:
+            round_tokens = driver_output_tokens
+        output_tokens = self._settled_tokens + round_tokens
+        usage: dict[str, Any] = {**self._input_usage(), "output_tokens": output_tokens}
+        if self._server_blocks:
+            # No search or fetch ran (every call was answered "unavailable").
+            usage["server_tool_use"] = {"web_search_requests": 0, "web_fetch_requests": 0}
         yield {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-            "usage": {**self._input_usage(), "output_tokens": output_tokens},
+            "usage": usage,
         }
         yield {"type": "message_stop"}
+
+    # -- server tools ------------------------------------------------------
+
+    def _call_start(self, event: ToolCallStart) -> list[Event]:
+        """Open a ``tool_use`` block, or a ``server_tool_use`` block (id
+        ``srvtoolu_...``, whatever id the driver gave) for a server tool."""
+        server = next((t.server for t in self.request.tools if t.name == event.name and t.server), None)
+        if server is None:
+            block = {"type": "tool_use", "id": event.id or tool_use_id(), "name": event.name, "input": {}}
+            return self._open_block("tool_use", block)
+        block = server_tool_use_block(event.name)
+        self._server_call, self._server_args = (server, block), ""
+        self._server_blocks += 1
+        return self._open_block("server_tool_use", block)
+
+    def _end_server_call(self) -> list[Event]:
+        """Close a ``server_tool_use`` block and answer it.
+
+        Its result block (whole, in ``content_block_start`` + ``_stop``)
+        carries the ``unavailable`` error; then either ``_resume`` holds the
+        request that goes on after it, or ``_round_stop`` says why the turn
+        ends here: ``pause_turn`` (:data:`MAX_SERVER_CALLS` answered, or the
+        driver cannot go on without forcing a tool) or ``max_tokens`` (no
+        output budget left). A call made after a client tool call is left
+        unanswered and generation goes on: the API answers it only once the
+        client's results come back, and the turn ends with ``tool_use``
+        (Anthropic docs, "Server tools").
+        """
+        assert self._server_call is not None
+        (tool, block), self._server_call = self._server_call, None
+        events = self._close_block()
+        if self._tool_calls:
+            return events
+        self._server_answers += 1
+        self._server_uses[tool.name] = uses = self._server_uses.get(tool.name, 0) + 1
+        limit = max_uses_of(self.request.request, tool.name)
+        code = "max_uses_exceeded" if limit is not None and uses > limit else UNAVAILABLE
+        result = error_result(tool, block["id"], code)
+        events += self._open_block(tool.result_type, result)
+        events += self._close_block()
+        call = {**block, "input": json.loads(self._server_args) if self._server_args.strip() else {}}
+        self._resume, self._round_stop = self._continuation(call, result)
+        return events
+
+    def _continuation(
+        self, call: dict[str, Any], result: dict[str, Any]
+    ) -> tuple[GenerationRequest | None, str | None]:
+        """The request that goes on after ``result``, or why there is none."""
+        request = self.request
+        if self._server_answers >= MAX_SERVER_CALLS:
+            return None, "pause_turn"
+        used = self._settled_tokens + self._output_tokens - self._round_start_tokens
+        if used >= self._budget:
+            return None, "max_tokens"
+        choice = choice_after_server_call(request.tool_choice, self.driver.capabilities, request.tools)
+        if choice is None:
+            return None, "pause_turn"
+        conversation = continue_after(request.conversation, answer_blocks(self._round_text, call, result))
+        remaining = self._budget - used
+        return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
+
+    async def _rounds(self) -> AsyncIterator[GenerationEvent]:
+        """:meth:`_parsed` events, round after round: when a server tool's
+        result was sent (``_resume`` set), the running generation is stopped
+        and the driver starts again on the continued request. A continued
+        prompt that no longer fits the context ends the message with
+        ``model_context_window_exceeded``."""
+        while True:
+            parsed = self._parsed()
+            try:
+                async for event in parsed:
+                    yield event
+                    if self._resume is not None:
+                        break
+            finally:
+                await parsed.aclose()
+            request, self._resume = self._resume, None
+            if request is None:
+                return
+            await self.aclose()
+            self._settled_tokens += self._output_tokens - self._round_start_tokens
+            self._round_start_tokens = self._output_tokens
+            self._round_text = ""
+            self.request = request
+            self._source = self.driver.generate(request).__aiter__()
+            try:
+                first = await self._source.__anext__()
+            except PromptTooLongError:
+                self._round_stop = "model_context_window_exceeded"
+                return
+            except StopAsyncIteration:
+                raise ApiError(f"driver '{self.driver.name}' ended without starting a message") from None
+            if not isinstance(first, Started):
+                raise ApiError(f"driver '{self.driver.name}' sent {type(first).__name__} before Started")
+            self._usage_before = self._input_usage()
+            self._started = first
 
 
     def _from_parse(self, parsed: object) -> GenerationEvent:

@@ -67,7 +67,8 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 _BLOCK_TAGS = {
     "text", "image", "document", "search_result", "tool_use", "tool_result", "thinking",
-    "redacted_thinking", "server_tool", "unknown",
+    "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
+    "server_tool", "unknown",
 }
 _CHOICE_TAGS = {"auto", "any", "none", "tool"}
 _SOURCE_TAGS = {"base64", "url", "file", "text", "content"}

@@ -26,6 +26,7 @@ from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
+from ..tools.server import server_block_paths
 from .common import authenticate, note_ignored, read_request, signer, state
 
 log = logging.getLogger("missive.messages")
@@ -41,10 +42,14 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
             unknown tool, duplicate tool names, strict-mode ignored tools.
         CapabilityError: the driver lacks something the request needs.
     """
-    tools, skipped = offered_tools(req)
+    # A model that cannot call tools is not offered server tools (reported as
+    # ignored), unless tool_choice forces a call: check_request refuses that.
+    can_call = bool(driver.capabilities.tool_choice)
+    forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool")
+    tools, skipped = offered_tools(req, server_tools=can_call or forced)
     choice = tool_choice_of(req, tools)
     check_tool_history(req)
-    note_ignored(skipped)
+    note_ignored(skipped if can_call else [*skipped, *server_block_paths(req)])
     check_request(req, driver.capabilities, model=model_id, driver=driver.name, tools=tools, tool_choice=choice)
     replay = check_replayed_thinking(req.messages, signer())
     if replay.dropped:
@@ -57,7 +62,7 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     return GenerationRequest(
         request_id=g.request_id,
         model=model_id,
-        conversation=build_conversation(req, replay.kept),
+        conversation=build_conversation(req, replay.kept, server_tools=can_call),
         max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,

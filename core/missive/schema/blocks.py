@@ -3,6 +3,12 @@
 Every model allows unknown keys (``extra="allow"``) so a newer client never gets
 a 400 for a field Missive does not know; :mod:`missive.schema.ignored` reports
 them. Unknown block types validate as :class:`UnknownBlock`.
+
+Server-tool blocks of the tools Missive answers (``web_search``,
+``web_fetch``: :mod:`missive.tools.server`) validate as
+:class:`ServerToolUseBlock`, :class:`WebSearchToolResultBlock` and
+:class:`WebFetchToolResultBlock`; blocks of other server tools (code
+execution, MCP...) as :class:`ServerToolBlock`, which is reported as ignored.
 """
 
 from __future__ import annotations
@@ -22,11 +28,15 @@ __all__ = [
     "ToolResultBlock",
     "ThinkingBlock",
     "RedactedThinkingBlock",
+    "ServerToolUseBlock",
+    "WebSearchToolResultBlock",
+    "WebFetchToolResultBlock",
     "ServerToolBlock",
     "UnknownBlock",
     "ContentBlock",
     "ToolResultContentBlock",
     "SERVER_TOOL_BLOCK_TYPES",
+    "ANSWERED_SERVER_TOOLS",
 ]
 
 
@@ -141,9 +151,45 @@ SERVER_TOOL_BLOCK_TYPES = frozenset(
 )
 
 
+#: Server tools whose blocks Missive renders into the prompt (the names the
+#: API gives ``web_search_*`` and ``web_fetch_*`` tools; see :mod:`missive.tools.server`).
+ANSWERED_SERVER_TOOLS = frozenset({"web_search", "web_fetch"})
+
+
+class ServerToolUseBlock(_Block):
+    """A ``web_search``/``web_fetch`` call in an assistant turn (Anthropic docs,
+    "Server tools"): ``{"type": "server_tool_use", "id": "srvtoolu_...",
+    "name": "web_search", "input": {"query": "..."}}``."""
+
+    type: Literal["server_tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class WebSearchToolResultBlock(_Block):
+    """The result of a ``web_search`` call (Anthropic docs, "Web search tool"):
+    ``content`` is a list of ``web_search_result`` blocks or an error object
+    ``{"type": "web_search_tool_result_error", "error_code": "unavailable"}``."""
+
+    type: Literal["web_search_tool_result"]
+    tool_use_id: str
+    content: Any
+
+
+class WebFetchToolResultBlock(_Block):
+    """The result of a ``web_fetch`` call (Anthropic docs, "Web fetch tool"):
+    ``content`` is a ``web_fetch_result`` (``url``, a ``document`` block) or an
+    error object ``{"type": "web_fetch_tool_result_error", "error_code": ...}``."""
+
+    type: Literal["web_fetch_tool_result"]
+    tool_use_id: str
+    content: Any
+
+
 class ServerToolBlock(_Block):
-    """A block from a server tool run by the real API (web search...): Missive
-    cannot act on it; it is dropped from the prompt and reported as ignored."""
+    """A block of a server tool Missive does not answer (code execution, MCP...):
+    it is dropped from the prompt and reported as ignored."""
 
     type: str
 
@@ -157,6 +203,9 @@ class UnknownBlock(_Block):
 def _tag(known: frozenset[str]) -> Any:
     def discriminate(value: Any) -> str:
         kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+        if kind == "server_tool_use" and name not in ANSWERED_SERVER_TOOLS:
+            return "server_tool"
         if kind in known:
             return str(kind)
         if kind in SERVER_TOOL_BLOCK_TYPES:
@@ -196,6 +245,9 @@ ContentBlock = Annotated[
         Annotated[ToolResultBlock, Tag("tool_result")],
         Annotated[ThinkingBlock, Tag("thinking")],
         Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
+        Annotated[ServerToolUseBlock, Tag("server_tool_use")],
+        Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")],
+        Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")],
         Annotated[ServerToolBlock, Tag("server_tool")],
         Annotated[UnknownBlock, Tag("unknown")],
     ],
@@ -210,6 +262,9 @@ ContentBlock = Annotated[
                 "tool_result",
                 "thinking",
                 "redacted_thinking",
+                "server_tool_use",
+                "web_search_tool_result",
+                "web_fetch_tool_result",
             }
         )
     ),

@@ -7,10 +7,15 @@
   synthesizes the schema the API documents for them (Anthropic docs, "Bash
   tool" and "Text editor tool"): ``bash_20241022``/``bash_20250124`` and
   ``text_editor_*`` (``str_replace_editor`` / ``str_replace_based_edit_tool``).
-* Server tools (``web_search_*``, ``web_fetch_*``, ``code_execution_*`` ...)
-  run on Anthropic's servers; a local model cannot use them. They are not
-  offered to the model and are reported as ignored (``missive-ignored``),
-  like any tool type this version does not know.
+* Server tools ``web_search_*`` and ``web_fetch_*`` run on Anthropic's
+  servers. They are offered to the model with the input the API documents
+  for their calls (``{"query"}``, ``{"url"}``; :mod:`missive.tools.server`),
+  and every call is answered with the API's ``unavailable`` tool-result
+  error (:mod:`missive.pipeline`). For a model that cannot call tools at all
+  they are reported as ignored instead, unless ``tool_choice`` forces a call
+  (then the capability check refuses the request).
+* Other server tools (``code_execution_*``...) and unknown tool types are not
+  offered and are reported as ignored (``missive-ignored``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..capabilities import Capabilities
 from ..errors import InvalidRequestError
 from ..schema.request import CountTokensRequest
+from .server import ServerTool, server_tool_of
 
-__all__ = ["ToolDefinition", "ToolChoice", "offered_tools", "tool_choice_of"]
+__all__ = ["ToolDefinition", "ToolChoice", "offered_tools", "tool_choice_of", "choice_after_server_call"]
 
 _BASH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -61,12 +68,15 @@ class ToolDefinition:
         description: text for the model, "" if none.
         input_schema: JSON Schema of the arguments object.
         strict: the request asked for schema-exact arguments (``strict: true``).
+        server: the server tool this is (``web_search``...), None for tools
+            the client runs; its calls become ``server_tool_use`` blocks.
     """
 
     name: str
     description: str
     input_schema: dict[str, Any]
     strict: bool = False
+    server: ServerTool | None = None
 
     def openai_function(self) -> dict[str, Any]:
         """The OpenAI/Hugging Face ``{"type": "function", "function": {...}}`` form."""
@@ -91,8 +101,15 @@ class ToolChoice:
     parallel: bool = True
 
 
-def offered_tools(request: CountTokensRequest) -> tuple[tuple[ToolDefinition, ...], list[str]]:
+def offered_tools(
+    request: CountTokensRequest, *, server_tools: bool = True
+) -> tuple[tuple[ToolDefinition, ...], list[str]]:
     """Tools offered to the model, and the paths of tools that are not (for ``missive-ignored``).
+
+    Args:
+        server_tools: offer ``web_search_*``/``web_fetch_*`` (False for a
+            model that cannot call tools: they are reported as
+            ``tools.N (tool type "...": this model cannot call tools)``).
 
     Raises:
         InvalidRequestError: two tools share a name.
@@ -108,6 +125,14 @@ def offered_tools(request: CountTokensRequest) -> tuple[tuple[ToolDefinition, ..
         if tool.type in (None, "custom"):
             assert tool.input_schema is not None  # checked by the schema
             offered.append(ToolDefinition(tool.name, tool.description or "", tool.input_schema, strict))
+            continue
+        server = server_tool_of(tool.type)
+        if server is not None:
+            if not server_tools:
+                skipped.append(f'tools.{i} (tool type "{tool.type}": this model cannot call tools)')
+                continue
+            description = tool.description or server.description
+            offered.append(ToolDefinition(tool.name, description, server.input_schema, strict, server))
             continue
         client = next((spec for prefix, spec in CLIENT_TOOLS.items() if tool.type.startswith(prefix)), None)
         if client is None:
@@ -137,3 +162,24 @@ def tool_choice_of(request: CountTokensRequest, tools: tuple[ToolDefinition, ...
             raise InvalidRequestError(f"tool_choice.name: tool '{name}' is not among the request's tools")
         return ToolChoice("tool", name, parallel)
     return ToolChoice(choice.type, None, parallel)
+
+
+def choice_after_server_call(
+    choice: ToolChoice, capabilities: Capabilities, tools: tuple[ToolDefinition, ...]
+) -> ToolChoice | None:
+    """The ``tool_choice`` of the generation that goes on after a server tool's result.
+
+    A forced choice (``any``/``tool``) is honoured by the first call; forcing
+    again would make the model repeat it, so the turn goes on in ``auto``
+    (as a client's next request would), with ``disable_parallel_tool_use``
+    kept. Where the driver cannot honour ``auto`` exactly (the mode is not
+    declared, or a ``strict`` tool is not enforced in it), ``none``: the model
+    answers in text and cannot call a tool. None when the driver declares
+    neither: the turn cannot go on here (the caller pauses it).
+    """
+    strict = any(t.strict for t in tools)
+    if "auto" in capabilities.tool_choice and (not strict or "auto" in capabilities.strict_tools):
+        return ToolChoice("auto", None, choice.parallel)
+    if "none" in capabilities.tool_choice:
+        return ToolChoice("none", None, choice.parallel)
+    return None

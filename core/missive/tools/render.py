@@ -12,7 +12,10 @@ Two renderings, for drivers that render prompts themselves (llama.cpp, MLX):
   as ``<tool_response>`` blocks. Its replies parse with the ``hermes`` parser.
 
 A ``tool_result`` with ``is_error: true`` is rendered with an ``Error:``
-prefix, so the model sees the call failed.
+prefix, so the model sees the call failed. Server-tool blocks
+(``server_tool_use`` and its ``web_search_tool_result``...) arrive here as a
+``tool_use`` and a ``tool_result`` (:func:`missive.tools.server.split_server_blocks`)
+and render like any other call, in both renderings.
 """
 
 from __future__ import annotations

@@ -15,8 +15,12 @@ list; each step is one of::
     {"error": {"type": "overloaded_error", "message": "..."}}   raise mid-stream
 
 and the object may also hold ``"stop_reason"`` (default ``end_turn``),
-``"error_before_start"`` (an error raised before ``Started``) and
-``"cache_read_input_tokens"``.  Model settings may override capabilities:
+``"error_before_start"`` (an error raised before ``Started``),
+``"cache_read_input_tokens"`` and ``"then"``: a list of script objects
+played, in order, when the conversation goes on after tool results with no
+new user text (the core continuing after a server tool's result, or a
+client's tool loop): the Kth one for the Kth assistant turn after the
+scripted user message; past the end of the list, an empty answer.  Model settings may override capabilities:
 ``settings.capabilities = {tool_choice = ["auto"], thinking = true}``, and
 ``settings.script_file = "/path/script.json"`` scripts clients whose
 messages a test does not write (Claude Code): the file, read at every
@@ -126,6 +130,28 @@ def _file_script(path: Path, request: GenerationRequest) -> dict[str, Any] | Non
     return ordered[n] if n < len(ordered) else None
 
 
+def _then_script(turns: list[Any]) -> dict[str, Any] | None:
+    """The ``"then"`` script for a last user turn holding only tool results
+    (see the module doc), or None when the conversation has none."""
+    last = turns[-1]
+    if last.text() or not any(isinstance(b, ToolResultBlock) for b in last.blocks):
+        return None
+    for k in range(len(turns) - 2, -1, -1):
+        turn = turns[k]
+        if turn.role != "user" or not turn.text():
+            continue
+        try:
+            data = json.loads(turn.text())
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("then"), list):
+            return None
+        n = sum(1 for t in turns[k + 1 :] if t.role == "assistant") - 1
+        then = data["then"]
+        return then[n] if 0 <= n < len(then) else {"script": []}
+    return None
+
+
 def _error(spec: dict[str, Any]) -> errors.MissiveError:
     cls = ERRORS.get(spec.get("type", "api_error"), errors.ApiError)
     return cls(spec.get("message", "scripted error"), retry_after=spec.get("retry_after"))
@@ -163,6 +189,8 @@ class EchoDriver(Driver):
         turns = request.conversation.turns
         if not turns or turns[-1].role != "user":
             return None
+        if (then := _then_script(turns)) is not None:
+            return then
         try:
             data = json.loads(turns[-1].text())
         except ValueError:

@@ -18,6 +18,10 @@ Rules:
   ``"Error: "`` so the model sees the failure;
 * an assistant turn's ``tool_use`` blocks become ``tool_calls`` with the
   ``input`` object as ``arguments`` (key order kept);
+* server-tool blocks (``server_tool_use``, ``web_search_tool_result``...)
+  reach here already as a ``tool_use`` and a ``tool_result`` of the next
+  user turn (:func:`missive.tools.server.split_server_blocks`), so they
+  render like any call and result;
 * image blocks (base64 sources) become the message's ``images``;
 * the prefill is a final ``assistant`` message, which Ollama continues;
 * ``stop`` is never sent: the core matches stop sequences itself.
@@ -113,8 +117,9 @@ def chat_tools(request: GenerationRequest) -> list[dict[str, Any]] | None:
     """``tools`` for ``/api/chat``, or None when none are to be sent.
 
     The tools are the core's offered tools (:mod:`missive.tools.definitions`):
-    custom tools as sent, Anthropic-defined client tools with their
-    synthesized schemas, server tools left out. ``tool_choice: none`` sends no
+    custom tools as sent, Anthropic-defined client tools and the server
+    tools ``web_search``/``web_fetch`` with their synthesized schemas (the
+    core answers server tool calls: :mod:`missive.tools.server`). ``tool_choice: none`` sends no
     tools at all, so the model cannot call one (Ollama itself ignores
     tool_choice, contract section 8).
     """

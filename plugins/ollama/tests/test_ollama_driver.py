@@ -490,3 +490,26 @@ def test_matched_stop_sequence_closes_the_upstream_request(client: anthropic.Ant
             break
         polled.wait(0.1)
     assert fake.chats[seen].disconnected and not fake.chats[seen].finished
+
+
+def test_server_tool_history_and_definitions_converted() -> None:
+    """web_search blocks sent back in an assistant turn reach Ollama as a
+    call and a tool message naming the tool, with the error."""
+    from missive.testing import generation_request
+    from missive_ollama.convert import chat_messages, chat_tools
+
+    call = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_fetch", "input": {"url": "https://a.org"}}
+    result = {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1",
+              "content": {"type": "web_fetch_tool_result_error", "error_code": "unavailable"}}
+    request = generation_request(
+        [{"role": "user", "content": "read a.org"}, {"role": "assistant", "content": [call, result]}],
+        tools=[{"type": "web_fetch_20250910", "name": "web_fetch"}],
+    )
+    assert chat_messages(request.conversation) == [
+        {"role": "user", "content": "read a.org"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "srvtoolu_1", "function": {"index": 0, "name": "web_fetch", "arguments": {"url": "https://a.org"}}}]},
+        {"role": "tool", "content": "Error: the web_fetch tool returned an error: unavailable",
+         "tool_call_id": "srvtoolu_1", "tool_name": "web_fetch"},
+    ]
+    assert chat_tools(request)[0]["function"]["parameters"]["required"] == ["url"]

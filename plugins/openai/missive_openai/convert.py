@@ -7,6 +7,10 @@ Rules (OpenAI chat completions API reference; vLLM's
 * an assistant turn's text is ``content``; its ``tool_use`` blocks are
   ``tool_calls: [{id, type: "function", function: {name, arguments}}]`` with
   ``arguments`` the input as a JSON string;
+* server-tool blocks (``server_tool_use``, ``web_search_tool_result``...)
+  reach here already as a ``tool_use`` and a ``tool_result`` of the next
+  user turn (:func:`missive.tools.server.split_server_blocks`), so they
+  render like any call and result;
 * a user turn's ``tool_result`` blocks become ``role: "tool"`` messages with
   ``tool_call_id``, in order, before the turn's own text (the API puts
   results first); ``is_error: true`` prefixes the content with ``"Error: "``
@@ -189,8 +193,9 @@ def chat_tools(request: GenerationRequest) -> list[dict[str, Any]] | None:
     """The offered tools in the OpenAI function format, or None.
 
     The tools are the core's (:mod:`missive.tools.definitions`): custom tools
-    as sent, Anthropic-defined client tools (bash, text editor) with their
-    synthesized schemas; server tools are never offered.
+    as sent, Anthropic-defined client tools (bash, text editor) and the
+    server tools ``web_search``/``web_fetch`` with their synthesized schemas
+    (the core answers their calls: :mod:`missive.tools.server`).
     """
     if not request.tools:
         return None

@@ -218,10 +218,12 @@ class OpenAIDriver(Driver):
             yield Finished("max_tokens", output_tokens=0)
             return
         body["max_tokens"] = max_tokens
-        choice = request.request.tool_choice if request.request.tools else None
+        # The core's tool_choice, not the request's: after a server tool's
+        # result the core goes on in "auto" although the client forced a tool.
+        choice = request.tool_choice if request.tools else None
         translator = ChunkTranslator(
-            tool_choice=choice.type if choice is not None else None,
-            forced_name=getattr(choice, "name", None) if choice is not None and choice.type == "tool" else None,
+            tool_choice=choice.mode if choice is not None else None,
+            forced_name=choice.name if choice is not None and choice.mode == "tool" else None,
         )
         async with self._open_stream(body, prompt) as response:
             yield Started(input_tokens=prompt)

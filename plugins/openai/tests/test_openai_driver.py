@@ -234,3 +234,30 @@ class TestOpenAIContract(DriverContract):
     model = "gen"
     exact_count_tokens = False
     prompt = "red orange yellow green blue"
+
+
+def test_server_tool_history_and_definitions_converted() -> None:
+    """web_search blocks sent back in an assistant turn reach the backend as
+    a call and a tool message with the error; the tool with its schema."""
+    from missive.testing import generation_request
+    from missive_openai.convert import chat_messages, chat_tools
+
+    call = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "tides"}}
+    result = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+              "content": {"type": "web_search_tool_result_error", "error_code": "unavailable"}}
+    request = generation_request(
+        [{"role": "user", "content": "tides?"},
+         {"role": "assistant", "content": [{"type": "text", "text": "Searching."}, call, result,
+                                           {"type": "text", "text": "Search is down."}]},
+         {"role": "user", "content": "ok"}],
+        tools=[{"type": "web_search_20250305", "name": "web_search"}],
+    )
+    assert chat_messages(request.conversation) == [
+        {"role": "user", "content": "tides?"},
+        {"role": "assistant", "content": "Searching.", "tool_calls": [
+            {"id": "srvtoolu_1", "type": "function", "function": {"name": "web_search", "arguments": '{"query": "tides"}'}}]},
+        {"role": "tool", "tool_call_id": "srvtoolu_1", "content": "Error: the web_search tool returned an error: unavailable"},
+        {"role": "assistant", "content": "Search is down."},
+        {"role": "user", "content": "ok"},
+    ]
+    assert chat_tools(request)[0]["function"]["parameters"]["required"] == ["query"]

@@ -189,16 +189,58 @@ def test_tool_history_converted(client: anthropic.Anthropic, fake: FakeChatServe
 
 
 def test_anthropic_defined_and_server_tools(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
-    """Client tools get the API's documented schema; server tools are never sent upstream."""
-    client.messages.create(
+    """Client tools and server tools get their synthesized schemas. A forced
+    web_search call is answered "unavailable" by Missive; the backend is then
+    asked again, in "auto", with the call and the error in the history."""
+    before = len(fake.requests)
+    message = client.messages.create(
         model="vllm",
-        max_tokens=10,
-        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=20,
+        messages=[{"role": "user", "content": "tide times"}],
         tools=[{"type": "bash_20250124", "name": "bash"}, {"type": "web_search_20250305", "name": "web_search"}],
+        tool_choice={"type": "tool", "name": "web_search"},
     )
-    sent = fake.requests[-1]["tools"]
-    assert [t["function"]["name"] for t in sent] == ["bash"]
-    assert "command" in sent[0]["function"]["parameters"]["properties"]
+    first, second = fake.requests[before:]
+    assert [t["function"]["name"] for t in first["tools"]] == ["bash", "web_search"]
+    assert "command" in first["tools"][0]["function"]["parameters"]["properties"]
+    assert first["tools"][1]["function"]["parameters"]["required"] == ["query"]
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "web_search"}}
+    assert [b.type for b in message.content] == ["server_tool_use", "web_search_tool_result", "text"]
+    call_id = message.content[0].id
+    assert call_id.startswith("srvtoolu_") and message.content[1].content.error_code == "unavailable"
+    assert message.content[2].text == "tide times" and message.stop_reason == "end_turn"
+    assert second["tool_choice"] == "auto"
+    assert second["messages"][-2:] == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "web_search", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "Error: the web_search tool returned an error: unavailable"},
+    ]
+    prompts = [len(render_tokens(body)) for body in (first, second)]
+    total = message.usage.input_tokens + message.usage.cache_read_input_tokens
+    assert total == sum(prompts)  # usage is cumulative over both generations
+
+
+def test_server_tool_loop_pauses_the_turn(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    """A backend that calls web_search again and again: each call answered,
+    then pause_turn; the history sent back renders every call and error."""
+    from missive.tools.server import MAX_SERVER_CALLS
+
+    search = script({"tool_call": {"name": "web_search", "arguments": ['{"query": "q"}']}})
+    tools = [{"type": "web_search_20250305", "name": "web_search"}]
+    before = len(fake.requests)
+    message = client.messages.create(model="vllm", max_tokens=50, tools=tools,
+                                     messages=[{"role": "user", "content": search}])
+    assert message.stop_reason == "pause_turn"
+    assert [b.type for b in message.content] == ["server_tool_use", "web_search_tool_result"] * MAX_SERVER_CALLS
+    assert len(fake.requests) - before == MAX_SERVER_CALLS
+    client.messages.create(
+        model="vllm", max_tokens=1, tools=tools, tool_choice={"type": "none"},
+        messages=[{"role": "user", "content": "q"},
+                  {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}],
+    )
+    sent = fake.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user"] + ["assistant", "tool"] * MAX_SERVER_CALLS
+    assert all(m["content"].startswith("Error: the web_search tool returned an error") for m in sent[2::2])
 
 
 def test_reasoning_becomes_thinking_block(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
