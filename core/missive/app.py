@@ -27,6 +27,7 @@ from .errors import (
 from .ids import request_id
 from .kernel import Kernel
 from .logs import request_id_var
+from .media.pipeline import MediaPipeline
 from .model_table import ModelTable
 
 __all__ = ["create_app", "error_response"]
@@ -62,10 +63,11 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
 
     Raises:
         ConfigError: a configured model cannot be served (unknown driver,
-            missing dependency).
+            missing dependency), or ``media.image_fallback`` names no processor.
     """
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
+    media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
 
     app = Quart("missive")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
@@ -74,7 +76,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     # Key order is part of the client's bytes (tool_use.input) and of caching.
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
-    app.extensions["missive"] = {"config": config, "kernel": kernel, "models": models}
+    app.extensions["missive"] = {"config": config, "kernel": kernel, "models": models, "media": media}
 
     @app.before_serving
     async def _start() -> None:

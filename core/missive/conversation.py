@@ -14,7 +14,11 @@ section 2):
 * a final ``assistant`` message is a prefill: the answer continues it;
 * text blocks of one turn are joined with ``"\\n"``; ``search_result`` blocks
   render as text; thinking, redacted_thinking and server-tool blocks carry
-  nothing a non-reasoning model can use and are left out.
+  nothing a non-reasoning model can use and are left out;
+* image and document blocks are kept by :func:`build_conversation`, then
+  replaced by the media pipeline (:meth:`Conversation.replace_blocks`): an
+  image by a :class:`~missive.media.types.ImageInput` (or the text of a
+  fallback), a document by a text block. Drivers never see the raw blocks.
 
 Everything is deterministic so the rendered prompt is byte-stable across turns
 (prefix caching depends on it).
@@ -22,6 +26,7 @@ Everything is deterministic so the rendered prompt is byte-stable across turns
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,6 +68,28 @@ class Conversation:
     system: str | None
     turns: list[Turn]
     prefill: str | None = None
+
+    def replace_blocks(self, replacements: Mapping[int, list[Any]]) -> None:
+        """Replace blocks, found by identity (``id(block)`` of the request's
+        block), by the given parts, in the turns and inside ``tool_result``
+        contents (the result is copied, never changed in place)."""
+        if not replacements:
+            return
+
+        def swap(blocks: list[Any]) -> list[Any]:
+            out: list[Any] = []
+            for block in blocks:
+                if id(block) in replacements:
+                    out.extend(replacements[id(block)])
+                    continue
+                if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                    if any(id(inner) in replacements for inner in block.content):
+                        block = block.model_copy(update={"content": swap(block.content)})
+                out.append(block)
+            return out
+
+        for turn in self.turns:
+            turn.blocks = swap(turn.blocks)
 
     def has_tool_blocks(self) -> bool:
         """Whether any turn holds ``tool_use`` or ``tool_result`` blocks."""

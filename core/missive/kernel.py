@@ -44,7 +44,11 @@ __all__ = ["Kernel", "PluginInfo", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP"]
 log = logging.getLogger("missive.kernel")
 
 ENTRY_POINT_GROUP = "missive"
-DEFAULT_PLUGINS = ("missive.default_plugins.aliases", "missive.default_plugins.tool_parsers")
+DEFAULT_PLUGINS = (
+    "missive.default_plugins.aliases",
+    "missive.default_plugins.tool_parsers",
+    "missive.default_plugins.media",
+)
 
 T = TypeVar("T")
 

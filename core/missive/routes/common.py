@@ -12,11 +12,12 @@ from ..auth import check_api_key
 from ..config import Config
 from ..errors import InvalidRequestError
 from ..kernel import Kernel
+from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..schema.ignored import collect_ignored
 from ..validation import parse_json, validate_body
 
-__all__ = ["state", "authenticate", "read_request", "note_ignored"]
+__all__ = ["state", "media_pipeline", "authenticate", "read_request", "note_ignored"]
 
 log = logging.getLogger("missive.request")
 
@@ -26,6 +27,11 @@ M = TypeVar("M", bound=BaseModel)
 def state() -> tuple[Config, Kernel, ModelTable]:
     ext = current_app.extensions["missive"]
     return ext["config"], ext["kernel"], ext["models"]
+
+
+def media_pipeline() -> MediaPipeline:
+    """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
+    return current_app.extensions["missive"]["media"]
 
 
 def authenticate() -> None:

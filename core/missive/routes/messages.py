@@ -24,26 +24,39 @@ from ..schema.request import CountTokensRequest, MessagesRequest
 from ..sse import frame, paced
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
-from .common import authenticate, note_ignored, read_request, state
+from .common import authenticate, media_pipeline, note_ignored, read_request, state
 
 log = logging.getLogger("missive.messages")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
-    """Everything the core checks before a driver sees the request.
+async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
+    """Everything the core checks and converts before a driver sees the request.
 
     Raises:
         InvalidRequestError: tool history pairing, tool_choice naming an
             unknown tool, duplicate tool names, strict-mode ignored tools.
         CapabilityError: the driver lacks something the request needs.
+        MediaError: an image or document block that cannot be used.
     """
     tools, skipped = offered_tools(req)
     choice = tool_choice_of(req, tools)
     check_tool_history(req)
     note_ignored(skipped)
-    check_request(req, driver.capabilities, model=model_id, driver=driver.name, tools=tools, tool_choice=choice)
+    media = media_pipeline()
+    caps = driver.capabilities
+    check_request(
+        req, caps, model=model_id, driver=driver.name, tools=tools, tool_choice=choice,
+        image_fallback=media.image_fallback is not None,
+    )
+    conversation = build_conversation(req)
+    if req.media_types():
+        prepared = await media.prepare(
+            req, input_media=caps.input_media, max_edge=caps.image_max_edge, model=model_id
+        )
+        note_ignored(prepared.ignored)
+        conversation.replace_blocks(prepared.replacements)
     max_tokens = req.max_tokens or 0
     cap = driver.entry.max_output_tokens
     if cap is not None:
@@ -51,7 +64,7 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     return GenerationRequest(
         request_id=g.request_id,
         model=model_id,
-        conversation=build_conversation(req),
+        conversation=conversation,
         max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
@@ -68,7 +81,7 @@ async def create_message() -> Response | dict:
     config, _, models = state()
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
-    stream = MessageStream(driver, _prepare(req, model_id, driver), message_id=message_id(), model=req.model)
+    stream = MessageStream(driver, await _prepare(req, model_id, driver), message_id=message_id(), model=req.model)
     first = await stream.start()
     if not req.stream:
         events = [first]
@@ -107,7 +120,7 @@ async def count_tokens() -> dict[str, int]:
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"
         )
-    return {"input_tokens": await driver.count_tokens(_prepare(req, model_id, driver))}
+    return {"input_tokens": await driver.count_tokens(await _prepare(req, model_id, driver))}
 
 
 def register(app: Quart, prefix: str) -> None:
