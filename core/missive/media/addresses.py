@@ -68,10 +68,10 @@ def refusal(ip: IPAddress) -> str | None:
         return "an unspecified address"
     if isinstance(ip, ipaddress.IPv4Address) and ip in _SHARED:
         return "a shared (carrier-grade NAT) address"
-    if ip.is_private:
-        return "a private address"
     if ip.is_reserved:
         return "a reserved address"
+    if ip.is_private:
+        return "a private address"
     if not ip.is_global:
         return "not a public address"
     return None

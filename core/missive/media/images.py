@@ -57,7 +57,7 @@ def _open(data: bytes, media_type: str, path: str):  # type: ignore[no-untyped-d
         try:
             return Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[media_type]])
         except Image.DecompressionBombError as exc:
-            raise MediaError(path, f"image refused: {exc}") from None
+            raise MediaError(path, f"image refused as a decompression bomb ({exc})") from None
         except Image.UnidentifiedImageError:
             raise MediaError(path, f"the {_NAMES[media_type]} image is truncated or corrupt (its header cannot be read)") from None
         except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's file
