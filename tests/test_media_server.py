@@ -342,3 +342,15 @@ def test_unknown_fallback_stops_start_up() -> None:
     with pytest.raises(RuntimeError, match="media.image_fallback: no image processor named 'nope'"):
         with live_server({"media": {"image_fallback": "nope"}, "models": {"e": {"driver": "echo"}}}, timeout=30):
             pass
+
+
+def test_processors_listed_by_missive_plugins() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "missive", "plugins", "--json"], capture_output=True, text=True,
+                         check=True, env={k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")})
+    data = json.loads(out.stdout)
+    assert list(data["image_processors"]) == ["pillow", "placeholder"]
+    assert data["document_processors"]["pypdf"]["media_types"] == ["application/pdf"]
+    assert "office" in data["document_processors"]
