@@ -45,8 +45,10 @@ __all__ = ["Turn", "Conversation", "build_conversation"]
 
 @dataclass
 class Turn:
-    """One turn: ``role`` and its content blocks (text, tool and media blocks
-    kept as validated models for drivers that handle them)."""
+    """One turn: ``role`` and its content blocks: validated text, search
+    result and tool blocks, and, once the media pipeline has run,
+    :class:`~missive.media.types.ImageInput` for images (documents are text
+    blocks by then)."""
 
     role: Literal["user", "assistant"]
     blocks: list[Any] = field(default_factory=list)
