@@ -28,6 +28,7 @@ from .ids import request_id
 from .thinking.signing import load_signer
 from .kernel import Kernel
 from .logs import request_id_var
+from .media.pipeline import MediaPipeline
 from .model_table import ModelTable
 
 __all__ = ["create_app", "error_response"]
@@ -63,11 +64,12 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
 
     Raises:
         ConfigError: a configured model cannot be served (unknown driver,
-            missing dependency).
+            missing dependency), or ``media.image_fallback`` names no processor.
     """
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
     signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
+    media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
 
     app = Quart("missive")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
@@ -76,7 +78,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     # Key order is part of the client's bytes (tool_use.input) and of caching.
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
-    app.extensions["missive"] = {"config": config, "kernel": kernel, "models": models, "signer": signer}
+    app.extensions["missive"] = {
+        "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media
+    }
 
     @app.before_serving
     async def _start() -> None:

@@ -35,8 +35,13 @@ class Capabilities(BaseModel):
         strict_tools: the modes in which ``strict: true`` tool schemas are
             enforced (constrained decoding), not merely requested.
         parallel_tool_calls: can emit more than one tool_use block per turn.
-        input_media: media types accepted in image/document blocks
-            (``image/png``, ``application/pdf``...). Empty: text only.
+        input_media: image media types the model takes (``image/png``,
+            ``image/jpeg``, ``image/gif``, ``image/webp``). Empty: text only.
+            Declaring one is enough for every image: the core converts the
+            others (docs/media.md). Documents need nothing: the core turns
+            them into text.
+        image_max_edge: the longest image side the model should get, in
+            pixels; larger images are downscaled (None: ``media.image_max_edge``).
         thinking: can produce reasoning as thinking blocks (``thinking.type: enabled``).
         structured_output: can enforce ``output_config.format`` json_schema.
         sampling: which of ``temperature``, ``top_p``, ``top_k`` are honoured.
@@ -57,6 +62,7 @@ class Capabilities(BaseModel):
     strict_tools: frozenset[ToolChoiceMode] = frozenset()
     parallel_tool_calls: bool = False
     input_media: frozenset[str] = frozenset()
+    image_max_edge: int | None = None
     thinking: bool = False
     structured_output: bool = False
     sampling: frozenset[Literal["temperature", "top_p", "top_k"]] = frozenset(
@@ -86,13 +92,17 @@ def check_request(
     driver: str,
     tools: tuple[ToolDefinition, ...] = (),
     tool_choice: ToolChoice | None = None,
+    image_fallback: bool = False,
 ) -> None:
     """Raise :class:`CapabilityError` if ``request`` needs what ``caps`` lacks.
 
     Checked, in order: the tool_choice mode (when tools are offered), strict
-    tools in that mode, parallel calls, tool blocks in the history, media in
-    image and document blocks (also inside tool_result content), thinking
-    ``enabled``, structured output, sampling parameters, stop sequences.
+    tools in that mode, parallel calls, tool blocks in the history, image
+    blocks (also inside tool_result content) for a model that takes no image
+    type, unless ``image_fallback`` (an operator's ``media.image_fallback``
+    turns them into text), thinking ``enabled``, structured output, sampling
+    parameters, stop sequences. Document blocks need no capability: the core
+    turns them into text.
     ``thinking.type: adaptive`` needs no capability: the API lets the model
     decide not to think.
     """
@@ -110,10 +120,11 @@ def check_request(
             fail(f'strict tools with tool_choice "{mode}"', supported)
     if request.uses_tool_blocks() and not caps.tool_choice:
         fail("tool_use/tool_result content blocks", "no tool use")
-    for media in request.media_types():
-        if media not in caps.input_media:
-            supported = f"media types {_fmt(caps.input_media)}" if caps.input_media else "text only"
-            fail(f"input media type {media}", supported)
+    images = frozenset(m for m in caps.input_media if m.startswith("image/"))
+    if not images and not image_fallback:
+        for media in request.media_types():
+            if media == "image" or media.startswith("image/"):
+                fail(f"input media type {media}", "text only")
     if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
         fail('thinking {"type": "enabled"}', 'thinking "disabled" or "adaptive" (no reasoning)')
     if request.output_format_schema() is not None and not caps.structured_output:

@@ -113,7 +113,8 @@ def serve(
 @_config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
-    """List plugins, what failed to load, and each driver's capabilities."""
+    """List plugins, what failed to load, each driver's capabilities, and the
+    image and document processors."""
     kernel = Kernel(block=_load(config_path, overrides).plugins.block)
     data = {
         "plugins": [
@@ -127,6 +128,14 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
         "default_models": sorted(kernel.default_models),
         "tool_parsers": {name: spec.description for name, spec in kernel.tool_parsers.items()},
         "reasoning_parsers": {name: spec.description for name, spec in kernel.reasoning_parsers.items()},
+        "image_processors": {
+            name: {"media_types": list(spec.media_types), "description": spec.description}
+            for name, spec in kernel.image_processors.items()
+        },
+        "document_processors": {
+            name: {"media_types": list(spec.media_types), "description": spec.description}
+            for name, spec in kernel.document_processors.items()
+        },
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -141,6 +150,10 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
             if isinstance(value, list):
                 value = ", ".join(value) or "(none)"
             click.echo(f"  {key}: {value}")
+    for kind in ("image_processors", "document_processors"):
+        for name, info in data[kind].items():
+            label = kind.replace("_processors", " processor")
+            click.echo(f"\n{label} {name}: {info['description']}\n  media types: {', '.join(info['media_types'])}")
     if data["default_models"]:
         click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
     for kind in ("tool_parsers", "reasoning_parsers"):

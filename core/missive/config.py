@@ -29,6 +29,11 @@ Shape (every key optional)::
     signing_key = "..."         # secret for thinking-block signatures (16+ chars)
     key_file = "~/.local/state/missive/thinking.key"   # used when signing_key is unset (created)
 
+    [media]                     # image and document blocks (docs/media.md)
+    fetch_urls = true           # fetch url sources (false: a 400 for them)
+    fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
+    image_fallback = "placeholder"   # images for text-only models become a note
+
 Overrides: any key as ``MISSIVE__SECTION__KEY=value`` in the environment
 (``MISSIVE__SERVER__PORT=9000``, ``MISSIVE__MODELS__MYMODEL__CONTEXT_WINDOW=4096``)
 or ``--set section.key=value`` on the CLI (quote dotted names:
@@ -54,7 +59,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "Config", "load_config", "ConfigError"]
+__all__ = [
+    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "Config", "load_config", "ConfigError",
+]
 
 ENV_PREFIX = "MISSIVE__"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -128,11 +135,64 @@ class PluginsConfig(_Strict):
     block: list[str] = Field(default_factory=list)
 
 
+MiB = 1024 * 1024
+
+
+class MediaConfig(_Strict):
+    """``[media]``: limits and switches for image and document blocks.
+
+    Every limit, its unit and the rule it follows is listed in docs/media.md.
+
+    Attributes:
+        fetch_urls: fetch ``url`` sources of images and documents; false turns
+            every url source into a 400.
+        fetch_allow: hosts URL fetching may reach although they are internal:
+            hostnames (exact, or ``*.example.com`` for subdomains), IP
+            addresses or CIDR networks (``10.0.0.0/8``, ``fd00::/8``).
+        fetch_timeout: seconds for one fetch, redirects included.
+        fetch_max_redirects: redirects followed, each one checked again.
+        image_max_bytes: largest image, in bytes after base64 decoding or as fetched.
+        image_max_side: largest width or height accepted, in pixels (the API's 8000).
+        image_max_pixels: largest width x height decoded (decompression bombs
+            are refused from the header, before decoding).
+        image_max_edge: images are downscaled so their longer side is at most
+            this many pixels (a model's ``image_max_edge`` capability may lower it).
+        image_fallback: an image processor (by name, e.g. ``"placeholder"``)
+            that turns images into text for models without image input;
+            unset, such a request is a 400 naming the capability.
+        document_max_bytes: largest document (PDF, office file), in bytes.
+        pdf_max_pages: most pages read from one PDF (more: a 400).
+        office_max_unpacked_bytes: most bytes an office file (a zip) may unpack to.
+    """
+
+    fetch_urls: bool = True
+    fetch_allow: list[str] = Field(default_factory=list)
+    fetch_timeout: float = Field(default=10.0, gt=0)
+    fetch_max_redirects: int = Field(default=5, ge=0, le=20)
+    image_max_bytes: int = Field(default=10 * MiB, ge=1024)
+    image_max_side: int = Field(default=8000, ge=1)
+    image_max_pixels: int = Field(default=64_000_000, ge=1)
+    image_max_edge: int = Field(default=1568, ge=16)
+    image_fallback: str | None = None
+    document_max_bytes: int = Field(default=32 * MiB, ge=1024)
+    pdf_max_pages: int = Field(default=100, ge=1)
+    office_max_unpacked_bytes: int = Field(default=128 * MiB, ge=1024)
+
+    @field_validator("fetch_allow")
+    @classmethod
+    def _check_allow(cls, value: list[str]) -> list[str]:
+        from .media.addresses import parse_allow_list
+
+        parse_allow_list(value)  # raises ValueError naming a bad entry
+        return value
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: dict[str, ModelEntry] = Field(default_factory=dict)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def check_bind(self) -> None:

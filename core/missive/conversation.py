@@ -23,6 +23,10 @@ section 2):
   call and the answer; other server-tool blocks are left out. A final
   assistant message ending with such a result is therefore no prefill: the
   answer goes on after the result (the API's ``pause_turn`` resumption).
+* image and document blocks are kept by :func:`build_conversation`, then
+  replaced by the media pipeline (:meth:`Conversation.replace_blocks`): an
+  image by a :class:`~missive.media.types.ImageInput` (or the text of a
+  fallback), a document by a text block. Drivers never see the raw blocks.
 
 Everything is deterministic so the rendered prompt is byte-stable across turns
 (prefix caching depends on it).
@@ -51,8 +55,10 @@ __all__ = ["Turn", "Conversation", "build_conversation", "continue_after"]
 
 @dataclass
 class Turn:
-    """One turn: ``role`` and its content blocks (text, tool and media blocks
-    kept as validated models for drivers that handle them)."""
+    """One turn: ``role`` and its content blocks: validated text, search
+    result and tool blocks, and, once the media pipeline has run,
+    :class:`~missive.media.types.ImageInput` for images (documents are text
+    blocks by then)."""
 
     role: Literal["user", "assistant"]
     blocks: list[Any] = field(default_factory=list)
@@ -78,6 +84,28 @@ class Conversation:
     system: str | None
     turns: list[Turn]
     prefill: str | None = None
+
+    def replace_blocks(self, replacements: Mapping[int, list[Any]]) -> None:
+        """Replace blocks, found by identity (``id(block)`` of the request's
+        block), by the given parts, in the turns and inside ``tool_result``
+        contents (the result is copied, never changed in place)."""
+        if not replacements:
+            return
+
+        def swap(blocks: list[Any]) -> list[Any]:
+            out: list[Any] = []
+            for block in blocks:
+                if id(block) in replacements:
+                    out.extend(replacements[id(block)])
+                    continue
+                if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                    if any(id(inner) in replacements for inner in block.content):
+                        block = block.model_copy(update={"content": swap(block.content)})
+                out.append(block)
+            return out
+
+        for turn in self.turns:
+            turn.blocks = swap(turn.blocks)
 
     def has_tool_blocks(self) -> bool:
         """Whether any turn holds ``tool_use`` or ``tool_result`` blocks."""

@@ -19,6 +19,7 @@ __all__ = [
     "MissiveError",
     "InvalidRequestError",
     "CapabilityError",
+    "MediaError",
     "AuthenticationError",
     "PermissionDeniedError",
     "NotFoundError",
@@ -82,6 +83,19 @@ class CapabilityError(InvalidRequestError):
             f"supported: {supported}"
         )
         self.capability = capability
+
+
+class MediaError(InvalidRequestError):
+    """An image or document block that cannot be used: a bad source, a
+    mislabeled or corrupt file, a limit exceeded, a refused URL.
+
+    The message starts with the block's field path
+    (``messages.0.content.1.source: ...``) so the client knows which block.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
 
 
 class PromptTooLongError(InvalidRequestError):

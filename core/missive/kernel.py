@@ -49,6 +49,7 @@ DEFAULT_PLUGINS = (
     "missive.default_plugins.aliases",
     "missive.default_plugins.tool_parsers",
     "missive.default_plugins.reasoning_parsers",
+    "missive.default_plugins.media",
 )
 
 T = TypeVar("T")

@@ -118,7 +118,12 @@ class TokenizerSpec:
 
 @dataclass(frozen=True)
 class ImageProcessorSpec:
-    """Turns image blocks of the given media types into what drivers accept."""
+    """Turns image blocks of the given media types into what drivers accept.
+
+    ``factory`` names a :class:`~missive.media.types.ImageProcessor` subclass,
+    built once as ``cls(config.media)``; its ``process(image, target)``
+    returns an :class:`~missive.media.types.ImageInput` or text (a fallback).
+    """
 
     name: str
     factory: str
@@ -128,7 +133,12 @@ class ImageProcessorSpec:
 
 @dataclass(frozen=True)
 class DocumentProcessorSpec:
-    """Turns document blocks of the given media types into text or images."""
+    """Turns document blocks of the given media types into text.
+
+    ``factory`` names a :class:`~missive.media.types.DocumentProcessor`
+    subclass, built once as ``cls(config.media)``; its ``process(document)``
+    returns :class:`~missive.media.types.Section` objects (pages, sheets...).
+    """
 
     name: str
     factory: str

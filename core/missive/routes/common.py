@@ -12,12 +12,13 @@ from ..auth import check_api_key
 from ..config import Config
 from ..errors import InvalidRequestError
 from ..kernel import Kernel
+from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..schema.ignored import collect_ignored
 from ..thinking.signing import Signer
 from ..validation import parse_json, validate_body
 
-__all__ = ["state", "signer", "authenticate", "read_request", "note_ignored"]
+__all__ = ["state", "signer", "media_pipeline", "authenticate", "read_request", "note_ignored"]
 
 log = logging.getLogger("missive.request")
 
@@ -32,6 +33,11 @@ def state() -> tuple[Config, Kernel, ModelTable]:
 def signer() -> Signer:
     """The server's thinking-block :class:`~missive.thinking.signing.Signer`."""
     return current_app.extensions["missive"]["signer"]
+
+
+def media_pipeline() -> MediaPipeline:
+    """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
+    return current_app.extensions["missive"]["media"]
 
 
 def authenticate() -> None:

@@ -27,20 +27,21 @@ from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..tools.server import server_block_paths
-from .common import authenticate, note_ignored, read_request, signer, state
+from .common import authenticate, media_pipeline, note_ignored, read_request, signer, state
 
 log = logging.getLogger("missive.messages")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
-    """Everything the core checks before a driver sees the request.
+async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
+    """Everything the core checks and converts before a driver sees the request.
 
     Raises:
         InvalidRequestError: tool history pairing, tool_choice naming an
             unknown tool, duplicate tool names, strict-mode ignored tools.
         CapabilityError: the driver lacks something the request needs.
+        MediaError: an image or document block that cannot be used.
     """
     # A model that cannot call tools is not offered server tools (reported as
     # ignored), unless tool_choice forces a call: check_request refuses that.
@@ -50,11 +51,23 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     choice = tool_choice_of(req, tools)
     check_tool_history(req)
     note_ignored(skipped if can_call else [*skipped, *server_block_paths(req)])
-    check_request(req, driver.capabilities, model=model_id, driver=driver.name, tools=tools, tool_choice=choice)
+    media = media_pipeline()
+    caps = driver.capabilities
+    check_request(
+        req, caps, model=model_id, driver=driver.name, tools=tools, tool_choice=choice,
+        image_fallback=media.image_fallback is not None,
+    )
     replay = check_replayed_thinking(req.messages, signer())
     if replay.dropped:
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
         g.dropped_thinking = list(replay.dropped)
+    conversation = build_conversation(req, replay.kept, server_tools=can_call)
+    if req.media_types():
+        prepared = await media.prepare(
+            req, input_media=caps.input_media, max_edge=caps.image_max_edge, model=model_id
+        )
+        note_ignored(prepared.ignored)
+        conversation.replace_blocks(prepared.replacements)
     max_tokens = req.max_tokens or 0
     cap = driver.entry.max_output_tokens
     if cap is not None:
@@ -62,7 +75,7 @@ def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Generati
     return GenerationRequest(
         request_id=g.request_id,
         model=model_id,
-        conversation=build_conversation(req, replay.kept, server_tools=can_call),
+        conversation=conversation,
         max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
@@ -82,7 +95,7 @@ async def create_message() -> Response | dict:
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
     stream = MessageStream(
-        driver, _prepare(req, model_id, driver), message_id=message_id(), model=req.model, signer=signer()
+        driver, await _prepare(req, model_id, driver), message_id=message_id(), model=req.model, signer=signer()
     )
     first = await stream.start()
     if not req.stream:
@@ -122,7 +135,7 @@ async def count_tokens() -> dict[str, int]:
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"
         )
-    return {"input_tokens": await driver.count_tokens(_prepare(req, model_id, driver))}
+    return {"input_tokens": await driver.count_tokens(await _prepare(req, model_id, driver))}
 
 
 def register(app: Quart, prefix: str) -> None:

@@ -149,10 +149,11 @@ class CountTokensRequest(Open):
         return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for b in self.iter_blocks())
 
     def media_types(self) -> list[str]:
-        """Media needed by image/document blocks, e.g. ``image/png``, ``application/pdf``.
+        """Media of image/document blocks, e.g. ``image/png``, ``application/pdf``,
+        in order, without repeats.
 
         URL and file sources, whose type is unknown until fetched, give
-        ``image`` or ``document``.
+        ``image`` or ``document``; ``content`` documents ``text/plain``.
         """
         found: list[str] = []
         for block in self.iter_blocks():

@@ -35,10 +35,17 @@ text with that registered parser (as an in-process model's driver does), and
 ``settings.serialize = true`` makes the model answer one request at a time
 (FIFO, after ``Started``), like an in-process model, so tests can observe
 queueing and that a disconnected client frees the model.
+
+Images count :func:`missive.media.tokens.estimate_image_tokens` tokens each
+(the echo "model" sees them as their pixel estimate). ``settings.report =
+true`` answers, when no script plays, with the conversation the driver
+received as one JSON text (system, turns, blocks; images as media type,
+size, byte count and SHA-256), so tests can see what the core handed over.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -50,9 +57,11 @@ from missive import errors
 from missive.capabilities import Capabilities
 from missive.config import ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.schema.blocks import ToolResultBlock
+from missive.media.tokens import conversation_image_tokens
+from missive.media.types import ImageInput
 from missive.reasoning.base import ReasoningParser
 from missive.reasoning.registry import reasoning_parser_class
+from missive.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser
 from missive.events import (
@@ -152,6 +161,33 @@ def _then_script(turns: list[Any]) -> dict[str, Any] | None:
     return None
 
 
+def _describe(block: Any) -> dict[str, Any]:
+    if isinstance(block, ImageInput):
+        return {
+            "type": "image", "media_type": block.media_type, "width": block.width, "height": block.height,
+            "bytes": len(block.data), "sha256": hashlib.sha256(block.data).hexdigest(),
+        }
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if isinstance(block, ToolResultBlock):
+        content = block.content
+        described: Any = content if not isinstance(content, list) else [_describe(b) for b in content]
+        return {"type": "tool_result", "tool_use_id": block.tool_use_id, "content": described}
+    return {"type": str(getattr(block, "type", type(block).__name__))}
+
+
+def report(request: GenerationRequest) -> str:
+    """The conversation as the driver received it, as JSON (``settings.report``)."""
+    conv = request.conversation
+    return json.dumps({
+        "system": conv.system,
+        "turns": [{"role": t.role, "blocks": [_describe(b) for b in t.blocks]} for t in conv.turns],
+        "prefill": conv.prefill,
+    })
+
+
 def _error(spec: dict[str, Any]) -> errors.MissiveError:
     cls = ERRORS.get(spec.get("type", "api_error"), errors.ApiError)
     return cls(spec.get("message", "scripted error"), retry_after=spec.get("retry_after"))
@@ -167,7 +203,7 @@ class EchoDriver(Driver):
         conv = request.conversation
         # Replayed thinking that reaches the prompt (signature verified) counts too.
         words = len(_words(conv.system or "")) + sum(len(_words(t.text())) + len(_words(t.thinking())) for t in conv.turns)
-        return words + len(_words(conv.prefill or ""))
+        return words + len(_words(conv.prefill or "")) + conversation_image_tokens(conv)
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
         name = self.entry.settings.get("tool_parser")
@@ -221,6 +257,13 @@ class EchoDriver(Driver):
         self, request: GenerationRequest, script: dict[str, Any] | None, prompt: int
     ) -> AsyncIterator[GenerationEvent]:
         budget = clamp_max_tokens(request.max_tokens, prompt, self.context_window)
+        if script is None and self.entry.settings.get("report"):
+            if budget < 1:
+                yield Finished("max_tokens", output_tokens=0)
+                return
+            yield TextDelta(report(request), tokens=1)
+            yield Finished("end_turn", output_tokens=1)
+            return
         if script is None:
             turns = request.conversation.turns
             words = _words(turns[-1].text()) if turns else []

@@ -22,7 +22,9 @@ Rules:
   reach here already as a ``tool_use`` and a ``tool_result`` of the next
   user turn (:func:`missive.tools.server.split_server_blocks`), so they
   render like any call and result;
-* image blocks (base64 sources) become the message's ``images``;
+* images (checked, fitted to the model and converted to PNG or JPEG by the
+  core: :class:`~missive.media.types.ImageInput`) become the message's
+  ``images`` (base64); documents arrive as text;
 * the prefill is a final ``assistant`` message, which Ollama continues;
 * ``stop`` is never sent: the core matches stop sequences itself.
 """
@@ -33,8 +35,8 @@ from typing import Any
 
 from missive.conversation import Conversation
 from missive.driver import GenerationRequest
+from missive.media.types import ImageInput
 from missive.schema.blocks import (
-    ImageBlock,
     SearchResultBlock,
     TextBlock,
     ToolResultBlock,
@@ -46,10 +48,8 @@ from .settings import OllamaSettings
 __all__ = ["chat_messages", "chat_tools", "think_value", "options", "thinking_requested"]
 
 
-def _image(block: ImageBlock) -> str:
-    # The core refuses every media type the driver does not declare, so only
-    # base64 sources of declared image types reach here.
-    return str(getattr(block.source, "data", ""))
+def _image(image: ImageInput) -> str:
+    return image.base64()
 
 
 def _tool_result(block: ToolResultBlock, names: dict[str, str]) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def _tool_result(block: ToolResultBlock, names: dict[str, str]) -> dict[str, Any
             elif isinstance(part, SearchResultBlock):
                 body = "\n".join(t.text for t in part.content)
                 texts.append(f"[{part.title}]({part.source})\n{body}")
-            elif isinstance(part, ImageBlock):
+            elif isinstance(part, ImageInput):
                 images.append(_image(part))
     text = "\n".join(texts)
     if block.is_error:
@@ -85,7 +85,7 @@ def chat_messages(conv: Conversation) -> list[dict[str, Any]]:
     if conv.system:
         messages.append({"role": "system", "content": conv.system})
     for turn in conv.turns:
-        images = [_image(b) for b in turn.blocks if isinstance(b, ImageBlock)]
+        images = [_image(b) for b in turn.blocks if isinstance(b, ImageInput)]
         if turn.role == "user":
             messages.extend(_tool_result(b, names) for b in turn.blocks if isinstance(b, ToolResultBlock))
             text = turn.text()

@@ -31,7 +31,17 @@ TOOLS = [
         },
     }
 ]
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 16).decode()
+def _image(fmt: str, size: tuple[int, int] = (8, 8)) -> str:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", size, (0, 128, 255)).save(out, format=fmt)
+    return base64.b64encode(out.getvalue()).decode()
+
+
+PNG = _image("PNG")
 
 
 def fake_script(*steps: dict[str, Any], **extra: Any) -> str:
@@ -49,6 +59,7 @@ def fake() -> Iterator[FakeOllama]:
     models = {
         "qwen3:8b": FakeModel(capabilities=["completion", "tools", "thinking"], context_length=40960),
         "gemma3:4b": FakeModel(capabilities=["completion", "vision"], context_length=8192, arch="gemma3"),
+        "qwen2.5vl:3b": FakeModel(capabilities=["completion", "vision", "tools"], context_length=8192, arch="qwen25vl"),
         "llama3.2:latest": FakeModel(capabilities=["completion"], context_length=131072, arch="llama"),
         "ghost:1b": FakeModel(chat_missing=True),
         "gpt-oss:20b": FakeModel(capabilities=["completion", "tools", "thinking"], arch="gptoss"),
@@ -69,6 +80,7 @@ def url(fake: FakeOllama) -> Iterator[str]:
         "models": {
             "qwen": model("qwen3:8b"),
             "vision": model("gemma3:4b"),
+            "vision-tools": model("qwen2.5vl:3b"),
             "plain": model("llama3.2", context=None, sampling_defaults="model"),
             "ghost": model("ghost:1b"),
             "oss": model("gpt-oss:20b", think_level="effort"),
@@ -284,6 +296,22 @@ def test_images_go_to_message_images(client: anthropic.Anthropic, fake: FakeOlla
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model="qwen", max_tokens=20, messages=[{"role": "user", "content": [image]}])
     assert "input media type image/png" in caught.value.body["error"]["message"]
+
+
+def test_webp_converted_to_png_for_ollama(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+    """Ollama's vision models decode PNG and JPEG; the core converts a WebP
+    (inside a tool result, as Claude Code's Read tool sends screenshots)."""
+    webp = {"type": "image", "source": {"type": "base64", "media_type": "image/webp", "data": _image("WEBP", (30, 20))}}
+    messages = [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [webp]}]},
+    ]
+    tools = [{"name": "Read", "input_schema": {"type": "object", "properties": {}}}]
+    client.messages.create(model="vision-tools", max_tokens=20, messages=messages, tools=tools)
+    sent = last_chat(fake)["messages"][-1]
+    assert sent["role"] == "tool" and len(sent["images"]) == 1
+    assert base64.b64decode(sent["images"][0]).startswith(b"\x89PNG\r\n\x1a\n")
 
 
 # -- usage and stop reasons -----------------------------------------------------

@@ -16,9 +16,10 @@ Rules (OpenAI chat completions API reference; vLLM's
   results first); ``is_error: true`` prefixes the content with ``"Error: "``
   so the model sees the failure; images inside a result go to the user
   message that follows (tool messages carry text only);
-* text, ``search_result`` and plain-text documents are text parts; base64
-  images are ``image_url`` parts with a ``data:`` URL, URL images pass the
-  URL (the server fetches it);
+* text and ``search_result`` blocks are text parts (documents arrive as
+  text: the core converted them); images, which the core has checked,
+  fitted and fetched (:class:`~missive.media.types.ImageInput`), are
+  ``image_url`` parts with a ``data:`` URL, never a URL for the server to fetch;
 * custom tools are ``{type: "function", function: {name, description,
   parameters}}``; Anthropic-defined tools (``bash_*``, ``text_editor_*``...)
   have no schema here yet and are refused;
@@ -34,18 +35,12 @@ from typing import Any
 
 from missive.conversation import Conversation, Turn
 from missive.driver import GenerationRequest
-from missive.errors import InvalidRequestError
+from missive.media.types import ImageInput
 from missive.schema.blocks import (
-    Base64Source,
-    ContentSource,
-    DocumentBlock,
-    ImageBlock,
     SearchResultBlock,
     TextBlock,
-    TextSource,
     ToolResultBlock,
     ToolUseBlock,
-    UrlSource,
 )
 
 __all__ = ["chat_messages", "chat_tools", "chat_tool_choice", "ERROR_PREFIX"]
@@ -60,23 +55,8 @@ def _text_part(text: str) -> Part:
     return {"type": "text", "text": text}
 
 
-def _media_part(block: ImageBlock | DocumentBlock) -> Part:
-    source = block.source
-    if isinstance(block, DocumentBlock):
-        if isinstance(source, TextSource):
-            return _text_part(source.data)
-        if isinstance(source, ContentSource):
-            if isinstance(source.content, str):
-                return _text_part(source.content)
-            return _text_part("\n".join(str(b.get("text", "")) for b in source.content))
-        raise InvalidRequestError(
-            f"document source type {source.type!r} is not supported by this backend (text documents only)"
-        )
-    if isinstance(source, Base64Source):
-        return {"type": "image_url", "image_url": {"url": f"data:{source.media_type};base64,{source.data}"}}
-    if isinstance(source, UrlSource):
-        return {"type": "image_url", "image_url": {"url": source.url}}
-    raise InvalidRequestError("image source type 'file' is not supported: send the image as base64 or a URL")
+def _image_part(image: ImageInput) -> Part:
+    return {"type": "image_url", "image_url": {"url": image.data_uri()}}
 
 
 def _block_part(block: Any) -> Part | None:
@@ -85,8 +65,8 @@ def _block_part(block: Any) -> Part | None:
     if isinstance(block, SearchResultBlock):
         body = "\n".join(t.text for t in block.content)
         return _text_part(f"[{block.title}]({block.source})\n{body}")
-    if isinstance(block, (ImageBlock, DocumentBlock)):
-        return _media_part(block)
+    if isinstance(block, ImageInput):
+        return _image_part(block)
     return None
 
 
@@ -172,9 +152,8 @@ def chat_messages(conversation: Conversation, *, prefill: bool = True) -> list[d
         prefill: append ``conversation.prefill`` as a final assistant message
             (the caller decides whether the server can continue it).
 
-    Raises:
-        InvalidRequestError: a block this backend cannot take (a ``file``
-            source, a PDF document).
+    Image and document blocks must have been processed by the core (the
+    server does it before any driver runs); raw ones are left out.
     """
     messages: list[dict[str, Any]] = []
     if conversation.system is not None:

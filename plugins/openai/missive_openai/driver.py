@@ -52,6 +52,8 @@ from missive.events import Finished, GenerationEvent, Started
 from missive.replicas import Replica, ReplicaPool
 
 from .chunks import ChunkTranslator
+from missive.media.tokens import conversation_image_tokens
+
 from .convert import chat_messages, chat_tool_choice, chat_tools
 from .settings import OpenAISettings, apply_capabilities, parse_settings
 from .upstream_errors import context_overflow, parse_error_body, retry_after_header, translate
@@ -67,23 +69,25 @@ CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4
 
 
-def estimate_tokens(body: dict[str, Any]) -> int:
+def estimate_tokens(body: dict[str, Any], *, image_tokens: int = 0) -> int:
     """Approximate prompt tokens of a chat completions body: the characters of
     the messages and tools over :data:`CHARS_PER_TOKEN`, plus
-    :data:`TOKENS_PER_MESSAGE` per message. Images count by their URL length,
-    which overestimates; the server's usage corrects it at the end."""
+    :data:`TOKENS_PER_MESSAGE` per message, plus ``image_tokens`` (the
+    images' pixel estimate, :func:`missive.media.tokens.conversation_image_tokens`;
+    ``image_url`` parts add no characters). The server's usage corrects it
+    at the end."""
     chars = 0
     for message in body.get("messages", []):
         content = message.get("content")
         if isinstance(content, str):
             chars += len(content)
         elif isinstance(content, list):
-            chars += sum(len(json.dumps(part)) for part in content)
+            chars += sum(len(json.dumps(part)) for part in content if part.get("type") != "image_url")
         if message.get("tool_calls"):
             chars += len(json.dumps(message["tool_calls"]))
     if body.get("tools"):
         chars += len(json.dumps(body["tools"]))
-    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(body.get("messages", []))
+    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(body.get("messages", [])) + image_tokens
 
 
 class OpenAIDriver(Driver):
@@ -135,7 +139,7 @@ class OpenAIDriver(Driver):
 
     async def prompt_tokens(self, request: GenerationRequest, body: dict[str, Any]) -> int:
         """Prompt size of ``body``: an estimate here (:func:`estimate_tokens`)."""
-        return estimate_tokens(body)
+        return estimate_tokens(body, image_tokens=conversation_image_tokens(request.conversation))
 
     async def discover_context(self) -> int | None:
         """The server's context length, if it says (not in the OpenAI API)."""

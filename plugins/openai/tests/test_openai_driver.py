@@ -38,6 +38,8 @@ def url(fake: FakeChatServer) -> Iterator[str]:
                 "capabilities": {"tool_choice": ["auto", "any", "tool", "none"], "sampling": ["temperature"]}}},
             "gen-badkey": {"driver": "openai", "settings": {**settings, "api_key": "wrong"}},
             "gen-5xx": {"driver": "openai", "settings": settings},  # its own replica pool
+            "gen-vision": {"driver": "openai", "context_window": CONTEXT, "settings": {
+                **settings, "capabilities": {"input_media": ["image/png"], "image_max_edge": 100}}},
         },
     }
     with live_server(config) as base_url:
@@ -63,6 +65,33 @@ def test_estimate_at_start_exact_usage_at_the_end(client: anthropic.Anthropic, f
     assert final.usage.input_tokens == exact != estimate  # message_delta carries the server's count
     assert fake.headers[-1]["authorization"] == "Bearer sk-upstream"
     assert final.content[0].text == "alpha beta gamma delta"
+
+
+def test_images_sent_as_data_uris_and_estimated_from_pixels(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    """A JPEG for a server declared PNG-only, fitted to its 100-pixel edge:
+    the server gets a PNG data URI; the estimate counts the image by its
+    pixels (ceil(100 x 50 / 750) = 7), not by the length of its base64."""
+    import base64
+    import io
+    import math
+
+    from PIL import Image
+
+    from missive_openai.driver import estimate_tokens
+
+    out = io.BytesIO()
+    Image.new("RGB", (400, 200), (9, 99, 199)).save(out, format="JPEG")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                         "data": base64.b64encode(out.getvalue()).decode()}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": "what colour"}]}]
+    estimate = client.messages.count_tokens(model="gen-vision", messages=messages).input_tokens
+    client.messages.create(model="gen-vision", max_tokens=5, messages=messages)
+    part = fake.requests[-1]["messages"][0]["content"][0]
+    assert part["image_url"]["url"].startswith("data:image/png;base64,")
+    with Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1]))) as img:
+        assert img.size == (100, 50)
+    assert estimate == estimate_tokens(fake.requests[-1]) + math.ceil(100 * 50 / 750)
+    assert estimate < 40
 
 
 def test_upstream_credentials_refused_is_502(client: anthropic.Anthropic) -> None:

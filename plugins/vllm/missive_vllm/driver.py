@@ -28,8 +28,9 @@ Source of each rule: vLLM's ``vllm/entrypoints/openai/protocol.py``
   driver, as the API documents it ("a target, not a strict limit").
 * **Structured output**: ``output_config.format`` as ``response_format:
   {type: json_schema, json_schema: {name, schema}}`` (guided decoding).
-* **Images**: with ``settings.vision``, base64 images are ``image_url``
-  parts with ``data:`` URLs.
+* **Images**: with ``settings.vision``, images (checked, fitted and, for url
+  sources, fetched by the core) are ``image_url`` parts with ``data:`` URLs;
+  ``/tokenize`` gets the same parts, so image tokens are counted exactly.
 * **top_k** is sent as vLLM's extra ``top_k`` field.
 """
 
@@ -50,8 +51,8 @@ __all__ = ["VLLMDriver", "VLLMSettings", "IMAGE_MEDIA_TYPES"]
 
 log = logging.getLogger("missive.vllm")
 
-#: Image types vLLM's multimodal loader decodes (PIL), plus ``image`` for URL sources.
-IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image"})
+#: Image types vLLM's multimodal loader decodes (PIL).
+IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 class VLLMSettings(OpenAISettings):

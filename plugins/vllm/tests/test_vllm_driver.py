@@ -17,6 +17,42 @@ from missive_openai.testing import FakeChatServer, render_tokens
 MAX_MODEL_LEN = 2048
 
 
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (255, 0, 0)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _pdf() -> bytes:
+    """A one-page PDF written by hand (the text is Helvetica, so pypdf extracts it)."""
+    text = b"BT /F1 12 Tf 72 720 Td (Missive PDF page) Tj ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(text) + text + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = b"%PDF-1.4\n"
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+PNG_B64 = __import__("base64").b64encode(_png()).decode()
+PDF = _pdf()
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeChatServer]:
     with FakeChatServer(max_model_len=MAX_MODEL_LEN, prompt_tokens_details=True) as server:
@@ -289,16 +325,60 @@ def test_structured_output_and_images(client: anthropic.Anthropic, fake: FakeCha
                            extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}})
     assert fake.requests[-1]["response_format"] == {
         "type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": [image]}])
     assert "input media type image/png" in caught.value.body["error"]["message"]
     client.messages.create(model="vllm-vision", max_tokens=10,
                            messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
     assert fake.requests[-1]["messages"][0]["content"] == [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
         {"type": "text", "text": "what?"},
     ]
+
+
+def test_images_and_documents_in_tool_results(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+    """Claude Code's Read tool: a screenshot (WebP here, made smaller) and a
+    PDF inside tool results. The image reaches vLLM as a data URI after the
+    tool message; the PDF as text; /tokenize sees the same parts, so the
+    count is exact (the fake counts 16 tokens an image)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    big = io.BytesIO()
+    Image.new("RGB", (3200, 1600), (0, 90, 200)).save(big, format="WEBP")
+    screenshot = {"type": "image", "source": {"type": "base64", "media_type": "image/webp",
+                                              "data": base64.b64encode(big.getvalue()).decode()}}
+    pdf = {"type": "document", "title": "spec.pdf",
+           "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(PDF).decode()}}
+    messages = [
+        {"role": "user", "content": "read both"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": "a"}},
+                                          {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"p": "b"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [screenshot]},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": [pdf]},
+            {"type": "text", "text": "what do they say?"},
+        ]},
+    ]
+    tools = [{"name": "Read", "input_schema": {"type": "object", "properties": {"p": {"type": "string"}}}}]
+    count = client.messages.count_tokens(model="vllm-vision", messages=messages, tools=tools).input_tokens
+    message = client.messages.create(model="vllm-vision", max_tokens=10, messages=messages, tools=tools)
+    sent = fake.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
+    assert sent[2]["content"] == ""
+    assert sent[3]["content"].startswith("<document>\n<title>spec.pdf</title>\n<page number=\"1\">\nMissive PDF page")
+    parts = sent[4]["content"]
+    assert parts[0]["type"] == "image_url" and parts[1] == {"type": "text", "text": "what do they say?"}
+    uri = parts[0]["image_url"]["url"]
+    assert uri.startswith("data:image/webp;base64,")
+    with Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))) as img:
+        assert img.size == (1568, 784)  # fitted to media.image_max_edge
+    assert count == len(render_tokens(fake.requests[-1])) == message.usage.input_tokens + (
+        message.usage.cache_read_input_tokens or 0)
+    assert "<|image|>" in render_tokens(fake.requests[-1])
 
 
 def test_prompt_too_long_before_generation(client: anthropic.Anthropic, fake: FakeChatServer) -> None:

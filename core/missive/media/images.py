@@ -1,0 +1,211 @@
+"""Images: recognizing the format by its bytes, decoding under limits,
+downscaling and converting for the model (Pillow).
+
+Rules (the Messages API's image rules, "Vision" page, where it has them):
+
+* the format is read from the first bytes (magic numbers: JPEG ``FF D8 FF``,
+  PNG ``89 50 4E 47 0D 0A 1A 0A``, GIF ``GIF87a``/``GIF89a``, WebP
+  ``RIFF....WEBP``); a base64 source whose declared ``media_type`` differs is
+  refused, as the API refuses it;
+* Pillow opens the image restricted to that one format, and the size is
+  read from the header **before** any pixel is decoded: a side over
+  ``media.image_max_side`` (the API's 8000) or ``width x height`` over
+  ``media.image_max_pixels`` is refused, so a decompression bomb (a small
+  file that decodes to gigabytes) never allocates;
+* a truncated or corrupt image is refused when decoding fails;
+* an image whose format the model accepts and whose longer side is within
+  the limit is passed on byte for byte (prompt caching relies on stable
+  bytes); otherwise it is decoded (the first frame of an animation),
+  downscaled so the longer side fits (Lanczos, aspect kept) and encoded as
+  the source format if the model accepts it, else PNG, else JPEG
+  (quality 90, alpha flattened onto white), else another accepted format.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+from ..errors import MediaError
+from .types import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
+
+__all__ = ["sniff_image", "image_size", "prepare_image", "PillowImageProcessor", "PlaceholderImageProcessor"]
+
+_PIL_FORMATS = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
+_NAMES = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WebP"}
+
+
+def sniff_image(data: bytes) -> str | None:
+    """The image media type of ``data`` from its magic number, or None when it
+    is none of JPEG, PNG, GIF, WebP."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _open(data: bytes, media_type: str, path: str):  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            return Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[media_type]])
+        except Image.DecompressionBombError as exc:
+            raise MediaError(path, f"image refused as a decompression bomb ({exc})") from None
+        except Image.UnidentifiedImageError:
+            raise MediaError(path, f"the {_NAMES[media_type]} image is truncated or corrupt (its header cannot be read)") from None
+        except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's file
+            raise MediaError(path, f"the {_NAMES[media_type]} image cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def image_size(image: SourceBytes, *, max_side: int, max_pixels: int) -> tuple[int, int]:
+    """``(width, height)`` of ``image`` from its header, checked against the limits.
+
+    Raises:
+        MediaError: not a JPEG, PNG, GIF or WebP; mislabeled; a bad header;
+            a side over ``max_side`` or an area over ``max_pixels``.
+    """
+    media_type = _check_format(image)
+    img = _open(image.data, media_type, image.path)
+    with img:
+        return _check_size(img.size, image.path, max_side=max_side, max_pixels=max_pixels)
+
+
+def _check_format(image: SourceBytes) -> str:
+    actual = sniff_image(image.data)
+    if actual is None:
+        what = "fetched file" if image.url else "data"
+        raise MediaError(
+            image.path,
+            f"the {what} is not a JPEG, PNG, GIF or WebP image (its first bytes match none of them)",
+        )
+    if image.url is None and actual != image.media_type:
+        raise MediaError(
+            image.path,
+            f"the image was declared as {image.media_type}, but its bytes are {actual}",
+        )
+    return actual
+
+
+def _check_size(size: tuple[int, int], path: str, *, max_side: int, max_pixels: int) -> tuple[int, int]:
+    width, height = size
+    if width < 1 or height < 1:
+        raise MediaError(path, f"the image has no pixels ({width}x{height})")
+    if max(width, height) > max_side:
+        raise MediaError(
+            path, f"image dimensions {width}x{height} exceed the maximum of {max_side} pixels a side"
+        )
+    if width * height > max_pixels:
+        raise MediaError(
+            path, f"image of {width}x{height} = {width * height} pixels exceeds the limit of {max_pixels}"
+        )
+    return width, height
+
+
+def _output_format(source: str, accept: frozenset[str]) -> str:
+    for candidate in (source, "image/png", "image/jpeg", "image/webp", "image/gif"):
+        if candidate in accept:
+            return candidate
+    raise ValueError("no accepted image format")  # the pipeline never calls without one
+
+
+def _encode(img, media_type: str) -> bytes:  # type: ignore[no-untyped-def]
+    from PIL import Image
+
+    out = io.BytesIO()
+    if media_type == "image/jpeg":
+        if img.mode in ("RGBA", "LA", "P", "PA") or "transparency" in img.info:
+            rgba = img.convert("RGBA")
+            flat = Image.new("RGB", rgba.size, (255, 255, 255))
+            flat.paste(rgba, mask=rgba.getchannel("A"))
+            img = flat
+        elif img.mode not in ("RGB", "L"):
+            img = img.convert("RGB")
+        img.save(out, format="JPEG", quality=90)
+    elif media_type == "image/png":
+        if img.mode not in ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16"):
+            img = img.convert("RGBA" if "A" in img.mode else "RGB")
+        img.save(out, format="PNG", optimize=False)
+    elif media_type == "image/gif":
+        img.convert("RGBA" if "A" in img.mode else "RGB").save(out, format="GIF")
+    else:
+        if img.mode not in ("RGB", "RGBA"):
+            img = img.convert("RGBA" if "A" in img.mode or img.mode == "P" else "RGB")
+        img.save(out, format="WEBP", quality=90)
+    return out.getvalue()
+
+
+def prepare_image(image: SourceBytes, target: ImageTarget, *, max_side: int, max_pixels: int) -> ImageInput:
+    """Check, decode and fit ``image`` for ``target`` (rules in the module doc).
+
+    Args:
+        image: the block's bytes; ``media_type`` is the declared type for
+            base64 sources (checked against the bytes), ignored for URLs.
+        target: the accepted formats (at least one) and the longest side.
+        max_side, max_pixels: the refusal limits (``media.image_max_side``,
+            ``media.image_max_pixels``).
+
+    Raises:
+        MediaError: unknown or mislabeled format, over a limit, truncated or corrupt.
+    """
+    media_type = _check_format(image)
+    img = _open(image.data, media_type, image.path)
+    with img:
+        width, height = _check_size(img.size, image.path, max_side=max_side, max_pixels=max_pixels)
+        frames = getattr(img, "n_frames", 1)
+        try:
+            img.seek(0)
+            img.load()
+        except Exception as exc:  # noqa: BLE001 - truncated data, bad chunks, decoder errors
+            raise MediaError(
+                image.path, f"the {_NAMES[media_type]} image cannot be decoded (truncated or corrupt: {exc})"
+            ) from None
+        fits = max(width, height) <= target.max_edge
+        if fits and frames == 1 and media_type in target.accept:
+            return ImageInput(media_type=media_type, data=image.data, width=width, height=height)
+        frame = img.copy()
+    if not fits:
+        frame.thumbnail((target.max_edge, target.max_edge), resample=_lanczos())
+    out_type = _output_format(media_type, target.accept)
+    data = _encode(frame, out_type)
+    return ImageInput(media_type=out_type, data=data, width=frame.width, height=frame.height)
+
+
+def _lanczos() -> int:
+    from PIL import Image
+
+    return int(Image.Resampling.LANCZOS)
+
+
+class PillowImageProcessor(ImageProcessor):
+    """The default image processor (``pillow``): :func:`prepare_image` with
+    the ``[media]`` limits."""
+
+    def process(self, image: SourceBytes, target: ImageTarget) -> ImageInput:
+        return prepare_image(
+            image, target, max_side=self.config.image_max_side, max_pixels=self.config.image_max_pixels
+        )
+
+
+class PlaceholderImageProcessor(ImageProcessor):
+    """A fallback for text-only models (``placeholder``): the image becomes a
+    line of text saying what it was, after the same format and size checks.
+
+    ``[image: image/png, 640x480 pixels; not shown: model 'x' reads text only]``
+    """
+
+    def process(self, image: SourceBytes, target: ImageTarget) -> str:
+        width, height = image_size(
+            image, max_side=self.config.image_max_side, max_pixels=self.config.image_max_pixels
+        )
+        media_type = sniff_image(image.data)
+        return f"[image: {media_type}, {width}x{height} pixels; not shown: model '{target.model}' reads text only]"
+
+
+assert set(_PIL_FORMATS) == set(IMAGE_MEDIA_TYPES)
