@@ -249,7 +249,7 @@ class Opencode:
         cmd = [str(self.binary), "run", "--pure", "--title", "test", "--format", "json",
                "--model", f"anthropic/{model}", prompt]
         proc = subprocess.run(cmd, cwd=self.work, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL)
         print(f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
         events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         return ClientRun(proc.returncode, proc.stdout, proc.stderr), events
