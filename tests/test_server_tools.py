@@ -19,13 +19,7 @@ from missive_echo import script
 from missive.testing import live_server
 from missive.tools.server import MAX_SERVER_CALLS
 
-WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
-WEB_FETCH = {"type": "web_fetch_20250910", "name": "web_fetch"}
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
+from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 SEARCH_CALL = {"tool_call": {"name": "web_search", "arguments": ['{"query":', ' "tide times"}']}}
 AFTER = [{"script": [{"text": "I could not search."}]}]
 ASK = script({"text": "Let me look."}, SEARCH_CALL, then=AFTER)

@@ -27,13 +27,7 @@ from missive.tools.definitions import ToolChoice, choice_after_server_call, offe
 from missive.tools.render import hermes_messages, native_messages
 from missive.tools.server import SERVER_TOOLS, answer_blocks, error_result, server_block_paths
 
-WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
-WEB_FETCH = {"type": "web_fetch_20250910", "name": "web_fetch"}
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
+from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 CALL = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "news"}}
 RESULT = {
     "type": "web_search_tool_result",

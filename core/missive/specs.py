@@ -15,6 +15,7 @@ from .config import ModelEntry
 
 __all__ = [
     "load_object",
+    "load_registered",
     "DriverSpec",
     "DefaultModel",
     "ToolParserSpec",
@@ -40,6 +41,29 @@ def load_object(ref: str) -> Any:
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def load_registered(specs: Any, name: str, base: type, kind: str) -> Any:
+    """The class that ``specs`` (a mapping of registered specs by name)
+    registers as ``name``, checked to be a subclass of ``base``.
+
+    ``kind`` names the registry in messages (``"tool parser"``).
+
+    Raises:
+        ApiError: no plugin registers ``name`` (a server configuration
+            problem, e.g. a setting naming an absent plugin), or the factory
+            is not a ``base`` subclass.
+    """
+    from .errors import ApiError
+
+    spec = specs.get(name)
+    if spec is None:
+        known = ", ".join(sorted(specs)) or "none"
+        raise ApiError(f"{kind} '{name}' is not registered (registered: {known})")
+    cls = load_object(spec.factory)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ApiError(f"{kind} '{name}' ({spec.factory}) is not a {base.__name__} subclass")
+    return cls
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import ApiError
-from ..specs import ReasoningParserSpec, load_object
+from ..specs import ReasoningParserSpec, load_registered
 from .base import ReasoningParser
 
 __all__ = ["reasoning_parser_for_template", "reasoning_parser_class"]
@@ -49,12 +48,4 @@ def reasoning_parser_class(specs: Mapping[str, ReasoningParserSpec], name: str) 
         ApiError: no plugin registers that parser (a configuration problem:
             a ``reasoning_parser`` setting naming an absent plugin).
     """
-    specs = _builtin(specs)
-    spec = specs.get(name)
-    if spec is None:
-        known = ", ".join(sorted(specs)) or "none"
-        raise ApiError(f"reasoning parser '{name}' is not registered (registered: {known})")
-    cls = load_object(spec.factory)
-    if not (isinstance(cls, type) and issubclass(cls, ReasoningParser)):
-        raise ApiError(f"reasoning parser '{name}' ({spec.factory}) is not a ReasoningParser subclass")
-    return cls
+    return load_registered(_builtin(specs), name, ReasoningParser, "reasoning parser")  # type: ignore[no-any-return]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...errors import ApiError
-from ...specs import ToolParserSpec, load_object
+from ...specs import ToolParserSpec, load_registered
 from ..definitions import ToolDefinition
 from .base import ToolParser
 
@@ -23,14 +22,7 @@ def parser_class(specs: Mapping[str, ToolParserSpec], name: str) -> type[ToolPar
         from ...default_plugins.tool_parsers import register_tool_parsers
 
         specs = {s.name: s for s in register_tool_parsers()}
-    spec = specs.get(name)
-    if spec is None:
-        known = ", ".join(sorted(specs)) or "none"
-        raise ApiError(f"tool parser '{name}' is not registered (registered: {known})")
-    cls = load_object(spec.factory)
-    if not (isinstance(cls, type) and issubclass(cls, ToolParser)):
-        raise ApiError(f"tool parser '{name}' ({spec.factory}) is not a ToolParser subclass")
-    return cls
+    return load_registered(specs, name, ToolParser, "tool parser")  # type: ignore[no-any-return]
 
 
 def build_parser(
