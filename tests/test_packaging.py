@@ -1,0 +1,91 @@
+"""Every driver distribution under plugins/ is wired in the same way: its own
+pyproject (name, version, entry point, package), a root extra naming it, a uv
+workspace source, the editable install in scripts/setup (with its test extra
+when it has one), the README's install line, and ruff's source roots; and the
+``extra`` its DriverSpecs name exists."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).parent.parent
+PLUGINS = sorted(p.parent for p in (ROOT / "plugins").glob("*/pyproject.toml"))
+
+
+#: The root extra scripts/setup and the README install for a plugin, where it
+#: is not the plugin's own name (``default`` = llamacpp with the embedded model).
+INSTALLED_AS = {"llamacpp": "default"}
+
+
+def load(path: Path) -> dict[str, Any]:
+    return tomllib.loads(path.read_text())
+
+
+ROOT_PROJECT = load(ROOT / "pyproject.toml")
+
+
+def test_every_plugin_folder_is_found() -> None:
+    names = {p.name for p in PLUGINS}
+    assert {"llamacpp", "echo", "ollama", "mlx", "openai", "vllm", "llamaserver"} <= names
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_plugin_distribution(plugin: Path) -> None:
+    project = load(plugin / "pyproject.toml")
+    name = plugin.name
+    meta = project["project"]
+    assert meta["name"] == f"missive-{name}"
+    assert meta["version"] == ROOT_PROJECT["project"]["version"]
+    assert f"missive=={ROOT_PROJECT['project']['version']}" in meta["dependencies"]
+    assert meta["entry-points"]["missive"] == {f"missive-{name}": f"missive_{name}.plugin"}
+    assert project["tool"]["setuptools"]["packages"] == [f"missive_{name}"]
+    assert (plugin / f"missive_{name}" / "plugin.py").is_file()
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_root_extra_and_uv_source(plugin: Path) -> None:
+    name, version = plugin.name, ROOT_PROJECT["project"]["version"]
+    extras = ROOT_PROJECT["project"]["optional-dependencies"]
+    assert extras.get(name) == [f"missive-{name}=={version}"]
+    assert ROOT_PROJECT["tool"]["uv"]["sources"].get(f"missive-{name}") == {"workspace": True}
+    assert f"plugins/{name}" in ROOT_PROJECT["tool"]["ruff"]["src"]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_setup_and_readme_install_it(plugin: Path) -> None:
+    name = plugin.name
+    setup = (ROOT / "scripts" / "setup").read_text()
+    installs = re.findall(r'-e "\./plugins/([a-z]+)(?:\[([a-z,-]+)\])?"', setup)
+    extras_of = {n: set(e.split(",")) if e else set() for n, e in installs}
+    assert name in extras_of, f"scripts/setup does not install plugins/{name}"
+    if "test" in load(plugin / "pyproject.toml")["project"].get("optional-dependencies", {}):
+        assert "test" in extras_of[name], f"scripts/setup must install plugins/{name}[test] (CI runs its tests)"
+    extra = INSTALLED_AS.get(name, name)
+    root_extras = re.search(r'-e "\.\[([a-z,-]+)\]"', setup)
+    assert root_extras is not None and extra in root_extras.group(1).split(",")
+    readme = (ROOT / "README.md").read_text()
+    readme_extras = re.search(r'pip install -e "\.\[([a-z,-]+)\]"', readme)
+    assert readme_extras is not None and extra in readme_extras.group(1).split(",")
+    assert f"./plugins/{name}" in readme
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_driver_specs_name_existing_extras(plugin: Path) -> None:
+    module = importlib.import_module(f"missive_{plugin.name}.plugin")
+    register = getattr(module, "register_drivers", None)
+    if register is None:
+        pytest.skip("registers no driver")
+    extras = ROOT_PROJECT["project"]["optional-dependencies"]
+    for spec in register():
+        assert spec.extra is None or spec.extra in extras, (spec.name, spec.extra)
