@@ -305,7 +305,8 @@ class OllamaDriver(Driver):
                     return
         except ContextOverflow:
             raise PromptTooLongError(max(prompt, ctx or prompt), (ctx or prompt) - 1) from None
-        raise BadGatewayError(f"Ollama at {self.client.base_url} ended the stream without its final (done) line")
+        where = stream.replica.url if stream.replica is not None else self.client.base_url
+        raise BadGatewayError(f"Ollama at {where} ended the stream without its final (done) line")
 
     def _finished(
         self, obj: dict[str, Any], body: dict[str, Any], prompt: int, num_predict: int, warm_up: bool

@@ -7,7 +7,7 @@ Example::
     context_window = 32768            # sent as options.num_ctx on every request
     [models.qwen3.settings]
     model = "qwen3:8b"                # the Ollama model tag
-    base_url = "http://127.0.0.1:11434"
+    base_url = "http://127.0.0.1:11434"   # or base_urls = ["http://gpu1:11434", "http://gpu2:11434"]
     keep_alive = "30m"
 
 Unknown keys are rejected (a typo must not silently fall back to a default).
@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from missive.config import ConfigError
 
-__all__ = ["OllamaSettings", "parse_settings"]
+__all__ = ["OllamaSettings", "parse_settings", "DEFAULT_BASE_URL"]
+
+#: Where Ollama listens by default (``OLLAMA_HOST``).
+DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 
 
 class OllamaSettings(BaseModel):
@@ -31,6 +34,8 @@ class OllamaSettings(BaseModel):
         model: the Ollama model tag (``qwen3:8b``); ``name`` without a tag
             means ``name:latest``, as Ollama resolves it.
         base_url: the Ollama server.
+        base_urls: several Ollama servers serving the same tags, replicas of one
+            deployment (see :mod:`missive.replicas`); exclusive with ``base_url``.
         keep_alive: Ollama's ``keep_alive`` (``"30m"``, seconds, ``-1`` forever);
             None: the server's default.
         connect_timeout: seconds to connect; a failure is a 529 with ``retry-after``.
@@ -62,7 +67,8 @@ class OllamaSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str = Field(min_length=1)
-    base_url: str = "http://127.0.0.1:11434"
+    base_url: str | None = Field(default=None, min_length=1)
+    base_urls: list[str] | None = Field(default=None, min_length=1)
     keep_alive: str | int | None = None
     connect_timeout: float = Field(default=5.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
@@ -73,6 +79,21 @@ class OllamaSettings(BaseModel):
     overflow_check: float = Field(default=0.9, gt=0, le=1)
     start_wait: float = Field(default=0.25, ge=0)
     preload: bool = False
+
+    @model_validator(mode="after")
+    def _one_url_form(self) -> OllamaSettings:
+        if self.base_url is not None and self.base_urls is not None:
+            raise ValueError("set base_url or base_urls, not both")
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"base URL {url!r} must start with http:// or https://")
+        return self
+
+    @property
+    def urls(self) -> list[str]:
+        """The replica base URLs without a trailing ``/`` (default: ``http://127.0.0.1:11434``)."""
+        raw = self.base_urls if self.base_urls is not None else [self.base_url or DEFAULT_BASE_URL]
+        return [url.rstrip("/") for url in raw]
 
     @property
     def tag(self) -> str:

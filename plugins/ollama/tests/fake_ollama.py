@@ -3,7 +3,7 @@
 Reproduces, from Ollama's ``api/types.go``, ``docs/api.md`` and
 ``server/routes.go``:
 
-* ``GET /api/tags`` and ``POST /api/show`` (``model_info`` with
+* ``GET /api/version`` (the replica health probe), ``GET /api/tags`` and ``POST /api/show`` (``model_info`` with
   ``<arch>.context_length``, ``capabilities``);
 * ``POST /api/chat`` as ``application/x-ndjson`` with chunked transfer
   encoding, headers sent with the first line (gin writes them on the first
@@ -86,6 +86,8 @@ class FakeOllama:
         self.requests: list[tuple[str, str]] = []
         self.chats: list[ChatRecord] = []
         self.gates: dict[str, threading.Event] = {}
+        #: answer every /api/chat with Ollama's 503 "server busy" (its queue is full)
+        self.busy = False
         self._previous: dict[str, list[dict[str, Any]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -167,6 +169,8 @@ class FakeOllama:
         return True
 
     async def _route(self, method: str, path: str, body: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if method == "GET" and path == "/api/version":
+            return await self._json(writer, 200, {"version": "0.12.6"})
         if method == "GET" and path == "/api/tags":
             return await self._json(writer, 200, {"models": [self._listing(tag) for tag in self.models]})
         if method == "POST" and path == "/api/show":
@@ -220,6 +224,8 @@ class FakeOllama:
             record.status = status
             return self._json(writer, status, {"error": message})
 
+        if self.busy:
+            return await fail(503, "server busy, please try again.  maximum pending requests exceeded")
         if model is None or model.chat_missing:
             return await fail(404, f"model '{tag}' not found")
         if not body.get("messages"):
