@@ -278,7 +278,7 @@ class LlamaServerDriver(OpenAIDriver):
         warm_up = max_tokens == 0
         body["max_tokens"] = max(1, max_tokens)
         choice = request.tool_choice
-        forced = choice.mode in ("any", "tool") and bool(request.tools)
+        forced = choice.mode in ("any", "tool") and bool(request.tools) and not warm_up
         translator = LlamaChunkTranslator(
             tool_choice="auto" if request.tools and choice.mode == "auto" else "none",
             forced=ForcedCall({t.name for t in request.tools if choice.mode == "any" or t.name == choice.name})
