@@ -132,7 +132,7 @@ def llama_server(
         env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (tmp, str(binary.parent), env.get("LD_LIBRARY_PATH")) if p)
         log_path = Path(tmp) / "server.log"
         cmd = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--jinja",
-               "--ctx-size", str(ctx_size), "--parallel", str(parallel), "--threads", "2", *args]
+               "--ctx-size", str(ctx_size), "--parallel", str(parallel), "--threads", "1", *args]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://127.0.0.1:{port}"
