@@ -16,8 +16,8 @@ plus what llama-server adds or does differently
 * with ``return_progress`` (not sent), ``prompt_progress`` chunks with
   ``choices: []`` are ignored like any chunk without choices;
 * ``delta.reasoning_content`` is the reasoning (``reasoning_format``
-  ``deepseek``); it is shown as a thinking block only when the request asked
-  for thinking, and otherwise dropped (its tokens still count in the usage);
+  ``deepseek``): thinking deltas, which the core drops when the request did
+  not ask for thinking (their tokens still count in the usage);
 * a forced tool call (:mod:`.forced`) arrives as ``content``: it is read back
   into a ``tool_use`` block at the end;
 * ``finish_reason``: ``stop`` (end of generation or a stop word), ``length``,
@@ -43,11 +43,12 @@ class LlamaChunkTranslator(ChunkTranslator):
         tool_choice, forced_name: as :class:`ChunkTranslator` (the mode the
             server was asked to honour: ``auto``, or None).
         forced: the reader of a grammar-forced call, for ``any``/``tool``.
-        show_thinking: emit ``reasoning_content`` as thinking deltas.
+        show_thinking: emit ``reasoning_content`` as thinking deltas (False: a
+            cache warm-up, which shows nothing).
     """
 
     def __init__(self, *, tool_choice: str | None = None, forced_name: str | None = None,
-                 forced: ForcedCall | None = None, show_thinking: bool = False) -> None:
+                 forced: ForcedCall | None = None, show_thinking: bool = True) -> None:
         super().__init__(tool_choice=tool_choice, forced_name=forced_name)
         self.forced = forced
         self.show_thinking = show_thinking

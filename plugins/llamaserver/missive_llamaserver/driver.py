@@ -30,10 +30,10 @@ Per request:
    * ``none``: no tools offered (past calls and results are still rendered).
 
    Sampling: the request's, with the API's defaults for the rest
-   (``settings.sampling_defaults``); ``cache_prompt``; with
-   ``settings.thinking``, ``chat_template_kwargs.enable_thinking`` and
-   ``reasoning_format: "deepseek"``; ``output_config.format`` as
-   ``response_format`` json_schema.
+   (``settings.sampling_defaults``); ``cache_prompt``;
+   ``reasoning_format: "deepseek"``; with ``settings.thinking`` the
+   reasoning switches and budget (:meth:`~LlamaServerDriver.extra_fields`);
+   ``output_config.format`` as ``response_format`` json_schema.
 2. **Exact prompt size** (:meth:`~LlamaServerDriver.prompt_tokens`): ``POST
    /apply-template`` with that body renders the prompt exactly as the chat
    request will (same ``oaicompat_chat_params_parse``), then ``POST
@@ -90,11 +90,6 @@ log = logging.getLogger("missive.llamaserver")
 #: What the Messages API means by an unset sampling parameter, in llama-server's
 #: fields (``top_k`` 0 and ``min_p`` 0 disable those samplers: ``server-schema.cpp``).
 API_SAMPLING_DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
-
-
-def _thinking_on(request: GenerationRequest) -> bool:
-    thinking = request.request.thinking
-    return thinking is not None and thinking.type in ("enabled", "adaptive")
 
 
 class LlamaServerDriver(OpenAIDriver):
@@ -221,11 +216,24 @@ class LlamaServerDriver(OpenAIDriver):
         return body
 
     def extra_fields(self, request: GenerationRequest) -> dict[str, Any]:
-        fields: dict[str, Any] = {"cache_prompt": self.settings.cache_prompt}
+        """``cache_prompt``, ``reasoning_format: "deepseek"`` (always: reasoning
+        is then separated from the answer whenever the template marks it, and
+        the core drops what the client did not ask for), and with
+        ``settings.thinking`` the switches of :meth:`ThinkingPlan.template_kwargs
+        <missive.thinking.plan.ThinkingPlan.template_kwargs>`
+        (``chat_template_kwargs.enable_thinking``/``thinking``,
+        ``reasoning_effort``) and the budget as ``reasoning_budget_tokens``
+        (enforced by llama-server's sampler for templates with thinking tags:
+        ``reasoning_budget`` in ``oaicompat_chat_params_parse``)."""
+        fields: dict[str, Any] = {"cache_prompt": self.settings.cache_prompt, "reasoning_format": "deepseek"}
         kwargs = dict(self.settings.chat_template_kwargs)
         if self.settings.thinking:
-            kwargs["enable_thinking"] = _thinking_on(request)
-            fields["reasoning_format"] = "deepseek"
+            switches = request.thinking.template_kwargs()
+            kwargs["enable_thinking"] = switches["enable_thinking"]
+            kwargs["thinking"] = switches["thinking"]
+            fields["reasoning_effort"] = switches["reasoning_effort"]
+            if request.thinking.budget_tokens is not None:
+                fields["reasoning_budget_tokens"] = request.thinking.budget_tokens
         if kwargs:
             fields["chat_template_kwargs"] = kwargs
         return fields
@@ -283,7 +291,7 @@ class LlamaServerDriver(OpenAIDriver):
             tool_choice="auto" if request.tools and choice.mode == "auto" else "none",
             forced=ForcedCall({t.name for t in request.tools if choice.mode == "any" or t.name == choice.name})
             if forced else None,
-            show_thinking=self.settings.thinking and _thinking_on(request) and not warm_up,
+            show_thinking=not warm_up,
         )
         stream = self.http.chat(body, prompt=prompt)
         try:

@@ -37,10 +37,12 @@ class LlamaServerSettings(OpenAISettings):
             assistant message by itself (``--prefill-assistant``, on by
             default; ``oaicompat_chat_params_parse`` in
             ``tools/server/server-common.cpp``).
-        thinking: the model reasons; each request sends
-            ``chat_template_kwargs.enable_thinking`` (true for ``thinking``
-            ``enabled``/``adaptive``) and ``reasoning_format: "deepseek"``, so
-            the reasoning arrives as ``delta.reasoning_content``.
+        thinking: the model reasons; declares ``thinking`` and sends, per
+            request, the reasoning switches (``chat_template_kwargs``
+            ``enable_thinking``/``thinking``, ``reasoning_effort``: true and
+            the effort for ``thinking`` ``enabled``/``adaptive``) and
+            ``reasoning_budget_tokens`` for a budget. The reasoning arrives as
+            ``delta.reasoning_content`` (``reasoning_format: "deepseek"``).
         chat_template_kwargs: passed to the chat template on every request
             (and to ``/apply-template``, so counts match).
         sampling_defaults: ``"api"`` sends the Messages API's defaults for

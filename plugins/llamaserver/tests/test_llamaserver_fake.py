@@ -64,7 +64,9 @@ def test_request_body_and_exact_usage(client: anthropic.Anthropic, fakes: dict[s
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["cache_prompt"] is True and body["max_tokens"] == 50 and "stop" not in body
     assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (1.0, 1.0, 5, 0.0)
-    assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["reasoning_format"] == "deepseek"
+    assert body["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False}
+    assert body["reasoning_format"] == "deepseek" and body["reasoning_effort"] == "low"
+    assert "reasoning_budget_tokens" not in body
     assert message.content[0].text == "one two three four five"
     usage = message.usage
     assert usage.input_tokens + usage.cache_read_input_tokens == counted
@@ -90,7 +92,9 @@ def test_reasoning_shown_only_when_asked(client: anthropic.Anthropic, fakes: dic
     content = script({"reasoning": "Let me think."}, {"content": "Done."})
     asked = client.messages.create(model="main", max_tokens=1100, messages=[{"role": "user", "content": content}],
                                    thinking={"type": "enabled", "budget_tokens": 1024})
-    assert fakes["main"].requests[-1]["chat_template_kwargs"] == {"enable_thinking": True}
+    sent = fakes["main"].requests[-1]
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True}
+    assert sent["reasoning_budget_tokens"] == 1024
     assert [b.type for b in asked.content] == ["thinking", "text"]
     assert asked.content[0].thinking == "Let me think." and asked.content[1].text == "Done."
     plain = client.messages.create(model="main", max_tokens=50, messages=[{"role": "user", "content": content}])
