@@ -116,6 +116,11 @@ def llama_server(
             slots gets its share unless the server unifies the KV cache).
         parallel: ``--parallel`` slots.
         args: more command-line arguments.
+
+    The server runs one thread (``--threads 1``): llama.cpp's worker threads
+    spin while they wait for each other, and on a small machine shared with
+    other processes two of them slowed decoding 50-fold (700 ms a token
+    instead of 13 with SmolLM2-135M).
         timeout: seconds to wait for ``/health`` to answer 200.
 
     Raises:
