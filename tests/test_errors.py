@@ -66,9 +66,10 @@ def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
 DEEP = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
 SURROGATE = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi \\ud800"}]}'
 SURROGATE_MODEL = b'{"model": "x\\ud800", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
+HUGE_INT = b'{"model": "echo", "max_tokens": ' + b"9" * 5000 + b', "messages": [{"role": "user", "content": "hi"}]}'
 
 
-@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL])
+@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL, HUGE_INT])
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
 def test_malformed_bodies(echo_url: str, raw: bytes, path: str) -> None:
     resp = httpx.post(f"{echo_url}{path}", content=raw, headers={"content-type": "application/json"})

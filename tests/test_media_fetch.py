@@ -236,3 +236,17 @@ async def test_unresolvable_host() -> None:
 
     with pytest.raises(MediaError, match="does not resolve"):
         await fetch("http://nowhere.invalid/", policy=FetchPolicy(resolver=nxdomain), max_bytes=10, path="p")
+
+
+async def test_credentials_are_never_sent_nor_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_connection(monkeypatch)  # refused before any connection
+    with pytest.raises(MediaError) as caught:
+        await fetch("http://user:secret@example.com/a.png", policy=FetchPolicy(), max_bytes=10**6, path="p")
+    assert "credentials" in str(caught.value) and "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["http://8.8.8.8:99999/a.pdf", "http://xn--/a.pdf", "http://[::1/a.png"])
+async def test_malformed_urls_are_client_errors(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    no_connection(monkeypatch)
+    with pytest.raises(MediaError, match="not a valid URL|failed|refused"):
+        await fetch(url, policy=FetchPolicy(), max_bytes=10**6, path="p")

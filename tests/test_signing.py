@@ -37,7 +37,7 @@ def test_sealed_signature_carries_the_text() -> None:
     assert SIGNER.open(forged, "", turn=0, block=0) is None
 
 
-@pytest.mark.parametrize("signature", ["", "msv1.", "msv1z.", "msv1z.!!!", "msv1z." + "A" * 50, "ErUBCkYIBhgC", "msv2.abc"])
+@pytest.mark.parametrize("signature", ["", "msv1.é", "msv1.١٢٣", "msv1z.é", "msv1.", "msv1z.", "msv1z.!!!", "msv1z." + "A" * 50, "ErUBCkYIBhgC", "msv2.abc"])
 def test_malformed_signatures_are_rejected_not_errors(signature: str) -> None:
     assert SIGNER.open(signature, "", turn=0, block=0) is None
 

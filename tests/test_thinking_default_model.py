@@ -111,3 +111,19 @@ def test_replayed_signed_thinking_reaches_the_prompt_and_tampered_does_not(think
     assert raw.headers["missive-dropped-thinking"].startswith("messages.1.content.0 ")
     answer = thinker.messages.create(model="smol-think", max_tokens=10, tools=[CLOCK], messages=conversation(signed))
     assert answer.usage.input_tokens + answer.usage.cache_read_input_tokens > 0
+
+
+def test_forced_tool_with_adaptive_thinking_is_a_tool_use_block(thinker: anthropic.Anthropic) -> None:
+    """A grammar-constrained reply is the call itself: the template's reasoning
+    is switched off for it, so the call is never taken for reasoning."""
+    msg = thinker.messages.create(
+        model="smol-think",
+        max_tokens=60,
+        thinking={"type": "adaptive"},
+        tools=[{**CLOCK, "input_schema": {"type": "object", "properties": {"zone": {"type": "string"}}}}],
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        messages=[{"role": "user", "content": "What time is it in Paris?"}],
+        extra_body={"temperature": 0.0},
+    )
+    assert [b.type for b in msg.content] == ["tool_use"]
+    assert msg.content[0].name == "get_time" and msg.stop_reason == "tool_use"

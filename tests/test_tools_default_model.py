@@ -191,3 +191,23 @@ def test_forced_web_search_is_answered_unavailable(smol: anthropic.Anthropic) ->
     after = smol.messages.create(max_tokens=20, extra_body=GREEDY, **again)
     assert [b.type for b in after.content] == ["text"] and after.content[0].text.strip()
     assert counted == after.usage.input_tokens + after.usage.cache_read_input_tokens
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"name": {"type": "string", "pattern": "[A-Z][a-z]+"}}},
+        {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+        {"type": "object", "properties": {"a": True}},
+    ],
+)
+def test_schema_a_grammar_cannot_enforce_is_a_400(smol: anthropic.Anthropic, schema: dict) -> None:
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        smol.messages.create(
+            model=MODEL,
+            max_tokens=20,
+            tools=[{"name": "f", "input_schema": schema}],
+            tool_choice={"type": "any"},
+            messages=ASK,
+        )
+    assert "cannot be enforced by a llama.cpp grammar" in caught.value.body["error"]["message"]

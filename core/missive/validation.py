@@ -28,6 +28,8 @@ def parse_json(raw: bytes) -> Any:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidRequestError("request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits (int max_str_digits)
+        raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequestError("request body must be a JSON object")
     try:

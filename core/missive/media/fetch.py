@@ -28,6 +28,7 @@ block's field path and the reason.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,9 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "missive-media-fetch/1"
+
+
+log = logging.getLogger("missive.media")
 
 
 async def resolve_host(host: str, port: int) -> list[str]:
@@ -162,7 +166,7 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
     if not policy.enabled:
         raise MediaError(path, "url sources are turned off on this server (media.fetch_urls); send the data as base64")
     try:
-        current = httpx.URL(url)
+        current = _checked_url(httpx.URL(url), path)
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
         raise MediaError(path, f"not a valid URL: {exc}") from None
     redirects = 0
@@ -183,7 +187,7 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
                             if redirects > policy.max_redirects:
                                 raise MediaError(path, f"{url}: more than {policy.max_redirects} redirects")
                             try:
-                                current = current.join(response.headers["location"])
+                                current = _checked_url(current.join(response.headers["location"]), path)
                             except (httpx.InvalidURL, ValueError) as exc:
                                 raise MediaError(path, f"{current} redirects to an invalid URL: {exc}") from None
                             continue
@@ -199,3 +203,22 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
         raise MediaError(path, f"fetching {url} took longer than {policy.timeout:g} seconds") from None
     except httpx.HTTPError as exc:
         raise MediaError(path, f"fetching {current} failed: {type(exc).__name__}: {exc}") from None
+    except MediaError:
+        raise
+    except Exception as exc:  # e.g. OverflowError for a port past 65535, IDNA errors, in an ExceptionGroup
+        log.info("fetching %s failed", current, exc_info=True)
+        raise MediaError(path, f"fetching {current} failed: {type(exc).__name__}") from None
+
+
+def _checked_url(url: httpx.URL, path: str) -> httpx.URL:
+    """``url`` if it may be fetched as written: no credentials (none are ever
+    sent, and they are not echoed back), a port within 1-65535.
+
+    Raises:
+        MediaError: naming the problem without repeating the credentials.
+    """
+    if url.userinfo:
+        raise MediaError(path, "URLs with credentials (user:password@) are not fetched; send the data as base64")
+    if url.port is not None and not 0 < url.port < 65536:
+        raise MediaError(path, f"not a valid URL: port {url.port} is out of range")
+    return url

@@ -97,8 +97,8 @@ class Signer:
         carried text, and the block's ``thinking`` must be empty or that text.
         Comparisons are constant-time; a malformed signature is None.
         """
-        if not signature:
-            return None
+        if not signature or not signature.isascii():
+            return None  # this server's signatures are base64url ASCII
         if signature.startswith(SEALED_PREFIX):
             try:
                 payload = signature[len(SEALED_PREFIX) :]

@@ -72,10 +72,11 @@ from jinja2 import TemplateError
 from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.errors import ApiError, InvalidRequestError, PromptTooLongError
+from missive.errors import ApiError, InvalidRequestError, MissiveError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_segments
 from missive.reasoning.base import ReasoningParser
+from missive.thinking.plan import ThinkingPlan
 from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser, parser_class
@@ -248,13 +249,16 @@ class LlamaCppDriver(Driver):
         template's reasoning switches (``enable_thinking``...) set from the
         request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`)."""
         messages, extra = template_messages(request, self._template)
+        # A grammar-constrained reply (forced tool, structured output) is the
+        # call or the JSON itself: the template's reasoning is switched off.
+        switches = ThinkingPlan().template_kwargs() if _constrained(request) else request.thinking.template_kwargs()
         return render_segments(
             self._template,
             messages,
             prefill=request.conversation.prefill,
             bos_token=self._bos_text,
             eos_token=self._eos_text,
-            **{**request.thinking.template_kwargs(), **extra},
+            **{**switches, **extra},
         )
 
     def _tokenize_pieces(self, llm: Any, pieces: list[tuple[str, bool]]) -> list[int]:
@@ -280,7 +284,7 @@ class LlamaCppDriver(Driver):
         pieces = self._render(request)
         tokens = self._tokenize_pieces(llm, pieces)
         opened = ""
-        if self._reasoning is not None:
+        if self._reasoning is not None and not _constrained(request):
             opened = self._reasoning_class().prompt_prefix("".join(text for text, _ in pieces))
         return tokens, _cached_prefix(llm, tokens), self._grammar(request), opened
 
@@ -291,7 +295,9 @@ class LlamaCppDriver(Driver):
     def reasoning_parser(self, request: GenerationRequest) -> ReasoningParser | None:
         """The model's reasoning parser (``reasoning_parser`` setting, else chosen
         from the chat template), or None for a model that does not reason."""
-        return self._reasoning_class()() if self._reasoning is not None else None
+        if self._reasoning is None or _constrained(request):
+            return None  # a constrained reply holds no reasoning
+        return self._reasoning_class()()
 
     def _budget(self, llm: Any, request: GenerationRequest, opened: str) -> _Budget | None:
         """How to end reasoning once ``thinking.budget_tokens`` are spent, or
@@ -329,13 +335,24 @@ class LlamaCppDriver(Driver):
                     f"(output_config.format) on model '{self.model_id}' (driver llamacpp): its grammar "
                     "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
                 )
-        if request.tools and choice.mode in ("any", "tool"):
-            cls = parser_class(self.tool_parser_specs, self._parser_name())
-            text = tool_call_grammar(cls, request.tools, choice)
-        elif (schema := request.request.output_format_schema()) is not None:
-            text = json_schema_grammar(schema)
-        else:
-            return None
+        try:
+            if request.tools and choice.mode in ("any", "tool"):
+                cls = parser_class(self.tool_parser_specs, self._parser_name())
+                text = tool_call_grammar(cls, request.tools, choice)
+            elif (schema := request.request.output_format_schema()) is not None:
+                text = json_schema_grammar(schema)
+            else:
+                return None
+        except MissiveError:
+            raise
+        except Exception as exc:  # llama-cpp-python's converter asserts on schemas it cannot handle
+            what = "tool input_schema" if request.tools and choice.mode in ("any", "tool") else "output_config.format schema"
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise InvalidRequestError(
+                f"the {what} cannot be enforced by a llama.cpp grammar ({detail}); "
+                "llama.cpp supports JSON Schema without unresolved $ref, boolean subschemas "
+                "or unanchored patterns"
+            ) from exc
         try:
             return llama_cpp.LlamaGrammar.from_string(text, verbose=False)
         except (ValueError, RuntimeError) as exc:
@@ -531,6 +548,13 @@ class _Producer:
             if gen is not None:
                 gen.close()
             self.channel.close()
+
+
+def _constrained(request: GenerationRequest) -> bool:
+    """Whether a grammar constrains the whole reply (forced tool choice or
+    structured output), which leaves no room for reasoning."""
+    forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
+    return forced or request.request.output_format_schema() is not None
 
 
 def _step(llm: Any, gen: Iterator[int]) -> tuple[int, bytes] | None:

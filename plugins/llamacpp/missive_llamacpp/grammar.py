@@ -28,6 +28,18 @@ __all__ = ["tool_call_grammar", "json_schema_grammar", "MAX_PARALLEL_CALLS"]
 MAX_PARALLEL_CALLS = 8
 
 
+#: llama-cpp-python's converter lets JSON strings hold raw control characters
+#: (``char ::= [^"\\]``), which JSON forbids (RFC 8259 section 7): a sampled
+#: newline inside a string made the call unparseable. llama.cpp's own converter
+#: excludes them; so does this one.
+_LOOSE_CHAR = r'char ::= [^"\\] |'
+_JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
+
+
+def _strict_json(grammar: str) -> str:
+    return grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
+
+
 def _converter() -> SchemaConverter:
     return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
@@ -64,7 +76,7 @@ def tool_call_grammar(parser: type[ToolParser], tools: tuple[ToolDefinition, ...
         converter._rules["root"] = f"{call} ({separator} {call}){{0,{MAX_PARALLEL_CALLS - 1}}}"
     else:
         converter._rules["root"] = call
-    return converter.format_grammar()
+    return _strict_json(converter.format_grammar())
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:
@@ -74,7 +86,7 @@ def json_schema_grammar(schema: dict[str, Any]) -> str:
     resolved = converter.resolve_refs(copy.deepcopy(schema), "output")
     resolved.pop("$schema", None)
     converter.visit(resolved, "")
-    return converter.format_grammar()
+    return _strict_json(converter.format_grammar())
 
 
 def warm_up(llm: Any) -> None:

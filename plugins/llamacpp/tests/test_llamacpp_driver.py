@@ -449,3 +449,12 @@ async def test_thinking_budget_ends_the_reasoning() -> None:
         assert not parser.in_reasoning
     finally:
         await driver.aclose()
+
+
+def test_grammar_strings_exclude_control_characters() -> None:
+    """JSON strings may not hold raw control characters (RFC 8259 section 7)."""
+    from missive_llamacpp.grammar import json_schema_grammar
+
+    grammar = json_schema_grammar({"type": "object", "properties": {"a": {"type": "string"}}})
+    (char,) = [line for line in grammar.splitlines() if line.startswith("char ::=")]
+    assert char.startswith(r'char ::= [^"\\\x7F\x00-\x1F] |')
