@@ -189,3 +189,14 @@ def test_cut_inside_reasoning_ends_with_the_thinking_block_only(echo: anthropic.
     assert [b.type for b in plain.content] == ["thinking"]
     assert plain.content[0].thinking == "step one"
     assert signer.verify(plain.content[0].signature, "step one", turn=0, block=0)
+
+
+def test_thinking_before_a_prefill_is_reported(echo: anthropic.Anthropic, signer: Signer) -> None:
+    signed = {"type": "thinking", "thinking": "Plan.", "signature": signer.sign("Plan.", turn=0, block=0)}
+    raw = echo.messages.with_raw_response.create(
+        model="echo-think",
+        max_tokens=2000,
+        thinking=ENABLED,
+        messages=[*user("2+2?"), {"role": "assistant", "content": [signed, {"type": "text", "text": "The answer is"}]}],
+    )
+    assert raw.headers["missive-dropped-thinking"] == "messages.1.content.0 (thinking before a prefill)"

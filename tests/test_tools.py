@@ -6,6 +6,8 @@ out of that text with the Hermes parser, as an in-process model's driver does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anthropic
 import pytest
 from missive_echo import script
@@ -153,3 +155,22 @@ def test_client_tools_get_schemas(echo: anthropic.Anthropic) -> None:
     content = script({"text": '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'})
     msg = echo.messages.create(model="echo-hermes", max_tokens=50, tools=tools, messages=[{"role": "user", "content": content}])
     assert msg.content[0].name == "bash" and msg.content[0].input == {"command": "ls"}
+
+
+def test_forced_call_cut_by_max_tokens_is_a_max_tokens_answer(echo: anthropic.Anthropic) -> None:
+    """A constrained (forced) call cut off by max_tokens: 200 with stop_reason
+    max_tokens, the complete calls before it kept (the API's behaviour), not a 502."""
+    first = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    content = script({"text": first}, {"text": '<tool_call>\n{"name": "get_weather", "arg'}, {"text": "uments"})
+    kwargs: dict[str, Any] = dict(
+        model="echo-hermes", max_tokens=2, tools=[WEATHER], tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": content}],
+    )
+    plain = echo.messages.create(**kwargs)
+    with echo.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    for message in (plain, final):
+        assert message.stop_reason == "max_tokens"
+        assert message.content[0].type == "tool_use" and message.content[0].input == {"city": "Paris"}
+        assert all(b.type == "tool_use" for b in message.content)  # no call markup as text
+        assert all(b.input == {} for b in message.content[1:])  # the cut-off call, if it was opened

@@ -313,7 +313,16 @@ class MessageStream:
                     continue
                 if isinstance(event, Finished) and not flushed:
                     flushed = True
-                    for converted in self._flush(reasoning, tool):
+                    try:
+                        flushed_events = self._flush(reasoning, tool)
+                    except MalformedToolCall as exc:
+                        if event.stop_reason != "max_tokens":
+                            raise
+                        # A call cut off by max_tokens: the API answers 200 with
+                        # stop_reason max_tokens and the incomplete tool_use block.
+                        log.info("tool call cut off by max_tokens: %s", exc)
+                        flushed_events = []
+                    for converted in flushed_events:
                         yield converted
                 yield event
             if not flushed:
@@ -536,6 +545,22 @@ def _from_parse(parsed: object) -> GenerationEvent:
     return ToolCallEnd()
 
 
+def _input_object(raw: str) -> Any:
+    """A tool_use block's ``input`` from its concatenated ``partial_json``.
+
+    Always one JSON object for a complete call; a call cut off by
+    ``max_tokens`` (its fragments end mid-object) gets ``{}``, as the
+    arguments are not usable (the API documents retrying with a larger
+    ``max_tokens`` in that case).
+    """
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {}
+
+
 def _first(value: int | None, default: int) -> int:
     return default if value is None else value
 
@@ -566,7 +591,7 @@ def accumulate(events: list[Event]) -> dict[str, Any]:
             index = event["index"]
             if index in partial_json:
                 raw = partial_json.pop(index)
-                message["content"][index]["input"] = json.loads(raw) if raw.strip() else {}
+                message["content"][index]["input"] = _input_object(raw)
         elif kind == "message_delta":
             message["stop_reason"] = event["delta"]["stop_reason"]
             message["stop_sequence"] = event["delta"]["stop_sequence"]

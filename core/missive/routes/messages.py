@@ -62,6 +62,12 @@ async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Ge
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
         g.dropped_thinking = list(replay.dropped)
     conversation = build_conversation(req, replay.kept, server_tools=can_call)
+    if conversation.prefill is not None and req.messages[-1].role == "assistant":
+        # The answer continues the prefill's text; reasoning before it is not rendered.
+        last = len(req.messages) - 1
+        before_prefill = [f"messages.{m}.content.{b} (thinking before a prefill)" for m, b in replay.kept if m == last]
+        if before_prefill:
+            g.dropped_thinking = [*getattr(g, "dropped_thinking", []), *sorted(before_prefill)]
     if req.media_types():
         prepared = await media.prepare(
             req, input_media=caps.input_media, max_edge=caps.image_max_edge, model=model_id
