@@ -89,7 +89,7 @@ def pdf_sections(data: bytes, *, max_pages: int, path: str) -> list[Section]:
     if b"%PDF-" not in data[:1024]:
         raise MediaError(path, "the document was declared as application/pdf, but its bytes are not a PDF")
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError, PdfReadError
 
     try:
         reader = PdfReader(io.BytesIO(data), strict=False)
@@ -111,6 +111,12 @@ def pdf_sections(data: bytes, *, max_pages: int, path: str) -> list[Section]:
         raise
     except FileNotDecryptedError:
         raise MediaError(path, "the PDF is encrypted with a password; send it decrypted") from None
+    except DependencyError as exc:
+        raise MediaError(path, f"the PDF is encrypted in a way this server cannot open ({exc})") from None
+    except LimitReachedError:
+        raise MediaError(
+            path, "the PDF cannot be read: a stream in it expands beyond pypdf's decompression limit"
+        ) from None
     except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError,
             OSError, AssertionError, ZeroDivisionError) as exc:
         raise MediaError(path, f"the PDF cannot be read ({type(exc).__name__}: {exc})") from None
