@@ -200,3 +200,13 @@ def test_thinking_before_a_prefill_is_reported(echo: anthropic.Anthropic, signer
         messages=[*user("2+2?"), {"role": "assistant", "content": [signed, {"type": "text", "text": "The answer is"}]}],
     )
     assert raw.headers["missive-dropped-thinking"] == "messages.1.content.0 (thinking before a prefill)"
+
+
+def test_thinking_in_a_user_message_is_reported(echo: anthropic.Anthropic) -> None:
+    raw = echo.messages.with_raw_response.create(
+        model="echo-think",
+        max_tokens=20,
+        messages=[{"role": "user", "content": [{"type": "thinking", "thinking": "x", "signature": "s"},
+                                               {"type": "text", "text": "hi"}]}],
+    )
+    assert raw.headers["missive-dropped-thinking"] == "messages.0.content.0 (thinking in a user message)"

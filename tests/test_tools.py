@@ -157,6 +157,15 @@ def test_client_tools_get_schemas(echo: anthropic.Anthropic) -> None:
     assert msg.content[0].name == "bash" and msg.content[0].input == {"command": "ls"}
 
 
+def test_forced_call_cut_before_its_name_leaves_no_markup(echo: anthropic.Anthropic) -> None:
+    content = script({"text": "<tool_"}, {"text": "call>"})
+    msg = echo.messages.create(
+        model="echo-hermes", max_tokens=1, tools=[WEATHER], tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": content}],
+    )
+    assert msg.stop_reason == "max_tokens" and msg.content == []
+
+
 def test_forced_call_cut_by_max_tokens_is_a_max_tokens_answer(echo: anthropic.Anthropic) -> None:
     """A constrained (forced) call cut off by max_tokens: 200 with stop_reason
     max_tokens, the complete calls before it kept (the API's behaviour), not a 502."""

@@ -322,6 +322,10 @@ class MessageStream:
                         # stop_reason max_tokens and the incomplete tool_use block.
                         log.info("tool call cut off by max_tokens: %s", exc)
                         flushed_events = []
+                    if event.stop_reason == "max_tokens" and tool is not None and tool.strict:
+                        # A constrained reply holds only calls: what is left is the
+                        # start of a call's markup (``<tool_``), not answer text.
+                        flushed_events = [e for e in flushed_events if not isinstance(e, TextDelta)]
                     for converted in flushed_events:
                         yield converted
                 yield event

@@ -47,6 +47,9 @@ def check_replayed_thinking(messages: list[Any], signer: Signer) -> ReplayReport
     turn = 0
     for m, message in enumerate(messages):
         if message.role != "assistant":
+            for b, block in enumerate(message.blocks()):
+                if isinstance(block, (ThinkingBlock, RedactedThinkingBlock)):
+                    dropped.append(f"messages.{m}.content.{b} ({block.type} in a {message.role} message)")
             continue
         ordinal = 0
         for b, block in enumerate(message.blocks()):
