@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -14,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from PIL import Image
+
+from missive.testing import start_http_server, stop_http_server
 
 __all__ = ["image_bytes", "b64", "png_header_only", "make_pdf", "FileServer"]
 
@@ -123,16 +124,12 @@ class FileServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
-        self._server.daemon_threads = True
+        self._server, _ = start_http_server(Handler, self.host)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        stop_http_server(self._server)
 
 
 def slow_route(seconds: float) -> Route:

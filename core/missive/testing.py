@@ -17,9 +17,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,9 @@ __all__ = [
     "text_of",
     "check_order",
     "THINKING_CHATML",
+    "start_http_server",
+    "stop_http_server",
+    "stop_process",
 ]
 
 
@@ -137,14 +142,39 @@ def live_server(
             _wait_healthy(url, proc, timeout, log_path)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
-                sys.stderr.write(log_path.read_text(errors="replace"))
+            stop_process(proc, log_path)
+
+
+def stop_process(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Stop a server started by a test: SIGTERM, then SIGKILL after 10 s.
+    Its log is written to stderr when ``MISSIVE_TEST_SHOW_LOGS`` is set."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
+        sys.stderr.write(log_path.read_text(errors="replace"))
+
+
+def start_http_server(
+    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1"
+) -> tuple[ThreadingHTTPServer, str]:
+    """Serve ``handler`` on ``host`` (a free port) from a daemon thread, for
+    fake backends in tests. Returns the server and its base URL
+    (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
+    server = ThreadingHTTPServer((host, 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    return server, f"http://{host}:{server.server_address[1]}"
+
+
+def stop_http_server(server: ThreadingHTTPServer | None) -> None:
+    """Stop a server from :func:`start_http_server` (None: nothing to do)."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()
 
 
 class DriverContract:

@@ -28,7 +28,6 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -36,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from missive.testing import free_port
+from missive.testing import free_port, start_http_server, stop_http_server, stop_process
 
 __all__ = ["llama_server_binary", "library_links", "smollm2_gguf", "llama_server", "FakeLlamaServer"]
 
@@ -157,14 +156,7 @@ def llama_server(
                 time.sleep(0.2)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
-                print(log_path.read_text(errors="replace"))
+            stop_process(proc, log_path)
 
 
 # -- the fake -------------------------------------------------------------------------
@@ -238,16 +230,11 @@ class FakeLlamaServer:
         class Handler(_FakeHandler):
             owner = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._server, self.url = start_http_server(Handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        stop_http_server(self._server)
 
     def error(self, status: int, message: str, kind: str, **extra: Any) -> dict[str, Any]:
         """An error object as ``format_error_response`` builds it."""

@@ -57,6 +57,8 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from missive.testing import start_http_server, stop_http_server
+
 __all__ = ["FakeChatServer", "render_tokens", "BLOCK_SIZE"]
 
 #: vLLM's KV-cache block size: prefix-cache hits are whole blocks.
@@ -177,16 +179,11 @@ class FakeChatServer:
         class Handler(_Handler):
             server_fake = fake
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._server, self.url = start_http_server(Handler)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        stop_http_server(self._server)
 
     def wait_for(self, condition: Any, timeout: float = 10.0) -> bool:
         """Poll ``condition()`` until true or ``timeout`` seconds pass."""
