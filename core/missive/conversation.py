@@ -48,6 +48,7 @@ from .schema.blocks import (
     ToolUseBlock,
 )
 from .schema.request import CountTokensRequest
+from .media.types import ImageInput, ImageMarker
 from .tools.server import is_server_block, split_server_blocks
 
 __all__ = ["Turn", "Conversation", "build_conversation", "continue_after"]
@@ -63,12 +64,22 @@ class Turn:
     role: Literal["user", "assistant"]
     blocks: list[Any] = field(default_factory=list)
 
-    def text(self) -> str:
-        """The turn's text parts joined by newlines (search results as text)."""
+    def text(self, image_marker: ImageMarker | None = None) -> str:
+        """The turn's text parts joined by newlines (search results as text).
+
+        With ``image_marker``, each image (:class:`~missive.media.types.ImageInput`)
+        is a part of its own, the text ``image_marker(image)`` returns, in its
+        place among the text: drivers that put image embeddings into the prompt
+        themselves (llama.cpp's ``mtmd``) split the rendered prompt at the
+        markers. Without, images are left out (drivers that send them apart, as
+        ``image_url`` parts...).
+        """
         parts: list[str] = []
         for block in self.blocks:
             if isinstance(block, TextBlock):
                 parts.append(block.text)
+            elif image_marker is not None and isinstance(block, ImageInput):
+                parts.append(image_marker(block))
             elif isinstance(block, SearchResultBlock):
                 body = "\n".join(t.text for t in block.content)
                 parts.append(f"[{block.title}]({block.source})\n{body}")
@@ -111,7 +122,7 @@ class Conversation:
         """Whether any turn holds ``tool_use`` or ``tool_result`` blocks."""
         return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for t in self.turns for b in t.blocks)
 
-    def chat_messages(self) -> list[dict[str, str]]:
+    def chat_messages(self, image_marker: ImageMarker | None = None) -> list[dict[str, str]]:
         """OpenAI/HF-style ``[{"role", "content"}]`` with the system first.
 
         An assistant turn with kept thinking also carries it as
@@ -119,13 +130,14 @@ class Conversation:
         templates read) and ``thinking`` (gpt-oss); templates that do not
         render past reasoning ignore both.
         The prefill is not included; drivers render it (see
-        :func:`missive.templating.render_prompt`).
+        :func:`missive.templating.render_prompt`). ``image_marker``: see
+        :meth:`Turn.text`.
         """
         messages: list[dict[str, str]] = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system})
         for turn in self.turns:
-            message = {"role": turn.role, "content": turn.text()}
+            message = {"role": turn.role, "content": turn.text(image_marker)}
             messages.append(with_reasoning(message, turn))
         return messages
 

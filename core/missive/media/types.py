@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import base64
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "IMAGE_MEDIA_TYPES",
     "ImageInput",
+    "ImageMarker",
     "SourceBytes",
     "ImageTarget",
     "Section",
@@ -57,6 +59,13 @@ class ImageInput:
     def data_uri(self) -> str:
         """``data:<media_type>;base64,<data>`` (RFC 2397)."""
         return f"data:{self.media_type};base64,{self.base64()}"
+
+
+#: How a driver that embeds images itself marks an image's place in the
+#: rendered prompt: called once per :class:`ImageInput` where it is rendered,
+#: returns the text standing for it (llama.cpp's ``mtmd``: a marker the driver
+#: then splits the prompt at). See :meth:`missive.conversation.Turn.text`.
+ImageMarker = Callable[[ImageInput], str]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..conversation import Conversation, with_reasoning
 from ..driver import GenerationRequest
+from ..media.types import ImageInput, ImageMarker
 from ..schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from .definitions import ToolDefinition
 
@@ -57,14 +58,22 @@ def template_supports_tools(template: str) -> bool:
     return "tools" in template and "tool_calls" in template
 
 
-def tool_result_text(block: ToolResultBlock) -> str:
-    """A tool_result's content as text (text blocks joined), ``Error: `` first when ``is_error``."""
+def tool_result_text(block: ToolResultBlock, image_marker: ImageMarker | None = None) -> str:
+    """A tool_result's content as text (text blocks joined), ``Error: `` first
+    when ``is_error``; with ``image_marker``, its images as their markers in
+    their place (see :meth:`missive.conversation.Turn.text`)."""
     if block.content is None:
         text = ""
     elif isinstance(block.content, str):
         text = block.content
     else:
-        text = "\n".join(b.text for b in block.content if isinstance(b, TextBlock))
+        parts = []
+        for inner in block.content:
+            if isinstance(inner, TextBlock):
+                parts.append(inner.text)
+            elif image_marker is not None and isinstance(inner, ImageInput):
+                parts.append(image_marker(inner))
+        text = "\n".join(parts)
     return f"Error: {text}" if block.is_error else text
 
 
@@ -72,15 +81,16 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def native_messages(conversation: Conversation) -> list[dict[str, Any]]:
-    """Messages for a template with tool support (see module doc)."""
+def native_messages(conversation: Conversation, image_marker: ImageMarker | None = None) -> list[dict[str, Any]]:
+    """Messages for a template with tool support (see module doc);
+    ``image_marker``: see :meth:`missive.conversation.Turn.text`."""
     names: dict[str, str] = {}
     messages: list[dict[str, Any]] = []
     if conversation.system is not None:
         messages.append({"role": "system", "content": conversation.system})
     for turn in conversation.turns:
         if turn.role == "assistant":
-            message: dict[str, Any] = with_reasoning({"role": "assistant", "content": turn.text()}, turn)
+            message: dict[str, Any] = with_reasoning({"role": "assistant", "content": turn.text(image_marker)}, turn)
             calls = [b for b in turn.blocks if isinstance(b, ToolUseBlock)]
             if calls:
                 names.update({c.id: c.name for c in calls})
@@ -97,25 +107,29 @@ def native_messages(conversation: Conversation) -> list[dict[str, Any]]:
                         "role": "tool",
                         "tool_call_id": block.tool_use_id,
                         "name": names.get(block.tool_use_id, ""),
-                        "content": tool_result_text(block),
+                        "content": tool_result_text(block, image_marker),
                     }
                 )
-        text = turn.text()
+        text = turn.text(image_marker)
         if text or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
             messages.append({"role": "user", "content": text})
     return messages
 
 
-def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...]) -> list[dict[str, Any]]:
-    """Messages for a template without tool support (see module doc)."""
+def hermes_messages(
+    conversation: Conversation, tools: tuple[ToolDefinition, ...], image_marker: ImageMarker | None = None
+) -> list[dict[str, Any]]:
+    """Messages for a template without tool support (see module doc);
+    ``image_marker``: see :meth:`missive.conversation.Turn.text`."""
     instructions = HERMES_INSTRUCTIONS.format(tools="\n".join(_dumps(t.openai_function()) for t in tools))
     system = f"{conversation.system}\n\n{instructions}" if conversation.system else instructions
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for turn in conversation.turns:
         parts: list[str] = []
+        text = turn.text(image_marker)
         if turn.role == "assistant":
-            if turn.text():
-                parts.append(turn.text())
+            if text:
+                parts.append(text)
             for block in turn.blocks:
                 if isinstance(block, ToolUseBlock):
                     call = _dumps({"name": block.name, "arguments": block.input})
@@ -123,26 +137,29 @@ def hermes_messages(conversation: Conversation, tools: tuple[ToolDefinition, ...
         else:
             for block in turn.blocks:
                 if isinstance(block, ToolResultBlock):
-                    parts.append(f"<tool_response>\n{tool_result_text(block)}\n</tool_response>")
-            if turn.text():
-                parts.append(turn.text())
+                    parts.append(f"<tool_response>\n{tool_result_text(block, image_marker)}\n</tool_response>")
+            if text:
+                parts.append(text)
         messages.append(with_reasoning({"role": turn.role, "content": "\n".join(parts)}, turn))
     return messages
 
 
-def template_messages(request: GenerationRequest, template: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def template_messages(
+    request: GenerationRequest, template: str, image_marker: ImageMarker | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Messages and extra template variables for a driver that renders ``template``.
 
     Tools are offered unless ``tool_choice`` is ``none`` (then the model is not
     told about them, so it cannot call them; past calls and results are still
     rendered). A template with tool support gets them natively (``tools=``),
-    any other the Hermes convention.
+    any other the Hermes convention. ``image_marker``: images rendered as the
+    text it returns, in their place (see :meth:`missive.conversation.Turn.text`).
     """
     conversation = request.conversation
     offered = request.tools if request.tool_choice.mode != "none" else ()
     if not offered and not conversation.has_tool_blocks():
-        return conversation.chat_messages(), {}
+        return conversation.chat_messages(image_marker), {}
     if template_supports_tools(template):
         extra = {"tools": [t.openai_function() for t in offered]} if offered else {}
-        return native_messages(conversation), extra
-    return hermes_messages(conversation, offered), {}
+        return native_messages(conversation, image_marker), extra
+    return hermes_messages(conversation, offered, image_marker), {}

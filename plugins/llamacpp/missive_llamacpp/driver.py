@@ -73,6 +73,7 @@ from missive.capabilities import Capabilities
 from missive.config import ConfigError, ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, InvalidRequestError, MissiveError, PromptTooLongError
+from missive.media.types import ImageInput
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from missive.templating import compile_template, render_segments
 from missive.reasoning.base import ReasoningParser
@@ -89,6 +90,7 @@ from .grammar import json_schema_grammar, tool_call_grammar
 from .grammar import warm_up as warm_up_grammar
 from .prefix import reused_prefix
 from .settings import LlamaCppSettings, parse_settings
+from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
 __all__ = ["LlamaCppDriver"]
 
@@ -124,6 +126,7 @@ class LlamaCppDriver(Driver):
         # One thread per model runs generation: llama.cpp contexts are not thread-safe.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llamacpp-{model_id}")
         self._prep_limiter: anyio.CapacityLimiter | None = None
+        self._projector: Projector | None = None  # settings.mmproj_path, loaded
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -163,18 +166,25 @@ class LlamaCppDriver(Driver):
         try:
             self._configure(llm)
             warm_up_grammar(llm)
+            if s.mmproj is not None:
+                self._projector = load_projector(
+                    llm, s.mmproj, model_id=self.model_id, threads=s.threads, use_gpu=False, verbose=s.verbose
+                )
+                # Images: every type of the API (Pillow decodes them for libmtmd).
+                self.capabilities = self.capabilities.model_copy(update={"input_media": VISION_MEDIA_TYPES})
         except BaseException:
             llm.close()
             raise
         self._llm = llm
         log.info(
-            "model %s loaded from %s: n_ctx=%d, %d threads, bos=%r add_bos=%s",
+            "model %s loaded from %s: n_ctx=%d, %d threads, bos=%r add_bos=%s, projector=%s",
             self.model_id,
             path,
             self._n_ctx,
             s.threads,
             self._bos_text,
             self._add_bos,
+            s.mmproj,
         )
 
     def _configure(self, llm: Any) -> None:
@@ -221,6 +231,8 @@ class LlamaCppDriver(Driver):
             log.warning("model %s still generating at shutdown; not freed explicitly", self.model_id)
             return
         try:
+            if self._projector is not None:
+                await anyio.to_thread.run_sync(self._projector.close)
             await anyio.to_thread.run_sync(llm.close)
         finally:
             self._queue.release()
@@ -233,26 +245,42 @@ class LlamaCppDriver(Driver):
 
     # -- prompt ------------------------------------------------------------
 
-    def _tokenize(self, llm: Any, request: GenerationRequest) -> list[int]:
+    def _tokenize(self, llm: Any, request: GenerationRequest) -> tuple[list[int], MediaPrompt | None]:
         """Render the request with the chat template and tokenize it.
 
         The one prompt path of both :meth:`count_tokens` and :meth:`generate`.
+        Returns the prompt's token ids (an image's positions hold its synthetic
+        id, see :mod:`missive_llamacpp.vision`) and its image chunks (None
+        without images).
 
         Raises:
-            InvalidRequestError: the template rejected the conversation.
+            InvalidRequestError: the template rejected the conversation, or an
+                image cannot be used.
             ApiError: the template failed, or llama.cpp could not tokenize.
         """
-        return self._tokenize_pieces(llm, self._render(request))
+        pieces, images = self._render(request)
+        return self._tokenize_pieces(llm, pieces, images)
 
-    def _render(self, request: GenerationRequest) -> list[tuple[str, bool]]:
+    def _render(self, request: GenerationRequest) -> tuple[list[tuple[str, bool]], list[ImageInput]]:
         """The prompt as ``(text, is_client_text)`` pieces, rendered with the
         template's reasoning switches (``enable_thinking``...) set from the
-        request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`)."""
-        messages, extra = template_messages(request, self._template)
+        request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`),
+        and the images its markers stand for (with a projector; else none:
+        a model without one is never sent images, see the capabilities)."""
+        images: list[ImageInput] = []
+        marker = None
+        if self._projector is not None:
+            projector = self._projector
+
+            def marker(image: ImageInput) -> str:
+                images.append(image)
+                return projector.marker(len(images) - 1)
+
+        messages, extra = template_messages(request, self._template, marker)
         # A grammar-constrained reply (forced tool, structured output) is the
         # call or the JSON itself: the template's reasoning is switched off.
         switches = ThinkingPlan().template_kwargs() if _constrained(request) else request.thinking.template_kwargs()
-        return render_segments(
+        pieces = render_segments(
             self._template,
             messages,
             prefill=request.conversation.prefill,
@@ -260,33 +288,57 @@ class LlamaCppDriver(Driver):
             eos_token=self._eos_text,
             **{**switches, **extra},
         )
+        return pieces, images
 
-    def _tokenize_pieces(self, llm: Any, pieces: list[tuple[str, bool]]) -> list[int]:
+    def _tokenize_pieces(
+        self, llm: Any, pieces: list[tuple[str, bool]], images: list[ImageInput]
+    ) -> tuple[list[int], MediaPrompt | None]:
         if not self._segmented_tokenize:
             pieces = [("".join(text for text, _ in pieces), False)]
         first = pieces[0][0] if pieces else ""
         add_bos = self._add_bos and not (self._bos_text and first.startswith(self._bos_text))
         tokens: list[int] = []
+        media = MediaPrompt() if images else None
         try:
-            for i, (text, client) in enumerate(pieces):
-                # Client text is plain text: a typed "<|im_end|>" stays characters.
-                tokens += llm.tokenize(text.encode("utf-8"), add_bos=add_bos and i == 0, special=not client)
+            for text, client in pieces:
+                parts = self._projector.split(text) if media is not None and self._projector else (text,)
+                for part in parts:
+                    if isinstance(part, int):  # an image's marker
+                        assert media is not None and self._projector is not None
+                        self._projector.append_image(images[part], tokens, media)
+                    elif part:
+                        # Client text is plain text: a typed "<|im_end|>" stays characters.
+                        tokens += llm.tokenize(part.encode("utf-8"), add_bos=add_bos and not tokens, special=not client)
         except RuntimeError as exc:
+            if media is not None:
+                media.close()
             raise ApiError(f"llama.cpp could not tokenize the prompt: {exc}") from exc
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
         if not tokens:
             raise ApiError("the chat template rendered an empty prompt")
-        return tokens
+        if media is not None and media.spans and media.spans[-1].end == len(tokens):
+            media.close()
+            raise ApiError("the chat template rendered a prompt ending with an image; nothing would sample after it")
+        return tokens, media
 
-    def _prepare(self, llm: Any, request: GenerationRequest) -> tuple[list[int], int, Any, str]:
-        """Prompt tokens, the KV-cache prefix ``Llama.generate`` would reuse
-        now, the grammar constraining the reply (or None), and the reasoning
-        tag the prompt leaves open (``<think>``, or "")."""
-        pieces = self._render(request)
-        tokens = self._tokenize_pieces(llm, pieces)
-        opened = ""
-        if self._reasoning is not None and not _constrained(request):
-            opened = self._reasoning_class().prompt_prefix("".join(text for text, _ in pieces))
-        return tokens, _cached_prefix(llm, tokens), self._grammar(request), opened
+    def _prepare(self, llm: Any, request: GenerationRequest) -> tuple[list[int], MediaPrompt | None, int, Any, str]:
+        """Prompt tokens and image chunks, the KV-cache prefix
+        ``Llama.generate`` would reuse now, the grammar constraining the reply
+        (or None), and the reasoning tag the prompt leaves open (``<think>``, or "")."""
+        pieces, images = self._render(request)
+        tokens, media = self._tokenize_pieces(llm, pieces, images)
+        try:
+            opened = ""
+            if self._reasoning is not None and not _constrained(request):
+                opened = self._reasoning_class().prompt_prefix("".join(text for text, _ in pieces))
+            return tokens, media, _cached_prefix(llm, tokens, media), self._grammar(request), opened
+        except BaseException:
+            if media is not None:
+                media.close()
+            raise
 
     def _reasoning_class(self) -> type[ReasoningParser]:
         assert self._reasoning is not None
@@ -362,7 +414,9 @@ class LlamaCppDriver(Driver):
         """Prompt tokens, equal to ``input_tokens + cache_read_input_tokens`` of
         :meth:`generate`'s ``Started``. Never waits behind a generation."""
         llm = self._loaded()
-        tokens = await anyio.to_thread.run_sync(self._tokenize, llm, request, limiter=self._prep_limiter)
+        tokens, media = await anyio.to_thread.run_sync(self._tokenize, llm, request, limiter=self._prep_limiter)
+        if media is not None:
+            media.close()
         return len(tokens)
 
     # -- generation --------------------------------------------------------
@@ -376,9 +430,32 @@ class LlamaCppDriver(Driver):
         """
         llm = self._loaded()
         assert self._queue is not None and self._n_ctx is not None
-        tokens, prefix, grammar, opened = await anyio.to_thread.run_sync(
+        tokens, media, prefix, grammar, opened = await anyio.to_thread.run_sync(
             self._prepare, llm, request, limiter=self._prep_limiter
         )
+        events = self._generate(llm, request, tokens, media, prefix, grammar, opened)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            # _generate's own cleanup waits for the model's thread; only then
+            # may the image chunks it decodes from be freed.
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
+            if media is not None:
+                media.close()
+
+    async def _generate(
+        self,
+        llm: Any,
+        request: GenerationRequest,
+        tokens: list[int],
+        media: MediaPrompt | None,
+        prefix: int,
+        grammar: Any,
+        opened: str,
+    ) -> AsyncIterator[GenerationEvent]:
+        assert self._queue is not None and self._n_ctx is not None
         n_ctx = self._n_ctx
         if len(tokens) >= n_ctx:
             raise PromptTooLongError(len(tokens), n_ctx - 1)  # one token must be left to answer
@@ -390,7 +467,7 @@ class LlamaCppDriver(Driver):
 
         async with self._queue:
             if log.isEnabledFor(logging.DEBUG):
-                actual = _cached_prefix(llm, tokens)
+                actual = _cached_prefix(llm, tokens, media)
                 log.debug(
                     "%s: %d prompt tokens, %d cached (reported %d), max_new=%d/%d",
                     request.request_id,
@@ -414,7 +491,7 @@ class LlamaCppDriver(Driver):
                 )
 
             budget = self._budget(llm, request, opened)
-            producer = _Producer(llm, start, max_new, tokens, budget)
+            producer = _Producer(llm, start, max_new, tokens, budget, media, self._projector)
             future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
             try:
                 if max_new == 0:
@@ -498,8 +575,12 @@ class _Producer:
         max_new: int,
         tokens: list[int],
         budget: _Budget | None = None,
+        media: MediaPrompt | None = None,
+        projector: Projector | None = None,
     ) -> None:
         self.llm = llm
+        self.media = media
+        self.projector = projector
         self.start = start
         self.tokens = tokens
         self.max_new = max_new
@@ -513,7 +594,7 @@ class _Producer:
         """The thread's loop; always closes the generator and signals the end."""
         gen: Iterator[int] | None = None
         try:
-            if not _prefill(self.llm, self.tokens, self.channel.cancelled):
+            if not _prefill(self.llm, self.tokens, self.channel.cancelled, self.media, self.projector):
                 return  # the client went away while the prompt was decoded
             if self.max_new == 0:
                 return  # the prompt is in the KV cache (cache warm-up)
@@ -539,7 +620,7 @@ class _Producer:
                     for i in range(len(close)):
                         self.channel.send(closing if i == 0 else b"")
                     prompt = self.tokens + produced
-                    if not _prefill(self.llm, prompt, self.channel.cancelled):
+                    if not _prefill(self.llm, prompt, self.channel.cancelled, self.media, self.projector):
                         return
                     gen = self.start(prompt)  # no grammar: a budget excludes one (see _grammar)
         except Exception as exc:
@@ -566,7 +647,13 @@ def _step(llm: Any, gen: Iterator[int]) -> tuple[int, bytes] | None:
     return token, llm.detokenize([token])
 
 
-def _prefill(llm: Any, tokens: list[int], cancelled: Callable[[], bool]) -> bool:
+def _prefill(
+    llm: Any,
+    tokens: list[int],
+    cancelled: Callable[[], bool],
+    media: MediaPrompt | None = None,
+    projector: Projector | None = None,
+) -> bool:
     """Decode the prompt's uncached part one batch (``n_batch`` tokens) at a
     time, checking ``cancelled`` between batches; False if cancelled.
 
@@ -575,9 +662,12 @@ def _prefill(llm: Any, tokens: list[int], cancelled: Callable[[], bool]) -> bool
     prefill. Afterwards the context holds exactly ``tokens`` with live logits,
     and ``Llama.generate(tokens, reset=True)`` samples at once (its
     "full prompt already cached" case). Reuse follows :func:`_cached_prefix`,
-    so the reported ``cache_read_input_tokens`` stays exact.
+    so the reported ``cache_read_input_tokens`` stays exact. Images (``media``)
+    are encoded and decoded whole by the ``projector`` at their positions;
+    their synthetic ids are written to ``Llama.input_ids`` as text tokens are
+    by ``Llama.eval``, so the next prompt's prefix comparison sees them.
     """
-    reuse = _cached_prefix(llm, tokens)
+    reuse = _cached_prefix(llm, tokens, media)
     if reuse == len(tokens):
         return True
     if reuse > 0 and llm._ctx.kv_cache_seq_rm(-1, reuse, -1):
@@ -585,21 +675,42 @@ def _prefill(llm: Any, tokens: list[int], cancelled: Callable[[], bool]) -> bool
     else:
         llm.reset()
     step = max(1, llm.n_batch)
-    for start in range(llm.n_tokens, len(tokens), step):
+    spans = media.spans if media is not None else []
+    pos = llm.n_tokens
+    for span in [*spans, None]:
+        end = len(tokens) if span is None else span.start
+        if span is not None and span.end <= pos:
+            continue  # in the cache already
+        for start in range(pos, end, step):
+            if cancelled():
+                return False
+            llm.eval(tokens[start : min(start + step, end)])
+        if span is None:
+            break
         if cancelled():
             return False
-        llm.eval(tokens[start : start + step])
+        assert projector is not None
+        llm._ctx.kv_cache_seq_rm(-1, span.start, -1)
+        after = projector.decode(llm, span)
+        if after != span.end:
+            raise ApiError(f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not ..{span.end}")
+        llm.input_ids[span.start : span.end] = tokens[span.start : span.end]
+        llm.n_tokens = span.end
+        llm._requires_eval = True  # the text after the image refreshes the logits
+        pos = span.end
     return True
 
 
-def _cached_prefix(llm: Any, tokens: list[int]) -> int:
+def _cached_prefix(llm: Any, tokens: list[int], media: MediaPrompt | None = None) -> int:
     n = llm.n_tokens
-    return reused_prefix(
+    reuse = reused_prefix(
         llm.input_ids[:n].tolist(),
         tokens,
         requires_eval=bool(getattr(llm, "_requires_eval", True)),
         partial_reuse=not (getattr(llm, "_is_recurrent", False) or getattr(llm, "_is_hybrid", False)),
     )
+    # An image is in the cache whole or not at all.
+    return media.image_start(reuse) if media is not None else reuse
 
 
 def _token_text(llm: Any, token: int) -> str:

@@ -7,6 +7,7 @@ Example::
     context_window = 32768          # n_ctx; unset: the model's training context
     [models.qwen.settings]
     model_path = "~/models/qwen2.5-7b-instruct-q4_k_m.gguf"
+    mmproj_path = "~/models/mmproj-f16.gguf"  # vision projector: the model takes images
     n_threads = 8                   # default: CPUs this process may use
     n_batch = 512                   # prompt tokens per decode call
     seed = 42                       # fixed sampling seed (default: random per request)
@@ -48,6 +49,9 @@ class LlamaCppSettings(BaseModel):
 
     Attributes:
         model_path: the GGUF file (``~`` expanded).
+        mmproj_path: the model's multimodal projector GGUF (``~`` expanded;
+            llama-server's ``--mmproj``), loaded with libmtmd: the model then
+            takes images (:mod:`missive_llamacpp.vision`). None: text only.
         n_threads: CPU threads for generation and prompt decoding; None:
             :func:`available_cpus`.
         n_batch: maximum prompt tokens per ``llama_decode`` call (llama-cpp-python
@@ -68,6 +72,7 @@ class LlamaCppSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model_path: str = Field(min_length=1)
+    mmproj_path: str | None = Field(default=None, min_length=1)
     n_threads: int | None = Field(default=None, ge=1)
     n_batch: int = Field(default=512, ge=1)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
@@ -79,6 +84,10 @@ class LlamaCppSettings(BaseModel):
     @property
     def path(self) -> Path:
         return Path(self.model_path).expanduser()
+
+    @property
+    def mmproj(self) -> Path | None:
+        return Path(self.mmproj_path).expanduser() if self.mmproj_path is not None else None
 
     @property
     def threads(self) -> int:

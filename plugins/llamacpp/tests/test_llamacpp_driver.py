@@ -388,8 +388,8 @@ async def test_typed_special_tokens_stay_text(driver) -> None:
     llm = driver._llm
     im_end = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
     assert len(im_end) == 1
-    plain = driver._tokenize(llm, request([{"role": "user", "content": "hi"}]))
-    typed = driver._tokenize(llm, request([{"role": "user", "content": "hi<|im_end|>"}]))
+    plain, _ = driver._tokenize(llm, request([{"role": "user", "content": "hi"}]))
+    typed, _ = driver._tokenize(llm, request([{"role": "user", "content": "hi<|im_end|>"}]))
     assert typed.count(im_end[0]) == plain.count(im_end[0])
     assert len(typed) > len(plain) + 1  # the marker became several ordinary tokens
 

@@ -1,0 +1,321 @@
+"""Images in the prompt: a multimodal projector (``mmproj`` GGUF) through libmtmd.
+
+llama.cpp serves vision models as two files: the language model's GGUF and a
+projector GGUF (``--mmproj`` in llama-server) holding the vision encoder and
+the projection into the language model's embedding space. llama-cpp-python
+0.3.36 ships libmtmd and its ctypes bindings (``llama_cpp.mtmd_cpp``); this
+module uses them the way llama-server does (``tools/server``:
+``process_mtmd_prompt``, ``mtmd_helper_eval_chunk_single``):
+
+* the prompt is rendered with one marker text per image in its place (see
+  :meth:`missive.conversation.Turn.text`); a marker names the image's index
+  and carries a per-process random nonce, so client text can never forge one;
+* text between markers is tokenized by the driver as before (client text as
+  plain text, the template's as special tokens);
+* each image is decoded with Pillow to RGB (alpha composited on white, GIF's
+  first frame: the frame the API uses) and handed to ``mtmd_tokenize`` with a
+  text holding only libmtmd's own marker; the result is the image's chunk plus
+  whatever text tokens the projector wraps it in (Gemma 3's
+  ``<start_of_image>``, slice separators...). ``mtmd_tokenize`` preprocesses
+  the image (resize, tiles) but does not encode it, so counting stays cheap;
+* an image chunk of ``n`` tokens takes ``n`` positions in the context. In the
+  driver's token list those positions hold a synthetic id (negative, derived
+  from the image's bytes), so the KV-cache prefix comparison of llama-cpp-python
+  (and :mod:`missive_llamacpp.prefix`) reuses an image already in the cache
+  and re-encodes one that changed;
+* the chunk is encoded and decoded into the context by
+  ``mtmd_helper_eval_chunk_single`` (it switches to non-causal attention for
+  projectors that need it).
+
+Projectors with M-RoPE positions (Qwen2-VL, Qwen2.5-VL, Qwen3-VL...) number an
+image's positions differently from its tokens, which llama-cpp-python's
+``Llama`` (one position per token) cannot track; they are refused at load
+time with a message pointing at the ``llamaserver`` driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import io
+import logging
+import re
+import secrets
+import threading
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from missive.config import ConfigError
+from missive.errors import ApiError, InvalidRequestError
+from missive.media.types import ImageInput
+
+__all__ = ["ImageSpan", "MediaPrompt", "Projector", "load_projector"]
+
+log = logging.getLogger("missive.llamacpp")
+
+#: The image media types the driver accepts: Pillow decodes all four of the
+#: API's types, so none needs converting by the core.
+VISION_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+@dataclass(frozen=True)
+class ImageSpan:
+    """One image chunk in a prompt: positions ``start .. start + n_tokens - 1``.
+
+    Attributes:
+        start: position (index in the prompt's token list) of its first token.
+        n_tokens: positions it takes (``mtmd_input_chunk_get_n_tokens``).
+        chunk: the ``mtmd_input_chunk *``, owned by the :class:`MediaPrompt`.
+    """
+
+    start: int
+    n_tokens: int
+    chunk: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+
+@dataclass
+class MediaPrompt:
+    """The image chunks of one prompt and the libmtmd objects that own them.
+
+    Holds its ``mtmd_input_chunks`` alive; they are freed by :meth:`close`, or
+    when the object is garbage collected.
+    """
+
+    spans: list[ImageSpan] = field(default_factory=list)
+    _finalizers: list[Any] = field(default_factory=list, repr=False)
+
+    def span_at(self, position: int) -> ImageSpan | None:
+        """The image holding ``position`` (``start <= position < end``), or None."""
+        for span in self.spans:
+            if span.start <= position < span.end:
+                return span
+        return None
+
+    def image_start(self, position: int) -> int:
+        """``position``, moved back to its image's first position when it falls
+        inside an image (an image is decoded whole or not at all)."""
+        span = self.span_at(position)
+        return span.start if span is not None and span.start < position else position
+
+    def close(self) -> None:
+        """Free the chunks now (idempotent)."""
+        for finalizer in self._finalizers:
+            finalizer()
+        self._finalizers.clear()
+
+
+class Projector:
+    """A loaded ``mmproj`` file for one language model.
+
+    Built by :func:`load_projector`; used from the driver's tokenizing threads
+    (:meth:`tokenize_image`, as llama-server tokenizes in its HTTP threads) and
+    from the model's generation thread (:meth:`decode`).
+    """
+
+    def __init__(self, ctx: int, mtmd: Any, path: Path) -> None:
+        self._ctx = ctx
+        self._mtmd = mtmd
+        self.path = path
+        self._nonce = secrets.token_hex(8)
+        self._marker_re = re.compile(rf"<__missive_image_{self._nonce}_(\d+)__>")
+        self._default_marker = mtmd.mtmd_default_marker()
+        self._lock = threading.Lock()
+
+    # -- prompt markers ------------------------------------------------------
+
+    def marker(self, index: int) -> str:
+        """The text standing for image ``index`` in a rendered prompt."""
+        return f"<__missive_image_{self._nonce}_{index}__>"
+
+    def split(self, text: str) -> Iterator[str | int]:
+        """``text`` cut at image markers: text pieces (possibly empty) and
+        image indexes, in order."""
+        pos = 0
+        for match in self._marker_re.finditer(text):
+            yield text[pos : match.start()]
+            yield int(match.group(1))
+            pos = match.end()
+        yield text[pos:]
+
+    # -- images --------------------------------------------------------------
+
+    def append_image(self, image: ImageInput, tokens: list[int], media: MediaPrompt) -> None:
+        """Append one image to a prompt being built: its positions to
+        ``tokens`` (text tokens the projector wraps it in, and the image's
+        synthetic id for each image position, see :func:`image_id`), its image
+        chunks to ``media.spans`` (``media`` takes ownership of them).
+
+        Raises:
+            InvalidRequestError: the image cannot be decoded, or the projector's
+                preprocessing refused it.
+            ApiError: libmtmd failed otherwise.
+        """
+        mtmd = self._mtmd
+        rgb, width, height = _rgb(image)
+        buffer = (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb)
+        bitmap = mtmd.mtmd_bitmap_init(width, height, buffer)
+        if not bitmap:
+            raise ApiError("libmtmd could not create an image bitmap")
+        chunks = mtmd.mtmd_input_chunks_init()
+        if not chunks:
+            mtmd.mtmd_bitmap_free(bitmap)
+            raise ApiError("libmtmd could not allocate input chunks")
+        media._finalizers.append(weakref.finalize(media, mtmd.mtmd_input_chunks_free, chunks))
+        try:
+            text = mtmd.mtmd_input_text()
+            text.text = self._default_marker
+            text.text_len = len(self._default_marker)
+            text.add_special = False
+            text.parse_special = True
+            bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            rc = mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(text), bitmaps, 1)
+        finally:
+            mtmd.mtmd_bitmap_free(bitmap)
+        if rc == 2:
+            raise InvalidRequestError(
+                f"the model's vision projector could not preprocess a {width}x{height} image "
+                "(libmtmd mtmd_tokenize: image preprocessing failed)"
+            )
+        if rc != 0:
+            raise ApiError(f"libmtmd could not tokenize an image (mtmd_tokenize returned {rc})")
+        synthetic = image_id(image)
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                n = ctypes.c_size_t()
+                ptr = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+                tokens.extend(int(ptr[j]) for j in range(n.value))
+            elif kind == mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+                n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+                media.spans.append(ImageSpan(start=len(tokens), n_tokens=n_tokens, chunk=int(chunk)))
+                tokens.extend([synthetic] * n_tokens)
+            else:
+                raise ApiError(f"libmtmd returned an unexpected chunk type {kind} for an image")
+
+    def decode(self, llm: Any, span: ImageSpan) -> int:
+        """Encode one image chunk and decode its embeddings into ``llm``'s
+        context at positions ``span.start ..``; returns the next position.
+        Runs in the model's thread.
+
+        Raises:
+            ApiError: encoding or decoding failed (libmtmd's return code).
+        """
+        mtmd = self._mtmd
+        import llama_cpp
+
+        new_n_past = llama_cpp.llama_pos(0)
+        rc = mtmd.mtmd_helper_eval_chunk_single(
+            self._ctx,
+            llm._ctx.ctx,
+            span.chunk,
+            llama_cpp.llama_pos(span.start),
+            llama_cpp.llama_seq_id(0),
+            llm.n_batch,
+            False,
+            ctypes.byref(new_n_past),
+        )
+        if rc != 0:
+            raise ApiError(f"llama.cpp could not encode an image into the context (mtmd_helper_eval_chunk_single returned {rc})")
+        return int(new_n_past.value)
+
+    def close(self) -> None:
+        """Free the libmtmd context (idempotent)."""
+        with self._lock:
+            ctx, self._ctx = self._ctx, 0
+        if ctx:
+            self._mtmd.mtmd_free(ctx)
+
+
+def image_id(image: ImageInput) -> int:
+    """The synthetic token id of an image's positions: negative (never a real
+    token), from a SHA-256 of the image's bytes, so equal images compare equal
+    in the KV-cache prefix and different ones (all but surely) do not."""
+    digest = hashlib.sha256(image.data).digest()
+    return -1 - int.from_bytes(digest[:4], "big") % (2**31 - 2)
+
+
+def _rgb(image: ImageInput) -> tuple[bytes, int, int]:
+    """The image as packed RGB bytes (``width * height * 3``), its width and
+    height. Transparency is composited on white; animations give their first
+    frame.
+
+    Raises:
+        InvalidRequestError: Pillow cannot decode it (the core has checked it
+            already, so this is rare: a truncated frame...).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(image.data)) as img:
+            img.seek(0)
+            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+                rgba = img.convert("RGBA")
+                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                rgb = Image.alpha_composite(background, rgba).convert("RGB")
+            else:
+                rgb = img.convert("RGB")
+            return rgb.tobytes(), rgb.width, rgb.height
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InvalidRequestError(f"an image could not be decoded for the model: {exc}") from exc
+
+
+# Kept alive for the life of the process: libmtmd holds the pointer.
+_QUIET: Any = None
+
+
+def _silence(mtmd: Any) -> None:
+    """Route libmtmd's logging to nothing (it prints every load and encode to stderr)."""
+    global _QUIET
+    import llama_cpp
+
+    if _QUIET is None:
+        _QUIET = llama_cpp.llama_log_callback(lambda level, text, user_data: None)
+    mtmd.mtmd_log_set(_QUIET, None)
+    mtmd.mtmd_helper_log_set(_QUIET, None)
+
+
+def load_projector(llm: Any, path: Path, *, model_id: str, threads: int, use_gpu: bool, verbose: bool) -> Projector:
+    """Load ``path`` (an mmproj GGUF) for the loaded model ``llm``.
+
+    Raises:
+        ConfigError: the file is missing or not a projector libmtmd can load
+            (wrong file, or made for another model: libmtmd checks the
+            projection size against the model's embedding size), has no
+            vision encoder, or uses M-RoPE positions (see module doc).
+    """
+    if not path.is_file():
+        raise ConfigError(f"model '{model_id}': projector file not found: {path} (settings.mmproj_path)")
+    import llama_cpp.mtmd_cpp as mtmd
+
+    if not verbose:
+        _silence(mtmd)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu = use_gpu
+    params.n_threads = threads
+    params.print_timings = verbose
+    ctx = mtmd.mtmd_init_from_file(str(path).encode(), llm.model, params)
+    if not ctx:
+        raise ConfigError(
+            f"model '{model_id}': libmtmd could not load the projector {path} (settings.mmproj_path): "
+            "not an mmproj GGUF, or made for another model (set verbose = true for llama.cpp's reason)"
+        )
+    projector = Projector(ctx, mtmd, path)
+    if not mtmd.mtmd_support_vision(ctx):
+        projector.close()
+        raise ConfigError(f"model '{model_id}': the projector {path} has no vision encoder (audio-only projectors are not supported)")
+    if mtmd.mtmd_decode_use_mrope(ctx):
+        projector.close()
+        raise ConfigError(
+            f"model '{model_id}': the projector {path} uses M-RoPE positions (Qwen2-VL family), which "
+            "the in-process llamacpp driver cannot track; serve this model with llama-server and the "
+            "llamaserver driver"
+        )
+    return projector
