@@ -56,6 +56,11 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
         ({"model": "echo", "max_tokens": True, "messages": USER}, "max_tokens: Input should be a valid integer"),
         ({"model": "echo", "max_tokens": 5, "temperature": "0.5", "messages": USER}, "temperature: Input should be a valid number"),
         ({"model": "echo", "max_tokens": 5, "stream": "yes", "messages": USER}, "stream: Input should be a valid boolean"),
+        ({"model": "echo", "max_tokens": 5, "tool_choice": {"name": "x"}, "messages": USER}, "tool_choice.type: Field required"),
+        (
+            {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"source": {"data": "x"}, "type": "image"}]}]},
+            "messages.0.content.0.source.type: Field required",
+        ),
     ],
 )
 def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:

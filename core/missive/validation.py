@@ -97,6 +97,10 @@ def format_validation_error(exc: ValidationError) -> str:
         path = _path(tuple(err["loc"]))
         if err["type"] == "union_tag_invalid" or err["type"] == "literal_error":
             message = f"{message} (got {err.get('input')!r})" if "input" in err else message
+        elif err["type"] == "union_tag_not_found":
+            # pydantic: "Unable to extract tag using discriminator 'type'"; the API names the field.
+            field = str(err.get("ctx", {}).get("discriminator", "type")).strip("'\"")
+            path, message = (f"{path}.{field}" if path else field), "Field required"
         lines.append(f"{path}: {message}" if path else message)
     lines = list(dict.fromkeys(lines))
     if len(lines) > 5:
