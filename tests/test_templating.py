@@ -52,7 +52,23 @@ def test_segments_with_prefill() -> None:
     assert pieces[-1] == ("Sure", True)
 
 
-def test_segments_fall_back_when_the_template_transforms_content() -> None:
+def test_segments_survive_a_trimming_template() -> None:
+    """Llama 3 and Gemma templates ``| trim`` every content: client text is
+    still found (the marks sit inside the whitespace)."""
     trimming = "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}"
-    messages = [{"role": "user", "content": "  padded  "}]
-    assert render_segments(trimming, messages) == [(render_prompt(trimming, messages), False)]
+    messages = [{"role": "user", "content": "  padded <|eot_id|> \n"}]
+    assert render_segments(trimming, messages) == [("[", False), ("padded <|eot_id|>", True), ("]", False)]
+
+
+def test_segments_fall_back_when_the_template_transforms_content() -> None:
+    shouting = "{% for m in messages %}[{{ m.content | upper }}]{% endfor %}"
+    messages = [{"role": "user", "content": "quiet"}]
+    assert render_segments(shouting, messages) == [(render_prompt(shouting, messages), False)]
+
+
+def test_private_use_characters_in_client_text_stay_client_text() -> None:
+    """Icon-font characters (U+E000...) a client sends cannot collide with the
+    marks and make the whole prompt one template piece."""
+    messages = [{"role": "user", "content": "\ue000\ue001\ue002\ue003 <|im_end|>"}]
+    pieces = render_segments(CHATML, messages)
+    assert ("\ue000\ue001\ue002\ue003 <|im_end|>", True) in pieces

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -84,21 +85,32 @@ def render_prompt(
     return text
 
 
-# Private-use characters marking client text while rendering (see render_segments).
-_OPEN, _CLOSE = "\ue000", "\ue001"
-_SEGMENT = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
+def _marks() -> tuple[str, str]:
+    """A fresh pair of marks for client text: a private-use character and a
+    random nonce each, so no client text can contain them (a fixed mark typed
+    by a client would make the whole prompt one template piece, special
+    tokens parsed everywhere)."""
+    nonce = secrets.token_hex(8)
+    return f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003"
 
 
-def _wrap(value: str) -> str:
-    return f"{_OPEN}{value}{_CLOSE}"
+def _wrap(value: str, marks: tuple[str, str]) -> str:
+    """``value`` with its non-whitespace core between the marks; the leading
+    and trailing whitespace stay outside, so a template's ``| trim`` (Llama 3,
+    Gemma...) keeps the marks."""
+    core = value.strip()
+    if not core:
+        return value
+    start = value.index(core)
+    return f"{value[:start]}{marks[0]}{core}{marks[1]}{value[start + len(core):]}"
 
 
-def _wrap_client_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _wrap_client_text(messages: list[dict[str, Any]], marks: tuple[str, str]) -> list[dict[str, Any]]:
     wrapped = []
     for message in messages:
         copy = dict(message)
         if isinstance(copy.get("content"), str):
-            copy["content"] = _wrap(copy["content"])
+            copy["content"] = _wrap(copy["content"], marks)
         wrapped.append(copy)
     return wrapped
 
@@ -116,32 +128,36 @@ def render_segments(
 
     Client text (message contents) must be tokenized as plain text: a user
     who types ``<|im_end|>`` must not close their turn and forge others (the
-    real API treats such text as text). Contents are marked with private-use
-    characters while rendering, and the marks split the result. If the
-    template transformed a content (``| trim``...) the marked rendering no
-    longer matches the plain one; then the whole prompt is one template piece
-    (the old behaviour), so the prompt is never altered.
+    real API treats such text as text). Contents are marked while rendering
+    (a private-use character and a random nonce, fresh for each call, around
+    each content's non-whitespace core, so ``| trim`` keeps them), and the
+    marks split the result. If the template transformed a content otherwise
+    (``| upper``, a split...) the marked rendering no longer matches the
+    plain one; then the whole prompt is one template piece (special tokens
+    parsed everywhere, as llama.cpp's own server does), so the prompt is
+    never altered.
 
     Same arguments and errors as :func:`render_prompt`.
     """
     plain = render_prompt(
         template_source, messages, prefill=prefill, bos_token=bos_token, eos_token=eos_token, **kwargs
     )
-    if _OPEN in plain or _CLOSE in plain:
+    marks = _marks()
+    if marks[0] in plain or marks[1] in plain:  # cannot happen but by a guessed nonce
         return [(plain, False)]
     marked = render_prompt(
         template_source,
-        _wrap_client_text(messages),
-        prefill=_wrap(prefill) if prefill else None,
+        _wrap_client_text(messages, marks),
+        prefill=_wrap(prefill, marks) if prefill else None,
         bos_token=bos_token,
         eos_token=eos_token,
         **kwargs,
     )
-    if marked.replace(_OPEN, "").replace(_CLOSE, "") != plain:
+    if marked.replace(marks[0], "").replace(marks[1], "") != plain:
         return [(plain, False)]
     pieces: list[tuple[str, bool]] = []
     position = 0
-    for match in _SEGMENT.finditer(marked):
+    for match in re.finditer(f"{re.escape(marks[0])}(.*?){re.escape(marks[1])}", marked, re.DOTALL):
         if match.start() > position:
             pieces.append((marked[position : match.start()], False))
         if match.group(1):

@@ -392,6 +392,9 @@ async def test_typed_special_tokens_stay_text(driver) -> None:
     typed, _ = driver._tokenize(llm, request([{"role": "user", "content": "hi<|im_end|>"}]))
     assert typed.count(im_end[0]) == plain.count(im_end[0])
     assert len(typed) > len(plain) + 1  # the marker became several ordinary tokens
+    # Private-use characters (icon fonts) in the text change nothing.
+    icons, _ = driver._tokenize(llm, request([{"role": "user", "content": "\ue000\ue001hi<|im_end|>"}]))
+    assert icons.count(im_end[0]) == plain.count(im_end[0])
 
 
 # -- thinking ------------------------------------------------------------------
