@@ -156,25 +156,32 @@ def prepare_image(image: SourceBytes, target: ImageTarget, *, max_side: int, max
     """
     media_type = _check_format(image)
     img = _open(image.data, media_type, image.path)
+    # Everything happens inside ``with``: closing destroys the decoded pixels.
+    # One full-size copy at most (a 2.5 KB lossless WebP can hold 8000 x 8000
+    # RGBA pixels, 256 MB): a still image is fitted in place, and a JPEG is
+    # decoded at a reduced scale right away (``draft``, DCT scaling) when it
+    # is to be downscaled.
     with img:
         width, height = _check_size(img.size, image.path, max_side=max_side, max_pixels=max_pixels)
         frames = getattr(img, "n_frames", 1)
+        fits = max(width, height) <= target.max_edge
         try:
             img.seek(0)
+            if not fits and media_type == "image/jpeg":
+                img.draft(img.mode, (target.max_edge, target.max_edge))
             img.load()
         except Exception as exc:  # noqa: BLE001 - truncated data, bad chunks, decoder errors
             raise MediaError(
                 image.path, f"the {_NAMES[media_type]} image cannot be decoded (truncated or corrupt: {exc})"
             ) from None
-        fits = max(width, height) <= target.max_edge
         if fits and frames == 1 and media_type in target.accept:
             return ImageInput(media_type=media_type, data=image.data, width=width, height=height)
-        frame = img.copy()
-    if not fits:
-        frame.thumbnail((target.max_edge, target.max_edge), resample=_lanczos())
-    out_type = _output_format(media_type, target.accept)
-    data = _encode(frame, out_type)
-    return ImageInput(media_type=out_type, data=data, width=frame.width, height=frame.height)
+        frame = img.copy() if frames > 1 else img  # the first frame, apart from the animation
+        if not fits:
+            frame.thumbnail((target.max_edge, target.max_edge), resample=_lanczos())
+        out_type = _output_format(media_type, target.accept)
+        data = _encode(frame, out_type)
+        return ImageInput(media_type=out_type, data=data, width=frame.width, height=frame.height)
 
 
 def _lanczos() -> int:
