@@ -197,6 +197,22 @@ def test_citations_accepted_and_reported_as_ignored(url: str) -> None:
     assert response.json()["content"][0]["type"] == "text"  # answered without citations
 
 
+def test_media_no_prompt_shows_is_reported_as_ignored(url: str) -> None:
+    """Images and documents in a system message or in the assistant prefill
+    are not rendered: reported, never dropped silently."""
+    body = {"model": "vision", "max_tokens": 5, "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}, image(PNG)]},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Sure"}, image(PNG)]},
+    ]}
+    response = httpx.post(f"{url}/v1/messages", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    ignored = response.headers["missive-ignored"]
+    assert "messages.0.content.1 (image in a system message" in ignored
+    assert "messages.2.content.1 (image in a assistant prefill" not in ignored
+    assert "messages.2.content.1 (image in an assistant prefill" in ignored
+
+
 # -- tool results ---------------------------------------------------------------------------
 
 

@@ -51,7 +51,7 @@ from .schema.request import CountTokensRequest
 from .media.types import ImageInput, ImageMarker
 from .tools.server import is_server_block, split_server_blocks
 
-__all__ = ["Turn", "Conversation", "build_conversation", "continue_after"]
+__all__ = ["Turn", "Conversation", "build_conversation", "continue_after", "unrendered_media"]
 
 
 @dataclass
@@ -215,6 +215,22 @@ def build_conversation(
         prefill = turns.pop().text()
     system = "\n\n".join(system_parts) if system_parts else None
     return Conversation(system=system, turns=turns, prefill=prefill)
+
+
+def unrendered_media(request: CountTokensRequest) -> list[str]:
+    """Paths of image and document blocks no prompt shows: those in
+    ``role: "system"`` messages (only their text joins the system prompt)
+    and in a final assistant message (the prefill is text the answer
+    continues). Reported as ignored, never dropped silently."""
+    paths: list[str] = []
+    last = len(request.messages) - 1
+    for m, message in enumerate(request.messages):
+        if message.role == "system" or (m == last and message.role == "assistant"):
+            where = "a system message" if message.role == "system" else "an assistant prefill"
+            for b, block in enumerate(message.blocks()):
+                if isinstance(block, (ImageBlock, DocumentBlock)):
+                    paths.append(f"messages.{m}.content.{b} ({block.type} in {where}: not shown to the model)")
+    return paths
 
 
 def continue_after(conversation: Conversation, blocks: list[Any]) -> Conversation:

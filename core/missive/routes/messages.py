@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from quart import Quart, Response, g
 
 from ..capabilities import check_request
-from ..conversation import build_conversation
+from ..conversation import build_conversation, unrendered_media
 from ..driver import Driver, GenerationRequest
 from ..errors import ApiError, CapabilityError, MissiveError
 from ..ids import message_id
@@ -62,6 +62,7 @@ async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Ge
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
         g.dropped_thinking = list(replay.dropped)
     conversation = build_conversation(req, replay.kept, server_tools=can_call)
+    note_ignored(unrendered_media(req))
     if conversation.prefill is not None and req.messages[-1].role == "assistant":
         # The answer continues the prefill's text; reasoning before it is not rendered.
         last = len(req.messages) - 1

@@ -168,7 +168,7 @@ class LlamaCppDriver(Driver):
             warm_up_grammar(llm)
             if s.mmproj is not None:
                 self._projector = load_projector(
-                    llm, s.mmproj, model_id=self.model_id, threads=s.threads, use_gpu=False, verbose=s.verbose
+                    llm, path, s.mmproj, model_id=self.model_id, threads=s.threads, use_gpu=False, verbose=s.verbose
                 )
                 # Images: every type of the API (Pillow decodes them for libmtmd).
                 self.capabilities = self.capabilities.model_copy(update={"input_media": VISION_MEDIA_TYPES})
@@ -299,12 +299,16 @@ class LlamaCppDriver(Driver):
         add_bos = self._add_bos and not (self._bos_text and first.startswith(self._bos_text))
         tokens: list[int] = []
         media = MediaPrompt() if images else None
+        rendered: set[int] = set()
         try:
             for text, client in pieces:
                 parts = self._projector.split(text) if media is not None and self._projector else (text,)
                 for part in parts:
                     if isinstance(part, int):  # an image's marker
                         assert media is not None and self._projector is not None
+                        if part >= len(images):
+                            raise ApiError(f"the rendered prompt names image {part}; the request has {len(images)}")
+                        rendered.add(part)
                         self._projector.append_image(images[part], tokens, media)
                     elif part:
                         # Client text is plain text: a typed "<|im_end|>" stays characters.
@@ -319,6 +323,13 @@ class LlamaCppDriver(Driver):
             raise
         if not tokens:
             raise ApiError("the chat template rendered an empty prompt")
+        if len(rendered) < len(images):
+            assert media is not None
+            media.close()
+            raise ApiError(
+                f"the model's chat template left out {len(images) - len(rendered)} of the request's "
+                f"{len(images)} images; they would not reach the model"
+            )
         if media is not None and media.spans and media.spans[-1].end == len(tokens):
             media.close()
             raise ApiError("the chat template rendered a prompt ending with an image; nothing would sample after it")

@@ -41,6 +41,7 @@ import io
 import logging
 import re
 import secrets
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -244,18 +245,26 @@ def image_id(image: ImageInput) -> int:
 
 def _rgb(image: ImageInput) -> tuple[bytes, int, int]:
     """The image as packed RGB bytes (``width * height * 3``), its width and
-    height. Transparency is composited on white; animations give their first
+    height. Turned upright by its EXIF orientation (phone photos); 16-bit
+    samples scaled to 8 bits (Pillow's plain conversion would clip them
+    white); transparency composited on white; animations give their first
     frame.
 
     Raises:
         InvalidRequestError: Pillow cannot decode it (the core has checked it
             already, so this is rare: a truncated frame...).
     """
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(image.data)) as img:
-            img.seek(0)
+        with Image.open(io.BytesIO(image.data)) as opened:
+            opened.seek(0)
+            img = ImageOps.exif_transpose(opened)
+            if img.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):  # 16-bit grey PNGs open as these
+                import numpy as np
+
+                samples = np.asarray(img, dtype=np.uint32) >> 8
+                img = Image.fromarray(samples.clip(0, 255).astype(np.uint8))  # mode L
             if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
                 rgba = img.convert("RGBA")
                 background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
@@ -282,17 +291,105 @@ def _silence(mtmd: Any) -> None:
     mtmd.mtmd_helper_log_set(_QUIET, None)
 
 
-def load_projector(llm: Any, path: Path, *, model_id: str, threads: int, use_gpu: bool, verbose: bool) -> Projector:
-    """Load ``path`` (an mmproj GGUF) for the loaded model ``llm``.
+#: Seconds the trial of a projector (:func:`probe_projector`) may take.
+PROBE_TIMEOUT = 300
+
+
+def probe_projector(model_path: Path, path: Path, *, model_id: str) -> None:
+    """Try the projector in a child process before the server loads it.
+
+    llama.cpp does not return errors for many malformed projector files: it
+    aborts the whole process (``GGML_ASSERT``), at load or, worse, at the
+    first image, which would kill a serving Missive and every request in
+    flight. The child loads the model's vocabulary and hyperparameters only
+    (``vocab_only``), the projector, and encodes two small images of
+    different shapes; a failure there is a start-up error naming llama.cpp's
+    own reason. Costs one encode of the projector's image size (about a
+    second for LLaVA 1.5 on a CPU).
+
+    Raises:
+        ConfigError: the child failed, or ran past :data:`PROBE_TIMEOUT`.
+    """
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "missive_llamacpp.vision", str(model_path), str(path)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"model '{model_id}': trying the projector {path} took over {PROBE_TIMEOUT} s (settings.mmproj_path)"
+        ) from None
+    if done.returncode == 0:
+        return
+    raise ConfigError(
+        f"model '{model_id}': the projector {path} (settings.mmproj_path) failed its trial "
+        f"(load and encode of two small images in a child process): {_reason(done.stderr, done.returncode)}"
+    )
+
+
+def _reason(stderr: str, returncode: int) -> str:
+    """The line of llama.cpp's output that says what went wrong."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for marker in ("probe:", "GGML_ASSERT", "GGML_ABORT", "error", "failed"):
+        found = [line for line in lines if marker in line]
+        if found:
+            line = found[-1] if marker == "probe:" else found[0]
+            # "/tmp/pip-.../ggml/src/ggml.c:3758: GGML_ASSERT(...)" -> "ggml.c:3758: GGML_ASSERT(...)"
+            return re.sub(r"^\S*/(?=[^/\s]+:\d+:)", "", line.removeprefix("probe: "))
+    return f"the trial process exited with status {returncode}"
+
+
+def _probe_main(model_path: str, path: str) -> int:
+    """The child of :func:`probe_projector`; exit status 0 when the projector works."""
+    import llama_cpp
+    import llama_cpp.mtmd_cpp as mtmd
+
+    llm = llama_cpp.Llama(model_path=model_path, vocab_only=True, verbose=False)
+    params = mtmd.mtmd_context_params_default()
+    params.use_gpu = False
+    params.n_threads = 1
+    params.print_timings = False
+    params.warmup = False
+    ctx = mtmd.mtmd_init_from_file(path.encode(), llm.model, params)
+    if not ctx:
+        print("probe: libmtmd could not load the projector (not an mmproj GGUF, or made for another model)", file=sys.stderr)
+        return 2
+    projector = Projector(ctx, mtmd, Path(path))
+    from PIL import Image
+
+    for size in ((32, 24), (7, 300)):
+        out = io.BytesIO()
+        Image.new("RGB", size, (128, 64, 32)).save(out, format="PNG")
+        media = MediaPrompt()
+        tokens: list[int] = []
+        projector.append_image(ImageInput("image/png", out.getvalue(), *size), tokens, media)
+        for span in media.spans:
+            rc = mtmd.mtmd_encode_chunk(ctx, span.chunk)
+            if rc != 0:
+                print(f"probe: encoding a {size[0]}x{size[1]} image failed (mtmd_encode_chunk returned {rc})", file=sys.stderr)
+                return 3
+        media.close()
+    projector.close()
+    return 0
+
+
+def load_projector(
+    llm: Any, model_path: Path, path: Path, *, model_id: str, threads: int, use_gpu: bool, verbose: bool
+) -> Projector:
+    """Load ``path`` (an mmproj GGUF) for the loaded model ``llm`` (from
+    ``model_path``), after :func:`probe_projector` has tried it.
 
     Raises:
         ConfigError: the file is missing or not a projector libmtmd can load
             (wrong file, or made for another model: libmtmd checks the
-            projection size against the model's embedding size), has no
-            vision encoder, or uses M-RoPE positions (see module doc).
+            projection size against the model's embedding size), makes
+            llama.cpp abort (the probe), has no vision encoder, or uses M-RoPE
+            positions (see module doc).
     """
     if not path.is_file():
         raise ConfigError(f"model '{model_id}': projector file not found: {path} (settings.mmproj_path)")
+    probe_projector(model_path, path, model_id=model_id)
     import llama_cpp.mtmd_cpp as mtmd
 
     if not verbose:
@@ -319,3 +416,7 @@ def load_projector(llm: Any, path: Path, *, model_id: str, threads: int, use_gpu
             "llamaserver driver"
         )
     return projector
+
+
+if __name__ == "__main__":  # the child of probe_projector
+    sys.exit(_probe_main(sys.argv[1], sys.argv[2]))

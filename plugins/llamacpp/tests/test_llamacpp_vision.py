@@ -234,6 +234,50 @@ async def test_a_cache_cut_inside_an_image_re_encodes_it_whole(driver) -> None:
         media.close()
 
 
+def test_pixels_reach_libmtmd_as_they_look() -> None:
+    """16-bit grey keeps its levels (a plain conversion clips it white), EXIF
+    orientation is applied, transparency is composited on white."""
+    from PIL import Image
+    from missive_llamacpp.vision import _rgb
+
+    gradient = (np.arange(256 * 8, dtype=np.uint32).reshape(8, 256) * 32).astype(np.uint16)
+    out = io.BytesIO()
+    Image.fromarray(gradient).save(out, format="PNG")
+    rgb, w, h = _rgb(ImageInput("image/png", out.getvalue(), 256, 8))
+    levels = np.frombuffer(rgb, dtype=np.uint8)
+    assert (w, h) == (256, 8) and len(set(levels.tolist())) > 200 and (levels == 255).mean() < 0.01
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    out = io.BytesIO()
+    Image.new("RGB", (40, 10), (200, 0, 0)).save(out, format="JPEG", exif=exif.tobytes())
+    _, w, h = _rgb(ImageInput("image/jpeg", out.getvalue(), 40, 10))
+    assert (w, h) == (10, 40)
+
+    clear = ImageInput("image/png", picture((0, 0, 0, 0), size=(2, 2), mode="RGBA"), 2, 2)
+    assert _rgb(clear)[0] == b"\xff" * 12
+
+
+@pytest.mark.anyio
+async def test_a_template_that_leaves_out_an_image_is_an_error(mmproj: Path) -> None:
+    """A chat template that renders only the last message would drop an
+    earlier image: an error, not an answer about a picture it never saw."""
+    from missive.errors import ApiError
+
+    last_only = "{{ messages[-1].content }}{% if add_generation_prompt %}\nAnswer:{% endif %}"
+    d = await make_driver(mmproj, chat_template=last_only)
+    try:
+        req = generation_request(
+            [{"role": "user", "content": "x"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "And?"}],
+            model="smol-vision", max_tokens=4,
+        )
+        req.conversation.turns[0].blocks = [RED, text("Look")]
+        with pytest.raises(ApiError, match="left out 1 of the request's 1 images"):
+            await d.count_tokens(req)
+    finally:
+        await d.aclose()
+
+
 @pytest.mark.anyio
 async def test_projector_files_that_cannot_serve_are_config_errors(tmp_path: Path) -> None:
     from tiny_mmproj import write_tiny_mmproj
@@ -244,6 +288,16 @@ async def test_projector_files_that_cannot_serve_are_config_errors(tmp_path: Pat
     write_tiny_mmproj(wrong, n_embd_text=64)  # made for a model with 64-wide embeddings
     with pytest.raises(ConfigError, match="could not load the projector .*made for another model"):
         await make_driver(wrong)
+    # Files llama.cpp loads and then aborts on (GGML_ASSERT kills the process):
+    # the trial in a child process turns that into a start-up error.
+    aborts = tmp_path / "aborts.gguf"
+    write_tiny_mmproj(aborts, n_embd_text=SMOLLM2_EMBD, declared_image_size=96)  # tensors sized for 64
+    with pytest.raises(ConfigError, match=r"failed its trial .*: ops\.cpp:\d+: GGML_ASSERT"):
+        await make_driver(aborts)
+    qwen = tmp_path / "qwen2vl.gguf"
+    write_tiny_mmproj(qwen, n_embd_text=SMOLLM2_EMBD, projector_type="qwen2vl_merger")
+    with pytest.raises(ConfigError, match="failed its trial .*GGML_ASSERT"):
+        await make_driver(qwen)
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(ConfigError, match="could not load the projector"):

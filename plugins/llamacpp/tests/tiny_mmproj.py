@@ -55,11 +55,16 @@ def write_tiny_mmproj(
     image_size: int = 64,
     patch_size: int = 16,
     seed: int = 0,
+    declared_image_size: int | None = None,
+    projector_type: str = "mlp",
 ) -> None:
     """Write a tiny random ``mlp`` (LLaVA-1.5 style) mmproj GGUF to ``path``.
 
     ``n_embd_text`` must be the embedding size of the text model it is paired
     with (libmtmd refuses a mismatch). The bytes depend only on the arguments.
+    ``declared_image_size`` and ``projector_type`` write metadata that
+    disagrees with the tensors: a broken file llama.cpp loads and then aborts
+    on (for the tests of the driver's trial of a projector).
     """
     import gguf  # llama.cpp's GGUF writer (PyPI: gguf)
 
@@ -124,8 +129,8 @@ def write_tiny_mmproj(
     writer.add_bool("clip.has_text_encoder", False)
     writer.add_clip_has_vision_encoder(True)
     writer.add_bool("clip.has_llava_projector", True)
-    writer.add_clip_projector_type("mlp")
-    writer.add_vision_image_size(image_size)
+    writer.add_clip_projector_type(projector_type)
+    writer.add_vision_image_size(image_size if declared_image_size is None else declared_image_size)
     writer.add_vision_patch_size(patch_size)
     writer.add_vision_embedding_length(_N_EMBD)
     writer.add_vision_feed_forward_length(_N_FF)
