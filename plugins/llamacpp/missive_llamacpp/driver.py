@@ -159,6 +159,7 @@ class LlamaCppDriver(Driver):
                 n_threads=s.threads,
                 n_threads_batch=s.threads,
                 n_batch=s.n_batch,
+                n_gpu_layers=s.n_gpu_layers,
                 verbose=s.verbose,
             )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -168,7 +169,13 @@ class LlamaCppDriver(Driver):
             warm_up_grammar(llm)
             if s.mmproj is not None:
                 self._projector = load_projector(
-                    llm, path, s.mmproj, model_id=self.model_id, threads=s.threads, use_gpu=False, verbose=s.verbose
+                    llm,
+                    path,
+                    s.mmproj,
+                    model_id=self.model_id,
+                    threads=s.threads,
+                    use_gpu=s.n_gpu_layers != 0,
+                    verbose=s.verbose,
                 )
                 # Images: every type of the API (Pillow decodes them for libmtmd).
                 self.capabilities = self.capabilities.model_copy(update={"input_media": VISION_MEDIA_TYPES})

@@ -10,6 +10,7 @@ Example::
     mmproj_path = "~/models/mmproj-f16.gguf"  # vision projector: the model takes images
     n_threads = 8                   # default: CPUs this process may use
     n_batch = 512                   # prompt tokens per decode call
+    n_gpu_layers = -1               # layers offloaded to the GPU (-1: all); default 0: CPU only
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
     tool_parser = "hermes"          # tool call format; default: from the template
@@ -56,6 +57,11 @@ class LlamaCppSettings(BaseModel):
             :func:`available_cpus`.
         n_batch: maximum prompt tokens per ``llama_decode`` call (llama-cpp-python
             caps it at ``n_ctx``).
+        n_gpu_layers: layers llama.cpp offloads to the GPU, -1 for all (its
+            ``--n-gpu-layers``); 0, the default, runs on the CPU. Needs a
+            llama-cpp-python built with a GPU backend (``CMAKE_ARGS="-DGGML_CUDA=on"``
+            at install); a CPU-only build ignores it. The vision projector
+            follows: on the GPU when any layer is.
         seed: sampling seed, 0..4294967294, reused for every request so equal
             requests sample equally; None: a fresh random seed per request.
         chat_template: Jinja chat template replacing the GGUF's.
@@ -75,6 +81,7 @@ class LlamaCppSettings(BaseModel):
     mmproj_path: str | None = Field(default=None, min_length=1)
     n_threads: int | None = Field(default=None, ge=1)
     n_batch: int = Field(default=512, ge=1)
+    n_gpu_layers: int = Field(default=0, ge=-1)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)

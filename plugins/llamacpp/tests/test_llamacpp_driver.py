@@ -106,6 +106,8 @@ def test_bad_setting_names_model_and_key() -> None:
         LlamaCppDriver("m2", ModelEntry(driver="llamacpp", settings={}))
     with pytest.raises(ConfigError, match=r"model 'm3'.*settings\.n_thread"):
         LlamaCppDriver("m3", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_thread": 4}))
+    with pytest.raises(ConfigError, match=r"model 'm4'.*settings\.n_gpu_layers"):
+        LlamaCppDriver("m4", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_gpu_layers": -2}))
 
 
 @pytest.mark.anyio

@@ -259,6 +259,20 @@ def test_pixels_reach_libmtmd_as_they_look() -> None:
 
 
 @pytest.mark.anyio
+async def test_gpu_offload_setting_on_a_cpu_build(driver, mmproj: Path) -> None:
+    """``n_gpu_layers = -1`` (projector on the GPU too) is accepted by a CPU
+    build of llama-cpp-python, which runs everything on the CPU: same counts,
+    same greedy answer."""
+    offloaded = await make_driver(mmproj, n_gpu_layers=-1)
+    try:
+        req = lambda: request([RED, text("What colour is it?")])  # noqa: E731
+        assert await offloaded.count_tokens(req()) == await driver.count_tokens(req())
+        assert text_of(await collect(offloaded.generate(req()))) == text_of(await collect(driver.generate(req())))
+    finally:
+        await offloaded.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_template_that_leaves_out_an_image_is_an_error(mmproj: Path) -> None:
     """A chat template that renders only the last message would drop an
     earlier image: an error, not an answer about a picture it never saw."""
