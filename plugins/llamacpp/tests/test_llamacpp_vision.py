@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import anyio
 import numpy as np
 import pytest
 
