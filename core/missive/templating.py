@@ -64,8 +64,12 @@ def render_prompt(
         ApiError: the template itself is broken.
     """
     template = compile_template(template_source)
+    # The prefill is rendered with a sentinel after it and the prompt cut at
+    # the sentinel: looking for the prefill's own text would find a prefill
+    # such as "<" or ">" inside the template's markup.
+    sentinel = f"\ue010{secrets.randbits(64)}\ue011"
     if prefill:
-        messages = [*messages, {"role": "assistant", "content": prefill}]
+        messages = [*messages, {"role": "assistant", "content": prefill + sentinel}]
     try:
         text = template.render(
             messages=messages,
@@ -79,46 +83,46 @@ def render_prompt(
     except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise ApiError(f"the model's chat template failed to render: {exc}") from exc
     if prefill:
-        cut = text.rfind(prefill)
+        cut = text.rfind(sentinel)
         if cut >= 0:
-            text = text[: cut + len(prefill)]
+            text = text[:cut]
+        else:  # the template dropped or changed the prefill's end
+            text = text.replace(sentinel, "")
+            cut = text.rfind(prefill)
+            if cut >= 0:
+                text = text[: cut + len(prefill)]
     return text
 
 
-def _marks() -> tuple[str, str]:
-    """A fresh pair of marks for client text: a private-use character and a
-    random nonce each, so no client text can contain them (a fixed mark typed
-    by a client would make the whole prompt one template piece, special
-    tokens parsed everywhere)."""
-    nonce = secrets.token_hex(8)
-    return f"\ue000{nonce}\ue001", f"\ue002{nonce}\ue003"
+@lru_cache(maxsize=16)
+def _control_pattern(control_texts: tuple[str, ...]) -> re.Pattern[str] | None:
+    texts = sorted({t for t in control_texts if t}, key=len, reverse=True)  # longest first
+    return re.compile("|".join(re.escape(t) for t in texts)) if texts else None
 
 
-def _wrap(value: str, marks: tuple[str, str]) -> str:
-    """``value`` with its non-whitespace core between the marks; the leading
-    and trailing whitespace stay outside, so a template's ``| trim`` (Llama 3,
-    Gemma...) keeps the marks."""
-    core = value.strip()
-    if not core:
-        return value
-    start = value.index(core)
-    return f"{value[:start]}{marks[0]}{core}{marks[1]}{value[start + len(core):]}"
+def _escape(value: Any, pattern: re.Pattern[str], found: list[str], tag: str) -> Any:
+    """``value`` (strings, and lists and dicts of them, at any depth) with
+    every control-token text replaced by a placeholder naming its index in
+    ``found``."""
+    if isinstance(value, str):
 
+        def hide(match: re.Match[str]) -> str:
+            found.append(match.group(0))
+            return f"\ue000{tag}\ue002{len(found) - 1}\ue001"
 
-def _wrap_client_text(messages: list[dict[str, Any]], marks: tuple[str, str]) -> list[dict[str, Any]]:
-    wrapped = []
-    for message in messages:
-        copy = dict(message)
-        if isinstance(copy.get("content"), str):
-            copy["content"] = _wrap(copy["content"], marks)
-        wrapped.append(copy)
-    return wrapped
+        return pattern.sub(hide, value)
+    if isinstance(value, dict):
+        return {k: _escape(v, pattern, found, tag) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escape(v, pattern, found, tag) for v in value]
+    return value
 
 
 def render_segments(
     template_source: str,
     messages: list[dict[str, Any]],
     *,
+    control_texts: tuple[str, ...] = (),
     prefill: str | None = None,
     bos_token: str = "",
     eos_token: str = "",
@@ -126,43 +130,50 @@ def render_segments(
 ) -> list[tuple[str, bool]]:
     """The rendered prompt as ``[(text, is_client_text)]`` pieces.
 
-    Client text (message contents) must be tokenized as plain text: a user
-    who types ``<|im_end|>`` must not close their turn and forge others (the
-    real API treats such text as text). Contents are marked while rendering
-    (a private-use character and a random nonce, fresh for each call, around
-    each content's non-whitespace core, so ``| trim`` keeps them), and the
-    marks split the result. If the template transformed a content otherwise
-    (``| upper``, a split...) the marked rendering no longer matches the
-    plain one; then the whole prompt is one template piece (special tokens
-    parsed everywhere, as llama.cpp's own server does), so the prompt is
-    never altered.
+    What a client sends must reach the model as text: a user who types
+    ``<|im_end|>`` must not close their turn and forge others (the real API
+    treats such text as text). ``control_texts`` are the texts of the
+    tokens a tokenizer turns into control tokens only when asked to parse
+    special tokens (llama.cpp: tokens with the ``CONTROL`` attribute). Every
+    occurrence of one in a client string (message contents, tool
+    definitions and calls, reasoning, the prefill: every string of
+    ``messages``, ``prefill`` and ``kwargs``, at any depth) is replaced by a
+    placeholder before rendering, and comes back as a piece of its own
+    marked ``True``: the driver tokenizes it as plain text, the rest (marked
+    ``False``) with special tokens parsed. The template sees the
+    placeholders, never the control texts, so whatever it does with client
+    strings (``| trim``, ``startswith``, ``split``) cannot turn them into
+    markup. A placeholder the template cut apart stays as the private-use
+    text it is (the text it stood for is then lost: only a template that
+    slices client strings mid-way could do that).
 
-    Same arguments and errors as :func:`render_prompt`.
+    Same errors as :func:`render_prompt`.
     """
-    plain = render_prompt(
-        template_source, messages, prefill=prefill, bos_token=bos_token, eos_token=eos_token, **kwargs
-    )
-    marks = _marks()
-    if marks[0] in plain or marks[1] in plain:  # cannot happen but by a guessed nonce
-        return [(plain, False)]
-    marked = render_prompt(
+    pattern = _control_pattern(tuple(control_texts))
+    if pattern is None:
+        return [
+            (render_prompt(template_source, messages, prefill=prefill, bos_token=bos_token, eos_token=eos_token, **kwargs), False)
+        ]
+    found: list[str] = []
+    tag = str(secrets.randbits(64))  # digits and private-use marks: nothing | upper or | trim changes
+    text = render_prompt(
         template_source,
-        _wrap_client_text(messages, marks),
-        prefill=_wrap(prefill, marks) if prefill else None,
+        _escape(messages, pattern, found, tag),
+        prefill=_escape(prefill, pattern, found, tag),
         bos_token=bos_token,
         eos_token=eos_token,
-        **kwargs,
+        **_escape(kwargs, pattern, found, tag),
     )
-    if marked.replace(marks[0], "").replace(marks[1], "") != plain:
-        return [(plain, False)]
     pieces: list[tuple[str, bool]] = []
     position = 0
-    for match in re.finditer(f"{re.escape(marks[0])}(.*?){re.escape(marks[1])}", marked, re.DOTALL):
+    for match in re.finditer(f"\ue000{tag}\ue002(\\d+)\ue001", text):
+        index = int(match.group(1))
+        if index >= len(found):
+            continue
         if match.start() > position:
-            pieces.append((marked[position : match.start()], False))
-        if match.group(1):
-            pieces.append((match.group(1), True))
+            pieces.append((text[position : match.start()], False))
+        pieces.append((found[index], True))
         position = match.end()
-    if position < len(marked):
-        pieces.append((marked[position:], False))
+    if position < len(text) or not pieces:
+        pieces.append((text[position:], False))
     return pieces

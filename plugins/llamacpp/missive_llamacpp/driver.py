@@ -117,7 +117,7 @@ class LlamaCppDriver(Driver):
         self._n_ctx: int | None = None
         self._template = ""
         self._reasoning: str | None = None  # reasoning parser name, from the template
-        self._segmented_tokenize = False
+        self._control_texts: tuple[str, ...] = ()
         self._bos_text = ""
         self._eos_text = ""
         self._add_bos = False
@@ -218,10 +218,7 @@ class LlamaCppDriver(Driver):
         )
         # Thinking blocks only for a model whose output has a reasoning format.
         self.capabilities = self.capabilities.model_copy(update={"thinking": self._reasoning is not None})
-        # Tokenizing client text apart from template text is exact for byte-level
-        # BPE vocabularies (no space prefix is added to a piece); SentencePiece
-        # vocabularies would get a spurious leading space on every piece.
-        self._segmented_tokenize = llm._model.vocab_type() == llama_cpp.LLAMA_VOCAB_TYPE_BPE
+        self._control_texts = _control_texts(llm)
         self._bos_text = _token_text(llm, llm.token_bos())
         self._eos_text = _token_text(llm, llm.token_eos())
         self._add_bos = llm.token_bos() != -1 and bool(llm._model.add_bos_token())
@@ -289,6 +286,7 @@ class LlamaCppDriver(Driver):
         pieces = render_segments(
             self._template,
             messages,
+            control_texts=self._control_texts,
             prefill=request.conversation.prefill,
             bos_token=self._bos_text,
             eos_token=self._eos_text,
@@ -299,8 +297,6 @@ class LlamaCppDriver(Driver):
     def _tokenize_pieces(
         self, llm: Any, pieces: list[tuple[str, bool]], images: list[ImageInput]
     ) -> tuple[list[int], MediaPrompt | None]:
-        if not self._segmented_tokenize:
-            pieces = [("".join(text for text, _ in pieces), False)]
         first = pieces[0][0] if pieces else ""
         add_bos = self._add_bos and not (self._bos_text and first.startswith(self._bos_text))
         tokens: list[int] = []
@@ -728,6 +724,23 @@ def _cached_prefix(llm: Any, tokens: list[int], media: MediaPrompt | None = None
     )
     # An image is in the cache whole or not at all.
     return media.image_start(reuse) if media is not None else reuse
+
+
+def _control_texts(llm: Any) -> tuple[str, ...]:
+    """Texts of the tokens llama.cpp's tokenizer makes only when asked to parse
+    special tokens: the ``CONTROL`` (and ``UNKNOWN``) ones (``<|im_end|>``,
+    ``<|start_header_id|>``...; ``tokenizer_st_partition`` matches
+    ``USER_DEFINED`` tokens such as Qwen's ``<think>`` either way). Client text
+    holding one is tokenized as plain text (see
+    :func:`missive.templating.render_segments`)."""
+    vocab = llm._model.vocab
+    wanted = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+    texts = {
+        text
+        for token in range(llm.n_vocab())
+        if llama_cpp.llama_vocab_get_attr(vocab, token) & wanted and (text := _token_text(llm, token))
+    }
+    return tuple(sorted(texts))
 
 
 def _token_text(llm: Any, token: int) -> str:

@@ -72,7 +72,7 @@ from missive.config import ConfigError, ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import ApiError, PromptTooLongError
 from missive.events import Finished, GenerationEvent, Started, StopReason, TextDelta
-from missive.templating import compile_template, render_prompt
+from missive.templating import compile_template, render_segments
 from missive.tools.parsers.base import ToolParser
 from missive.tools.parsers.registry import build_parser
 from missive.tools.parsers.selection import parser_for_template
@@ -229,20 +229,25 @@ class MlxDriver(Driver):
             return None
         return reasoning_parser_class(self.reasoning_parser_specs, self._reasoning)()
 
-    def _render(self, tokenizer: Any, request: GenerationRequest) -> str:
-        """The prompt text, with the template's reasoning switches set from the
-        request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`)."""
+    def _render(self, tokenizer: Any, request: GenerationRequest) -> list[tuple[str, bool]]:
+        """The prompt as ``(text, is_client_control_text)`` pieces
+        (:func:`missive.templating.render_segments`), with the template's
+        reasoning switches set from the request
+        (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`)."""
         messages, extra = template_messages(request, self._template)
-        return render_prompt(
+        return render_segments(
             self._template,
             messages,
+            control_texts=_control_texts(tokenizer),
             prefill=request.conversation.prefill,
             bos_token=tokenizer.bos_token or "",
             eos_token=tokenizer.eos_token or "",
             **{**request.thinking.template_kwargs(), **extra},
         )
 
-    def _tokenize(self, tokenizer: Any, request: GenerationRequest, text: str | None = None) -> list[int]:
+    def _tokenize(
+        self, tokenizer: Any, request: GenerationRequest, pieces: list[tuple[str, bool]] | None = None
+    ) -> list[int]:
         """Render the request with the chat template and tokenize it.
 
         The one prompt path of both :meth:`count_tokens` and :meth:`generate`.
@@ -251,8 +256,13 @@ class MlxDriver(Driver):
             InvalidRequestError: the template rejected the conversation.
             ApiError: the template failed, or rendered nothing.
         """
-        text = self._render(tokenizer, request) if text is None else text
-        tokens = list(tokenizer.encode(text, add_special_tokens=False))
+        pieces = self._render(tokenizer, request) if pieces is None else pieces
+        tokens: list[int] = []
+        for text, client in pieces:
+            # A control token's text a client sent is text: split_special_tokens
+            # keeps the tokenizer from matching it as the special token.
+            extra = {"split_special_tokens": True} if client else {}
+            tokens += tokenizer.encode(text, add_special_tokens=False, **extra)
         if not tokens:
             raise ApiError("the chat template rendered an empty prompt")
         return tokens
@@ -260,8 +270,9 @@ class MlxDriver(Driver):
     def _prepare(self, tokenizer: Any, request: GenerationRequest) -> tuple[list[int], int, str]:
         """Prompt tokens, the prefix the prompt cache would serve now, and the
         reasoning tag the prompt leaves open (``<think>``, or "")."""
-        text = self._render(tokenizer, request)
-        tokens = self._tokenize(tokenizer, request, text)
+        pieces = self._render(tokenizer, request)
+        tokens = self._tokenize(tokenizer, request, pieces)
+        text = "".join(piece for piece, _ in pieces)
         assert self._store is not None
         opened = ""
         if self._reasoning is not None:
@@ -503,3 +514,10 @@ def _clear_mlx_cache() -> None:
     import mlx.core as mx
 
     mx.clear_cache()
+
+
+def _control_texts(tokenizer: Any) -> tuple[str, ...]:
+    """Texts of the tokenizer's special added tokens (``<|im_end|>``...): the
+    ones ``encode`` matches in text unless ``split_special_tokens``."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return tuple(sorted({t.content for t in decoder.values() if getattr(t, "special", False) and t.content}))
