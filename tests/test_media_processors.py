@@ -53,6 +53,37 @@ def test_downscaled_to_the_limit_keeping_aspect() -> None:
         assert img.format == "PNG" and img.size == (300, 100)
 
 
+def _rotated_jpeg(size: tuple[int, int]) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored sideways: turn 90 degrees clockwise to display (phone photos)
+    out = io.BytesIO()
+    Image.new("RGB", size, (200, 0, 0)).save(out, format="JPEG", exif=exif.tobytes())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("size", "upright"), [((400, 300), (300, 400)), ((4032, 3024), (1176, 1568))])
+def test_exif_orientation_is_applied(size: tuple[int, int], upright: tuple[int, int]) -> None:
+    """Every backend gets the photo upright, downscaled or not."""
+    out = pillow(_rotated_jpeg(size), "image/jpeg")
+    assert (out.width, out.height) == upright
+    with Image.open(io.BytesIO(out.data)) as img:
+        assert img.size == upright and img.getexif().get(0x0112, 1) == 1
+
+
+def test_a_large_16_bit_png_is_downscaled_to_8_bits() -> None:
+    """Pillow cannot reduce 16-bit grey, and a plain conversion clips it white."""
+    from PIL import ImageDraw
+
+    img = Image.new("I;16", (6400, 100))
+    ImageDraw.Draw(img).rectangle((0, 0, 6400, 100), fill=40000)
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    result = pillow(out.getvalue(), edge=1568)
+    assert (result.width, result.height) == (1568, 25)
+    with Image.open(io.BytesIO(result.data)) as fitted:
+        assert fitted.mode == "L" and fitted.getpixel((10, 10)) == 40000 >> 8
+
+
 def test_converted_when_the_backend_lacks_the_format() -> None:
     webp = image_bytes("WEBP", (50, 40), color=(10, 200, 10, 128), mode="RGBA")
     out = pillow(webp, "image/webp", accept=frozenset({"image/png", "image/jpeg"}))

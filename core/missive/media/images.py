@@ -174,14 +174,42 @@ def prepare_image(image: SourceBytes, target: ImageTarget, *, max_side: int, max
             raise MediaError(
                 image.path, f"the {_NAMES[media_type]} image cannot be decoded (truncated or corrupt: {exc})"
             ) from None
-        if fits and frames == 1 and media_type in target.accept:
+        # EXIF orientation (phone photos): the pixels are turned upright here,
+        # since backends differ in whether they read it.
+        orientation = img.getexif().get(_ORIENTATION, 1) if media_type in ("image/jpeg", "image/webp", "image/png") else 1
+        upright = orientation in (1, None) or not isinstance(orientation, int) or not 2 <= orientation <= 8
+        if fits and frames == 1 and media_type in target.accept and upright:
             return ImageInput(media_type=media_type, data=image.data, width=width, height=height)
         frame = img.copy() if frames > 1 else img  # the first frame, apart from the animation
-        if not fits:
+        if not upright:
+            frame = _transpose(frame)
+        if frame.mode.startswith("I;16") or frame.mode == "I":
+            # 16-bit grey: Pillow cannot reduce it (thumbnail), and models read 8 bits.
+            frame = _to_8bit(frame)
+        if max(frame.size) > target.max_edge:
             frame.thumbnail((target.max_edge, target.max_edge), resample=_lanczos())
         out_type = _output_format(media_type, target.accept)
         data = _encode(frame, out_type)
         return ImageInput(media_type=out_type, data=data, width=frame.width, height=frame.height)
+
+
+_ORIENTATION = 0x0112  # the EXIF tag
+
+
+def _transpose(img):  # type: ignore[no-untyped-def]
+    """``img`` turned upright by its EXIF orientation (tag dropped)."""
+    from PIL import ImageOps
+
+    try:
+        return ImageOps.exif_transpose(img)
+    except Exception:  # noqa: BLE001 - malformed EXIF: the pixels as stored
+        return img
+
+
+def _to_8bit(img):  # type: ignore[no-untyped-def]
+    """A 16-bit grey image as 8-bit grey (``L``), levels kept (a plain
+    ``convert`` clips everything above 255 to white)."""
+    return img.convert("I").point(lambda v: v * (1 / 256)).convert("L")
 
 
 def _lanczos() -> int:

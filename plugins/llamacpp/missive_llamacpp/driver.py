@@ -328,9 +328,12 @@ class LlamaCppDriver(Driver):
         if len(rendered) < len(images):
             assert media is not None
             media.close()
-            raise ApiError(
+            # A 400: the request cannot be answered by this model as sent (and
+            # a 5xx would be retried by clients to the same end).
+            raise InvalidRequestError(
                 f"the model's chat template left out {len(images) - len(rendered)} of the request's "
-                f"{len(images)} images; they would not reach the model"
+                f"{len(images)} images (it does not render every message); they would not reach the model: "
+                "send the images in the last user message, or use a model whose template renders them"
             )
         if media is not None and media.spans and media.spans[-1].end == len(tokens):
             media.close()

@@ -275,7 +275,7 @@ async def test_gpu_offload_setting_on_a_cpu_build(driver, mmproj: Path) -> None:
 async def test_a_template_that_leaves_out_an_image_is_an_error(mmproj: Path) -> None:
     """A chat template that renders only the last message would drop an
     earlier image: an error, not an answer about a picture it never saw."""
-    from missive.errors import ApiError
+    from missive.errors import InvalidRequestError
 
     last_only = "{{ messages[-1].content }}{% if add_generation_prompt %}\nAnswer:{% endif %}"
     d = await make_driver(mmproj, chat_template=last_only)
@@ -285,7 +285,7 @@ async def test_a_template_that_leaves_out_an_image_is_an_error(mmproj: Path) -> 
             model="smol-vision", max_tokens=4,
         )
         req.conversation.turns[0].blocks = [RED, text("Look")]
-        with pytest.raises(ApiError, match="left out 1 of the request's 1 images"):
+        with pytest.raises(InvalidRequestError, match="left out 1 of the request's 1 images"):
             await d.count_tokens(req)
     finally:
         await d.aclose()
