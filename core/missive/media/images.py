@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from typing import Any
 
 from ..errors import MediaError
 from .types import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
@@ -154,6 +155,17 @@ def prepare_image(image: SourceBytes, target: ImageTarget, *, max_side: int, max
     Raises:
         MediaError: unknown or mislabeled format, over a limit, truncated or corrupt.
     """
+    decoded = [0]  # pixels of the image, once its header is read
+    try:
+        return _prepare(image, target, max_side=max_side, max_pixels=max_pixels, decoded=decoded)
+    finally:
+        if decoded[0] * 4 >= _TRIM_AFTER_BYTES:  # RGBA bytes
+            _release_memory()
+
+
+def _prepare(
+    image: SourceBytes, target: ImageTarget, *, max_side: int, max_pixels: int, decoded: list[int]
+) -> ImageInput:
     media_type = _check_format(image)
     img = _open(image.data, media_type, image.path)
     # Everything happens inside ``with``: closing destroys the decoded pixels.
@@ -163,6 +175,7 @@ def prepare_image(image: SourceBytes, target: ImageTarget, *, max_side: int, max
     # is to be downscaled.
     with img:
         width, height = _check_size(img.size, image.path, max_side=max_side, max_pixels=max_pixels)
+        decoded[0] = width * height
         frames = getattr(img, "n_frames", 1)
         fits = max(width, height) <= target.max_edge
         try:
@@ -194,6 +207,34 @@ def prepare_image(image: SourceBytes, target: ImageTarget, *, max_side: int, max
 
 
 _ORIENTATION = 0x0112  # the EXIF tag
+
+#: Decoded images from this many bytes up make the process give freed memory
+#: back to the system (see :func:`_release_memory_after`).
+_TRIM_AFTER_BYTES = 64 * 2**20
+_trim: Any = None
+
+
+def _release_memory() -> None:
+    """Give freed heap back to the system after a large image.
+
+    Images are decoded in worker threads, and glibc keeps what a thread's
+    arena freed: one 8000 x 8000 WebP (2.5 KB sent) left about 1 GB resident
+    after four were fitted at once. ``malloc_trim(0)`` returns it (measured:
+    1096 MB -> 23 MB). Called only after an image of
+    :data:`_TRIM_AFTER_BYTES` or more decoded, so small images cost nothing;
+    a no-op where libc has no ``malloc_trim`` (musl, macOS).
+    """
+    global _trim
+    if _trim is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
 
 
 def _transpose(img):  # type: ignore[no-untyped-def]
