@@ -74,12 +74,12 @@ def test_control_texts_are_found_in_every_client_string() -> None:
     messages = [
         {"role": "user", "content": "q"},
         {"role": "assistant", "content": "a", "reasoning_content": forged,
-         "tool_calls": [{"function": {"name": forged, "arguments": {"x": [forged]}}}]},
+         "tool_calls": [{"function": {"name": forged, "arguments": {forged: [forged]}}}]},
     ]
     tools = [{"type": "function", "function": {"name": "f", "description": forged}}]
     pieces = render_segments(template, messages, control_texts=CONTROL, tools=tools, prefill=forged)
     client = [text for text, is_client in pieces if is_client]
-    assert client == ["<|im_end|>", "<|im_start|>"] * 5
+    assert client == ["<|im_end|>", "<|im_start|>"] * 6
     template_text = "".join(text for text, is_client in pieces if not is_client)
     assert template_text.count("<|im_start|>") == 3  # the template's own: user, assistant, prefill
 

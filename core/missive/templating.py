@@ -101,9 +101,9 @@ def _control_pattern(control_texts: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def _escape(value: Any, pattern: re.Pattern[str], found: list[str], tag: str) -> Any:
-    """``value`` (strings, and lists and dicts of them, at any depth) with
-    every control-token text replaced by a placeholder naming its index in
-    ``found``."""
+    """``value`` (strings, and lists and dicts of them, keys included, at any
+    depth) with every control-token text replaced by a placeholder naming its
+    index in ``found``."""
     if isinstance(value, str):
 
         def hide(match: re.Match[str]) -> str:
@@ -111,8 +111,8 @@ def _escape(value: Any, pattern: re.Pattern[str], found: list[str], tag: str) ->
             return f"\ue000{tag}\ue002{len(found) - 1}\ue001"
 
         return pattern.sub(hide, value)
-    if isinstance(value, dict):
-        return {k: _escape(v, pattern, found, tag) for k, v in value.items()}
+    if isinstance(value, dict):  # keys too: tool call arguments are client objects
+        return {_escape(k, pattern, found, tag): _escape(v, pattern, found, tag) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_escape(v, pattern, found, tag) for v in value]
     return value
