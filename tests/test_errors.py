@@ -58,6 +58,10 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
         ({"model": "echo", "max_tokens": 5, "stream": "yes", "messages": USER}, "stream: Input should be a valid boolean"),
         ({"model": "echo", "max_tokens": 5, "tool_choice": {"name": "x"}, "messages": USER}, "tool_choice.type: Field required"),
         (
+            {"model": "echo", "max_tokens": 5, "system": [{"type": "image", "source": {}}], "messages": USER},
+            "system.0.type: Input should be 'text' (got 'image'); system.0.text: Field required",
+        ),
+        (
             {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"source": {"data": "x"}, "type": "image"}]}]},
             "messages.0.content.0.source.type: Field required",
         ),

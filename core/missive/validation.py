@@ -53,11 +53,12 @@ def _path(loc: tuple[Any, ...]) -> str:
     """
     parts: list[str] = []
     previous: Any = None
-    for item in loc:
+    for i, item in enumerate(loc):
         text = str(item)
+        last = i == len(loc) - 1  # a tag is followed by the field it names; last, it is a field ("text")
         is_label = isinstance(item, str) and (
             "[" in text or text in {"str", "int", "float", "bool", "dict", "list", "none"}
-            or (isinstance(previous, int) and text in _BLOCK_TAGS)
+            or (isinstance(previous, int) and text in _BLOCK_TAGS and not last)
             or (previous == "tool_choice" and text in _CHOICE_TAGS)
             or (previous == "source" and text in _SOURCE_TAGS)
         )
