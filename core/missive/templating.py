@@ -141,11 +141,15 @@ def render_segments(
     placeholder before rendering, and comes back as a piece of its own
     marked ``True``: the driver tokenizes it as plain text, the rest (marked
     ``False``) with special tokens parsed. The template sees the
-    placeholders, never the control texts, so whatever it does with client
-    strings (``| trim``, ``startswith``, ``split``) cannot turn them into
-    markup. A placeholder the template cut apart stays as the private-use
-    text it is (the text it stood for is then lost: only a template that
-    slices client strings mid-way could do that).
+    placeholders, never the control texts, so what templates do with client
+    strings (``| trim``, ``startswith``, ``split``, slicing, ``tojson``)
+    cannot turn them into markup. Not covered: a template that rebuilds
+    client text character by character (``replace()`` of a substring,
+    ``| lower``, ``| reverse``, ``| striptags``, two client strings
+    concatenated) could assemble a control text out of harmless pieces; no
+    common chat template does. A placeholder the template cut apart stays
+    as the private-use text it is (the text it stood for is then lost: only
+    a template that slices client strings mid-way could do that).
 
     Same errors as :func:`render_prompt`.
     """

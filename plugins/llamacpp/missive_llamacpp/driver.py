@@ -262,22 +262,24 @@ class LlamaCppDriver(Driver):
                 image cannot be used.
             ApiError: the template failed, or llama.cpp could not tokenize.
         """
-        pieces, images = self._render(request)
-        return self._tokenize_pieces(llm, pieces, images)
+        pieces, images, nonce = self._render(request)
+        return self._tokenize_pieces(llm, pieces, images, nonce)
 
-    def _render(self, request: GenerationRequest) -> tuple[list[tuple[str, bool]], list[ImageInput]]:
+    def _render(self, request: GenerationRequest) -> tuple[list[tuple[str, bool]], list[ImageInput], str]:
         """The prompt as ``(text, is_client_text)`` pieces, rendered with the
         template's reasoning switches (``enable_thinking``...) set from the
         request (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`),
-        and the images its markers stand for (with a projector; else none:
-        a model without one is never sent images, see the capabilities)."""
+        the images its markers stand for (with a projector; else none: a
+        model without one is never sent images, see the capabilities) and
+        the markers' nonce."""
         images: list[ImageInput] = []
         projector = self._projector
+        nonce = Projector.new_nonce()
 
         def mark(image: ImageInput) -> str:
             assert projector is not None
             images.append(image)
-            return projector.marker(len(images) - 1)
+            return projector.marker(len(images) - 1, nonce)
 
         messages, extra = template_messages(request, self._template, mark if projector is not None else None)
         # A grammar-constrained reply (forced tool, structured output) is the
@@ -292,19 +294,21 @@ class LlamaCppDriver(Driver):
             eos_token=self._eos_text,
             **{**switches, **extra},
         )
-        return pieces, images
+        return pieces, images, nonce
 
     def _tokenize_pieces(
-        self, llm: Any, pieces: list[tuple[str, bool]], images: list[ImageInput]
+        self, llm: Any, pieces: list[tuple[str, bool]], images: list[ImageInput], nonce: str
     ) -> tuple[list[int], MediaPrompt | None]:
-        first = pieces[0][0] if pieces else ""
-        add_bos = self._add_bos and not (self._bos_text and first.startswith(self._bos_text))
+        # The template's own BOS text: a client's typed one (a True piece) is text.
+        first, client_first = pieces[0] if pieces else ("", False)
+        starts_with_bos = not client_first and bool(self._bos_text) and first.startswith(self._bos_text)
+        add_bos = self._add_bos and not starts_with_bos
         tokens: list[int] = []
         media = MediaPrompt() if images else None
         rendered: set[int] = set()
         try:
             for text, client in pieces:
-                parts = self._projector.split(text) if media is not None and self._projector else (text,)
+                parts = Projector.split(text, nonce) if media is not None and not client else (text,)
                 for part in parts:
                     if isinstance(part, int):  # an image's marker
                         assert media is not None and self._projector is not None
@@ -344,8 +348,8 @@ class LlamaCppDriver(Driver):
         """Prompt tokens and image chunks, the KV-cache prefix
         ``Llama.generate`` would reuse now, the grammar constraining the reply
         (or None), and the reasoning tag the prompt leaves open (``<think>``, or "")."""
-        pieces, images = self._render(request)
-        tokens, media = self._tokenize_pieces(llm, pieces, images)
+        pieces, images, nonce = self._render(request)
+        tokens, media = self._tokenize_pieces(llm, pieces, images, nonce)
         try:
             opened = ""
             if self._reasoning is not None and not _constrained(request):

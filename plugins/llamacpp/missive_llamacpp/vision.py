@@ -9,7 +9,8 @@ module uses them the way llama-server does (``tools/server``:
 
 * the prompt is rendered with one marker text per image in its place (see
   :meth:`missive.conversation.Turn.text`); a marker names the image's index
-  and carries a per-process random nonce, so client text can never forge one;
+  and carries a random nonce fresh for each prompt, so client text can never
+  forge one;
 * text between markers is tokenized by the driver as before (client text as
   plain text, the template's as special tokens);
 * each image is decoded with Pillow to RGB (alpha composited on white, GIF's
@@ -124,22 +125,28 @@ class Projector:
         self._ctx = ctx
         self._mtmd = mtmd
         self.path = path
-        self._nonce = secrets.token_hex(8)
-        self._marker_re = re.compile(rf"<__missive_image_{self._nonce}_(\d+)__>")
         self._default_marker = mtmd.mtmd_default_marker()
         self._lock = threading.Lock()
 
     # -- prompt markers ------------------------------------------------------
 
-    def marker(self, index: int) -> str:
-        """The text standing for image ``index`` in a rendered prompt."""
-        return f"<__missive_image_{self._nonce}_{index}__>"
+    @staticmethod
+    def new_nonce() -> str:
+        """A fresh nonce for one prompt's markers (a client never learns the
+        next one, so no text it sends can stand for an image)."""
+        return secrets.token_hex(8)
 
-    def split(self, text: str) -> Iterator[str | int]:
-        """``text`` cut at image markers: text pieces (possibly empty) and
-        image indexes, in order."""
+    @staticmethod
+    def marker(index: int, nonce: str) -> str:
+        """The text standing for image ``index`` in a prompt rendered with ``nonce``."""
+        return f"<__missive_image_{nonce}_{index}__>"
+
+    @staticmethod
+    def split(text: str, nonce: str) -> Iterator[str | int]:
+        """``text`` cut at the image markers of ``nonce``: text pieces
+        (possibly empty) and image indexes, in order."""
         pos = 0
-        for match in self._marker_re.finditer(text):
+        for match in re.finditer(rf"<__missive_image_{nonce}_(\d+)__>", text):
             yield text[pos : match.start()]
             yield int(match.group(1))
             pos = match.end()
