@@ -46,6 +46,14 @@ def test_prefill_is_cut_after_itself_not_at_a_lookalike_in_the_markup() -> None:
         assert text == f"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n{prefill}", prefill
     trimming = "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}"
     assert render_prompt(trimming, [{"role": "user", "content": "q"}], prefill=" Sure") == "[q][Sure"
+    # A template that truncates assistant text loses the sentinel: generation prompt + prefill.
+    truncating = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content[:40] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    for prefill in ("m", "x" * 45):
+        text = render_prompt(truncating, [{"role": "user", "content": "hi"}], prefill=prefill)
+        assert text == f"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n{prefill}", prefill
 
 
 def test_typed_control_texts_are_pieces_of_their_own() -> None:

@@ -56,7 +56,9 @@ def render_prompt(
 
     With ``prefill`` (a final assistant message), the conversation is rendered
     with the prefill as the last assistant message and without a generation
-    prompt, then cut right after the prefill text, so the model continues it.
+    prompt, then cut right after the prefill text, so the model continues it
+    (found by a sentinel rendered after it; a template that cuts the
+    prefill's end gets the generation prompt followed by the prefill).
 
     Raises:
         InvalidRequestError: the template raised (``raise_exception``), e.g.
@@ -64,34 +66,37 @@ def render_prompt(
         ApiError: the template itself is broken.
     """
     template = compile_template(template_source)
+
+    def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        try:
+            return str(
+                template.render(
+                    messages=messages,
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token=bos_token,
+                    eos_token=eos_token,
+                    **kwargs,
+                )
+            )
+        except InvalidRequestError:
+            raise
+        except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise ApiError(f"the model's chat template failed to render: {exc}") from exc
+
+    if not prefill:
+        return render(messages, True)
     # The prefill is rendered with a sentinel after it and the prompt cut at
     # the sentinel: looking for the prefill's own text would find a prefill
     # such as "<" or ">" inside the template's markup.
     sentinel = f"\ue010{secrets.randbits(64)}\ue011"
-    if prefill:
-        messages = [*messages, {"role": "assistant", "content": prefill + sentinel}]
-    try:
-        text = template.render(
-            messages=messages,
-            add_generation_prompt=not prefill,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            **kwargs,
-        )
-    except InvalidRequestError:
-        raise
-    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise ApiError(f"the model's chat template failed to render: {exc}") from exc
-    if prefill:
-        cut = text.rfind(sentinel)
-        if cut >= 0:
-            text = text[:cut]
-        else:  # the template dropped or changed the prefill's end
-            text = text.replace(sentinel, "")
-            cut = text.rfind(prefill)
-            if cut >= 0:
-                text = text[: cut + len(prefill)]
-    return text
+    text = render([*messages, {"role": "assistant", "content": prefill + sentinel}], False)
+    cut = text.rfind(sentinel)
+    if cut >= 0:
+        return text[:cut]
+    # The template cut or dropped the prefill's end (it truncates assistant
+    # text): the assistant turn as the generation prompt opens it, then the
+    # prefill, as servers without template support for prefills do.
+    return render(messages, True) + prefill
 
 
 @lru_cache(maxsize=16)
