@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,13 +201,58 @@ class ClaudeCode:
         return ClientRun(proc.returncode, proc.stdout, proc.stderr)
 
 
-@pytest.fixture
-def claude(claude_bin: Path, missive: Missive, tmp_path: Path) -> ClaudeCode:
-    """Claude Code pointed at this test's Missive, working in ``tmp_path/work``."""
+def claude_code_for(binary: Path, missive: Missive, tmp_path: Path) -> ClaudeCode:
+    """Claude Code pointed at ``missive``, working in ``tmp_path/work``."""
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    return ClaudeCode(binary=claude_bin, missive=missive, work=work, home=home)
+    return ClaudeCode(binary=binary, missive=missive, work=work, home=home)
+
+
+@pytest.fixture
+def claude(claude_bin: Path, missive: Missive, tmp_path: Path) -> ClaudeCode:
+    """Claude Code pointed at this test's Missive, working in ``tmp_path/work``."""
+    return claude_code_for(claude_bin, missive, tmp_path)
+
+
+# -- Claude Code against real local models (no script) ---------------------------
+
+
+@contextmanager
+def model_missive(tmp: Path, models: dict[str, Any]) -> Iterator[Missive]:
+    """A live Missive serving ``models`` (a ``[models]`` table), capturing
+    every request under ``tmp/captures``."""
+    capture_dir = tmp / "captures"
+    with live_server({"server": {"capture_dir": str(capture_dir)}, "models": models}) as url:
+        yield Missive(url=url, script_file=tmp / "unused.json", capture_dir=capture_dir)
+
+
+def assert_ended(runs: list[ClientRun]) -> None:
+    """Each run completed, or ended with Claude Code's max_output_tokens error:
+    a 135M model may not finish within a capped ``max_output_tokens``, and
+    Claude Code then asks it to go on (more requests in the same session)."""
+    for run in runs:
+        result = run.json()
+        assert result["terminal_reason"] == "completed" or result.get("api_error") == "max_output_tokens", run.stdout
+
+
+def prompt_size(missive: Missive, model: str, body: dict[str, Any]) -> int:
+    """``count_tokens`` of a captured request body."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=missive.url, api_key="unused", max_retries=0)
+    return client.messages.count_tokens(
+        model=model, messages=body["messages"], system=body["system"], tools=body["tools"]
+    ).input_tokens
+
+
+def assert_billed_as_counted_and_cached(runs: list[ClientRun], sizes: list[int]) -> None:
+    """What Claude Code was billed over ``runs`` is what ``count_tokens`` says
+    of the requests it sent (``sizes``, in order), and every request after
+    the first read at least the whole previous prompt from the KV cache."""
+    usage = [run.json()["usage"] for run in runs]
+    assert sum(u["input_tokens"] + u["cache_read_input_tokens"] for u in usage) == sum(sizes)
+    assert sum(u["cache_read_input_tokens"] for u in usage) >= sum(sizes[:-1]), (sizes, usage)
 
 
 @dataclass

@@ -18,10 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anthropic
 import pytest
 
-from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 
 if TYPE_CHECKING:
@@ -34,7 +32,7 @@ IMAGE_TOKENS = 16  # the tiny projector: every image is 64x64 pixels in 16x16 pa
 
 @pytest.fixture(scope="module")
 def vision_missive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Missive]:
-    from tests.clients.conftest import Missive
+    from tests.clients.conftest import model_missive
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "plugins" / "llamacpp" / "tests"))
     from tiny_mmproj import write_tiny_mmproj
@@ -42,20 +40,16 @@ def vision_missive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Missive
     tmp = tmp_path_factory.mktemp("vision-claude")
     mmproj = tmp / "mmproj.gguf"
     write_tiny_mmproj(mmproj, n_embd_text=576)  # SmolLM2-135M's embedding size
-    capture_dir = tmp / "captures"
-    config = {
-        "server": {"capture_dir": str(capture_dir)},
-        "models": {
-            "smol-vision": {
-                "driver": "llamacpp",
-                "context_window": 8192,
-                "max_output_tokens": 16,
-                "settings": {"model_path": str(MODEL_PATH), "mmproj_path": str(mmproj), "seed": 1},
-            }
-        },
+    models = {
+        "smol-vision": {
+            "driver": "llamacpp",
+            "context_window": 8192,
+            "max_output_tokens": 16,
+            "settings": {"model_path": str(MODEL_PATH), "mmproj_path": str(mmproj), "seed": 1},
+        }
     }
-    with live_server(config) as url:
-        yield Missive(url=url, script_file=tmp / "unused.json", capture_dir=capture_dir)
+    with model_missive(tmp, models) as server:
+        yield server
 
 
 def _images(body: dict[str, Any]) -> list[tuple[int, int]]:
@@ -73,22 +67,15 @@ def test_an_attached_image_reaches_the_model_and_its_cache(
 ) -> None:
     from PIL import Image
 
-    from tests.clients.conftest import ClaudeCode
+    from tests.clients.conftest import assert_billed_as_counted_and_cached, assert_ended, claude_code_for, prompt_size
 
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
-    Image.new("RGB", (120, 80), (200, 30, 30)).save(work / "shot.png")
-    claude = ClaudeCode(binary=claude_bin, missive=vision_missive, work=work, home=home)
+    claude = claude_code_for(claude_bin, vision_missive, tmp_path)
+    Image.new("RGB", (120, 80), (200, 30, 30)).save(claude.work / "shot.png")
     runs = [
         claude("What colour is @shot.png", model="smol-vision", args=("--tools", "Bash"), timeout=600),
         claude("And its shape?", model="smol-vision", args=("--tools", "Bash", "--continue"), timeout=600),
     ]
-    for run in runs:
-        result = run.json()
-        # A 135M model may not finish within max_output_tokens: Claude Code then
-        # asks it to go on, and may end with its max_output_tokens error.
-        assert result["terminal_reason"] == "completed" or result.get("api_error") == "max_output_tokens", run.stdout
+    assert_ended(runs)
 
     requests = vision_missive.captures()
     assert len(requests) >= 2 and all(r["status"] == 200 for r in requests), vision_missive.summary()
@@ -97,22 +84,13 @@ def test_an_attached_image_reaches_the_model_and_its_cache(
         source = r["body"]["messages"][m]["content"][b]["source"]
         assert source["type"] == "base64" and source["media_type"] == "image/png"
 
-    client = anthropic.Anthropic(base_url=vision_missive.url, api_key="unused", max_retries=0)
-
-    def count(body: dict[str, Any]) -> int:
-        return client.messages.count_tokens(
-            model="smol-vision", messages=body["messages"], system=body["system"], tools=body["tools"]
-        ).input_tokens
-
-    sizes = [count(r["body"]) for r in requests]
+    sizes = [prompt_size(vision_missive, "smol-vision", r["body"]) for r in requests]
     first = copy.deepcopy(requests[0]["body"])
     (m, b), = _images(first)
     del first["messages"][m]["content"][b]
-    assert sizes[0] - count(first) >= IMAGE_TOKENS  # the image's embeddings are counted
-    # What Claude Code was billed is what count_tokens says, image included.
-    usage = [run.json()["usage"] for run in runs]
-    assert sum(u["input_tokens"] + u["cache_read_input_tokens"] for u in usage) == sum(sizes)
-    # Every request after the first (the second session's too: --continue
+    assert sizes[0] - prompt_size(vision_missive, "smol-vision", first) >= IMAGE_TOKENS  # the image is counted
+    # What Claude Code was billed is what count_tokens says, image included;
+    # every request after the first (the second session's too: --continue
     # resends the image) reads the previous prompt, image included, from the
     # KV cache instead of encoding the image again.
-    assert sum(u["cache_read_input_tokens"] for u in usage) >= sum(sizes[:-1]), (sizes, usage)
+    assert_billed_as_counted_and_cached(runs, sizes)
