@@ -12,7 +12,6 @@ memory after the work at most 1.5x the resident memory before it.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import subprocess
 import sys

@@ -1,5 +1,5 @@
 """Device check: the llamacpp driver with n_gpu_layers = -1 and a vision projector on CUDA."""
-import asyncio, io, subprocess, sys, time
+import asyncio, io, subprocess, time
 from pathlib import Path
 
 from missive.config import ModelEntry

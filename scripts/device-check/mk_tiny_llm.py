@@ -1,7 +1,6 @@
 """A tiny random llama GGUF with SmolLM2's tokenizer and chat template (device check fixture)."""
 import sys
 import numpy as np
-import gguf
 from gguf import GGUFReader, GGUFWriter, GGUFValueType
 
 src, dst = sys.argv[1], sys.argv[2]
