@@ -106,6 +106,11 @@ class MediaPrompt:
         span = self.span_at(position)
         return span.start if span is not None and span.start < position else position
 
+    def own(self, chunks: Any, free: Any) -> None:
+        """Take ownership of ``chunks``: ``free(chunks)`` runs at :meth:`close`,
+        or when this object is garbage collected."""
+        self._finalizers.append(weakref.finalize(self, free, chunks))
+
     def close(self) -> None:
         """Free the chunks now (idempotent)."""
         for finalizer in self._finalizers:
@@ -117,7 +122,7 @@ class Projector:
     """A loaded ``mmproj`` file for one language model.
 
     Built by :func:`load_projector`; used from the driver's tokenizing threads
-    (:meth:`tokenize_image`, as llama-server tokenizes in its HTTP threads) and
+    (:meth:`append_image`, as llama-server tokenizes in its HTTP threads) and
     from the model's generation thread (:meth:`decode`).
     """
 
@@ -175,7 +180,7 @@ class Projector:
         if not chunks:
             mtmd.mtmd_bitmap_free(bitmap)
             raise ApiError("libmtmd could not allocate input chunks")
-        media._finalizers.append(weakref.finalize(media, mtmd.mtmd_input_chunks_free, chunks))
+        media.own(chunks, mtmd.mtmd_input_chunks_free)
         try:
             text = mtmd.mtmd_input_text()
             text.text = self._default_marker
