@@ -30,7 +30,9 @@ from typing import Any
 from ..errors import MediaError
 from .types import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
 
-__all__ = ["sniff_image", "image_size", "prepare_image", "PillowImageProcessor", "PlaceholderImageProcessor"]
+__all__ = [
+    "sniff_image", "image_size", "prepare_image", "upright", "to_8bit", "PillowImageProcessor", "PlaceholderImageProcessor",
+]
 
 _PIL_FORMATS = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
 _NAMES = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WebP"}
@@ -190,15 +192,14 @@ def _prepare(
         # EXIF orientation (phone photos): the pixels are turned upright here,
         # since backends differ in whether they read it.
         orientation = img.getexif().get(_ORIENTATION, 1) if media_type in ("image/jpeg", "image/webp", "image/png") else 1
-        upright = orientation in (1, None) or not isinstance(orientation, int) or not 2 <= orientation <= 8
-        if fits and frames == 1 and media_type in target.accept and upright:
+        turned = isinstance(orientation, int) and 2 <= orientation <= 8
+        if fits and frames == 1 and media_type in target.accept and not turned:
             return ImageInput(media_type=media_type, data=image.data, width=width, height=height)
         frame = img.copy() if frames > 1 else img  # the first frame, apart from the animation
-        if not upright:
-            frame = _transpose(frame)
-        if frame.mode.startswith("I;16") or frame.mode == "I":
-            # 16-bit grey: Pillow cannot reduce it (thumbnail), and models read 8 bits.
-            frame = _to_8bit(frame)
+        if turned:
+            frame = upright(frame)
+        # 16-bit grey: Pillow cannot reduce it (thumbnail), and models read 8 bits.
+        frame = to_8bit(frame)
         if max(frame.size) > target.max_edge:
             frame.thumbnail((target.max_edge, target.max_edge), resample=_lanczos())
         out_type = _output_format(media_type, target.accept)
@@ -209,7 +210,7 @@ def _prepare(
 _ORIENTATION = 0x0112  # the EXIF tag
 
 #: Decoded images from this many bytes up make the process give freed memory
-#: back to the system (see :func:`_release_memory_after`).
+#: back to the system (see :func:`_release_memory`).
 _TRIM_AFTER_BYTES = 64 * 2**20
 _trim: Any = None
 
@@ -237,8 +238,9 @@ def _release_memory() -> None:
         _trim(0)
 
 
-def _transpose(img):  # type: ignore[no-untyped-def]
-    """``img`` turned upright by its EXIF orientation (tag dropped)."""
+def upright(img):  # type: ignore[no-untyped-def]
+    """``img`` (a Pillow image) turned upright by its EXIF orientation (tag
+    dropped); unchanged without one, or when the EXIF data is malformed."""
     from PIL import ImageOps
 
     try:
@@ -247,9 +249,12 @@ def _transpose(img):  # type: ignore[no-untyped-def]
         return img
 
 
-def _to_8bit(img):  # type: ignore[no-untyped-def]
-    """A 16-bit grey image as 8-bit grey (``L``), levels kept (a plain
-    ``convert`` clips everything above 255 to white)."""
+def to_8bit(img):  # type: ignore[no-untyped-def]
+    """``img`` (a Pillow image) with 16-bit or 32-bit grey samples (modes
+    ``I;16*``, ``I``: 16-bit PNGs) as 8-bit grey (``L``), levels kept (a plain
+    ``convert`` clips everything above 255 to white); other modes unchanged."""
+    if not (img.mode.startswith("I;16") or img.mode == "I"):
+        return img
     return img.convert("I").point(lambda v: v * (1 / 256)).convert("L")
 
 

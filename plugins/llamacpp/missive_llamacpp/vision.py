@@ -266,17 +266,14 @@ def _rgb(image: ImageInput) -> tuple[bytes, int, int]:
         InvalidRequestError: Pillow cannot decode it (the core has checked it
             already, so this is rare: a truncated frame...).
     """
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError
+
+    from missive.media.images import to_8bit, upright
 
     try:
         with Image.open(io.BytesIO(image.data)) as opened:
             opened.seek(0)
-            img = ImageOps.exif_transpose(opened)
-            if img.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N"):  # 16-bit grey PNGs open as these
-                import numpy as np
-
-                samples = np.asarray(img, dtype=np.uint32) >> 8
-                img = Image.fromarray(samples.clip(0, 255).astype(np.uint8))  # mode L
+            img = to_8bit(upright(opened))
             if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
                 rgba = img.convert("RGBA")
                 background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
