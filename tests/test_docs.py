@@ -43,3 +43,15 @@ def test_firstresult_hooks_say_so() -> None:
         if opts and opts.get("firstresult"):
             body = section.split(f"### {name}\n", 1)[1].split("### ", 1)[0]
             assert "firstresult" in body, name
+
+
+def test_llamacpp_settings_table_lists_every_setting() -> None:
+    """docs/drivers.md's llamacpp settings table names each field of
+    LlamaCppSettings, and no field that does not exist."""
+    from missive_llamacpp.settings import LlamaCppSettings
+
+    text = (DOC.parent / "drivers.md").read_text()
+    section = text.split("### `llamacpp` (`missive-llamacpp`)", 1)[1].split("\n### ", 1)[0]
+    table = section.split("| Key | Default | Meaning |", 1)[1].split("\n\n", 1)[0]
+    keys = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
+    assert keys == set(LlamaCppSettings.model_fields)

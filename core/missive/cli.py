@@ -59,6 +59,7 @@ def serve(
     log_level: str | None,
 ) -> None:
     """Serve the configured models (with no config: the embedded SmolLM2 default)."""
+    _report_native_crashes()
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config as HypercornConfig
 
@@ -107,6 +108,21 @@ def serve(
             raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
     asyncio.run(run())
+
+
+def _report_native_crashes() -> None:
+    """Have a fatal signal (a segfault or abort in llama.cpp, MLX...) print
+    which thread crashed and its Python stack on stderr before the process
+    dies (``faulthandler``: ``Fatal Python error: Segmentation fault`` and
+    the stacks). The process still ends, killed by that signal, so its exit
+    status is non-zero (``139`` in a shell for SIGSEGV) and a supervisor
+    restarts it (docs/configuration.md, "Running under a supervisor")."""
+    import faulthandler
+
+    try:
+        faulthandler.enable(all_threads=True)
+    except (RuntimeError, ValueError, OSError, AttributeError):  # stderr is no file (embedded, tests)
+        pass
 
 
 @cli.command()

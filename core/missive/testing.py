@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ __all__ = [
     "free_port",
     "dump_toml",
     "live_server",
+    "serve_process",
+    "ServerProcess",
     "DriverContract",
     "generation_request",
     "collect_events",
@@ -112,18 +115,39 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float, log_p
     raise RuntimeError(f"missive serve not healthy after {timeout}s:\n{log_path.read_text()}")
 
 
+@dataclass
+class ServerProcess:
+    """A ``missive serve`` started by :func:`serve_process`.
+
+    Attributes:
+        url: its base URL (``http://127.0.0.1:PORT``).
+        process: the child process (``process.returncode`` once it ended).
+        log_path: the file its stdout and stderr go to.
+    """
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        """Everything it has logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+
 @contextlib.contextmanager
-def live_server(
+def serve_process(
     config: Mapping[str, Any] | None = None,
     *,
     args: tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
-) -> Iterator[str]:
-    """Run ``missive serve`` with ``config`` (None: no config file, the defaults).
-
-    Yields the base URL (``http://127.0.0.1:PORT``). The server's log is
-    printed if it fails to start; it is stopped (SIGTERM, then SIGKILL) on exit.
+) -> Iterator[ServerProcess]:
+    """Run ``missive serve`` with ``config`` (None: no config file, the
+    defaults) and yield it once ``/health`` answers, as a
+    :class:`ServerProcess` (URL, process, log). ``MISSIVE*`` variables of this
+    process are not passed on; ``env`` adds variables. The server's log is in
+    the error if it fails to start; it is stopped (SIGTERM, then SIGKILL) on
+    exit.
     """
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="missive-test-") as tmp:
@@ -140,9 +164,27 @@ def live_server(
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_healthy(url, proc, timeout, log_path)
-            yield url
+            yield ServerProcess(url, proc, log_path)
         finally:
             stop_process(proc, log_path)
+
+
+@contextlib.contextmanager
+def live_server(
+    config: Mapping[str, Any] | None = None,
+    *,
+    args: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> Iterator[str]:
+    """Run ``missive serve`` with ``config`` (None: no config file, the defaults).
+
+    Yields the base URL (``http://127.0.0.1:PORT``). The server's log is
+    printed if it fails to start; it is stopped (SIGTERM, then SIGKILL) on exit.
+    :func:`serve_process` gives the process and its log too.
+    """
+    with serve_process(config, args=args, env=env, timeout=timeout) as server:
+        yield server.url
 
 
 def stop_process(proc: subprocess.Popen[bytes], log_path: Path) -> None:

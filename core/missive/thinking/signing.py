@@ -44,6 +44,7 @@ import zlib
 from pathlib import Path
 
 from ..config import ConfigError
+from ..state import state_dir
 
 __all__ = ["Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX", "SEALED_PREFIX"]
 
@@ -59,9 +60,10 @@ MAX_SEALED_BYTES = 4 * 1024 * 1024
 
 
 def default_key_file() -> Path:
-    """``$XDG_STATE_HOME/missive/thinking.key`` (``~/.local/state`` when unset)."""
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "missive" / "thinking.key"
+    """``thinking.key`` in the state directory (:func:`missive.state.state_dir`:
+    ``$MISSIVE_STATE_DIR``, else ``$XDG_STATE_HOME/missive``, else
+    ``~/.local/state/missive``)."""
+    return state_dir() / "thinking.key"
 
 
 class Signer:

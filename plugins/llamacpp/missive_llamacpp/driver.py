@@ -90,6 +90,7 @@ from .grammar import json_schema_grammar, tool_call_grammar
 from .grammar import warm_up as warm_up_grammar
 from .prefix import reused_prefix
 from .settings import LlamaCppSettings, parse_settings
+from .trial import BufferChoice, choose_extra_buffer_types, crash_point, model_params
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
 __all__ = ["LlamaCppDriver"]
@@ -137,31 +138,37 @@ class LlamaCppDriver(Driver):
         return self._n_ctx if self._n_ctx is not None else self.entry.context_window
 
     async def start(self) -> None:
-        """Load the model in a worker thread.
+        """Try the model in a child process (``settings.extra_buffer_types``,
+        :mod:`missive_llamacpp.trial`), then load it in a worker thread.
 
         Raises:
-            ConfigError: file missing or not loadable, no chat template, or a
-                template that does not compile.
+            ConfigError: file missing or not loadable, llama.cpp crashes with
+                it in every configuration, no chat template, or a template
+                that does not compile.
         """
         path = self.settings.path
         if not path.is_file():
             raise ConfigError(f"model '{self.model_id}': GGUF file not found: {path} (settings.model_path)")
         self._queue = anyio.Semaphore(1)  # FIFO: waiters are served in arrival order
         self._prep_limiter = anyio.CapacityLimiter(TOKENIZE_THREADS)
-        await anyio.to_thread.run_sync(self._load, path)
+        # A native crash with this model on this CPU is found here, in a
+        # child process, not at a user's first request (missive_llamacpp.trial).
+        buffers = await anyio.to_thread.run_sync(choose_extra_buffer_types, self.settings, self.model_id)
+        await anyio.to_thread.run_sync(self._load, path, buffers)
 
-    def _load(self, path: Path) -> None:
+    def _load(self, path: Path, buffers: BufferChoice) -> None:
         s = self.settings
         try:
-            llm = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=self.entry.context_window or 0,  # 0: the model's n_ctx_train
-                n_threads=s.threads,
-                n_threads_batch=s.threads,
-                n_batch=s.n_batch,
-                n_gpu_layers=s.n_gpu_layers,
-                verbose=s.verbose,
-            )
+            with model_params(use_extra_bufts=buffers.use_extra_bufts):
+                llm = llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=self.entry.context_window or 0,  # 0: the model's n_ctx_train
+                    n_threads=s.threads,
+                    n_threads_batch=s.threads,
+                    n_batch=s.n_batch,
+                    n_gpu_layers=s.n_gpu_layers,
+                    verbose=s.verbose,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ConfigError(f"model '{self.model_id}': llama.cpp could not load {path}: {exc}") from exc
         try:
@@ -184,11 +191,12 @@ class LlamaCppDriver(Driver):
             raise
         self._llm = llm
         log.info(
-            "model %s loaded from %s: n_ctx=%d, %d threads, bos=%r add_bos=%s, projector=%s",
+            "model %s loaded from %s: n_ctx=%d, %d threads, %s, bos=%r add_bos=%s, projector=%s",
             self.model_id,
             path,
             self._n_ctx,
             s.threads,
+            buffers.describe(),
             self._bos_text,
             self._add_bos,
             s.mmproj,
@@ -614,6 +622,7 @@ class _Producer:
         """The thread's loop; always closes the generator and signals the end."""
         gen: Iterator[int] | None = None
         try:
+            crash_point("decode")  # tests only: a native crash mid-request
             if not _prefill(self.llm, self.tokens, self.channel.cancelled, self.media, self.projector):
                 return  # the client went away while the prompt was decoded
             if self.max_new == 0:

@@ -11,6 +11,7 @@ Example::
     n_threads = 8                   # default: CPUs this process may use
     n_batch = 512                   # prompt tokens per decode call
     n_gpu_layers = -1               # layers offloaded to the GPU (-1: all); default 0: CPU only
+    extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
     tool_parser = "hermes"          # tool call format; default: from the template
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -62,6 +63,13 @@ class LlamaCppSettings(BaseModel):
             llama-cpp-python built with a GPU backend (``CMAKE_ARGS="-DGGML_CUDA=on"``
             at install); a CPU-only build ignores it. The vision projector
             follows: on the GPU when any layer is.
+        extra_buffer_types: llama.cpp's extra buffer types (``use_extra_bufts``:
+            weights repacked for AMX or AVX2/AVX-512/NEON kernels;
+            llama-server's ``--repack``/``--no-repack``). ``"auto"`` tries the
+            model in a child process at start-up, with them and, if that
+            crashes, without (:mod:`missive_llamacpp.trial`); ``"on"`` and
+            ``"off"`` choose without a trial. Their kernels crash on some
+            CPUs: ggml-org/llama.cpp #20824, ollama/ollama #17006.
         seed: sampling seed, 0..4294967294, reused for every request so equal
             requests sample equally; None: a fresh random seed per request.
         chat_template: Jinja chat template replacing the GGUF's.
@@ -82,6 +90,7 @@ class LlamaCppSettings(BaseModel):
     n_threads: int | None = Field(default=None, ge=1)
     n_batch: int = Field(default=512, ge=1)
     n_gpu_layers: int = Field(default=0, ge=-1)
+    extra_buffer_types: Literal["auto", "on", "off"] = "auto"
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)

@@ -54,6 +54,8 @@ from missive.config import ConfigError
 from missive.errors import ApiError, InvalidRequestError
 from missive.media.types import ImageInput
 
+from .child import run_child
+
 __all__ = ["ImageSpan", "MediaPrompt", "Projector", "load_projector"]
 
 log = logging.getLogger("missive.llamacpp")
@@ -313,40 +315,23 @@ def probe_projector(model_path: Path, path: Path, *, model_id: str) -> None:
     flight. The child loads the model's vocabulary and hyperparameters only
     (``vocab_only``), the projector, and encodes two small images of
     different shapes; a failure there is a start-up error naming llama.cpp's
-    own reason. Costs one encode of the projector's image size (about a
-    second for LLaVA 1.5 on a CPU).
+    own reason (:mod:`missive_llamacpp.child`). Costs one encode of the
+    projector's image size (about a second for LLaVA 1.5 on a CPU).
 
     Raises:
         ConfigError: the child failed, or ran past :data:`PROBE_TIMEOUT`.
     """
-    import subprocess
-    import sys
-
-    command = [sys.executable, "-m", "missive_llamacpp.vision", str(model_path), str(path)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT)
-    except subprocess.TimeoutExpired:
+    outcome = run_child("missive_llamacpp.vision", [str(model_path), str(path)], timeout=PROBE_TIMEOUT)
+    if outcome.ok:
+        return
+    if outcome.returncode is None:
         raise ConfigError(
             f"model '{model_id}': trying the projector {path} took over {PROBE_TIMEOUT} s (settings.mmproj_path)"
-        ) from None
-    if done.returncode == 0:
-        return
+        )
     raise ConfigError(
         f"model '{model_id}': the projector {path} (settings.mmproj_path) failed its trial "
-        f"(load and encode of two small images in a child process): {_reason(done.stderr, done.returncode)}"
+        f"(load and encode of two small images in a child process): {outcome.reason()}"
     )
-
-
-def _reason(stderr: str, returncode: int) -> str:
-    """The line of llama.cpp's output that says what went wrong."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for marker in ("probe:", "GGML_ASSERT", "GGML_ABORT", "error", "failed"):
-        found = [line for line in lines if marker in line]
-        if found:
-            line = found[-1] if marker == "probe:" else found[0]
-            # "/tmp/pip-.../ggml/src/ggml.c:3758: GGML_ASSERT(...)" -> "ggml.c:3758: GGML_ASSERT(...)"
-            return re.sub(r"^\S*/(?=[^/\s]+:\d+:)", "", line.removeprefix("probe: "))
-    return f"the trial process exited with status {returncode}"
 
 
 def _probe_main(model_path: str, path: str) -> int:

