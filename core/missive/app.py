@@ -59,6 +59,23 @@ def _json(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
+def header_list(items: list[str], limit: int = MAX_IGNORED_HEADER) -> str:
+    """``items`` joined with ``", "`` as a safe HTTP header value.
+
+    The items hold client text (field paths, block types, beta names), so
+    every character outside printable ASCII (controls, DEL, non-ASCII) is
+    written as a ``\\uXXXX`` escape: h11 refuses a header value with a
+    control character (RFC 9110 section 5.5), which would turn the whole
+    response into a bare 500. The value is cut at ``limit`` characters, at
+    an item boundary, ending with ``... (N in all)``.
+    """
+    value = ", ".join(items)
+    value = "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in value)
+    if len(value) > limit:
+        value = value[:limit].rsplit(", ", 1)[0] + f", ... ({len(items)} in all)"
+    return value
+
+
 def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     """Build the app: load plugins, build the model table, register routes.
 
@@ -104,16 +121,10 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
             response.headers["request-id"] = rid
         dropped = getattr(g, "dropped_thinking", None)
         if dropped:
-            value = ", ".join(dropped)
-            if len(value) > MAX_IGNORED_HEADER:
-                value = value[:MAX_IGNORED_HEADER].rsplit(", ", 1)[0] + f", ... ({len(dropped)} in all)"
-            response.headers["missive-dropped-thinking"] = value
+            response.headers["missive-dropped-thinking"] = header_list(dropped)
         ignored = getattr(g, "ignored", None)
         if ignored:
-            value = ", ".join(ignored)
-            if len(value) > MAX_IGNORED_HEADER:
-                value = value[:MAX_IGNORED_HEADER].rsplit(", ", 1)[0] + f", ... ({len(ignored)} in all)"
-            response.headers["missive-ignored"] = value.encode("ascii", "replace").decode()
+            response.headers["missive-ignored"] = header_list(ignored)
         if config.server.capture_dir:
             write_capture(
                 config.server.capture_dir,

@@ -204,7 +204,11 @@ def _tag(known: frozenset[str]) -> Any:
     def discriminate(value: Any) -> str:
         kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
         name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
-        if kind == "server_tool_use" and name not in ANSWERED_SERVER_TOOLS:
+        if not isinstance(kind, str):
+            # A list or object as the type is unhashable: "unknown" validates
+            # it as UnknownBlock, whose ``type: str`` gives the 400 with its path.
+            return "unknown"
+        if kind == "server_tool_use" and (not isinstance(name, str) or name not in ANSWERED_SERVER_TOOLS):
             return "server_tool"
         if kind in known:
             return str(kind)
