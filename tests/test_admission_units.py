@@ -140,3 +140,21 @@ async def test_slot_dropped_unreleased_is_freed() -> None:
     await asyncio.sleep(0)  # the release is scheduled on the loop
     assert gate.running == 0
     (await gate.admit()).release()
+
+
+async def test_model_keys_override_the_server_defaults() -> None:
+    from missive.admission import Admission
+    from missive.capabilities import Capabilities
+    from missive.config import Config, ModelEntry
+
+    class Stub:
+        def __init__(self, entry: ModelEntry, limit: int | None) -> None:
+            self.entry, self.capabilities = entry, Capabilities(max_concurrency=limit)
+
+    config = Config.model_validate({"server": {"queue_depth": 7, "queue_timeout": 30}})
+    admission = Admission(config)
+    own = admission.gate("own", Stub(ModelEntry(driver="x", queue_depth=0, queue_timeout=2.5), 2))
+    default = admission.gate("default", Stub(ModelEntry(driver="x"), None))
+    assert (own.limit, own.depth, own.timeout) == (2, 0, 2.5)
+    assert (default.limit, default.depth, default.timeout) == (None, 7, 30)
+    assert admission.gate("own", Stub(ModelEntry(driver="x"), 9)) is own  # built once

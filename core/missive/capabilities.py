@@ -53,7 +53,8 @@ class Capabilities(BaseModel):
             ``cache_read_input_tokens``.
         in_process: the model runs inside the Missive process.
         max_concurrency: requests generated at once per model (None: unbounded,
-            the backend queues).
+            the backend queues). Enforced by the core for every driver, with a
+            bounded wait queue in front (:mod:`missive.admission`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
