@@ -51,6 +51,9 @@ def test_api_key_env(tmp_path: Path) -> None:
         ("[server\n", "not valid TOML"),
         ("[models.m]\ncontext_window = 5\n", "models.m.driver"),
         ("[server]\nlog_level = 'loud'\n", "server.log_level"),
+        ("[server]\nqueue_depth = -1\n", "server.queue_depth"),
+        ("[server]\nqueue_timeout = 0\n", "server.queue_timeout"),
+        ("[models.m]\ndriver = 'echo'\nqueue_depth = -1\n", "models.m.queue_depth"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, fragment: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from quart import Quart, Response, g, request
 from werkzeug.exceptions import HTTPException
 
+from .admission import Admission
 from .capture import write_capture
 from .config import Config
 from .errors import (
@@ -96,7 +97,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.extensions["missive"] = {
-        "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media
+        "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
+        "admission": Admission(config),
     }
 
     @app.before_serving

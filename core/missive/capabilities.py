@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import CapabilityError
 
@@ -53,7 +53,8 @@ class Capabilities(BaseModel):
             ``cache_read_input_tokens``.
         in_process: the model runs inside the Missive process.
         max_concurrency: requests generated at once per model (None: unbounded,
-            the backend queues).
+            the backend queues). Enforced by the core for every driver, with a
+            bounded wait queue in front (:mod:`missive.admission`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,7 +73,7 @@ class Capabilities(BaseModel):
     count_tokens: Literal["exact", "approximate", "none"] = "exact"
     prompt_caching: bool = False
     in_process: bool = False
-    max_concurrency: int | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
 
     def summary(self) -> dict[str, object]:
         """A JSON-friendly dict with sets sorted, for listings."""

@@ -13,12 +13,15 @@ Shape (every key optional)::
     delta_interval = 0.015      # seconds between streamed deltas; faster ones are merged
     log_level = "info"
     capture_dir = "/tmp/missive-captures"   # debugging/tests: write every request (keys redacted)
+    queue_depth = 16            # requests that may wait per model when every slot is busy
+    queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
 
     [models.smollm2-135m]
     driver = "llamacpp"
     display_name = "SmolLM2 135M Instruct"
     context_window = 8192
     aliases = ["claude-*"]      # glob patterns of client model ids
+    queue_depth = 4             # overrides server.queue_depth for this model (also queue_timeout)
     [models.smollm2-135m.settings]
     model_path = "/path/to/model.gguf"
 
@@ -76,6 +79,12 @@ class _Strict(BaseModel):
 
 
 class ServerConfig(_Strict):
+    """``[server]``. Every key is described in docs/configuration.md.
+
+    ``queue_depth`` and ``queue_timeout`` are the defaults of the models' own
+    keys (see :class:`ModelEntry` and :mod:`missive.admission`).
+    """
+
     host: str = "127.0.0.1"
     port: int = Field(default=8642, ge=0, le=65535)
     api_keys: list[str] = Field(default_factory=list)
@@ -86,6 +95,8 @@ class ServerConfig(_Strict):
     delta_interval: float = Field(default=0.015, ge=0)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     capture_dir: str | None = None
+    queue_depth: int = Field(default=16, ge=0)
+    queue_timeout: float = Field(default=300.0, gt=0)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -105,6 +116,10 @@ class ModelEntry(_Strict):
             in the models listing).
         aliases: glob patterns (``fnmatch``) of client model ids served by this model.
         created_at: RFC 3339 time shown by ``GET /v1/models``.
+        queue_depth: requests that may wait for this model when all its
+            ``max_concurrency`` slots are busy (None: ``server.queue_depth``).
+        queue_timeout: seconds a request may wait for a slot (None:
+            ``server.queue_timeout``). Beyond either: 529 ``overloaded_error``.
         settings: driver-specific settings, validated by the driver.
     """
 
@@ -114,6 +129,8 @@ class ModelEntry(_Strict):
     max_output_tokens: int | None = Field(default=None, ge=1)
     aliases: list[str] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0))
+    queue_depth: int | None = Field(default=None, ge=0)
+    queue_timeout: float | None = Field(default=None, gt=0)
     settings: dict[str, Any] = Field(default_factory=dict)
 
 

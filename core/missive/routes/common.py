@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from quart import current_app, g, request
 
+from ..admission import Admission
 from ..auth import check_api_key
 from ..config import Config
 from ..errors import InvalidRequestError
@@ -18,7 +19,7 @@ from ..schema.ignored import collect_ignored
 from ..thinking.signing import Signer
 from ..validation import parse_json, validate_body
 
-__all__ = ["state", "signer", "media_pipeline", "authenticate", "read_request", "note_ignored"]
+__all__ = ["state", "signer", "media_pipeline", "admission", "authenticate", "read_request", "note_ignored"]
 
 log = logging.getLogger("missive.request")
 
@@ -38,6 +39,11 @@ def signer() -> Signer:
 def media_pipeline() -> MediaPipeline:
     """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
     return current_app.extensions["missive"]["media"]
+
+
+def admission() -> Admission:
+    """The app's :class:`~missive.admission.Admission` (per-model slots and queues)."""
+    return current_app.extensions["missive"]["admission"]
 
 
 def authenticate() -> None:

@@ -5,6 +5,11 @@ sends ``accept: application/json`` for streams too). Both paths run the same
 :class:`~missive.pipeline.MessageStream`; errors before the stream starts are
 HTTP errors, errors after it are an SSE ``error`` event with no
 ``message_stop`` after it (contract section 4).
+
+A message holds one of its model's slots (:mod:`missive.admission`) from
+before the driver is called until the answer ends, whether it completes,
+fails, or its client goes away; a full queue is a 529 before anything is
+sent. ``count_tokens`` takes no slot.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..tools.server import server_block_paths
-from .common import authenticate, media_pipeline, note_ignored, read_request, signer, state
+from .common import admission, authenticate, media_pipeline, note_ignored, read_request, signer, state
 
 log = logging.getLogger("missive.messages")
 
@@ -101,32 +106,59 @@ async def create_message() -> Response | dict:
     config, _, models = state()
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
-    stream = MessageStream(
-        driver, await _prepare(req, model_id, driver), message_id=message_id(), model=req.model, signer=signer()
-    )
-    first = await stream.start()
+    prepared = await _prepare(req, model_id, driver)
+    slot = await admission().gate(model_id, driver).admit()  # 529 when full; waits otherwise
+    try:
+        stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
+        first = await stream.start()
+    except BaseException:
+        slot.release()
+        raise
     if not req.stream:
-        events = [first]
-        async for event in stream.events():
-            events.append(event)
+        try:
+            events = [first]
+            async for event in stream.events():
+                events.append(event)
+        finally:
+            try:
+                await stream.aclose()
+            finally:
+                slot.release()
         return accumulate(events)
 
     request_id = g.request_id
     server = config.server
 
     async def body() -> AsyncIterator[bytes]:
-        yield frame(first)
+        # The slot is freed before the last frame is sent (the driver has
+        # ended by then: events() closes it before message_delta, and before
+        # raising), so a client that sends its next request as soon as it
+        # reads message_stop or the error finds the slot free.
         try:
-            async for event in paced(
-                stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval
-            ):
-                yield frame(event)
-        except MissiveError as exc:
-            log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
-            yield frame(exc.envelope(request_id))
-        except Exception:
-            log.exception("stream failed")
-            yield frame(ApiError("internal server error; the server log has the details").envelope(request_id))
+            yield frame(first)
+            try:
+                async for event in paced(
+                    stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval
+                ):
+                    if event["type"] == "message_stop":
+                        slot.release()
+                    yield frame(event)
+            except MissiveError as exc:
+                slot.release()
+                log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
+                yield frame(exc.envelope(request_id))
+            except Exception:
+                slot.release()
+                log.exception("stream failed")
+                yield frame(ApiError("internal server error; the server log has the details").envelope(request_id))
+        finally:
+            # Ended, failed, client gone, or finalized by the garbage
+            # collector in another task: the driver stops, then the slot is
+            # freed (a body never iterated frees it through Slot.__del__).
+            try:
+                await stream.aclose()
+            finally:
+                slot.release()
 
     response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
     response.timeout = None

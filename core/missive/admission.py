@@ -1,0 +1,241 @@
+"""Admission: per model, at most ``max_concurrency`` generations at once and
+a bounded, fair wait queue in front of them.
+
+Every ``POST /v1/messages`` takes a :class:`Slot` from its model's
+:class:`Gate` before the driver is called, and gives it back when the answer
+ends, however it ends. The rules (docs/configuration.md, docs/api-compatibility.md):
+
+* a driver's ``Capabilities.max_concurrency`` is the number of slots
+  (None: unbounded; requests are counted, never queued);
+* when every slot is taken, up to ``queue_depth`` requests wait, served in
+  arrival order (a freed slot is handed to the first waiter, never taken by
+  a newcomer);
+* a request arriving with the queue full, or one that has waited
+  ``queue_timeout`` seconds, gets 529 ``overloaded_error`` with a
+  ``retry-after`` estimate: never an unbounded wait;
+* a waiter whose task is cancelled (Quart cancels the handler when its client
+  disconnects) leaves the queue without taking a slot;
+* ``count_tokens`` never comes here.
+
+A slot is a counter, not a lock: releasing it needs no owner task, so a
+response generator finalized by the garbage collector in another task (or
+never started at all) still frees it (see :meth:`Slot.release`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from .errors import OverloadedError
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .driver import Driver
+
+__all__ = ["Admission", "Gate", "Slot", "DEFAULT_RETRY_AFTER"]
+
+log = logging.getLogger("missive.admission")
+
+#: ``retry-after`` seconds for a model none of whose generations has ended yet.
+DEFAULT_RETRY_AFTER = 10
+#: Weight of the newest service time in the running average.
+_EWMA = 0.3
+#: Bounds of ``retry-after``: the SDKs honour it only up to 60 s (beyond, they
+#: use their own backoff), and :func:`missive.app.error_response` caps it there.
+_RETRY_MIN, _RETRY_MAX = 1, 60
+
+
+class Slot:
+    """The right to run one generation on one model, until :meth:`release`.
+
+    Server-tool continuations inside one message run under the same slot.
+    """
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate: Gate | None = gate
+        self._since = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+
+    def release(self) -> None:
+        """Give the slot back (to the first waiter, if any). Idempotent, and
+        callable from any task of the server's event loop; no await."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate._release(time.monotonic() - self._since)
+
+    def __del__(self) -> None:
+        # A slot dropped unreleased: a streaming body that was never iterated
+        # (the client left between the handler's return and the first byte).
+        gate, self._gate = self._gate, None
+        if gate is None:
+            return
+        held = time.monotonic() - self._since
+        try:
+            self._loop.call_soon_threadsafe(gate._release, held)
+        except RuntimeError:  # the loop is closed: nothing waits any more
+            pass
+
+
+class Gate:
+    """One model's slots and wait queue.
+
+    Args:
+        model: the configured model id (for messages and logs).
+        limit: slots (``max_concurrency``), or None for unbounded.
+        depth: requests allowed to wait beyond the running ones (``queue_depth``, >= 0).
+        timeout: seconds a request may wait for a slot (``queue_timeout``, > 0).
+
+    Attributes:
+        running: slots held now (generations running).
+    """
+
+    def __init__(self, model: str, *, limit: int | None, depth: int, timeout: float) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"max_concurrency of model '{model}' must be at least 1 or None, got {limit}")
+        self.model = model
+        self.limit = limit
+        self.depth = depth
+        self.timeout = timeout
+        self.running = 0
+        self._waiters: deque[asyncio.Future[bool]] = deque()
+        self._service: float | None = None  # running average of slot hold times, seconds
+
+    @property
+    def waiting(self) -> int:
+        """Requests in the queue now."""
+        return len(self._waiters)
+
+    def retry_after(self) -> int:
+        """Seconds a refused client should wait before trying again.
+
+        The running average of recent slot hold times (an exponentially
+        weighted mean, newest weight 0.3) times the queue positions ahead of a
+        newcomer (``waiting + 1``) per slot, rounded up and kept within
+        1..60 s; :data:`DEFAULT_RETRY_AFTER` before any generation of the
+        model has ended.
+        """
+        if self._service is None:
+            estimate = float(DEFAULT_RETRY_AFTER)
+        else:
+            estimate = self._service * (self.waiting + 1) / (self.limit or 1)
+        return max(_RETRY_MIN, min(_RETRY_MAX, math.ceil(estimate)))
+
+    def _overloaded(self, why: str, setting: str) -> OverloadedError:
+        message = (
+            f"model '{self.model}' is overloaded: {why} ({self.running} generating, max_concurrency "
+            f"{self.limit}; {self.waiting} waiting, queue_depth {self.depth}); retry later, "
+            f"or raise models.{self.model}.{setting} (default: server.{setting})"
+        )
+        return OverloadedError(message, retry_after=self.retry_after())
+
+    async def admit(self) -> Slot:
+        """Take a slot, waiting in line for one if every slot is taken.
+
+        Returns:
+            the :class:`Slot`; the caller must :meth:`~Slot.release` it.
+
+        Raises:
+            OverloadedError: 529, with ``retry_after`` set, when the queue
+                already holds ``depth`` waiters, or after ``timeout`` seconds
+                without a slot.
+            asyncio.CancelledError: the waiting task was cancelled (client
+                gone); it has left the queue and holds no slot.
+        """
+        if self.limit is None or (self.running < self.limit and not self._waiters):
+            self.running += 1
+            return Slot(self)
+        if len(self._waiters) >= self.depth:
+            error = self._overloaded("every slot is busy and the wait queue is full", "queue_depth")
+            log.warning("refused: %s", error.message)
+            raise error
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiters.append(waiter)
+        log.info(
+            "queued for model %s: position %d, %d generating (max_concurrency %s)",
+            self.model, len(self._waiters), self.running, self.limit,
+        )
+        queued_at = time.monotonic()
+        timer = loop.call_later(self.timeout, self._expire, waiter)
+        try:
+            admitted = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                # Handed a slot just as the task was cancelled: pass it on.
+                self._release(None)
+            else:
+                self._discard(waiter)
+                log.info("left the queue of model %s (client gone) after %.1f s",
+                         self.model, time.monotonic() - queued_at)
+            raise
+        finally:
+            timer.cancel()
+        if not admitted:
+            error = self._overloaded(f"no slot became free within {self.timeout:g} s", "queue_timeout")
+            log.warning("refused: %s", error.message)
+            raise error
+        log.info("admitted to model %s after %.1f s in the queue", self.model, time.monotonic() - queued_at)
+        return Slot(self)
+
+    def _expire(self, waiter: asyncio.Future[bool]) -> None:
+        if not waiter.done():
+            waiter.set_result(False)
+            self._discard(waiter)
+
+    def _discard(self, waiter: asyncio.Future[bool]) -> None:
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            pass
+
+    def _release(self, held: float | None) -> None:
+        """One slot freed (``held``: seconds it was held, None when it was
+        never used): hand it to the first live waiter, else count it free."""
+        if held is not None:
+            self._service = held if self._service is None else _EWMA * held + (1 - _EWMA) * self._service
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)  # the slot changes hands: running is unchanged
+                return
+        self.running -= 1
+
+
+class Admission:
+    """The gates of every served model, built on first use (after the drivers
+    have started, so a capability a driver settles in ``start()`` counts).
+
+    Args:
+        config: ``server.queue_depth`` / ``queue_timeout`` are the defaults;
+            a model entry's own keys override them.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.gates: dict[str, Gate] = {}
+
+    def gate(self, model_id: str, driver: Driver) -> Gate:
+        """The gate of ``model_id`` (served by ``driver``)."""
+        gate = self.gates.get(model_id)
+        if gate is None:
+            entry, server = driver.entry, self.config.server
+            gate = Gate(
+                model_id,
+                limit=driver.capabilities.max_concurrency,
+                depth=server.queue_depth if entry.queue_depth is None else entry.queue_depth,
+                timeout=server.queue_timeout if entry.queue_timeout is None else entry.queue_timeout,
+            )
+            self.gates[model_id] = gate
+        return gate
+
+    def totals(self) -> dict[str, int]:
+        """``{"generating": N, "waiting": M}`` over every model (``/health``)."""
+        return {
+            "generating": sum(g.running for g in self.gates.values()),
+            "waiting": sum(g.waiting for g in self.gates.values()),
+        }

@@ -1,0 +1,160 @@
+"""missive.admission.Gate on its own: FIFO hand-over, the bounds, cancellation.
+
+The end-to-end behaviour (through a live server and the SDK) is in
+tests/test_admission.py; these cover orderings a server cannot produce on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+
+from missive.admission import DEFAULT_RETRY_AFTER, Gate
+from missive.errors import OverloadedError
+
+pytestmark = pytest.mark.anyio
+
+
+async def _queued(gate: Gate, n: int) -> None:
+    """Until ``n`` requests wait (the tasks only need the loop to run)."""
+    for _ in range(1000):
+        if gate.waiting == n:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{gate.waiting} waiting, expected {n}")
+
+
+async def test_fifo_hand_over_and_no_barging() -> None:
+    gate = Gate("m", limit=1, depth=5, timeout=60)
+    first = await gate.admit()
+    order: list[str] = []
+
+    async def wait(name: str) -> None:
+        slot = await gate.admit()
+        order.append(name)
+        slot.release()
+
+    tasks = []
+    for i, name in enumerate("abc"):
+        tasks.append(asyncio.ensure_future(wait(name)))
+        await _queued(gate, i + 1)
+    first.release()
+    # A newcomer arriving as the slot is handed over queues behind the others.
+    late = asyncio.ensure_future(wait("late"))
+    await asyncio.gather(*tasks, late)
+    assert order == ["a", "b", "c", "late"]
+    assert gate.running == 0 and gate.waiting == 0
+
+
+async def test_full_queue_is_overloaded_with_retry_after() -> None:
+    gate = Gate("m", limit=1, depth=1, timeout=60)
+    slot = await gate.admit()
+    waiter = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 1)
+    with pytest.raises(OverloadedError) as caught:
+        await gate.admit()
+    error = caught.value
+    assert error.status == 529 and error.error_type == "overloaded_error"
+    assert error.retry_after == DEFAULT_RETRY_AFTER  # no generation has ended yet
+    assert "models.m.queue_depth" in error.message and "queue_depth 1" in error.message
+    slot.release()
+    (await waiter).release()
+
+
+async def test_retry_after_follows_service_times() -> None:
+    gate = Gate("m", limit=2, depth=4, timeout=60)
+    slots = [await gate.admit() for _ in range(2)]
+    third = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 1)
+    # no generation has ended: the default; 1 waiting + the newcomer, 2 slots
+    assert gate.retry_after() == DEFAULT_RETRY_AFTER
+    slots[0]._since -= 19.5  # noqa: SLF001 - as if it had generated for 19.5 s
+    slots[0].release()  # handed to the third
+    # 0 waiting + the newcomer, 2 slots: 19.5 * 1 / 2, rounded up
+    assert gate.retry_after() == 10
+    slots[1]._since -= 1000.0  # noqa: SLF001
+    slots[1].release()
+    assert gate.retry_after() == 60  # the SDKs honour at most 60 s
+    (await third).release()
+    assert gate.running == 0
+
+
+async def test_queue_timeout_is_overloaded() -> None:
+    gate = Gate("m", limit=1, depth=3, timeout=0.05)
+    slot = await gate.admit()
+    with pytest.raises(OverloadedError) as caught:
+        await gate.admit()
+    assert "within 0.05 s" in caught.value.message and "models.m.queue_timeout" in caught.value.message
+    assert gate.waiting == 0
+    slot.release()
+    assert gate.running == 0
+
+
+async def test_cancelled_waiter_leaves_the_queue() -> None:
+    gate = Gate("m", limit=1, depth=3, timeout=60)
+    slot = await gate.admit()
+    gone = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 1)
+    stays = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 2)
+    gone.cancel()
+    await _queued(gate, 1)
+    slot.release()
+    (await stays).release()
+    assert gone.cancelled() and gate.running == 0
+
+
+async def test_cancelled_just_after_the_hand_over_passes_the_slot_on() -> None:
+    gate = Gate("m", limit=1, depth=3, timeout=60)
+    slot = await gate.admit()
+    unlucky = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 1)
+    next_one = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 2)
+    slot.release()  # hands the slot to ``unlucky``, whose task has not run yet
+    unlucky.cancel()  # ... and is cancelled before it does
+    with pytest.raises(asyncio.CancelledError):
+        await unlucky
+    (await asyncio.wait_for(next_one, 5)).release()
+    assert gate.running == 0 and gate.waiting == 0
+
+
+async def test_unbounded_gate_counts() -> None:
+    gate = Gate("m", limit=None, depth=0, timeout=60)
+    slots = [await gate.admit() for _ in range(50)]
+    assert gate.running == 50 and gate.waiting == 0
+    for s in slots:
+        s.release()
+        s.release()  # idempotent
+    assert gate.running == 0
+
+
+async def test_slot_dropped_unreleased_is_freed() -> None:
+    """A response body that is never iterated drops its slot unreleased."""
+    gate = Gate("m", limit=1, depth=0, timeout=60)
+    slot = await gate.admit()
+    del slot
+    gc.collect()
+    await asyncio.sleep(0)  # the release is scheduled on the loop
+    assert gate.running == 0
+    (await gate.admit()).release()
+
+
+async def test_model_keys_override_the_server_defaults() -> None:
+    from missive.admission import Admission
+    from missive.capabilities import Capabilities
+    from missive.config import Config, ModelEntry
+
+    class Stub:
+        def __init__(self, entry: ModelEntry, limit: int | None) -> None:
+            self.entry, self.capabilities = entry, Capabilities(max_concurrency=limit)
+
+    config = Config.model_validate({"server": {"queue_depth": 7, "queue_timeout": 30}})
+    admission = Admission(config)
+    own = admission.gate("own", Stub(ModelEntry(driver="x", queue_depth=0, queue_timeout=2.5), 2))
+    default = admission.gate("default", Stub(ModelEntry(driver="x"), None))
+    assert (own.limit, own.depth, own.timeout) == (2, 0, 2.5)
+    assert (default.limit, default.depth, default.timeout) == (None, 7, 30)
+    assert admission.gate("own", Stub(ModelEntry(driver="x"), 9)) is own  # built once
