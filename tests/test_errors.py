@@ -218,3 +218,37 @@ def test_port_in_use_fails_cleanly(echo_config: dict, tmp_path) -> None:
     assert out.returncode != 0
     assert f"Error: cannot listen on http://127.0.0.1:{port}" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+EMPTY = "all messages must have non-empty content except for the optional final assistant message"
+
+
+@pytest.mark.parametrize("empty", ["", []])
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_empty_content_is_refused(echo_url: str, empty: object, path: str) -> None:
+    """The API refuses a message with empty content (issue 15 item 3)..."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": empty}]
+    resp = httpx.post(f"{echo_url}{path}", json={"model": "echo", "max_tokens": 5, "messages": messages})
+    assert assert_envelope(resp, 400, "invalid_request_error")["error"]["message"] == f"messages.2: {EMPTY}"
+    first = httpx.post(f"{echo_url}{path}", json={"model": "echo", "max_tokens": 5,
+                                                  "messages": [{"role": "user", "content": empty}, *messages[1:2],
+                                                               {"role": "user", "content": "ok"}]})
+    assert assert_envelope(first, 400, "invalid_request_error")["error"]["message"] == f"messages.0: {EMPTY}"
+
+
+def test_empty_final_assistant_and_tool_result_are_accepted(echo: anthropic.Anthropic) -> None:
+    """...except the optional final assistant message, and an empty tool_result
+    content (a command with no output, as Claude Code sends)."""
+    tools = [{"name": "run", "description": "run a command", "input_schema": {"type": "object"}}]
+    history = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "run", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": ""}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "run", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": []}]},
+    ]
+    for final in ("", []):
+        reply = echo.messages.create(model="echo-tools", max_tokens=5, tools=tools,
+                                     messages=[*history, {"role": "assistant", "content": final}])
+        assert reply.type == "message"

@@ -132,6 +132,23 @@ class CountTokensRequest(Open):
     top_p: float | None = None
     top_k: int | None = None
 
+    @model_validator(mode="after")
+    def _non_empty_content(self) -> CountTokensRequest:
+        """Every message has content (``""`` and ``[]`` are refused), except an
+        optional final assistant message (a prefill that may be empty). The
+        API's rule and wording; an empty ``tool_result`` content stays valid
+        (a command with no output, as Claude Code sends)."""
+        last = len(self.messages) - 1
+        for i, message in enumerate(self.messages):
+            if i == last and message.role == "assistant":
+                continue
+            if message.content == "" or message.content == []:
+                raise ValueError(
+                    f"messages.{i}: all messages must have non-empty content except for the optional final "
+                    "assistant message"
+                )
+        return self
+
     def output_format_schema(self) -> dict[str, Any] | None:
         """The JSON schema of ``output_config.format`` (or legacy ``output_format``)."""
         fmt = (self.output_config.format if self.output_config else None) or self.output_format
