@@ -23,6 +23,8 @@ section 2):
   call and the answer; other server-tool blocks are left out. A final
   assistant message ending with such a result is therefore no prefill: the
   answer goes on after the result (the API's ``pause_turn`` resumption).
+* tool call ids that Missive wrapped to fit the API's pattern
+  (:func:`missive.ids.client_tool_id`) are turned back into the backend's own;
 * image and document blocks are kept by :func:`build_conversation`, then
   replaced by the media pipeline (:meth:`Conversation.replace_blocks`): an
   image by a :class:`~missive.media.types.ImageInput` (or the text of a
@@ -47,6 +49,7 @@ from .schema.blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from .ids import backend_tool_id
 from .schema.request import CountTokensRequest
 from .media.types import ImageInput, ImageMarker
 from .tools.server import is_server_block, split_server_blocks
@@ -206,7 +209,7 @@ def build_conversation(
         blocks: list[Any] = []
         for b, block in enumerate(message.blocks()):
             if isinstance(block, _KEPT) or is_server_block(block):
-                blocks.append(block)
+                blocks.append(_backend_ids(block))
             elif isinstance(block, ThinkingBlock) and kept_thinking and (m, b) in kept_thinking:
                 blocks.append(block.model_copy(update={"thinking": kept_thinking[(m, b)]}))
         _append(turns, message.role, blocks, server_tools=server_tools)
@@ -215,6 +218,17 @@ def build_conversation(
         prefill = turns.pop().text()
     system = "\n\n".join(system_parts) if system_parts else None
     return Conversation(system=system, turns=turns, prefill=prefill)
+
+
+def _backend_ids(block: Any) -> Any:
+    """``block`` with the backend's own tool call id where the client holds a
+    wrapped one (:func:`missive.ids.client_tool_id`), so the backend and its
+    chat template see the ids the model produced."""
+    if isinstance(block, ToolUseBlock) and block.id != (original := backend_tool_id(block.id)):
+        return block.model_copy(update={"id": original})
+    if isinstance(block, ToolResultBlock) and block.tool_use_id != (original := backend_tool_id(block.tool_use_id)):
+        return block.model_copy(update={"tool_use_id": original})
+    return block
 
 
 def unrendered_media(request: CountTokensRequest) -> list[str]:

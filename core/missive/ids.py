@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 import secrets
 import string
 
@@ -31,3 +34,40 @@ def server_tool_use_id() -> str:
     """A new server_tool_use id, ``srvtoolu_`` + 24 base62 chars (the API's prefix
     for calls of tools it runs itself, Anthropic docs "Server tools")."""
     return "srvtoolu_" + _base62(24)
+
+
+#: The API's pattern for ``tool_use.id`` (a replayed id outside it is refused
+#: by the API, and by other Anthropic-compatible servers).
+TOOL_ID_PATTERN = re.compile(r"^[a-zA-Z0-9_-]+$")
+#: Prefix of a client id that carries a backend's own call id, base64url-encoded.
+_WRAPPED = "toolu_b64_"
+
+
+def client_tool_id(backend_id: str | None) -> str:
+    """The ``tool_use.id`` a client gets for a call the backend named ``backend_id``.
+
+    A missing id is a new :func:`tool_use_id`. An id already matching
+    :data:`TOOL_ID_PATTERN` is kept (vLLM's ``chatcmpl-tool-...``, llama.cpp's
+    random ids). Any other (Kimi-K2's ``functions.get_weather:0``, ids with
+    dots or spaces) is carried inside a pattern-valid id,
+    ``toolu_b64_`` + its UTF-8 in unpadded base64url, which
+    :func:`backend_tool_id` turns back, so a chat template that depends on its
+    own id format gets it in the history, with no state kept on the server.
+    """
+    if not backend_id:
+        return tool_use_id()
+    if TOOL_ID_PATTERN.match(backend_id) and not backend_id.startswith(_WRAPPED):
+        return backend_id
+    return _WRAPPED + base64.urlsafe_b64encode(backend_id.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+
+
+def backend_tool_id(client_id: str) -> str:
+    """The backend's own id for a client's ``tool_use.id`` (the inverse of
+    :func:`client_tool_id`); ids Missive did not wrap are returned as they are."""
+    if not client_id.startswith(_WRAPPED):
+        return client_id
+    encoded = client_id[len(_WRAPPED):]
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return client_id

@@ -57,7 +57,7 @@ from .events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from .ids import tool_use_id
+from .ids import client_tool_id
 from .reasoning.base import ReasoningParser
 from .stop_sequences import StopMatcher
 from .thinking.signing import Signer
@@ -440,7 +440,7 @@ class MessageStream:
         ``srvtoolu_...``, whatever id the driver gave) for a server tool."""
         server = next((t.server for t in self.request.tools if t.name == event.name and t.server), None)
         if server is None:
-            block = {"type": "tool_use", "id": event.id or tool_use_id(), "name": event.name, "input": {}}
+            block = {"type": "tool_use", "id": client_tool_id(event.id), "name": event.name, "input": {}}
             return self._open_block("tool_use", block)
         block = server_tool_use_block(event.name)
         self._server_call, self._server_args = (server, block), ""

@@ -20,11 +20,13 @@ streaming; vLLM ``serving_chat.py`` ``chat_completion_stream_generator``):
   vLLM < 0.10's ``{"object": "error", ...}``).
 
 Tool-call arguments are buffered per call and validated as one JSON object
-when the call is complete (a new call starts, other output follows, or the
-stream finishes): backends' fragments are not always valid prefixes (vLLM's
-``required`` mode filters brackets; some servers send the whole call at
-once), and Missive's fragments must concatenate to exactly one object.
-Malformed arguments are a 502, never repaired.
+when the call is complete (its arguments parse as one object, other output
+follows, or the stream finishes): backends' fragments are not always valid
+prefixes (vLLM's ``required`` mode filters brackets; some servers send the
+whole call at once), and Missive's fragments must concatenate to exactly one
+object. Malformed arguments are a 502, never repaired. Calls are emitted in
+``index`` order however the backend interleaves their fragments (see
+:class:`ChunkTranslator`).
 """
 
 from __future__ import annotations
@@ -79,10 +81,33 @@ class _Call:
     id: str | None = None
     name: str | None = None
     arguments: list[str] = field(default_factory=list)
+    fragments: int = 0  # argument fragments received, empty ones included (a token estimate)
+    emitted: bool = False
+
+    def complete(self) -> bool:
+        """The arguments so far are one whole JSON object (nothing valid can
+        follow the closing brace of a top-level object, so the call is done)."""
+        if not self.arguments or not self.arguments[-1].rstrip().endswith("}"):
+            return False  # cheap test first: a long argument streams in thousands of fragments
+        try:
+            return isinstance(json.loads(_paired("".join(self.arguments))), dict)
+        except ValueError:
+            return False
 
 
 class ChunkTranslator:
     """Feed parsed chunks with :meth:`feed`, then call :meth:`finish`.
+
+    Tool calls are emitted whole and strictly one after another, in the
+    order of their ``index``: a call is emitted once its name is known and
+    its arguments form one JSON object, and only after every call of a
+    lower index; text, reasoning or the end of the stream emit whatever is
+    left. So backends that open several calls in one chunk and then
+    interleave their argument fragments (0, 1, 0, 1), or send the name or
+    id only in a later fragment, give the same blocks as backends that
+    stream calls one by one. A fragment with a new ``id`` on an index whose
+    call is already complete starts a new call (servers that number every
+    call ``0``).
 
     Args:
         tool_choice: the Anthropic ``tool_choice`` mode of the request
@@ -97,7 +122,8 @@ class ChunkTranslator:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.calls_emitted = 0
-        self._pending: dict[int, _Call] = {}
+        self._calls: dict[int, _Call] = {}  # by order key: the wire index, or a later one for a reused index
+        self._current: dict[int, int] = {}  # wire index -> order key of the call it continues
 
     def feed(self, chunk: Any) -> list[GenerationEvent]:
         """Events of one parsed ``data:`` chunk.
@@ -137,52 +163,81 @@ class ChunkTranslator:
             events.extend(self._flush())
             events.append(TextDelta(content))
         calls = delta.get("tool_calls")
-        if calls:
+        if calls:  # ``[]`` on content chunks (some servers) is nothing
             if not isinstance(calls, list):
                 raise BadGatewayError("malformed chunk from the backend: tool_calls is not a list")
             for fragment in calls:
-                events.extend(self._tool_fragment(fragment))
+                self._tool_fragment(fragment)
+            events.extend(self._ready())
         return events
 
-    def _tool_fragment(self, fragment: Any) -> list[GenerationEvent]:
+    def _tool_fragment(self, fragment: Any) -> None:
         if not isinstance(fragment, dict):
             raise BadGatewayError("malformed tool call fragment from the backend")
         index = fragment.get("index", 0)
-        if not isinstance(index, int):
+        if not isinstance(index, int) or isinstance(index, bool):
             raise BadGatewayError("malformed tool call fragment from the backend: index is not an integer")
-        events: list[GenerationEvent] = []
-        if index not in self._pending:
-            events.extend(self._flush())  # a new call: the previous ones are complete
-            self._pending[index] = _Call(index)
-        call = self._pending[index]
-        if fragment.get("id"):
-            call.id = str(fragment["id"])
         function = fragment.get("function") or {}
         if not isinstance(function, dict):
             raise BadGatewayError("malformed tool call fragment from the backend: function is not an object")
+        new_id = str(fragment["id"]) if fragment.get("id") else None
+        key = self._current.get(index)
+        call = self._calls.get(key) if key is not None else None
+        if call is None or (new_id is not None and call.id is not None and new_id != call.id and call.complete()):
+            key = index if call is None and index not in self._calls else max([*self._calls, index]) + 1
+            call = self._calls[key] = _Call(index)
+            self._current[index] = key
+        if new_id is not None and call.id is None:
+            call.id = new_id
         if function.get("name") and call.name is None:
             call.name = str(function["name"])
         arguments = function.get("arguments")
         if isinstance(arguments, dict):  # some servers send the object itself
-            call.arguments.append(json.dumps(arguments, ensure_ascii=False))
-        elif isinstance(arguments, str):
-            call.arguments.append(arguments)
-        elif arguments is not None:
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        elif arguments is not None and not isinstance(arguments, str):
             raise BadGatewayError("malformed tool call fragment from the backend: arguments is not a string")
-        return events
+        if arguments is None:
+            return
+        call.fragments += 1
+        if not arguments:
+            return
+        if call.emitted:
+            if arguments.strip():
+                raise BadGatewayError(
+                    f"the backend sent more arguments for tool '{call.name}' after its JSON object was complete"
+                )
+            return
+        call.arguments.append(arguments)
 
-    def _flush(self) -> list[GenerationEvent]:
-        """Emit every buffered call, validated, in index order."""
+    def _ready(self) -> list[GenerationEvent]:
+        """Emit, in order, the calls that are complete, up to the first that is
+        not or has not been seen (index 1 waits for index 0)."""
         events: list[GenerationEvent] = []
-        for index in sorted(self._pending):
-            call = self._pending.pop(index)
+        for key in range(len(self._calls)):
+            call = self._calls.get(key)
+            if call is None:
+                break  # a lower index has not been seen yet: it may still come
+            if call.emitted:
+                continue
+            if not (call.name and call.complete()):
+                break
             events.extend(self._emit(call))
         return events
 
+    def _flush(self) -> list[GenerationEvent]:
+        """Emit every call not yet emitted, validated, in order."""
+        events: list[GenerationEvent] = []
+        for key in sorted(self._calls):
+            call = self._calls[key]
+            if not call.emitted:
+                events.extend(self._emit(call))
+        return events
+
     def _emit(self, call: _Call) -> list[GenerationEvent]:
+        call.emitted = True
         if not call.name:
             raise BadGatewayError(f"the backend sent a tool call (index {call.index}) without a function name")
-        raw = "".join(call.arguments).strip()
+        raw = _paired("".join(call.arguments)).strip()
         if raw:
             try:
                 parsed = json.loads(raw)
@@ -203,7 +258,7 @@ class ChunkTranslator:
         self.calls_emitted += 1
         events: list[GenerationEvent] = [ToolCallStart(name=call.name, id=call.id)]
         if raw:
-            events.append(ToolCallDelta(raw, tokens=len(call.arguments)))
+            events.append(ToolCallDelta(raw, tokens=call.fragments))
         events.append(ToolCallEnd())
         return events
 
@@ -243,6 +298,16 @@ class ChunkTranslator:
                 )
             )
         return events
+
+
+def _paired(text: str) -> str:
+    """``text`` with surrogate halves joined into their character: a JSON
+    string escape split between two fragments (``"\\ud83d"`` then
+    ``"\\ude00"``) decodes as two lone surrogates, which cannot be encoded
+    for the client. Halves with no partner become U+FFFD."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

@@ -5,6 +5,7 @@ max_model_len), plus unit tests of the error and chunk translation."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -201,11 +202,114 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
-def test_interleaved_late_fragment_is_rejected_not_repaired() -> None:
+def test_incomplete_arguments_are_rejected_not_repaired() -> None:
     translator = ChunkTranslator()
     translator.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": '{"x"'}}]}))
+    # Call 1 is complete but waits for call 0, which never completes.
+    assert translator.feed(_chunk({"tool_calls": [{"index": 1, "function": {"name": "b", "arguments": "{}"}}]})) == []
+    translator.feed(_chunk({}, "tool_calls"))
     with pytest.raises(BadGatewayError, match="malformed JSON arguments for tool 'a'"):
-        translator.feed(_chunk({"tool_calls": [{"index": 1, "function": {"name": "b", "arguments": "{}"}}]}))
+        translator.finish(ended_cleanly=True)
+
+
+def _run(chunks: list[dict[str, Any]]) -> list[Any]:
+    translator = ChunkTranslator()
+    events: list[Any] = []
+    for chunk in chunks:
+        events += translator.feed(chunk)
+    return events + translator.finish(ended_cleanly=True)
+
+
+def _calls(events: list[Any]) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(name, id, input) of each call, checking the blocks are sequential."""
+    calls: list[tuple[str, str | None, dict[str, Any]]] = []
+    open_call: list[Any] | None = None
+    for event in events:
+        if isinstance(event, ToolCallStart):
+            assert open_call is None, "a call started inside another"
+            open_call = [event, ""]
+        elif isinstance(event, ToolCallDelta):
+            assert open_call is not None
+            open_call[1] += event.partial_json
+        elif isinstance(event, ToolCallEnd):
+            assert open_call is not None
+            start, raw = open_call
+            calls.append((start.name, start.id, json.loads(raw or "{}")))
+            open_call = None
+    assert open_call is None
+    return calls
+
+
+PARIS_ROME = [("get_weather", "call_a", {"location": "Paris"}), ("get_weather", "call_b", {"location": "Rome"})]
+
+
+def test_two_calls_opened_in_one_chunk_then_interleaved() -> None:
+    """Issue 15 item 1: index 0 and 1 opened together, fragments 0, 1, 0, 1."""
+    opened = [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+              {"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]
+    events = _run([
+        _chunk({"role": "assistant", "content": None, "tool_calls": opened}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"location": '}}]}),
+        _chunk({"tool_calls": [{"index": 1, "function": {"arguments": '{"location": '}}]}),
+        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        _chunk({"tool_calls": [{"index": 1, "function": {"arguments": '"Rome"}'}}]}),
+        _chunk({}, "tool_calls"),
+    ])
+    assert _calls(events) == PARIS_ROME
+    assert isinstance(events[-1], Finished) and events[-1].stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("shape", ["name-late", "one-chunk", "empty-lists", "reused-index", "reversed", "surrogates"])
+def test_openai_tool_call_stream_shapes(shape: str) -> None:
+    """Shapes backends are known to send give the same calls."""
+    if shape == "name-late":  # id and name only in a later fragment
+        chunks = [_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"location": "Paris"}'}}]}),
+                  _chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather"}}]}),
+                  _chunk({"tool_calls": [{"index": 1, "function": {"arguments": '{"location": "Rome"}'}}]}),
+                  _chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "get_weather"}}]})]
+    elif shape == "one-chunk":  # both whole calls in one chunk, with the finish
+        chunks = [_chunk({"tool_calls": [
+            {"index": 0, "id": "call_a", "function": {"name": "get_weather", "arguments": '{"location": "Paris"}'}},
+            {"index": 1, "id": "call_b", "function": {"name": "get_weather", "arguments": {"location": "Rome"}}}]})]
+    elif shape == "empty-lists":  # tool_calls: [] on content chunks
+        chunks = [_chunk({"content": "", "tool_calls": []}),
+                  _chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Paris"}'}}]}),
+                  _chunk({"content": None, "tool_calls": []}),
+                  _chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Rome"}'}}]})]
+    elif shape == "reused-index":  # every call numbered 0, told apart by id
+        chunks = [_chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": '}}]}),
+                  _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+                  _chunk({"tool_calls": [{"index": 0, "id": "call_b", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Rome"}'}}]})]
+    elif shape == "reversed":  # index 1 complete before index 0 starts
+        chunks = [_chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Rome"}'}}]}),
+                  _chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Paris"}'}}]})]
+    else:  # an emoji's UTF-16 escape split between two fragments
+        chunks = [_chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Paris\ud83d'}}]}),
+                  _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '\ude00"}'}}]}),
+                  _chunk({"tool_calls": [{"index": 1, "id": "call_b", "function": {"name": "get_weather",
+                                                                                    "arguments": '{"location": "Rome"}'}}]})]
+    events = _run([*chunks, _chunk({}, "tool_calls")])
+    expected = PARIS_ROME
+    if shape == "surrogates":
+        expected = [("get_weather", "call_a", {"location": "Paris\U0001F600"}), PARIS_ROME[1]]
+        for event in events:
+            if isinstance(event, ToolCallDelta):
+                event.partial_json.encode("utf-8")  # encodable for the client
+    assert _calls(events) == expected
+
+
+def test_arguments_after_a_complete_call_are_a_502() -> None:
+    translator = ChunkTranslator()
+    translator.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": "{}"}}]}))
+    with pytest.raises(BadGatewayError, match="after its JSON object was complete"):
+        translator.feed(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"more": 1}'}}]}))
 
 
 def test_sequential_calls_and_usage_split() -> None:
@@ -244,13 +348,13 @@ def test_stream_cut_before_finish_and_forbidden_calls() -> None:
     translator.feed(_chunk({"content": "x"}))
     with pytest.raises(BadGatewayError, match="closed the stream"):
         translator.finish(ended_cleanly=False)
+    # A complete call is checked as soon as it is complete (here: in its chunk).
     none = ChunkTranslator(tool_choice="none")
-    none.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": "{}"}}]}, "stop"))
     with pytest.raises(BadGatewayError, match="although tool_choice was none"):
-        none.finish(ended_cleanly=True)
+        none.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": "{}"}}]}, "stop"))
     named = ChunkTranslator(tool_choice="tool", forced_name="b")
-    named.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": "{}"}}]}, "stop"))
-    with pytest.raises(BadGatewayError, match="named 'b'"):
+    named.feed(_chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "a", "arguments": ""}}]}, "stop"))
+    with pytest.raises(BadGatewayError, match="named 'b'"):  # a call without arguments: checked at the end
         named.finish(ended_cleanly=True)
 
 
@@ -290,3 +394,57 @@ def test_server_tool_history_and_definitions_converted() -> None:
         {"role": "user", "content": "ok"},
     ]
     assert chat_tools(request)[0]["function"]["parameters"]["required"] == ["query"]
+
+
+WEATHER_TOOL = {"name": "get_weather", "description": "Weather in a place",
+                "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}}}
+
+
+def _interleaved_script() -> str:
+    """The backend opens two calls in one chunk, then interleaves their
+    argument fragments; the second call's id is Kimi-K2 style."""
+    def raw(delta: dict[str, Any]) -> dict[str, str]:
+        return {"raw": "data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": delta, "finish_reason": None}]})}
+
+    opened = [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+              {"index": 1, "id": "functions.get_weather:1", "type": "function",
+               "function": {"name": "get_weather", "arguments": ""}}]
+    fragments = [(0, '{"location": '), (1, '{"location": '), (0, '"Paris"}'), (1, '"Rome"}')]
+    script = [raw({"tool_calls": opened}),
+              *(raw({"tool_calls": [{"index": i, "function": {"arguments": a}}]}) for i, a in fragments)]
+    return json.dumps({"script": script, "finish_reason": "tool_calls"})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_interleaved_calls_and_foreign_ids_through_the_sdk(
+    client: anthropic.Anthropic, fake: FakeChatServer, stream: bool
+) -> None:
+    """Issue 15 items 1 and 2: two tool_use blocks in index order, strictly
+    sequential in the stream; every id matches the API's pattern, and the
+    backend gets its own ids back in the history."""
+    body: dict[str, Any] = {"model": "gen", "max_tokens": 50, "tools": [WEATHER_TOOL],
+                            "messages": [{"role": "user", "content": _interleaved_script()}]}
+    if stream:
+        with client.messages.stream(**body) as events:
+            kinds = [(e.type, getattr(e, "index", None)) for e in events if e.type.startswith("content_block")]
+            message = events.get_final_message()
+        starts = [i for kind, i in kinds if kind == "content_block_start"]
+        stops = [i for kind, i in kinds if kind == "content_block_stop"]
+        assert starts == stops == [0, 1]
+        assert kinds.index(("content_block_stop", 0)) < kinds.index(("content_block_start", 1))
+    else:
+        message = client.messages.create(**body)
+    assert message.stop_reason == "tool_use"
+    calls = [b for b in message.content if b.type == "tool_use"]
+    assert [(c.name, c.input) for c in calls] == [("get_weather", {"location": "Paris"}),
+                                                  ("get_weather", {"location": "Rome"})]
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]+", c.id) for c in calls), [c.id for c in calls]
+    assert calls[0].id == "call_a"
+    history = [*body["messages"], {"role": "assistant", "content": [c.model_dump() for c in calls]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": c.id, "content": "sunny"}
+                                            for c in calls]}]
+    client.messages.create(**{**body, "messages": history})
+    sent = fake.requests[-1]["messages"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == ["call_a", "functions.get_weather:1"]
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ["call_a", "functions.get_weather:1"]
