@@ -151,3 +151,16 @@ def test_count_tokens_does_not_wait_behind_generation(default_url: str, smol: an
     assert counted and counted > 10
     assert first is not None and counted_at is not None
     assert counted_at - first < (ended - first) / 2
+
+
+def test_model_discovery_finds_a_claude_named_id(smol: anthropic.Anthropic) -> None:
+    """Claude Code's gateway model discovery and Claude Desktop keep only ids
+    starting with claude or anthropic (issue 15 item 5): the default
+    configuration lists one, and it answers."""
+    ids = [m.id for m in smol.models.list(limit=1000)]
+    assert ids[0] == MODEL
+    claude_ids = [i for i in ids if i.startswith(("claude", "anthropic"))]
+    assert claude_ids == ["claude-smollm2-135m"]
+    assert smol.models.retrieve(claude_ids[0]).display_name
+    reply = smol.messages.create(model=claude_ids[0], max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+    assert reply.model == claude_ids[0] and reply.usage.output_tokens > 0

@@ -97,7 +97,11 @@ def register_default_models() -> list[DefaultModel]:
                 driver="llamacpp",
                 display_name="SmolLM2 135M Instruct (embedded default)",
                 context_window=8192,
-                aliases=["claude-*"],
+                # A plain claude-named id is listed by GET /v1/models: Claude
+                # Code's gateway model discovery and Claude Desktop keep only
+                # ids starting with "claude" or "anthropic". The glob maps every
+                # other claude-* id here.
+                aliases=["claude-smollm2-135m", "claude-*"],
                 settings={"model_path": str(path)},
             ),
         )

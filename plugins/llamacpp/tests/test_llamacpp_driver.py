@@ -92,7 +92,7 @@ def test_default_model_entry() -> None:
     assert default.id == "smollm2-135m"
     assert default.entry.driver == "llamacpp"
     assert default.entry.context_window == 8192
-    assert default.entry.aliases == ["claude-*"]
+    assert default.entry.aliases == ["claude-smollm2-135m", "claude-*"]
     assert default.entry.settings == {"model_path": str(MODEL_PATH)}
     assert MODEL_PATH is not None and MODEL_PATH.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
