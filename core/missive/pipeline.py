@@ -58,6 +58,7 @@ from .events import (
     ToolCallStart,
 )
 from .ids import client_tool_id
+from .tools.validate import parsed, schema_violation
 from .reasoning.base import ReasoningParser
 from .stop_sequences import StopMatcher
 from .thinking.signing import Signer
@@ -119,6 +120,7 @@ class MessageStream:
         # Server tools: the open call, calls answered, and what the
         # continuation after a result needs (this round's text, usage and
         # tokens of the rounds before, the output budget).
+        self._checked_call: tuple[str, list[str]] | None = None  # tool_use name and arguments, for the schema check
         self._server_call: tuple[ServerTool, dict[str, Any]] | None = None
         self._server_args = ""
         self._server_blocks = 0
@@ -376,6 +378,8 @@ class MessageStream:
                         raise ApiError(f"driver '{self.driver.name}' sent tool arguments outside a tool call")
                     if self._open == "server_tool_use":
                         self._server_args += event.partial_json
+                    elif self._checked_call is not None:
+                        self._checked_call[1].append(event.partial_json)
                     yield {
                         "type": "content_block_delta",
                         "index": self._index,
@@ -391,6 +395,7 @@ class MessageStream:
                         continue
                     if self._open == "tool_use":
                         self._tool_calls += 1
+                        self._check_call()
                     for out in self._close_block():
                         yield out
                     if not parallel and self._tool_calls >= 1:
@@ -418,6 +423,8 @@ class MessageStream:
             stop_reason = self._round_stop
         if self._tool_calls and stop_reason in ("end_turn", "stop_sequence"):
             stop_reason, stop_sequence = "tool_use", None
+        if stop_reason == "end_turn" and not self._tool_calls:
+            self._check_structured_output()
         round_tokens = self._output_tokens - self._round_start_tokens
         if driver_output_tokens is not None:
             round_tokens = driver_output_tokens
@@ -433,6 +440,33 @@ class MessageStream:
         }
         yield {"type": "message_stop"}
 
+    # -- schema checks -----------------------------------------------------
+
+    def _check_call(self) -> None:
+        """Log a complete tool_use input that breaks its tool's input_schema
+        (:mod:`missive.tools.validate`); the call is returned as generated."""
+        if self._checked_call is None:
+            return
+        name, fragments = self._checked_call
+        self._checked_call = None
+        tool = next((t for t in self.request.tools if t.name == name), None)
+        if tool is None:
+            return
+        problem = schema_violation(tool.input_schema, _input_object("".join(fragments)))
+        if problem is not None:
+            log.warning("%s: tool_use '%s' input does not match its input_schema: %s",
+                        self.request.request_id, name, problem)
+
+    def _check_structured_output(self) -> None:
+        """Log a structured-output answer (``output_config.format``) that is
+        not JSON valid against its schema."""
+        schema = self.request.request.output_format_schema()
+        if schema is None:
+            return
+        problem = schema_violation(schema, parsed(self._round_text))
+        if problem is not None:
+            log.warning("%s: the answer does not match output_config.format: %s", self.request.request_id, problem)
+
     # -- server tools ------------------------------------------------------
 
     def _call_start(self, event: ToolCallStart) -> list[Event]:
@@ -440,6 +474,7 @@ class MessageStream:
         ``srvtoolu_...``, whatever id the driver gave) for a server tool."""
         server = next((t.server for t in self.request.tools if t.name == event.name and t.server), None)
         if server is None:
+            self._checked_call = (event.name, [])
             block = {"type": "tool_use", "id": client_tool_id(event.id), "name": event.name, "input": {}}
             return self._open_block("tool_use", block)
         block = server_tool_use_block(event.name)

@@ -415,24 +415,30 @@ class LlamaCppDriver(Driver):
                     f"(output_config.format) on model '{self.model_id}' (driver llamacpp): its grammar "
                     "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
                 )
+        relaxed: list[str] = []
         try:
             if request.tools and choice.mode in ("any", "tool"):
                 cls = parser_class(self.tool_parser_specs, self._parser_name())
-                text = tool_call_grammar(cls, request.tools, choice)
+                text = tool_call_grammar(cls, request.tools, choice, relaxed)
             elif (schema := request.request.output_format_schema()) is not None:
-                text = json_schema_grammar(schema)
+                text = json_schema_grammar(schema, relaxed)
             else:
                 return None
         except MissiveError:
             raise
         except Exception as exc:  # llama-cpp-python's converter asserts on schemas it cannot handle
-            what = "tool input_schema" if request.tools and choice.mode in ("any", "tool") else "output_config.format schema"
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise InvalidRequestError(
-                f"the {what} cannot be enforced by a llama.cpp grammar ({detail}); "
-                "llama.cpp supports JSON Schema without unresolved $ref, boolean subschemas "
-                "or unanchored patterns"
+                f"the strict tool's input_schema cannot be enforced by a llama.cpp grammar ({detail}); "
+                "llama.cpp supports JSON Schema without unresolved $ref, boolean subschemas, "
+                "unanchored patterns or not/if/then/else; remove strict: true to have the rest enforced"
             ) from exc
+        if relaxed:
+            log.info(
+                "%s: the grammar does not enforce %s (the output is checked against the full schema afterwards)",
+                request.request_id,
+                ", ".join(relaxed),
+            )
         try:
             return llama_cpp.LlamaGrammar.from_string(text, verbose=False)
         except (ValueError, RuntimeError) as exc:

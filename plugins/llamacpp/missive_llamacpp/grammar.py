@@ -23,7 +23,7 @@ from llama_cpp.llama_grammar import SchemaConverter
 from missive.tools.definitions import ToolChoice, ToolDefinition
 from missive.tools.parsers.base import ToolParser
 
-__all__ = ["tool_call_grammar", "json_schema_grammar", "MAX_PARALLEL_CALLS"]
+__all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "MAX_PARALLEL_CALLS"]
 
 MAX_PARALLEL_CALLS = 8
 
@@ -53,19 +53,128 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def tool_call_grammar(parser: type[ToolParser], tools: tuple[ToolDefinition, ...], choice: ToolChoice) -> str:
+#: Keywords llama.cpp's converter does not know (it stops with "Unrecognized
+#: schema"): dropped from a relaxed schema.
+_UNKNOWN_KEYWORDS = frozenset({
+    "not", "if", "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
+    "unevaluatedProperties", "unevaluatedItems", "contentSchema",
+})
+#: Keywords whose value is one subschema, a list of them, or a name -> subschema map.
+_ONE = ("items", "additionalProperties", "propertyNames", "contains", "additionalItems")
+_MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
+_MAP = ("properties", "patternProperties", "$defs", "definitions")
+
+
+def _pattern_ok(pattern: Any) -> bool:
+    """Whether llama.cpp's converter takes this ``pattern`` (anchored ``^...$``,
+    in the regex subset it translates)."""
+    try:
+        _converter().visit({"type": "string", "pattern": pattern}, "p")
+        return True
+    except Exception:  # noqa: BLE001 - the converter asserts on what it cannot do
+        return False
+
+
+def relax(schema: Any, relaxed: list[str], path: str = "#") -> Any:
+    """A copy of ``schema`` that llama.cpp's converter can turn into a
+    grammar: the parts it cannot enforce are left out, each named in
+    ``relaxed`` (a JSON pointer-like path and the keyword). What is left
+    still constrains the output (types, properties, required keys, enums...);
+    what was left out is not enforced during sampling.
+
+    Left out: keywords the converter does not know (``not``, ``if``/``then``/
+    ``else``, ``dependentSchemas``...), a ``pattern`` it cannot translate
+    (unanchored, lookarounds, inline flags), ``$ref`` to another document;
+    boolean subschemas become ``{}`` (``true``) or are dropped (``false``).
+    """
+    if schema is True:
+        return {}
+    if schema is False:
+        relaxed.append(f"{path} (false)")
+        return {}
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        where = f"{path}/{key}"
+        if key in _UNKNOWN_KEYWORDS:
+            relaxed.append(where)
+        elif key == "pattern" and not _pattern_ok(value):
+            relaxed.append(where)
+        elif key == "$ref" and isinstance(value, str) and not value.startswith("#"):
+            relaxed.append(where)
+        elif key in _ONE and isinstance(value, (dict, bool)):
+            out[key] = relax(value, relaxed, where) if value is not False or key != "additionalProperties" else False
+        elif key in _MANY and isinstance(value, list):
+            out[key] = [relax(v, relaxed, f"{where}/{i}") for i, v in enumerate(value)]
+        elif key in _MAP and isinstance(value, dict):
+            out[key] = {
+                name: relax(v, relaxed, f"{where}/{name}")
+                for name, v in value.items()
+                if not (v is False and key == "properties")  # a property that must not appear: left out
+            }
+        else:
+            out[key] = value
+    return out
+
+
+def _args_schema(tool: ToolDefinition, index: int, relaxed: list[str]) -> dict[str, Any]:
+    """The arguments schema to build ``tool``'s grammar from: its own when
+    the converter takes it, else (non-strict tools only) :func:`relax`'s
+    copy, else any JSON object.
+
+    Raises:
+        Exception: a ``strict: true`` tool whose schema the converter
+            refuses (the driver answers 400: the API documents the schema
+            features strict tools may use).
+    """
+    schema = _object_schema(tool.input_schema)
+    if _converts(schema, f"tool{index}") or tool.strict:
+        return schema
+    notes: list[str] = []
+    loose = relax(schema, notes)
+    if _converts(loose, f"tool{index}"):
+        relaxed.extend(f"tool '{tool.name}' {note}" for note in notes)
+        return loose
+    relaxed.append(f"tool '{tool.name}' (whole input_schema: any JSON object)")
+    return {"type": "object"}
+
+
+def _converts(schema: dict[str, Any], name: str) -> bool:
+    try:
+        converter = _converter()
+        converter.visit(converter.resolve_refs(copy.deepcopy(schema), name), f"{name}-args")
+        return True
+    except Exception:  # noqa: BLE001 - the converter asserts, raises KeyError... on what it cannot do
+        return False
+
+
+def tool_call_grammar(
+    parser: type[ToolParser], tools: tuple[ToolDefinition, ...], choice: ToolChoice, relaxed: list[str] | None = None
+) -> str:
     """GBNF for a reply made only of calls (``choice.mode`` ``any`` or ``tool``).
+
+    A non-strict tool's schema that llama.cpp cannot fully enforce is
+    enforced as far as it can be (:func:`relax`; the API accepts any JSON
+    Schema for tools without ``strict: true``, and clients send such schemas:
+    zod records, unanchored patterns); what was left out is appended to
+    ``relaxed``. A strict tool's schema must convert whole.
 
     Args:
         parser: the parser class whose ``call_syntax`` writes a call.
         tools: the offered tools; with mode ``tool`` only ``choice.name`` is allowed.
         choice: mode, name and whether several calls are allowed.
+        relaxed: receives what was not enforced, e.g. ``tool 'f' #/properties/n/pattern``.
+
+    Raises:
+        Exception: from llama-cpp-python's converter, for a strict tool.
     """
+    notes = relaxed if relaxed is not None else []
     allowed = [t for t in tools if choice.mode != "tool" or t.name == choice.name]
     converter = _converter()
     alternatives = []
     for i, tool in enumerate(allowed):
-        schema = converter.resolve_refs(_object_schema(tool.input_schema), f"tool{i}")
+        schema = converter.resolve_refs(_args_schema(tool, i, notes), f"tool{i}")
         args_rule = converter.visit(schema, f"tool{i}-args")
         prefix, suffix = parser.call_syntax(tool.name)
         body = f"{converter._format_literal(prefix)} {args_rule} {converter._format_literal(suffix)}"
@@ -79,12 +188,26 @@ def tool_call_grammar(parser: type[ToolParser], tools: tuple[ToolDefinition, ...
     return _strict_json(converter.format_grammar())
 
 
-def json_schema_grammar(schema: dict[str, Any]) -> str:
+def json_schema_grammar(schema: dict[str, Any], relaxed: list[str] | None = None) -> str:
     """GBNF for a reply that is one JSON value valid against ``schema``
-    (``output_config.format``)."""
+    (``output_config.format``), relaxed as :func:`tool_call_grammar` relaxes
+    a non-strict tool (what was left out is appended to ``relaxed``); a
+    schema not even its relaxed copy converts is any JSON object.
+    """
+    notes = relaxed if relaxed is not None else []
+    schema = copy.deepcopy(schema)
+    schema.pop("$schema", None)
+    if not _converts(schema, "output"):
+        found: list[str] = []
+        loose = relax(schema, found)
+        if _converts(loose, "output"):
+            notes.extend(f"output_config.format {note}" for note in found)
+            schema = loose
+        else:
+            notes.append("output_config.format (whole schema: any JSON object)")
+            schema = {"type": "object"}
     converter = _converter()
-    resolved = converter.resolve_refs(copy.deepcopy(schema), "output")
-    resolved.pop("$schema", None)
+    resolved = converter.resolve_refs(schema, "output")
     converter.visit(resolved, "")
     return _strict_json(converter.format_grammar())
 

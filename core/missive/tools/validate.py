@@ -1,0 +1,52 @@
+"""Checking a generated tool input or structured output against its full schema.
+
+A backend may enforce only part of a schema while sampling (llama.cpp's
+grammars leave out ``not``, unanchored patterns...: see
+``missive_llamacpp.grammar.relax``), and a model that is not constrained at
+all may write anything. The pipeline checks each complete ``tool_use`` input
+and each structured-output answer here and logs what does not conform, so an
+operator sees it; the answer itself is returned as generated (the API does not
+validate the inputs of non-strict tools either).
+
+Uses ``jsonschema`` (the reference Python implementation): the draft is read
+from the schema's ``$schema``, default 2020-12, as the API's tool schemas are.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["parsed", "schema_violation"]
+
+
+def schema_violation(schema: dict[str, Any] | None, value: Any) -> str | None:
+    """The first way ``value`` breaks ``schema``, as ``path: message``
+    (``location: '12' does not match '^\\d+$'``), or None when it conforms,
+    when there is no schema, or when the schema itself is not valid JSON
+    Schema (nothing to check against). Never raises."""
+    if not schema:
+        return None
+    try:
+        import jsonschema
+        from jsonschema.exceptions import SchemaError
+
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
+    except SchemaError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - a check must never fail a request (unresolvable $ref...)
+        return f"(not checked: {type(exc).__name__})"
+    if error is None:
+        return None
+    path = ".".join(str(p) for p in error.absolute_path) or "(root)"
+    return f"{path}: {error.message}"
+
+
+def parsed(text: str) -> Any:
+    """``text`` as JSON, or the text itself when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
