@@ -166,7 +166,7 @@ class LlamaCppDriver(Driver):
                     n_threads=s.threads,
                     n_threads_batch=s.threads,
                     n_batch=s.n_batch,
-                    n_gpu_layers=s.n_gpu_layers,
+                    n_gpu_layers=s.gpu_layers,
                     verbose=s.verbose,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -181,7 +181,7 @@ class LlamaCppDriver(Driver):
                     s.mmproj,
                     model_id=self.model_id,
                     threads=s.threads,
-                    use_gpu=s.n_gpu_layers != 0,
+                    use_gpu=s.gpu_layers != 0,
                     verbose=s.verbose,
                 )
                 # Images: every type of the API (Pillow decodes them for libmtmd).
@@ -191,11 +191,12 @@ class LlamaCppDriver(Driver):
             raise
         self._llm = llm
         log.info(
-            "model %s loaded from %s: n_ctx=%d, %d threads, %s, bos=%r add_bos=%s, projector=%s",
+            "model %s loaded from %s: n_ctx=%d, %d threads, %s, %s, bos=%r add_bos=%s, projector=%s",
             self.model_id,
             path,
             self._n_ctx,
             s.threads,
+            _offload(llm, s, self.model_id),
             buffers.describe(),
             self._bos_text,
             self._add_bos,
@@ -746,6 +747,25 @@ def _cached_prefix(llm: Any, tokens: list[int], media: MediaPrompt | None = None
     )
     # An image is in the cache whole or not at all.
     return media.image_start(reuse) if media is not None else reuse
+
+
+def _offload(llm: Any, settings: LlamaCppSettings, model_id: str) -> str:
+    """Where the layers went, for the load log line: ``offload: 30/30 layers
+    to the GPU (n_gpu_layers=-1)``, or ``offload: none, CPU only (...)``.
+    Warns when a non-zero ``n_gpu_layers`` meets a build without a GPU backend
+    (llama.cpp then ignores it without a word)."""
+    layers = int(llama_cpp.llama_model_n_layer(llm.model))
+    requested = settings.gpu_layers
+    if not llama_cpp.llama_supports_gpu_offload():
+        if requested != 0:
+            log.warning(
+                "model %s: n_gpu_layers=%d ignored: this llama-cpp-python has no GPU backend "
+                "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" or -DGGML_METAL=on, -DGGML_VULKAN=on)",
+                model_id, requested,
+            )
+        return "offload: none, CPU only (this llama.cpp build has no GPU backend)"
+    offloaded = layers if requested < 0 else min(requested, layers)
+    return f"offload: {offloaded}/{layers} layers to the GPU (n_gpu_layers={requested})"
 
 
 def _control_texts(llm: Any) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ Example::
     mmproj_path = "~/models/mmproj-f16.gguf"  # vision projector: the model takes images
     n_threads = 8                   # default: CPUs this process may use
     n_batch = 512                   # prompt tokens per decode call
-    n_gpu_layers = -1               # layers offloaded to the GPU (-1: all); default 0: CPU only
+    n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU build; 0: CPU)
     extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
@@ -59,10 +59,12 @@ class LlamaCppSettings(BaseModel):
         n_batch: maximum prompt tokens per ``llama_decode`` call (llama-cpp-python
             caps it at ``n_ctx``).
         n_gpu_layers: layers llama.cpp offloads to the GPU, -1 for all (its
-            ``--n-gpu-layers``); 0, the default, runs on the CPU. Needs a
-            llama-cpp-python built with a GPU backend (``CMAKE_ARGS="-DGGML_CUDA=on"``
-            at install); a CPU-only build ignores it. The vision projector
-            follows: on the GPU when any layer is.
+            ``--n-gpu-layers``), 0 for none. None (the default): all of them
+            when this llama-cpp-python was built with a GPU backend (CUDA,
+            Metal, Vulkan...: ``llama_supports_gpu_offload``), else 0; see
+            :attr:`gpu_layers`. A CPU-only build ignores other values, with a
+            warning at load. The vision projector follows: on the GPU when
+            any layer is.
         extra_buffer_types: llama.cpp's extra buffer types (``use_extra_bufts``:
             weights repacked for AMX or AVX2/AVX-512/NEON kernels;
             llama-server's ``--repack``/``--no-repack``). ``"auto"`` tries the
@@ -89,7 +91,7 @@ class LlamaCppSettings(BaseModel):
     mmproj_path: str | None = Field(default=None, min_length=1)
     n_threads: int | None = Field(default=None, ge=1)
     n_batch: int = Field(default=512, ge=1)
-    n_gpu_layers: int = Field(default=0, ge=-1)
+    n_gpu_layers: int | None = Field(default=None, ge=-1)
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
@@ -104,6 +106,16 @@ class LlamaCppSettings(BaseModel):
     @property
     def mmproj(self) -> Path | None:
         return Path(self.mmproj_path).expanduser() if self.mmproj_path is not None else None
+
+    @property
+    def gpu_layers(self) -> int:
+        """The ``n_gpu_layers`` llama.cpp is given: the setting, or when unset
+        -1 (all) if this build can offload to a GPU, else 0."""
+        if self.n_gpu_layers is not None:
+            return self.n_gpu_layers
+        import llama_cpp
+
+        return -1 if llama_cpp.llama_supports_gpu_offload() else 0
 
     @property
     def threads(self) -> int:

@@ -195,7 +195,7 @@ def _run_trial(settings: LlamaCppSettings, use_extra_bufts: bool) -> ChildOutcom
         "model_path": str(settings.path),
         "use_extra_bufts": use_extra_bufts,
         "n_threads": settings.threads,
-        "n_gpu_layers": settings.n_gpu_layers,
+        "n_gpu_layers": settings.gpu_layers,
     }
     try:
         return run_child("missive_llamacpp.trial", [json.dumps(spec)], timeout=TRIAL_TIMEOUT)
@@ -209,7 +209,7 @@ def _store(records: dict[str, Any], key: str, label: str, why: str, settings: Ll
         "why": why,
         "at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         "model": str(settings.path),
-        "n_gpu_layers": settings.n_gpu_layers,
+        "n_gpu_layers": settings.gpu_layers,
     }
     write_json(RECORD_FILE, records)
 
@@ -234,7 +234,7 @@ def _record_key(settings: LlamaCppSettings) -> str:
         parts.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
     except OSError:
         parts.append(str(path))
-    parts.append(f"n_gpu_layers={settings.n_gpu_layers}")
+    parts.append(f"n_gpu_layers={settings.gpu_layers}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -508,3 +509,26 @@ def test_grammar_strings_exclude_control_characters() -> None:
     grammar = json_schema_grammar({"type": "object", "properties": {"a": {"type": "string"}}})
     (char,) = [line for line in grammar.splitlines() if line.startswith("char ::=")]
     assert char.startswith(r'char ::= [^"\\\x7F\x00-\x1F] |')
+
+
+@needs_model
+@pytest.mark.anyio
+async def test_load_log_says_where_the_layers_went(caplog: pytest.LogCaptureFixture) -> None:
+    """n_gpu_layers unset: every layer on a GPU build, none on this CPU build;
+    the load line says which, and a GPU request a CPU build cannot honour is
+    a warning, not silence (issue 15 item 8)."""
+    import llama_cpp
+
+    from missive_llamacpp.settings import parse_settings
+
+    gpu_build = llama_cpp.llama_supports_gpu_offload()
+    assert parse_settings("m", {"model_path": "x"}).gpu_layers == (-1 if gpu_build else 0)
+    assert parse_settings("m", {"model_path": "x", "n_gpu_layers": 0}).gpu_layers == 0
+    with caplog.at_level(logging.INFO, logger="missive.llamacpp"):
+        d = await make_driver(context_window=512, settings={"n_gpu_layers": 3})
+        await d.aclose()
+    if gpu_build:
+        assert "offload: 3/30 layers to the GPU (n_gpu_layers=3)" in caplog.text
+    else:
+        assert "offload: none, CPU only (this llama.cpp build has no GPU backend)" in caplog.text
+        assert "n_gpu_layers=3 ignored: this llama-cpp-python has no GPU backend" in caplog.text
