@@ -141,7 +141,8 @@ class ThinkingConfig(_Strict):
         signing_key: secret string (16+ characters) keying the signatures;
             set it when several servers must accept each other's blocks.
         key_file: where the generated key is kept when ``signing_key`` is
-            unset; default ``$XDG_STATE_HOME/missive/thinking.key``.
+            unset; default ``thinking.key`` in the state directory
+            (:func:`missive.state.state_dir`).
     """
 
     signing_key: str | None = Field(default=None, min_length=16)

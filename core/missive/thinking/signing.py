@@ -27,8 +27,9 @@ read the reasoning; the HMAC only proves this server produced it there.
 
 Each part is length-prefixed, so no two inputs encode alike. The key comes
 from ``thinking.signing_key`` in the configuration, else from
-``thinking.key_file`` (default ``$XDG_STATE_HOME/missive/thinking.key``, i.e.
-``~/.local/state/missive/thinking.key``), created with 32 random bytes and
+``thinking.key_file`` (default ``thinking.key`` in the state directory,
+:func:`missive.state.state_dir`: ``$MISSIVE_STATE_DIR``, else
+``$XDG_STATE_HOME/missive``, i.e. ``~/.local/state/missive``), created with 32 random bytes and
 mode 0600 on first use, so signatures stay valid across restarts.
 """
 
