@@ -43,6 +43,15 @@ ECHO_CONFIG: dict[str, Any] = {
             "context_window": 1000,
             "settings": {"reasoning_parser": "think", "capabilities": {"thinking": True}},
         },
+        "echo-harmony": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {
+                "tool_parser": "harmony",
+                "reasoning_parser": "harmony",
+                "capabilities": {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True},
+            },
+        },
         "echo-tools": {
             "driver": "echo",
             "context_window": 1000,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -19,10 +20,13 @@ CONFIG: dict[str, Any] = {
 }
 
 
-def _missive_claude(config_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _missive_claude(
+    config_file: Path | None, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    config = ["--config", str(config_file)] if config_file is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "missive", "claude", "--config", str(config_file), *args],
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "missive", "claude", *config, *args],
+        capture_output=True, text=True, timeout=60, env=env,
     )
 
 
@@ -77,5 +81,25 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
         good.write_text(dump_toml({"server": {"port": port, "api_keys": ["sk-k1"]}}))
         unknown = _missive_claude(good, "--model", "nope")
     assert refused.returncode == 1 and "answered 401" in refused.stderr, refused.stderr
+    assert "--api-key KEY" in refused.stderr and "MISSIVE_API_KEY" in refused.stderr
     assert unknown.returncode == 1 and "answered 404" in unknown.stderr and "nope" in unknown.stderr, unknown.stderr
     assert refused.stdout == unknown.stdout == ""
+
+
+def test_readme_sequence_without_config_takes_the_key_from_the_option_or_environment(tmp_path: Path) -> None:
+    """The server reads its keys from missive.toml; ``missive claude`` run
+    without ``--config`` gets the key from ``--api-key`` or MISSIVE_API_KEY,
+    and without one says how to pass it."""
+    with live_server(CONFIG) as url:
+        base = os.environ.copy()
+        base.pop("MISSIVE_API_KEY", None)
+        base.pop("MISSIVE_CONFIG", None)
+        without = _missive_claude(None, "--url", url, env=base)
+        option = _missive_claude(None, "--url", url, "--api-key", "sk-k1", env=base)
+        environment = _missive_claude(None, "--url", url, env={**base, "MISSIVE_API_KEY": "sk-k1"})
+    assert without.returncode == 1 and "answered 401" in without.stderr
+    assert "sent no key" in without.stderr and "--api-key KEY" in without.stderr, without.stderr
+    for done in (option, environment):
+        assert done.returncode == 0, done.stderr
+        env = _exports(done.stdout)
+        assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-k1" and env["ANTHROPIC_MODEL"] == "echo-big"

@@ -55,3 +55,54 @@ def test_llamacpp_settings_table_lists_every_setting() -> None:
     table = section.split("| Key | Default | Meaning |", 1)[1].split("\n\n", 1)[0]
     keys = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
     assert keys == set(LlamaCppSettings.model_fields)
+
+
+def _shipped_drivers() -> set[str]:
+    """Driver names registered by the plugins under plugins/ (their plugin.py)."""
+    names = set()
+    for plugin in (DOC.parent.parent / "plugins").glob("*/missive_*/plugin.py"):
+        names |= set(re.findall(r'DriverSpec\(\s*name="(\w+)"', plugin.read_text()))
+    return names
+
+
+def test_every_shipped_driver_is_documented() -> None:
+    """configuration.md's `driver` key lists every shipped driver, drivers.md
+    has a section for each, and the model table knows its pip extra."""
+    from missive.model_table import BUILTIN_DRIVERS
+
+    drivers = _shipped_drivers()
+    assert len(drivers) >= 7
+    config = (DOC.parent / "configuration.md").read_text()
+    row = next(line for line in config.splitlines() if line.startswith("| `driver` |"))
+    assert set(re.findall(r"`(\w+)`", row)) - {"driver"} == drivers
+    sections = set(re.findall(r"^### `(\w+)` \(`missive-\w+`\)$", (DOC.parent / "drivers.md").read_text(), re.MULTILINE))
+    assert sections == drivers
+    assert BUILTIN_DRIVERS == drivers
+
+
+def test_every_subcommand_is_in_the_cli_synopsis() -> None:
+    """configuration.md's command line synopsis shows every `missive`
+    subcommand with every option it takes."""
+    from missive.cli import cli
+
+    text = (DOC.parent / "configuration.md").read_text()
+    synopsis = text.split("## Command line", 1)[1].split("```", 2)[1]
+    for name, command in cli.commands.items():
+        assert f"missive {name} " in synopsis, name
+        block = synopsis.split(f"missive {name} ", 1)[1].split("\nmissive ", 1)[0]
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--"):
+                    assert opt in block, f"missive {name} {opt}"
+
+
+def test_docs_point_only_to_what_the_repository_has() -> None:
+    """No page cites the protocol contract's sections (it is not in the
+    repository), and relative links to files resolve."""
+    root = DOC.parent.parent
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        assert not re.search(r"contract's section \d", text), page
+        text = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", text):
+            assert (page.parent / target).exists(), f"{page.name}: {target}"

@@ -127,3 +127,20 @@ def test_parser_chosen_from_the_template() -> None:
     assert reasoning_parser_for_template("<think>", specs, override="none") is None
     assert reasoning_parser_for_template("", specs, override="seed_think") == "seed_think"
     assert reasoning_parser_class(specs, "think") is ThinkParser
+
+
+def test_harmony_prompt_prefix_is_the_open_assistant_header() -> None:
+    """A prompt (a prefill, or a template) leaving an assistant message open:
+    its header is fed first; the prefill's own text is not output."""
+    prefix = HarmonyReasoningParser.prompt_prefix
+    assert prefix("<|start|>user<|message|>Hi<|end|><|start|>assistant") == ""
+    assert prefix("<|start|>assistant<|channel|>analysis<|message|>The user") == "<|channel|>analysis<|message|>"
+    assert prefix("<|start|>assistant<|channel|>final<|message|>Sure") == "<|channel|>final<|message|>"
+    assert prefix("<|start|>assistant<|channel|>analysis") == "<|channel|>analysis"
+    assert prefix("<|start|>assistant<|channel|>analysis<|message|>x<|end|>") == ""
+    assert prefix("<|start|>user<|message|>Hi") == ""
+    assert prefix("no markup") == ""
+    parser = HarmonyReasoningParser()
+    events = parser.feed(prefix("<|start|>assistant<|channel|>analysis<|message|>The user") + " wants the time.")
+    events += parser.feed("<|end|><|start|>assistant<|channel|>final<|message|>Noon.") + parser.finish()
+    assert [(type(e).__name__, e.text) for e in events] == [("Reasoning", " wants the time."), ("Text", "Noon.")]

@@ -210,3 +210,39 @@ def test_thinking_in_a_user_message_is_reported(echo: anthropic.Anthropic) -> No
                                                {"type": "text", "text": "hi"}]}],
     )
     assert raw.headers["missive-dropped-thinking"] == "messages.0.content.0 (thinking in a user message)"
+
+
+CALL_HEADER = "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>"
+
+
+def test_harmony_with_tools_is_split_by_the_tool_parser_alone(echo: anthropic.Anthropic) -> None:
+    """Harmony's tool parser separates reasoning itself (``handles_reasoning``):
+    no reasoning parser strips the markup in front of it, so an answer that
+    quotes a call header stays text, and a real call is a tool_use block."""
+    quoted = script(
+        {"text": "<|channel|>analysis<|message|>Explain the"},
+        {"text": " syntax.<|end|><|start|>assistant<|channel|>final<|message|>Write "},
+        {"text": CALL_HEADER + "{}"},
+    )
+    msg = echo.messages.create(
+        model="echo-harmony", max_tokens=2000, thinking=ENABLED, tools=[TOOL], messages=user(quoted)
+    )
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content] == [
+        ("thinking", "Explain the syntax."),
+        ("text", "Write " + CALL_HEADER + "{}"),
+    ]
+    assert msg.stop_reason == "end_turn"
+    call = script(
+        {"text": "<|channel|>analysis<|message|>Need the time.<|end|><|start|>assistant"},
+        {"text": CALL_HEADER + '{"zone"'},
+        {"text": ': "UTC"}<|call|>'},
+    )
+    for thinking in (ENABLED, {"type": "disabled"}):
+        with echo.messages.stream(
+            model="echo-harmony", max_tokens=2000, thinking=thinking, tools=[TOOL], messages=user(call)
+        ) as stream:
+            final = stream.get_final_message()
+        kinds = [b.type for b in final.content]
+        assert kinds == (["thinking", "tool_use"] if thinking is ENABLED else ["tool_use"])
+        assert final.content[-1].name == "get_time" and final.content[-1].input == {"zone": "UTC"}
+        assert final.stop_reason == "tool_use"

@@ -564,3 +564,28 @@ def test_registered_factories_are_the_parsers(registered: dict[str, ToolParserSp
         cls = load_object(spec.factory)
         assert issubclass(cls, ToolParser) and cls.name == name
         assert spec.description and spec.template_markers
+
+
+def test_handles_reasoning_is_declared_and_set_by_formats_that_mark_reasoning(
+    registered: dict[str, ToolParserSpec],
+) -> None:
+    """The core runs no reasoning parser in front of a tool parser that
+    separates reasoning itself: the flag is part of the interface, and the
+    parsers that emit :class:`Reasoning` set it."""
+    assert ToolParser.handles_reasoning is False
+    analysis = "<|channel|>analysis<|message|>Think.<|end|>"
+    for name, spec in registered.items():
+        cls = load_object(spec.factory)
+        emits = any(isinstance(e, Reasoning) for e in parse(cls, [analysis]))
+        assert cls.handles_reasoning is emits, name
+    assert HarmonyParser.handles_reasoning is True
+
+
+def test_harmony_text_quoting_call_markup_stays_text() -> None:
+    """Why the flag matters: a final answer (or preamble) that quotes harmony
+    markup is text. A reasoning parser in front would strip the headers and
+    hand the quote to this parser as if it were the model's own markup."""
+    quoted = "<|channel|>commentary to=functions.search <|constrain|>json<|message|>" + ARGS_SIMPLE
+    text = "<|channel|>analysis<|message|>Explain.<|end|><|start|>assistant<|channel|>final<|message|>Write " + quoted
+    for stream in (False, True):
+        assert_parses(HarmonyParser, text, [Reasoning("Explain."), Text("Write " + quoted)], stream_arguments=stream)

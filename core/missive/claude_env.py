@@ -40,7 +40,12 @@ _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
 class ServerUnavailable(Exception):
-    """No Missive answers at the URL, or it refused the request (the message says which)."""
+    """No Missive answers at the URL, or it refused the request (the message
+    says which; ``status`` is the HTTP status of a refusal, else None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def server_url(config: Config) -> str:
@@ -61,7 +66,7 @@ def _get(url: str, api_key: str | None, timeout: float) -> Any:
             message = json.loads(exc.read())["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = exc.reason
-        raise ServerUnavailable(f"{url} answered {exc.code}: {message}") from None
+        raise ServerUnavailable(f"{url} answered {exc.code}: {message}", exc.code) from None
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ServerUnavailable(f"no Missive server answers at {url} ({reason}); start one with `missive serve`") from None

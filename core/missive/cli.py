@@ -128,10 +128,18 @@ def _report_native_crashes() -> None:
 @cli.command()
 @_config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
-    """List plugins, what failed to load, each driver's capabilities, and the
-    image and document processors."""
-    kernel = Kernel(block=_load(config_path, overrides).plugins.block)
+@click.option(
+    "--start",
+    is_flag=True,
+    help="Also start each configured model (load it, reach its backend) and show the capabilities "
+    "start-up leaves it.",
+)
+def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, start: bool) -> None:
+    """List plugins, what failed to load, each driver's capabilities, the
+    image and document processors, and each configured model's effective
+    capabilities (what requests are checked against)."""
+    config = _load(config_path, overrides)
+    kernel = Kernel(block=config.plugins.block)
     data = {
         "plugins": [
             {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}
@@ -152,6 +160,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
             name: {"media_types": list(spec.media_types), "description": spec.description}
             for name, spec in kernel.document_processors.items()
         },
+        "models": _model_capabilities(config, kernel, start),
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -177,6 +186,63 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
             click.echo(f"\n{kind.replace('_', ' ')}:")
             for name, description in data[kind].items():
                 click.echo(f"  {name}: {description}")
+    for model_id, info in data["models"].items():
+        driver = f" (driver {info['driver']})" if info["driver"] else ""
+        if info["error"]:
+            click.echo(f"\nmodel {model_id}{driver}: FAILED: {info['error']}")
+            continue
+        when = (
+            "after start-up"
+            if info["started"]
+            else "before start-up; start-up may narrow them (missive plugins --start)"
+        )
+        click.echo(f"\nmodel {model_id}{driver}, capabilities {when}:")
+        for key, value in info["capabilities"].items():
+            if isinstance(value, list):
+                value = ", ".join(value) or "(none)"
+            click.echo(f"  {key}: {value}")
+
+
+def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str, dict[str, object]]:
+    """Each configured model's effective capabilities: its driver built from
+    its entry (the spec's capabilities refined by typed settings and
+    ``settings.capabilities``), without starting it; with ``start``, after
+    :meth:`Driver.start` (which may narrow them from the model file or the
+    backend: a GGUF without a reasoning template, Ollama's ``/api/show``, a
+    vLLM refusing ``auto`` tool choice). A model whose driver cannot be built
+    or started gets its error instead."""
+    from .model_table import ModelTable
+
+    out: dict[str, dict[str, object]] = {}
+    models = dict(config.models) or {d.id: d.entry for d in kernel.default_models.values()}
+    for model_id, entry in models.items():
+        info: dict[str, object] = {"driver": entry.driver, "started": False, "capabilities": {}, "error": None}
+        out[model_id] = info
+        try:
+            single = config.model_copy(update={"models": {model_id: entry}})
+            table = ModelTable(single, kernel)
+        except Exception as exc:
+            info["error"] = str(exc)
+            continue
+        driver = table.drivers[model_id]
+        try:
+            if start:
+                asyncio.run(_start_and_close(table))
+                info["started"] = True
+            info["capabilities"] = driver.capabilities.summary()
+        except Exception as exc:
+            info["error"] = f"start-up failed: {exc}"
+        finally:
+            if not start:
+                asyncio.run(table.aclose())
+    return out
+
+
+async def _start_and_close(table: Any) -> None:
+    try:
+        await table.start()
+    finally:
+        await table.aclose()
 
 
 @cli.command()
@@ -184,6 +250,11 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool) 
 @click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port).")
 @click.option("--model", help="Model id for Claude Code (default: the first model the server lists).")
 @click.option("--small-model", help="Model for Claude Code's side calls (ANTHROPIC_DEFAULT_HAIKU_MODEL; default: --model).")
+@click.option(
+    "--api-key",
+    help="Key to send to the server and give Claude Code (default: the first of the config's "
+    "server.api_keys, which MISSIVE_API_KEY sets).",
+)
 @click.option("--run", "run_", is_flag=True, help="Run `claude` with no arguments (an interactive session).")
 @click.argument("claude_args", nargs=-1, type=click.UNPROCESSED)
 def claude(
@@ -192,6 +263,7 @@ def claude(
     url: str | None,
     model: str | None,
     small_model: str | None,
+    api_key: str | None,
     run_: bool,
     claude_args: tuple[str, ...],
 ) -> None:
@@ -204,11 +276,18 @@ def claude(
 
     config = _load(config_path, overrides)
     base = (url or server_url(config)).rstrip("/")
-    key = config.server.api_keys[0] if config.server.api_keys else None
+    key = api_key or (config.server.api_keys[0] if config.server.api_keys else None)
     try:
         info = fetch_model(base, key, model)
     except ServerUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
+        message = str(exc)
+        if exc.status == 401:
+            sent = "a key that it does not accept" if key else "no key"
+            message += (
+                f"\nmissive claude sent {sent}: pass the server's key with --api-key KEY, "
+                "or MISSIVE_API_KEY=KEY, or --config FILE (the file the server was started with)"
+            )
+        raise click.ClickException(message) from None
     env = claude_environment(base, key, info, small_model)
     if not claude_args and not run_:
         click.echo(export_lines(env), nl=False)

@@ -15,7 +15,7 @@ __all__ = ["ModelTable"]
 log = logging.getLogger("missive.models")
 
 #: Drivers shipped as extras of the ``missive`` distribution (``missive[<name>]``).
-BUILTIN_DRIVERS = frozenset({"llamacpp", "echo", "ollama", "mlx", "openai", "vllm"})
+BUILTIN_DRIVERS = frozenset({"llamacpp", "echo", "ollama", "mlx", "openai", "vllm", "llamaserver"})
 
 
 class ModelTable:

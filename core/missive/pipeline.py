@@ -272,7 +272,7 @@ class MessageStream:
         if request.tools and request.tool_choice.mode != "none":
             tool = self.driver.tool_parser(request)
         reasoning = None
-        if tool is None or not getattr(tool, "handles_reasoning", False):
+        if tool is None or not tool.handles_reasoning:
             reasoning = self.driver.reasoning_parser(request)
         return reasoning, tool
 

@@ -7,12 +7,18 @@ same parser with no callable tool: ``analysis`` messages are reasoning,
 ``final`` and ``commentary`` ones are answer text, and a call to anything is
 given back as text. gpt-oss's reasoning depth is set by ``reasoning_effort``
 (its template's switch), not by a budget: :meth:`close_text` is "".
+
+A prompt that leaves an assistant message open (an assistant prefill such as
+``<|channel|>analysis<|message|>The user wants``, or a template that opens a
+channel) makes the model continue inside that message: :meth:`prompt_prefix`
+returns its header, which the driver feeds first to whichever parser splits
+the channels (this one, or the tool parser when tools are offered).
 """
 
 from __future__ import annotations
 
 from ..tools.parsers.base import Reasoning, Text
-from ..tools.parsers.harmony import HarmonyParser
+from ..tools.parsers.harmony import MESSAGE, START, TERMINATORS, HarmonyParser
 from .base import ReasoningEvent, ReasoningParser
 
 __all__ = ["HarmonyReasoningParser"]
@@ -22,6 +28,21 @@ class HarmonyReasoningParser(ReasoningParser):
     def __init__(self) -> None:
         self._parser = HarmonyParser(frozenset(), stream_arguments=False, strict=False)
         self._reasoning = False
+
+    @classmethod
+    def prompt_prefix(cls, prompt: str) -> str:
+        """The header of the assistant message ``prompt`` leaves open (without
+        the ``assistant`` role and without any content the prompt already
+        holds, which is the client's prefill, not output), or ""."""
+        i = prompt.rfind(START)
+        if i == -1:
+            return ""
+        tail = prompt[i + len(START) :]
+        if not tail.startswith("assistant") or any(t in tail for t in TERMINATORS):
+            return ""
+        header = tail[len("assistant") :]
+        j = header.find(MESSAGE)
+        return header if j == -1 else header[: j + len(MESSAGE)]
 
     @property
     def in_reasoning(self) -> bool:

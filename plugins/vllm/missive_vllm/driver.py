@@ -32,6 +32,19 @@ Source of each rule: vLLM's ``vllm/entrypoints/openai/protocol.py``
   sources, fetched by the core) are ``image_url`` parts with ``data:`` URLs;
   ``/tokenize`` gets the same parts, so image tokens are counted exactly.
 * **top_k** is sent as vLLM's extra ``top_k`` field.
+* **Start-up probe** (``settings.startup_probe``, on by default): when the
+  model's capabilities include ``tool_choice: "auto"``, :meth:`VLLMDriver.start`
+  sends one streamed chat completion with a dummy tool, ``tool_choice:
+  "auto"`` and ``max_tokens: 1`` (closed as soon as vLLM accepts it). A vLLM
+  started without ``--enable-auto-tool-choice`` answers 400; the model then
+  loses ``auto`` from its effective capabilities, with a warning in the
+  start-up log naming the flag, so a request relying on it (every Claude
+  Code request: tools without ``tool_choice`` mean ``auto``) gets the core's
+  400 naming the capability instead of the backend's error. An unreachable
+  backend or any other answer only logs a warning; nothing is narrowed.
+  Reasoning cannot be probed this way: vLLM does not say whether it runs a
+  ``--reasoning-parser`` (without one, reasoning arrives as answer text), so
+  ``settings.thinking`` stays the operator's statement.
 """
 
 from __future__ import annotations
@@ -43,13 +56,25 @@ from pydantic import Field
 
 from missive.capabilities import Capabilities
 from missive.driver import GenerationRequest
-from missive.errors import BadGatewayError
+from missive.errors import BadGatewayError, MissiveError
 from missive_openai.driver import OpenAIDriver
 from missive_openai.settings import OpenAISettings
 
 __all__ = ["VLLMDriver", "VLLMSettings", "IMAGE_MEDIA_TYPES"]
 
 log = logging.getLogger("missive.vllm")
+
+#: The start-up probe's tool (never called: at most one token is generated).
+PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "missive_probe",
+        "description": "Start-up check; never called.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+#: Words of vLLM's 400 for ``auto`` without ``--enable-auto-tool-choice``.
+AUTO_REFUSED = "enable-auto-tool-choice"
 
 #: Image types vLLM's multimodal loader decodes (PIL).
 IMAGE_MEDIA_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -64,6 +89,8 @@ class VLLMSettings(OpenAISettings):
             sends ``chat_template_kwargs.enable_thinking`` per request.
         chat_template_kwargs: passed to the chat template on every request
             (and to ``/tokenize``, so counts match).
+        startup_probe: check at start-up that the server accepts
+            ``tool_choice: "auto"`` (see the module doc).
     """
 
     health_path: str = "/health"
@@ -71,6 +98,7 @@ class VLLMSettings(OpenAISettings):
     vision: bool = False
     thinking: bool = False
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    startup_probe: bool = True
 
 
 class VLLMDriver(OpenAIDriver):
@@ -127,6 +155,49 @@ class VLLMDriver(OpenAIDriver):
         if self.entry.context_window is None and isinstance(limit, int) and limit > 0:
             self._context = limit
         return count
+
+    async def start(self) -> None:
+        await super().start()
+        if self.settings.startup_probe and "auto" in self.capabilities.tool_choice:
+            await self.probe_auto_tool_choice()
+
+    async def probe_auto_tool_choice(self) -> bool | None:
+        """Whether the backend accepts ``tool_choice: "auto"`` (see the module
+        doc); on a refusal ``auto`` is removed from the model's capabilities.
+        None: the probe could not tell (backend unreachable, other error)."""
+        body: dict[str, Any] = {
+            **self.settings.extra_body,
+            "model": self.upstream_model,
+            "messages": [{"role": "user", "content": "ping"}],
+            "tools": [PROBE_TOOL],
+            "tool_choice": "auto",
+            "max_tokens": 1,
+            "stream": True,
+        }
+        try:
+            async with self._open_stream(body, 0):
+                pass  # accepted: closing the stream aborts the generation
+        except MissiveError as exc:
+            if AUTO_REFUSED in exc.message:
+                self.capabilities = self.capabilities.model_copy(
+                    update={"tool_choice": self.capabilities.tool_choice - {"auto"}}
+                )
+                log.warning(
+                    "model %s: the vLLM server refuses tool_choice \"auto\" (%s): start it with "
+                    "--enable-auto-tool-choice --tool-call-parser <parser>. Until then requests with tools "
+                    "and tool_choice auto (Claude Code's) are answered 400; tool_choice now: %s",
+                    self.model_id, exc.message, ", ".join(sorted(self.capabilities.tool_choice)) or "none",
+                )
+                return False
+            log.warning("model %s: could not check whether the vLLM server accepts tool_choice \"auto\": %s",
+                        self.model_id, exc.message)
+            return None
+        except Exception as exc:  # the backend may come up later: not fatal
+            log.warning("model %s: could not check whether the vLLM server accepts tool_choice \"auto\": %s",
+                        self.model_id, exc)
+            return None
+        log.info("model %s: the vLLM server accepts tool_choice \"auto\"", self.model_id)
+        return True
 
     async def discover_context(self) -> int | None:
         """``max_model_len`` of the served model in ``GET /v1/models``."""

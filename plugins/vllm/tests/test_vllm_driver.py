@@ -460,3 +460,48 @@ def contract_url(url: str) -> str:
 class TestVLLMContract(DriverContract):
     model = "vllm"
     prompt = "red orange yellow green blue"
+
+
+def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) -> None:
+    """A vLLM started without --enable-auto-tool-choice is named in the
+    start-up log, and ``auto`` leaves the model's effective capabilities: a
+    request relying on it gets the core's 400 naming the capability (not a
+    weakened answer), while forced choices still reach vLLM."""
+    from missive.testing import serve_process
+
+    with FakeChatServer(auto_tools=False) as bare, FakeChatServer() as full:
+        config = {
+            "models": {
+                "bare": {"driver": "vllm", "settings": {"base_url": bare.url, "model": "fake-model"}},
+                "full": {"driver": "vllm", "settings": {"base_url": full.url, "model": "fake-model"}},
+                "unprobed": {"driver": "vllm",
+                             "settings": {"base_url": bare.url, "model": "fake-model", "startup_probe": False}},
+            }
+        }
+        with serve_process(config) as server:
+            log = server.log_path.read_text()
+            client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=60)
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                client.messages.create(model="bare", max_tokens=20, tools=TOOLS,
+                                       messages=[{"role": "user", "content": "hello"}])
+            sent_to_bare = len(bare.requests)
+            forced = client.messages.create(
+                model="bare", max_tokens=20, tools=TOOLS, tool_choice={"type": "tool", "name": "get_time"},
+                messages=[{"role": "user", "content": "hello"}])
+            auto = client.messages.create(model="full", max_tokens=20, tools=TOOLS,
+                                          messages=[{"role": "user", "content": "hello"}])
+            with pytest.raises(anthropic.BadRequestError) as passed_on:
+                client.messages.create(model="unprobed", max_tokens=20, tools=TOOLS,
+                                       messages=[{"role": "user", "content": "hello"}])
+    assert "model bare: the vLLM server refuses tool_choice \"auto\"" in log
+    assert "--enable-auto-tool-choice --tool-call-parser" in log
+    assert "model full: the vLLM server accepts tool_choice \"auto\"" in log
+    assert "model unprobed: the vLLM server" not in log
+    message = refused.value.body["error"]["message"]
+    assert "auto" in message and "bare" in message, message
+    assert sent_to_bare == 1  # only the probe: the refused request never reached vLLM
+    probe = bare.requests[0]
+    assert probe["tool_choice"] == "auto" and probe["max_tokens"] == 1 and probe["stream"] is True
+    assert forced.stop_reason == "tool_use" and forced.content[-1].name == "get_time"
+    assert auto.stop_reason in ("end_turn", "tool_use")
+    assert "enable-auto-tool-choice" in passed_on.value.body["error"]["message"]  # vLLM's own 400, unprobed

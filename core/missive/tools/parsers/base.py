@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Union
+from typing import ClassVar, Union
 
 __all__ = [
     "Text",
@@ -90,6 +90,16 @@ class ToolParser(abc.ABC):
 
     #: Registered name (``hermes``, ``llama3``...).
     name: str = ""
+
+    #: Whether this format marks reasoning itself and the parser emits it as
+    #: :class:`Reasoning` (harmony's ``analysis`` channel). When True the core
+    #: runs no reasoning parser in front of this one: the model's raw text
+    #: reaches it whole, headers included (a reasoning parser would strip the
+    #: format's markup, or give calls back as text, before this parser saw
+    #: them). When False (every format whose reasoning is tag-delimited text
+    #: before the answer) the driver's reasoning parser runs first and this
+    #: parser sees only the answer text.
+    handles_reasoning: ClassVar[bool] = False
 
     def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
         self.tool_names = tool_names

@@ -78,6 +78,7 @@ class HarmonyParser(ToolParser):
 
     name = "harmony"
     call_separator = "<|start|>assistant"
+    handles_reasoning = True  # analysis messages are Reasoning events
 
     def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
         super().__init__(tool_names, stream_arguments=stream_arguments, strict=strict)
