@@ -406,3 +406,37 @@ async def test_reasoning_template_switch_and_opened_tag(mlx_model_dir: Path) -> 
 
     assert total(off[0]) > total(on[0])
 
+
+@pytest.mark.anyio
+async def test_thinking_budget_ends_the_reasoning(mlx_model_dir: Path) -> None:
+    """The engine's thinking budget, on MLX: the closing text is written into
+    the cache and generation goes on after it; the kept cache holds exactly
+    the prompt and every output token, the close included."""
+    from missive.thinking.plan import ThinkingPlan
+
+    d = await make_driver(mlx_model_dir, context_window=512, settings={"chat_template": THINKING_CHATML, "seed": 7})
+    try:
+        base = request(STORY, max_tokens=16, temperature=0.0, thinking={"type": "adaptive"})
+        req = dataclasses.replace(base, thinking=ThinkingPlan(requested=True, budget_tokens=5))
+        counted = await d.count_tokens(req)
+        events = await collect(d.generate(req))
+        kept = d.runner.store._entries[-1].tokens
+        close = d.runner.encode_special("\n</think>\n\n")
+        parser = d.reasoning_parser(req)
+    finally:
+        await d.aclose()
+    check_order(events)
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert deltas[0] == TextDelta("<think>", tokens=0)
+    closing = next(i for i, e in enumerate(deltas) if "\n</think>\n\n" in e.text)
+    before = sum(e.tokens for e in deltas[:closing])
+    assert before <= 5 <= before + deltas[closing].tokens - 1
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.output_tokens == sum(e.tokens for e in deltas) <= 16
+    output = kept[counted:]
+    assert len(output) in (finished.output_tokens, finished.output_tokens + 1)  # + the EOS at end_turn
+    assert output[5 : 5 + len(close)] == close  # five reasoning tokens, then the close
+    assert parser is not None
+    for e in deltas:
+        parser.feed(e.text)
+    assert not parser.in_reasoning
