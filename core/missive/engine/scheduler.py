@@ -6,9 +6,13 @@ fair). A semaphore rather than ``anyio.Lock``: a lock must be released by the
 task that took it, but an async generator left unclosed is finalized by
 asyncio in another task; the lock would then stay held and the model hang.
 
-Today every in-process runner decodes one sequence at a time, so drivers
-declare ``max_concurrency = 1``; with slots, the permits become the slots
-(llama-server's task queue defers a task until a slot is free).
+The core's admission already holds requests beyond ``max_concurrency`` in
+its bounded queue before the driver is called; this is the engine's own gate
+after ``Started``, never contended under the core's limit except while a
+stopped generation winds down. Today every in-process runner decodes one
+sequence at a time, so drivers declare ``max_concurrency = 1``; with slots,
+the permits become the slots (llama-server's task queue defers a task until a
+slot is free).
 """
 
 from __future__ import annotations
