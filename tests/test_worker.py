@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from missive.errors import ApiError
-from missive.worker import ThreadChannel
+from missive.engine.channel import ThreadChannel
 
 
 def test_items_batched_in_order_then_end() -> None:

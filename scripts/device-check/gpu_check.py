@@ -49,12 +49,12 @@ async def run(layers, verbose):
     ev3 = await collect_events(d.generate(req(blue)))
     out["blue"] = text_of(ev3); out["blue_cache_read"] = ev3[0].cache_read_input_tokens
     import numpy as np
-    from missive_llamacpp.driver import _prefill
-    llm = d._llm
+    from missive_llamacpp.runner import _prefill
+    llm = d.runner.llm
     for name, image in (("logits_red", red), ("logits_blue", blue)):
-        tokens, media = d._tokenize(llm, req(image))
+        tokens, media = d._tokenize(req(image))
         llm.reset()
-        assert _prefill(llm, tokens, lambda: False, media, d._projector)
+        assert _prefill(llm, tokens, lambda: False, media, d.runner.projector)
         out[name] = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
         media.close()
     await d.aclose()

@@ -118,7 +118,7 @@ async def test_a_projector_makes_the_model_take_every_image_type(driver, mmproj:
 
 @pytest.mark.anyio
 async def test_an_image_counts_exactly_its_embeddings(driver) -> None:
-    llm = driver._llm
+    llm = driver.runner.llm
     question = "What is in this picture?"
     with_image = await driver.count_tokens(request([RED, text(question)]))
     without = await driver.count_tokens(request([text(question)]))
@@ -126,7 +126,7 @@ async def test_an_image_counts_exactly_its_embeddings(driver) -> None:
     tok = lambda s: len(llm.tokenize(s.encode(), add_bos=False, special=False))  # noqa: E731
     assert with_image - without == IMAGE_TOKENS + tok("\n" + question) - tok(question)
 
-    tokens, media = driver._tokenize(llm, request([RED, text(question)]))
+    tokens, media = driver._tokenize(request([RED, text(question)]))
     try:
         assert media is not None and [s.n_tokens for s in media.spans] == [IMAGE_TOKENS]
         span = media.spans[0]
@@ -158,7 +158,7 @@ async def test_images_keep_their_places_in_tool_results_and_text(driver) -> None
     )
     req.conversation.turns[1].blocks = [call]
     req.conversation.turns[2].blocks = [result, BLUE, text("and this one?")]
-    tokens, media = driver._tokenize(driver._llm, req)
+    tokens, media = driver._tokenize(req)
     try:
         assert media is not None and len(media.spans) == 2
         first, second = media.spans
@@ -172,15 +172,15 @@ async def test_images_keep_their_places_in_tool_results_and_text(driver) -> None
 @pytest.mark.anyio
 async def test_the_image_reaches_the_model(driver) -> None:
     """The logits after the prompt depend on the image's pixels, and only on them."""
-    from missive_llamacpp.driver import _prefill
+    from missive_llamacpp.runner import _prefill
 
-    llm = driver._llm
+    llm = driver.runner.llm
 
     def logits_after(image: ImageInput) -> np.ndarray:
-        tokens, media = driver._tokenize(llm, request([image, text("Describe it.")]))
+        tokens, media = driver._tokenize(request([image, text("Describe it.")]))
         try:
             llm.reset()
-            assert _prefill(llm, tokens, lambda: False, media, driver._projector)
+            assert _prefill(llm, tokens, lambda: False, media, driver.runner.projector)
             assert llm.n_tokens == len(tokens) and not llm._requires_eval
             return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
         finally:
@@ -206,7 +206,7 @@ async def test_generation_counts_and_reuses_images_from_the_cache(driver) -> Non
     assert again.cache_read_input_tokens == total - 1 and again.input_tokens == 1
 
     # Another image at the same place: the cache stops where the image starts.
-    tokens, media = driver._tokenize(driver._llm, request([BLUE, *question]))
+    tokens, media = driver._tokenize(request([BLUE, *question]))
     image_start = media.spans[0].start
     media.close()
     other = (await collect(driver.generate(request([BLUE, *question]))))[0]
@@ -218,16 +218,16 @@ async def test_generation_counts_and_reuses_images_from_the_cache(driver) -> Non
 async def test_a_cache_cut_inside_an_image_re_encodes_it_whole(driver) -> None:
     """A context holding only part of an image (a cancelled prefill, a
     shorter prompt) is never reused inside the image."""
-    from missive_llamacpp.driver import _cached_prefix, _prefill
+    from missive_llamacpp.runner import _cached_prefix, _prefill
 
-    llm = driver._llm
-    tokens, media = driver._tokenize(llm, request([RED, text("Hi")]))
+    llm = driver.runner.llm
+    tokens, media = driver._tokenize(request([RED, text("Hi")]))
     try:
         span = media.spans[0]
-        assert _prefill(llm, tokens, lambda: False, media, driver._projector)
+        assert _prefill(llm, tokens, lambda: False, media, driver.runner.projector)
         llm.n_tokens = span.start + 5  # as if the context held 5 of the image's 16 positions
         assert _cached_prefix(llm, tokens, media) == span.start
-        assert _prefill(llm, tokens, lambda: False, media, driver._projector)
+        assert _prefill(llm, tokens, lambda: False, media, driver.runner.projector)
         assert llm.n_tokens == len(tokens)
     finally:
         media.close()

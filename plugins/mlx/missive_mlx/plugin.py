@@ -21,7 +21,7 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: KV cache in flight, one MLX stream). No tools: parsing a model's tool-call
 #: syntax needs the shared parser plugins (not there yet), and nothing here
 #: constrains decoding. No media. Reasoning as thinking blocks for models whose
-#: chat template has a reasoning format (the budget is advisory here).
+#: chat template has a reasoning format (the budget enforced by the engine).
 CAPABILITIES = Capabilities(
     # auto: the model decides, its calls parsed from its text by the parser of
     # its chat template's format; none: tools not shown. any/tool would need

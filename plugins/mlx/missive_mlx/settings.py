@@ -46,7 +46,7 @@ class MlxSettings(BaseModel):
             from the chat template, Hermes when it has no tool support.
         reasoning_parser: reasoning format (``think``, ``harmony``...) or
             ``"none"``; default: chosen from the chat template. The thinking
-            budget is advisory on this driver (not enforced).
+            budget is enforced (:mod:`missive.engine.budget`).
         prefill_step_size: prompt tokens evaluated per forward pass
             (mlx-lm's ``generate_step`` default is 2048); lower bounds the
             memory peak of long prompts.

@@ -1,0 +1,33 @@
+"""The in-process engine: what the llama.cpp and MLX drivers share.
+
+A backend plugin implements a :class:`~missive.engine.runner.Runner` (load,
+tokenize, begin/step/append/end a sequence, save/restore its state) and
+subclasses :class:`~missive.engine.local.LocalDriver`; everything else is here:
+
+* :mod:`~missive.engine.runner`: the runner protocol and the types it speaks
+  (:class:`~missive.engine.runner.Prompt`, :class:`~missive.engine.runner.Sequence`...);
+* :mod:`~missive.engine.prompt`: render with the chat template and tokenize,
+  one path for ``count_tokens`` and ``generate``;
+* :mod:`~missive.engine.channel`: a model thread's output to the event loop;
+* :mod:`~missive.engine.producer`: the decode loop in the model's thread;
+* :mod:`~missive.engine.budget`: the thinking budget;
+* :mod:`~missive.engine.scheduler`: ``max_concurrency`` permits, FIFO;
+* :mod:`~missive.engine.local`: the ``Driver`` API on top of a runner.
+"""
+
+from __future__ import annotations
+
+from .local import LocalDriver
+from .runner import Cancelled, Detokenizer, ImageMarks, ModelInfo, Prompt, Runner, Sampling, Sequence
+
+__all__ = [
+    "Cancelled",
+    "Detokenizer",
+    "ImageMarks",
+    "LocalDriver",
+    "ModelInfo",
+    "Prompt",
+    "Runner",
+    "Sampling",
+    "Sequence",
+]

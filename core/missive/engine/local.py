@@ -1,0 +1,356 @@
+"""The base of in-process drivers: :class:`LocalDriver`, the Driver API on a runner.
+
+A plugin subclasses :class:`LocalDriver` with a :class:`~missive.engine.runner.Runner`
+for its backend; the base implements :meth:`~missive.driver.Driver.start`,
+:meth:`~missive.driver.Driver.count_tokens`, :meth:`~missive.driver.Driver.generate`
+and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
+
+* one thread per model (a one-thread executor) runs everything that touches
+  the model (load, prompt decode, sampling, close): backends' contexts and
+  streams are not thread-safe; rendering and tokenizing run beside it, in up to
+  ``runner.tokenize_threads`` threads, never behind a generation;
+* the prompt (:mod:`missive.engine.prompt`) is rendered and tokenized once per
+  request; ``len(prompt) >= context`` raises
+  :class:`~missive.errors.PromptTooLongError` (``prompt is too long: N tokens
+  > M maximum``, M = context - 1: one token must be left to answer), and
+  ``max_tokens`` is clamped to ``context - len(prompt)``
+  (:func:`~missive.driver.clamp_max_tokens`; reaching it ends with
+  ``max_tokens``);
+* :class:`~missive.events.Started` is yielded at once, before queueing, with
+  the prefix the runner's cache would serve at that moment as
+  ``cache_read_input_tokens`` (a request served while this one waits can
+  change the reuse actually obtained; the total is always exact); when the
+  prompt leaves a reasoning tag open (``<think>``), a ``TextDelta`` of it with
+  0 tokens follows;
+* the generation then waits for a permit (:class:`~missive.engine.scheduler.Scheduler`,
+  ``capabilities.max_concurrency``, FIFO) and runs in the model's thread
+  (:class:`~missive.engine.producer.Producer`), ahead of the event loop; closing
+  the iterator (client gone, stop sequence matched) stops it within one token,
+  and the permit is given back only once the model's thread has stopped;
+* an end-of-generation token ends with ``end_turn`` (neither shown nor
+  counted), else ``max_tokens``; :class:`~missive.events.Finished` carries the
+  exact ``output_tokens``; ``max_tokens: 0`` (the API's cache warm-up) decodes
+  the prompt only and finishes with ``max_tokens`` and 0 output tokens;
+* ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
+  models whose reasoning format has a closing text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from jinja2 import TemplateError
+
+from ..capabilities import Capabilities
+from ..config import ConfigError, ModelEntry
+from ..driver import Driver, GenerationRequest, clamp_max_tokens
+from ..errors import ApiError, PromptTooLongError
+from ..events import Finished, GenerationEvent, Started, StopReason, TextDelta
+from ..reasoning.base import ReasoningParser
+from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
+from ..templating import compile_template
+from ..tools.parsers.base import ToolParser
+from ..tools.parsers.registry import build_parser
+from ..tools.parsers.selection import parser_for_template
+from .budget import ThinkingBudget
+from .producer import Producer
+from .prompt import PromptPath
+from .runner import ModelInfo, Prompt, Runner, Sampling, Sequence
+from .scheduler import Scheduler
+
+__all__ = ["LocalDriver"]
+
+#: Seconds :meth:`LocalDriver.aclose` waits for running generations.
+CLOSE_TIMEOUT = 30
+
+
+@dataclass
+class _Prepared:
+    prompt: Prompt
+    reusable: int
+    opened: str
+    sampling: Sampling
+    budget: ThinkingBudget | None
+
+
+class LocalDriver(Driver):
+    """A driver serving one model in-process through a runner.
+
+    Args:
+        model_id, entry, capabilities: as :class:`~missive.driver.Driver`.
+        runner: the backend's runner for this model (not loaded yet).
+        tool_parser: the ``tool_parser`` setting (None: from the template).
+        reasoning_parser: the ``reasoning_parser`` setting (None: from the
+            template; ``"none"``: the model does not reason).
+
+    Subclasses set :attr:`name` and may override :meth:`constraint` (with
+    :attr:`constrains_output`).
+    """
+
+    #: True when :meth:`constraint` can make the whole reply a tool call or a
+    #: JSON value (forced ``tool_choice``, ``output_config.format``): such a
+    #: prompt is rendered with reasoning switched off, and tool parsers are
+    #: built constrained.
+    constrains_output: bool = False
+
+    def __init__(
+        self,
+        model_id: str,
+        entry: ModelEntry,
+        capabilities: Capabilities,
+        runner: Runner,
+        *,
+        tool_parser: str | None = None,
+        reasoning_parser: str | None = None,
+    ) -> None:
+        super().__init__(model_id, entry, capabilities)
+        self.runner = runner
+        self.log = logging.getLogger(f"missive.{self.name}")
+        self._tool_parser_setting = tool_parser
+        self._reasoning_setting = reasoning_parser
+        self._info: ModelInfo | None = None
+        self._template = ""
+        self._reasoning: str | None = None  # reasoning parser name, from the template
+        self._prompts: PromptPath | None = None
+        # Created in start(), inside the event loop that will use them.
+        self._scheduler: Scheduler | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
+        # One thread per model runs everything that touches it.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-{model_id}")
+
+    # -- lifecycle ---------------------------------------------------------
+
+    @property
+    def context_window(self) -> int | None:
+        """Tokens of context (prompt + output) of the loaded model; before
+        :meth:`start`, the configured value."""
+        return self._info.context_window if self._info is not None else self.entry.context_window
+
+    async def start(self) -> None:
+        """Load the model in its thread, compile its chat template, find its
+        reasoning format (which narrows ``capabilities.thinking``).
+
+        Raises:
+            ConfigError: from the runner's ``load``, or a template that does
+                not compile.
+        """
+        self._scheduler = Scheduler(self.capabilities.max_concurrency)
+        self._limiter = anyio.CapacityLimiter(self.runner.tokenize_threads)
+        loop = asyncio.get_running_loop()
+        info = await loop.run_in_executor(self._executor, self.runner.load)
+        try:
+            self._configure(info)
+        except BaseException:
+            await loop.run_in_executor(self._executor, self.runner.close)
+            raise
+
+    def _configure(self, info: ModelInfo) -> None:
+        try:
+            compile_template(info.chat_template)
+        except TemplateError as exc:
+            raise ConfigError(f"model '{self.model_id}': the chat template does not compile: {exc}") from exc
+        self._template = info.chat_template
+        self._reasoning = reasoning_parser_for_template(
+            info.chat_template, self.reasoning_parser_specs, self._reasoning_setting
+        )
+        # Thinking blocks only for a model whose output has a reasoning format.
+        update: dict[str, Any] = {"thinking": self._reasoning is not None}
+        if info.input_media:
+            update["input_media"] = info.input_media
+        self.capabilities = self.capabilities.model_copy(update=update)
+        self._prompts = PromptPath(self.runner, info, self._reasoning_class)
+        self._info = info
+
+    def _reasoning_class(self) -> type[ReasoningParser] | None:
+        """The model's reasoning parser class, None for a model that does not reason."""
+        if self._reasoning is None:
+            return None
+        return reasoning_parser_class(self.reasoning_parser_specs, self._reasoning)
+
+    async def aclose(self) -> None:
+        """Free the model once running generations have stopped (waits at
+        most 30 s, else leaves it to the garbage collector)."""
+        info, self._info = self._info, None
+        if info is None or self._scheduler is None:
+            return
+        if not await self._scheduler.drain(CLOSE_TIMEOUT):
+            self.log.warning("model %s still generating at shutdown; not freed explicitly", self.model_id)
+            return
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self.runner.close)
+        finally:
+            self._scheduler.release_all()
+            self._executor.shutdown(wait=False)
+
+    def _loaded(self) -> PromptPath:
+        if self._info is None or self._prompts is None:
+            raise ApiError(f"model '{self.model_id}' is not loaded")
+        return self._prompts
+
+    # -- parsers and constraints -------------------------------------------
+
+    def _constrained(self, request: GenerationRequest) -> bool:
+        """Whether a constraint makes the whole reply a call or a JSON value
+        (forced tool choice or structured output), leaving no room for reasoning."""
+        if not self.constrains_output:
+            return False
+        forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
+        return forced or request.request.output_format_schema() is not None
+
+    def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
+        """The parser of the model's tool call format: the ``tool_parser``
+        setting, else the chat template's, else Hermes."""
+        name = parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting)
+        constrained = self.constrains_output and request.tool_choice.mode in ("any", "tool")
+        return build_parser(self.tool_parser_specs, name, request.tools, constrained=constrained)
+
+    def reasoning_parser(self, request: GenerationRequest) -> ReasoningParser | None:
+        """The model's reasoning parser (``reasoning_parser`` setting, else chosen
+        from the chat template), or None for a model that does not reason
+        (or a constrained reply, which holds no reasoning)."""
+        cls = self._reasoning_class()
+        if cls is None or self._constrained(request):
+            return None
+        return cls()
+
+    def constraint(self, request: GenerationRequest) -> Any:
+        """A backend object constraining the reply (a grammar), or None.
+        Runs in a tokenizing thread.
+
+        Raises:
+            InvalidRequestError: the request's constraint cannot be enforced.
+        """
+        return None
+
+    # -- prompt ------------------------------------------------------------
+
+    def _tokenize(self, request: GenerationRequest) -> Prompt:
+        """The request's prompt (:mod:`missive.engine.prompt`): the one path
+        of :meth:`count_tokens` and :meth:`generate`. Tokenizing thread.
+
+        Raises:
+            InvalidRequestError: the template rejected the conversation, or an
+                image cannot be used.
+            ApiError: the template failed, or the backend could not tokenize.
+        """
+        return self._loaded().tokenize(request, constrained=self._constrained(request))
+
+    def _prepare(self, request: GenerationRequest) -> _Prepared:
+        """The prompt, the prefix the runner's cache would serve now, the
+        reasoning tag the prompt leaves open, sampling and the thinking budget.
+        Tokenizing thread."""
+        prompts = self._loaded()
+        constrained = self._constrained(request)
+        pieces, marks = prompts.render(request, constrained=constrained)
+        prompt = self.runner.tokenize(pieces, marks)
+        try:
+            opened = "" if constrained else prompts.opened(pieces)
+            reusable = self.runner.reusable(prompt)
+            sampling = Sampling(request.temperature, request.top_p, request.top_k, self.constraint(request))
+            return _Prepared(prompt, reusable, opened, sampling, self._budget(request, opened))
+        except BaseException:
+            prompt.close()
+            raise
+
+    def _budget(self, request: GenerationRequest, opened: str) -> ThinkingBudget | None:
+        """How to end reasoning once ``thinking.budget_tokens`` are spent, or
+        None (no budget, or a format without a closing text)."""
+        budget = request.thinking.budget_tokens
+        cls = self._reasoning_class() if budget is not None else None
+        if budget is None or cls is None:
+            return None
+        close = cls.close_text()
+        if not close:
+            return None
+        return ThinkingBudget(cls(), opened, budget, self.runner.encode_special(close))
+
+    async def count_tokens(self, request: GenerationRequest) -> int:
+        """Prompt tokens, equal to ``input_tokens + cache_read_input_tokens`` of
+        :meth:`generate`'s ``Started``. Never waits behind a generation."""
+        self._loaded()
+        prompt = await anyio.to_thread.run_sync(self._tokenize, request, limiter=self._limiter)
+        prompt.close()
+        return len(prompt.tokens)
+
+    # -- generation --------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Events of one answer (see the module documentation for the rules).
+
+        Raises:
+            PromptTooLongError: before ``Started``.
+            ApiError: the backend failed (before or after ``Started``).
+        """
+        self._loaded()
+        prepared = await anyio.to_thread.run_sync(self._prepare, request, limiter=self._limiter)
+        events = self._generate(request, prepared)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            # _generate's own cleanup waits for the model's thread; only then
+            # may the prompt's media it decodes from be freed.
+            with anyio.CancelScope(shield=True):
+                await events.aclose()
+            prepared.prompt.close()
+
+    async def _generate(self, request: GenerationRequest, prepared: _Prepared) -> AsyncIterator[GenerationEvent]:
+        info = self._info
+        if info is None or self._scheduler is None:
+            raise ApiError(f"model '{self.model_id}' is not loaded")
+        tokens = prepared.prompt.tokens
+        context = info.context_window
+        if len(tokens) >= context:
+            raise PromptTooLongError(len(tokens), context - 1)  # one token must be left to answer
+        max_new = clamp_max_tokens(request.max_tokens, len(tokens), context)
+        yield Started(input_tokens=len(tokens) - prepared.reusable, cache_read_input_tokens=prepared.reusable)
+        if prepared.opened:
+            # The template opened the reasoning tag: the output starts inside it.
+            yield TextDelta(prepared.opened, tokens=0)
+
+        async with self._scheduler.permit():
+            seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False)
+            producer = Producer(self.runner, seq, prepared.budget)
+            future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
+            try:
+                if max_new == 0:
+                    await producer.next_batch()  # the prompt is decoded into the cache
+                    yield Finished("max_tokens", output_tokens=0)
+                    return
+                produced = pending = 0
+                while True:
+                    pieces, ended = await producer.next_batch()
+                    produced += len(pieces)
+                    pending += len(pieces)
+                    text = "".join(pieces)
+                    if text:
+                        yield TextDelta(text, tokens=pending)
+                        pending = 0
+                    if ended:
+                        break
+                if producer.tail:
+                    yield TextDelta(producer.tail, tokens=pending)
+                if self.log.isEnabledFor(logging.DEBUG):
+                    self.log.debug(
+                        "%s: %d prompt tokens, %d reused (reported %d), %d generated, max_new=%d/%d",
+                        request.request_id,
+                        len(tokens),
+                        seq.reused,
+                        prepared.reusable,
+                        produced,
+                        max_new,
+                        request.max_tokens,
+                    )
+                stop_reason: StopReason = "end_turn" if producer.reached_eog else "max_tokens"
+                yield Finished(stop_reason, output_tokens=produced)
+            finally:
+                producer.cancel()
+                with anyio.CancelScope(shield=True):
+                    await future  # the model is never used by two threads at once

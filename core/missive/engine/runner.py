@@ -1,0 +1,266 @@
+"""The runner: the only backend-specific surface of the in-process engine.
+
+A :class:`Runner` wraps one loaded model of one backend (llama.cpp, MLX) and
+knows nothing of HTTP, events, queues or reasoning. The engine
+(:mod:`missive.engine.local`) drives it:
+
+* :meth:`Runner.load` once, :meth:`Runner.close` once, both in the model's
+  thread;
+* :meth:`Runner.tokenize` and :meth:`Runner.reusable` from tokenizing threads
+  (never behind a generation, see :attr:`Runner.tokenize_threads`);
+* per generation, in the model's thread: :meth:`Runner.begin` with a
+  :class:`Sequence`, then :meth:`Runner.step` once per token, optionally
+  :meth:`Runner.append` (tokens the model did not sample, e.g. the text that
+  closes a reasoning block), and always :meth:`Runner.end`.
+
+The interface is per *sequence*, not "generate a whole answer", so that a
+prompt cache (:meth:`Runner.save_state` / :meth:`Runner.restore_state`) and
+several sequences decoded together (slots) can be built on it later without
+changing the backends' part.
+
+Errors: any method may raise :class:`~missive.errors.MissiveError`
+(:class:`~missive.errors.InvalidRequestError` for a prompt the model cannot
+take, :class:`~missive.errors.ApiError` for a backend failure);
+:class:`~missive.config.ConfigError` from :meth:`Runner.load`;
+:class:`Cancelled` from the prompt-decoding methods when the sequence's
+``cancelled`` callback turned true. Any other exception raised in the model's
+thread is reported to the client as ``<backend> failed while generating: ...``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from ..media.types import ImageInput
+
+__all__ = [
+    "Cancelled",
+    "Detokenizer",
+    "ImageMarks",
+    "ModelInfo",
+    "Prompt",
+    "Runner",
+    "Sampling",
+    "Sequence",
+]
+
+
+class Cancelled(Exception):
+    """Raised by a runner in the model's thread when ``Sequence.cancelled()``
+    turned true while it decoded a prompt (or appended tokens): the sequence's
+    state is incomplete (the engine then ends it with ``ok=False``)."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What :meth:`Runner.load` found out about the loaded model.
+
+    Attributes:
+        context_window: tokens of context, prompt + output (> 0).
+        chat_template: the Jinja chat template to render prompts with (the
+            settings' override or the model's own; compiled by the engine).
+        bos_text, eos_text: the special tokens' texts the template may write
+            (``bos_token``/``eos_token`` variables), "" when none.
+        control_texts: texts of the special tokens a client's text must never
+            become (:func:`missive.templating.render_segments`).
+        input_media: media types the loaded model takes (images with a vision
+            projector); empty: text only.
+    """
+
+    context_window: int
+    chat_template: str
+    bos_text: str = ""
+    eos_text: str = ""
+    control_texts: tuple[str, ...] = ()
+    input_media: frozenset[str] = frozenset()
+
+
+class Prompt(NamedTuple):
+    """A tokenized prompt.
+
+    Attributes:
+        tokens: token ids, one per context position (an image's positions may
+            hold a runner-specific synthetic id).
+        media: the runner's media objects for these positions (libmtmd image
+            chunks...), or None; released by :meth:`close`.
+    """
+
+    tokens: list[int]
+    media: Any = None
+
+    def close(self) -> None:
+        """Release :attr:`media` now (idempotent; a no-op without media)."""
+        if self.media is not None:
+            self.media.close()
+
+
+@dataclass
+class ImageMarks:
+    """The images met while rendering one prompt, each replaced in the
+    rendered text by a marker (:attr:`Runner.image_marker` of its index and
+    :attr:`nonce`); the runner's :meth:`Runner.tokenize` cuts the text at the
+    markers. The nonce is fresh per prompt, so client text cannot forge one."""
+
+    marker: Callable[[int, str], str]
+    nonce: str = field(default_factory=lambda: secrets.token_hex(8))
+    images: list[ImageInput] = field(default_factory=list)
+
+    def mark(self, image: ImageInput) -> str:
+        """Record ``image``; the marker text that stands for it."""
+        self.images.append(image)
+        return self.marker(len(self.images) - 1, self.nonce)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a sequence samples; None means the API's default.
+
+    Attributes:
+        temperature: 1.0 by default; 0 is greedy.
+        top_p: no nucleus cut by default.
+        top_k: no top-k cut by default.
+        constraint: a backend object constraining the output (a compiled
+            llama.cpp grammar), or None.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    constraint: Any = None
+
+
+@dataclass
+class Sequence:
+    """One generation, as the runner sees it.
+
+    Attributes:
+        prompt: the tokenized prompt.
+        max_new: output tokens allowed (>= 0; 0 decodes the prompt only: the
+            API's cache warm-up).
+        sampling: sampling parameters.
+        cancelled: true once the consumer has gone; checked by the runner
+            between prompt batches (raise :class:`Cancelled`).
+        output: tokens produced so far (sampled or appended), kept by the engine.
+        reused: prompt tokens the runner took from its cache in :meth:`Runner.begin`.
+        state: the runner's own per-sequence state (generator, KV cache...).
+        slot: the sequence's index among those decoded together (0 for now).
+    """
+
+    prompt: Prompt
+    max_new: int
+    sampling: Sampling
+    cancelled: Callable[[], bool]
+    output: list[int] = field(default_factory=list)
+    reused: int = 0
+    state: Any = None
+    slot: int = 0
+
+
+class Detokenizer(Protocol):
+    """Output tokens to text, one token at a time, a character split across
+    tokens emitted whole (the backend's UTF-8 / incremental scheme)."""
+
+    def add(self, token: int) -> str:
+        """Text the token completes ("" while a character is incomplete)."""
+
+    def flush(self) -> str:
+        """Text still held back at the end of generation ("" if none, or if
+        the backend drops an incomplete character)."""
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """One loaded model of one backend (see the module documentation).
+
+    Attributes:
+        backend: the backend's name in messages (``"llama.cpp"``, ``"mlx"``).
+        tokenize_threads: how many threads may call :meth:`tokenize` and
+            :meth:`reusable` at once (1 when the tokenizer is not thread-safe).
+        image_marker: ``(index, nonce) -> marker text`` when the loaded model
+            takes images, else None (set by :meth:`load`).
+    """
+
+    backend: str
+    tokenize_threads: int
+    image_marker: Callable[[int, str], str] | None
+
+    def load(self) -> ModelInfo:
+        """Load the model (model thread).
+
+        Raises:
+            ConfigError: missing or unusable model files, no chat template.
+        """
+
+    def close(self) -> None:
+        """Free the model (model thread; no sequence is running)."""
+
+    def tokenize(self, pieces: list[tuple[str, bool]], marks: ImageMarks | None) -> Prompt:
+        """Tokenize a rendered prompt (tokenizing thread).
+
+        Args:
+            pieces: ``(text, is_client_text)`` from
+                :func:`missive.templating.render_segments`: client text is
+                tokenized as plain text (a typed ``<|im_end|>`` stays text),
+                the template's with special tokens parsed.
+            marks: the images the text's markers stand for, or None.
+
+        Raises:
+            InvalidRequestError: an image cannot be used.
+            ApiError: the backend could not tokenize, or the prompt is empty.
+        """
+
+    def encode_special(self, text: str) -> list[int]:
+        """Tokens of a text written by the engine (special tokens parsed, no
+        BOS), e.g. the closing text of a reasoning block."""
+
+    def reusable(self, prompt: Prompt) -> int:
+        """Prompt tokens :meth:`begin` would take from the runner's cache now
+        (0..len(prompt.tokens)): ``cache_read_input_tokens``. Tokenizing thread."""
+
+    def begin(self, seq: Sequence) -> None:
+        """Start ``seq``: decode what its prompt adds to the cached state and
+        prepare sampling (set ``seq.reused``). With ``seq.max_new == 0`` only
+        the prompt is decoded. Model thread.
+
+        Raises:
+            Cancelled: ``seq.cancelled()`` turned true during the prompt.
+        """
+
+    def step(self, seq: Sequence) -> int | None:
+        """Sample one token and decode it into the sequence; None at end of
+        generation (an end-of-generation token, neither shown nor counted).
+        Model thread.
+
+        Raises:
+            Cancelled: the backend decodes the prompt lazily here and was cancelled.
+        """
+
+    def append(self, seq: Sequence, tokens: list[int]) -> None:
+        """Write ``tokens`` (already at the end of ``seq.output``) into the
+        sequence's context as if sampled, and continue sampling after them.
+        Model thread.
+
+        Raises:
+            Cancelled: ``seq.cancelled()`` turned true while they were decoded.
+        """
+
+    def detokenizer(self, seq: Sequence) -> Detokenizer:
+        """A detokenizer for ``seq``'s output (model thread)."""
+
+    def end(self, seq: Sequence, ok: bool) -> None:
+        """Finish ``seq`` (model thread, always called once after :meth:`begin`
+        was entered). ``ok`` is False when it failed or was cancelled inside a
+        prompt decode: its state is then incomplete and must not be reused."""
+
+    def save_state(self, seq: Sequence) -> Any:
+        """A copy of the sequence's state (its KV cache) that
+        :meth:`restore_state` can put back later, e.g. into another sequence
+        sharing the prefix (for a host-memory prompt cache; not used by the
+        engine yet). Model thread."""
+
+    def restore_state(self, seq: Sequence, state: Any) -> int:
+        """Put a state from :meth:`save_state` into ``seq``; returns the tokens
+        it holds (not used by the engine yet). Model thread."""

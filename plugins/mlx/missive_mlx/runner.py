@@ -1,0 +1,336 @@
+"""The MLX runner: one MLX model folder through mlx-lm, one sequence at a time.
+
+Implements :class:`missive.engine.runner.Runner` (the engine does the rest,
+see :mod:`missive.engine.local`). All MLX work (load, prompt evaluation,
+sampling, cache copies) runs in the model's thread: mlx-lm's
+``generation_stream`` is thread-local.
+
+* **load**: ``mlx_lm.load`` of a folder holding ``config.json`` (checked
+  first: ``mlx_lm.load`` would take a missing path for a hub repository and
+  try to download it); the context is the entry's ``context_window``, else
+  ``max_position_embeddings``; the chat template is ``settings.chat_template``
+  or the tokenizer's (``tokenizer_config.json`` / ``chat_template.jinja``);
+* **tokenize**: ``tokenizer.encode(text, add_special_tokens=False)`` per
+  rendered piece (the template writes the special tokens itself, as
+  transformers' ``apply_chat_template(tokenize=True)``), client text with
+  ``split_special_tokens=True`` so a typed special token stays text;
+* **reusable**: the prefix the prompt cache would serve now
+  (:mod:`missive_mlx.prompt_cache`);
+* **begin**: takes the best cached prefix and creates ``mlx_lm.generate_step``
+  on the rest of the prompt, which evaluates it lazily at the first
+  :meth:`MlxRunner.step`, checking the cancel flag between chunks of
+  ``prefill_step_size`` tokens;
+* **step**: one token of ``generate_step``; a token in
+  ``tokenizer.eos_token_ids`` (the tokenizer's EOS plus ``config.json``
+  ``eos_token_id``, as mlx-lm's ``stream_generate`` stops) ends the sequence;
+* **detokenizer**: :class:`~missive_mlx.detokenize.IncrementalDetokenizer`;
+* **append**: ``generate_step`` restarted on the appended tokens with the same
+  cache (the thinking budget's close);
+* **end**: the KV cache (prompt + generated tokens, EOS included) is stored
+  for the next turn, unless the sequence failed or was stopped inside a prompt.
+
+Sampling (API defaults when unset): mlx-lm's ``make_sampler``, temperature 1.0
+(0 = greedy: argmax), ``top_p`` and ``top_k`` off; no min-p, no repetition
+penalty; ``settings.seed`` set (``mx.random.seed``) before every sequence.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from missive.config import ConfigError
+from missive.engine.runner import Cancelled, ImageMarks, ModelInfo, Prompt, Sampling, Sequence
+from missive.errors import ApiError
+
+from .detokenize import IncrementalDetokenizer
+from .prompt_cache import PromptCacheStore
+from .settings import MlxSettings
+
+__all__ = ["MlxRunner"]
+
+log = logging.getLogger("missive.mlx")
+
+
+@dataclass
+class _State:
+    """A running sequence.
+
+    Attributes:
+        cache: mlx-lm per-layer KV caches.
+        held: the tokens ``cache`` holds, in order.
+        pending: tokens given to ``gen`` that it evaluates into ``cache``
+            before its first token (``generate_step`` evaluates each token
+            before yielding it: after ``k`` tokens were received the cache
+            holds what it held, ``pending`` and those ``k`` tokens).
+        gen: the running ``generate_step``.
+    """
+
+    cache: list[Any] | None = None
+    held: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    gen: Iterator[tuple[int, Any]] | None = None
+    sampler: Callable[[Any], Any] | None = None
+
+
+class MlxRunner:
+    """One MLX model folder (see the module documentation).
+
+    Args:
+        model_id: for messages.
+        settings: the validated settings.
+        context_window: the entry's (None: ``max_position_embeddings``).
+    """
+
+    backend = "mlx"
+    # Hugging Face fast tokenizers are not meant for concurrent calls on one instance.
+    tokenize_threads = 1
+    image_marker = None
+
+    def __init__(self, model_id: str, settings: MlxSettings, context_window: int | None) -> None:
+        self.model_id = model_id
+        self.settings = settings
+        self.requested_context = context_window
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.store: PromptCacheStore | None = None
+
+    # -- load and close ----------------------------------------------------
+
+    def load(self) -> ModelInfo:
+        """Load the model folder.
+
+        Raises:
+            ConfigError: folder missing or not loadable, no context length, no
+                chat template.
+        """
+        path = self.settings.path
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model '{self.model_id}': not an MLX model folder (no config.json): {path} (settings.model_path)"
+            )
+        import mlx_lm
+        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+        try:
+            model, tokenizer = mlx_lm.load(str(path))
+        except (ValueError, OSError, KeyError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"model '{self.model_id}': mlx-lm could not load {path}: {exc}") from exc
+        context = self.requested_context or _config_context(path)
+        if not context:
+            raise ConfigError(
+                f"model '{self.model_id}': config.json gives no max_position_embeddings; set context_window"
+            )
+        template = self.settings.chat_template or _template_of(tokenizer)
+        if not template:
+            raise ConfigError(
+                f"model '{self.model_id}': the tokenizer has no chat template; set settings.chat_template"
+            )
+        self.store = PromptCacheStore(
+            self.settings.prompt_cache_entries, can_trim=can_trim_prompt_cache, trim=trim_prompt_cache
+        )
+        self.model, self.tokenizer = model, tokenizer
+        log.info(
+            "model %s loaded from %s: context %d, eos %s, %d cached prefixes",
+            self.model_id,
+            path,
+            context,
+            sorted(tokenizer.eos_token_ids),
+            self.settings.prompt_cache_entries,
+        )
+        return ModelInfo(
+            context_window=context,
+            chat_template=template,
+            bos_text=tokenizer.bos_token or "",
+            eos_text=tokenizer.eos_token or "",
+            control_texts=_control_texts(tokenizer),
+        )
+
+    def close(self) -> None:
+        import mlx.core as mx
+
+        self.model = self.tokenizer = None
+        if self.store is not None:
+            self.store.clear()
+        mx.clear_cache()
+
+    # -- prompt (tokenizing thread) ----------------------------------------
+
+    def tokenize(self, pieces: list[tuple[str, bool]], marks: ImageMarks | None) -> Prompt:
+        """Token ids of the rendered pieces.
+
+        Raises:
+            ApiError: the template rendered nothing.
+        """
+        tokenizer = self._tokenizer()
+        tokens: list[int] = []
+        for text, client in pieces:
+            # A control token's text a client sent is text: split_special_tokens
+            # keeps the tokenizer from matching it as the special token.
+            extra = {"split_special_tokens": True} if client else {}
+            tokens += tokenizer.encode(text, add_special_tokens=False, **extra)
+        if not tokens:
+            raise ApiError("the chat template rendered an empty prompt")
+        return Prompt(tokens)
+
+    def encode_special(self, text: str) -> list[int]:
+        return list(self._tokenizer().encode(text, add_special_tokens=False))
+
+    def reusable(self, prompt: Prompt) -> int:
+        assert self.store is not None
+        return self.store.reusable(prompt.tokens)
+
+    def _tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ApiError(f"model '{self.model_id}' is not loaded")
+        return self.tokenizer
+
+    # -- sequences (the model's thread) ------------------------------------
+
+    def begin(self, seq: Sequence) -> None:
+        import mlx.core as mx
+        from mlx_lm.models.cache import make_prompt_cache
+
+        assert self.store is not None
+        state = seq.state = _State(sampler=_sampler(seq.sampling))
+        if self.settings.seed is not None:
+            mx.random.seed(self.settings.seed)
+        prompt = seq.prompt.tokens
+        state.cache, seq.reused = self.store.take(prompt, lambda: make_prompt_cache(self.model))
+        state.held = prompt[: seq.reused]
+        self._start(seq, prompt[seq.reused :], seq.max_new)
+        if seq.max_new == 0:
+            assert state.gen is not None
+            next(state.gen, None)  # evaluate the prompt only (cache warm-up)
+            state.held, state.pending = list(prompt), []
+
+    def _start(self, seq: Sequence, tokens: list[int], max_tokens: int) -> None:
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+
+        state: _State = seq.state
+
+        def check_cancelled(*_: int) -> None:
+            if seq.cancelled():
+                raise Cancelled
+
+        state.pending = list(tokens)
+        state.gen = generate_step(
+            mx.array(tokens),
+            self.model,
+            max_tokens=max_tokens,
+            sampler=state.sampler,
+            prompt_cache=state.cache,
+            prefill_step_size=self.settings.prefill_step_size,
+            prompt_progress_callback=check_cancelled,
+        )
+
+    def step(self, seq: Sequence) -> int | None:
+        state: _State = seq.state
+        assert state.gen is not None
+        step = next(state.gen, None)
+        if step is None:
+            return None
+        token = int(step[0])
+        if state.pending:  # the tokens given to the generator are in the cache once a token came out
+            state.held += state.pending
+            state.pending = []
+        state.held.append(token)
+        if token in self.tokenizer.eos_token_ids:
+            return None
+        return token
+
+    def append(self, seq: Sequence, tokens: list[int]) -> None:
+        state: _State = seq.state
+        if state.gen is not None:
+            state.gen.close()
+        self._start(seq, tokens, seq.max_new - len(seq.output))
+
+    def detokenizer(self, seq: Sequence) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self._decode, seq.prompt.tokens)
+
+    def _decode(self, ids: Any) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+    def end(self, seq: Sequence, ok: bool) -> None:
+        state: _State | None = seq.state
+        if state is None:
+            return
+        if state.gen is not None:
+            state.gen.close()
+            state.gen = None
+        if state.cache is not None and ok:
+            self._keep(state.cache, state.held)
+
+    def _keep(self, cache: list[Any], held: list[int]) -> None:
+        import mlx.core as mx
+
+        assert self.store is not None
+        offset = getattr(cache[0], "offset", len(held)) if cache else 0
+        if offset != len(held):  # never store a cache whose content is unknown
+            log.warning("prompt cache holds %d tokens, expected %d: not kept", offset, len(held))
+            return
+        try:
+            mx.eval([c.state for c in cache])
+        except Exception:  # a cache that cannot be evaluated is dropped (logged)
+            log.exception("prompt cache could not be evaluated: not kept")
+            return
+        self.store.put(held, cache)
+
+    # -- state (for a generic prompt cache; not used by the engine yet) ----
+
+    def save_state(self, seq: Sequence) -> Any:
+        """A copy of the sequence's KV cache and the tokens it holds."""
+        state: _State = seq.state
+        return list(state.held), copy.deepcopy(state.cache)
+
+    def restore_state(self, seq: Sequence, saved: Any) -> int:
+        held, cache = saved
+        if seq.state is None:
+            seq.state = _State(sampler=_sampler(seq.sampling))
+        seq.state.held, seq.state.cache = list(held), copy.deepcopy(cache)
+        return len(held)
+
+
+def _sampler(sampling: Sampling) -> Callable[[Any], Any]:
+    """mlx-lm sampler for the request's parameters (API defaults when unset)."""
+    from mlx_lm.sample_utils import make_sampler
+
+    return make_sampler(
+        temp=1.0 if sampling.temperature is None else sampling.temperature,
+        top_p=0.0 if sampling.top_p is None else sampling.top_p,  # 0 and 1: no nucleus cut
+        top_k=0 if sampling.top_k is None else sampling.top_k,  # 0: no top-k cut
+    )
+
+
+def _config_context(path: Path) -> int | None:
+    """``max_position_embeddings`` of ``config.json`` (or of its ``text_config``)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for table in (config, config.get("text_config") or {}):
+        value = table.get("max_position_embeddings")
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _template_of(tokenizer: Any) -> str | None:
+    """The tokenizer's Jinja chat template; of a named set, ``default`` (as transformers)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template if isinstance(template, str) and template else None
+
+
+def _control_texts(tokenizer: Any) -> tuple[str, ...]:
+    """Texts of the tokenizer's special added tokens (``<|im_end|>``...): the
+    ones ``encode`` matches in text unless ``split_special_tokens``."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return tuple(sorted({t.content for t in decoder.values() if getattr(t, "special", False) and t.content}))

@@ -1,0 +1,248 @@
+"""The in-process engine (missive.engine) on a scripted runner: no model, no threads of a backend.
+
+The runner below tokenizes one character per token and "samples" a scripted
+text; it records what the engine asked of it, so the engine's rules (prompt
+path, Started before the queue, exact usage, cancellation, the thinking
+budget, the FIFO permits) are checked without llama.cpp or MLX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import anyio
+import pytest
+
+from missive.capabilities import Capabilities
+from missive.config import ModelEntry
+from missive.engine import Cancelled, ImageMarks, LocalDriver, ModelInfo, Prompt, Runner, Sequence
+from missive.engine.scheduler import Scheduler
+from missive.errors import ApiError, PromptTooLongError
+from missive.events import Finished, Started, TextDelta
+from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
+from missive.thinking.plan import ThinkingPlan
+
+EOG = 0
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+class ScriptedRunner:
+    """Tokens are code points; ``step`` plays ``script`` then an end-of-generation token."""
+
+    backend = "scripted"
+    tokenize_threads = 2
+    image_marker = None
+
+    def __init__(self, script: str, template: str = CHATML, context: int = 4096) -> None:
+        self.script = [ord(c) for c in script]
+        self.template = template
+        self.context = context
+        self.cached: list[int] = []
+        self.appended: list[list[int]] = []
+        self.ended: list[bool] = []
+        self.gate: threading.Event | None = None  # step waits on it when set
+        self.fail_at: int | None = None
+        self.closed = False
+
+    def load(self) -> ModelInfo:
+        return ModelInfo(self.context, self.template, control_texts=("<|im_end|>", "<|im_start|>"))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def tokenize(self, pieces: list[tuple[str, bool]], marks: ImageMarks | None) -> Prompt:
+        tokens = [ord(c) for text, _ in pieces for c in text]
+        if not tokens:
+            raise ApiError("the chat template rendered an empty prompt")
+        return Prompt(tokens)
+
+    def encode_special(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def reusable(self, prompt: Prompt) -> int:
+        n = 0
+        for a, b in zip(self.cached, prompt.tokens):
+            if a != b:
+                break
+            n += 1
+        return min(n, len(prompt.tokens) - 1)
+
+    def begin(self, seq: Sequence) -> None:
+        seq.reused = self.reusable(seq.prompt)
+        if seq.cancelled():
+            raise Cancelled
+        seq.state = iter(self.script)
+
+    def step(self, seq: Sequence) -> int | None:
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail_at is not None and len(seq.output) == self.fail_at:
+            raise RuntimeError("boom")
+        token = next(seq.state, EOG)
+        return None if token == EOG else token
+
+    def append(self, seq: Sequence, tokens: list[int]) -> None:
+        self.appended.append(list(tokens))
+
+    def detokenizer(self, seq: Sequence) -> Any:
+        class Text:
+            def add(self, token: int) -> str:
+                return chr(token)
+
+            def flush(self) -> str:
+                return ""
+
+        return Text()
+
+    def end(self, seq: Sequence, ok: bool) -> None:
+        self.ended.append(ok)
+        if ok:
+            self.cached = seq.prompt.tokens + seq.output
+
+    def save_state(self, seq: Sequence) -> Any:
+        return list(self.cached)
+
+    def restore_state(self, seq: Sequence, state: Any) -> int:
+        self.cached = list(state)
+        return len(state)
+
+
+class ScriptedDriver(LocalDriver):
+    name = "scripted"
+
+
+async def make(script: str, **kw: Any) -> ScriptedDriver:
+    runner = ScriptedRunner(script, **kw)
+    assert isinstance(runner, Runner)
+    driver = ScriptedDriver("m", ModelEntry(driver="scripted"), Capabilities(max_concurrency=1), runner)
+    await driver.start()
+    return driver
+
+
+def request(text: str = "hi", max_tokens: int = 16, **fields: Any) -> Any:
+    return generation_request([{"role": "user", "content": text}], model="m", max_tokens=max_tokens, **fields)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_usage_is_exact_and_count_tokens_equals_started() -> None:
+    d = await make("Hello!")
+    try:
+        req = request()
+        counted = await d.count_tokens(req)
+        events = await collect(d.generate(req))
+        started, finished = check_order(events)
+        assert started.input_tokens + started.cache_read_input_tokens == counted
+        assert text_of(events) == "Hello!" and finished == Finished("end_turn", output_tokens=6)
+        assert sum(e.tokens for e in events if isinstance(e, TextDelta)) == 6
+        # the next turn reads the first one from the runner's cache
+        again = (await collect(d.generate(request(max_tokens=2))))[0]
+        assert again.cache_read_input_tokens == counted - 1 and again.input_tokens == 1
+        assert d.runner.ended == [True, True]
+    finally:
+        await d.aclose()
+    assert d.runner.closed
+
+
+@pytest.mark.anyio
+async def test_max_tokens_clamp_too_long_and_warm_up() -> None:
+    d = await make("a long answer" * 10, context=80)
+    try:
+        counted = await d.count_tokens(request())
+        events = await collect(d.generate(request(max_tokens=1000)))
+        assert events[-1] == Finished("max_tokens", output_tokens=80 - counted)
+        assert await collect(d.generate(request(max_tokens=0))) == [
+            Started(input_tokens=1, cache_read_input_tokens=counted - 1),
+            Finished("max_tokens", output_tokens=0),
+        ]
+        with pytest.raises(PromptTooLongError, match=r"prompt is too long: \d+ tokens > 79 maximum"):
+            await collect(d.generate(request("x" * 50)))
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_runner_failure_is_an_api_error_and_frees_the_model() -> None:
+    d = await make("abcdef")
+    d.runner.fail_at = 2
+    try:
+        with pytest.raises(ApiError, match="scripted failed while generating: boom"):
+            await collect(d.generate(request()))
+        assert d.runner.ended == [False] and d._scheduler.available == 1
+        d.runner.fail_at = None
+        check_order(await collect(d.generate(request())))
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_closing_stops_the_thread_and_queued_requests_wait_fifo() -> None:
+    d = await make("x" * 1000)
+    gate = d.runner.gate = threading.Event()
+    try:
+        running = d.generate(request(max_tokens=1000))
+        assert isinstance(await running.__anext__(), Started)
+        gate.set()
+        assert isinstance(await running.__anext__(), TextDelta)
+        gate.clear()
+        waiting = d.generate(request(max_tokens=3))
+        assert isinstance(await waiting.__anext__(), Started)  # before the queue
+        rest: list[Any] = []
+
+        async def pull() -> None:
+            rest.extend(await collect(waiting))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pull)
+            await anyio.sleep(0.2)
+            assert rest == [] and d._scheduler.available == 0
+            gate.set()
+            await running.aclose()
+        assert rest[-1] == Finished("max_tokens", output_tokens=3)
+        assert d._scheduler.available == 1 and d.runner.ended == [True, True]
+    finally:
+        gate.set()
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_thinking_budget_closes_the_reasoning() -> None:
+    script = "I think and think and think. Answer."
+    d = await make(script, template=THINKING_CHATML)
+    try:
+        assert d.capabilities.thinking
+        req = dataclasses.replace(
+            request(max_tokens=40, thinking={"type": "adaptive"}), thinking=ThinkingPlan(requested=True, budget_tokens=5)
+        )
+        events = await collect(d.generate(req))
+        check_order(events)
+        assert events[1] == TextDelta("<think>", tokens=0)
+        close = "\n</think>\n\n"
+        assert d.runner.appended == [[ord(c) for c in close]]
+        # five reasoning tokens, the close, then the model goes on after it
+        assert text_of(events) == "<think>" + script[:5] + close + script[5 : 5 + 40 - 5 - len(close)]
+        assert events[-1] == Finished("max_tokens", output_tokens=40)
+        assert sum(e.tokens for e in events if isinstance(e, TextDelta)) == 40
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_scheduler_permits_and_drain() -> None:
+    s = Scheduler(2)
+    async with s.permit():
+        assert s.available == 1
+        assert await s.drain(0.05) is False  # one is held: nothing taken
+        assert s.available == 1
+    assert await s.drain(1) is True and s.available == 0
+    s.release_all()
+    assert s.available == 2 and Scheduler(None).permits == 1
