@@ -31,6 +31,10 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   counted), else ``max_tokens``; :class:`~missive.events.Finished` carries the
   exact ``output_tokens``; ``max_tokens: 0`` (the API's cache warm-up) decodes
   the prompt only and finishes with ``max_tokens`` and 0 output tokens;
+* with a runner that can save its context (:class:`~missive.engine.runner.ContextStates`),
+  prompts that leave the context are kept in a host-memory prompt cache
+  (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
+  more with them than with the live context; restored tokens are cache reads;
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
   models whose reasoning format has a closing text.
 """
@@ -62,7 +66,9 @@ from ..tools.parsers.selection import parser_for_template
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
-from .runner import ModelInfo, Prompt, Runner, Sampling, Sequence
+from .host_cache import HostPromptCache, default_cache_bytes, swap_in
+from .host_cache import reusable as host_reusable
+from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence
 from .scheduler import Scheduler
 
 __all__ = ["LocalDriver"]
@@ -109,9 +115,17 @@ class LocalDriver(Driver):
         *,
         tool_parser: str | None = None,
         reasoning_parser: str | None = None,
+        host_cache_bytes: int | None = None,
     ) -> None:
         super().__init__(model_id, entry, capabilities)
         self.runner = runner
+        # Prompts that leave the context are kept in RAM (runners that can
+        # save their context): None sizes it from the machine, 0 turns it off.
+        if host_cache_bytes is None:
+            host_cache_bytes = default_cache_bytes()
+        self._host_cache = (
+            HostPromptCache(host_cache_bytes) if host_cache_bytes > 0 and isinstance(runner, ContextStates) else None
+        )
         self.log = logging.getLogger(f"missive.{self.name}")
         self._tool_parser_setting = tool_parser
         self._reasoning_setting = reasoning_parser
@@ -145,6 +159,9 @@ class LocalDriver(Driver):
         self._limiter = anyio.CapacityLimiter(self.runner.tokenize_threads)
         loop = asyncio.get_running_loop()
         info = await loop.run_in_executor(self._executor, self.runner.load)
+        if self._host_cache is not None:
+            self.log.info("model %s: host-memory prompt cache of up to %d MiB", self.model_id,
+                          self._host_cache.max_bytes // 2**20)
         try:
             self._configure(info)
         except BaseException:
@@ -252,7 +269,7 @@ class LocalDriver(Driver):
         prompt = self.runner.tokenize(pieces, marks)
         try:
             opened = "" if constrained else prompts.opened(pieces)
-            reusable = self.runner.reusable(prompt)
+            reusable = host_reusable(self.runner, self._host_cache, prompt)
             sampling = Sampling(request.temperature, request.top_p, request.top_k, self.constraint(request))
             return _Prepared(prompt, reusable, opened, sampling, self._budget(request, opened))
         except BaseException:
@@ -317,7 +334,11 @@ class LocalDriver(Driver):
 
         async with self._scheduler.permit():
             seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False)
-            producer = Producer(self.runner, seq, prepared.budget)
+            cache, runner = self._host_cache, self.runner
+            setup = None
+            if cache is not None and isinstance(runner, ContextStates):
+                setup = lambda: swap_in(runner, cache, prepared.prompt)  # noqa: E731 - runs in the model's thread
+            producer = Producer(self.runner, seq, prepared.budget, setup)
             future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
             try:
                 if max_new == 0:

@@ -18,6 +18,8 @@ and written into the context with :meth:`~missive.engine.runner.Runner.append`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .budget import ThinkingBudget
 from .channel import ThreadChannel
 from .runner import Cancelled, Runner, Sequence
@@ -36,10 +38,19 @@ class Producer:
     :attr:`tail` (text the detokenizer held back, not yet counted).
     """
 
-    def __init__(self, runner: Runner, seq: Sequence, budget: ThinkingBudget | None = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        seq: Sequence,
+        budget: ThinkingBudget | None = None,
+        setup: Callable[[], None] | None = None,
+    ) -> None:
+        """``setup``: run in the model's thread before the sequence begins
+        (the host-memory prompt cache's swap, :func:`missive.engine.host_cache.swap_in`)."""
         self.runner = runner
         self.seq = seq
         self.budget = budget
+        self.setup = setup
         self.reached_eog = False
         self.tail = ""
         self.channel: ThreadChannel[str] = ThreadChannel(f"{runner.backend} failed while generating")
@@ -52,6 +63,8 @@ class Producer:
         runner, seq, channel = self.runner, self.seq, self.channel
         ok = True
         try:
+            if self.setup is not None:
+                self.setup()
             runner.begin(seq)
             if seq.max_new == 0:
                 return  # the prompt is decoded (cache warm-up)

@@ -42,7 +42,9 @@ __all__ = [
     "ImageMarks",
     "ModelInfo",
     "Prompt",
+    "ContextStates",
     "Runner",
+    "SavedContext",
     "Sampling",
     "Sequence",
 ]
@@ -264,3 +266,44 @@ class Runner(Protocol):
     def restore_state(self, seq: Sequence, state: Any) -> int:
         """Put a state from :meth:`save_state` into ``seq``; returns the tokens
         it holds (not used by the engine yet). Model thread."""
+
+
+@dataclass
+class SavedContext:
+    """A context state saved to host memory (:mod:`missive.engine.host_cache`).
+
+    Attributes:
+        tokens: the token ids (context positions) it holds.
+        state: the runner's copy of the KV cache for them (opaque to the engine).
+        nbytes: its size in host memory, in bytes.
+    """
+
+    tokens: list[int]
+    state: Any
+    nbytes: int
+
+
+@runtime_checkable
+class ContextStates(Protocol):
+    """A runner whose live context can be saved to host memory and put back
+    (llama.cpp's per-sequence state). The engine keeps a host-memory prompt
+    cache for such runners (:mod:`missive.engine.host_cache`)."""
+
+    def context_tokens(self) -> list[int]:
+        """The token ids the live context holds now (any thread; a copy)."""
+
+    def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
+        """Prompt tokens :meth:`Runner.begin` would take from a context
+        restored from a state holding ``tokens`` (the backend's reuse rules:
+        stale logits, whole images). Any thread."""
+
+    def save_context(self) -> SavedContext | None:
+        """A copy of the live context's state, None when it holds nothing
+        (model thread)."""
+
+    def restore_context(self, saved: SavedContext) -> None:
+        """Replace the live context with ``saved`` (model thread).
+
+        Raises:
+            ApiError: the backend refused the state.
+        """

@@ -53,6 +53,7 @@ class LlamaCppDriver(LocalDriver):
             LlamaCppRunner(model_id, self.settings, entry.context_window),
             tool_parser=self.settings.tool_parser,
             reasoning_parser=self.settings.reasoning_parser,
+            host_cache_bytes=None if self.settings.cache_ram_mib is None else self.settings.cache_ram_mib * 2**20,
         )
 
     # -- tools and structured output ---------------------------------------

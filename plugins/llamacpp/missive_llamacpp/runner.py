@@ -41,6 +41,7 @@ penalty; the grammar of ``Sampling.constraint``.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator
@@ -50,7 +51,7 @@ from typing import Any
 import llama_cpp
 
 from missive.config import ConfigError
-from missive.engine.runner import Cancelled, ImageMarks, ModelInfo, Prompt, Sequence
+from missive.engine.runner import Cancelled, ImageMarks, ModelInfo, Prompt, SavedContext, Sequence
 from missive.errors import ApiError, InvalidRequestError
 
 from .grammar import warm_up as warm_up_grammar
@@ -329,16 +330,69 @@ class LlamaCppRunner:
             state.gen.close()
             state.gen = None
 
-    # -- state (for a prompt cache; not used by the engine yet) ------------
+    # -- context states (the engine's host-memory prompt cache) -----------
+
+    def context_tokens(self) -> list[int]:
+        llm = self._loaded()
+        return list(llm.input_ids[: llm.n_tokens].tolist())
+
+    def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
+        """Reuse from a restored state holding ``tokens``: its logits are
+        stale, so a prompt wholly inside it gives its last token back to be
+        decoded (:func:`~missive_llamacpp.prefix.reused_prefix`); an image is
+        reused whole or not at all."""
+        llm = self._loaded()
+        reuse = reused_prefix(
+            tokens,
+            prompt.tokens,
+            requires_eval=True,
+            partial_reuse=not (getattr(llm, "_is_recurrent", False) or getattr(llm, "_is_hybrid", False)),
+        )
+        return prompt.media.image_start(reuse) if prompt.media is not None else reuse
+
+    def save_context(self) -> SavedContext | None:
+        """The KV cache of sequence 0 (``llama_state_seq_get_data``: the
+        tokens' keys and values, about 23 KB a token for SmolLM2-135M) and its
+        token ids, or None for an empty context."""
+        llm = self._loaded()
+        n = int(llm.n_tokens)
+        if n == 0:
+            return None
+        ctx = llm._ctx.ctx
+        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+        buffer = (ctypes.c_uint8 * size)()
+        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0))
+        if written == 0:
+            return None
+        return SavedContext(list(llm.input_ids[:n].tolist()), (buffer, written), size)
+
+    def restore_context(self, saved: SavedContext) -> None:
+        """Put ``saved`` back as the whole context; its logits are not saved,
+        so ``_requires_eval`` makes the next prompt decode its last token again.
+
+        Raises:
+            ApiError: llama.cpp refused the state (the context is then empty).
+        """
+        llm = self._loaded()
+        buffer, size = saved.state
+        llm._ctx.kv_cache_clear()
+        llm.n_tokens = 0
+        if int(llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buffer, size, 0)) == 0:
+            llm.reset()
+            raise ApiError("llama.cpp could not restore a saved prompt state")
+        n = len(saved.tokens)
+        llm.input_ids[:n] = saved.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True
+
+    # The Runner protocol's sequence states: one sequence, so the context's.
 
     def save_state(self, seq: Sequence) -> Any:
-        """The context's state (``Llama.save_state``: tokens, logits, KV cache)."""
-        return self._loaded().save_state()
+        return self.save_context()
 
     def restore_state(self, seq: Sequence, state: Any) -> int:
-        llm = self._loaded()
-        llm.load_state(state)
-        return int(llm.n_tokens)
+        self.restore_context(state)
+        return len(state.tokens)
 
 
 def _prefill(

@@ -12,6 +12,7 @@ Example::
     n_batch = 512                   # prompt tokens per decode call
     n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU build; 0: CPU)
     extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
+    cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
     tool_parser = "hermes"          # tool call format; default: from the template
@@ -72,6 +73,11 @@ class LlamaCppSettings(BaseModel):
             crashes, without (:mod:`missive_llamacpp.trial`); ``"on"`` and
             ``"off"`` choose without a trial. Their kernels crash on some
             CPUs: ggml-org/llama.cpp #20824, ollama/ollama #17006.
+        cache_ram_mib: MiB of host memory for prompts that left the context
+            (llama-server's ``--cache-ram``): a conversation's KV state is
+            kept there when another request takes the context, and restored
+            on its next turn (:mod:`missive.engine.host_cache`). None: a
+            quarter of the machine's memory, at most 8192; 0: off.
         seed: sampling seed, 0..4294967294, reused for every request so equal
             requests sample equally; None: a fresh random seed per request.
         chat_template: Jinja chat template replacing the GGUF's.
@@ -93,6 +99,7 @@ class LlamaCppSettings(BaseModel):
     n_batch: int = Field(default=512, ge=1)
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
+    cache_ram_mib: int | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)

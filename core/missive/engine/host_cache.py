@@ -1,0 +1,166 @@
+"""The host-memory prompt cache: KV states that left the context, kept in RAM.
+
+An in-process model holds one prompt in its KV cache. When another
+conversation takes the context (Claude Code's title and topic requests, a
+subagent, a second user), the first one's prompt would be decoded again from
+scratch on its next turn: 25 to 29 s for a 2,500-token prompt of SmolLM2 on
+2 cores, minutes for a 4B model and Claude Code's 20,000-token prompts.
+
+So before a sequence begins, the engine (:func:`swap_in`, in the model's
+thread) does what llama-server does with ``--cache-ram`` (``tools/server``:
+``server_prompt_cache``, its ``load``/``save`` around a slot's new task):
+
+* if the live context would lose at least :data:`MIN_SAVED_TOKENS` tokens to
+  the new prompt, its state is saved here (the runner's
+  :meth:`~missive.engine.runner.ContextStates.save_context`: llama.cpp's
+  per-sequence state, the KV cache of those tokens);
+* the entry sharing the longest token prefix with the new prompt is restored
+  into the context when it gives more than the live context would, and the
+  runner then decodes only the rest.
+
+Entries are evicted least recently used first, to stay within ``max_bytes``;
+an entry whose tokens are a prefix of a newer one's is dropped (the newer one
+serves everything it would). Restored tokens are cache reads:
+``cache_read_input_tokens`` counts them, as it counts tokens the live context
+kept. The runner's own rules still apply to a restored state (its last token
+is decoded again for fresh logits; an image is reused whole or not at all).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+
+from .runner import ContextStates, Prompt, Runner, SavedContext
+
+__all__ = ["HostPromptCache", "MIN_SAVED_TOKENS", "default_cache_bytes", "reusable", "swap_in"]
+
+log = logging.getLogger("missive.engine")
+
+#: A live context is saved only if the new prompt would discard at least this
+#: many of its tokens (a few differing tokens cost less to decode again than
+#: to copy the state).
+MIN_SAVED_TOKENS = 64
+#: The default size when the machine's memory cannot be read (bytes).
+FALLBACK_BYTES = 2 * 1024**3
+
+
+def default_cache_bytes() -> int:
+    """A quarter of the machine's physical memory, at most 8 GiB (llama-server's
+    ``--cache-ram`` default is 8192 MiB): enough for a few long conversations
+    of a small model, never a threat to the machine."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return FALLBACK_BYTES
+    return int(min(8 * 1024**3, total // 4))
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class HostPromptCache:
+    """Saved context states, least recently used first out, within ``max_bytes``.
+
+    Thread-safe: :meth:`best` is called from tokenizing threads (to report
+    the reuse before queueing) and from the model's thread.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[int, SavedContext] = OrderedDict()
+        self._next = 0
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held now."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def best(self, tokens: list[int]) -> tuple[SavedContext | None, int]:
+        """The entry sharing the longest prefix with ``tokens``, and that
+        prefix's length (``(None, 0)`` when none shares a token)."""
+        with self._lock:
+            found: SavedContext | None = None
+            longest = 0
+            for entry in self._entries.values():
+                common = _common(entry.tokens, tokens)
+                if common > longest:
+                    found, longest = entry, common
+            return found, longest
+
+    def touch(self, entry: SavedContext) -> None:
+        """Mark ``entry`` as just used (last to be evicted)."""
+        with self._lock:
+            for key, value in self._entries.items():
+                if value is entry:
+                    self._entries.move_to_end(key)
+                    return
+
+    def put(self, saved: SavedContext) -> bool:
+        """Keep ``saved``; drop the entries it makes useless (a prefix of its
+        tokens) and the least recently used ones beyond ``max_bytes``.
+        Returns False when it alone is larger than ``max_bytes``."""
+        if saved.nbytes > self.max_bytes or not saved.tokens:
+            return False
+        with self._lock:
+            for key, entry in list(self._entries.items()):
+                if len(entry.tokens) <= len(saved.tokens) and saved.tokens[: len(entry.tokens)] == entry.tokens:
+                    self._drop(key)
+            while self._entries and self._bytes + saved.nbytes > self.max_bytes:
+                self._drop(next(iter(self._entries)))
+            self._entries[self._next] = saved
+            self._next += 1
+            self._bytes += saved.nbytes
+        return True
+
+    def _drop(self, key: int) -> None:
+        entry = self._entries.pop(key)
+        self._bytes -= entry.nbytes
+
+
+def swap_in(runner: ContextStates, cache: HostPromptCache, prompt: Prompt) -> int:
+    """Before a sequence of ``prompt`` begins (model thread): save the live
+    context if the prompt would discard enough of it, and restore the cached
+    state that serves the prompt best when it beats the live context.
+    Returns the prompt tokens the context can now reuse (what ``begin`` will
+    take from it)."""
+    live_tokens = runner.context_tokens()
+    live = runner.reusable(prompt)
+    entry, _ = cache.best(prompt.tokens)
+    restored = runner.reusable_from(prompt, entry.tokens) if entry is not None else 0
+    kept = _common(live_tokens, prompt.tokens)
+    if len(live_tokens) - kept >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
+        saved = runner.save_context()
+        if saved is not None and cache.put(saved):
+            log.debug("saved a context of %d tokens (%d bytes; cache: %d entries, %d bytes)",
+                      len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
+    if entry is not None and restored > live:
+        runner.restore_context(entry)
+        cache.touch(entry)
+        log.debug("restored a context of %d tokens: %d of %d prompt tokens reused (the live context had %d)",
+                  len(entry.tokens), restored, len(prompt.tokens), live)
+        return restored
+    return live
+
+
+def reusable(runner: Runner, cache: HostPromptCache | None, prompt: Prompt) -> int:
+    """The prompt tokens :func:`swap_in` would reuse now, without changing
+    anything (tokenizing thread): ``cache_read_input_tokens``."""
+    live = runner.reusable(prompt)
+    if cache is None or not isinstance(runner, ContextStates):
+        return live
+    entry, _ = cache.best(prompt.tokens)
+    return max(live, runner.reusable_from(prompt, entry.tokens)) if entry is not None else live
