@@ -32,10 +32,11 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from .runner import ContextStates, Prompt, Runner, SavedContext
 
-__all__ = ["HostPromptCache", "MIN_SAVED_TOKENS", "default_cache_bytes", "reusable", "swap_in"]
+__all__ = ["HostPromptCache", "MIN_SAVED_TOKENS", "common_prefix", "default_cache_bytes", "reusable", "swap_in"]
 
 log = logging.getLogger("missive.engine")
 
@@ -58,7 +59,9 @@ def default_cache_bytes() -> int:
     return int(min(8 * 1024**3, total // 4))
 
 
-def _common(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences (the
+    measure every prompt cache of the engine and its runners uses)."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -96,7 +99,7 @@ class HostPromptCache:
             found: SavedContext | None = None
             longest = 0
             for entry in self._entries.values():
-                common = _common(entry.tokens, tokens)
+                common = common_prefix(entry.tokens, tokens)
                 if common > longest:
                     found, longest = entry, common
             return found, longest
@@ -141,7 +144,7 @@ def swap_in(runner: ContextStates, cache: HostPromptCache, prompt: Prompt) -> in
     live = runner.reusable(prompt)
     entry, _ = cache.best(prompt.tokens)
     restored = runner.reusable_from(prompt, entry.tokens) if entry is not None else 0
-    kept = _common(live_tokens, prompt.tokens)
+    kept = common_prefix(live_tokens, prompt.tokens)
     if len(live_tokens) - kept >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
         saved = runner.save_context()
         if saved is not None and cache.put(saved):

@@ -19,17 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from missive.engine.host_cache import common_prefix
+
 __all__ = ["common_prefix", "reused_prefix"]
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def reused_prefix(
