@@ -183,3 +183,28 @@ def test_forced_call_cut_by_max_tokens_is_a_max_tokens_answer(echo: anthropic.An
         assert message.content[0].type == "tool_use" and message.content[0].input == {"city": "Paris"}
         assert all(b.type == "tool_use" for b in message.content)  # no call markup as text
         assert all(b.input == {} for b in message.content[1:])  # the cut-off call, if it was opened
+
+
+def test_a_repeated_call_ends_the_answer(echo: anthropic.Anthropic) -> None:
+    """A model that writes the same call again (a small model forced to call
+    a tool loops until max_tokens) ends its answer with tool_use before the
+    repeat; different calls are all kept, streamed or not."""
+    from missive_echo import script
+
+    call = {"tool_call": {"name": "get_weather", "arguments": ['{"city": ', '"Paris"}']}}
+    same_spaced = {"tool_call": {"name": "get_weather", "arguments": ['{ "city":"Paris" }']}}
+    other = {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Rome"}']}}
+    weather = [{"name": "get_weather", "description": "Weather", "input_schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}]
+    body = {"model": "echo-tools", "max_tokens": 100, "tools": weather, "tool_choice": {"type": "any"}}
+    repeated = script(call, other, same_spaced, call, {"text": "never shown"}, stop_reason="max_tokens")
+    for stream in (False, True):
+        if stream:
+            with echo.messages.stream(**body, messages=[{"role": "user", "content": repeated}]) as events:
+                message = events.get_final_message()
+        else:
+            message = echo.messages.create(**body, messages=[{"role": "user", "content": repeated}])
+        assert message.stop_reason == "tool_use"
+        assert [(b.type, b.input) for b in message.content] == [
+            ("tool_use", {"city": "Paris"}), ("tool_use", {"city": "Rome"})]
+        assert message.usage.output_tokens >= 3

@@ -253,3 +253,17 @@ def test_structured_output_with_an_unanchored_pattern_is_answered(smol: anthropi
     assert reply.stop_reason in ("end_turn", "max_tokens")
     if reply.stop_reason == "end_turn":
         assert set(json.loads(reply.content[0].text)) == {"code"}
+
+
+def test_forced_call_is_not_repeated_until_max_tokens(smol: anthropic.Anthropic) -> None:
+    """SmolLM2 forced to call a tool (parallel calls allowed) writes the same
+    call again and again; the answer ends with tool_use after the first,
+    not with max_tokens after several copies (found by a newcomer)."""
+    tools = [{"name": "get_weather", "description": "Get the weather in a city", "input_schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    reply = smol.messages.create(model=MODEL, max_tokens=60, tools=tools, extra_body=GREEDY,
+                                 tool_choice={"type": "tool", "name": "get_weather"},
+                                 messages=[{"role": "user", "content": "weather Paris"}])
+    calls = [(b.name, json.dumps(b.input, sort_keys=True)) for b in reply.content if b.type == "tool_use"]
+    assert reply.stop_reason == "tool_use", (reply.stop_reason, calls)
+    assert calls and len(calls) == len(set(calls))

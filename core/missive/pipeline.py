@@ -351,7 +351,7 @@ class MessageStream:
         driver_output_tokens: int | None = None
         parallel = self.request.tool_choice.parallel
         try:
-            async for event in self._rounds():
+            async for event in self._unrepeated(self._rounds()):
                 if isinstance(event, TextDelta):
                     self._output_tokens += event.tokens
                     safe, matched = matcher.feed(event.text)
@@ -528,6 +528,59 @@ class MessageStream:
         remaining = self._budget - used
         return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
 
+    async def _unrepeated(self, source: AsyncIterator[GenerationEvent]) -> AsyncIterator[GenerationEvent]:
+        """``source`` until the model repeats a tool call it already made.
+
+        A small model forced to call a tool (``tool_choice`` ``any``/``tool``
+        with parallel calls allowed) may write the same call again and again
+        until ``max_tokens``: the answer would then end with ``max_tokens``
+        and a client that runs tools on ``stop_reason: "tool_use"`` would run
+        none. Every call after the first is therefore held until it is
+        complete; one with the same name and the same input as an earlier
+        call of this message ends the answer there (``tool_use``), dropped
+        (its tokens still count as output). A held call cut off by the end of
+        the stream is passed on as it came. Server tool calls pass through.
+        """
+        seen: set[tuple[str, str]] = set()
+        current: tuple[str, list[str]] | None = None  # a call passing through: name, arguments
+        held: list[GenerationEvent] | None = None
+        server = {t.name for t in self.request.tools if t.server}
+        try:
+            async for event in source:
+                if held is not None:
+                    held.append(event)
+                    if not isinstance(event, ToolCallEnd):
+                        continue
+                    start = held[0]
+                    assert isinstance(start, ToolCallStart)
+                    args = "".join(e.partial_json for e in held if isinstance(e, ToolCallDelta))
+                    key = (start.name, _canonical(args))
+                    if key in seen:
+                        self._output_tokens += sum(e.tokens for e in held if isinstance(e, (ToolCallStart, ToolCallDelta, ToolCallEnd)))
+                        log.info("%s: the model repeated its call of '%s'; the answer ends before it",
+                                 self.request.request_id, start.name)
+                        return
+                    seen.add(key)
+                    events, held = held, None
+                    for out in events:
+                        yield out
+                    continue
+                if isinstance(event, ToolCallStart) and event.name not in server:
+                    if seen:
+                        held = [event]
+                        continue
+                    current = (event.name, [])
+                elif isinstance(event, ToolCallDelta) and current is not None:
+                    current[1].append(event.partial_json)
+                elif isinstance(event, ToolCallEnd) and current is not None:
+                    seen.add((current[0], _canonical("".join(current[1]))))
+                    current = None
+                yield event
+            for out in held or ():
+                yield out
+        finally:
+            await source.aclose()  # type: ignore[attr-defined]
+
     async def _rounds(self) -> AsyncIterator[GenerationEvent]:
         """:meth:`_parsed` events, round after round: when a server tool's
         result was sent (``_resume`` set), the running generation is stopped
@@ -582,6 +635,15 @@ def _from_parse(parsed: object) -> GenerationEvent:
         return ToolCallDelta(parsed.partial_json, tokens=0)
     assert isinstance(parsed, CallEnd)
     return ToolCallEnd()
+
+
+def _canonical(raw: str) -> str:
+    """A call's arguments in one spelling (keys sorted, no spaces), so the
+    same input written twice compares equal; the text itself if not JSON."""
+    try:
+        return json.dumps(json.loads(raw or "{}"), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return raw
 
 
 def _input_object(raw: str) -> Any:
