@@ -164,3 +164,29 @@ def test_model_discovery_finds_a_claude_named_id(smol: anthropic.Anthropic) -> N
     assert smol.models.retrieve(claude_ids[0]).display_name
     reply = smol.messages.create(model=claude_ids[0], max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
     assert reply.model == claude_ids[0] and reply.usage.output_tokens > 0
+
+
+def test_a_huge_prompt_does_not_hold_the_model(default_url: str, smol: anthropic.Anthropic) -> None:
+    """Tokenizing a prompt of several megabytes takes seconds; it happens
+    outside the model's slot, so a small request sent meanwhile is answered
+    while the huge one is still being tokenized (which then ends in
+    prompt_too_long without ever queueing). Found by a newcomer: a 30 MB body
+    held every other request for 53 s."""
+    import threading
+
+    outcome: dict[str, int] = {}
+
+    def huge() -> None:
+        body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "lorem ipsum " * 500_000}]}
+        outcome["status"] = httpx.post(f"{default_url}/v1/messages", json=body, timeout=600).status_code
+
+    thread = threading.Thread(target=huge)
+    thread.start()
+    try:
+        time.sleep(1.0)  # the huge body is sent and being tokenized (it takes several seconds)
+        reply = smol.messages.create(model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+        assert reply.usage.output_tokens > 0
+        assert thread.is_alive(), "the small request waited for the huge one's tokenization"
+    finally:
+        thread.join(timeout=600)
+    assert outcome["status"] == 400

@@ -6,10 +6,13 @@ sends ``accept: application/json`` for streams too). Both paths run the same
 HTTP errors, errors after it are an SSE ``error`` event with no
 ``message_stop`` after it (contract section 4).
 
-A message holds one of its model's slots (:mod:`missive.admission`) from
-before the driver is called until the answer ends, whether it completes,
-fails, or its client goes away; a full queue is a 529 before anything is
-sent. ``count_tokens`` takes no slot.
+A message holds one of its model's slots (:mod:`missive.admission`) until
+the answer ends, whether it completes, fails, or its client goes away; a full
+queue is a 529 before anything is sent. The slot is taken before a remote
+driver is called (the backend gets nothing while the request waits), and
+after an in-process driver's first event (its prompt is rendered and
+tokenized outside the slot; it starts no model work before its own permit).
+``count_tokens`` takes no slot.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
+import anyio
 from quart import Quart, Response, g
 
 from ..capabilities import check_request
@@ -107,13 +111,28 @@ async def create_message() -> Response | dict:
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
     prepared = await _prepare(req, model_id, driver)
-    slot = await admission().gate(model_id, driver).admit()  # 529 when full; waits otherwise
-    try:
-        stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
+    gate = admission().gate(model_id, driver)
+    stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
+    if driver.capabilities.in_process:
+        # An in-process driver renders and tokenizes the prompt before its
+        # first event and starts no work on the model until its own permit:
+        # tokenizing a huge prompt (a minute for 30 MB) then never holds a
+        # slot that a small request waits for, and an oversized prompt is
+        # refused without queueing.
         first = await stream.start()
-    except BaseException:
-        slot.release()
-        raise
+        try:
+            slot = await gate.admit()  # 529 when full; waits otherwise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            raise
+    else:
+        slot = await gate.admit()  # before the backend is sent anything
+        try:
+            first = await stream.start()
+        except BaseException:
+            slot.release()
+            raise
     if not req.stream:
         try:
             events = [first]
