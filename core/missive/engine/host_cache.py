@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 from .runner import ContextStates, Prompt, Runner, SavedContext
 
-__all__ = ["HostPromptCache", "MIN_SAVED_TOKENS", "common_prefix", "default_cache_bytes", "reusable", "swap_in"]
+__all__ = ["HostPromptCache", "MAX_ENTRIES", "MIN_SAVED_TOKENS", "common_prefix", "default_cache_bytes", "reusable", "swap_in"]
 
 log = logging.getLogger("missive.engine")
 
@@ -44,6 +44,10 @@ log = logging.getLogger("missive.engine")
 #: many of its tokens (a few differing tokens cost less to decode again than
 #: to copy the state).
 MIN_SAVED_TOKENS = 64
+#: Most states kept, whatever their size: finding the best one compares the
+#: prompt with each (in Python), so thousands of small ones would cost more
+#: than they save.
+MAX_ENTRIES = 32
 #: The default size when the machine's memory cannot be read (bytes).
 FALLBACK_BYTES = 2 * 1024**3
 
@@ -71,14 +75,16 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class HostPromptCache:
-    """Saved context states, least recently used first out, within ``max_bytes``.
+    """Saved context states, least recently used first out, within
+    ``max_bytes`` and ``max_entries``.
 
     Thread-safe: :meth:`best` is called from tokenizing threads (to report
     the reuse before queueing) and from the model's thread.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, max_entries: int = MAX_ENTRIES) -> None:
         self.max_bytes = max_bytes
+        self.max_entries = max_entries
         self._entries: OrderedDict[int, SavedContext] = OrderedDict()
         self._next = 0
         self._bytes = 0
@@ -122,7 +128,9 @@ class HostPromptCache:
             for key, entry in list(self._entries.items()):
                 if len(entry.tokens) <= len(saved.tokens) and saved.tokens[: len(entry.tokens)] == entry.tokens:
                     self._drop(key)
-            while self._entries and self._bytes + saved.nbytes > self.max_bytes:
+            while self._entries and (
+                self._bytes + saved.nbytes > self.max_bytes or len(self._entries) >= self.max_entries
+            ):
                 self._drop(next(iter(self._entries)))
             self._entries[self._next] = saved
             self._next += 1

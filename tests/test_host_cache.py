@@ -1,0 +1,91 @@
+"""The engine's host-memory prompt cache, on a scripted runner (no model):
+LRU by bytes and count, superseded prefixes dropped, the best prefix chosen,
+and the swap before a sequence saves and restores as it should."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from missive.engine.host_cache import MIN_SAVED_TOKENS, HostPromptCache, common_prefix, reusable, swap_in
+from missive.engine.runner import ContextStates, Prompt, SavedContext
+
+
+def saved(tokens: list[int], nbytes: int = 10) -> SavedContext:
+    return SavedContext(list(tokens), object(), nbytes)
+
+
+def test_best_prefix_and_lru_by_bytes() -> None:
+    cache = HostPromptCache(max_bytes=25)
+    a, b = saved([1, 2, 3, 4]), saved([1, 2, 9])
+    assert cache.put(a) and cache.put(b)
+    assert cache.best([1, 2, 3, 7]) == (a, 3)
+    assert cache.best([5]) == (None, 0)
+    cache.touch(a)  # b is now the least recently used
+    assert cache.put(saved([7, 7]))
+    assert len(cache) == 2 and cache.nbytes == 20
+    assert cache.best([1, 2, 9])[0] is not b
+    assert not cache.put(saved([8], nbytes=26))  # larger than the whole cache
+
+
+def test_a_state_that_a_newer_one_extends_is_dropped() -> None:
+    cache = HostPromptCache(max_bytes=100)
+    cache.put(saved([1, 2]))
+    cache.put(saved([1, 2, 3]))
+    cache.put(saved([1, 5]))
+    assert len(cache) == 2 and cache.best([1, 2])[1] == 2
+
+
+def test_entry_count_is_bounded() -> None:
+    cache = HostPromptCache(max_bytes=10**9, max_entries=3)
+    for i in range(5):
+        cache.put(saved([i, i]))
+    assert len(cache) == 3 and cache.best([0, 0]) == (None, 0) and cache.best([4, 4])[1] == 2
+
+
+class Runner:
+    """A context of token ids; reuse as llama.cpp's runner counts it (a
+    restored state gives its last token back)."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+        self.restored: list[list[int]] = []
+
+    def reusable(self, prompt: Prompt) -> int:
+        return common_prefix(self.tokens, prompt.tokens)
+
+    def context_tokens(self) -> list[int]:
+        return list(self.tokens)
+
+    def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
+        n = common_prefix(tokens, prompt.tokens)
+        return n - 1 if n == len(prompt.tokens) else n
+
+    def save_context(self) -> SavedContext | None:
+        return saved(self.tokens) if self.tokens else None
+
+    def restore_context(self, state: SavedContext) -> None:
+        self.tokens = list(state.tokens)
+        self.restored.append(list(state.tokens))
+
+
+def test_swap_saves_what_would_be_lost_and_restores_the_best() -> None:
+    main = list(range(100, 100 + 2 * MIN_SAVED_TOKENS))
+    side = [1, 2, 3]
+    runner, cache = Runner(main), HostPromptCache(max_bytes=10**6)
+    assert isinstance(runner, ContextStates)
+    # A side prompt takes the context: the main one is saved first.
+    assert swap_in(runner, cache, Prompt(side)) == 0 and len(cache) == 1 and runner.restored == []
+    runner.tokens = side
+    # The main conversation's next turn: its state is restored.
+    turn = Prompt([*main, 5, 6])
+    assert reusable(runner, cache, turn) == len(main)  # what Started reports
+    assert swap_in(runner, cache, turn) == len(main) and runner.restored == [main]
+    # A short context that would lose fewer than MIN_SAVED_TOKENS is not saved.
+    runner.tokens = [9] * (MIN_SAVED_TOKENS - 1)
+    swap_in(runner, cache, Prompt([8]))
+    assert len(cache) == 1
+
+
+def test_no_cache_reports_the_live_context_only() -> None:
+    runner: Any = Runner([1, 2, 3])
+    assert reusable(runner, None, Prompt([1, 2, 4])) == 2
