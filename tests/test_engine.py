@@ -104,13 +104,6 @@ class ScriptedRunner:
         if ok:
             self.cached = seq.prompt.tokens + seq.output
 
-    def save_state(self, seq: Sequence) -> Any:
-        return list(self.cached)
-
-    def restore_state(self, seq: Sequence, state: Any) -> int:
-        self.cached = list(state)
-        return len(state)
-
 
 class ScriptedDriver(LocalDriver):
     name = "scripted"

@@ -1,7 +1,7 @@
 """The in-process engine: what the llama.cpp and MLX drivers share.
 
 A backend plugin implements a :class:`~missive.engine.runner.Runner` (load,
-tokenize, begin/step/append/end a sequence, save/restore its state) and
+tokenize, begin/step/append/end a sequence; :class:`~missive.engine.runner.ContextStates` for runners that can save and restore their context) and
 subclasses :class:`~missive.engine.local.LocalDriver`; everything else is here:
 
 * :mod:`~missive.engine.runner`: the runner protocol and the types it speaks

@@ -13,10 +13,10 @@ knows nothing of HTTP, events, queues or reasoning. The engine
   :meth:`Runner.append` (tokens the model did not sample, e.g. the text that
   closes a reasoning block), and always :meth:`Runner.end`.
 
-The interface is per *sequence*, not "generate a whole answer", so that a
-prompt cache (:meth:`Runner.save_state` / :meth:`Runner.restore_state`) and
+The interface is per *sequence*, not "generate a whole answer", so that
 several sequences decoded together (slots) can be built on it later without
-changing the backends' part.
+changing the backends' part. A runner that can save and restore its context
+also implements :class:`ContextStates` (the host-memory prompt cache).
 
 Errors: any method may raise :class:`~missive.errors.MissiveError`
 (:class:`~missive.errors.InvalidRequestError` for a prompt the model cannot
@@ -256,16 +256,6 @@ class Runner(Protocol):
         """Finish ``seq`` (model thread, always called once after :meth:`begin`
         was entered). ``ok`` is False when it failed or was cancelled inside a
         prompt decode: its state is then incomplete and must not be reused."""
-
-    def save_state(self, seq: Sequence) -> Any:
-        """A copy of the sequence's state (its KV cache) that
-        :meth:`restore_state` can put back later, e.g. into another sequence
-        sharing the prefix (for a host-memory prompt cache; not used by the
-        engine yet). Model thread."""
-
-    def restore_state(self, seq: Sequence, state: Any) -> int:
-        """Put a state from :meth:`save_state` into ``seq``; returns the tokens
-        it holds (not used by the engine yet). Model thread."""
 
 
 @dataclass

@@ -385,15 +385,6 @@ class LlamaCppRunner:
         llm.n_tokens = n
         llm._requires_eval = True
 
-    # The Runner protocol's sequence states: one sequence, so the context's.
-
-    def save_state(self, seq: Sequence) -> Any:
-        return self.save_context()
-
-    def restore_state(self, seq: Sequence, state: Any) -> int:
-        self.restore_context(state)
-        return len(state.tokens)
-
 
 def _prefill(
     llm: Any,

@@ -36,7 +36,6 @@ penalty; ``settings.seed`` set (``mx.random.seed``) before every sequence.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -281,20 +280,6 @@ class MlxRunner:
             log.exception("prompt cache could not be evaluated: not kept")
             return
         self.store.put(held, cache)
-
-    # -- state (for a generic prompt cache; not used by the engine yet) ----
-
-    def save_state(self, seq: Sequence) -> Any:
-        """A copy of the sequence's KV cache and the tokens it holds."""
-        state: _State = seq.state
-        return list(state.held), copy.deepcopy(state.cache)
-
-    def restore_state(self, seq: Sequence, saved: Any) -> int:
-        held, cache = saved
-        if seq.state is None:
-            seq.state = _State(sampler=_sampler(seq.sampling))
-        seq.state.held, seq.state.cache = list(held), copy.deepcopy(cache)
-        return len(held)
 
 
 def _sampler(sampling: Sampling) -> Callable[[Any], Any]:
