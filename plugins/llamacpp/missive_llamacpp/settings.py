@@ -12,6 +12,7 @@ Example::
     n_batch = 512                   # prompt tokens per decode call
     n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU build; 0: CPU)
     extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
+    parallel = 4                    # slots: sequences decoded together; default "auto" (<= 4, by memory)
     cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
@@ -28,11 +29,15 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from missive.config import ConfigError
 
 __all__ = ["LlamaCppSettings", "available_cpus", "parse_settings"]
+
+#: Most slots (llama.cpp's LLAMA_MAX_SEQ is 256; beyond a few dozen the
+#: per-step Python work of each sequence dominates).
+MAX_PARALLEL = 64
 
 # llama.cpp reserves 0xFFFFFFFF (LLAMA_DEFAULT_SEED) for "random seed".
 _MAX_SEED = 0xFFFFFFFF - 1
@@ -73,6 +78,13 @@ class LlamaCppSettings(BaseModel):
             crashes, without (:mod:`missive_llamacpp.trial`); ``"on"`` and
             ``"off"`` choose without a trial. Their kernels crash on some
             CPUs: ggml-org/llama.cpp #20824, ollama/ollama #17006.
+        parallel: slots, the sequences decoded together (continuous batching;
+            llama-server's ``--parallel``, Ollama's ``OLLAMA_NUM_PARALLEL``).
+            Each slot has a KV cache of the whole ``context_window``, so the
+            context holds ``parallel x context_window`` tokens, as Ollama
+            sizes it. ``"auto"`` (the default): 4, or fewer when 4 slots' KV
+            caches would take over 1/8 of the machine's memory, at least 1
+            (:func:`missive_llamacpp.slots.auto_parallel`).
         cache_ram_mib: MiB of host memory for prompts that left the context
             (llama-server's ``--cache-ram``): a conversation's KV state is
             kept there when another request takes the context, and restored
@@ -99,12 +111,20 @@ class LlamaCppSettings(BaseModel):
     n_batch: int = Field(default=512, ge=1)
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
+    parallel: int | Literal["auto"] = "auto"
     cache_ram_mib: int | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)
     reasoning_parser: str | None = Field(default=None, min_length=1)
     verbose: bool = False
+
+    @field_validator("parallel", mode="before")
+    @classmethod
+    def _parallel(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARALLEL):
+            return value
+        raise ValueError(f'must be "auto" or a whole number from 1 to {MAX_PARALLEL}, got {value!r}')
 
     @property
     def path(self) -> Path:
