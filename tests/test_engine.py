@@ -18,6 +18,7 @@ import pytest
 from missive.capabilities import Capabilities
 from missive.config import ModelEntry
 from missive.engine import Cancelled, ImageMarks, LocalDriver, ModelInfo, Prompt, Runner, Sequence
+from missive.engine.runner import PENDING, Batched
 from missive.engine.scheduler import Scheduler
 from missive.errors import ApiError, PromptTooLongError
 from missive.events import Finished, Started, TextDelta
@@ -200,7 +201,12 @@ async def test_closing_stops_the_thread_and_queued_requests_wait_fifo() -> None:
             assert rest == [] and d._scheduler.available == 0
             gate.set()
             await running.aclose()
-        assert rest[-1] == Finished("max_tokens", output_tokens=3)
+        finished = rest[-1]
+        assert finished.stop_reason == "max_tokens" and finished.output_tokens == 3
+        # The first answer went into the cache while this one waited: Started
+        # announced less than it read, the exact split comes at the end.
+        total = await d.count_tokens(request(max_tokens=3))
+        assert finished.cache_read_input_tokens == total - 1 and finished.input_tokens == 1
         assert d._scheduler.available == 1 and d.runner.ended == [True, True]
     finally:
         gate.set()
@@ -239,3 +245,173 @@ async def test_scheduler_permits_and_drain() -> None:
     assert await s.drain(1) is True and s.available == 0
     s.release_all()
     assert s.available == 2 and Scheduler(None).permits == 1
+
+
+class BatchedRunner(ScriptedRunner):
+    """Two slots, stepped together: each sequence reads its prompt in chunks
+    of ``chunk`` tokens, then plays the script; every ``step_many`` call is
+    recorded as the list of (slot, output length) it served."""
+
+    def __init__(self, script: str, slots: int = 2, chunk: int = 8, **kw: Any) -> None:
+        super().__init__(script, **kw)
+        self.slots = [[] for _ in range(slots)]
+        self.chunk = chunk
+        self.calls: list[list[int]] = []
+        self.fail_step = False
+
+    def load(self) -> ModelInfo:
+        return dataclasses.replace(super().load(), slots=len(self.slots))
+
+    def reusable_in(self, prompt: Prompt, slot: int) -> int:
+        cached = self.slots[slot]
+        n = 0
+        for a, b in zip(cached, prompt.tokens):
+            if a != b:
+                break
+            n += 1
+        return min(n, len(prompt.tokens) - 1)
+
+    def reusable(self, prompt: Prompt) -> int:
+        return max(self.reusable_in(prompt, s) for s in range(len(self.slots)))
+
+    def begin(self, seq: Sequence) -> None:
+        seq.reused = self.reusable_in(seq.prompt, seq.slot)
+        del self.slots[seq.slot][seq.reused :]
+        seq.state = {"pending": seq.prompt.tokens[seq.reused :], "script": iter(self.script)}
+
+    def step_many(self, seqs: list[Sequence]) -> list[Any]:
+        self.calls.append([s.slot for s in seqs])
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail_step:
+            raise RuntimeError("decode failed")
+        out: list[Any] = []
+        for seq in seqs:
+            state = seq.state
+            take = state["pending"][: self.chunk]
+            self.slots[seq.slot] += take
+            del state["pending"][: self.chunk]
+            if state["pending"]:
+                out.append(PENDING)
+            elif seq.max_new == 0:
+                out.append(None)
+            else:
+                token = next(state["script"], EOG)
+                out.append(None if token == EOG else token)
+                if token != EOG:
+                    state["pending"].append(token)
+        return out
+
+    def end(self, seq: Sequence, ok: bool) -> None:
+        self.ended.append(ok)
+
+
+async def make_batched(script: str, **kw: Any) -> ScriptedDriver:
+    runner = BatchedRunner(script, **kw)
+    assert isinstance(runner, Batched)
+    driver = ScriptedDriver("m", ModelEntry(driver="scripted"), Capabilities(max_concurrency=1), runner)
+    await driver.start()
+    return driver
+
+
+@pytest.mark.anyio
+async def test_slots_run_sequences_together_and_exact() -> None:
+    """With two slots, two requests are stepped in the same calls (continuous
+    batching), each gets its whole text and exact usage, and max_concurrency
+    follows the slots."""
+    d = await make_batched("0123456789" * 3)
+    try:
+        assert d.capabilities.max_concurrency == 2 and d._scheduler.permits == 2
+        a, b = request("first question " * 3, max_tokens=20), request("second one " * 3, max_tokens=25)
+        results: dict[str, list[Any]] = {}
+
+        async def run(name: str, req: Any) -> None:
+            results[name] = await collect(d.generate(req))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", a)
+            tg.start_soon(run, "b", b)
+        for name, req, n in (("a", a, 20), ("b", b, 25)):
+            started, finished = check_order(results[name])
+            assert text_of(results[name]) == ("0123456789" * 3)[:n]
+            assert finished.output_tokens == n and finished.stop_reason == "max_tokens"
+            assert started.input_tokens + started.cache_read_input_tokens == await d.count_tokens(req)
+        assert any(len(call) == 2 for call in d.runner.calls)  # decoded together
+        assert sorted(d.runner.calls[-1]) in ([0], [1])  # the longer one ended alone
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_conversation_goes_back_to_its_slot() -> None:
+    """The next turn of a conversation takes the slot holding its prefix; a
+    new prompt takes the least recently used slot and leaves it alone."""
+    d = await make_batched("ok")
+    try:
+        first = request("a long conversation about gardens", max_tokens=2)
+        await collect(d.generate(first))
+        slot_a = next(s for s, tokens in enumerate(d.runner.slots) if tokens)
+        await collect(d.generate(request("something else entirely", max_tokens=2)))
+        assert d.runner.slots[1 - slot_a]  # the other slot took it
+        turn = generation_request(
+            [{"role": "user", "content": "a long conversation about gardens"},
+             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}],
+            model="m", max_tokens=2,
+        )
+        events = await collect(d.generate(turn))
+        started, finished = check_order(events)
+        assert started.cache_read_input_tokens > 30 and finished.input_tokens is None  # announced = obtained
+        assert d.runner.calls[-1] == [slot_a]
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_cancelling_one_sequence_leaves_the_other_running() -> None:
+    d = await make_batched("x" * 500)
+    try:
+        a = d.generate(request("one", max_tokens=400))
+        assert isinstance(await a.__anext__(), Started)
+        assert isinstance(await a.__anext__(), TextDelta)
+        b_events: list[Any] = []
+
+        async def run_b() -> None:
+            b_events.extend(await collect(d.generate(request("two", max_tokens=300))))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_b)
+            await anyio.sleep(0.05)
+            await a.aclose()  # the client of the first one goes away
+        started, finished = check_order(b_events)
+        assert text_of(b_events) == "x" * 300 and finished.output_tokens == 300
+        assert d._scheduler.available == 2 and d.runner.ended.count(True) == 2
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_failed_step_fails_every_sequence_in_it_and_frees_the_slots() -> None:
+    d = await make_batched("y" * 100)
+    gate = d.runner.gate = threading.Event()
+    try:
+        errors: list[str] = []
+
+        async def run(text: str) -> None:
+            try:
+                await collect(d.generate(request(text, max_tokens=50)))
+            except ApiError as exc:
+                errors.append(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "one")
+            tg.start_soon(run, "two")
+            await anyio.sleep(0.1)
+            d.runner.fail_step = True
+            gate.set()
+        assert errors == ["scripted failed while generating: decode failed"] * 2
+        assert d._scheduler.available == 2 and d.runner.ended == [False, False]
+        d.runner.fail_step = False
+        check_order(await collect(d.generate(request("three", max_tokens=5))))
+    finally:
+        gate.set()
+        await d.aclose()

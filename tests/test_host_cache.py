@@ -43,7 +43,7 @@ def test_entry_count_is_bounded() -> None:
 
 
 class Runner:
-    """A context of token ids; reuse as llama.cpp's runner counts it (a
+    """One slot of token ids; reuse as llama.cpp's runner counts it (a
     restored state gives its last token back)."""
 
     def __init__(self, tokens: list[int]) -> None:
@@ -53,17 +53,22 @@ class Runner:
     def reusable(self, prompt: Prompt) -> int:
         return common_prefix(self.tokens, prompt.tokens)
 
-    def context_tokens(self) -> list[int]:
+    def reusable_in(self, prompt: Prompt, slot: int) -> int:
+        assert slot == 0
+        return self.reusable(prompt)
+
+    def context_tokens(self, slot: int) -> list[int]:
+        assert slot == 0
         return list(self.tokens)
 
     def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
         n = common_prefix(tokens, prompt.tokens)
         return n - 1 if n == len(prompt.tokens) else n
 
-    def save_context(self) -> SavedContext | None:
+    def save_context(self, slot: int) -> SavedContext | None:
         return saved(self.tokens) if self.tokens else None
 
-    def restore_context(self, state: SavedContext) -> None:
+    def restore_context(self, state: SavedContext, slot: int) -> None:
         self.tokens = list(state.tokens)
         self.restored.append(list(state.tokens))
 

@@ -63,6 +63,13 @@ class ThreadChannel(Generic[T]):
         items, self._items = self._items, []
         return items, self._ended
 
+    async def wait_closed(self) -> None:
+        """Wait until the thread has called :meth:`close` (items and errors
+        not taken yet stay for :meth:`next_batch`)."""
+        while not self._ended:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
     # -- thread side -------------------------------------------------------
 
     def cancelled(self) -> bool:

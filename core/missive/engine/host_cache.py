@@ -6,16 +6,17 @@ subagent, a second user), the first one's prompt would be decoded again from
 scratch on its next turn: 25 to 29 s for a 2,500-token prompt of SmolLM2 on
 2 cores, minutes for a 4B model and Claude Code's 20,000-token prompts.
 
-So before a sequence begins, the engine (:func:`swap_in`, in the model's
-thread) does what llama-server does with ``--cache-ram`` (``tools/server``:
-``server_prompt_cache``, its ``load``/``save`` around a slot's new task):
+So before a sequence begins in a slot, the engine (:func:`swap_in`, in the
+model's thread) does what llama-server does with ``--cache-ram``
+(``tools/server``: ``server_prompt_cache``, its ``load``/``save`` around a
+slot's new task):
 
-* if the live context would lose at least :data:`MIN_SAVED_TOKENS` tokens to
+* if the slot would lose at least :data:`MIN_SAVED_TOKENS` tokens to
   the new prompt, its state is saved here (the runner's
   :meth:`~missive.engine.runner.ContextStates.save_context`: llama.cpp's
   per-sequence state, the KV cache of those tokens);
 * the entry sharing the longest token prefix with the new prompt is restored
-  into the context when it gives more than the live context would, and the
+  into the slot when it gives more than the slot's own tokens would, and the
   runner then decodes only the rest.
 
 Entries are evicted least recently used first, to stay within ``max_bytes``;
@@ -142,27 +143,27 @@ class HostPromptCache:
         self._bytes -= entry.nbytes
 
 
-def swap_in(runner: ContextStates, cache: HostPromptCache, prompt: Prompt) -> int:
-    """Before a sequence of ``prompt`` begins (model thread): save the live
-    context if the prompt would discard enough of it, and restore the cached
-    state that serves the prompt best when it beats the live context.
-    Returns the prompt tokens the context can now reuse (what ``begin`` will
-    take from it)."""
-    live_tokens = runner.context_tokens()
-    live = runner.reusable(prompt)
+def swap_in(runner: ContextStates, cache: HostPromptCache, prompt: Prompt, slot: int = 0) -> int:
+    """Before a sequence of ``prompt`` begins in slot ``slot`` (model thread):
+    save the slot's state if the prompt would discard enough of it, and
+    restore the cached state that serves the prompt best when it beats what
+    the slot holds. Returns the prompt tokens the slot can now reuse (what
+    ``begin`` will take from it)."""
+    live_tokens = runner.context_tokens(slot)
+    live = runner.reusable_in(prompt, slot)
     entry, _ = cache.best(prompt.tokens)
     restored = runner.reusable_from(prompt, entry.tokens) if entry is not None else 0
     kept = common_prefix(live_tokens, prompt.tokens)
     if len(live_tokens) - kept >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
-        saved = runner.save_context()
+        saved = runner.save_context(slot)
         if saved is not None and cache.put(saved):
-            log.debug("saved a context of %d tokens (%d bytes; cache: %d entries, %d bytes)",
-                      len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
+            log.debug("saved slot %d's %d tokens (%d bytes; cache: %d entries, %d bytes)",
+                      slot, len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
     if entry is not None and restored > live:
-        runner.restore_context(entry)
+        runner.restore_context(entry, slot)
         cache.touch(entry)
-        log.debug("restored a context of %d tokens: %d of %d prompt tokens reused (the live context had %d)",
-                  len(entry.tokens), restored, len(prompt.tokens), live)
+        log.debug("restored %d tokens into slot %d: %d of %d prompt tokens reused (the slot had %d)",
+                  len(entry.tokens), slot, restored, len(prompt.tokens), live)
         return restored
     return live
 

@@ -6,8 +6,8 @@ for its backend; the base implements :meth:`~missive.driver.Driver.start`,
 and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
 
 * one thread per model (a one-thread executor) runs everything that touches
-  the model (load, prompt decode, sampling, close): backends' contexts and
-  streams are not thread-safe; rendering and tokenizing run beside it, in up to
+  the model (load, the decode loop, close): backends' contexts and streams
+  are not thread-safe; rendering and tokenizing run beside it, in up to
   ``runner.tokenize_threads`` threads, never behind a generation;
 * the prompt (:mod:`missive.engine.prompt`) is rendered and tokenized once per
   request; ``len(prompt) >= context`` raises
@@ -23,18 +23,26 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   prompt leaves a reasoning tag open (``<think>``), a ``TextDelta`` of it with
   0 tokens follows;
 * the generation then waits for a permit (:class:`~missive.engine.scheduler.Scheduler`,
-  ``capabilities.max_concurrency``, FIFO) and runs in the model's thread
-  (:class:`~missive.engine.producer.Producer`), ahead of the event loop; closing
-  the iterator (client gone, stop sequence matched) stops it within one token,
-  and the permit is given back only once the model's thread has stopped;
+  one per slot: the runner's ``ModelInfo.slots``, also set as
+  ``capabilities.max_concurrency``, FIFO) and joins the model's decode loop
+  (:class:`~missive.engine.batcher.Batcher`) in a free slot, the one whose
+  cached tokens serve its prompt best; every running sequence is stepped
+  together there (continuous batching), ahead of the event loop
+  (:class:`~missive.engine.producer.Producer`); closing the iterator (client
+  gone, stop sequence matched) stops it within one step, and the permit is
+  given back only once its sequence has left the loop;
+* if the sequence reused another prefix than ``Started`` announced (another
+  request changed the slots while it waited, or it got another slot),
+  :class:`~missive.events.Finished` carries the exact split (in
+  ``message_delta``);
 * an end-of-generation token ends with ``end_turn`` (neither shown nor
   counted), else ``max_tokens``; :class:`~missive.events.Finished` carries the
   exact ``output_tokens``; ``max_tokens: 0`` (the API's cache warm-up) decodes
   the prompt only and finishes with ``max_tokens`` and 0 output tokens;
 * with a runner that can save its context (:class:`~missive.engine.runner.ContextStates`),
-  prompts that leave the context are kept in a host-memory prompt cache
+  prompts that leave a slot are kept in a host-memory prompt cache
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
-  more with them than with the live context; restored tokens are cache reads;
+  more with them than with the slot it takes; restored tokens are cache reads;
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
   models whose reasoning format has a closing text.
 """
@@ -63,6 +71,7 @@ from ..templating import compile_template
 from ..tools.parsers.base import ToolParser
 from ..tools.parsers.registry import build_parser
 from ..tools.parsers.selection import parser_for_template
+from .batcher import Batcher
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
@@ -135,6 +144,7 @@ class LocalDriver(Driver):
         self._prompts: PromptPath | None = None
         # Created in start(), inside the event loop that will use them.
         self._scheduler: Scheduler | None = None
+        self._batcher: Batcher | None = None
         self._limiter: anyio.CapacityLimiter | None = None
         # One thread per model runs everything that touches it.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-{model_id}")
@@ -155,7 +165,6 @@ class LocalDriver(Driver):
             ConfigError: from the runner's ``load``, or a template that does
                 not compile.
         """
-        self._scheduler = Scheduler(self.capabilities.max_concurrency)
         self._limiter = anyio.CapacityLimiter(self.runner.tokenize_threads)
         loop = asyncio.get_running_loop()
         info = await loop.run_in_executor(self._executor, self.runner.load)
@@ -178,11 +187,23 @@ class LocalDriver(Driver):
             info.chat_template, self.reasoning_parser_specs, self._reasoning_setting
         )
         # Thinking blocks only for a model whose output has a reasoning format.
-        update: dict[str, Any] = {"thinking": self._reasoning is not None}
+        # As many generations at once as the runner has slots (the core's
+        # admission and the engine's scheduler both read it).
+        update: dict[str, Any] = {"thinking": self._reasoning is not None, "max_concurrency": info.slots}
         if info.input_media:
             update["input_media"] = info.input_media
         self.capabilities = self.capabilities.model_copy(update=update)
         self._prompts = PromptPath(self.runner, info, self._reasoning_class)
+        runner, cache = self.runner, self._host_cache
+        states = isinstance(runner, ContextStates)
+        self._batcher = Batcher(
+            runner,
+            self._executor,
+            info.slots,
+            reuse=runner.reusable_in if states else None,  # type: ignore[attr-defined]
+            elsewhere=(lambda prompt: host_reusable(runner, cache, prompt)) if cache is not None and states else None,
+        )
+        self._scheduler = Scheduler(info.slots)
         self._info = info
 
     def _reasoning_class(self) -> type[ReasoningParser] | None:
@@ -332,19 +353,17 @@ class LocalDriver(Driver):
             # The template opened the reasoning tag: the output starts inside it.
             yield TextDelta(prepared.opened, tokens=0)
 
+        assert self._batcher is not None
         async with self._scheduler.permit():
             seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False)
             cache, runner = self._host_cache, self.runner
             setup = None
             if cache is not None and isinstance(runner, ContextStates):
-                setup = lambda: swap_in(runner, cache, prepared.prompt)  # noqa: E731 - runs in the model's thread
+                def setup(slot: int) -> int:  # runs in the model's thread
+                    return swap_in(runner, cache, prepared.prompt, slot)
             producer = Producer(self.runner, seq, prepared.budget, setup)
-            future = asyncio.get_running_loop().run_in_executor(self._executor, producer.run)
+            self._batcher.submit(producer)
             try:
-                if max_new == 0:
-                    await producer.next_batch()  # the prompt is decoded into the cache
-                    yield Finished("max_tokens", output_tokens=0)
-                    return
                 produced = pending = 0
                 while True:
                     pieces, ended = await producer.next_batch()
@@ -360,8 +379,9 @@ class LocalDriver(Driver):
                     yield TextDelta(producer.tail, tokens=pending)
                 if self.log.isEnabledFor(logging.DEBUG):
                     self.log.debug(
-                        "%s: %d prompt tokens, %d reused (reported %d), %d generated, max_new=%d/%d",
+                        "%s: slot %d, %d prompt tokens, %d reused (reported %d), %d generated, max_new=%d/%d",
                         request.request_id,
+                        seq.slot,
                         len(tokens),
                         seq.reused,
                         prepared.reusable,
@@ -370,8 +390,14 @@ class LocalDriver(Driver):
                         request.max_tokens,
                     )
                 stop_reason: StopReason = "end_turn" if producer.reached_eog else "max_tokens"
-                yield Finished(stop_reason, output_tokens=produced)
+                if seq.reused != prepared.reusable:
+                    # Another request changed the cache while this one waited,
+                    # or it got another slot: the exact split, in message_delta.
+                    yield Finished(stop_reason, output_tokens=produced, input_tokens=len(tokens) - seq.reused,
+                                   cache_read_input_tokens=seq.reused)
+                else:
+                    yield Finished(stop_reason, output_tokens=produced)
             finally:
                 producer.cancel()
                 with anyio.CancelScope(shield=True):
-                    await future  # the model is never used by two threads at once
+                    await producer.wait_closed()  # the slot is free, the prompt's media no longer read

@@ -13,10 +13,13 @@ knows nothing of HTTP, events, queues or reasoning. The engine
   :meth:`Runner.append` (tokens the model did not sample, e.g. the text that
   closes a reasoning block), and always :meth:`Runner.end`.
 
-The interface is per *sequence*, not "generate a whole answer", so that
-several sequences decoded together (slots) can be built on it later without
-changing the backends' part. A runner that can save and restore its context
-also implements :class:`ContextStates` (the host-memory prompt cache).
+The interface is per *sequence*, not "generate a whole answer". A runner
+that decodes several sequences together (``ModelInfo.slots > 1``: continuous
+batching) also implements :class:`Batched`: its :meth:`Runner.begin` then
+only prepares the sequence, and :meth:`Batched.step_many` advances every
+running sequence by one ``llama_decode``-like step (a chunk of a prompt being
+read, or one token). A runner that can save and restore its context also
+implements :class:`ContextStates` (the host-memory prompt cache).
 
 Errors: any method may raise :class:`~missive.errors.MissiveError`
 (:class:`~missive.errors.InvalidRequestError` for a prompt the model cannot
@@ -29,6 +32,7 @@ thread is reported to the client as ``<backend> failed while generating: ...``.
 
 from __future__ import annotations
 
+import enum
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +41,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from ..media.types import ImageInput
 
 __all__ = [
+    "PENDING",
+    "Batched",
     "Cancelled",
     "Detokenizer",
     "ImageMarks",
@@ -48,6 +54,17 @@ __all__ = [
     "Sampling",
     "Sequence",
 ]
+
+
+class Pending(enum.Enum):
+    """The type of :data:`PENDING`."""
+
+    PENDING = "pending"
+
+
+#: What :meth:`Batched.step_many` gives for a sequence that sampled nothing in
+#: that step (its prompt, or tokens appended to it, are still being read).
+PENDING = Pending.PENDING
 
 
 class Cancelled(Exception):
@@ -70,6 +87,9 @@ class ModelInfo:
             become (:func:`missive.templating.render_segments`).
         input_media: media types the loaded model takes (images with a vision
             projector); empty: text only.
+        slots: sequences the runner decodes together (>= 1; above 1 the
+            runner implements :class:`Batched`). Each has the whole
+            ``context_window``.
     """
 
     context_window: int
@@ -78,6 +98,7 @@ class ModelInfo:
     eos_text: str = ""
     control_texts: tuple[str, ...] = ()
     input_media: frozenset[str] = frozenset()
+    slots: int = 1
 
 
 class Prompt(NamedTuple):
@@ -148,7 +169,8 @@ class Sequence:
         output: tokens produced so far (sampled or appended), kept by the engine.
         reused: prompt tokens the runner took from its cache in :meth:`Runner.begin`.
         state: the runner's own per-sequence state (generator, KV cache...).
-        slot: the sequence's index among those decoded together (0 for now).
+        slot: the slot it runs in, ``0 .. ModelInfo.slots - 1``, chosen by
+            the engine before :meth:`Runner.begin` (llama.cpp: its ``seq_id``).
     """
 
     prompt: Prompt
@@ -220,12 +242,17 @@ class Runner(Protocol):
 
     def reusable(self, prompt: Prompt) -> int:
         """Prompt tokens :meth:`begin` would take from the runner's cache now
-        (0..len(prompt.tokens)): ``cache_read_input_tokens``. Tokenizing thread."""
+        (0..len(prompt.tokens)), in the slot that would serve it best: the
+        ``cache_read_input_tokens`` announced before the sequence is placed
+        (the engine corrects it at the end if the sequence got another slot).
+        Tokenizing thread."""
 
     def begin(self, seq: Sequence) -> None:
-        """Start ``seq``: decode what its prompt adds to the cached state and
-        prepare sampling (set ``seq.reused``). With ``seq.max_new == 0`` only
-        the prompt is decoded. Model thread.
+        """Start ``seq`` in ``seq.slot``: decode what its prompt adds to the
+        cached state (a :class:`Batched` runner only plans it: its
+        ``step_many`` reads the prompt) and prepare sampling (set
+        ``seq.reused``). With ``seq.max_new == 0`` only the prompt is decoded.
+        Model thread.
 
         Raises:
             Cancelled: ``seq.cancelled()`` turned true during the prompt.
@@ -279,21 +306,48 @@ class ContextStates(Protocol):
     (llama.cpp's per-sequence state). The engine keeps a host-memory prompt
     cache for such runners (:mod:`missive.engine.host_cache`)."""
 
-    def context_tokens(self) -> list[int]:
-        """The token ids the live context holds now (any thread; a copy)."""
+    def context_tokens(self, slot: int) -> list[int]:
+        """The token ids slot ``slot`` of the live context holds now (any
+        thread; a copy)."""
 
     def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
         """Prompt tokens :meth:`Runner.begin` would take from a context
         restored from a state holding ``tokens`` (the backend's reuse rules:
         stale logits, whole images). Any thread."""
 
-    def save_context(self) -> SavedContext | None:
-        """A copy of the live context's state, None when it holds nothing
+    def reusable_in(self, prompt: Prompt, slot: int) -> int:
+        """Prompt tokens :meth:`Runner.begin` would take from slot ``slot``
+        now (how the engine chooses a slot). Any thread."""
+
+    def save_context(self, slot: int) -> SavedContext | None:
+        """A copy of slot ``slot``'s state, None when it holds nothing
         (model thread)."""
 
-    def restore_context(self, saved: SavedContext) -> None:
-        """Replace the live context with ``saved`` (model thread).
+    def restore_context(self, saved: SavedContext, slot: int) -> None:
+        """Replace slot ``slot``'s state with ``saved`` (model thread).
 
         Raises:
             ApiError: the backend refused the state.
+        """
+
+
+@runtime_checkable
+class Batched(Protocol):
+    """A runner decoding its running sequences together (``ModelInfo.slots > 1``).
+
+    Its :meth:`Runner.begin` plans the prompt without decoding it, and
+    :meth:`Runner.append` queues the tokens; the engine calls :meth:`step_many`
+    (never :meth:`Runner.step`) with every running sequence, once per step.
+    """
+
+    def step_many(self, seqs: list[Sequence]) -> list[int | None | Pending]:
+        """One decode step for all ``seqs`` (each in its own slot): the
+        prompts still being read advance by a chunk (all of them together at
+        most ``n_batch`` tokens), the others decode their last token. Returns,
+        per sequence in order, the token it sampled, None at the end of
+        generation (an end-of-generation token, or the prompt read when
+        ``max_new == 0``), or :data:`PENDING`. Model thread.
+
+        Raises:
+            ApiError: the backend failed the step (every sequence in it fails).
         """

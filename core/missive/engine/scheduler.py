@@ -9,10 +9,11 @@ asyncio in another task; the lock would then stay held and the model hang.
 The core's admission already holds requests beyond ``max_concurrency`` in
 its bounded queue before the driver is called; this is the engine's own gate
 after ``Started``, never contended under the core's limit except while a
-stopped generation winds down. Today every in-process runner decodes one
-sequence at a time, so drivers declare ``max_concurrency = 1``; with slots,
-the permits become the slots (llama-server's task queue defers a task until a
-slot is free).
+stopped generation winds down. There is one permit per slot
+(``ModelInfo.slots``, which the engine also sets as ``max_concurrency``), so a
+sequence handed to the :class:`~missive.engine.batcher.Batcher` always finds
+a free slot (llama-server's task queue likewise defers a task until a slot is
+free).
 """
 
 from __future__ import annotations

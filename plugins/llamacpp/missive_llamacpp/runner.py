@@ -1,41 +1,57 @@
-"""The llama.cpp runner: one GGUF model through llama-cpp-python, one sequence at a time.
+"""The llama.cpp runner: one GGUF model through llama-cpp-python, several sequences decoded together.
 
-Implements :class:`missive.engine.runner.Runner` (the engine does the rest,
-see :mod:`missive.engine.local`):
+Implements :class:`missive.engine.runner.Runner`, :class:`~missive.engine.runner.Batched`
+and :class:`~missive.engine.runner.ContextStates` (the engine does the rest,
+see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
 
 * **load**: the start-up trial in a child process (``settings.extra_buffer_types``,
-  :mod:`missive_llamacpp.trial`), then ``llama_cpp.Llama``; the context is the
-  smaller of ``n_ctx()`` and ``len(input_ids)`` (llama.cpp may round ``n_ctx``
-  up, llama-cpp-python sizes its token buffer with the requested value); the
-  grammar machinery is warmed up; with ``settings.mmproj_path`` the vision
-  projector is loaded (:mod:`missive_llamacpp.vision`);
+  :mod:`missive_llamacpp.trial`), then ``llama_cpp.Llama`` (model, vocabulary,
+  metadata); the grammar machinery is warmed up; with
+  ``settings.mmproj_path`` the vision projector is loaded
+  (:mod:`missive_llamacpp.vision`);
+* **slots** (``settings.parallel``; ``"auto"``: :func:`auto_slots`): one
+  llama.cpp context with ``n_seq_max = slots`` and a KV stream of its own
+  per sequence (``kv_unified = false``), each of the whole context window,
+  so the context holds ``slots x context_window`` tokens (Ollama sizes it so
+  for ``OLLAMA_NUM_PARALLEL``; llama-server's ``--parallel`` splits ``-c``
+  instead). A slot is a ``seq_id``; it keeps its tokens after its sequence
+  ends, for the next prompt that shares them;
 * **tokenize**: each rendered piece with ``Llama.tokenize`` (client text with
   ``special=False``, the template's with ``special=True``); BOS is added when
   the vocabulary asks for it (``llama_vocab_get_add_bos``) unless the rendered
   text already starts with the BOS text, as llama.cpp's
   ``common_chat_templates_apply`` does: never two BOS, never none; images by
   the projector at their markers;
-* **reusable**: the KV-cache prefix ``Llama.generate`` would reuse now
-  (:func:`_cached_prefix`, :mod:`missive_llamacpp.prefix`);
-* **begin**: :func:`_prefill` decodes the uncached part of the prompt one
-  ``n_batch`` at a time (cancellable between batches; images decoded whole),
-  then ``Llama.generate(..., reset=True)`` samples from the full cached prompt;
-* **step**: one token of that generator; an end-of-generation token
-  (``llama_vocab_is_eog``, the test ``Llama.create_completion`` uses) ends the
-  sequence (neither shown nor counted, as ``create_completion``'s
-  ``completion_tokens``; llama-server's ``n_decoded`` does count it);
+* **reuse** (:meth:`LlamaCppRunner.reusable_in`): a slot's common prefix with
+  the prompt, always leaving the prompt's last token to decode (fresh
+  logits), an image whole or not at all (:mod:`missive_llamacpp.prefix`);
+* **begin**: cuts the slot's KV cache after the reused prefix
+  (``llama_memory_seq_rm``) and queues the rest of the prompt;
+* **step_many**: one ``llama_decode`` per step for every running sequence,
+  built as llama-server's ``update_slots`` builds its batch: one token per
+  generating sequence first, then prompt chunks while the batch has room
+  (``n_batch`` tokens), logits only where a sequence samples next; an image
+  is encoded and decoded by libmtmd by itself at its position. Each sequence
+  then samples from its own logits (``llama_sampler_sample`` at its batch
+  index) with its own sampler chain; an end-of-generation token
+  (``llama_vocab_is_eog``) ends it, neither shown nor counted (as
+  ``create_completion``'s ``completion_tokens``; llama-server's
+  ``n_decoded`` does count it);
 * **detokenizer**: token bytes through an incremental UTF-8 decoder (a
   character split across tokens is emitted whole, invalid bytes become
   U+FFFD); bytes of a character cut off by ``max_tokens`` are dropped, not
   shown as U+FFFD: the API never returns half a character;
-* **append**: the tokens are decoded after the output and ``Llama.generate``
-  restarts from there, reusing the KV cache (the thinking budget's close).
+* **append**: the tokens are queued after the last sampled one and decoded
+  by the next step (the thinking budget's close);
+* **context states**: a slot's KV cache saved to and restored from host
+  memory (``llama_state_seq_get_data``/``set_data``, into any slot).
 
-Sampling (API defaults when unset): temperature 1.0 (0 = greedy,
-llama-cpp-python adds a greedy sampler for ``temp == 0``), ``top_p`` 1.0 and
-``top_k`` 0 (both disable their cut in llama.cpp's samplers), ``min_p`` 0
-(llama-cpp-python's 0.05 default is not part of the API), no repetition
-penalty; the grammar of ``Sampling.constraint``.
+Sampling (API defaults when unset), the chain ``Llama._init_sampler`` builds:
+temperature 1.0 (0 = greedy), ``top_p`` 1.0 and ``top_k`` 0 (both disable
+their cut in llama.cpp's samplers), no ``min_p`` (llama-cpp-python's 0.05
+default is not part of the API), no repetition penalty; the grammar of
+``Sampling.constraint`` first. The seed is ``settings.seed`` for every
+sequence, else a random one per sequence.
 """
 
 from __future__ import annotations
@@ -44,14 +60,26 @@ import codecs
 import ctypes
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
+from llama_cpp import _internals as internals
 
 from missive.config import ConfigError
-from missive.engine.runner import Cancelled, ImageMarks, ModelInfo, Prompt, SavedContext, Sequence
+from missive.engine.runner import (
+    PENDING,
+    Cancelled,
+    ImageMarks,
+    ModelInfo,
+    Pending,
+    Prompt,
+    Sampling,
+    SavedContext,
+    Sequence,
+)
 from missive.errors import ApiError, InvalidRequestError
 
 from .grammar import warm_up as warm_up_grammar
@@ -69,11 +97,30 @@ log = logging.getLogger("missive.llamacpp")
 TOKENIZE_THREADS = 4
 
 
-@dataclass
-class _State:
-    """A running sequence: ``Llama.generate``'s iterator."""
+#: Most slots ``parallel = "auto"`` chooses.
+AUTO_MAX_SLOTS = 4
+#: Share of the machine's memory ``parallel = "auto"`` lets the slots' KV
+#: caches take.
+AUTO_MEMORY_SHARE = 8
 
-    gen: Iterator[int] | None = None
+
+@dataclass
+class _Slot:
+    """One slot (a llama.cpp ``seq_id`` with its own KV stream): the token
+    ids its KV cache holds, positions ``0 .. len(tokens) - 1``. Changed in
+    place in the model's thread only, read (copied) from any thread."""
+
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _SeqState:
+    """A running sequence: the tokens to decode before it samples again
+    (the rest of its prompt, then its last sampled token and any appended
+    ones) and its sampler chain (None for ``max_new == 0``)."""
+
+    pending: list[int]
+    sampler: Any = None
 
 
 class _Utf8Text:
@@ -111,6 +158,12 @@ class LlamaCppRunner:
         self.image_marker: Callable[[int, str], str] | None = None
         self._bos_text = ""
         self._add_bos = False
+        self._slots: list[_Slot] = []
+        self._ctx: Any = None  # llama_cpp._internals.LlamaContext
+        self._memory: Any = None
+        self._batch: Any = None  # llama_batch of n_batch tokens
+        self._n_batch = 0
+        self._partial_reuse = True
 
     # -- load and close ----------------------------------------------------
 
@@ -143,6 +196,7 @@ class LlamaCppRunner:
             raise ConfigError(f"model '{self.model_id}': llama.cpp could not load {path}: {exc}") from exc
         try:
             info = self._configure(llm)
+            info = dataclasses.replace(info, slots=self._make_slots(llm, info.context_window))
             warm_up_grammar(llm)
             if s.mmproj is not None:
                 self.projector = load_projector(
@@ -162,10 +216,14 @@ class LlamaCppRunner:
             raise
         self.llm = llm
         log.info(
-            "model %s loaded from %s: n_ctx=%d, %d threads, %s, %s, bos=%r add_bos=%s, projector=%s",
+            "model %s loaded from %s: n_ctx=%d, %d slots (parallel=%s; KV cache %d MiB), %d threads, %s, %s, "
+            "bos=%r add_bos=%s, projector=%s",
             self.model_id,
             path,
             info.context_window,
+            info.slots,
+            s.parallel,
+            _kv_bytes(llm) * info.context_window * info.slots // 2**20,
             s.threads,
             _offload(llm, s, self.model_id),
             buffers.describe(),
@@ -175,14 +233,42 @@ class LlamaCppRunner:
         )
         return info
 
+    def _make_slots(self, llm: Any, window: int) -> int:
+        """Give ``llm`` a context of ``slots`` KV streams of ``window`` tokens
+        each (replacing the one-sequence context ``Llama`` made), and the
+        batch :meth:`step_many` fills. Returns the number of slots.
+
+        Raises:
+            ConfigError: llama.cpp could not allocate the context.
+        """
+        s = self.settings
+        slots = s.parallel if s.parallel != "auto" else auto_slots(_kv_bytes(llm) * window, s.gpu_layers)
+        if slots > 1:
+            params = type(llm.context_params).from_buffer_copy(llm.context_params)
+            params.n_ctx = window * slots
+            params.n_seq_max = slots
+            params.kv_unified = False  # a KV stream per sequence: each attends to its own tokens only
+            llm._ctx.close()
+            try:
+                llm._ctx = internals.LlamaContext(model=llm._model, params=params, verbose=s.verbose)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"model '{self.model_id}': llama.cpp could not make a context of {slots} slots x {window} tokens "
+                    f"(settings.parallel = {s.parallel}): {exc}; lower parallel or context_window"
+                ) from exc
+        self._ctx = llm._ctx
+        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
+        self._n_batch = int(llama_cpp.llama_n_batch(self._ctx.ctx))
+        self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
+        self._slots = [_Slot() for _ in range(slots)]
+        self._partial_reuse = not (getattr(llm, "_is_recurrent", False) or getattr(llm, "_is_hybrid", False))
+        return slots
+
     def _configure(self, llm: Any) -> ModelInfo:
         # llama.cpp may round n_ctx up (to a multiple of 256), but
         # llama-cpp-python sizes its token buffer (input_ids) with the requested
         # value, so the smaller of the two is the real limit.
         n_ctx = min(llm.n_ctx(), len(llm.input_ids))
-        if self.settings.seed is not None:
-            # Llama(seed=0) would mean "random" (``seed or LLAMA_DEFAULT_SEED``); set_seed keeps 0.
-            llm.set_seed(self.settings.seed)
         template = self.settings.chat_template or llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigError(
@@ -203,8 +289,12 @@ class LlamaCppRunner:
         llm, self.llm = self.llm, None
         if self.projector is not None:
             self.projector.close()
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            llama_cpp.llama_batch_free(batch)
+        self._ctx = self._memory = None
         if llm is not None:
-            llm.close()
+            llm.close()  # frees the context (registered with its model) before the model
 
     # -- prompt (tokenizing threads) ---------------------------------------
 
@@ -270,9 +360,6 @@ class LlamaCppRunner:
     def encode_special(self, text: str) -> list[int]:
         return list(self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
-    def reusable(self, prompt: Prompt) -> int:
-        return _cached_prefix(self._loaded(), prompt.tokens, prompt.media)
-
     def _loaded(self) -> Any:
         if self.llm is None:
             raise ApiError(f"model '{self.model_id}' is not loaded")
@@ -280,176 +367,247 @@ class LlamaCppRunner:
 
     # -- sequences (the model's thread) ------------------------------------
 
-    def _start(self, seq: Sequence, tokens: list[int]) -> Iterator[int]:
-        s = seq.sampling
-        return self.llm.generate(  # type: ignore[no-any-return]
-            tokens,
-            temp=1.0 if s.temperature is None else s.temperature,
-            top_p=1.0 if s.top_p is None else s.top_p,
-            top_k=0 if s.top_k is None else s.top_k,
-            min_p=0.0,
-            typical_p=1.0,
-            repeat_penalty=1.0,
-            reset=True,
-            grammar=s.constraint,
-        )
+    def _sampler(self, sampling: Sampling) -> Any:
+        """The sampler chain of one sequence, as ``Llama._init_sampler``
+        builds it for the API's parameters (no penalty, ``min_p`` 0): the
+        grammar, then greedy for temperature 0, else top-k, top-p,
+        temperature and a seeded draw."""
+        chain = internals.LlamaSampler()
+        if sampling.constraint is not None:
+            chain.add_grammar(self.llm._model, sampling.constraint)
+        temp = 1.0 if sampling.temperature is None else sampling.temperature
+        if temp == 0.0:
+            chain.add_greedy()
+        else:
+            chain.add_top_k(0 if sampling.top_k is None else sampling.top_k)
+            chain.add_top_p(1.0 if sampling.top_p is None else sampling.top_p, 1)
+            chain.add_temp(temp)
+            chain.add_dist(llama_cpp.LLAMA_DEFAULT_SEED if self.settings.seed is None else self.settings.seed)
+        return chain
 
     def begin(self, seq: Sequence) -> None:
-        llm = self._loaded()
-        seq.state = _State()
+        """Plan ``seq`` in its slot: keep the slot's reusable prefix (cut
+        the rest from its KV cache), queue the remaining prompt tokens for
+        :meth:`step_many`, build the sampler."""
+        self._loaded()
         crash_point("decode")  # tests only: a native crash mid-request
-        tokens = seq.prompt.tokens
-        seq.reused = _cached_prefix(llm, tokens, seq.prompt.media)
-        if not _prefill(llm, tokens, seq.cancelled, seq.prompt.media, self.projector):
-            raise Cancelled  # the client went away while the prompt was decoded
+        slot = self._slots[seq.slot]
+        reuse = self.reusable_in(seq.prompt, seq.slot)
+        if reuse < len(slot.tokens):
+            if reuse == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, reuse, -1):
+                llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, -1, -1)
+                reuse = 0
+            del slot.tokens[reuse:]
+        seq.reused = reuse
+        seq.state = _SeqState(pending=seq.prompt.tokens[reuse:])
         if seq.max_new > 0:
-            seq.state.gen = self._start(seq, tokens)
+            seq.state.sampler = self._sampler(seq.sampling)
+
+    def step_many(self, seqs: list[Sequence]) -> list[int | None | Pending]:
+        """One ``llama_decode`` for all ``seqs`` (module documentation):
+        first one token for each generating sequence, then prompt chunks in
+        order while the batch has room (``n_batch`` tokens); an image next in
+        a prompt is encoded and decoded by itself first. Each sequence whose
+        input is all decoded samples from its own logits."""
+        ctx, batch, room = self._ctx.ctx, self._batch, self._n_batch
+        n = 0
+        plans: list[tuple[Sequence, int, int]] = []  # (sequence, tokens added, logits index or -1)
+        for seq in sorted(seqs, key=lambda q: len(q.state.pending) > 1):  # stable: generating ones first
+            state: _SeqState = seq.state
+            slot = self._slots[seq.slot]
+            take = 0
+            if room > 0:
+                self._decode_image(seq)
+                pos = len(slot.tokens)
+                limit = len(state.pending)
+                media = seq.prompt.media
+                if media is not None:
+                    for span in media.spans:
+                        if span.start >= pos:
+                            limit = min(limit, span.start - pos)
+                            break
+                take = min(room, limit)
+                seq_id = seq.slot
+                for i in range(take):
+                    batch.token[n + i] = state.pending[i]
+                    batch.pos[n + i] = pos + i
+                    batch.n_seq_id[n + i] = 1
+                    batch.seq_id[n + i][0] = seq_id
+                    batch.logits[n + i] = 0
+                n += take
+                room -= take
+            index = -1
+            if take and take == len(state.pending) and seq.max_new > 0:
+                index = n - 1
+                batch.logits[index] = 1
+            plans.append((seq, take, index))
+        if n:
+            batch.n_tokens = n
+            rc = llama_cpp.llama_decode(ctx, batch)
+            if rc != 0:
+                raise ApiError(f"llama.cpp could not decode a batch of {n} tokens for {len(seqs)} sequences "
+                               f"(llama_decode returned {rc})")
+        results: dict[int, int | None | Pending] = {}
+        vocab = self.llm._model.vocab
+        for seq, take, index in plans:
+            state = seq.state
+            if take:
+                self._slots[seq.slot].tokens.extend(state.pending[:take])
+                del state.pending[:take]
+            if state.pending:
+                results[id(seq)] = PENDING
+            elif seq.max_new == 0:
+                results[id(seq)] = None  # the prompt is in the cache (warm-up)
+            else:
+                token = int(llama_cpp.llama_sampler_sample(state.sampler.sampler, ctx, index))
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    results[id(seq)] = None  # neither shown nor counted
+                else:
+                    state.pending.append(token)
+                    results[id(seq)] = token
+        return [results[id(seq)] for seq in seqs]
+
+    def _decode_image(self, seq: Sequence) -> None:
+        """If the next position of ``seq``'s prompt starts an image, encode
+        and decode the image there (libmtmd decodes it by itself)."""
+        media = seq.prompt.media
+        if media is None:
+            return
+        slot = self._slots[seq.slot]
+        state: _SeqState = seq.state
+        pos = len(slot.tokens)
+        span = media.span_at(pos)
+        if span is None or span.start != pos:
+            return
+        assert self.projector is not None
+        llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, pos, -1)
+        after = self.projector.decode(self.llm, span, seq.slot, self._n_batch)
+        if after != span.end:
+            raise ApiError(f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not ..{span.end}")
+        slot.tokens.extend(state.pending[: span.n_tokens])
+        del state.pending[: span.n_tokens]
 
     def step(self, seq: Sequence) -> int | None:
-        token = next(seq.state.gen, None)
-        if token is None or llama_cpp.llama_vocab_is_eog(self.llm._model.vocab, token):
-            return None
-        return token  # type: ignore[no-any-return]
+        """:meth:`step_many` of ``seq`` alone until it samples (the engine
+        calls ``step_many``; this serves the :class:`Runner` protocol)."""
+        while (result := self.step_many([seq])[0]) is PENDING:
+            if seq.cancelled():
+                raise Cancelled
+        assert not isinstance(result, Pending)
+        return result
 
     def append(self, seq: Sequence, tokens: list[int]) -> None:
-        state: _State = seq.state
-        if state.gen is not None:
-            state.gen.close()
-            state.gen = None
-        prompt = seq.prompt.tokens + seq.output
-        if not _prefill(self.llm, prompt, seq.cancelled, seq.prompt.media, self.projector):
-            raise Cancelled
-        state.gen = self._start(seq, prompt)
+        """Queue ``tokens`` after the last sampled one: the next step decodes
+        them and samples after them (the thinking budget's close)."""
+        seq.state.pending.extend(tokens)
 
     def detokenizer(self, seq: Sequence) -> _Utf8Text:
         return _Utf8Text(self.llm)
 
     def end(self, seq: Sequence, ok: bool) -> None:
-        state: _State | None = seq.state
-        if state is not None and state.gen is not None:
-            state.gen.close()
-            state.gen = None
+        """Free the sampler; a failed sequence's slot is emptied (its KV
+        cache may hold part of a step)."""
+        state: _SeqState | None = seq.state
+        if state is not None and state.sampler is not None:
+            state.sampler.close()
+            state.sampler = None
+        if not ok and self.llm is not None:
+            llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, -1, -1)
+            self._slots[seq.slot].tokens.clear()
 
-    # -- context states (the engine's host-memory prompt cache) -----------
+    # -- prefix reuse and context states -----------------------------------
 
-    def context_tokens(self) -> list[int]:
-        llm = self._loaded()
-        return list(llm.input_ids[: llm.n_tokens].tolist())
+    def reusable(self, prompt: Prompt) -> int:
+        """The most any slot would serve (:meth:`reusable_in`)."""
+        self._loaded()
+        return max(self.reusable_in(prompt, slot) for slot in range(len(self._slots)))
+
+    def reusable_in(self, prompt: Prompt, slot: int) -> int:
+        """Prompt tokens slot ``slot`` would serve: its common prefix with
+        the prompt, less the prompt's last token when the prompt lies wholly
+        inside it (it is decoded again for fresh logits: a slot's logits do
+        not survive other slots' steps); an image is reused whole or not at
+        all (:func:`~missive_llamacpp.prefix.reused_prefix`)."""
+        return self.reusable_from(prompt, list(self._slots[slot].tokens))
+
+    def context_tokens(self, slot: int) -> list[int]:
+        return list(self._slots[slot].tokens)
 
     def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
-        """Reuse from a restored state holding ``tokens``: its logits are
-        stale, so a prompt wholly inside it gives its last token back to be
-        decoded (:func:`~missive_llamacpp.prefix.reused_prefix`); an image is
-        reused whole or not at all."""
-        llm = self._loaded()
-        reuse = reused_prefix(
-            tokens,
-            prompt.tokens,
-            requires_eval=True,
-            partial_reuse=not (getattr(llm, "_is_recurrent", False) or getattr(llm, "_is_hybrid", False)),
-        )
+        """Reuse from a state holding ``tokens`` (a slot, or a saved state
+        restored into one): the last prompt token is always decoded again
+        (:func:`~missive_llamacpp.prefix.reused_prefix`); an image is reused
+        whole or not at all."""
+        reuse = reused_prefix(tokens, prompt.tokens, requires_eval=True, partial_reuse=self._partial_reuse)
         return prompt.media.image_start(reuse) if prompt.media is not None else reuse
 
-    def save_context(self) -> SavedContext | None:
-        """The KV cache of sequence 0 (``llama_state_seq_get_data``: the
+    def save_context(self, slot: int) -> SavedContext | None:
+        """The KV cache of slot ``slot`` (``llama_state_seq_get_data``: the
         tokens' keys and values, about 23 KB a token for SmolLM2-135M) and its
-        token ids, or None for an empty context."""
-        llm = self._loaded()
-        n = int(llm.n_tokens)
-        if n == 0:
+        token ids, or None for an empty slot."""
+        self._loaded()
+        tokens = list(self._slots[slot].tokens)
+        if not tokens:
             return None
-        ctx = llm._ctx.ctx
-        size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
+        ctx = self._ctx.ctx
+        size = int(llama_cpp.llama_state_seq_get_size(ctx, slot))
         buffer = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0))
+        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, slot))
         if written == 0:
             return None
-        return SavedContext(list(llm.input_ids[:n].tolist()), (buffer, written), size)
+        return SavedContext(tokens, (buffer, written), size)
 
-    def restore_context(self, saved: SavedContext) -> None:
-        """Put ``saved`` back as the whole context; its logits are not saved,
-        so ``_requires_eval`` makes the next prompt decode its last token again.
+    def restore_context(self, saved: SavedContext, slot: int) -> None:
+        """Put ``saved`` into slot ``slot`` (any slot: the state carries
+        positions, not the slot it came from).
 
         Raises:
-            ApiError: llama.cpp refused the state (the context is then empty).
+            ApiError: llama.cpp refused the state (the slot is then empty).
         """
-        llm = self._loaded()
+        self._loaded()
         buffer, size = saved.state
-        llm._ctx.kv_cache_clear()
-        llm.n_tokens = 0
-        if int(llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buffer, size, 0)) == 0:
-            llm.reset()
+        llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        tokens = self._slots[slot].tokens
+        tokens.clear()
+        if int(llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buffer, size, slot)) == 0:
+            llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
             raise ApiError("llama.cpp could not restore a saved prompt state")
-        n = len(saved.tokens)
-        llm.input_ids[:n] = saved.tokens
-        llm.n_tokens = n
-        llm._requires_eval = True
+        tokens.extend(saved.tokens)
 
 
-def _prefill(
-    llm: Any,
-    tokens: list[int],
-    cancelled: Callable[[], bool],
-    media: MediaPrompt | None = None,
-    projector: Projector | None = None,
-) -> bool:
-    """Decode the prompt's uncached part one batch (``n_batch`` tokens) at a
-    time, checking ``cancelled`` between batches; False if cancelled.
+def _kv_bytes(llm: Any) -> int:
+    """Bytes of KV cache one token takes (keys and values, f16, every
+    layer): ``2 x n_layer x n_head_kv x (n_embd / n_head) x 2``; 23,040 for
+    SmolLM2-135M. An estimate for models with sliding-window or recurrent
+    layers."""
+    model = llm.model
+    n_head = max(1, int(llama_cpp.llama_model_n_head(model)))
+    head_dim = int(llama_cpp.llama_model_n_embd(model)) // n_head
+    return 2 * int(llama_cpp.llama_model_n_layer(model)) * int(llama_cpp.llama_model_n_head_kv(model)) * head_dim * 2
 
-    ``Llama.generate`` would decode it in one uninterruptible call, so a client
-    that left during a long prompt would keep the model busy for its whole
-    prefill. Afterwards the context holds exactly ``tokens`` with live logits,
-    and ``Llama.generate(tokens, reset=True)`` samples at once (its
-    "full prompt already cached" case). Reuse follows :func:`_cached_prefix`,
-    so the reported ``cache_read_input_tokens`` stays exact. Images (``media``)
-    are encoded and decoded whole by the ``projector`` at their positions;
-    their synthetic ids are written to ``Llama.input_ids`` as text tokens are
-    by ``Llama.eval``, so the next prompt's prefix comparison sees them.
+
+def auto_slots(slot_bytes: int, gpu_layers: int) -> int:
+    """``parallel = "auto"``: :data:`AUTO_MAX_SLOTS` (4) slots, fewer when
+    their KV caches (``slot_bytes`` each: a whole context window) would take
+    over 1/:data:`AUTO_MEMORY_SHARE` of the machine's memory, at least 1; 1
+    when layers go to a GPU (its memory is not measured here: set
+    ``parallel`` there).
+
+    Why 4 for the default model: Claude Code sends up to 3-4 requests at once
+    (the main turn, title and topic requests, Task subagents), and each slot
+    keeps a conversation's prompt live; SmolLM2-135M's 8,192-token window
+    takes 180 MiB of KV cache per slot. On 2 cores, decoding 4 sequences
+    together gains little throughput (llama-server: 70.7 tokens/s against
+    63.8 for one), but a short request no longer waits for a long answer.
     """
-    reuse = _cached_prefix(llm, tokens, media)
-    if reuse == len(tokens):
-        return True
-    if reuse > 0 and llm._ctx.kv_cache_seq_rm(-1, reuse, -1):
-        llm.n_tokens = reuse
-    else:
-        llm.reset()
-    step = max(1, llm.n_batch)
-    spans = media.spans if media is not None else []
-    pos = llm.n_tokens
-    for span in [*spans, None]:
-        end = len(tokens) if span is None else span.start
-        if span is not None and span.end <= pos:
-            continue  # in the cache already
-        for start in range(pos, end, step):
-            if cancelled():
-                return False
-            llm.eval(tokens[start : min(start + step, end)])
-        if span is None:
-            break
-        if cancelled():
-            return False
-        assert projector is not None
-        llm._ctx.kv_cache_seq_rm(-1, span.start, -1)
-        after = projector.decode(llm, span)
-        if after != span.end:
-            raise ApiError(f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not ..{span.end}")
-        llm.input_ids[span.start : span.end] = tokens[span.start : span.end]
-        llm.n_tokens = span.end
-        llm._requires_eval = True  # the text after the image refreshes the logits
-        pos = span.end
-    return True
-
-
-def _cached_prefix(llm: Any, tokens: list[int], media: MediaPrompt | None = None) -> int:
-    n = llm.n_tokens
-    reuse = reused_prefix(
-        llm.input_ids[:n].tolist(),
-        tokens,
-        requires_eval=bool(getattr(llm, "_requires_eval", True)),
-        partial_reuse=not (getattr(llm, "_is_recurrent", False) or getattr(llm, "_is_hybrid", False)),
-    )
-    # An image is in the cache whole or not at all.
-    return media.image_start(reuse) if media is not None else reuse
+    if gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload():
+        return 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1
+    fits = memory // AUTO_MEMORY_SHARE // max(1, slot_bytes)
+    return int(max(1, min(AUTO_MAX_SLOTS, fits)))
 
 
 def _offload(llm: Any, settings: LlamaCppSettings, model_id: str) -> str:

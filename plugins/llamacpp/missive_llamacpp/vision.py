@@ -215,10 +215,11 @@ class Projector:
             else:
                 raise ApiError(f"libmtmd returned an unexpected chunk type {kind} for an image")
 
-    def decode(self, llm: Any, span: ImageSpan) -> int:
+    def decode(self, llm: Any, span: ImageSpan, seq_id: int = 0, n_batch: int | None = None) -> int:
         """Encode one image chunk and decode its embeddings into ``llm``'s
-        context at positions ``span.start ..``; returns the next position.
-        Runs in the model's thread.
+        context, sequence ``seq_id``, at positions ``span.start ..``
+        (``n_batch`` embeddings per decode; default ``llm.n_batch``);
+        returns the next position. Runs in the model's thread.
 
         Raises:
             ApiError: encoding or decoding failed (libmtmd's return code).
@@ -232,8 +233,8 @@ class Projector:
             llm._ctx.ctx,
             span.chunk,
             llama_cpp.llama_pos(span.start),
-            llama_cpp.llama_seq_id(0),
-            llm.n_batch,
+            llama_cpp.llama_seq_id(seq_id),
+            llm.n_batch if n_batch is None else n_batch,
             False,
             ctypes.byref(new_n_past),
         )

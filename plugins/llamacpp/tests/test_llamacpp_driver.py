@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import anyio
+import llama_cpp
 import pytest
 
 from missive.config import ConfigError, ModelEntry
@@ -277,30 +278,24 @@ async def test_cancelled_consumer_releases_the_model(driver) -> None:
 @needs_model
 @pytest.mark.anyio
 async def test_count_tokens_and_started_do_not_queue_behind_generation(driver) -> None:
-    running = driver.generate(request(STORY, max_tokens=200))
+    """count_tokens never waits for a generation, and with free slots (the
+    default model has 4) a second generation runs beside the first: it ends
+    while the first still streams."""
+    assert driver.capabilities.max_concurrency == len(driver.runner._slots) > 1
+    running = driver.generate(request(STORY, max_tokens=200, temperature=0))
     try:
         with anyio.fail_after(30):
             assert isinstance(await running.__anext__(), Started)
-            assert isinstance(await running.__anext__(), TextDelta)  # holds the model now
+            assert isinstance(await running.__anext__(), TextDelta)  # holds a slot now
         with anyio.fail_after(10):
             assert await driver.count_tokens(request(QUESTION)) > 0
-        waiting = driver.generate(request(QUESTION, max_tokens=4))
-        with anyio.fail_after(10):
-            started = await waiting.__anext__()
-        assert isinstance(started, Started)
-        rest: list[Any] = []
-
-        async def pull() -> None:
-            rest.extend(await collect(waiting))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pull)
-            await anyio.sleep(1)
-            assert rest == []  # queued: nothing while the first one holds the model
-            await running.aclose()
+        with anyio.fail_after(30):
+            rest = await collect(driver.generate(request(QUESTION, max_tokens=4)))
+        check_order(rest)
+        more = await running.__anext__()  # the first one was not disturbed
+        assert isinstance(more, TextDelta), more
     finally:
         await running.aclose()
-    check_order([started, *rest])
 
 
 @needs_model
@@ -322,12 +317,15 @@ async def test_max_tokens_zero_warms_the_cache(driver) -> None:
     events = await collect(driver.generate(req))
     assert events[1:] == [Finished("max_tokens", output_tokens=0)]
     started, _ = check_order(await collect(driver.generate(request(QUESTION, max_tokens=4))))
-    assert started.cache_read_input_tokens == counted and started.input_tokens == 0
+    # All but the last prompt token: it is decoded again for its logits (a
+    # slot's logits do not outlive the step that made them; llama-server
+    # likewise keeps at most n_prompt - 1 tokens of a slot).
+    assert started.cache_read_input_tokens == counted - 1 and started.input_tokens == 1
 
 
 @needs_model
 @pytest.mark.anyio
-async def test_utf8_split_across_tokens(driver) -> None:
+async def test_utf8_split_across_tokens(driver, monkeypatch) -> None:
     llm = driver.runner.llm
     wanted = "héllo 😀 wörld 日本語"
     tokens = llm.tokenize(wanted.encode(), add_bos=False, special=False)
@@ -341,11 +339,8 @@ async def test_utf8_split_across_tokens(driver) -> None:
 
     assert sum(map(incomplete, tokens)) >= 3  # characters split across tokens
 
-    def scripted(_prompt: Any, **_: Any):
-        yield from tokens
-        yield llm.token_eos()
-
-    llm.generate = scripted
+    script = iter([*tokens, llm.token_eos()])
+    monkeypatch.setattr(llama_cpp, "llama_sampler_sample", lambda *_: next(script))
     events = await collect(driver.generate(request(QUESTION, max_tokens=100)))
     _, finished = check_order(events)
     assert text_of(events) == wanted
@@ -355,36 +350,44 @@ async def test_utf8_split_across_tokens(driver) -> None:
 
 
 @pytest.mark.anyio
-async def test_character_cut_by_max_tokens_is_dropped(driver) -> None:
+async def test_character_cut_by_max_tokens_is_dropped(driver, monkeypatch) -> None:
     """A character whose bytes span tokens, cut by max_tokens, is not shown as U+FFFD."""
     llm = driver.runner.llm
     tokens = llm.tokenize("😀".encode(), add_bos=False, special=False)
     assert len(tokens) >= 2
 
-    def scripted(_prompt: Any, **_: Any):
-        yield from tokens
-
-    llm.generate = scripted
+    script = iter(tokens)
+    monkeypatch.setattr(llama_cpp, "llama_sampler_sample", lambda *_: next(script))
     events = await collect(driver.generate(request(QUESTION, max_tokens=1)))
     _, finished = check_order(events)
     assert text_of(events) == "" and finished == Finished("max_tokens", output_tokens=1)
 
 
 @pytest.mark.anyio
-async def test_prompt_decode_stops_between_batches_when_cancelled(driver) -> None:
-    import threading
+async def test_a_long_prompt_is_read_one_batch_per_step(driver) -> None:
+    """A prompt is read n_batch tokens per decode step: other sequences decode
+    between its chunks, and a cancelled one stops within one chunk (the
+    batcher checks before every step). Its slot then holds exactly what was
+    decoded, reusable by the next prompt."""
+    from missive.engine.runner import PENDING, Prompt, Sampling, Sequence
 
-    from missive_llamacpp.runner import _prefill
-
-    llm = driver.runner.llm
-    tokens = llm.tokenize(("word " * 1500).encode(), add_bos=False, special=False)
-    before = llm.n_tokens
-    cancelled = threading.Event()
-    cancelled.set()
-    assert _prefill(llm, tokens, cancelled.is_set) is False
-    assert llm.n_tokens <= before  # nothing of the new prompt was decoded
-    assert _prefill(llm, tokens, threading.Event().is_set) is True
-    assert llm.n_tokens == len(tokens) and not llm._requires_eval
+    runner = driver.runner
+    tokens = runner.llm.tokenize(("word " * 1500).encode(), add_bos=False, special=False)
+    slot = len(runner._slots) - 1
+    seq = Sequence(Prompt(tokens), 4, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
+    runner.begin(seq)
+    assert seq.reused == 0 or seq.reused == len(runner.context_tokens(slot))
+    before = len(runner.context_tokens(slot))
+    assert runner.step_many([seq]) == [PENDING]
+    assert len(runner.context_tokens(slot)) == before + runner._n_batch
+    runner.end(seq, True)  # cancelled here
+    again = Sequence(Prompt(tokens), 1, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
+    runner.begin(again)
+    assert again.reused == before + runner._n_batch
+    while (result := runner.step_many([again])[0]) is PENDING:
+        pass
+    assert isinstance(result, int) and runner.context_tokens(slot) == tokens
+    runner.end(again, True)
 
 
 @pytest.mark.anyio
