@@ -172,19 +172,22 @@ async def test_images_keep_their_places_in_tool_results_and_text(driver) -> None
 @pytest.mark.anyio
 async def test_the_image_reaches_the_model(driver) -> None:
     """The logits after the prompt depend on the image's pixels, and only on them."""
-    from missive_llamacpp.runner import _prefill
+    import llama_cpp
 
-    llm = driver.runner.llm
+    runner = driver.runner
+    slot = len(runner._slots) - 1
 
     def logits_after(image: ImageInput) -> np.ndarray:
-        tokens, media = driver._tokenize(request([image, text("Describe it.")]))
+        prompt = driver._tokenize(request([image, text("Describe it.")]))
         try:
-            llm.reset()
-            assert _prefill(llm, tokens, lambda: False, media, driver.runner.projector)
-            assert llm.n_tokens == len(tokens) and not llm._requires_eval
-            return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+            llama_cpp.llama_memory_seq_rm(runner._memory, slot, -1, -1)
+            runner._slots[slot].tokens.clear()
+            read_prompt(runner, prompt, slot)
+            assert runner.context_tokens(slot) == prompt.tokens
+            logits = llama_cpp.llama_get_logits_ith(runner._ctx.ctx, -1)
+            return np.ctypeslib.as_array(logits, shape=(runner.llm.n_vocab(),)).copy()
         finally:
-            media.close()
+            prompt.close()
 
     red, blue, red_again = logits_after(RED), logits_after(BLUE), logits_after(RED)
     assert not np.allclose(red, blue)
@@ -218,19 +221,37 @@ async def test_generation_counts_and_reuses_images_from_the_cache(driver) -> Non
 async def test_a_cache_cut_inside_an_image_re_encodes_it_whole(driver) -> None:
     """A context holding only part of an image (a cancelled prefill, a
     shorter prompt) is never reused inside the image."""
-    from missive_llamacpp.runner import _cached_prefix, _prefill
+    import llama_cpp
 
-    llm = driver.runner.llm
-    tokens, media = driver._tokenize(request([RED, text("Hi")]))
+    runner = driver.runner
+    slot = len(runner._slots) - 1
+    prompt = driver._tokenize(request([RED, text("Hi")]))
     try:
-        span = media.spans[0]
-        assert _prefill(llm, tokens, lambda: False, media, driver.runner.projector)
-        llm.n_tokens = span.start + 5  # as if the context held 5 of the image's 16 positions
-        assert _cached_prefix(llm, tokens, media) == span.start
-        assert _prefill(llm, tokens, lambda: False, media, driver.runner.projector)
-        assert llm.n_tokens == len(tokens)
+        span = prompt.media.spans[0]
+        read_prompt(runner, prompt, slot)
+        # as if the slot held 5 of the image's 16 positions
+        llama_cpp.llama_memory_seq_rm(runner._memory, slot, span.start + 5, -1)
+        del runner._slots[slot].tokens[span.start + 5 :]
+        assert runner.reusable_in(prompt, slot) == span.start
+        assert read_prompt(runner, prompt, slot) == span.start
+        assert runner.context_tokens(slot) == prompt.tokens
     finally:
-        media.close()
+        prompt.close()
+
+
+def read_prompt(runner: Any, prompt: Any, slot: int) -> int:
+    """Read ``prompt`` into ``slot`` with the runner's own steps (greedy, one
+    token sampled, not decoded); returns the tokens reused."""
+    from missive.engine.runner import PENDING, Sampling, Sequence
+
+    seq = Sequence(prompt, 1, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
+    runner.begin(seq)
+    try:
+        while runner.step_many([seq])[0] is PENDING:
+            pass
+    finally:
+        runner.end(seq, True)
+    return seq.reused
 
 
 def test_pixels_reach_libmtmd_as_they_look() -> None:
