@@ -37,7 +37,16 @@ from collections.abc import Sequence
 
 from .runner import ContextStates, Prompt, Runner, SavedContext
 
-__all__ = ["HostPromptCache", "MAX_ENTRIES", "MIN_SAVED_TOKENS", "common_prefix", "default_cache_bytes", "reusable", "swap_in"]
+__all__ = [
+    "HostPromptCache",
+    "MAX_ENTRIES",
+    "MIN_SAVED_TOKENS",
+    "common_prefix",
+    "default_cache_bytes",
+    "restorable",
+    "reusable",
+    "swap_in",
+]
 
 log = logging.getLogger("missive.engine")
 
@@ -168,11 +177,17 @@ def swap_in(runner: ContextStates, cache: HostPromptCache, prompt: Prompt, slot:
     return live
 
 
+def restorable(runner: ContextStates, cache: HostPromptCache, prompt: Prompt) -> int:
+    """The prompt tokens the best saved state would serve if restored (0
+    when none shares a token); the slots are not looked at."""
+    entry, _ = cache.best(prompt.tokens)
+    return runner.reusable_from(prompt, entry.tokens) if entry is not None else 0
+
+
 def reusable(runner: Runner, cache: HostPromptCache | None, prompt: Prompt) -> int:
     """The prompt tokens :func:`swap_in` would reuse now, without changing
     anything (tokenizing thread): ``cache_read_input_tokens``."""
     live = runner.reusable(prompt)
     if cache is None or not isinstance(runner, ContextStates):
         return live
-    entry, _ = cache.best(prompt.tokens)
-    return max(live, runner.reusable_from(prompt, entry.tokens)) if entry is not None else live
+    return max(live, restorable(runner, cache, prompt))

@@ -75,7 +75,7 @@ from .batcher import Batcher
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
-from .host_cache import HostPromptCache, default_cache_bytes, swap_in
+from .host_cache import HostPromptCache, default_cache_bytes, restorable, swap_in
 from .host_cache import reusable as host_reusable
 from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence
 from .scheduler import Scheduler
@@ -201,7 +201,7 @@ class LocalDriver(Driver):
             self._executor,
             info.slots,
             reuse=runner.reusable_in if states else None,  # type: ignore[attr-defined]
-            elsewhere=(lambda prompt: host_reusable(runner, cache, prompt)) if cache is not None and states else None,
+            elsewhere=(lambda prompt: restorable(runner, cache, prompt)) if cache is not None and states else None,
         )
         self._scheduler = Scheduler(info.slots)
         self._info = info
