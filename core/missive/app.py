@@ -144,7 +144,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
 
     @app.errorhandler(MissiveError)
     async def _missive_error(exc: MissiveError) -> Response:
-        if exc.status >= 500:
+        # Overload (529) is logged once, as a warning, by the admission gate.
+        if exc.status >= 500 and exc.error_type != "overloaded_error":
             log.error("%s: %s", exc.error_type, exc.message)
         return error_response(exc)
 
