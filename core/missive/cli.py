@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import sys
@@ -48,6 +49,7 @@ def cli() -> None:
 @click.option("--strict", is_flag=True, default=None, help="Reject unknown request fields instead of reporting them.")
 @click.option("--allow-unauthenticated-remote", is_flag=True, default=None, help="Allow a non-loopback address without API keys.")
 @click.option("--log-level", help="debug, info, warning, error.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json: one JSON object per line.")
 def serve(
     config_path: str | None,
     overrides: tuple[str, ...],
@@ -57,6 +59,7 @@ def serve(
     strict: bool | None,
     allow_unauthenticated_remote: bool | None,
     log_level: str | None,
+    log_format: str | None,
 ) -> None:
     """Serve the configured models (with no config: the embedded SmolLM2 default)."""
     _report_native_crashes()
@@ -73,6 +76,7 @@ def serve(
         ("server.strict", strict),
         ("server.allow_unauthenticated_remote", allow_unauthenticated_remote),
         ("server.log_level", log_level),
+        ("server.log_format", log_format),
     ):
         if value is not None:
             extra.append(f"{key}={json.dumps(value)}")
@@ -81,15 +85,17 @@ def serve(
     config = _load(config_path, tuple(extra))
     try:
         config.check_bind()
-        setup_logging(config.server.log_level)
+        setup_logging(config.server.log_level, config.server.log_format)
         app = create_app(config)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     hc = HypercornConfig()
     host_part = f"[{config.server.host}]" if ":" in config.server.host else config.server.host
     hc.bind = [f"{host_part}:{config.server.port}"]
-    hc.accesslog = "-" if config.server.log_level.lower() == "debug" else None
-    hc.errorlog = "-"
+    # Hypercorn's lines go through Missive's handler (one format); its own
+    # access log only at debug (Missive writes one line per request).
+    hc.accesslog = logging.getLogger("hypercorn.access") if config.server.log_level == "debug" else None
+    hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
     models = app.extensions["missive"]["models"]
     address = f"http://{host_part}:{config.server.port}"
@@ -100,7 +106,11 @@ def serve(
         except ConfigError as exc:
             await models.aclose()
             raise click.ClickException(str(exc)) from None
-        click.echo(f"Missive serving {', '.join(config.models)} on {address}", err=True)
+        serving = f"Missive serving {', '.join(config.models)} on {address}"
+        if config.server.log_format == "json":
+            logging.getLogger("missive.cli").info(serving)  # every line of a JSON log is JSON
+        else:
+            click.echo(serving, err=True)
         try:
             await hypercorn_serve(app, hc)  # type: ignore[arg-type]
         except OSError as exc:

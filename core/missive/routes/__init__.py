@@ -1,11 +1,12 @@
 """HTTP routes. Paths are served under ``/v1`` and, for clients whose base URL
-already ends in ``/v1``, under ``/v1/v1`` (contract section 1)."""
+already ends in ``/v1``, under ``/v1/v1`` (contract section 1); ``/health``
+and ``/metrics`` at the root."""
 
 from __future__ import annotations
 
 from quart import Quart
 
-from . import health, messages, models
+from . import health, messages, metrics, models
 
 PREFIXES = ("/v1", "/v1/v1")
 
@@ -15,3 +16,4 @@ def register_routes(app: Quart) -> None:
         messages.register(app, prefix)
         models.register(app, prefix)
     health.register(app)
+    metrics.register(app)
