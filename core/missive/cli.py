@@ -1,4 +1,4 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, ``claude``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``claude``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -253,6 +253,34 @@ async def _start_and_close(table: Any) -> None:
         await table.start()
     finally:
         await table.aclose()
+
+
+@cli.command()
+@_config_options
+@click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port).")
+@click.option(
+    "--api-key",
+    help="Key to send to the server (default: the first of the config's server.api_keys, which "
+    "MISSIVE_API_KEY sets).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print GET /v1/status as it is.")
+def ps(config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, as_json: bool) -> None:
+    """Show the running server's models: driver, state, context window,
+    generations running and requests waiting, cache use and replicas."""
+    from .claude_env import ServerUnavailable, server_url
+    from .ps import fetch_status, render_status
+
+    config = _load(config_path, overrides)
+    base = (url or server_url(config)).rstrip("/")
+    key = api_key or (config.server.api_keys[0] if config.server.api_keys else None)
+    try:
+        status = fetch_status(base, key)
+    except ServerUnavailable as exc:
+        message = str(exc)
+        if exc.status == 401:
+            message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
+        raise click.ClickException(message) from None
+    click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
 
 
 @cli.command()
