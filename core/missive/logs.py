@@ -104,6 +104,4 @@ def log_request(record: RequestRecord) -> None:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:.3f}"
     return str(value)
