@@ -24,9 +24,9 @@ from collections.abc import AsyncIterator
 import anyio
 from quart import Quart, Response, g
 
+from ..admission import Slot
 from ..capabilities import check_request
 from ..conversation import build_conversation, unrendered_media
-from ..admission import Slot
 from ..driver import Driver, GenerationRequest
 from ..errors import ApiError, CapabilityError, MissiveError
 from ..ids import message_id
@@ -124,6 +124,7 @@ async def create_message() -> Response | dict:
         slot = await gate.admit()  # 529 when full; waits otherwise
         facts.queue_seconds = time.monotonic() - queued_at
         return slot
+
     stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
     if driver.capabilities.in_process:
         # An in-process driver renders and tokenizes the prompt before its
