@@ -69,8 +69,8 @@ def get(url: str, path: str, key: str | None = KEY) -> httpx.Response:
     return httpx.get(f"{url}{path}", headers={"x-api-key": key} if key else {}, timeout=10)
 
 
-def until(check: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + DEADLINE
+def until(check: Callable[[], Any], what: str, limit: float = DEADLINE) -> Any:
+    deadline = time.monotonic() + limit
     while not (result := check()):
         assert time.monotonic() < deadline, f"never {what}"
         time.sleep(0.05)
@@ -110,7 +110,8 @@ def test_readyz_is_503_naming_a_remote_model_without_a_healthy_replica(
     backend.daemon_threads = True
     threading.Thread(target=backend.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
-        ready = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again")
+        # A recovery probe comes at most 30 s (the backoff's cap) after the last.
+        ready = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again", 60)
         assert ready.json()["models"]["remote"] == {"status": "ready", "replicas_healthy": 1, "replicas_total": 1}
         assert replica.replace("} 0.0", "} 1.0") in get(server.url, "/metrics").text
     finally:
@@ -183,7 +184,8 @@ def test_missive_ps_shows_models_and_live_load(server: ServerProcess, backend_po
     a key it fails with the server's 401 and a hint."""
     held = Held(server.url)
     try:
-        until(lambda: get(server.url, "/v1/status").json()["models"]["echo"]["running"] == 1, "1 running")
+        until(lambda: (m := get(server.url, "/v1/status").json()["models"])["echo"]["running"] == 1
+              and m["remote"]["status"] == "unavailable", "1 running and the backend seen down")
         result = CliRunner().invoke(cli, ["ps", "--url", server.url, "--api-key", KEY])
     finally:
         held.sock.close()
