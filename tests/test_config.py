@@ -54,12 +54,24 @@ def test_api_key_env(tmp_path: Path) -> None:
         ("[server]\nqueue_depth = -1\n", "server.queue_depth"),
         ("[server]\nqueue_timeout = 0\n", "server.queue_timeout"),
         ("[models.m]\ndriver = 'echo'\nqueue_depth = -1\n", "models.m.queue_depth"),
+        ("[server]\nlog_format = 'xml'\n", "server.log_format"),
+        ("[server]\nmetrics_public = 'sometimes'\n", "server.metrics_public"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), environ={})
     assert fragment in str(info.value)
+
+
+def test_operations_keys(tmp_path: Path) -> None:
+    """server.log_format and server.metrics_public default to text and false,
+    read from the file (log_format in any case) and from the environment."""
+    defaults = load_config(None, environ={}).server
+    assert (defaults.log_format, defaults.metrics_public) == ("text", False)
+    config = load_config(write(tmp_path, "[server]\nlog_format = 'JSON'\n"), environ={
+        "MISSIVE__SERVER__METRICS_PUBLIC": "true"})
+    assert (config.server.log_format, config.server.metrics_public) == ("json", True)
 
 
 def test_missing_file() -> None:

@@ -4,6 +4,7 @@ recovery after a health probe. Real HTTP against local test servers."""
 from __future__ import annotations
 
 import gc
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from missive.errors import OverloadedError
-from missive.replicas import Replica, ReplicaPool
+from missive.replicas import Replica, ReplicaPool, redact_url
 from missive.testing import free_port
 
 pytestmark = pytest.mark.anyio
@@ -180,3 +181,64 @@ async def test_aclose_stops_probes(backends: list[Backend]) -> None:
         seen = backends[0].hits["/health"]
         await anyio.sleep(0.1)
         assert backends[0].hits["/health"] == seen
+
+
+async def test_check_takes_a_dead_idle_replica_out_of_rotation(backends: list[Backend]) -> None:
+    """check() probes the replicas believed healthy: one whose health path
+    fails (or where nothing listens) is marked failed without any request
+    failing on it, and requests then go to the live one; a replica that
+    answers stays healthy."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    backends[1].health_status = 503
+    async with httpx.AsyncClient() as client:
+        pool = ReplicaPool([dead, backends[0].url, backends[1].url], client=client, probe_interval=60)
+        assert all(r.healthy for r in pool.replicas)  # nothing seen yet
+        await pool.check()
+        assert [r.healthy for r in pool.replicas] == [False, True, False]
+        assert pool.replicas[0].last_error == "health probe failed: ConnectError"
+        assert pool.replicas[2].last_error == "health probe answered 503"
+        assert backends[0].hits == {"/health": 1}
+        replica, _ = await _send(pool, client)
+        assert replica is pool.replicas[1]
+        await pool.aclose()
+
+
+async def test_check_runs_at_most_once_per_probe_interval(backends: list[Backend]) -> None:
+    """Checks closer together than probe_interval share one round of probes;
+    after the interval a new round probes again."""
+    async with httpx.AsyncClient() as client:
+        pool = ReplicaPool([backends[0].url], client=client, probe_interval=0.3)
+        await pool.check()
+        await pool.check()
+        assert backends[0].hits == {"/health": 1}
+        await anyio.sleep(0.35)
+        await pool.check()
+        assert backends[0].hits == {"/health": 2}
+        await pool.aclose()
+
+
+async def test_check_wait_bounds_the_wait_not_the_check(backends: list[Backend]) -> None:
+    """check(wait=...) returns after ``wait`` seconds while a probe hangs; the
+    check goes on and marks the replica failed when its probe times out."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()  # accepts connections, never answers
+    hanging = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        async with httpx.AsyncClient() as client:
+            pool = ReplicaPool([hanging], client=client, probe_interval=60, probe_timeout=0.5)
+            with anyio.fail_after(0.45):
+                await pool.check(wait=0.05)
+            assert pool.replicas[0].healthy  # not known yet
+            await _until(lambda: not pool.replicas[0].healthy, "the probe's timeout")
+            assert pool.replicas[0].last_error == "health probe failed: ReadTimeout"
+            await pool.aclose()
+    finally:
+        listener.close()
+
+
+def test_redact_url_drops_credentials() -> None:
+    """Replica URLs shown in metrics and status lose their user and password."""
+    assert redact_url("http://user:secret@gpu1:8000/v1") == "http://gpu1:8000/v1"
+    assert redact_url("https://gpu1:8000") == "https://gpu1:8000"
+    assert redact_url("http://a@b@host") == "http://host"

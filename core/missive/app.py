@@ -10,6 +10,7 @@ raised it, is rendered here as the Anthropic envelope (contract sections 1, 5).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from quart import Quart, Response, g, request
@@ -28,9 +29,11 @@ from .errors import (
 from .ids import request_id
 from .thinking.signing import load_signer
 from .kernel import Kernel
-from .logs import request_id_var
+from .logs import log_request, request_id_var
 from .media.pipeline import MediaPipeline
+from .metrics import Metrics
 from .model_table import ModelTable
+from .record import RequestRecord, endpoint_label
 
 __all__ = ["create_app", "error_response"]
 
@@ -42,8 +45,12 @@ MAX_IGNORED_HEADER = 2000
 
 
 def error_response(exc: MissiveError) -> Response:
-    """The Anthropic error envelope for ``exc``, with retry headers."""
+    """The Anthropic error envelope for ``exc``, with retry headers; its
+    ``error.type`` is noted in the request's record (log line, metrics)."""
     rid = getattr(g, "request_id", None)
+    record = getattr(g, "record", None)
+    if record is not None and record.error_type is None:
+        record.error_type = exc.error_type
     response = Response(
         _json(exc.envelope(rid)), status=exc.status, content_type="application/json"
     )
@@ -96,10 +103,16 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     # Key order is part of the client's bytes (tool_use.input) and of caching.
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    admission = Admission(config)
+    metrics = Metrics(models, admission)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
-        "admission": Admission(config),
+        "admission": admission, "metrics": metrics, "started_at": time.monotonic(),
     }
+
+    def observe(record: RequestRecord) -> None:
+        metrics.observe(record)
+        log_request(record)
 
     @app.before_serving
     async def _start() -> None:
@@ -115,6 +128,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
         request_id_var.set(g.request_id)
         g.ignored = []
         g.dropped_thinking = []
+        rule = request.url_rule.rule if request.url_rule is not None else None
+        g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
 
     @app.after_request
     async def _headers(response: Response) -> Response:
@@ -140,6 +155,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
                 ignored=ignored,
                 dropped_thinking=dropped,
             )
+        record = getattr(g, "record", None)
+        if record is not None and not record.stream:
+            record.finish(response.status_code)  # a stream's body finishes it when it ends
         return response
 
     @app.errorhandler(MissiveError)

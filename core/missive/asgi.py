@@ -13,5 +13,5 @@ from .config import load_config
 from .logs import setup_logging
 
 _config = load_config()
-setup_logging(_config.server.log_level)
+setup_logging(_config.server.log_level, _config.server.log_format)
 app = create_app(_config)

@@ -1,9 +1,10 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, ``claude``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``claude``, and plugin commands."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import sys
@@ -48,6 +49,7 @@ def cli() -> None:
 @click.option("--strict", is_flag=True, default=None, help="Reject unknown request fields instead of reporting them.")
 @click.option("--allow-unauthenticated-remote", is_flag=True, default=None, help="Allow a non-loopback address without API keys.")
 @click.option("--log-level", help="debug, info, warning, error.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json: one JSON object per line.")
 def serve(
     config_path: str | None,
     overrides: tuple[str, ...],
@@ -57,6 +59,7 @@ def serve(
     strict: bool | None,
     allow_unauthenticated_remote: bool | None,
     log_level: str | None,
+    log_format: str | None,
 ) -> None:
     """Serve the configured models (with no config: the embedded SmolLM2 default)."""
     _report_native_crashes()
@@ -73,6 +76,7 @@ def serve(
         ("server.strict", strict),
         ("server.allow_unauthenticated_remote", allow_unauthenticated_remote),
         ("server.log_level", log_level),
+        ("server.log_format", log_format),
     ):
         if value is not None:
             extra.append(f"{key}={json.dumps(value)}")
@@ -81,15 +85,17 @@ def serve(
     config = _load(config_path, tuple(extra))
     try:
         config.check_bind()
-        setup_logging(config.server.log_level)
+        setup_logging(config.server.log_level, config.server.log_format)
         app = create_app(config)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     hc = HypercornConfig()
     host_part = f"[{config.server.host}]" if ":" in config.server.host else config.server.host
     hc.bind = [f"{host_part}:{config.server.port}"]
-    hc.accesslog = "-" if config.server.log_level.lower() == "debug" else None
-    hc.errorlog = "-"
+    # Hypercorn's lines go through Missive's handler (one format); its own
+    # access log only at debug (Missive writes one line per request).
+    hc.accesslog = logging.getLogger("hypercorn.access") if config.server.log_level == "debug" else None
+    hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
     models = app.extensions["missive"]["models"]
     address = f"http://{host_part}:{config.server.port}"
@@ -100,7 +106,11 @@ def serve(
         except ConfigError as exc:
             await models.aclose()
             raise click.ClickException(str(exc)) from None
-        click.echo(f"Missive serving {', '.join(config.models)} on {address}", err=True)
+        serving = f"Missive serving {', '.join(config.models)} on {address}"
+        if config.server.log_format == "json":
+            logging.getLogger("missive.cli").info(serving)  # every line of a JSON log is JSON
+        else:
+            click.echo(serving, err=True)
         try:
             await hypercorn_serve(app, hc)  # type: ignore[arg-type]
         except OSError as exc:
@@ -243,6 +253,34 @@ async def _start_and_close(table: Any) -> None:
         await table.start()
     finally:
         await table.aclose()
+
+
+@cli.command()
+@_config_options
+@click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port).")
+@click.option(
+    "--api-key",
+    help="Key to send to the server (default: the first of the config's server.api_keys, which "
+    "MISSIVE_API_KEY sets).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print GET /v1/status as it is.")
+def ps(config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, as_json: bool) -> None:
+    """Show the running server's models: driver, state, context window,
+    generations running and requests waiting, cache use and replicas."""
+    from .claude_env import ServerUnavailable, server_url
+    from .ps import fetch_status, render_status
+
+    config = _load(config_path, overrides)
+    base = (url or server_url(config)).rstrip("/")
+    key = api_key or (config.server.api_keys[0] if config.server.api_keys else None)
+    try:
+        status = fetch_status(base, key)
+    except ServerUnavailable as exc:
+        message = str(exc)
+        if exc.status == 401:
+            message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
+        raise click.ClickException(message) from None
+    click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
 
 
 @cli.command()

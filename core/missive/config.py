@@ -12,6 +12,8 @@ Shape (every key optional)::
     ping_interval = 5.0         # seconds of model silence before an SSE ping
     delta_interval = 0.015      # seconds between streamed deltas; faster ones are merged
     log_level = "info"
+    log_format = "text"         # or "json": one JSON object per line
+    metrics_public = false      # true: GET /metrics needs no API key
     capture_dir = "/tmp/missive-captures"   # debugging/tests: write every request (keys redacted)
     queue_depth = 16            # requests that may wait per model when every slot is busy
     queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
@@ -94,11 +96,13 @@ class ServerConfig(_Strict):
     ping_interval: float = Field(default=5.0, gt=0)
     delta_interval: float = Field(default=0.015, ge=0)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    metrics_public: bool = False
     capture_dir: str | None = None
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value

@@ -9,7 +9,9 @@ built once per configured model: ``factory(model_id, entry)``. The core calls:
 * :meth:`Driver.generate`, an async iterator of :mod:`missive.events`;
   closing it early (client gone, stop sequence matched) must stop the
   backend's work;
-* :meth:`Driver.aclose` at shutdown.
+* :meth:`Driver.aclose` at shutdown;
+* :meth:`Driver.status` and :meth:`Driver.replica_pool`, optional, for
+  ``GET /v1/status``, ``missive ps``, ``GET /readyz`` and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from .capabilities import Capabilities
 from .config import ModelEntry
@@ -28,6 +31,9 @@ from .specs import ReasoningParserSpec, ToolParserSpec
 from .thinking.plan import ThinkingPlan
 from .tools.definitions import ToolChoice, ToolDefinition
 from .tools.parsers.base import ToolParser
+
+if TYPE_CHECKING:
+    from .replicas import ReplicaPool
 
 __all__ = ["Driver", "GenerationRequest", "clamp_max_tokens"]
 
@@ -102,6 +108,24 @@ class Driver(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
+
+    async def status(self) -> dict[str, Any]:
+        """What the driver can tell about its load and caches now, for
+        ``GET /v1/status`` and ``missive ps`` (default: nothing).
+
+        A flat JSON-able mapping, e.g. ``{"slots": 4, "slots_in_use": 1,
+        "host_cache_bytes": ...}``. Called on the event loop, under a
+        2-second limit; it must be cheap, and may ask the backend. An
+        exception is shown as the status's ``error``.
+        """
+        return {}
+
+    def replica_pool(self) -> ReplicaPool | None:
+        """The :class:`~missive.replicas.ReplicaPool` of a remote backend's
+        replicas, None (the default) for a driver without one. ``/readyz``
+        reports the model unavailable while none of its replicas is
+        healthy; ``/metrics`` and ``/v1/status`` show each replica's health."""
+        return None
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
         """A parser for tool calls written as text, or None.

@@ -38,6 +38,8 @@ class ModelTable:
                 "embedded default with pip install 'missive[default]'"
             )
         self.drivers: dict[str, Driver] = {}
+        #: Ids of the models whose ``start()`` has returned (``GET /readyz``).
+        self.started: set[str] = set()
         self._started = False
         for model_id, entry in config.models.items():
             self.drivers[model_id] = self._build(model_id, entry)
@@ -91,6 +93,7 @@ class ModelTable:
         for model_id, driver in self.drivers.items():
             log.info("starting model %s (driver %s)", model_id, driver.name)
             await driver.start()
+            self.started.add(model_id)
 
     async def aclose(self) -> None:
         for driver in self.drivers.values():

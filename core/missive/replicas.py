@@ -17,7 +17,10 @@ requests over them without a scheduler of its own:
   makes it healthy again;
 * **failover**: a request that failed before its first byte is sent again to
   another replica (``acquire(exclude=...)``); never after bytes were streamed
-  to the client, which the driver knows and the pool does not.
+  to the client, which the driver knows and the pool does not;
+* **checks**: :meth:`ReplicaPool.check` probes the replicas believed
+  healthy, so a backend that died while idle is found before a request
+  fails on it (``GET /readyz`` and ``GET /v1/status`` call it).
 
 Usage in a driver (``send`` stands for the driver's request)::
 
@@ -52,9 +55,20 @@ import httpx
 
 from .errors import OverloadedError
 
-__all__ = ["Replica", "ReplicaPool"]
+__all__ = ["Replica", "ReplicaPool", "redact_url"]
 
 log = logging.getLogger("missive.replicas")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without the user and password it may carry
+    (``http://user:secret@gpu1:8000`` -> ``http://gpu1:8000``), for metric
+    labels and status pages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
 
 
 class Replica:
@@ -121,6 +135,8 @@ class ReplicaPool:
         self._turn = itertools.count()
         self._probing: set[Replica] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._check: asyncio.Task[None] | None = None
+        self._checked_at: float | None = None
 
     def healthy(self) -> list[Replica]:
         """Replicas currently accepting requests."""
@@ -197,6 +213,35 @@ class ReplicaPool:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+    async def check(self, wait: float | None = None) -> None:
+        """Probe every replica believed healthy, now; one whose probe fails is
+        marked failed (:meth:`mark_failed`: out of rotation, recovery probes
+        start). Replicas already unhealthy are left to their recovery probes.
+
+        A check starts at most once per ``probe_interval`` seconds (callers
+        in between share the running one, or the state it left), and runs in
+        its own task: ``wait`` bounds how long this call waits for it (None:
+        until it ends), and a check not done by then still completes, for
+        the next caller to see.
+        """
+        task = self._check
+        if task is None or task.done():
+            now = time.monotonic()
+            if self._checked_at is not None and now - self._checked_at < self.probe_interval:
+                return
+            self._checked_at = now
+            task = self._check = asyncio.get_running_loop().create_task(self._check_all())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        await asyncio.wait({task}, timeout=wait)
+
+    async def _check_all(self) -> None:
+        targets = self.healthy()
+        results = await asyncio.gather(*(self.probe(r) for r in targets), return_exceptions=True)
+        for replica, ok in zip(targets, results):
+            if ok is not True and replica.healthy:
+                self.mark_failed(replica, replica.last_error or f"health check failed: {ok!r}")
 
     async def probe(self, replica: Replica) -> bool:
         """One health check: ``GET {url}{health_path}``; True on a 2xx answer."""

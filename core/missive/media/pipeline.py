@@ -29,7 +29,7 @@ import binascii
 import hashlib
 import logging
 import os
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,10 +88,13 @@ class Prepared:
         replacements: ``id(block)`` of each image/document block of the
             request -> the parts that replace it in the conversation.
         ignored: field paths accepted but not acted on (``citations``).
+        processed: blocks processed, by kind (``image``, ``document``);
+            images inside a ``content`` document count as images.
     """
 
     replacements: dict[int, list[Any]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
+    processed: Counter[str] = field(default_factory=Counter)
 
 
 class _Cache:
@@ -325,6 +328,7 @@ class MediaPipeline:
             sections = [Section("content", source.data)]
         elif isinstance(source, ContentSource):
             sections, images = await self._content_source(source, spath, target)
+            prepared.processed["image"] += len(images)
         elif isinstance(source, FileSource):
             raise self._file_refused(spath)
         else:
@@ -398,6 +402,8 @@ class MediaPipeline:
     async def _block(self, block: Any, path: str, target: ImageTarget, prepared: Prepared) -> None:
         if isinstance(block, ImageBlock):
             prepared.replacements[id(block)] = [await self._image(block, path, target)]
+            prepared.processed["image"] += 1
         elif isinstance(block, DocumentBlock):
             prepared.replacements[id(block)] = await self._document(block, path, target, prepared)
+            prepared.processed["document"] += 1
 

@@ -1,11 +1,12 @@
 """HTTP routes. Paths are served under ``/v1`` and, for clients whose base URL
-already ends in ``/v1``, under ``/v1/v1`` (contract section 1)."""
+already ends in ``/v1``, under ``/v1/v1`` (contract section 1); the probes
+and ``/metrics`` at the root."""
 
 from __future__ import annotations
 
 from quart import Quart
 
-from . import health, messages, models
+from . import health, messages, metrics, models, probes, status
 
 PREFIXES = ("/v1", "/v1/v1")
 
@@ -14,4 +15,7 @@ def register_routes(app: Quart) -> None:
     for prefix in PREFIXES:
         messages.register(app, prefix)
         models.register(app, prefix)
+        status.register(app, prefix)
     health.register(app)
+    probes.register(app)
+    metrics.register(app)

@@ -15,11 +15,14 @@ from ..errors import InvalidRequestError
 from ..kernel import Kernel
 from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
+from ..record import RequestRecord
 from ..schema.ignored import collect_ignored
 from ..thinking.signing import Signer
 from ..validation import parse_json, validate_body
 
-__all__ = ["state", "signer", "media_pipeline", "admission", "authenticate", "read_request", "note_ignored"]
+__all__ = [
+    "state", "signer", "media_pipeline", "admission", "record", "authenticate", "read_request", "note_ignored",
+]
 
 log = logging.getLogger("missive.request")
 
@@ -44,6 +47,11 @@ def media_pipeline() -> MediaPipeline:
 def admission() -> Admission:
     """The app's :class:`~missive.admission.Admission` (per-model slots and queues)."""
     return current_app.extensions["missive"]["admission"]
+
+
+def record() -> RequestRecord:
+    """This request's :class:`~missive.record.RequestRecord` (log line, metrics)."""
+    return g.record
 
 
 def authenticate() -> None:

@@ -18,17 +18,20 @@ tokenized outside the slot; it starts no model work before its own permit).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import anyio
 from quart import Quart, Response, g
 
+from ..admission import Slot
 from ..capabilities import check_request
 from ..conversation import build_conversation, unrendered_media
 from ..driver import Driver, GenerationRequest
 from ..errors import ApiError, CapabilityError, MissiveError
 from ..ids import message_id
 from ..pipeline import MessageStream, accumulate
+from ..record import CLIENT_GONE
 from ..schema.request import CountTokensRequest, MessagesRequest
 from ..sse import frame, paced
 from ..tools.definitions import offered_tools, tool_choice_of
@@ -36,7 +39,7 @@ from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..tools.server import server_block_paths
-from .common import admission, authenticate, media_pipeline, note_ignored, read_request, signer, state
+from .common import admission, authenticate, media_pipeline, note_ignored, read_request, record, signer, state
 
 log = logging.getLogger("missive.messages")
 
@@ -84,6 +87,7 @@ async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Ge
         )
         note_ignored(prepared.ignored)
         conversation.replace_blocks(prepared.replacements)
+        record().media.update(prepared.processed)
     max_tokens = req.max_tokens or 0
     cap = driver.entry.max_output_tokens
     if cap is not None:
@@ -110,8 +114,17 @@ async def create_message() -> Response | dict:
     config, _, models = state()
     req = await read_request(MessagesRequest)
     model_id, driver = models.resolve(req.model)
+    facts = record()
+    facts.model = model_id
     prepared = await _prepare(req, model_id, driver)
     gate = admission().gate(model_id, driver)
+
+    async def admit() -> Slot:
+        queued_at = time.monotonic()
+        slot = await gate.admit()  # 529 when full; waits otherwise
+        facts.queue_seconds = time.monotonic() - queued_at
+        return slot
+
     stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
     if driver.capabilities.in_process:
         # An in-process driver renders and tokenizes the prompt before its
@@ -121,22 +134,24 @@ async def create_message() -> Response | dict:
         # refused without queueing.
         first = await stream.start()
         try:
-            slot = await gate.admit()  # 529 when full; waits otherwise
+            slot = await admit()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
             raise
     else:
-        slot = await gate.admit()  # before the backend is sent anything
+        slot = await admit()  # before the backend is sent anything
         try:
             first = await stream.start()
         except BaseException:
             slot.release()
             raise
+    facts.note(first)
     if not req.stream:
         try:
             events = [first]
             async for event in stream.events():
+                facts.note(event)
                 events.append(event)
         finally:
             try:
@@ -161,13 +176,16 @@ async def create_message() -> Response | dict:
                 ):
                     if event["type"] == "message_stop":
                         slot.release()
+                    facts.note(event)
                     yield frame(event)
             except MissiveError as exc:
                 slot.release()
+                facts.error_type = exc.error_type
                 log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
                 yield frame(exc.envelope(request_id))
             except Exception:
                 slot.release()
+                facts.error_type = ApiError.error_type
                 log.exception("stream failed")
                 yield frame(ApiError("internal server error; the server log has the details").envelope(request_id))
         finally:
@@ -178,7 +196,9 @@ async def create_message() -> Response | dict:
                 await stream.aclose()
             finally:
                 slot.release()
+                facts.finish(200, None if facts.completed else CLIENT_GONE)
 
+    facts.stream = True  # finished by the body, when it ends
     response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
     response.timeout = None
     return response
@@ -189,6 +209,7 @@ async def count_tokens() -> dict[str, int]:
     _, _, models = state()
     req = await read_request(CountTokensRequest)
     model_id, driver = models.resolve(req.model)
+    record().model = model_id
     if driver.capabilities.count_tokens == "none":
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"

@@ -17,7 +17,7 @@ from quart import Quart, request
 
 from ..driver import Driver
 from ..errors import InvalidRequestError
-from .common import authenticate, state
+from .common import authenticate, record, state
 
 
 def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) -> dict[str, Any]:
@@ -88,6 +88,7 @@ async def get_model(model_id: str) -> dict[str, Any]:
     authenticate()
     _, _, models = state()
     resolved, driver = models.resolve(model_id)
+    record().model = resolved
     return _model_object(resolved, driver, shown_id=model_id)
 
 

@@ -54,6 +54,7 @@ from missive.capabilities import Capabilities, check_request
 from missive.config import ConfigError, ModelEntry
 from missive.driver import Driver, GenerationRequest, clamp_max_tokens
 from missive.errors import BadGatewayError, MissiveError, PromptTooLongError
+from missive.replicas import ReplicaPool
 from missive.events import (
     Finished,
     GenerationEvent,
@@ -207,6 +208,10 @@ class OllamaDriver(Driver):
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def replica_pool(self) -> ReplicaPool | None:
+        # The client (and its pool) exists from start() to aclose().
+        return self._client.pool if self._client is not None else None
 
     # -- request body ------------------------------------------------------
 

@@ -163,6 +163,9 @@ class OpenAIDriver(Driver):
         await self.pool.aclose()
         await self.client.aclose()
 
+    def replica_pool(self) -> ReplicaPool:
+        return self.pool
+
     async def count_tokens(self, request: GenerationRequest) -> int:
         return await self.prompt_tokens(request, self.body(request))
 

@@ -1,0 +1,192 @@
+"""Prometheus metrics, served by ``GET /metrics`` (docs/operations.md).
+
+Names follow vLLM's where the same thing is measured, with the ``missive:``
+prefix and vLLM's ``model_name`` label (the configured model id; ``""`` for
+a request that named no served model), so dashboards and alerts written for
+vLLM carry over. Each app has its own :class:`~prometheus_client.CollectorRegistry`
+(never the process-wide default), so several apps in one process do not
+collide.
+
+Two kinds of metric:
+
+* per request, from each finished :class:`~missive.record.RequestRecord`
+  (:meth:`Metrics.observe`): counters of requests, tokens and media blocks,
+  histograms of times;
+* the state at scrape time (:class:`LoadCollector`): requests running and
+  waiting per model (:mod:`missive.admission`), and the health of each
+  replica of a remote backend (:mod:`missive.replicas`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
+
+from .replicas import redact_url
+
+if TYPE_CHECKING:
+    from .admission import Admission
+    from .model_table import ModelTable
+    from .record import RequestRecord
+
+__all__ = ["Metrics", "LoadCollector", "PREFIX", "CONTENT_TYPE"]
+
+PREFIX = "missive:"
+#: Prometheus' text format 0.0.4, whatever the scraper's ``accept`` prefers:
+#: prometheus_client's OpenMetrics encoder (0.26) escapes the ``:`` of the
+#: sample names to ``_`` while keeping it in ``# TYPE``, which would rename
+#: every series; the text format keeps the names as they are.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+MODEL = "model_name"
+
+# vLLM's buckets (vllm/v1/metrics/loggers.py), so quantiles compare.
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+    80.0, 160.0, 640.0, 2560.0,
+)
+TPOT_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
+REQUEST_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)
+# Queue waits are often zero or a few milliseconds: finer buckets below vLLM's 0.3 s.
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, *REQUEST_BUCKETS)
+
+
+class Metrics:
+    """The metrics of one app (see the module doc).
+
+    Args:
+        models: the served models (for the state gauges).
+        admission: the per-model gates (running and waiting counts).
+    """
+
+    def __init__(self, models: ModelTable, admission: Admission) -> None:
+        # No ``*_created`` series: one more per labelled child, which nothing
+        # here reads. prometheus_client has this switch for the process only.
+        disable_created_metrics()
+        self.registry = CollectorRegistry()
+        r, m = self.registry, [MODEL]
+        self.requests = Counter(
+            f"{PREFIX}requests", "HTTP requests to the API, by model, route, status and error type "
+            "(error_type is empty for a success).",
+            [MODEL, "endpoint", "status", "error_type"], registry=r,
+        )
+        self.request_success = Counter(
+            f"{PREFIX}request_success", "Messages that ended without an error, by stop reason.",
+            [MODEL, "finished_reason"], registry=r,
+        )
+        self.prompt_tokens = Counter(
+            f"{PREFIX}prompt_tokens", "Prompt tokens of started messages (input, cache read and cache "
+            "creation tokens together).", m, registry=r,
+        )
+        self.prompt_tokens_cached = Counter(
+            f"{PREFIX}prompt_tokens_cached", "Prompt tokens served from the prefix cache (cache_read_input_tokens).",
+            m, registry=r,
+        )
+        self.generation_tokens = Counter(
+            f"{PREFIX}generation_tokens", "Output tokens of messages whose usage was sent.", m, registry=r,
+        )
+        self.time_to_first_token = Histogram(
+            f"{PREFIX}time_to_first_token_seconds", "Seconds from a request's arrival to its first content event.",
+            m, buckets=TTFT_BUCKETS, registry=r,
+        )
+        self.e2e_request_latency = Histogram(
+            f"{PREFIX}e2e_request_latency_seconds", "Seconds from a message request's arrival to the end of its answer.",
+            m, buckets=REQUEST_BUCKETS, registry=r,
+        )
+        self.request_queue_time = Histogram(
+            f"{PREFIX}request_queue_time_seconds", "Seconds a message waited for one of its model's slots.",
+            m, buckets=QUEUE_BUCKETS, registry=r,
+        )
+        self.request_decode_time = Histogram(
+            f"{PREFIX}request_decode_time_seconds", "Seconds from a message's first content event to its last.",
+            m, buckets=REQUEST_BUCKETS, registry=r,
+        )
+        self.time_per_output_token = Histogram(
+            f"{PREFIX}time_per_output_token_seconds", "Mean seconds per output token after the first, one "
+            "observation per message (1 / decode tokens per second).",
+            m, buckets=TPOT_BUCKETS, registry=r,
+        )
+        self.media_processed = Counter(
+            f"{PREFIX}media_processed", "Image and document blocks processed, by kind (image, document).",
+            ["kind"], registry=r,
+        )
+        self.registry.register(LoadCollector(models, admission))
+
+    def observe(self, record: RequestRecord) -> None:
+        """Count one finished request (probes and ``/metrics`` itself are not counted)."""
+        if record.quiet:
+            return
+        model = record.model
+        self.requests.labels(model, record.endpoint, str(record.status), record.error_type or "").inc()
+        for kind, count in record.media.items():
+            self.media_processed.labels(kind).inc(count)
+        if record.queue_seconds is not None:
+            self.request_queue_time.labels(model).observe(record.queue_seconds)
+        if not record.generated:
+            return
+        prompt = [record.input_tokens, record.cache_read_input_tokens, record.cache_creation_input_tokens]
+        self.prompt_tokens.labels(model).inc(sum(t or 0 for t in prompt))
+        self.prompt_tokens_cached.labels(model).inc(record.cache_read_input_tokens or 0)
+        if record.output_tokens is not None:
+            self.generation_tokens.labels(model).inc(record.output_tokens)
+        if record.stop_reason is not None and record.error_type is None:
+            self.request_success.labels(model, record.stop_reason).inc()
+        if record.duration is not None:
+            self.e2e_request_latency.labels(model).observe(record.duration)
+        first, last = record.first_token_at, record.last_token_at
+        if first is not None:
+            self.time_to_first_token.labels(model).observe(first - record.started)
+        if first is not None and last is not None:
+            self.request_decode_time.labels(model).observe(last - first)
+            if record.output_tokens is not None and record.output_tokens > 1:
+                self.time_per_output_token.labels(model).observe((last - first) / (record.output_tokens - 1))
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format (:data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+class LoadCollector(Collector):
+    """Gauges read at scrape time: ``missive:num_requests_running`` and
+    ``missive:num_requests_waiting`` per model (slots held and requests
+    queued, :mod:`missive.admission`), and ``missive:replica_healthy`` per
+    replica of a remote model (1 healthy, 0 out of rotation)."""
+
+    def __init__(self, models: ModelTable, admission: Admission) -> None:
+        self.models = models
+        self.admission = admission
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(f"{PREFIX}num_requests_running", "Messages holding a slot of their model "
+                              "(generating).", labels=[MODEL]),
+            GaugeMetricFamily(f"{PREFIX}num_requests_waiting", "Messages waiting for a slot of their model.",
+                              labels=[MODEL]),
+            GaugeMetricFamily(f"{PREFIX}replica_healthy", "1 while a replica of a remote backend is in "
+                              "rotation, 0 while it is out (failed, being probed).", labels=[MODEL, "replica"]),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        running, waiting, healthy = self._families()
+        for model_id, driver in self.models.drivers.items():
+            gate = self.admission.gates.get(model_id)
+            running.add_metric([model_id], gate.running if gate else 0)
+            waiting.add_metric([model_id], gate.waiting if gate else 0)
+            pool = driver.replica_pool()
+            for replica in pool.replicas if pool is not None else ():
+                healthy.add_metric([model_id, redact_url(replica.url)], 1 if replica.healthy else 0)
+        yield running
+        yield waiting
+        yield healthy

@@ -1,0 +1,87 @@
+"""``missive ps``: the models of a running server, from ``GET /v1/status``.
+
+One row per model: driver, state (``ready``, ``starting``, ``unavailable``),
+context window, generations running (of ``max_concurrency``), requests
+waiting (of ``queue_depth``), then what the driver reports
+(:meth:`missive.driver.Driver.status`: slots, cache use) and the health of
+a remote model's replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from .claude_env import ServerUnavailable
+
+__all__ = ["fetch_status", "render_status"]
+
+COLUMNS = ("MODEL", "DRIVER", "STATE", "CONTEXT", "RUNNING", "WAITING", "DETAILS")
+
+
+def fetch_status(base_url: str, api_key: str | None, *, timeout: float = 10.0) -> dict[str, Any]:
+    """``GET {base_url}/v1/status``.
+
+    Raises:
+        ServerUnavailable: nothing answers, or the server refused (``status`` set).
+    """
+    url = f"{base_url.rstrip('/')}/v1/status"
+    try:
+        response = httpx.get(url, headers={"x-api-key": api_key} if api_key else {}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServerUnavailable(
+            f"no Missive server answers at {base_url} ({type(exc).__name__}); start one with `missive serve`"
+        ) from None
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.reason_phrase
+        raise ServerUnavailable(f"{url} answered {response.status_code}: {message}", response.status_code)
+    return response.json()
+
+
+def _of(value: Any, limit: Any) -> str:
+    return f"{value}/{limit}" if limit is not None else str(value)
+
+
+def _size(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return str(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def _details(info: dict[str, Any]) -> str:
+    parts = []
+    for key, value in (info.get("driver_status") or {}).items():
+        parts.append(f"{key}={_size(value) if key.endswith('_bytes') else value}")
+    replicas = info.get("replicas")
+    if replicas:
+        healthy = sum(1 for r in replicas if r.get("healthy"))
+        parts.append(f"replicas={healthy}/{len(replicas)} healthy")
+        parts += [f"down: {r['url']} ({r.get('last_error') or 'unknown'})" for r in replicas if not r.get("healthy")]
+    return ", ".join(parts) or "-"
+
+
+def render_status(status: dict[str, Any]) -> str:
+    """The table ``missive ps`` prints (columns aligned, one row per model)."""
+    rows = [COLUMNS]
+    for model_id, info in status.get("models", {}).items():
+        rows.append((
+            model_id,
+            str(info.get("driver") or "-"),
+            str(info.get("status") or "-"),
+            str(info.get("context_window") or "-"),
+            _of(info.get("running", 0), info.get("max_concurrency")),
+            _of(info.get("waiting", 0), info.get("queue_depth")),
+            _details(info),
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows
+    )

@@ -1,0 +1,26 @@
+"""``GET /metrics``: Prometheus' text format (:mod:`missive.metrics`).
+
+Behind the API keys, like ``/v1/*`` (Prometheus sends one with
+``authorization: {credentials: ...}``), unless ``server.metrics_public``.
+"""
+
+from __future__ import annotations
+
+from quart import Quart, Response, current_app
+
+from ..metrics import CONTENT_TYPE, Metrics
+from .common import authenticate, state
+
+
+def metrics() -> Metrics:
+    """The app's :class:`~missive.metrics.Metrics`."""
+    return current_app.extensions["missive"]["metrics"]
+
+
+def register(app: Quart) -> None:
+    @app.route("/metrics", methods=["GET"])
+    async def exposition() -> Response:
+        config, _, _ = state()
+        if not config.server.metrics_public:
+            authenticate()
+        return Response(metrics().exposition(), content_type=CONTENT_TYPE)

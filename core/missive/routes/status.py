@@ -1,0 +1,35 @@
+"""``GET /v1/status`` (behind the API keys): every model's state and load,
+what ``missive ps`` shows (:func:`missive.status.model_status`)."""
+
+from __future__ import annotations
+
+import time
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from quart import Quart, current_app
+
+from ..status import model_status
+from .common import admission, authenticate, state
+
+
+def _version() -> str | None:
+    try:
+        return version("missive")
+    except PackageNotFoundError:
+        return None
+
+
+async def get_status() -> dict[str, Any]:
+    authenticate()
+    _, _, models = state()
+    started = current_app.extensions["missive"]["started_at"]
+    return {
+        "version": _version(),
+        "uptime_s": round(time.monotonic() - started, 1),
+        "models": await model_status(models, admission()),
+    }
+
+
+def register(app: Quart, prefix: str) -> None:
+    app.add_url_rule(f"{prefix}/status", f"{prefix}-status", get_status, methods=["GET"])

@@ -1,0 +1,235 @@
+"""Probes and status (core/missive/routes/probes.py, routes/status.py,
+status.py, ps.py): ``/livez``, ``/readyz`` with a remote model whose backend
+is down and then comes up, ``/readyz`` before the models have started,
+``/v1/status`` behind the keys, ``missive ps``, and the replica health gauge."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from missive.app import create_app
+from missive.cli import cli
+from missive.config import Config
+from missive.testing import ServerProcess, free_port, serve_process
+from missive_echo import script
+
+KEY = "sk-probes-test-key"
+DEADLINE = 30.0  # seconds; only reached when a test fails
+
+
+class Models(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server's health path (``GET /v1/models``)."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        body = json.dumps({"object": "list", "data": [{"id": "remote", "object": "model"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def backend_port() -> int:
+    """A port where nothing listens (until a test starts the backend on it)."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def server(backend_port: int) -> Iterator[ServerProcess]:
+    config = {
+        "server": {"api_keys": [KEY]},
+        "models": {
+            "echo": {"driver": "echo", "context_window": 1000,
+                     "settings": {"capabilities": {"max_concurrency": 2}}},
+            # Credentials in the URL must not reach metrics or status pages.
+            "remote": {"driver": "openai", "context_window": 4096,
+                       "settings": {"base_url": f"http://user:hunter2@127.0.0.1:{backend_port}"}},
+        },
+    }
+    with serve_process(config) as proc:
+        yield proc
+
+
+def get(url: str, path: str, key: str | None = KEY) -> httpx.Response:
+    return httpx.get(f"{url}{path}", headers={"x-api-key": key} if key else {}, timeout=10)
+
+
+def until(check: Callable[[], Any], what: str, limit: float = DEADLINE) -> Any:
+    deadline = time.monotonic() + limit
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.05)
+    return result
+
+
+def test_livez_answers_while_the_process_serves(server: ServerProcess) -> None:
+    """/livez needs no key and is 200 even while a model's backend is down
+    (a liveness failure would restart the container for nothing)."""
+    until(lambda: get(server.url, "/readyz", None).status_code == 503, "not ready")
+    response = get(server.url, "/livez", None)
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+    assert get(server.url, "/health", None).json() == {"status": "ok", "generating": 0, "waiting": 0}
+
+
+def test_readyz_is_503_naming_a_remote_model_without_a_healthy_replica(
+    server: ServerProcess, backend_port: int
+) -> None:
+    """With the backend of ``remote`` down, /readyz (no key) is 503 and names
+    it ``unavailable`` while ``echo`` is ``ready``; the replica gauge shows
+    0 for it, under its URL without the credentials. Once the backend
+    listens, a recovery probe makes the model ready: /readyz is 200 and the
+    gauge 1."""
+    response = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 503 and r, "503")
+    assert response.json() == {
+        "status": "not_ready",
+        "models": {
+            "echo": {"status": "ready"},
+            "remote": {"status": "unavailable", "replicas_healthy": 0, "replicas_total": 1},
+        },
+    }
+    metrics = get(server.url, "/metrics").text
+    replica = f'missive:replica_healthy{{model_name="remote",replica="http://127.0.0.1:{backend_port}"}} 0.0'
+    assert replica in metrics and "hunter2" not in metrics
+
+    backend = ThreadingHTTPServer(("127.0.0.1", backend_port), Models)
+    backend.daemon_threads = True
+    threading.Thread(target=backend.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        # A recovery probe comes at most 30 s (the backoff's cap) after the last.
+        ready = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again", 60)
+        assert ready.json()["models"]["remote"] == {"status": "ready", "replicas_healthy": 1, "replicas_total": 1}
+        assert replica.replace("} 0.0", "} 1.0") in get(server.url, "/metrics").text
+    finally:
+        backend.shutdown()
+        backend.server_close()
+
+
+@pytest.mark.anyio
+async def test_readyz_is_503_until_the_models_have_started() -> None:
+    """Before the drivers' start() (the app built, not yet served), /readyz
+    is 503 with each model ``starting``; after it, 200."""
+    config = Config.model_validate({"models": {"echo": {"driver": "echo"}, "echo-b": {"driver": "echo"}}})
+    app = create_app(config)
+    client = app.test_client()
+    early = await client.get("/readyz")
+    assert early.status_code == 503
+    assert (await early.get_json())["models"] == {"echo": {"status": "starting"}, "echo-b": {"status": "starting"}}
+    models = app.extensions["missive"]["models"]
+    await models.start()
+    try:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200
+        assert await ready.get_json() == {
+            "status": "ready", "models": {"echo": {"status": "ready"}, "echo-b": {"status": "ready"}},
+        }
+    finally:
+        await models.aclose()
+
+
+def test_status_needs_a_key_and_shows_every_model(server: ServerProcess, backend_port: int) -> None:
+    """/v1/status is 401 without a key; with one it shows each model's driver,
+    state, context window, load and queue limits, and the remote model's
+    replica (URL without credentials, its health and last error)."""
+    assert get(server.url, "/v1/status", None).status_code == 401
+    until(lambda: get(server.url, "/v1/status").json()["models"]["remote"]["status"] == "unavailable"
+          or None, "the backend seen down")
+    body = get(server.url, "/v1/status").json()
+    echo, remote = body["models"]["echo"], body["models"]["remote"]
+    assert {k: echo[k] for k in ("status", "driver", "context_window", "max_concurrency", "running", "waiting",
+                                 "queue_depth")} == {
+        "status": "ready", "driver": "echo", "context_window": 1000, "max_concurrency": 2, "running": 0,
+        "waiting": 0, "queue_depth": 16,
+    }
+    assert remote["driver"] == "openai" and remote["context_window"] == 4096
+    [replica] = remote["replicas"]
+    assert replica["url"] == f"http://127.0.0.1:{backend_port}" and replica["healthy"] is False
+    assert replica["last_error"].startswith("health probe failed")
+    assert "hunter2" not in json.dumps(body)
+
+
+class Held:
+    """A streaming message on its own socket that holds a slot of ``echo``."""
+
+    def __init__(self, url: str) -> None:
+        body = json.dumps({"model": "echo", "max_tokens": 50, "stream": True, "messages": [
+            {"role": "user", "content": script({"text": "holding"}, {"sleep": 120})}]}).encode()
+        parsed = urlparse(url)
+        self.sock = socket.create_connection((parsed.hostname, parsed.port), timeout=DEADLINE)
+        self.sock.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+            + f"x-api-key: {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
+        )
+        assert self.sock.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_missive_ps_shows_models_and_live_load(server: ServerProcess, backend_port: int) -> None:
+    """``missive ps`` prints one row per model with driver, state, context,
+    running/max_concurrency and waiting/queue_depth: a held stream shows as
+    1/2 running on echo; the remote model's down replica is named. Without
+    a key it fails with the server's 401 and a hint."""
+    held = Held(server.url)
+    try:
+        until(lambda: (m := get(server.url, "/v1/status").json()["models"])["echo"]["running"] == 1
+              and m["remote"]["status"] == "unavailable", "1 running and the backend seen down")
+        result = CliRunner().invoke(cli, ["ps", "--url", server.url, "--api-key", KEY])
+    finally:
+        held.sock.close()
+    assert result.exit_code == 0, result.output
+    header, *rows = result.output.splitlines()
+    assert header.split() == ["MODEL", "DRIVER", "STATE", "CONTEXT", "RUNNING", "WAITING", "DETAILS"]
+    by_model = {row.split()[0]: row.split() for row in rows}
+    assert by_model["echo"][:6] == ["echo", "echo", "ready", "1000", "1/2", "0/16"]
+    assert by_model["remote"][:6] == ["remote", "openai", "unavailable", "4096", "0", "0/16"]
+    assert f"down: http://127.0.0.1:{backend_port}" in result.output and "hunter2" not in result.output
+
+    refused = CliRunner().invoke(cli, ["ps", "--url", server.url, "--api-key", "wrong"])
+    assert refused.exit_code == 1 and "answered 401" in refused.output and "--api-key" in refused.output
+
+
+def test_missive_ps_json_is_the_status_document(server: ServerProcess) -> None:
+    """``missive ps --json`` prints GET /v1/status as JSON."""
+    result = CliRunner().invoke(cli, ["ps", "--url", server.url, "--api-key", KEY, "--json"])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.output)["models"]) == {"echo", "remote"}
+
+
+def test_local_driver_status_reports_slots_and_host_cache() -> None:
+    """LocalDriver.status() reads the batcher's slots in use and the host
+    cache's bytes and entries, and shows only the parts the engine has."""
+    import asyncio
+
+    from missive.engine.local import LocalDriver
+
+    class Batcher:
+        slots, active = 4, 1
+
+    class Cache:
+        nbytes, max_bytes = 3 * 2**20, 64 * 2**20
+
+        def __len__(self) -> int:
+            return 2
+
+    driver = object.__new__(LocalDriver)
+    driver._info = object()
+    driver._batcher, driver._host_cache = Batcher(), Cache()
+    assert asyncio.run(driver.status()) == {
+        "loaded": True, "slots": 4, "slots_in_use": 1,
+        "host_cache_bytes": 3 * 2**20, "host_cache_entries": 2, "host_cache_max_bytes": 64 * 2**20,
+    }
+    driver._info, driver._batcher, driver._host_cache = None, None, None
+    assert asyncio.run(driver.status()) == {"loaded": False}
