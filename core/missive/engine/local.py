@@ -228,21 +228,17 @@ class LocalDriver(Driver):
             self._executor.shutdown(wait=False)
 
     async def status(self) -> dict[str, Any]:
-        """Whether the model is loaded, its slots (sequences decoded
-        together) and how many are in use, and the host-memory prompt cache
-        (bytes, entries, limit). Read with ``getattr``: each part is shown
-        only where this engine has it."""
+        """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
+        together), ``slots_in_use``, and with a host-memory prompt cache
+        ``host_cache_bytes``, ``host_cache_entries``, ``host_cache_max_bytes``."""
         out: dict[str, Any] = {"loaded": self._info is not None}
-        batcher = getattr(self, "_batcher", None)
-        if batcher is not None:
-            out["slots"] = getattr(batcher, "slots", None)
-            out["slots_in_use"] = getattr(batcher, "active", None)
-        cache = getattr(self, "_host_cache", None)
+        if self._batcher is not None:
+            out["slots"] = self._batcher.slots
+            out["slots_in_use"] = self._batcher.active
+        cache = self._host_cache
         if cache is not None:
-            out["host_cache_bytes"] = getattr(cache, "nbytes", None)
-            out["host_cache_entries"] = len(cache)
-            out["host_cache_max_bytes"] = getattr(cache, "max_bytes", None)
-        return {k: v for k, v in out.items() if v is not None}
+            out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
+        return out
 
     def _loaded(self) -> PromptPath:
         if self._info is None or self._prompts is None:

@@ -257,7 +257,9 @@ def test_a_short_request_finishes_while_a_long_stream_runs(url: str, client: ant
         # While the short request is in flight (polling costs the server CPU).
         with httpx.Client(base_url=url, timeout=DEADLINE) as http:
             while not (short_done.is_set() or long_done.is_set()):
-                samples.append(http.get("/health").json())
+                sample = http.get("/health").json()
+                sample["slots_in_use"] = http.get("/v1/status").json()["models"][MODEL]["driver_status"]["slots_in_use"]
+                samples.append(sample)
                 time.sleep(0.01)
 
     with ThreadPoolExecutor(2) as pool:
@@ -279,6 +281,8 @@ def test_a_short_request_finishes_while_a_long_stream_runs(url: str, client: ant
         f"the short request waited for the long stream: {seen}; /health (generating, waiting) seen: {loads}"
     )
     assert any(s["generating"] == 2 for s in samples), f"/health never showed 2 generating: {loads}"
+    # /v1/status sees the same from the engine: two slots in use at once.
+    assert any(s["slots_in_use"] == 2 for s in samples), samples
 
 
 # -- 3. a client leaving stops only its own generation -------------------------
