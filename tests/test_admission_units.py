@@ -158,3 +158,35 @@ async def test_model_keys_override_the_server_defaults() -> None:
     assert (own.limit, own.depth, own.timeout) == (2, 0, 2.5)
     assert (default.limit, default.depth, default.timeout) == (None, 7, 30)
     assert admission.gate("own", Stub(ModelEntry(driver="x"), 9)) is own  # built once
+
+
+async def test_close_refuses_the_waiting_and_the_new_but_not_the_running() -> None:
+    """``Admission.close`` (a shutdown) answers every waiter 529 at once,
+    refuses later requests even with a slot free, leaves held slots alone,
+    and applies to a gate built after it too."""
+    from missive.admission import Admission
+    from missive.capabilities import Capabilities
+    from missive.config import Config, ModelEntry
+
+    class Stub:
+        def __init__(self, limit: int | None) -> None:
+            self.entry, self.capabilities = ModelEntry(driver="x"), Capabilities(max_concurrency=limit)
+
+    admission = Admission(Config())
+    gate = admission.gate("m", Stub(1))
+    held = await gate.admit()
+    waiters = [asyncio.ensure_future(gate.admit()) for _ in range(2)]
+    await _queued(gate, 2)
+    assert admission.close("shutting down", 1) == 2
+    for waiter in waiters:
+        with pytest.raises(OverloadedError, match="^shutting down$") as caught:
+            await waiter
+        assert caught.value.retry_after == 1
+    assert gate.closed and gate.waiting == 0 and gate.running == 1
+    held.release()
+    assert gate.running == 0
+    with pytest.raises(OverloadedError, match="^shutting down$"):
+        await gate.admit()  # a slot is free, but nothing new starts
+    later = admission.gate("unbounded", Stub(None))
+    with pytest.raises(OverloadedError, match="^shutting down$"):
+        await later.admit()

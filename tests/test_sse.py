@@ -85,3 +85,53 @@ def test_merge_rules() -> None:
 def test_frame_shape() -> None:
     assert frame({"type": "ping"}) == b'event: ping\ndata: {"type":"ping"}\n\n'
     assert frame(delta("é")).decode().endswith('"text":"é"}}\n\n')
+
+
+def test_stop_ends_a_running_source_after_what_was_sent() -> None:
+    """When ``stop`` resolves (the end of a shutdown's grace), a source
+    still running is closed and ``stop_error()`` raised after the events
+    already sent, the held delta included; nothing is sent twice."""
+    closed = []
+
+    async def slow() -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield delta("a")
+            yield delta("b")  # held (interval 10 s), then flushed before the error
+            await asyncio.sleep(60)
+            yield delta("never")
+        finally:
+            closed.append(True)
+
+    async def main() -> list[dict[str, Any]]:
+        stop = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.1, stop.set_result, None)
+        got: list[dict[str, Any]] = []
+        with pytest.raises(OverloadedError, match="shutting down"):
+            async for event in paced(
+                slow(), ping_interval=10, delta_interval=10, stop=stop,
+                stop_error=lambda: OverloadedError("shutting down"),
+            ):
+                got.append(event)
+        return got
+
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == [delta("a"), delta("b")]
+    assert closed == [True]
+
+
+def test_stop_lets_a_source_that_has_ended_finish() -> None:
+    """A source whose last event is already read ahead when ``stop``
+    resolves is played to its end, with no error."""
+
+    async def main() -> list[dict[str, Any]]:
+        stop = asyncio.get_running_loop().create_future()
+        events = paced(
+            source(delta("a"), delta("b"), {"type": "message_stop"}), ping_interval=10, stop=stop,
+            stop_error=lambda: OverloadedError("shutting down"),
+        )
+        got = [await events.__anext__()]
+        await asyncio.sleep(0.05)  # the pump reads the rest: the source has ended
+        stop.set_result(None)
+        got += [event async for event in events]
+        return got
+
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == [delta("a"), delta("b"), {"type": "message_stop"}]

@@ -15,6 +15,9 @@ ends, however it ends. The rules (docs/configuration.md, docs/api-compatibility.
   ``retry-after`` estimate: never an unbounded wait;
 * a waiter whose task is cancelled (Quart cancels the handler when its client
   disconnects) leaves the queue without taking a slot;
+* once the server shuts down (:mod:`missive.shutdown`), :meth:`Admission.close`
+  answers every waiter 529 at once and refuses every later request, free
+  slot or not: running generations finish, no new one starts;
 * ``count_tokens`` never comes here.
 
 A slot is a counter, not a lock: releasing it needs no owner task, so a
@@ -104,6 +107,12 @@ class Gate:
         self.running = 0
         self._waiters: deque[asyncio.Future[bool]] = deque()
         self._service: float | None = None  # running average of slot hold times, seconds
+        self._closed: tuple[str, int] | None = None  # set by close(): the 529's message and retry-after
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the server is shutting down)."""
+        return self._closed is not None
 
     @property
     def waiting(self) -> int:
@@ -146,6 +155,8 @@ class Gate:
             asyncio.CancelledError: the waiting task was cancelled (client
                 gone); it has left the queue and holds no slot.
         """
+        if self._closed is not None:
+            raise self._closing_error()
         if self.limit is None or (self.running < self.limit and not self._waiters):
             self.running += 1
             return Slot(self)
@@ -176,11 +187,36 @@ class Gate:
         finally:
             timer.cancel()
         if not admitted:
+            if self._closed is not None:
+                raise self._closing_error()
             error = self._overloaded(f"no slot became free within {self.timeout:g} s", "queue_timeout")
             log.warning("refused: %s", error.message)
             raise error
         log.info("admitted to model %s after %.1f s in the queue", self.model, time.monotonic() - queued_at)
         return Slot(self)
+
+    def close(self, message: str, retry_after: int) -> int:
+        """Refuse every request from now on with 529 ``overloaded_error``
+        (``message``, ``retry_after`` seconds), and wake every waiter with it
+        at once. Slots already held are untouched. Idempotent.
+
+        Returns:
+            how many waiting requests were refused.
+        """
+        if self._closed is None:
+            self._closed = (message, retry_after)
+        refused = 0
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(False)
+                refused += 1
+        return refused
+
+    def _closing_error(self) -> OverloadedError:
+        assert self._closed is not None
+        message, retry_after = self._closed
+        return OverloadedError(message, retry_after=retry_after)
 
     def _expire(self, waiter: asyncio.Future[bool]) -> None:
         if not waiter.done():
@@ -218,6 +254,7 @@ class Admission:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.gates: dict[str, Gate] = {}
+        self._closed: tuple[str, int] | None = None
 
     def gate(self, model_id: str, driver: Driver) -> Gate:
         """The gate of ``model_id`` (served by ``driver``)."""
@@ -230,8 +267,17 @@ class Admission:
                 depth=server.queue_depth if entry.queue_depth is None else entry.queue_depth,
                 timeout=server.queue_timeout if entry.queue_timeout is None else entry.queue_timeout,
             )
+            if self._closed is not None:
+                gate.close(*self._closed)
             self.gates[model_id] = gate
         return gate
+
+    def close(self, message: str, retry_after: int) -> int:
+        """Close every gate, those not built yet included (:meth:`Gate.close`):
+        waiting requests are answered 529 with ``message`` at once, later ones
+        too. Returns how many waiting requests were refused."""
+        self._closed = (message, retry_after)
+        return sum(gate.close(message, retry_after) for gate in self.gates.values())
 
     def totals(self) -> dict[str, int]:
         """``{"generating": N, "waiting": M}`` over every model (``/health``)."""

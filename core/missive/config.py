@@ -17,6 +17,7 @@ Shape (every key optional)::
     capture_dir = "/tmp/missive-captures"   # debugging/tests: write every request (keys redacted)
     queue_depth = 16            # requests that may wait per model when every slot is busy
     queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
+    shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
 
     [models.smollm2-135m]
     driver = "llamacpp"
@@ -85,6 +86,8 @@ class ServerConfig(_Strict):
 
     ``queue_depth`` and ``queue_timeout`` are the defaults of the models' own
     keys (see :class:`ModelEntry` and :mod:`missive.admission`).
+    ``shutdown_grace`` is how long ``missive serve`` lets running generations
+    finish after SIGTERM or SIGINT (:mod:`missive.shutdown`).
     """
 
     host: str = "127.0.0.1"
@@ -101,6 +104,7 @@ class ServerConfig(_Strict):
     capture_dir: str | None = None
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
+    shutdown_grace: float = Field(default=30.0, ge=0, le=86400, allow_inf_nan=False, strict=True)
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

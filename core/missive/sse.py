@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 from typing import Any
 
@@ -18,6 +18,9 @@ import anyio
 __all__ = ["frame", "PING", "merge_deltas", "paced"]
 
 PING: dict[str, Any] = {"type": "ping"}
+
+#: Put in the queue of :func:`paced` to wake its reader when ``stop`` resolves.
+_STOP = object()
 
 
 def frame(event: dict[str, Any]) -> bytes:
@@ -52,6 +55,8 @@ async def paced(
     ping_interval: float,
     delta_interval: float = 0.0,
     read_ahead: int = 64,
+    stop: asyncio.Future[Any] | None = None,
+    stop_error: Callable[[], BaseException] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield ``source``'s events with keep-alive pings and paced deltas.
 
@@ -70,17 +75,27 @@ async def paced(
     Cancelling this generator (client gone) cancels the pump, which closes
     ``source``. An exception from ``source`` is re-raised here after every
     event that preceded it, held deltas included.
+
+    ``stop`` (the end of the shutdown grace, :mod:`missive.shutdown`): once
+    it is done, if ``source`` has not ended yet, the held delta is sent, the
+    events read ahead but not sent are dropped (the client never saw them),
+    ``source`` is closed and ``stop_error()`` is raised. A source that has
+    already ended is played to its end.
     """
     queue: asyncio.Queue[tuple[bool, Any]] = asyncio.Queue(maxsize=read_ahead)
     loop = asyncio.get_running_loop()
+    ended = False  # source has no more events (they may still be queued)
 
     async def pump() -> None:
+        nonlocal ended
         try:
             async for item in source:
                 await queue.put((True, item))
         except Exception as exc:
+            ended = True
             await queue.put((False, exc))
         else:
+            ended = True
             await queue.put((False, None))
         finally:
             # Cancelled while waiting for queue space (the client stopped
@@ -90,11 +105,24 @@ async def paced(
             if aclose is not None:
                 await aclose()
 
+    def wake(_: object) -> None:
+        # A reader blocked on the queue finds it empty; a full queue means
+        # the reader is busy sending and checks ``stop`` before its next read.
+        with suppress(asyncio.QueueFull):
+            queue.put_nowait((False, _STOP))
+
     task = asyncio.ensure_future(pump())
+    if stop is not None:
+        stop.add_done_callback(wake)
     held: dict[str, Any] | None = None
     last_delta = -float("inf")
     try:
         while True:
+            if stop is not None and stop.done() and not ended:
+                if held is not None:
+                    yield held
+                    held = None
+                raise stop_error() if stop_error is not None else RuntimeError("the stream was stopped")
             if held is not None:
                 wait = last_delta + delta_interval - loop.time()
             else:
@@ -113,6 +141,8 @@ async def paced(
                     yield PING
                 continue
             is_event, value = got
+            if value is _STOP and not is_event:
+                continue  # handled at the top of the loop
             if not is_event:
                 if held is not None:
                     yield held
@@ -133,6 +163,8 @@ async def paced(
                 last_delta = loop.time()
             yield value
     finally:
+        if stop is not None:
+            stop.remove_done_callback(wake)
         task.cancel()
         with suppress(BaseException):
             await task
