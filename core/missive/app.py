@@ -34,6 +34,7 @@ from .media.pipeline import MediaPipeline
 from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
+from .shutdown import Drain
 
 __all__ = ["create_app", "error_response"]
 
@@ -105,9 +106,10 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     admission = Admission(config)
     metrics = Metrics(models, admission)
+    drain = Drain(config.server.shutdown_grace, admission)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
-        "admission": admission, "metrics": metrics, "started_at": time.monotonic(),
+        "admission": admission, "metrics": metrics, "drain": drain, "started_at": time.monotonic(),
     }
 
     def observe(record: RequestRecord) -> None:
@@ -130,6 +132,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
         g.dropped_thinking = []
         rule = request.url_rule.rule if request.url_rule is not None else None
         g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
+        if drain.begun and request.path.startswith("/v1/"):
+            # Shutting down: only what was running goes on (missive.shutdown).
+            raise drain.refusal()
 
     @app.after_request
     async def _headers(response: Response) -> Response:
@@ -142,6 +147,10 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
         ignored = getattr(g, "ignored", None)
         if ignored:
             response.headers["missive-ignored"] = header_list(ignored)
+        if drain.begun and request.http_version.startswith("1"):
+            # Hypercorn closes the connection after this response anyway; say
+            # so, so the client does not send its next request on it.
+            response.headers["connection"] = "close"
         if config.server.capture_dir:
             write_capture(
                 config.server.capture_dir,

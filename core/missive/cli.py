@@ -61,13 +61,18 @@ def serve(
     log_level: str | None,
     log_format: str | None,
 ) -> None:
-    """Serve the configured models (with no config: the embedded SmolLM2 default)."""
+    """Serve the configured models (with no config: the embedded SmolLM2 default).
+
+    SIGTERM or SIGINT shuts it down gracefully: no new connections, running
+    generations get server.shutdown_grace seconds to finish, then it exits 0.
+    """
     _report_native_crashes()
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config as HypercornConfig
 
     from .app import create_app
     from .logs import setup_logging
+    from .shutdown import CLOSE_MARGIN, serve_until_stopped
 
     extra = list(overrides)
     for key, value in (
@@ -97,7 +102,11 @@ def serve(
     hc.accesslog = logging.getLogger("hypercorn.access") if config.server.log_level == "debug" else None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
+    # On SIGTERM/SIGINT, Hypercorn waits this long for the connections; Missive
+    # ends what still runs after the grace (missive.shutdown).
+    hc.graceful_timeout = config.server.shutdown_grace + CLOSE_MARGIN
     models = app.extensions["missive"]["models"]
+    drain = app.extensions["missive"]["drain"]
     address = f"http://{host_part}:{config.server.port}"
 
     async def run() -> None:
@@ -112,9 +121,12 @@ def serve(
         else:
             click.echo(serving, err=True)
         try:
-            await hypercorn_serve(app, hc)  # type: ignore[arg-type]
+            await serve_until_stopped(
+                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),  # type: ignore[arg-type]
+                drain,
+                models,
+            )
         except OSError as exc:
-            await models.aclose()
             raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
     asyncio.run(run())

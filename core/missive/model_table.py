@@ -40,6 +40,8 @@ class ModelTable:
         self.drivers: dict[str, Driver] = {}
         #: Ids of the models whose ``start()`` has returned (``GET /readyz``).
         self.started: set[str] = set()
+        #: True once :meth:`aclose` has been called.
+        self.closing = False
         self._started = False
         for model_id, entry in config.models.items():
             self.drivers[model_id] = self._build(model_id, entry)
@@ -96,6 +98,11 @@ class ModelTable:
             self.started.add(model_id)
 
     async def aclose(self) -> None:
+        """Close every driver (``Driver.aclose``), once: later calls do nothing.
+        A driver whose ``aclose`` fails is logged; the others are still closed."""
+        if self.closing:
+            return
+        self.closing = True
         for driver in self.drivers.values():
             try:
                 await driver.aclose()

@@ -44,6 +44,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+import anyio
+
 from .conversation import continue_after
 from .driver import Driver, GenerationRequest
 from .errors import ApiError, BadGatewayError, MissiveError, PromptTooLongError
@@ -149,7 +151,10 @@ class MessageStream:
             await self.aclose()
             raise ApiError(f"driver '{self.driver.name}' ended without starting a message") from None
         except BaseException:
-            await self.aclose()
+            # Shielded: cancelled by a cancel scope (the end of a shutdown's
+            # grace), every await here would be cancelled again.
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
             raise
         if not isinstance(first, Started):
             await self.aclose()

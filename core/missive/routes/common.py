@@ -17,11 +17,13 @@ from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..record import RequestRecord
 from ..schema.ignored import collect_ignored
+from ..shutdown import Drain
 from ..thinking.signing import Signer
 from ..validation import parse_json, validate_body
 
 __all__ = [
-    "state", "signer", "media_pipeline", "admission", "record", "authenticate", "read_request", "note_ignored",
+    "state", "signer", "media_pipeline", "admission", "drain", "record", "authenticate", "read_request",
+    "note_ignored",
 ]
 
 log = logging.getLogger("missive.request")
@@ -42,6 +44,11 @@ def signer() -> Signer:
 def media_pipeline() -> MediaPipeline:
     """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
     return current_app.extensions["missive"]["media"]
+
+
+def drain() -> Drain:
+    """The app's :class:`~missive.shutdown.Drain` (graceful shutdown)."""
+    return current_app.extensions["missive"]["drain"]
 
 
 def admission() -> Admission:

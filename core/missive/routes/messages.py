@@ -13,6 +13,10 @@ driver is called (the backend gets nothing while the request waits), and
 after an in-process driver's first event (its prompt is rendered and
 tokenized outside the slot; it starts no model work before its own permit).
 ``count_tokens`` takes no slot.
+
+When the server shuts down (:mod:`missive.shutdown`), a message still running
+at the end of the grace ends with an SSE ``error`` event (``overloaded_error``)
+after what it had sent, or, with nothing sent yet, a 529.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..tools.server import server_block_paths
-from .common import admission, authenticate, media_pipeline, note_ignored, read_request, record, signer, state
+from .common import (
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, signer, state,
+)
 
 log = logging.getLogger("missive.messages")
 
@@ -126,33 +132,38 @@ async def create_message() -> Response | dict:
         return slot
 
     stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
-    if driver.capabilities.in_process:
-        # An in-process driver renders and tokenizes the prompt before its
-        # first event and starts no work on the model until its own permit:
-        # tokenizing a huge prompt (a minute for 30 MB) then never holds a
-        # slot that a small request waits for, and an oversized prompt is
-        # refused without queueing.
-        first = await stream.start()
-        try:
-            slot = await admit()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-            raise
-    else:
-        slot = await admit()  # before the backend is sent anything
-        try:
+    shutdown = drain()
+    # Nothing is sent before the answer starts: at the end of a shutdown's
+    # grace, a request still here is cancelled and answered 529.
+    with shutdown.cut():
+        if driver.capabilities.in_process:
+            # An in-process driver renders and tokenizes the prompt before its
+            # first event and starts no work on the model until its own permit:
+            # tokenizing a huge prompt (a minute for 30 MB) then never holds a
+            # slot that a small request waits for, and an oversized prompt is
+            # refused without queueing.
             first = await stream.start()
-        except BaseException:
-            slot.release()
-            raise
+            try:
+                slot = await admit()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                raise
+        else:
+            slot = await admit()  # before the backend is sent anything
+            try:
+                first = await stream.start()
+            except BaseException:
+                slot.release()
+                raise
     facts.note(first)
     if not req.stream:
         try:
             events = [first]
-            async for event in stream.events():
-                facts.note(event)
-                events.append(event)
+            with shutdown.cut():
+                async for event in stream.events():
+                    facts.note(event)
+                    events.append(event)
         finally:
             try:
                 await stream.aclose()
@@ -172,7 +183,8 @@ async def create_message() -> Response | dict:
             yield frame(first)
             try:
                 async for event in paced(
-                    stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval
+                    stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval,
+                    stop=shutdown.expired, stop_error=shutdown.ended_error,
                 ):
                     if event["type"] == "message_stop":
                         slot.release()

@@ -7,7 +7,8 @@
   model's state (:func:`missive.status.readiness`): ``starting`` until its
   driver has started, ``unavailable`` while a remote model has no healthy
   replica. Model ids and replica counts only: no URLs, no errors (those
-  are in ``GET /v1/status``, behind the keys).
+  are in ``GET /v1/status``, behind the keys). 503 ``shutting_down`` once
+  the server drains (:mod:`missive.shutdown`).
 
 ``/health`` (:mod:`.health`) stays as it was: liveness plus the load.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from quart import Quart
 
 from ..status import readiness
-from .common import state
+from .common import drain, state
 
 
 def register(app: Quart) -> None:
@@ -29,5 +30,7 @@ def register(app: Quart) -> None:
     async def readyz() -> tuple[dict[str, object], int]:
         _, _, models = state()
         report = await readiness(models)
+        if drain().begun:
+            return {"status": "shutting_down", "models": report}, 503
         ready = all(m["status"] == "ready" for m in report.values())
         return {"status": "ready" if ready else "not_ready", "models": report}, 200 if ready else 503
