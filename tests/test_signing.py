@@ -67,3 +67,30 @@ def test_configured_key_and_errors(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="key_file"):
         load_signer(None, str(blocker / "thinking.key"))  # its folder is a file
+
+
+def test_replicas_creating_a_shared_key_file_together_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas starting at once on one key_file (shared storage): the
+    one that loses the race to create it uses the winner's key, and the file
+    only ever appears whole (it is linked into place after being written)."""
+    import os
+
+    path = tmp_path / "shared" / "thinking.key"
+    real_link = os.link
+    other: list[object] = []
+
+    def racing_link(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        assert Path(src).stat().st_size == 32  # whole before it becomes visible
+        if not other:  # the other replica starts now, finds no file yet, and wins
+            monkeypatch.setattr(os, "link", real_link)
+            other.append(load_signer(None, str(path)))
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", racing_link)
+    loser = load_signer(None, str(path))
+    [winner] = other
+    assert isinstance(winner, Signer)
+    assert loser.verify(winner.sign("t", turn=0, block=0), "t", turn=0, block=0)
+    assert winner.verify(loser.sign("t", turn=0, block=0), "t", turn=0, block=0)
+    assert load_signer(None, str(path)).verify(loser.sign("t", turn=0, block=0), "t", turn=0, block=0)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["thinking.key"]  # no temporary file left

@@ -30,7 +30,9 @@ from ``thinking.signing_key`` in the configuration, else from
 ``thinking.key_file`` (default ``thinking.key`` in the state directory,
 :func:`missive.state.state_dir`: ``$MISSIVE_STATE_DIR``, else
 ``$XDG_STATE_HOME/missive``, i.e. ``~/.local/state/missive``), created with 32 random bytes and
-mode 0600 on first use, so signatures stay valid across restarts.
+mode 0600 on first use, so signatures stay valid across restarts. Replicas
+behind one load balancer share the key: the same ``signing_key``, or the same
+``key_file`` on shared storage (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -126,6 +128,15 @@ class Signer:
 
 
 def _read_or_create(path: Path) -> bytes:
+    """The key in ``path``, created if missing.
+
+    Replicas sharing the file (shared storage) may start together: the key
+    is written whole to a temporary file beside it, then linked to ``path``,
+    which fails if another replica's link came first; that key is then used.
+    So ``path`` never appears partly written, and every replica ends up with
+    the same key. Where hard links are not supported, the file is created
+    exclusively and written in place.
+    """
     try:
         key = path.read_bytes()
     except FileNotFoundError:
@@ -134,20 +145,43 @@ def _read_or_create(path: Path) -> bytes:
         raise ConfigError(f"thinking.key_file {path} cannot be read: {exc}") from exc
     if key:
         return key
+    key = secrets.token_bytes(32)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(key)
-    except FileExistsError:  # another process created it first: use theirs
-        return path.read_bytes()
+        if not _link_new(path, key):
+            return path.read_bytes()  # another replica created it first: use theirs
     except OSError as exc:
         raise ConfigError(
             f"thinking.key_file {path} cannot be created ({exc}); set thinking.key_file or thinking.signing_key"
         ) from exc
     log.info("created the thinking signing key %s", path)
     return key
+
+
+def _link_new(path: Path, key: bytes) -> bool:
+    """Create ``path`` holding ``key`` (mode 0600) in one step; False if it
+    exists already."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links on this file system
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as out:
+                out.write(key)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def load_signer(signing_key: str | None, key_file: str | None) -> Signer:
