@@ -331,7 +331,9 @@ class Models:
 
 
 @pytest.mark.anyio
-async def test_a_server_that_never_returns_is_abandoned_after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_server_that_never_returns_is_abandoned_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """On Python 3.12+ Hypercorn may wait forever for a connection whose
     client stopped reading (pgjones/hypercorn#308): ``serve_until_stopped``
     cancels it two close margins after the grace, then cancels the tasks

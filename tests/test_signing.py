@@ -69,7 +69,9 @@ def test_configured_key_and_errors(tmp_path: Path) -> None:
         load_signer(None, str(blocker / "thinking.key"))  # its folder is a file
 
 
-def test_replicas_creating_a_shared_key_file_together_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replicas_creating_a_shared_key_file_together_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two replicas starting at once on one key_file (shared storage): the
     one that loses the race to create it uses the winner's key, and the file
     only ever appears whole (it is linked into place after being written)."""

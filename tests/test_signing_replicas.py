@@ -28,7 +28,9 @@ def config(thinking: dict[str, str]) -> dict[str, Any]:
     return {
         "thinking": thinking,
         "models": {
-            "echo": {"driver": "echo", "context_window": 1000, "settings": {"capabilities": {"thinking": True}}},
+            "echo": {
+                "driver": "echo", "context_window": 1000, "settings": {"capabilities": {"thinking": True}},
+            },
         },
     }
 
@@ -45,7 +47,8 @@ def replica_a() -> Iterator[str]:
 
 def first_turn(url: str, display: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The first user turn and the thinking block a server answered it with."""
-    messages = [{"role": "user", "content": script({"thinking": REASONING}, {"text": "Waves fold into foam."})}]
+    steps = ({"thinking": REASONING}, {"text": "Waves fold into foam."})
+    messages = [{"role": "user", "content": script(*steps)}]
     thinking = {**THINKING, "display": display} if display else THINKING
     msg = client(url).messages.create(model="echo", max_tokens=2000, thinking=thinking, messages=messages)
     block = msg.content[0].model_dump()
