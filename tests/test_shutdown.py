@@ -288,6 +288,20 @@ def test_new_connections_are_refused_after_sigterm() -> None:
         assert time.monotonic() - signalled < 5.0  # not after the 30 s grace
 
 
+def test_leaving_serve_process_ends_a_running_stream_cleanly() -> None:
+    """``serve_process`` stops its server with SIGTERM and, 5 s later, a
+    second one: a stream a test left running gets its ``error`` event and the
+    server exits 0 instead of waiting out the 30 s grace or being killed."""
+    with serve_process(config(30.0)) as server:
+        left = RawStream(server.url, [{"text": "left running"}, {"sleep": 120}])
+        left.read_until(b"left running")
+        started = time.monotonic()
+    assert server.process.returncode == 0
+    assert 4.5 < time.monotonic() - started < 12.0
+    left.read_all()
+    assert left.events()[-1]["error"]["type"] == "overloaded_error"
+
+
 @pytest.mark.anyio
 async def test_requests_reaching_the_app_while_draining_get_529() -> None:
     """A request that reaches the app once the drain has begun (an HTTP/2

@@ -178,8 +178,7 @@ def serve_process(
     defaults) and yield it once ``/health`` answers, as a
     :class:`ServerProcess` (URL, process, log). ``MISSIVE*`` variables of this
     process are not passed on; ``env`` adds variables. The server's log is in
-    the error if it fails to start; it is stopped (SIGTERM, then SIGKILL) on
-    exit.
+    the error if it fails to start; it is stopped on exit (:func:`stop_process`).
     """
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="missive-test-") as tmp:
@@ -220,14 +219,20 @@ def live_server(
 
 
 def stop_process(proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    """Stop a server started by a test: SIGTERM, then SIGKILL after 10 s.
-    Its log is written to stderr when ``MISSIVE_TEST_SHOW_LOGS`` is set."""
+    """Stop a server started by a test: SIGTERM; after 5 s a second SIGTERM
+    (``missive serve`` then ends the shutdown grace at once: answers still
+    running get their ``error`` event, docs/deployment.md); SIGKILL 10 s
+    later. Its log is written to stderr when ``MISSIVE_TEST_SHOW_LOGS`` is set."""
     proc.terminate()
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
         sys.stderr.write(log_path.read_text(errors="replace"))
 
