@@ -250,9 +250,9 @@ def test_a_queued_request_gets_529_at_sigterm() -> None:
 def test_new_connections_are_refused_after_sigterm() -> None:
     """Once SIGTERM arrives, connecting is refused and an idle keep-alive
     connection is closed by the server, while a stream already running
-    keeps its connection (it still receives pings). A second SIGTERM ends
-    the 30 s grace at once: the stream gets its ``error`` event and the
-    process exits 0."""
+    keeps its connection (it still receives pings). A second signal (here
+    SIGINT, Ctrl-C) ends the 30 s grace at once: the stream gets its
+    ``error`` event and the process exits 0."""
     with serve_process(config(30.0)) as server:
         holder = RawStream(server.url, [{"text": "holding"}, {"sleep": 120}])
         holder.read_until(b"holding")
@@ -280,7 +280,7 @@ def test_new_connections_are_refused_after_sigterm() -> None:
         holder.read_until(b"event: ping")
         assert server.process.poll() is None
 
-        server.process.send_signal(signal.SIGTERM)  # a second signal ends the grace now
+        server.process.send_signal(signal.SIGINT)  # a second signal (Ctrl-C too) ends the grace now
         signalled = time.monotonic()
         holder.read_until(b"event: error")
         assert b'"type":"overloaded_error"' in holder.received

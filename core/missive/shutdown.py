@@ -195,10 +195,14 @@ async def serve_until_stopped(
         else:
             log.info("received %s again: ending the grace now", signum.name)
             drain.expire()
-            loop.remove_signal_handler(signum)  # a third one ends the process
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(signum)  # a third one ends the process
 
     for signum in signals:
-        loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except NotImplementedError:  # Windows: a plain handler that hands over to the loop
+            signal.signal(signum, lambda sig, _: loop.call_soon_threadsafe(on_signal, signal.Signals(sig)))
     before = asyncio.all_tasks()
     server = loop.create_task(serve(drain.wait_begun))  # type: ignore[arg-type]
     try:
@@ -219,7 +223,8 @@ async def serve_until_stopped(
             server.result()  # Hypercorn's own errors (cannot listen)
     finally:
         for signum in signals:
-            loop.remove_signal_handler(signum)
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(signum)
         if not server.done():
             server.cancel()
         await models.aclose()
