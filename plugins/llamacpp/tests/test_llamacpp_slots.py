@@ -449,3 +449,33 @@ def test_usage_stays_exact_when_a_conversation_is_restored_while_slots_are_busy(
     assert prompt_size(again) == tokens, again.usage
     assert again.usage.cache_read_input_tokens >= tokens - 1, (again.usage, tokens)
     assert text_of(again) == text_of(two)
+
+
+# -- 7. each sequence keeps its own grammar and stop sequences ------------------
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "Get the weather of a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.Anthropic) -> None:
+    """A forced tool call (a grammar in its sampler) decoded in the same steps
+    as free answers and one with a stop sequence: the call is a valid
+    ``tool_use`` with its schema's input, the free answers equal their alone
+    texts (no grammar leaked into them), the stop sequence ends only its own
+    answer."""
+    forced = {**params("What is the weather in Paris?", max_tokens=64), "tools": [WEATHER],
+              "tool_choice": {"type": "any"}}
+    free = [params(p) for p in PROMPTS[:2]]
+    alone = [text_of(create(client, p)) for p in free]
+    stop_at = alone[0].split()[2]  # a word the first answer reaches
+    stopped = {**free[0], "stop_sequences": [stop_at]}
+    call, first, second, cut = concurrently(*(lambda p=p: create(client, p) for p in (forced, *free, stopped)))
+    assert call.stop_reason == "tool_use", call
+    use = next(block for block in call.content if block.type == "tool_use")
+    assert use.name == "get_weather" and isinstance(use.input.get("city"), str), use
+    assert [text_of(first), text_of(second)] == alone
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop_at
+    assert alone[0].startswith(text_of(cut)) and stop_at not in text_of(cut)
