@@ -42,6 +42,10 @@ __all__ = [
     "start_http_server",
     "stop_http_server",
     "stop_process",
+    "open_fds",
+    "rss_mib",
+    "tcp_states",
+    "wait_until",
 ]
 
 
@@ -165,6 +169,11 @@ class ServerProcess:
         """Everything it has logged so far."""
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
 
 @contextlib.contextmanager
 def serve_process(
@@ -235,6 +244,66 @@ def stop_process(proc: subprocess.Popen[bytes], log_path: Path) -> None:
             proc.wait()
     if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
         sys.stderr.write(log_path.read_text(errors="replace"))
+
+
+#: ``/proc/net/tcp`` state codes (Linux ``include/net/tcp_states.h``).
+_TCP_STATES = {
+    "01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+    "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING",
+}
+
+
+def open_fds(pid: int) -> int:
+    """File descriptors process ``pid`` has open (Linux: ``/proc/PID/fd``)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid``, MiB (Linux: ``VmRSS``)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def tcp_states(pid: int) -> dict[str, int]:
+    """The TCP sockets process ``pid`` holds, counted by state
+    (``ESTABLISHED``, ``CLOSE_WAIT``, ``LISTEN``...; Linux: ``/proc/net/tcp``
+    and ``tcp6`` matched to the process's descriptors by inode). A socket in
+    ``CLOSE_WAIT`` was closed by its peer and not yet by the process."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    counts: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines)  # the header
+                for line in lines:
+                    fields = line.split()
+                    if fields[9] in inodes:
+                        state = _TCP_STATES.get(fields[3], fields[3])
+                        counts[state] = counts.get(state, 0) + 1
+        except FileNotFoundError:
+            continue
+    return counts
+
+
+def wait_until(condition: Any, timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``condition()`` until it is true or ``timeout`` seconds pass;
+    return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return bool(condition())
 
 
 def start_http_server(
