@@ -52,6 +52,8 @@ class PromptCloseTCPServer(TCPServer):
             await self.idle_task.stop()
 
     async def protocol_send(self, event: Any) -> None:
+        """Hypercorn's, except that a connection going idle after its reader
+        returned is closed instead of waiting for a next request."""
         if isinstance(event, Updated) and event.idle and self._reading_ended:
             await self._close()  # idle, and no next request can come
             return
