@@ -11,16 +11,21 @@ from pathlib import Path
 import anthropic
 import httpx
 
-from missive.testing import dump_toml, free_port
+from missive.testing import dump_toml, free_port, tcp_states, wait_until
 
 
 def test_hypercorn_entry_point(tmp_path: Path, echo_config: dict) -> None:
+    """Hypercorn serves ``missive.asgi:app`` with the config from the
+    environment (API key enforced, models answering), and closes the
+    connections its clients closed at once rather than after its
+    ``--keep-alive`` timeout (missive.connections)."""
     config = tmp_path / "missive.toml"
     config.write_text(dump_toml(echo_config))
     port = free_port()
     env = {**os.environ, "MISSIVE_CONFIG": str(config), "MISSIVE_API_KEY": "sk-asgi"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hypercorn", "missive.asgi:app", "--bind", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "hypercorn", "missive.asgi:app", "--bind", f"127.0.0.1:{port}",
+         "--keep-alive", "75"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -38,6 +43,12 @@ def test_hypercorn_entry_point(tmp_path: Path, echo_config: dict) -> None:
         assert msg.content[0].text == "via asgi"
         assert httpx.post(f"{url}/v1/messages", json={}).status_code == 401
         assert httpx.head(f"{url}/api/hello").status_code == 200
+        client.close()
+        # Hypercorn serves from a worker process (--workers 1).
+        children = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        worker = next(c for c in children if tcp_states(c).get("LISTEN"))
+        sockets = lambda: tcp_states(worker)  # noqa: E731
+        assert wait_until(lambda: not {"ESTABLISHED", "CLOSE_WAIT"} & set(sockets()), 5), sockets()
     finally:
         proc.terminate()
         proc.wait(timeout=10)

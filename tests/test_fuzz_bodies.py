@@ -10,8 +10,17 @@ this found first: a block ``type`` that is a list or object (an unhashable
 discriminator key), and a control character echoed into the
 ``missive-ignored`` header (h11 refuses it: an empty 500).
 
+One base body goes to the openai driver, in front of the fake
+OpenAI-compatible server, with a stop sequence that ends its answers early
+(the server stops reading the backend's stream). The server runs with
+:func:`missive.testing.watch_async_generators`: once the fuzzing is over, no
+async generator of Missive or of a plugin may have been finalized by the
+garbage collector, and the log may hold no never-retrieved task exception
+and no ``already running`` / ``didn't stop after athrow`` error (issue 16).
+
 The suite runs a fixed, derandomized slice (:data:`EXAMPLES` bodies);
-``MISSIVE_FUZZ_EXAMPLES=10000`` runs more, with fresh randomness.
+``MISSIVE_FUZZ_EXAMPLES=10000`` runs that many, with fresh randomness. Each
+request has a 30 s timeout: a hang fails the test.
 """
 
 from __future__ import annotations
@@ -19,12 +28,17 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from missive.testing import GENERATOR_ERRORS, ServerProcess, finalized_generators, serve_process, watch_async_generators
+from missive_openai.testing import FakeChatServer
 
 EXAMPLES = int(os.environ.get("MISSIVE_FUZZ_EXAMPLES", "300"))
 
@@ -53,7 +67,12 @@ BASES: list[dict[str, Any]] = [
          {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1PX}},
          {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A note."}},
          {"type": "text", "text": "Describe.", "cache_control": {"type": "ephemeral"}}]}]},
+    {"model": "openai", "max_tokens": 16, "stop_sequences": ["there"], "temperature": 0.2,
+     "tools": [TOOL], "tool_choice": {"type": "auto"},
+     "messages": [{"role": "user", "content": "Hello there, how are you today"}]},
 ]
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -116,8 +135,21 @@ def check(response: httpx.Response, stream: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def http(echo_url: str) -> Any:
-    with httpx.Client(base_url=echo_url, timeout=30) as client:
+def server(echo_config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The echo server's models plus ``openai`` (the fake backend), watched
+    for async generators finalized by the garbage collector."""
+    with FakeChatServer(vllm=False, max_model_len=4096) as fake:
+        config = copy.deepcopy(echo_config)
+        config["models"]["openai"] = {"driver": "openai", "context_window": 1000,
+                                      "settings": {"base_url": fake.url, "model": "fake-model"}}
+        env = watch_async_generators(tmp_path_factory.mktemp("watch"))
+        with serve_process(config, env=env) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Any:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
 
 
@@ -125,13 +157,23 @@ def http(echo_url: str) -> Any:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(body=mutated(), stream=st.booleans())
 def test_mutated_bodies_never_reach_a_500(http: httpx.Client, body: dict[str, Any], stream: bool) -> None:
+    """A mutated body, streamed or not, and its ``count_tokens``: a success or
+    a 4xx error envelope, never a 500; a stream ends with ``message_stop`` or
+    ``error``; every answer comes within 30 s."""
     data = json.dumps({**body, "stream": stream} if isinstance(body, dict) else body).encode()
     headers = {"content-type": "application/json"}
     check(http.post("/v1/messages", content=data, headers=headers), stream)
     check(http.post("/v1/messages/count_tokens", content=json.dumps(body).encode(), headers=headers), False)
 
 
-def test_server_survived(http: httpx.Client) -> None:
-    """After the fuzzing, the server still answers a plain request."""
+def test_server_survived(http: httpx.Client, server: ServerProcess) -> None:
+    """After the fuzzing, the server still answers a plain request, no async
+    generator of Missive or a plugin was finalized by the garbage collector
+    (every one was closed by its task), and the log holds none of the errors
+    of generators closed from another task."""
     response = http.post("/v1/messages", json=BASES[0])
     assert response.status_code == 200 and response.json()["type"] == "message"
+    log = server.log()
+    assert finalized_generators(log, under=(REPO / "core", REPO / "plugins")) == []
+    for error in GENERATOR_ERRORS:
+        assert error not in log

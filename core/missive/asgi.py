@@ -3,15 +3,18 @@
 Configuration comes from ``$MISSIVE_CONFIG`` and ``MISSIVE__...`` variables
 (see :mod:`missive.config`). Hypercorn chooses the bind address here, so the
 loopback-only rule of ``missive serve`` is not enforced: set API keys before
-binding anything but loopback.
+binding anything but loopback. Hypercorn's asyncio worker closes the
+connections their clients closed at once (:mod:`missive.connections`).
 """
 
 from __future__ import annotations
 
 from .app import create_app
 from .config import load_config
+from .connections import install as close_connections_promptly
 from .logs import setup_logging
 
 _config = load_config()
 setup_logging(_config.server.log_level, _config.server.log_format)
 app = create_app(_config)
+close_connections_promptly()

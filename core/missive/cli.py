@@ -71,6 +71,7 @@ def serve(
     from hypercorn.config import Config as HypercornConfig
 
     from .app import create_app
+    from .connections import install as close_connections_promptly
     from .logs import setup_logging
     from .shutdown import CLOSE_MARGIN, serve_until_stopped
 
@@ -102,6 +103,9 @@ def serve(
     hc.accesslog = logging.getLogger("hypercorn.access") if config.server.log_level == "debug" else None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
+    # ... which Hypercorn also waited for on a connection its client had
+    # closed, holding the socket in CLOSE-WAIT: closed at once (missive.connections).
+    close_connections_promptly()
     # On SIGTERM/SIGINT, Hypercorn waits this long for the connections; Missive
     # ends what still runs after the grace (missive.shutdown).
     hc.graceful_timeout = config.server.shutdown_grace + CLOSE_MARGIN

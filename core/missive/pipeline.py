@@ -41,6 +41,7 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
@@ -356,62 +357,63 @@ class MessageStream:
         driver_output_tokens: int | None = None
         parallel = self.request.tool_choice.parallel
         try:
-            async for event in self._unrepeated(self._rounds()):
-                if isinstance(event, TextDelta):
-                    self._output_tokens += event.tokens
-                    safe, matched = matcher.feed(event.text)
-                    for out in self._text(safe):
-                        yield out
-                    if matched is not None:
-                        stop_reason, stop_sequence = "stop_sequence", matched
-                        break
-                elif isinstance(event, ThinkingDelta):
-                    self._output_tokens += event.tokens
-                    if self.request.thinking.requested:
-                        for out in self._thinking(event.thinking):
+            async with aclosing(self._unrepeated(self._rounds())) as source:
+                async for event in source:
+                    if isinstance(event, TextDelta):
+                        self._output_tokens += event.tokens
+                        safe, matched = matcher.feed(event.text)
+                        for out in self._text(safe):
                             yield out
-                elif isinstance(event, ToolCallStart):
-                    self._output_tokens += event.tokens
-                    for out in self._text(matcher.flush()):
-                        yield out
-                    self._held_space = ""
-                    for out in self._call_start(event):
-                        yield out
-                elif isinstance(event, ToolCallDelta):
-                    self._output_tokens += event.tokens
-                    if self._open not in ("tool_use", "server_tool_use"):
-                        raise ApiError(f"driver '{self.driver.name}' sent tool arguments outside a tool call")
-                    if self._open == "server_tool_use":
-                        self._server_args += event.partial_json
-                    elif self._checked_call is not None:
-                        self._checked_call[1].append(event.partial_json)
-                    yield {
-                        "type": "content_block_delta",
-                        "index": self._index,
-                        "delta": {"type": "input_json_delta", "partial_json": event.partial_json},
-                    }
-                elif isinstance(event, ToolCallEnd):
-                    self._output_tokens += event.tokens
-                    if self._open == "server_tool_use":
-                        for out in self._end_server_call():
+                        if matched is not None:
+                            stop_reason, stop_sequence = "stop_sequence", matched
+                            break
+                    elif isinstance(event, ThinkingDelta):
+                        self._output_tokens += event.tokens
+                        if self.request.thinking.requested:
+                            for out in self._thinking(event.thinking):
+                                yield out
+                    elif isinstance(event, ToolCallStart):
+                        self._output_tokens += event.tokens
+                        for out in self._text(matcher.flush()):
                             yield out
-                        if self._round_stop is not None:
-                            break  # no continuation: pause_turn or max_tokens
-                        continue
-                    if self._open == "tool_use":
-                        self._tool_calls += 1
-                        self._check_call()
-                    for out in self._close_block():
-                        yield out
-                    if not parallel and self._tool_calls >= 1:
-                        stop_reason = "tool_use"  # disable_parallel_tool_use: at most one call
-                        break
-                elif isinstance(event, Finished):
-                    stop_reason = event.stop_reason
-                    driver_output_tokens = event.output_tokens
-                    self._correct_input_usage(event)
-                elif isinstance(event, Started):
-                    raise ApiError(f"driver '{self.driver.name}' started the message twice")
+                        self._held_space = ""
+                        for out in self._call_start(event):
+                            yield out
+                    elif isinstance(event, ToolCallDelta):
+                        self._output_tokens += event.tokens
+                        if self._open not in ("tool_use", "server_tool_use"):
+                            raise ApiError(f"driver '{self.driver.name}' sent tool arguments outside a tool call")
+                        if self._open == "server_tool_use":
+                            self._server_args += event.partial_json
+                        elif self._checked_call is not None:
+                            self._checked_call[1].append(event.partial_json)
+                        yield {
+                            "type": "content_block_delta",
+                            "index": self._index,
+                            "delta": {"type": "input_json_delta", "partial_json": event.partial_json},
+                        }
+                    elif isinstance(event, ToolCallEnd):
+                        self._output_tokens += event.tokens
+                        if self._open == "server_tool_use":
+                            for out in self._end_server_call():
+                                yield out
+                            if self._round_stop is not None:
+                                break  # no continuation: pause_turn or max_tokens
+                            continue
+                        if self._open == "tool_use":
+                            self._tool_calls += 1
+                            self._check_call()
+                        for out in self._close_block():
+                            yield out
+                        if not parallel and self._tool_calls >= 1:
+                            stop_reason = "tool_use"  # disable_parallel_tool_use: at most one call
+                            break
+                    elif isinstance(event, Finished):
+                        stop_reason = event.stop_reason
+                        driver_output_tokens = event.output_tokens
+                        self._correct_input_usage(event)
+                    elif isinstance(event, Started):
+                        raise ApiError(f"driver '{self.driver.name}' started the message twice")
         except MissiveError:
             raise
         except Exception as exc:

@@ -42,6 +42,13 @@ __all__ = [
     "start_http_server",
     "stop_http_server",
     "stop_process",
+    "open_fds",
+    "rss_mib",
+    "tcp_states",
+    "wait_until",
+    "watch_async_generators",
+    "finalized_generators",
+    "GENERATOR_ERRORS",
 ]
 
 
@@ -165,6 +172,11 @@ class ServerProcess:
         """Everything it has logged so far."""
         return self.log_path.read_text(errors="replace")
 
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
 
 @contextlib.contextmanager
 def serve_process(
@@ -235,6 +247,134 @@ def stop_process(proc: subprocess.Popen[bytes], log_path: Path) -> None:
             proc.wait()
     if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
         sys.stderr.write(log_path.read_text(errors="replace"))
+
+
+#: ``/proc/net/tcp`` state codes (Linux ``include/net/tcp_states.h``).
+_TCP_STATES = {
+    "01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+    "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING",
+}
+
+
+def open_fds(pid: int) -> int:
+    """File descriptors process ``pid`` has open (Linux: ``/proc/PID/fd``)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of process ``pid``, MiB (Linux: ``VmRSS``)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def tcp_states(pid: int) -> dict[str, int]:
+    """The TCP sockets process ``pid`` holds, counted by state
+    (``ESTABLISHED``, ``CLOSE_WAIT``, ``LISTEN``...; Linux: ``/proc/net/tcp``
+    and ``tcp6`` matched to the process's descriptors by inode). A socket in
+    ``CLOSE_WAIT`` was closed by its peer and not yet by the process."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    counts: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines)  # the header
+                for line in lines:
+                    fields = line.split()
+                    if fields[9] in inodes:
+                        state = _TCP_STATES.get(fields[3], fields[3])
+                        counts[state] = counts.get(state, 0) + 1
+        except FileNotFoundError:
+            continue
+    return counts
+
+
+def wait_until(condition: Any, timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``condition()`` until it is true or ``timeout`` seconds pass;
+    return its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return bool(condition())
+
+
+_WATCH = """\
+# Written by missive.testing.watch_async_generators: log every async generator
+# that the garbage collector finalizes (instead of the task that ran it).
+import asyncio.base_events as _base_events
+import sys as _sys
+
+_hook = _base_events.BaseEventLoop._asyncgen_finalizer_hook
+
+
+def _finalizer(self, agen):
+    frame = agen.ag_frame
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+    _sys.stderr.write(f"{FINALIZED_MARK}{agen.__qualname__} at {where}\\n")
+    _sys.stderr.flush()
+    return _hook(self, agen)
+
+
+_base_events.BaseEventLoop._asyncgen_finalizer_hook = _finalizer
+"""
+
+#: Start of the line a watched server writes for each async generator the
+#: garbage collector finalized (:func:`watch_async_generators`).
+FINALIZED_MARK = "async generator finalized by the garbage collector: "
+
+#: What the server log shows when an async generator was closed from another
+#: task than the one running it, or not closed by its task at all.
+GENERATOR_ERRORS = (
+    "Task exception was never retrieved",
+    "asynchronous generator is already running",
+    "didn't stop after athrow",
+    "async generator ignored GeneratorExit",
+)
+
+
+def watch_async_generators(directory: str | Path) -> dict[str, str]:
+    """Environment variables that make a server started with them (``env=``
+    of :func:`serve_process`) log a line for every async generator the
+    garbage collector finalizes, as asyncio does then: in a new task, not in
+    the task that ran it (the generator was left suspended, not closed).
+    Read them back with :func:`finalized_generators`. A ``sitecustomize``
+    module written to ``directory`` does it (asyncio's finalizer hook,
+    wrapped); ``directory`` goes first on ``PYTHONPATH``.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sitecustomize.py").write_text(_WATCH.replace("FINALIZED_MARK", repr(FINALIZED_MARK)))
+    path = [str(directory), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(path)}
+
+
+def finalized_generators(log: str, under: tuple[str | Path, ...] = ()) -> list[str]:
+    """The async generators a :func:`watch_async_generators` server's log
+    says the garbage collector finalized (``qualname at file:line``), only
+    those whose code lies under one of the ``under`` directories if given
+    (e.g. Missive's and the plugins', leaving out libraries' internal
+    generators, which are theirs to close)."""
+    roots = [str(Path(root).resolve()) + os.sep for root in under]
+    found = []
+    for line in log.splitlines():
+        if FINALIZED_MARK not in line:
+            continue
+        entry = line.split(FINALIZED_MARK, 1)[1]
+        where = entry.rsplit(" at ", 1)[-1]
+        if not roots or any(where.startswith(root) for root in roots):
+            found.append(entry)
+    return found
 
 
 def start_http_server(

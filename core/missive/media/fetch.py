@@ -31,6 +31,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 import anyio
@@ -141,11 +142,12 @@ async def _read_body(response: httpx.Response, url: httpx.URL, max_bytes: int, p
         raise MediaError(path, f"{url} is {int(length)} bytes; the limit is {max_bytes} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():  # decoded: a gzip bomb stops at the limit too
-        size += len(chunk)
-        if size > max_bytes:
-            raise MediaError(path, f"{url} is larger than the limit of {max_bytes} bytes")
-        chunks.append(chunk)
+    async with aclosing(response.aiter_bytes()) as body:
+        async for chunk in body:  # decoded: a gzip bomb stops at the limit too
+            size += len(chunk)
+            if size > max_bytes:
+                raise MediaError(path, f"{url} is larger than the limit of {max_bytes} bytes")
+            chunks.append(chunk)
     return b"".join(chunks)
 
 

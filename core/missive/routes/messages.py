@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import anyio
 from quart import Quart, Response, g
@@ -161,9 +162,10 @@ async def create_message() -> Response | dict:
         try:
             events = [first]
             with shutdown.cut():
-                async for event in stream.events():
-                    facts.note(event)
-                    events.append(event)
+                async with aclosing(stream.events()) as answer:
+                    async for event in answer:
+                        facts.note(event)
+                        events.append(event)
         finally:
             try:
                 await stream.aclose()
@@ -179,17 +181,25 @@ async def create_message() -> Response | dict:
         # ended by then: events() closes it before message_delta, and before
         # raising), so a client that sends its next request as soon as it
         # reads message_stop or the error finds the slot free.
+        #
+        # Quart closes this generator in the request's task (aclose()) when
+        # the client goes; ``paced`` is closed here, in the same task, before
+        # the ``finally`` below: its pump task, which runs the driver's
+        # generator, has ended before stream.aclose() runs (two tasks never
+        # drive one generator, and the garbage collector finalizes none).
         try:
             yield frame(first)
             try:
-                async for event in paced(
+                events = paced(
                     stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval,
                     stop=shutdown.expired, stop_error=shutdown.ended_error,
-                ):
-                    if event["type"] == "message_stop":
-                        slot.release()
-                    facts.note(event)
-                    yield frame(event)
+                )
+                async with aclosing(events):
+                    async for event in events:
+                        if event["type"] == "message_stop":
+                            slot.release()
+                        facts.note(event)
+                        yield frame(event)
             except MissiveError as exc:
                 slot.release()
                 facts.error_type = exc.error_type
@@ -201,9 +211,9 @@ async def create_message() -> Response | dict:
                 log.exception("stream failed")
                 yield frame(ApiError("internal server error; the server log has the details").envelope(request_id))
         finally:
-            # Ended, failed, client gone, or finalized by the garbage
-            # collector in another task: the driver stops, then the slot is
-            # freed (a body never iterated frees it through Slot.__del__).
+            # Ended, failed or client gone: the driver stops (if the pump
+            # did not stop it), then the slot is freed (a body never
+            # iterated frees it through Slot.__del__).
             try:
                 await stream.aclose()
             finally:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -246,12 +247,14 @@ class EchoDriver(Driver):
         cached = int(script.get("cache_read_input_tokens", 0)) if script else 0
         yield Started(input_tokens=prompt - cached, cache_read_input_tokens=cached)
         if self._serial is None:
-            async for event in self._play(request, script, prompt):
-                yield event
+            async with aclosing(self._play(request, script, prompt)) as events:
+                async for event in events:
+                    yield event
             return
         async with self._serial:
-            async for event in self._play(request, script, prompt):
-                yield event
+            async with aclosing(self._play(request, script, prompt)) as events:
+                async for event in events:
+                    yield event
 
     async def _play(
         self, request: GenerationRequest, script: dict[str, Any] | None, prompt: int

@@ -61,6 +61,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -297,14 +298,15 @@ class LlamaServerDriver(OpenAIDriver):
         try:
             await stream.wait_open(self.settings.start_wait)
             yield Started(input_tokens=prompt)
-            async for event in self._chunk_events(stream, translator):
-                if warm_up and not isinstance(event, Finished):
-                    continue
-                if warm_up:
-                    assert isinstance(event, Finished)
-                    event = Finished("max_tokens", output_tokens=0, input_tokens=event.input_tokens,
-                                     cache_read_input_tokens=event.cache_read_input_tokens)
-                yield event
+            async with aclosing(self._chunk_events(stream, translator)) as events:
+                async for event in events:
+                    if warm_up and not isinstance(event, Finished):
+                        continue
+                    if warm_up:
+                        assert isinstance(event, Finished)
+                        event = Finished("max_tokens", output_tokens=0, input_tokens=event.input_tokens,
+                                         cache_read_input_tokens=event.cache_read_input_tokens)
+                    yield event
         finally:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
@@ -319,25 +321,26 @@ class LlamaServerDriver(OpenAIDriver):
             PromptTooLongError: llama-server's context refusal arriving in the stream.
         """
         done = False
-        async for line in stream.lines():
-            if not line.startswith("data:"):
-                continue  # blank separators and ": ping" comments
-            data = line[len("data:"):].strip()
-            if data == "[DONE]":
-                done = True
-                break
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise BadGatewayError(f"llama-server sent a malformed chunk: {data[:200]!r}") from None
-            error = stream_error(chunk)
-            if error is not None:
-                translated = translate_error(error, model=self.model_id, endpoint="/v1/chat/completions")
-                if isinstance(translated, PromptTooLongError):
-                    raise translated
-                raise BadGatewayError(f"llama-server failed mid-answer on model '{self.model_id}': "
-                                      f"{error.message}")
-            for event in translator.feed(chunk):
-                yield event
+        async with aclosing(stream.lines()) as lines:
+            async for line in lines:
+                if not line.startswith("data:"):
+                    continue  # blank separators and ": ping" comments
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise BadGatewayError(f"llama-server sent a malformed chunk: {data[:200]!r}") from None
+                error = stream_error(chunk)
+                if error is not None:
+                    translated = translate_error(error, model=self.model_id, endpoint="/v1/chat/completions")
+                    if isinstance(translated, PromptTooLongError):
+                        raise translated
+                    raise BadGatewayError(f"llama-server failed mid-answer on model '{self.model_id}': "
+                                          f"{error.message}")
+                for event in translator.feed(chunk):
+                    yield event
         for event in translator.finish(ended_cleanly=done or translator.finish_reason is not None):
             yield event

@@ -210,8 +210,9 @@ class ChatStream:
         """
         response = await self._task
         try:
-            async for line in response.aiter_lines():
-                yield line
+            async with contextlib.aclosing(response.aiter_lines()) as lines:
+                async for line in lines:
+                    yield line
         except httpx.ReadTimeout:
             raise self._http.timeout_error("mid-answer") from None
         except httpx.TransportError as exc:

@@ -313,18 +313,19 @@ class ChatStream:
         client = self._client
         where = self.replica.url if self.replica is not None else None
         try:
-            async for line in resp.aiter_lines():
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    obj = None
-                if not isinstance(obj, dict):
-                    raise BadGatewayError(f"Ollama at {where} sent a malformed stream line: {line[:200]!r}")
-                if "error" in obj:
-                    raise client.error(None, str(obj["error"]), where)
-                yield obj
+            async with contextlib.aclosing(resp.aiter_lines()) as lines:
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        obj = None
+                    if not isinstance(obj, dict):
+                        raise BadGatewayError(f"Ollama at {where} sent a malformed stream line: {line[:200]!r}")
+                    if "error" in obj:
+                        raise client.error(None, str(obj["error"]), where)
+                    yield obj
         except httpx.HTTPError as exc:
             raise client.transport_error(exc, streaming=True, where=where) from exc
 

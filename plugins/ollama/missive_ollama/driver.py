@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -196,9 +197,11 @@ class OllamaDriver(Driver):
         stream = self.client.chat(body)
         try:
             await stream.wait_open(None)
-            async for obj in stream.lines():
-                if obj.get("done"):
-                    log.info("model %s: Ollama loaded %s (%s)", self.model_id, self.settings.tag, obj.get("done_reason"))
+            async with aclosing(stream.lines()) as lines:
+                async for obj in lines:
+                    if obj.get("done"):
+                        log.info("model %s: Ollama loaded %s (%s)", self.model_id, self.settings.tag,
+                                 obj.get("done_reason"))
         except MissiveError as exc:
             raise ConfigError(f"model '{self.model_id}': preloading failed: {exc.message}") from exc
         finally:
@@ -267,8 +270,9 @@ class OllamaDriver(Driver):
             except ContextOverflow:
                 raise PromptTooLongError(max(prompt, ctx or prompt), (ctx or prompt) - 1) from None
             yield Started(input_tokens=prompt)
-            async for event in self._events(request, stream, body, prompt, num_predict, warm_up):
-                yield event
+            async with aclosing(self._events(request, stream, body, prompt, num_predict, warm_up)) as events:
+                async for event in events:
+                    yield event
         finally:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
@@ -287,27 +291,28 @@ class OllamaDriver(Driver):
         calls = 0
         ctx = self.context_window
         try:
-            async for obj in stream.lines():
-                message = obj.get("message") or {}
-                if not isinstance(message, dict):
-                    raise BadGatewayError(f"Ollama sent a 'message' that is not an object: {str(message)[:200]}")
-                thinking = message.get("thinking") or ""
-                content = message.get("content") or ""
-                if thinking and show_thinking:
-                    yield ThinkingDelta(thinking)
-                if content and not warm_up:
-                    yield TextDelta(content)
-                for call in message.get("tool_calls") or []:
-                    name, arguments = _tool_call(call)
-                    calls += 1
-                    if warm_up or (one_call and calls > 1):
-                        continue  # disable_parallel_tool_use: at most one call
-                    yield ToolCallStart(name=name)
-                    yield ToolCallDelta(arguments, tokens=0)
-                    yield ToolCallEnd()
-                if obj.get("done"):
-                    yield self._finished(obj, body, prompt, num_predict, warm_up)
-                    return
+            async with aclosing(stream.lines()) as lines:
+                async for obj in lines:
+                    message = obj.get("message") or {}
+                    if not isinstance(message, dict):
+                        raise BadGatewayError(f"Ollama sent a 'message' that is not an object: {str(message)[:200]}")
+                    thinking = message.get("thinking") or ""
+                    content = message.get("content") or ""
+                    if thinking and show_thinking:
+                        yield ThinkingDelta(thinking)
+                    if content and not warm_up:
+                        yield TextDelta(content)
+                    for call in message.get("tool_calls") or []:
+                        name, arguments = _tool_call(call)
+                        calls += 1
+                        if warm_up or (one_call and calls > 1):
+                            continue  # disable_parallel_tool_use: at most one call
+                        yield ToolCallStart(name=name)
+                        yield ToolCallDelta(arguments, tokens=0)
+                        yield ToolCallEnd()
+                    if obj.get("done"):
+                        yield self._finished(obj, body, prompt, num_predict, warm_up)
+                        return
         except ContextOverflow:
             raise PromptTooLongError(max(prompt, ctx or prompt), (ctx or prompt) - 1) from None
         where = stream.replica.url if stream.replica is not None else self.client.base_url

@@ -234,8 +234,9 @@ class OpenAIDriver(Driver):
         )
         async with self._open_stream(body, prompt) as response:
             yield Started(input_tokens=prompt)
-            async for event in self._events(response, translator):
-                yield event
+            async with contextlib.aclosing(self._events(response, translator)) as events:
+                async for event in events:
+                    yield event
 
     # -- HTTP ---------------------------------------------------------------------
 
@@ -327,23 +328,24 @@ class OpenAIDriver(Driver):
     async def _events(self, response: httpx.Response, translator: ChunkTranslator) -> AsyncIterator[GenerationEvent]:
         done = False
         try:
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators, ": keep-alive" comments, event:/id: fields
-                data = line[len("data:"):].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
-                if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
-                    error = parse_error_body(500, data.encode())
-                    raise BadGatewayError(f"the backend of model '{self.model_id}' failed mid-answer: "
-                                          f"{error.message}")
-                for event in translator.feed(chunk):
-                    yield event
+            async with contextlib.aclosing(response.aiter_lines()) as lines:
+                async for line in lines:
+                    if not line.startswith("data:"):
+                        continue  # blank separators, ": keep-alive" comments, event:/id: fields
+                    data = line[len("data:"):].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
+                    if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
+                        error = parse_error_body(500, data.encode())
+                        raise BadGatewayError(f"the backend of model '{self.model_id}' failed mid-answer: "
+                                              f"{error.message}")
+                    for event in translator.feed(chunk):
+                        yield event
         except httpx.ReadTimeout:
             raise TimeoutError_(
                 f"the backend of model '{self.model_id}' sent nothing for {self.settings.read_timeout:g} s"
