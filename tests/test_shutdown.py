@@ -11,6 +11,7 @@ compare against the grace period (1 s or 30 s), not the machine's speed.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -379,3 +380,29 @@ async def test_a_server_that_never_returns_is_abandoned_after_the_grace(
     assert drain.expired.done()
     assert models.closed_at is not None
     assert 0.1 + 0.3 + 2 * 0.2 <= models.closed_at - started < 3.0
+
+
+def test_a_client_gone_while_queued_is_recorded_when_it_leaves() -> None:
+    """A client that leaves while its request waits in the queue is logged
+    and counted (499 ``client_disconnected``) as it leaves, not whenever the
+    garbage collector drops its record (a newcomer saw such lines 20-45 s
+    late, with those durations in the latency histogram)."""
+    one_slot = {"settings": {"capabilities": {"max_concurrency": 1}}}
+    with serve_process(config(30.0, **one_slot)) as server:
+        def gone() -> float:
+            text = httpx.get(f"{server.url}/metrics", timeout=10).text
+            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("missive:requests_total{") and 'status="499"' in line)
+
+        holder = RawStream(server.url, [{"text": "holding"}, {"sleep": 120}])
+        holder.read_until(b"holding")
+        waiting = RawStream(server.url, [{"text": "never"}])
+        until(lambda: health(server)["waiting"] == 1, "the second request queued")
+        assert gone() == 0
+        waiting.close()  # the client leaves while queued
+        until(lambda: gone() == 1, "the departed client counted", deadline=5.0)
+        line = until(lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", deadline=5.0)[-1]
+        assert "client_disconnected" in line
+        duration = float(re.search(r"duration_s=([0-9.]+)", line).group(1))
+        assert duration < 5.0, line
+        holder.close()

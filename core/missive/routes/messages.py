@@ -21,6 +21,8 @@ after what it had sent, or, with nothing sent yet, a 529.
 
 from __future__ import annotations
 
+import asyncio
+
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -36,7 +38,7 @@ from ..driver import Driver, GenerationRequest
 from ..errors import ApiError, CapabilityError, MissiveError
 from ..ids import message_id
 from ..pipeline import MessageStream, accumulate
-from ..record import CLIENT_GONE
+from ..record import CLIENT_CLOSED, CLIENT_GONE
 from ..schema.request import CountTokensRequest, MessagesRequest
 from ..sse import frame, paced
 from ..tools.definitions import offered_tools, tool_choice_of
@@ -117,6 +119,20 @@ async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Ge
 
 
 async def create_message() -> Response | dict:
+    """``POST /v1/messages`` (see :func:`_create_message`); a client that
+    leaves before a response was sent (queued, or during a non-streaming
+    answer) is recorded as it leaves (499 ``client_disconnected``), not when
+    the garbage collector drops the record."""
+    try:
+        return await _create_message()
+    except asyncio.CancelledError:
+        facts = record()
+        if not facts.finished:
+            facts.finish(CLIENT_CLOSED, CLIENT_GONE)
+        raise
+
+
+async def _create_message() -> Response | dict:
     authenticate()
     config, _, models = state()
     req = await read_request(MessagesRequest)
