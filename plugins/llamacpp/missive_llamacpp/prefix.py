@@ -1,11 +1,14 @@
-"""How many prompt tokens ``llama_cpp.Llama.generate`` will take from its KV cache.
+"""How many prompt tokens a KV cache holding ``cached`` tokens serves.
 
-Mirrors ``Llama.generate`` of llama-cpp-python 0.3.36 (``reset=True``):
+The rule of llama-cpp-python 0.3.36's ``Llama.generate`` (``reset=True``),
+which the llama.cpp runner keeps for its slots and saved states (always with
+``requires_eval=True``: a slot's logits do not outlive the step that made
+them):
 
 * nothing is reused when the context holds no tokens;
 * ``longest`` = common prefix of the cached tokens and the prompt;
 * the whole prompt is reused, nothing decoded, when the cache holds exactly the
-  prompt and its logits come from a live decode (``not _requires_eval``);
+  prompt and its logits come from a live decode (``not requires_eval``);
 * otherwise a prompt wholly inside the cache gives back its last token to be
   decoded again (to refresh the logits): ``longest - 1``; else ``longest``;
 * a partial reuse needs ``llama_memory_seq_rm`` to cut the cache, which fails
