@@ -190,3 +190,69 @@ async def test_close_refuses_the_waiting_and_the_new_but_not_the_running() -> No
     later = admission.gate("unbounded", Stub(None))
     with pytest.raises(OverloadedError, match="^shutting down$"):
         await later.admit()
+
+
+# -- background work (message batches) -------------------------------------------
+
+
+async def test_background_takes_only_free_slots_under_its_cap() -> None:
+    gate = Gate("m", limit=3, depth=5, timeout=60)
+    first = await gate.admit_background(2)
+    second = await gate.admit_background(2)
+    assert gate.background == 2 and gate.running == 2
+    assert not gate.background_room(2)  # the cap, although a slot is free
+    third = asyncio.ensure_future(gate.admit_background(2))
+    await asyncio.sleep(0)
+    assert not third.done()
+    interactive = await gate.admit()  # the free slot goes to an interactive request at once
+    assert gate.running == 3
+    first.release()  # a background slot is free again, under the cap: the waiter takes it
+    slot = await asyncio.wait_for(third, 5)
+    assert slot.background and gate.background == 2 and gate.running == 3
+    for held in (second, slot, interactive):
+        held.release()
+    assert gate.running == 0 and gate.background == 0
+
+
+async def test_a_waiting_request_preempts_the_newest_background_slot() -> None:
+    gate = Gate("m", limit=2, depth=5, timeout=60)
+    stopped: list[str] = []
+    old = await gate.admit_background(2, on_preempt=lambda: stopped.append("old"))
+    new = await gate.admit_background(2, on_preempt=lambda: stopped.append("new"))
+    waiter = asyncio.ensure_future(gate.admit())
+    await _queued(gate, 1)
+    assert stopped == ["new"] and new.preempted and not old.preempted
+    # No background work starts while a request waits, whatever the cap.
+    assert not gate.background_room(5)
+    new.release()  # the preempted holder stops: its slot goes to the waiter
+    slot = await asyncio.wait_for(waiter, 5)
+    assert not slot.background and gate.background == 1 and gate.running == 2 and gate.preemptions == 1
+    slot.release()
+    old.release()
+    assert gate.running == 0
+
+
+async def test_a_full_queue_still_waits_for_a_background_slot() -> None:
+    gate = Gate("m", limit=1, depth=0, timeout=60)
+    held = await gate.admit_background(1, on_preempt=lambda: None)
+    waiter = asyncio.ensure_future(gate.admit())  # queue_depth 0, but the slot is a batch's
+    await _queued(gate, 1)
+    assert held.preempted
+    held.release()
+    (await asyncio.wait_for(waiter, 5)).release()
+    # Without background work to preempt, depth 0 refuses as before.
+    busy = await gate.admit()
+    with pytest.raises(OverloadedError):
+        await gate.admit()
+    busy.release()
+
+
+async def test_closing_the_gate_ends_background_waits() -> None:
+    gate = Gate("m", limit=1, depth=1, timeout=60)
+    busy = await gate.admit()
+    waiting = asyncio.ensure_future(gate.wait_background_room(1))
+    await asyncio.sleep(0)
+    gate.close("shutting down", 1)
+    with pytest.raises(OverloadedError):
+        await asyncio.wait_for(waiting, 5)
+    busy.release()

@@ -18,7 +18,17 @@ ends, however it ends. The rules (docs/configuration.md, docs/api-compatibility.
 * once the server shuts down (:mod:`missive.shutdown`), :meth:`Admission.close`
   answers every waiter 529 at once and refuses every later request, free
   slot or not: running generations finish, no new one starts;
-* ``count_tokens`` never comes here.
+* ``count_tokens`` never comes here;
+* background work (message batches, :mod:`missive.batches`) takes a slot only
+  through :meth:`Gate.admit_background`: when a slot is free, no request
+  waits, and fewer than its cap of slots already run background work. A
+  request that has to wait while background work holds slots *preempts* one
+  (the newest): the background holder is told to stop
+  (:meth:`Slot.preempt`), stops within one decode step of its model, and
+  its slot goes to the waiting request, so an interactive request never
+  waits behind background work by more than that; one arriving with the
+  queue full is still admitted to wait when there is background work to
+  preempt.
 
 A slot is a counter, not a lock: releasing it needs no owner task, so a
 response generator finalized by the garbage collector in another task (or
@@ -32,6 +42,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import OverloadedError
@@ -57,18 +68,38 @@ class Slot:
     """The right to run one generation on one model, until :meth:`release`.
 
     Server-tool continuations inside one message run under the same slot.
+
+    Attributes:
+        background: taken by :meth:`Gate.admit_background` (batch work).
+        preempted: a waiting request asked for this background slot.
     """
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, *, background: bool = False, on_preempt: Callable[[], None] | None = None) -> None:
         self._gate: Gate | None = gate
         self._since = time.monotonic()
         self._loop = asyncio.get_running_loop()
+        self.background = background
+        self.preempted = False
+        self._on_preempt = on_preempt
+
+    def preempt(self) -> None:
+        """Ask the background holder to stop and give the slot back (its
+        ``on_preempt`` callback); idempotent. Called by the gate."""
+        if self.preempted or self._gate is None:
+            return
+        self.preempted = True
+        if self._on_preempt is not None:
+            self._on_preempt()
 
     def release(self) -> None:
         """Give the slot back (to the first waiter, if any). Idempotent, and
         callable from any task of the server's event loop; no await."""
         gate, self._gate = self._gate, None
-        if gate is not None:
+        if gate is None:
+            return
+        if self.background:
+            gate._release_background(self)
+        else:
             gate._release(time.monotonic() - self._since)
 
     def __del__(self) -> None:
@@ -79,7 +110,10 @@ class Slot:
             return
         held = time.monotonic() - self._since
         try:
-            self._loop.call_soon_threadsafe(gate._release, held)
+            if self.background:
+                self._loop.call_soon_threadsafe(gate._release_background, self)
+            else:
+                self._loop.call_soon_threadsafe(gate._release, held)
         except RuntimeError:  # the loop is closed: nothing waits any more
             pass
 
@@ -94,7 +128,9 @@ class Gate:
         timeout: seconds a request may wait for a slot (``queue_timeout``, > 0).
 
     Attributes:
-        running: slots held now (generations running).
+        running: slots held now (generations running, background ones included).
+        background: slots held now by background work (:meth:`admit_background`).
+        preemptions: background slots preempted so far (for ``/metrics``).
     """
 
     def __init__(self, model: str, *, limit: int | None, depth: int, timeout: float) -> None:
@@ -108,6 +144,11 @@ class Gate:
         self._waiters: deque[asyncio.Future[bool]] = deque()
         self._service: float | None = None  # running average of slot hold times, seconds
         self._closed: tuple[str, int] | None = None  # set by close(): the 529's message and retry-after
+        self.background = 0
+        self.preemptions = 0
+        self._holders: list[Slot] = []  # background slots, oldest first
+        self._preempting = 0  # preempted background slots not given back yet
+        self._idle: list[asyncio.Future[None]] = []  # admit_background() callers waiting for room
 
     @property
     def closed(self) -> bool:
@@ -160,7 +201,7 @@ class Gate:
         if self.limit is None or (self.running < self.limit and not self._waiters):
             self.running += 1
             return Slot(self)
-        if len(self._waiters) >= self.depth:
+        if len(self._waiters) >= self.depth and not self._preemptable():
             error = self._overloaded("every slot is busy and the wait queue is full", "queue_depth")
             log.warning("refused: %s", error.message)
             raise error
@@ -171,6 +212,7 @@ class Gate:
             "queued for model %s: position %d, %d generating (max_concurrency %s)",
             self.model, len(self._waiters), self.running, self.limit,
         )
+        self._preempt_for_waiters()
         queued_at = time.monotonic()
         timer = loop.call_later(self.timeout, self._expire, waiter)
         try:
@@ -211,6 +253,7 @@ class Gate:
             if not waiter.done():
                 waiter.set_result(False)
                 refused += 1
+        self._wake_background()  # background waiters see the gate closed
         return refused
 
     def _closing_error(self) -> OverloadedError:
@@ -228,6 +271,7 @@ class Gate:
             self._waiters.remove(waiter)
         except ValueError:
             pass
+        self._wake_background()
 
     def _release(self, held: float | None) -> None:
         """One slot freed (``held``: seconds it was held, None when it was
@@ -240,6 +284,89 @@ class Gate:
                 waiter.set_result(True)  # the slot changes hands: running is unchanged
                 return
         self.running -= 1
+        self._wake_background()
+
+    # -- background work (message batches) ----------------------------------
+
+    def background_room(self, cap: int) -> bool:
+        """Whether :meth:`admit_background` with ``cap`` would take a slot now:
+        the gate is open, a slot is free, no request waits, and fewer than
+        ``cap`` slots run background work."""
+        if self._closed is not None or self._waiters or self.background >= cap:
+            return False
+        return self.limit is None or self.running < self.limit
+
+    async def wait_background_room(self, cap: int) -> None:
+        """Return once :meth:`background_room` is true (at once if it is).
+
+        Raises:
+            OverloadedError: the gate is closed (the server is shutting down).
+        """
+        while not self.background_room(cap):
+            if self._closed is not None:
+                raise self._closing_error()
+            idle: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._idle.append(idle)
+            try:
+                await idle
+            finally:
+                if idle in self._idle:
+                    self._idle.remove(idle)
+
+    async def admit_background(self, cap: int, on_preempt: Callable[[], None] | None = None) -> Slot:
+        """Take a slot for background work, waiting until there is room
+        (:meth:`background_room`): never ahead of a waiting request.
+
+        Args:
+            cap: most slots background work may hold at once (>= 1).
+            on_preempt: called (once, in the event loop) when a waiting
+                request needs the slot back; the holder must then stop
+                and :meth:`~Slot.release` it promptly.
+
+        Raises:
+            OverloadedError: the gate is closed (the server is shutting down).
+        """
+        await self.wait_background_room(cap)
+        self.running += 1
+        self.background += 1
+        slot = Slot(self, background=True, on_preempt=on_preempt)
+        self._holders.append(slot)
+        return slot
+
+    def _preemptable(self) -> int:
+        """Background slots not yet asked to stop."""
+        return len(self._holders) - self._preempting
+
+    def _preempt_for_waiters(self) -> None:
+        """Ask background slots to stop (newest first: least work lost) until
+        every waiting request has one coming, or none is left."""
+        needed = len(self._waiters) - self._preempting
+        for slot in reversed(self._holders):
+            if needed <= 0:
+                break
+            if not slot.preempted:
+                self._preempting += 1
+                self.preemptions += 1
+                needed -= 1
+                log.info("model %s: a request waits; preempting a batch request", self.model)
+                slot.preempt()
+
+    def _release_background(self, slot: Slot) -> None:
+        try:
+            self._holders.remove(slot)
+        except ValueError:
+            return
+        self.background -= 1
+        if slot.preempted:
+            self._preempting -= 1
+        self._release(None)
+
+    def _wake_background(self) -> None:
+        """Let every :meth:`wait_background_room` caller check again."""
+        idle, self._idle = self._idle, []
+        for future in idle:
+            if not future.done():
+                future.set_result(None)
 
 
 class Admission:

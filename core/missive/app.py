@@ -13,10 +13,11 @@ import logging
 import time
 from typing import Any
 
-from quart import Quart, Response, g, request
+from quart import Quart, Request, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from .admission import Admission
+from .batches.service import Batches
 from .capture import write_capture
 from .config import Config
 from .errors import (
@@ -85,6 +86,27 @@ def header_list(items: list[str], limit: int = MAX_IGNORED_HEADER) -> str:
     return value
 
 
+def _body_limit(config: Config, method: str, path: str) -> int:
+    """The body limit of a request: ``batches.max_body_bytes`` for a batch's
+    creation (the API's 256 MB), else ``server.max_body_bytes``."""
+    if method == "POST" and path.rstrip("/").endswith("/messages/batches"):
+        return config.batches.max_body_bytes
+    return config.server.max_body_bytes
+
+
+def _request_class(config: Config) -> type[Request]:
+    """Quart's request with the body limit of :func:`_body_limit` (Quart
+    applies one ``MAX_CONTENT_LENGTH`` to every route, fixed when the
+    request is built, before routing)."""
+
+    class MissiveRequest(Request):
+        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+            kwargs["max_content_length"] = _body_limit(config, method, path)
+            super().__init__(method, scheme, path, *args, **kwargs)
+
+    return MissiveRequest
+
+
 def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     """Build the app: load plugins, build the model table, register routes.
 
@@ -104,12 +126,21 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     # Key order is part of the client's bytes (tool_use.input) and of caching.
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.request_class = _request_class(config)
     admission = Admission(config)
     metrics = Metrics(models, admission)
     drain = Drain(config.server.shutdown_grace, admission)
+
+    def observe_batch(record: RequestRecord) -> None:
+        metrics.batches.observe(record)
+        log_request(record)
+
+    batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
+    metrics.batches.attach(batches)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
-        "admission": admission, "metrics": metrics, "drain": drain, "started_at": time.monotonic(),
+        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
+        "started_at": time.monotonic(),
     }
 
     def observe(record: RequestRecord) -> None:
@@ -119,10 +150,14 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     @app.before_serving
     async def _start() -> None:
         await models.start()
+        await batches.start()
 
     @app.after_serving
     async def _stop() -> None:
-        await models.aclose()
+        try:
+            await batches.aclose()
+        finally:
+            await models.aclose()
 
     @app.before_request
     async def _identify() -> None:
@@ -183,7 +218,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
         if status == 404:
             message = f"Not found: {request.method} {request.path}"
         elif status == 413:
-            message = f"request body exceeds the limit of {config.server.max_body_bytes} bytes"
+            limit = _body_limit(config, request.method, request.path)
+            message = f"request body exceeds the limit of {limit} bytes"
         elif status == 405:
             message = f"method {request.method} is not allowed on {request.path}"
         else:

@@ -35,6 +35,15 @@ Shape (every key optional)::
     signing_key = "..."         # secret for thinking-block signatures (16+ chars)
     key_file = "~/.local/state/missive/thinking.key"   # used when signing_key is unset (created)
 
+    [batches]                   # message batches (docs/operations.md#message-batches)
+    enabled = true
+    expiry = 86400.0            # seconds a batch may run before its unfinished requests expire (the API's 24 h)
+    retention = 2505600.0       # seconds after creation its results are kept (the API's 29 days)
+    max_slots = 0.5             # slots of a model batch requests may hold: a fraction (float) or a count (int)
+    max_requests = 100000       # requests per batch (the API's limit)
+    max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
+    database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
+
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
     fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
@@ -66,7 +75,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
-    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "Config", "load_config", "ConfigError",
+    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig", "Config",
+    "load_config", "ConfigError",
 ]
 
 ENV_PREFIX = "MISSIVE__"
@@ -213,12 +223,65 @@ class MediaConfig(_Strict):
         return value
 
 
+class BatchesConfig(_Strict):
+    """``[batches]``: the Message Batches endpoints (:mod:`missive.batches`).
+
+    Attributes:
+        enabled: serve ``/v1/messages/batches`` and run batches; false: the
+            endpoints answer 404 and no database is opened.
+        expiry: seconds after creation a batch's unfinished requests expire
+            (``expires_at``; the API's 24 hours).
+        retention: seconds after creation a batch's results are kept; then
+            they are deleted and the batch is ``archived_at`` (the API's 29 days).
+        max_slots: how many of a model's slots batch requests may hold at
+            once: a float in (0, 1] is a fraction of the slots (rounded down,
+            at least 1; 1.0 is every slot), an int >= 1 a count. A model with
+            no slot limit (remote backends, echo) takes a count as it is and
+            a fraction as 1.
+        max_requests: requests per batch (the API's 100,000).
+        max_body_bytes: largest create body (the API's 256 MB); larger: 413.
+        database: the SQLite file (default ``batches.sqlite3`` in the state
+            directory, :func:`missive.state.state_dir`).
+    """
+
+    enabled: bool = True
+    expiry: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
+    retention: float = Field(default=29 * 86400.0, gt=0, allow_inf_nan=False)
+    max_slots: int | float = Field(default=0.5)
+    max_requests: int = Field(default=100_000, ge=1)
+    max_body_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    database: str | None = None
+
+    @field_validator("max_slots")
+    @classmethod
+    def _check_slots(cls, value: int | float) -> int | float:
+        if isinstance(value, bool):
+            raise ValueError("must be a count (int >= 1) or a fraction (float in (0, 1])")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError("a count of slots must be at least 1")
+        elif not 0 < value <= 1:
+            raise ValueError("a fraction of the slots must be in (0, 1]; write a count as an int")
+        return value
+
+    def slots_for(self, limit: int | None) -> int:
+        """The most slots batch requests may hold on a model with ``limit``
+        slots (None: no limit), from :attr:`max_slots`."""
+        value = self.max_slots
+        if isinstance(value, int):
+            return value if limit is None else max(1, min(value, limit))
+        if limit is None:
+            return 1
+        return max(1, int(value * limit))
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: dict[str, ModelEntry] = Field(default_factory=dict)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
+    batches: BatchesConfig = Field(default_factory=BatchesConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def check_bind(self) -> None:

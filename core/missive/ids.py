@@ -1,4 +1,4 @@
-"""Identifiers in the API's shapes: ``req_``, ``msg_``, ``toolu_`` and ``srvtoolu_`` + base62."""
+"""Identifiers in the API's shapes: ``req_``, ``msg_``, ``msgbatch_``, ``toolu_`` and ``srvtoolu_`` + base62."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ def request_id() -> str:
 def message_id() -> str:
     """A new message id, ``msg_`` + 24 base62 chars."""
     return "msg_" + _base62(24)
+
+
+def message_batch_id() -> str:
+    """A new Message Batch id, ``msgbatch_`` + 24 base62 chars (the API's prefix)."""
+    return "msgbatch_" + _base62(24)
 
 
 def tool_use_id() -> str:

@@ -120,6 +120,10 @@ class Metrics:
             ["kind"], registry=r,
         )
         self.registry.register(LoadCollector(models, admission))
+        from .batches.metrics import BatchMetrics
+
+        #: The Message Batches' own metrics (:mod:`missive.batches.metrics`).
+        self.batches = BatchMetrics(self.registry, models, admission)
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished request (probes and ``/metrics`` itself are not counted)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from quart import Quart
 
-from . import health, messages, metrics, models, probes, status
+from . import batches, health, messages, metrics, models, probes, status
 
 PREFIXES = ("/v1", "/v1/v1")
 
@@ -14,6 +14,7 @@ PREFIXES = ("/v1", "/v1/v1")
 def register_routes(app: Quart) -> None:
     for prefix in PREFIXES:
         messages.register(app, prefix)
+        batches.register(app, prefix)
         models.register(app, prefix)
         status.register(app, prefix)
     health.register(app)

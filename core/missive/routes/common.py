@@ -23,7 +23,7 @@ from ..validation import parse_json, validate_body
 
 __all__ = [
     "state", "signer", "media_pipeline", "admission", "drain", "record", "authenticate", "read_request",
-    "note_ignored",
+    "read_raw_body", "note_ignored", "page_limit",
 ]
 
 log = logging.getLogger("missive.request")
@@ -79,22 +79,56 @@ async def read_request(model: type[M]) -> M:
         RequestTooLargeError: via Quart, body over ``server.max_body_bytes``.
     """
     config, _, _ = state()
-    raw = await request.get_data(cache=False)
-    if config.server.capture_dir:
-        g.capture_body = raw if isinstance(raw, bytes) else raw.encode()
-    body: Any = parse_json(raw if isinstance(raw, bytes) else raw.encode())
+    raw = await read_raw_body()
+    body: Any = parse_json(raw)
     validated = validate_body(model, body)
     ignored = collect_ignored(validated)
     if ignored and config.server.strict:
         raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(ignored))
-    # Betas are reported but never rejected, even in strict mode: clients send
-    # new ones with every release (contract section 1).
+    note_betas(ignored)
+    return validated
+
+
+async def read_raw_body() -> bytes:
+    """The request's body as bytes (kept for ``server.capture_dir``).
+
+    Raises:
+        RequestTooLargeError: via Quart, over the route's body limit.
+    """
+    config, _, _ = state()
+    raw = await request.get_data(cache=False)
+    raw = raw if isinstance(raw, bytes) else raw.encode()
+    if config.server.capture_dir:
+        g.capture_body = raw
+    return raw
+
+
+def note_betas(ignored: list[str]) -> None:
+    """Report ``ignored`` request parts and every ``anthropic-beta`` value
+    (logged, and sent back in the ``missive-ignored`` header). Betas are
+    reported but never rejected, even in strict mode: clients send new
+    ones with every release (contract section 1)."""
     betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
-    ignored += [f"anthropic-beta={b}" for b in betas]
+    ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
     if ignored:
         log.info("ignored: %s", ", ".join(ignored))
         g.ignored = ignored
-    return validated
+
+
+def page_limit() -> int:
+    """The ``limit`` query parameter of a listing: 1-1000, default 20 (the API's).
+
+    Raises:
+        InvalidRequestError: not an integer, or out of range.
+    """
+    raw = request.args.get("limit", "20")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise InvalidRequestError(f"limit: Input should be a valid integer, got {raw!r}") from None
+    if not 1 <= limit <= 1000:
+        raise InvalidRequestError("limit: Input should be between 1 and 1000")
+    return limit
 
 
 def note_ignored(paths: list[str]) -> None:

@@ -55,8 +55,10 @@ log = logging.getLogger("missive.messages")
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
-    """Everything the core checks and converts before a driver sees the request.
+async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
+    """Everything the core checks and converts before a driver sees the request
+    (also for each request of a message batch, :mod:`missive.batches.execute`).
+    Runs in an app context whose ``g`` holds the request's id and record.
 
     Raises:
         InvalidRequestError: tool history pairing, tool_choice naming an
@@ -139,7 +141,7 @@ async def _create_message() -> Response | dict:
     model_id, driver = models.resolve(req.model)
     facts = record()
     facts.model = model_id
-    prepared = await _prepare(req, model_id, driver)
+    prepared = await prepare_generation(req, model_id, driver)
     gate = admission().gate(model_id, driver)
 
     async def admit() -> Slot:
@@ -252,7 +254,7 @@ async def count_tokens() -> dict[str, int]:
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"
         )
-    return {"input_tokens": await driver.count_tokens(await _prepare(req, model_id, driver))}
+    return {"input_tokens": await driver.count_tokens(await prepare_generation(req, model_id, driver))}
 
 
 def register(app: Quart, prefix: str) -> None:

@@ -23,4 +23,5 @@ def register(app: Quart) -> None:
         config, _, _ = state()
         if not config.server.metrics_public:
             authenticate()
+        await current_app.extensions["missive"]["batches"].refresh_summary()
         return Response(metrics().exposition(), content_type=CONTENT_TYPE)

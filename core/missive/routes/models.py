@@ -17,7 +17,7 @@ from quart import Quart, request
 
 from ..driver import Driver
 from ..errors import InvalidRequestError
-from .common import authenticate, record, state
+from .common import authenticate, page_limit, record, state
 
 
 def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) -> dict[str, Any]:
@@ -37,17 +37,6 @@ def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) ->
     return obj
 
 
-def _limit() -> int:
-    raw = request.args.get("limit", "20")
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise InvalidRequestError(f"limit: Input should be a valid integer, got {raw!r}") from None
-    if not 1 <= limit <= 1000:
-        raise InvalidRequestError("limit: Input should be between 1 and 1000")
-    return limit
-
-
 def _listed(models: Any) -> dict[str, str]:
     """Shown id -> configured model id: every model, then its literal aliases."""
     listed = {model_id: model_id for model_id in models.drivers}
@@ -63,7 +52,7 @@ async def list_models() -> dict[str, Any]:
     _, _, models = state()
     listed = _listed(models)
     ids = list(listed)
-    limit = _limit()
+    limit = page_limit()
     after, before = request.args.get("after_id"), request.args.get("before_id")
     for name, value in (("after_id", after), ("before_id", before)):
         if value is not None and value not in ids:

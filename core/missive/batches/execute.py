@@ -1,0 +1,181 @@
+"""One request of a batch: its ``params`` checked as a Messages request, then
+run as ``POST /v1/messages`` with ``stream: false`` would run it, into a result.
+
+:func:`check_params` runs when the batch is created (a request that fails it
+gets its ``errored`` result at once, and never takes a slot); :func:`execute`
+when the runner gives it a slot. Both produce the same errors as the request
+sent on its own (the same validation, the same :func:`prepare_generation`,
+the same :class:`~missive.pipeline.MessageStream` folded by
+:func:`~missive.pipeline.accumulate`), so a result equals what the request
+would have been answered on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from quart import Quart, g
+
+from ..admission import Gate, Slot
+from ..errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
+from ..ids import message_id, request_id
+from ..logs import request_id_var
+from ..model_table import ModelTable
+from ..pipeline import MessageStream, accumulate
+from ..record import RequestRecord
+from ..schema.ignored import collect_ignored
+from ..schema.request import MessagesRequest
+from ..validation import validate_body
+from .shapes import errored_result
+
+if TYPE_CHECKING:
+    from .store import Job
+
+__all__ = ["check_params", "execute", "Stopped", "ENDPOINT"]
+
+log = logging.getLogger("missive.batches")
+
+#: The ``endpoint`` of a batch request's log line.
+ENDPOINT = "/v1/messages/batches"
+
+
+class Stopped(Exception):
+    """The request was stopped before a result (the gate closed: the server
+    is shutting down); it stays pending and runs again later."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A valid request's body and the configured model id that serves it."""
+
+    request: MessagesRequest
+    model: str
+
+
+def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) -> Checked:
+    """Check one request's ``params`` as ``POST /v1/messages`` checks a body,
+    plus the batch's own rules: no ``stream: true`` (a batch's results are
+    whole messages) and ``max_tokens`` of at least 1 (the API's batch rule:
+    a cache warm-up would have nothing to warm).
+
+    Raises:
+        InvalidRequestError: the first problem, with its field path; in
+            strict mode also fields Missive would ignore.
+        ModelNotFoundError: no served model matches ``params.model`` (404).
+    """
+    if params.get("stream") is True:
+        raise InvalidRequestError("stream: streaming is not supported in a Message Batch; leave it out or set it to false")
+    req = validate_body(MessagesRequest, params)
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise InvalidRequestError("max_tokens: must be at least 1 in a Message Batch")
+    if strict:
+        ignored = collect_ignored(req)
+        if ignored:
+            raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(ignored))
+    model_id, _ = models.resolve(req.model)
+    return Checked(req, model_id)
+
+
+async def execute(
+    app: Quart,
+    job: Job,
+    gate: Gate,
+    cap: int,
+    *,
+    on_preempt: Callable[[], None],
+    on_slot: Callable[[], None],
+    observe: Callable[[RequestRecord], None],
+) -> dict[str, Any]:
+    """Run one pending request on its model, under a background slot of
+    ``gate`` (at most ``cap`` held by batches), and return its result
+    object (``succeeded`` with the message, or ``errored`` with the error
+    the same request would have got on its own).
+
+    Args:
+        app: the server's app (``prepare_generation`` needs its context).
+        job: the request (its ``model`` is the configured id).
+        on_preempt: called when an interactive request needs the slot; the
+            caller must then cancel this call (the slot is given back as it
+            unwinds).
+        on_slot: called once the request holds its slot (or has ended
+            without one).
+        observe: receives the request's finished record (log line, metrics).
+
+    Raises:
+        Stopped: the gate closed (shutdown) before the request got a slot.
+    """
+    from ..routes.messages import prepare_generation
+
+    rid = request_id()
+    token = request_id_var.set(rid)
+    facts = RequestRecord(rid, "BATCH", f"{ENDPOINT}/{job.batch_id}/{job.custom_id}", ENDPOINT, observe)
+    facts.model = job.model
+    slot: Slot | None = None
+    try:
+        async with app.app_context():
+            g.request_id = rid
+            g.record = facts
+            g.ignored = []
+            g.dropped_thinking = []
+            config = app.extensions["missive"]["config"]
+            models: ModelTable = app.extensions["missive"]["models"]
+            signer = app.extensions["missive"]["signer"]
+            try:
+                driver = models.drivers.get(job.model)
+                if driver is None:
+                    raise InvalidRequestError(f"model '{job.model}' is no longer served")
+                checked = check_params(json.loads(job.params), models, strict=config.server.strict)
+                req = checked.request
+                prepared = await prepare_generation(req, job.model, driver)
+                stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer)
+                try:
+                    if driver.capabilities.in_process:
+                        # As for an interactive request: the prompt is
+                        # rendered and tokenized before the slot is taken.
+                        first = await stream.start()
+                        slot = await gate.admit_background(cap, on_preempt)
+                        on_slot()
+                    else:
+                        slot = await gate.admit_background(cap, on_preempt)
+                        on_slot()
+                        first = await stream.start()
+                    facts.note(first)
+                    events = [first]
+                    async with aclosing(stream.events()) as answer:
+                        async for event in answer:
+                            facts.note(event)
+                            events.append(event)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await stream.aclose()
+                facts.finish(200)
+                return {"type": "succeeded", "message": accumulate(events)}
+            except OverloadedError as exc:
+                if gate.closed:
+                    facts.finish(exc.status, exc.error_type)
+                    raise Stopped(exc.message) from None
+                facts.finish(exc.status, exc.error_type)
+                return errored_result(exc.error_type, exc.message, rid)
+            except MissiveError as exc:
+                log.info("batch %s request %s errored: %s: %s", job.batch_id, job.custom_id, exc.error_type, exc.message)
+                facts.finish(exc.status, exc.error_type)
+                return errored_result(exc.error_type, exc.message, rid)
+            except (anyio.get_cancelled_exc_class(), Stopped):
+                facts.finish(499, "stopped")
+                raise
+            except Exception:
+                log.exception("batch %s request %s failed", job.batch_id, job.custom_id)
+                error = ApiError("internal server error; the server log has the details")
+                facts.finish(error.status, error.error_type)
+                return errored_result(error.error_type, error.message, rid)
+    finally:
+        if slot is not None:
+            slot.release()
+        on_slot()
+        request_id_var.reset(token)
