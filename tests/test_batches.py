@@ -13,6 +13,9 @@ tests/test_batches_scheduling.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -302,3 +305,33 @@ def test_expiry_and_archiving(tmp_path: Path) -> None:
         assert archived.results_url is None and archived.processing_status == "ended"
         answer = httpx.get(f"{proc.url}/v1/messages/batches/{batch.id}/results", timeout=DEADLINE)
         assert answer.status_code == 404
+
+
+def missive_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
+    return subprocess.run([sys.executable, "-m", "missive", *args], capture_output=True, text=True, env=env,
+                          timeout=DEADLINE)
+
+
+def test_missive_batches_cli(client: anthropic.Anthropic, server: ServerProcess) -> None:
+    older = [client.messages.batches.create(requests=[request("old", "x")]).id for _ in range(2)]
+    batch = wait_ended(client, client.messages.batches.create(
+        requests=[request("cli-good", "from the cli"), BAD["no-messages"]]).id)
+    listed = missive_cli("batches", "list", "--url", server.url, "--limit", "3")
+    assert listed.returncode == 0, listed.stderr
+    header, first, *rest = listed.stdout.splitlines()
+    assert header.split() == ["ID", "STATUS", "CREATED", "PROCESSING", "SUCCEEDED", "ERRORED", "CANCELED", "EXPIRED"]
+    assert first.split()[0] == batch.id and first.split()[1] == "ended"
+    assert first.split()[-5:] == ["0", "1", "1", "0", "0"]
+    assert [line.split()[0] for line in rest] == older[::-1]  # --limit 3
+    as_json = json.loads(missive_cli("batches", "list", "--url", server.url, "--json", "--limit", "1").stdout)
+    assert len(as_json) == 1 and as_json[0]["id"] == batch.id and as_json[0]["type"] == "message_batch"
+    shown = missive_cli("batches", "show", batch.id, "--url", server.url)
+    assert shown.returncode == 0 and f"id: {batch.id}" in shown.stdout
+    assert "processing_status: ended" in shown.stdout and "requests.succeeded: 1" in shown.stdout
+    out = missive_cli("batches", "results", batch.id, "--url", server.url)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(x["custom_id"], x["result"]["type"]) for x in lines] == [("cli-good", "succeeded"), ("no-messages", "errored")]
+    missing = missive_cli("batches", "show", "msgbatch_nothinghere000000000000", "--url", server.url)
+    assert missing.returncode == 1 and "404" in missing.stderr and "not found" in missing.stderr

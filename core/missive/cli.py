@@ -1,4 +1,4 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``claude``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``batches``, ``claude``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -297,6 +297,96 @@ def ps(config_path: str | None, overrides: tuple[str, ...], url: str | None, api
             message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
         raise click.ClickException(message) from None
     click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
+
+
+def _server_options(func: Any) -> Any:
+    options = [
+        click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port)."),
+        click.option("--api-key", help="Key to send to the server (default: the first of the config's "
+                     "server.api_keys, which MISSIVE_API_KEY sets)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return _config_options(func)
+
+
+def _server(config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None) -> tuple[str, str | None]:
+    from .claude_env import server_url
+
+    config = _load(config_path, overrides)
+    key = api_key or (config.server.api_keys[0] if config.server.api_keys else None)
+    return (url or server_url(config)).rstrip("/"), key
+
+
+def _unavailable(exc: Exception) -> click.ClickException:
+    message = str(exc)
+    if getattr(exc, "status", None) == 401:
+        message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
+    return click.ClickException(message)
+
+
+@cli.group()
+def batches() -> None:
+    """The running server's message batches: list, show, results."""
+
+
+@batches.command("list")
+@_server_options
+@click.option("--limit", type=click.IntRange(1, 100_000), default=20, show_default=True, help="Most batches to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the batch objects as JSON.")
+def batches_list(
+    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, limit: int, as_json: bool
+) -> None:
+    """List batches, newest first: status and request counts."""
+    from .batches.cli import list_batches, render_list
+    from .claude_env import ServerUnavailable
+
+    base, key = _server(config_path, overrides, url, api_key)
+    try:
+        found = list_batches(base, key, limit=limit)
+    except ServerUnavailable as exc:
+        raise _unavailable(exc) from None
+    click.echo(json.dumps(found, indent=2) if as_json else render_list(found))
+
+
+@batches.command("show")
+@_server_options
+@click.option("--json", "as_json", is_flag=True, help="Print the batch object as JSON.")
+@click.argument("batch_id")
+def batches_show(
+    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, as_json: bool,
+    batch_id: str,
+) -> None:
+    """Show one batch: status, counts, times, results URL."""
+    from .batches.cli import get_batch, render_batch
+    from .claude_env import ServerUnavailable
+
+    base, key = _server(config_path, overrides, url, api_key)
+    try:
+        batch = get_batch(base, key, batch_id)
+    except ServerUnavailable as exc:
+        raise _unavailable(exc) from None
+    click.echo(json.dumps(batch, indent=2) if as_json else render_batch(batch))
+
+
+@batches.command("results")
+@_server_options
+@click.argument("batch_id")
+def batches_results(
+    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, batch_id: str
+) -> None:
+    """Write an ended batch's results to stdout as JSON Lines."""
+    from .batches.cli import stream_results
+    from .claude_env import ServerUnavailable
+
+    base, key = _server(config_path, overrides, url, api_key)
+    out = click.get_binary_stream("stdout")
+    try:
+        for chunk in stream_results(base, key, batch_id):
+            out.write(chunk)
+    except ServerUnavailable as exc:
+        raise _unavailable(exc) from None
+    out.flush()
 
 
 @cli.command()
