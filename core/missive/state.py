@@ -1,8 +1,10 @@
 """Missive's state directory: small files kept across restarts.
 
-Holds the generated thinking signing key (``thinking.key``) and what drivers
-record about the machine (the llamacpp driver's trial results). Nothing in it
-is needed to serve: deleting it costs a trial or a fresh key, never data.
+Holds the generated thinking signing key (``thinking.key``), what drivers
+record about the machine (the llamacpp driver's trial results) and the
+message batches database (``batches.sqlite3``, :mod:`missive.batches.store`).
+Deleting the first two costs a trial or a fresh key; deleting the database
+loses the stored batches and their results.
 """
 
 from __future__ import annotations
