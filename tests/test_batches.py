@@ -335,3 +335,29 @@ def test_missive_batches_cli(client: anthropic.Anthropic, server: ServerProcess)
     assert [(x["custom_id"], x["result"]["type"]) for x in lines] == [("cli-good", "succeeded"), ("no-messages", "errored")]
     missing = missive_cli("batches", "show", "msgbatch_nothinghere000000000000", "--url", server.url)
     assert missing.returncode == 1 and "404" in missing.stderr and "not found" in missing.stderr
+
+
+def test_disabled_and_fresh(tmp_path: Path) -> None:
+    config = {"models": {"echo": {"driver": "echo", "context_window": 1000}}}
+    with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
+        client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+        # Reading creates no database; the first batch does.
+        assert client.messages.batches.list().data == []
+        with pytest.raises(anthropic.NotFoundError):
+            client.messages.batches.retrieve("msgbatch_nothinghere000000000000")
+        assert not (tmp_path / "batches.sqlite3").exists()
+        client.messages.batches.create(requests=[request("one", "x")])
+        assert (tmp_path / "batches.sqlite3").exists()
+        # One server per database: a second one on the same state directory says so.
+        with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as other:
+            second = anthropic.Anthropic(base_url=other.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+            with pytest.raises(anthropic.InternalServerError) as caught:
+                second.messages.batches.list()
+            assert "in use by another Missive server" in caught.value.body["error"]["message"]
+    off = {**config, "batches": {"enabled": False}}
+    with serve_process(off, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
+        client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+        for call in (client.messages.batches.list, lambda: client.messages.batches.create(requests=[request("a", "b")])):
+            with pytest.raises(anthropic.NotFoundError) as caught:
+                call()
+            assert "batches.enabled = false" in caught.value.body["error"]["message"]

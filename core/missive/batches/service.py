@@ -259,7 +259,20 @@ class Batches:
         self._housekeeping.set()
         return batch_object(row, base_url)
 
+    def _fresh(self) -> bool:
+        """No database yet (none created on this state directory): a read
+        finds nothing, and does not create one.
+
+        Raises:
+            NotFoundError: batches are disabled.
+        """
+        if not self.settings.enabled:
+            raise NotFoundError("message batches are disabled on this server (batches.enabled = false)")
+        return self._store is None and not self.path.exists()
+
     async def _row(self, batch: str) -> BatchRow:
+        if self._fresh():
+            raise NotFoundError(f"message batch not found: {batch}")
         await self._open()
         row = await self._db("get", batch)
         if row is None:
@@ -283,7 +296,7 @@ class Batches:
         """
         if after_id is not None and before_id is not None:
             raise InvalidRequestError("after_id and before_id cannot both be set")
-        if self._store is None and not self.path.exists():
+        if self._fresh():
             rows, more = [], False
         else:
             await self._open()
