@@ -111,15 +111,6 @@ class BatchRunner:
         self._tasks: TaskGroup | None = None
         self._stopping = False
 
-    def cap(self, model_id: str) -> int:
-        """Slots batch requests may hold on ``model_id`` (``batches.max_slots``)."""
-        gate = self.admission.gate(model_id, self.models.drivers[model_id])
-        return self.config.slots_for(gate.limit)
-
-    def running_on(self, model_id: str) -> int:
-        """Batch requests running now on ``model_id`` (holding a slot or about to)."""
-        return sum(1 for r in self.running.values() if r.job.model == model_id)
-
     def wake(self, model_ids: object = None) -> None:
         """Tell the dispatchers of ``model_ids`` (None: all) that requests may be pending."""
         for model_id, event in self._wake.items():
