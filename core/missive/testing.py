@@ -378,12 +378,12 @@ def finalized_generators(log: str, under: tuple[str | Path, ...] = ()) -> list[s
 
 
 def start_http_server(
-    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1"
+    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0
 ) -> tuple[ThreadingHTTPServer, str]:
-    """Serve ``handler`` on ``host`` (a free port) from a daemon thread, for
-    fake backends in tests. Returns the server and its base URL
-    (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
-    server = ThreadingHTTPServer((host, 0), handler)
+    """Serve ``handler`` on ``host`` and ``port`` (0: a free port) from a
+    daemon thread, for fake backends in tests. Returns the server and its
+    base URL (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
+    server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
