@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
+from ..tools.validate import schema_error
+
 from .blocks import (
     CacheControl,
     ContentBlock,
@@ -60,8 +62,20 @@ class Tool(Open):
 
     @model_validator(mode="after")
     def _custom_needs_schema(self) -> Tool:
-        if self.type in (None, "custom") and self.input_schema is None:
+        """A custom tool's ``input_schema`` is required, a JSON Schema of
+        ``type: "object"`` (the API's rules and wordings: ``input_schema.type:
+        Input should be 'object'``, ``input_schema: JSON schema is invalid``)."""
+        if self.type not in (None, "custom"):
+            return self
+        if self.input_schema is None:
             raise ValueError("input_schema: Field required")
+        if "type" not in self.input_schema:
+            raise ValueError("input_schema.type: Field required")
+        if self.input_schema["type"] != "object":
+            raise ValueError("input_schema.type: Input should be 'object'")
+        problem = schema_error(self.input_schema)
+        if problem is not None:
+            raise ValueError(f"input_schema: JSON schema is invalid ({problem}); see https://json-schema.org")
         return self
 
 
