@@ -125,6 +125,23 @@ class Metadata(Open):
     user_id: str | None = None
 
 
+def _check_text_block(block: Any, where: str) -> None:
+    """An empty or whitespace-only text block is refused, in the API's words
+    (``text content blocks must be non-empty`` / ``must contain
+    non-whitespace text``); the optional final assistant message is not
+    checked (the caller skips it).
+
+    Raises:
+        ValueError: the message naming the block's path.
+    """
+    if getattr(block, "type", None) != "text" or not isinstance(getattr(block, "text", None), str):
+        return
+    if block.text == "":
+        raise ValueError(f"{where}: text content blocks must be non-empty")
+    if not block.text.strip():
+        raise ValueError(f"{where}: text content blocks must contain non-whitespace text")
+
+
 class CountTokensRequest(Open):
     """Body of ``POST /v1/messages/count_tokens``; also the base of
     :class:`MessagesRequest`, so both render the same prompt."""
@@ -161,6 +178,12 @@ class CountTokensRequest(Open):
                     f"messages.{i}: all messages must have non-empty content except for the optional final "
                     "assistant message"
                 )
+            if isinstance(message.content, list):
+                for j, block in enumerate(message.content):
+                    _check_text_block(block, f"messages.{i}.content.{j}")
+        if isinstance(self.system, list):
+            for j, block in enumerate(self.system):
+                _check_text_block(block, f"system.{j}")
         return self
 
     def output_format_schema(self) -> dict[str, Any] | None:
