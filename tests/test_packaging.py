@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,64 @@ def load(path: Path) -> dict[str, Any]:
 
 ROOT_PROJECT = load(ROOT / "pyproject.toml")
 
+#: The core distribution's name. ``missive`` on PyPI is an unrelated project,
+#: so the core is published as ``missive-server`` (the import package and
+#: the command stay ``missive``).
+CORE = "missive-server"
+
+
+def test_the_core_distribution_is_missive_server() -> None:
+    assert ROOT_PROJECT["project"]["name"] == CORE
+    assert ROOT_PROJECT["project"]["scripts"] == {"missive": "missive.cli:main"}
+
+
+#: A requirement on the unrelated PyPI project ``missive``: an extra
+#: (``missive[default]``) or a version (``missive==0.1.0``, ``missive>=0.1``)
+#: after a character that cannot end another name.
+WRONG_NAME = re.compile(r"(?<![-\w./])missive(?:\[[a-z][a-z,-]*\]|\s*(?:==|>=|<=|~=|!=|<|>)\s*\d)")
+
+
+TEXT_SUFFIXES = {".md", ".py", ".toml", ".txt", ".cfg", ".yaml", ".yml", ".sh", ".json"}
+
+
+def _text_files() -> list[Path]:
+    """The repository's tracked text files (docs, code, pyprojects, scripts,
+    Dockerfiles), this test file aside: it spells the wrong name on purpose."""
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    files = []
+    for name in out.splitlines():
+        path = ROOT / name
+        if path == Path(__file__) or not path.is_file():
+            continue
+        script = path.suffix == "" and name.startswith("scripts/")
+        if path.suffix in TEXT_SUFFIXES or script or path.name.startswith("Dockerfile"):
+            files.append(path)
+    return files
+
+
+def test_nothing_names_the_unrelated_missive_distribution() -> None:
+    """No install line, pin, template or error hint asks pip for
+    ``missive[...]`` or ``missive==...``: pip would fetch the unrelated
+    ``missive`` project from PyPI."""
+    files = _text_files()
+    assert any(p.name == "README.md" for p in files) and any(p.name == "setup" for p in files)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if WRONG_NAME.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_wrong_name_pattern_catches_what_it_should() -> None:
+    for bad in ("pip install 'missive[default]'", 'pip install "missive[vllm,office]"', "missive==0.1.0",
+                "dependencies = [\"missive>=0.1,<0.2\"]", "pip install missive[llamacpp]"):
+        assert WRONG_NAME.search(bad), bad
+    for good in ("pip install 'missive-server[default]'", "missive-server==0.1.0", "missive-llamacpp==0.1.0",
+                 'app.extensions["missive"]', "missive['bytes']", "/etc/missive/missive.toml", "-e ./plugins/missive"):
+        assert not WRONG_NAME.search(good), good
+
 
 def test_every_plugin_folder_is_found() -> None:
     names = {p.name for p in PLUGINS}
@@ -47,7 +106,7 @@ def test_plugin_distribution(plugin: Path) -> None:
     meta = project["project"]
     assert meta["name"] == f"missive-{name}"
     assert meta["version"] == ROOT_PROJECT["project"]["version"]
-    assert f"missive=={ROOT_PROJECT['project']['version']}" in meta["dependencies"]
+    assert f"{CORE}=={ROOT_PROJECT['project']['version']}" in meta["dependencies"]
     assert meta["entry-points"]["missive"] == {f"missive-{name}": f"missive_{name}.plugin"}
     assert project["tool"]["setuptools"]["packages"] == [f"missive_{name}"]
     assert (plugin / f"missive_{name}" / "plugin.py").is_file()

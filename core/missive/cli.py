@@ -36,7 +36,7 @@ def _load(config_path: str | None, overrides: tuple[str, ...]) -> Config:
 
 
 @click.group()
-@click.version_option(package_name="missive")
+@click.version_option(package_name="missive-server")
 def cli() -> None:
     """Missive: an Anthropic Messages API server for local models."""
 

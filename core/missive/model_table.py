@@ -14,7 +14,7 @@ __all__ = ["ModelTable"]
 
 log = logging.getLogger("missive.models")
 
-#: Drivers shipped as extras of the ``missive`` distribution (``missive[<name>]``).
+#: Drivers shipped as extras of the ``missive-server`` distribution (``missive-server[<name>]``).
 BUILTIN_DRIVERS = frozenset({"llamacpp", "echo", "ollama", "mlx", "openai", "vllm", "llamaserver"})
 
 
@@ -35,7 +35,7 @@ class ModelTable:
         if not config.models:
             raise ConfigError(
                 "no models to serve: configure [models.<id>] in a config file, or install the "
-                "embedded default with pip install 'missive[default]'"
+                "embedded default with pip install 'missive-server[default]'"
             )
         self.drivers: dict[str, Driver] = {}
         #: Ids of the models whose ``start()`` has returned (``GET /readyz``).
@@ -51,7 +51,7 @@ class ModelTable:
         if spec is None:
             known = ", ".join(sorted(self.kernel.drivers)) or "none installed"
             hint = (
-                f"pip install 'missive[{entry.driver}]'"
+                f"pip install 'missive-server[{entry.driver}]'"
                 if entry.driver in BUILTIN_DRIVERS
                 else "install the plugin distribution that provides it"
             )
@@ -62,7 +62,7 @@ class ModelTable:
         try:
             cls = load_object(spec.factory)
         except ImportError as exc:
-            hint = f"pip install 'missive[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
+            hint = f"pip install 'missive-server[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
             raise ConfigError(
                 f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc

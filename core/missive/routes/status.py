@@ -15,7 +15,7 @@ from .common import admission, authenticate, state
 
 def _version() -> str | None:
     try:
-        return version("missive")
+        return version("missive-server")
     except PackageNotFoundError:
         return None
 
