@@ -46,6 +46,16 @@ def test_the_core_distribution_is_missive_server() -> None:
     assert ROOT_PROJECT["project"]["scripts"] == {"missive": "missive.cli:main"}
 
 
+def test_the_code_knows_its_version() -> None:
+    """``missive --version`` and ``GET /v1/status`` report ``missive.__version__``
+    (the running code's, installed or not): it is the distribution's."""
+    import missive
+
+    assert missive.__version__ == ROOT_PROJECT["project"]["version"]
+    out = subprocess.run([sys.executable, "-m", "missive", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"missive, version {missive.__version__}"
+
+
 #: A requirement on the unrelated PyPI project ``missive``: an extra
 #: (``missive[default]``) or a version (``missive==0.1.0``, ``missive>=0.1``)
 #: after a character that cannot end another name.

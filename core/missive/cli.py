@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from . import __version__
 from .config import Config, ConfigError, load_config
 from .kernel import Kernel
 
@@ -36,7 +37,7 @@ def _load(config_path: str | None, overrides: tuple[str, ...]) -> Config:
 
 
 @click.group()
-@click.version_option(package_name="missive-server")
+@click.version_option(version=__version__, package_name="missive-server", prog_name="missive")
 def cli() -> None:
     """Missive: an Anthropic Messages API server for local models."""
 
