@@ -158,3 +158,47 @@ def test_driver_specs_name_existing_extras(plugin: Path) -> None:
     extras = ROOT_PROJECT["project"]["optional-dependencies"]
     for spec in register():
         assert spec.extra is None or spec.extra in extras, (spec.name, spec.extra)
+
+
+APACHE_2 = "Apache License\n                           Version 2.0, January 2004"
+
+
+@pytest.mark.parametrize("folder", [ROOT, *PLUGINS], ids=lambda p: p.name if p != ROOT else "core")
+def test_license_file_matches_the_declared_license(folder: Path) -> None:
+    """Each distribution declares Apache-2.0 (PEP 639) and ships the full
+    text as its LICENSE, the same file everywhere."""
+    meta = load(folder / "pyproject.toml")["project"]
+    assert meta["license"] == "Apache-2.0"
+    assert meta["license-files"] == ["LICENSE"]
+    text = (folder / "LICENSE").read_text()
+    assert APACHE_2 in text and "END OF TERMS AND CONDITIONS" in text
+    assert text == (ROOT / "LICENSE").read_text()
+
+
+@pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
+def test_plugin_readme_is_its_package_page(plugin: Path) -> None:
+    """Each plugin distribution has its own README (its PyPI page): it names
+    the distribution and the install line, and its configuration examples are
+    valid: the driver is built from them (its settings validated)."""
+    from missive.config import Config
+    from missive.kernel import Kernel
+    from missive.model_table import ModelTable
+
+    assert load(plugin / "pyproject.toml")["project"]["readme"] == "README.md"
+    text = (plugin / "README.md").read_text()
+    assert text.startswith(f"# missive-{plugin.name}")
+    assert f"pip install '{CORE}[{plugin.name}]'" in text
+    blocks = re.findall(r"```toml\n(.*?)```", text, re.DOTALL)
+    assert blocks, "no configuration example"
+    kernel = Kernel()
+    for block in blocks:
+        config = Config.model_validate(tomllib.loads(block))
+        table = ModelTable(config, kernel)
+        assert {d.name for d in table.drivers.values()} == {plugin.name}
+
+
+def test_the_core_ships_py_typed() -> None:
+    """PEP 561: ``py.typed`` is in the package and declared as package data
+    (tests/test_wheelhouse.py checks it lands in the wheel)."""
+    assert (ROOT / "core" / "missive" / "py.typed").is_file()
+    assert ROOT_PROJECT["tool"]["setuptools"]["package-data"]["missive"] == ["py.typed"]
