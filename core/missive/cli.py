@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .config import Config, ConfigError, load_config
+from .config import Config, ConfigError, config_search_path, load_config
 from .kernel import Kernel
 
 __all__ = ["cli", "main"]
@@ -21,7 +21,11 @@ __all__ = ["cli", "main"]
 
 def _config_options(func: Any) -> Any:
     options = [
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (default: $MISSIVE_CONFIG)."),
+        click.option(
+            "--config", "config_path", type=click.Path(dir_okay=False),
+            help="TOML config file (default: $MISSIVE_CONFIG, else the first of "
+            "$XDG_CONFIG_HOME/missive/missive.toml and /etc/missive/missive.toml that exists).",
+        ),
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. server.port=9000. Repeatable."),
     ]
     for option in reversed(options):
@@ -31,9 +35,18 @@ def _config_options(func: Any) -> Any:
 
 def _load(config_path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
-        return load_config(config_path, overrides=overrides)
+        return load_config(config_path, overrides=overrides, search=True)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def config_origin(config: Config) -> str:
+    """One line saying which configuration file was read, or where none was
+    found (for the start-up log and ``missive plugins``)."""
+    if config.source:
+        return f"configuration file {config.source}"
+    looked = ", ".join(str(p) for p in config_search_path())
+    return f"no configuration file (none given, $MISSIVE_CONFIG unset, none of {looked}): defaults"
 
 
 @click.group()
@@ -93,6 +106,7 @@ def serve(
     try:
         config.check_bind()
         setup_logging(config.server.log_level, config.server.log_format)
+        logging.getLogger("missive.cli").info(config_origin(config))
         app = create_app(config)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
@@ -168,6 +182,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     config = _load(config_path, overrides)
     kernel = Kernel(block=config.plugins.block)
     data = {
+        "config": config.source,
         "plugins": [
             {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}
             for p in kernel.plugins
@@ -192,6 +207,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
+    click.echo(f"{config_origin(config)}\n")
     for p in data["plugins"]:
         status = f"FAILED: {p['error']}" if p["error"] else ", ".join(p["hooks"]) or "no hooks"
         version = f" {p['version']}" if p["version"] else ""
