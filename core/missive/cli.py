@@ -14,6 +14,7 @@ import click
 
 from . import __version__
 from .config import Config, ConfigError, config_search_path, load_config
+from .default_model import choose_default_model, ranked
 from .kernel import Kernel
 
 __all__ = ["cli", "main"]
@@ -181,17 +182,24 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     capabilities (what requests are checked against)."""
     config = _load(config_path, overrides)
     kernel = Kernel(block=config.plugins.block)
+    try:
+        chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        default_id, default_error = (chosen.id if chosen else None), None
+    except ConfigError as exc:
+        default_id, default_error = None, str(exc)
     data = {
         "config": config.source,
         "plugins": [
-            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}
+            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "api": p.api,
+             "hooks": p.hooks, "error": p.error}
             for p in kernel.plugins
         ],
         "drivers": {
             name: {"description": spec.description, "extra": spec.extra, "capabilities": spec.capabilities.summary()}
             for name, spec in kernel.drivers.items()
         },
-        "default_models": sorted(kernel.default_models),
+        "default_models": [d.id for d in ranked(kernel.default_models)],
+        "default_model": default_id,
         "tool_parsers": {name: spec.description for name, spec in kernel.tool_parsers.items()},
         "reasoning_parsers": {name: spec.description for name, spec in kernel.reasoning_parsers.items()},
         "image_processors": {
@@ -223,7 +231,8 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             label = kind.replace("_processors", " processor")
             click.echo(f"\n{label} {name}: {info['description']}\n  media types: {', '.join(info['media_types'])}")
     if data["default_models"]:
-        click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
+        click.echo(f"\ndefault models (served when no model is configured): {', '.join(data['default_models'])}")
+        click.echo(f"  served: {data['default_model'] or 'FAILED: ' + str(default_error)}")
     for kind in ("tool_parsers", "reasoning_parsers"):
         if data[kind]:
             click.echo(f"\n{kind.replace('_', ' ')}:")
@@ -257,7 +266,13 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
     from .model_table import ModelTable
 
     out: dict[str, dict[str, object]] = {}
-    models = dict(config.models) or {d.id: d.entry for d in kernel.default_models.values()}
+    models = dict(config.models)
+    if not models:
+        try:
+            chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        except ConfigError as exc:
+            return {"(default)": {"driver": None, "started": False, "capabilities": {}, "error": str(exc)}}
+        models = {chosen.id: chosen.entry} if chosen else {}
     for model_id, entry in models.items():
         info: dict[str, object] = {"driver": entry.driver, "started": False, "capabilities": {}, "error": None}
         out[model_id] = info

@@ -18,6 +18,7 @@ Shape (every key optional)::
     queue_depth = 16            # requests that may wait per model when every slot is busy
     queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
     shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
+    default_model = "smollm2-135m"   # with no [models]: which plugin-offered default is served
 
     [models.smollm2-135m]
     driver = "llamacpp"
@@ -98,6 +99,8 @@ class ServerConfig(_Strict):
     keys (see :class:`ModelEntry` and :mod:`missive.admission`).
     ``shutdown_grace`` is how long ``missive serve`` lets running generations
     finish after SIGTERM or SIGINT (:mod:`missive.shutdown`).
+    ``default_model`` picks which plugin-offered default model is served when
+    no model is configured (:mod:`missive.default_model`).
     """
 
     host: str = "127.0.0.1"
@@ -115,6 +118,7 @@ class ServerConfig(_Strict):
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
     shutdown_grace: float = Field(default=30.0, ge=0, le=86400, allow_inf_nan=False, strict=True)
+    default_model: str | None = None
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

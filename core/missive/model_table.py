@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from .config import Config, ConfigError, ModelEntry
+from .default_model import choose_default_model
 from .driver import Driver
 from .errors import ModelNotFoundError
 from .kernel import Kernel
@@ -19,8 +20,9 @@ BUILTIN_DRIVERS = frozenset({"llamacpp", "echo", "ollama", "mlx", "openai", "vll
 
 
 class ModelTable:
-    """Model id -> driver instance, built from the config (or the plugins'
-    default models when the config names none).
+    """Model id -> driver instance, built from the config (or the default
+    model :func:`~missive.default_model.choose_default_model` picks among
+    the plugins' when the config names none).
 
     Raises:
         ConfigError: a model names an unknown driver, or its driver's
@@ -31,7 +33,9 @@ class ModelTable:
         self.config = config
         self.kernel = kernel
         if not config.models:
-            config.models = {d.id: d.entry for d in kernel.default_models.values()}
+            chosen = choose_default_model(kernel.default_models, config.server.default_model)
+            if chosen is not None:
+                config.models = {chosen.id: chosen.entry}
         if not config.models:
             raise ConfigError(
                 "no models to serve: configure [models.<id>] in a config file, or install the "

@@ -27,8 +27,7 @@ from typing import Any
 
 import httpx
 
-from missive.errors import BadGatewayError, TimeoutError_
-from missive.replicas import Replica, ReplicaPool
+from missive.api import BadGatewayError, Replica, ReplicaPool, TimeoutError_
 from missive_openai.upstream_errors import parse_error_body, retry_after_header
 
 from .errors import is_replica_failure, translate_error

@@ -34,16 +34,16 @@ from typing import Any
 
 import httpx
 
-from missive.errors import (
+from missive.api import (
     BadGatewayError,
     InvalidRequestError,
     MissiveError,
     OverloadedError,
     RateLimitError,
+    Replica,
+    ReplicaPool,
     TimeoutError_,
 )
-
-from missive.replicas import Replica, ReplicaPool
 
 from .settings import OllamaSettings
 
