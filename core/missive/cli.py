@@ -142,7 +142,7 @@ def serve(
             click.echo(serving, err=True)
         try:
             await serve_until_stopped(
-                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),  # type: ignore[arg-type]
+                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),
                 drain,
                 models,
             )
@@ -187,7 +187,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
         default_id, default_error = (chosen.id if chosen else None), None
     except ConfigError as exc:
         default_id, default_error = None, str(exc)
-    data = {
+    data: dict[str, Any] = {
         "config": config.source,
         "plugins": [
             {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "api": p.api,

@@ -19,6 +19,7 @@ unregistered; the others load. ``$MISSIVE_BLOCK_PLUGINS`` (or
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -83,7 +84,7 @@ class Kernel:
             b.strip() for b in os.environ.get("MISSIVE_BLOCK_PLUGINS", "").split(",") if b.strip()
         }
         for module_name in DEFAULT_PLUGINS:
-            self._load(module_name, "default", lambda m=module_name: importlib.import_module(m))
+            self._load(module_name, "default", functools.partial(importlib.import_module, module_name))
         if load_entry_points:
             for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 if ep.name in self._block:
@@ -94,7 +95,7 @@ class Kernel:
         for module_name in os.environ.get("MISSIVE_PLUGINS", "").split(","):
             module_name = module_name.strip()
             if module_name:
-                self._load(module_name, "MISSIVE_PLUGINS", lambda m=module_name: importlib.import_module(m))
+                self._load(module_name, "MISSIVE_PLUGINS", functools.partial(importlib.import_module, module_name))
         self.drivers: dict[str, DriverSpec] = self._collect("register_drivers", DriverSpec)
         self.default_models: dict[str, DefaultModel] = self._collect(
             "register_default_models", DefaultModel, key="id"

@@ -70,7 +70,7 @@ class ModelTable:
             raise ConfigError(
                 f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc
-        driver = cls(model_id, entry, spec.capabilities)
+        driver: Driver = cls(model_id, entry, spec.capabilities)
         driver.name = spec.name
         driver.tool_parser_specs = self.kernel.tool_parsers
         driver.reasoning_parser_specs = self.kernel.reasoning_parsers

@@ -503,7 +503,8 @@ class DriverContract:
         text = "hello " * (context + 100)
         with pytest.raises(anthropic.BadRequestError) as caught:
             client.messages.create(**self._kwargs(messages=[{"role": "user", "content": text}]))
-        message = caught.value.body["error"]["message"]
+        body: Any = caught.value.body  # the SDK types it as object
+        message = body["error"]["message"]
         assert message.startswith("prompt is too long: ") and message.endswith(" maximum"), message
 
     def test_contract_models_listing(self, contract_url: str) -> None:
