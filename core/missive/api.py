@@ -102,7 +102,16 @@ from .specs import (
 )
 from .state import read_json, state_dir, write_json
 from .tools.definitions import ToolChoice, ToolDefinition
-from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Reasoning, Text, ToolParser
+from .tools.parsers.base import (
+    CallArgs,
+    CallEnd,
+    CallStart,
+    MalformedToolCall,
+    ParseEvent,
+    Reasoning,
+    Text,
+    ToolParser,
+)
 from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
 from .tools.render import hermes_messages, template_supports_tools

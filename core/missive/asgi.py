@@ -1,7 +1,8 @@
 """ASGI entry point: ``hypercorn missive.asgi:app``.
 
 Configuration comes from ``$MISSIVE_CONFIG`` (else the user's or the
-system's ``missive.toml``) and ``MISSIVE__...`` variables (see :mod:`missive.config`). Hypercorn chooses the bind address here, so the
+system's ``missive.toml``) and ``MISSIVE__...`` variables (see
+:mod:`missive.config`). Hypercorn chooses the bind address here, so the
 loopback-only rule of ``missive serve`` is not enforced: set API keys before
 binding anything but loopback. Hypercorn's asyncio worker closes the
 connections their clients closed at once (:mod:`missive.connections`).
