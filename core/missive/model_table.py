@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from .config import Config, ConfigError, ModelEntry
+from .default_model import choose_default_model
 from .driver import Driver
 from .errors import ModelNotFoundError
 from .kernel import Kernel
@@ -14,13 +15,14 @@ __all__ = ["ModelTable"]
 
 log = logging.getLogger("missive.models")
 
-#: Drivers shipped as extras of the ``missive`` distribution (``missive[<name>]``).
+#: Drivers shipped as extras of the ``missive-server`` distribution (``missive-server[<name>]``).
 BUILTIN_DRIVERS = frozenset({"llamacpp", "echo", "ollama", "mlx", "openai", "vllm", "llamaserver"})
 
 
 class ModelTable:
-    """Model id -> driver instance, built from the config (or the plugins'
-    default models when the config names none).
+    """Model id -> driver instance, built from the config (or the default
+    model :func:`~missive.default_model.choose_default_model` picks among
+    the plugins' when the config names none).
 
     Raises:
         ConfigError: a model names an unknown driver, or its driver's
@@ -31,11 +33,13 @@ class ModelTable:
         self.config = config
         self.kernel = kernel
         if not config.models:
-            config.models = {d.id: d.entry for d in kernel.default_models.values()}
+            chosen = choose_default_model(kernel.default_models, config.server.default_model)
+            if chosen is not None:
+                config.models = {chosen.id: chosen.entry}
         if not config.models:
             raise ConfigError(
                 "no models to serve: configure [models.<id>] in a config file, or install the "
-                "embedded default with pip install 'missive[default]'"
+                "embedded default with pip install 'missive-server[default]'"
             )
         self.drivers: dict[str, Driver] = {}
         #: Ids of the models whose ``start()`` has returned (``GET /readyz``).
@@ -51,7 +55,7 @@ class ModelTable:
         if spec is None:
             known = ", ".join(sorted(self.kernel.drivers)) or "none installed"
             hint = (
-                f"pip install 'missive[{entry.driver}]'"
+                f"pip install 'missive-server[{entry.driver}]'"
                 if entry.driver in BUILTIN_DRIVERS
                 else "install the plugin distribution that provides it"
             )
@@ -62,11 +66,11 @@ class ModelTable:
         try:
             cls = load_object(spec.factory)
         except ImportError as exc:
-            hint = f"pip install 'missive[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
+            hint = f"pip install 'missive-server[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
             raise ConfigError(
                 f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc
-        driver = cls(model_id, entry, spec.capabilities)
+        driver: Driver = cls(model_id, entry, spec.capabilities)
         driver.name = spec.name
         driver.tool_parser_specs = self.kernel.tool_parsers
         driver.reasoning_parser_specs = self.kernel.reasoning_parsers

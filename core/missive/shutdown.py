@@ -32,7 +32,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -208,7 +208,7 @@ async def serve_until_stopped(
         except NotImplementedError:  # Windows: a plain handler that hands over to the loop
             signal.signal(signum, lambda sig, _: loop.call_soon_threadsafe(on_signal, signal.Signals(sig)))
     before = asyncio.all_tasks()
-    server = loop.create_task(serve(drain.wait_begun))  # type: ignore[arg-type]
+    server: asyncio.Task[Any] = loop.create_task(serve(drain.wait_begun))  # type: ignore[arg-type]
     try:
         begun = loop.create_task(drain.wait_begun())
         await asyncio.wait({server, begun}, return_when=asyncio.FIRST_COMPLETED)

@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 import anyio
 from quart import Quart, Response, g
@@ -118,7 +119,7 @@ async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Ge
     )
 
 
-async def create_message() -> Response | dict:
+async def create_message() -> Response | dict[str, Any]:
     """``POST /v1/messages`` (see :func:`_create_message`); a client that
     leaves before a response was sent (queued, or during a non-streaming
     answer) is recorded as it leaves (499 ``client_disconnected``), not when
@@ -132,7 +133,7 @@ async def create_message() -> Response | dict:
         raise
 
 
-async def _create_message() -> Response | dict:
+async def _create_message() -> Response | dict[str, Any]:
     authenticate()
     config, _, models = state()
     req = await read_request(MessagesRequest)

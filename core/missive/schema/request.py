@@ -225,7 +225,7 @@ class MessagesRequest(CountTokensRequest):
     """Body of ``POST /v1/messages``."""
 
     # Strict types: the API rejects "10" for an integer and "yes" for a boolean.
-    max_tokens: Annotated[StrictInt, Field(ge=0)]  # type: ignore[assignment]
+    max_tokens: Annotated[StrictInt, Field(ge=0)]
     stream: StrictBool = False
     stop_sequences: list[str] | None = None
     temperature: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None

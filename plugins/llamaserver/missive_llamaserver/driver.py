@@ -66,15 +66,24 @@ from typing import Any
 
 import anyio
 
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.driver import GenerationRequest, clamp_max_tokens
-from missive.errors import BadGatewayError, CapabilityError, MissiveError, PromptTooLongError
-from missive.events import Finished, GenerationEvent, Started
-from missive.tools.parsers.base import ToolParser
-from missive.tools.parsers.registry import build_parser
-from missive.tools.render import hermes_messages, template_supports_tools
-from missive.transport import RemoteStream
+from missive.api import (
+    BadGatewayError,
+    Capabilities,
+    CapabilityError,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    MissiveError,
+    ModelEntry,
+    PromptTooLongError,
+    RemoteStream,
+    Started,
+    ToolParser,
+    build_parser,
+    clamp_max_tokens,
+    hermes_messages,
+    template_supports_tools,
+)
 from missive_openai.convert import chat_messages, chat_tool_choice, chat_tools
 from missive_openai.driver import OpenAIDriver
 

@@ -26,8 +26,7 @@ from typing import Any
 
 import httpx
 
-from missive.errors import BadGatewayError, MissiveError
-from missive.transport import Classify, Failover, RemoteStream, RemoteTransport
+from missive.api import BadGatewayError, Classify, Failover, MissiveError, RemoteStream, RemoteTransport
 from missive_openai.upstream_errors import parse_error_body, retry_after_header
 
 from .errors import is_replica_failure, translate_error

@@ -36,15 +36,17 @@ from typing import Any
 
 import httpx
 
-from missive.errors import (
+from missive.api import (
     BadGatewayError,
+    Failover,
     InvalidRequestError,
     MissiveError,
     OverloadedError,
     RateLimitError,
+    RemoteStream,
+    RemoteTransport,
+    ReplicaPool,
 )
-from missive.replicas import ReplicaPool
-from missive.transport import Failover, RemoteStream, RemoteTransport
 
 from .settings import OllamaSettings
 

@@ -46,17 +46,29 @@ from typing import Any
 
 import httpx
 
-from missive.capabilities import Capabilities
-from missive.config import ConfigError, ModelEntry
-from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.errors import BadGatewayError, CapabilityError, InvalidRequestError, MissiveError, PromptTooLongError
-from missive.events import Finished, GenerationEvent, Started
-from missive.replicas import ReplicaPool
-from missive.transport import Failover, RemoteStream, RemoteTransport
+from missive.api import (
+    BadGatewayError,
+    Capabilities,
+    CapabilityError,
+    ConfigError,
+    Driver,
+    Failover,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    InvalidRequestError,
+    MissiveError,
+    ModelEntry,
+    PromptTooLongError,
+    RemoteStream,
+    RemoteTransport,
+    ReplicaPool,
+    Started,
+    clamp_max_tokens,
+    conversation_image_tokens,
+)
 
 from .chunks import ChunkTranslator
-from missive.media.tokens import conversation_image_tokens
-
 from .convert import chat_messages, chat_tool_choice, chat_tools
 from .settings import OpenAISettings, apply_capabilities, parse_settings
 from .upstream_errors import context_overflow, parse_error_body, retry_after_header, translate
