@@ -399,15 +399,21 @@ def stop_http_server(server: ThreadingHTTPServer | None) -> None:
 class DriverContract:
     """The shared contract every driver passes, through the official SDK.
 
-    Subclass it in a driver's tests, next to a ``contract_url`` fixture::
-
-        @pytest.fixture(scope="module")
-        def contract_url():                  # base URL of a live server
-            with live_server({...}) as url:
-                yield url
+    Subclass it in a driver's tests with the configuration to serve; the
+    pytest plugin (:mod:`missive.pytest_plugin`, loaded by pytest wherever
+    Missive is installed) starts that server for the class::
 
         class TestMyDriver(DriverContract):
             model = "my-model"               # the model id to test
+            config = {"models": {"my-model": {"driver": "mine"}}}
+
+    or next to a ``contract_url`` fixture of its own, when the configuration
+    is known only at run time (a backend's port)::
+
+        @pytest.fixture(scope="module")
+        def contract_url(backend):           # base URL of a live server
+            with live_server({...}) as url:
+                yield url
 
     Tests that need a capability the model does not declare (read from
     ``missive plugins --json`` semantics: ``GET /v1/models`` for the context,
@@ -416,6 +422,10 @@ class DriverContract:
 
     Attributes:
         model: model id served by ``contract_url``.
+        config: the configuration mapping the plugin's ``contract_url``
+            serves (unused when a ``contract_url`` fixture replaces it).
+        env: more environment variables for that server (e.g.
+            ``MISSIVE_PLUGINS`` naming a plugin module not installed yet).
         deterministic: greedy decoding (``temperature: 0``) gives the same
             text for the same prompt (needed by the stop-sequence test).
         exact_count_tokens: ``count_tokens`` equals the prompt usage.
@@ -423,6 +433,8 @@ class DriverContract:
     """
 
     model: str = ""
+    config: Mapping[str, Any] | None = None
+    env: Mapping[str, str] | None = None
     deterministic: bool = True
     exact_count_tokens: bool = True
     prompt: str = "List three colours of the rainbow."
