@@ -1,6 +1,7 @@
 """The test kit as a pytest plugin (``pytest11`` entry point
 ``missive.pytest_plugin``): a project holding nothing but a test file, no
-conftest, gets the contract's server from the test class's ``config``, the
+conftest, gets the contract's server from the test class's ``config`` (the
+smallest test file of docs/drivers.md, run as it is written there), the
 ``missive_server`` factory and a header line naming the drivers found. Each
 case runs pytest in a subprocess in an empty folder, as another project would."""
 
@@ -13,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-CONTRACT = '''
-from missive.testing import DriverContract
+ROOT = Path(__file__).parent.parent
 
 
-class TestEcho(DriverContract):
-    model = "echo"
-    prompt = "red orange yellow green blue"
-    config = {"models": {"echo": {"driver": "echo", "context_window": 200}}}
-'''
+def smallest_test_file() -> str:
+    """The smallest working test file docs/drivers.md shows ("Testing a driver")."""
+    section = (ROOT / "docs" / "drivers.md").read_text().split("## Testing a driver", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
 
 FACTORY = '''
 import os
@@ -58,8 +58,10 @@ def run_pytest(folder: Path, source: str, **env: str) -> subprocess.CompletedPro
     )
 
 
-def test_contract_from_the_class_config(tmp_path: Path) -> None:
-    result = run_pytest(tmp_path, CONTRACT)
+def test_the_documented_smallest_test_file_runs_the_contract(tmp_path: Path) -> None:
+    source = smallest_test_file()
+    assert "DriverContract" in source and "config = " in source
+    result = run_pytest(tmp_path, source)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "6 passed" in result.stdout, result.stdout
     header = next(line for line in result.stdout.splitlines() if line.startswith("missive "))
