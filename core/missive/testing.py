@@ -185,16 +185,19 @@ def serve_process(
     args: tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
+    python: str | Path | None = None,
 ) -> Iterator[ServerProcess]:
     """Run ``missive serve`` with ``config`` (None: no config file, the
     defaults) and yield it once ``/health`` answers, as a
     :class:`ServerProcess` (URL, process, log). ``MISSIVE*`` variables of this
-    process are not passed on; ``env`` adds variables. The server's log is in
+    process are not passed on; ``env`` adds variables. ``python``: the
+    interpreter that runs it (default: this one), e.g. that of a virtual
+    environment a distribution was installed into. The server's log is in
     the error if it fails to start; it is stopped on exit (:func:`stop_process`).
     """
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="missive-test-") as tmp:
-        cmd = [sys.executable, "-m", "missive", "serve", "--port", str(port), *args]
+        cmd = [str(python or sys.executable), "-m", "missive", "serve", "--port", str(port), *args]
         if config is not None:
             config_path = Path(tmp) / "missive.toml"
             config_path.write_text(dump_toml(config))
@@ -219,14 +222,16 @@ def live_server(
     args: tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
+    python: str | Path | None = None,
 ) -> Iterator[str]:
     """Run ``missive serve`` with ``config`` (None: no config file, the defaults).
 
     Yields the base URL (``http://127.0.0.1:PORT``). The server's log is
     printed if it fails to start; it is stopped (SIGTERM, then SIGKILL) on exit.
-    :func:`serve_process` gives the process and its log too.
+    :func:`serve_process` gives the process and its log too; ``python`` is
+    the interpreter to run it with (default: this one).
     """
-    with serve_process(config, args=args, env=env, timeout=timeout) as server:
+    with serve_process(config, args=args, env=env, timeout=timeout, python=python) as server:
         yield server.url
 
 
