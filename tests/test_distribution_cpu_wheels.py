@@ -34,7 +34,7 @@ def copy_sources(dest: Path) -> Path:
     for item in ROOT.iterdir():
         if item.is_file():
             shutil.copy2(item, dest / item.name)
-    ignore = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", "tests")
+    ignore = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__")
     for source in SOURCES:
         shutil.copytree(ROOT / source, dest / source, ignore=ignore)
     return dest
