@@ -1,4 +1,4 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``claude``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``claude``, ``new-driver``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -383,6 +383,32 @@ def claude(
         raise click.ClickException("claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code")
     sys.stdout.flush()
     os.execve(binary, [binary, *claude_args], {**os.environ, **env})
+
+
+@cli.command("new-driver")
+@click.argument("name")
+@click.option(
+    "--output", type=click.Path(file_okay=False), default=".", show_default=True,
+    help="Folder to write missive-NAME/ into.",
+)
+def new_driver(name: str, output: str) -> None:
+    """Write missive-NAME/, a driver distribution that passes the driver contract as written.
+
+    NAME is the driver's name (driver = "NAME" in a model entry). Then, in
+    missive-NAME/: pip install -e '.[test]' && pytest
+    """
+    from pathlib import Path
+
+    from .scaffold import write_skeleton
+
+    try:
+        target = write_skeleton(name, Path(output))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    except FileExistsError:
+        raise click.ClickException(f"{Path(output) / f'missive-{name}'} exists already; nothing written") from None
+    click.echo(f"wrote {target}")
+    click.echo(f"next: cd {target} && pip install -e '.[test]' && pytest")
 
 
 def main() -> None:

@@ -172,7 +172,8 @@ class Kernel:
         before the default plugins, so a plugin can replace built-in behaviour
         (a tool parser of the same name) and its template markers are tried
         first; among them the first registration of a name wins, a later
-        duplicate is logged.
+        duplicate is logged, except that a default model of a higher
+        ``priority`` replaces one of the same id.
         """
         found: dict[str, T] = {}
         caller = getattr(self.pm.hook, hook_name)
@@ -195,6 +196,13 @@ class Kernel:
             for item in items:
                 item_key = getattr(item, key)
                 if item_key in found:
+                    # A default model of the same id and a higher priority replaces
+                    # the other (a distribution's tuned entry over the driver's).
+                    if getattr(item, "priority", 0) > getattr(found[item_key], "priority", 0):
+                        log.info("%s %r from %s replaces one of lower priority", kind.__name__, item_key,
+                                 impl.plugin_name)
+                        found[item_key] = item
+                        continue
                     log.warning("%s %r from %s ignored: already registered", kind.__name__, item_key, impl.plugin_name)
                     continue
                 found[item_key] = item
