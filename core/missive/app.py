@@ -213,8 +213,9 @@ def _rule_of_other_method(app: Quart) -> str | None:
     exc = request.routing_exception
     if not isinstance(exc, MethodNotAllowed) or not exc.valid_methods:
         return None
+    method: str = next(iter(exc.valid_methods))
     try:
-        rule, _ = app.url_map.bind("missive").match(request.path, method=exc.valid_methods[0], return_rule=True)
+        rule, _ = app.url_map.bind("missive").match(request.path, method=method, return_rule=True)
     except HTTPException:
         return None
-    return rule.rule
+    return str(rule.rule)

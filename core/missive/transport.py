@@ -389,7 +389,8 @@ class RemoteStream:
         response = await self.response()
         where = self.replica.url if self.replica is not None else None
         try:
-            async with contextlib.aclosing(response.aiter_lines()) as lines:
+            # httpx types aiter_lines as an AsyncIterator; it is an async generator (aclose).
+            async with contextlib.aclosing(response.aiter_lines()) as lines:  # type: ignore[type-var]
                 async for line in lines:
                     yield line
         except httpx.ReadTimeout:
