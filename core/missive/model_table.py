@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import logging
 
+from typing import Any
+
+import anyio.to_thread
+
 from .config import Config, ConfigError, ModelEntry
 from .driver import Driver
 from .errors import ModelNotFoundError
 from .kernel import Kernel
+from .sources.local import LocalModel
 from .specs import load_object
 
 __all__ = ["ModelTable"]
@@ -38,6 +43,12 @@ class ModelTable:
                 "embedded default with pip install 'missive[default]'"
             )
         self.drivers: dict[str, Driver] = {}
+        #: Model id -> its entry with model references resolved to local
+        #: files (:meth:`fetch`; until then, as configured).
+        self.entries: dict[str, ModelEntry] = dict(config.models)
+        #: Model id -> its files on this machine, once fetched (None: a
+        #: driver that loads no files).
+        self.local: dict[str, LocalModel | None] = {}
         #: Ids of the models whose ``start()`` has returned (``GET /readyz``).
         self.started: set[str] = set()
         #: True once :meth:`aclose` has been called.
@@ -83,19 +94,49 @@ class ModelTable:
             raise ModelNotFoundError(requested)
         return model_id, self.drivers[model_id]
 
-    async def start(self) -> None:
-        """Start every driver once (later calls do nothing).
+    async def fetch(self, model_id: str) -> None:
+        """Resolve the model reference of ``model_id``'s entry, if any
+        (``hf://``, an Ollama name: :mod:`missive.sources`), downloading it
+        in a worker thread when it is not on this machine yet; the driver is
+        then rebuilt with the local paths. Once per model.
 
         Raises:
-            ConfigError: a driver could not start (missing model file...).
+            ConfigError: the reference cannot be resolved (the message names
+                the model, the reference and the files).
+        """
+        if model_id in self.local:
+            return
+        from .sources.entries import resolve_entry
+
+        entry = self.entries[model_id]
+        spec = self.kernel.drivers.get(entry.driver)
+        resolved = await anyio.to_thread.run_sync(resolve_entry, model_id, entry, spec)
+        if resolved.entry is not entry:
+            local = resolved.local
+            assert local is not None
+            log.info("model %s: %s is %s (%s)", model_id, local.ref, local.path, local.source)
+            self.entries[model_id] = resolved.entry
+            self.drivers[model_id] = self._build(model_id, resolved.entry)
+        self.local[model_id] = resolved.local
+
+    async def start(self) -> None:
+        """Fetch and start every model once (later calls do nothing); each
+        model's :meth:`Driver.choices` are logged.
+
+        Raises:
+            ConfigError: a reference could not be fetched, or a driver could
+                not start (missing model file...).
         """
         if self._started:
             return
         self._started = True
-        for model_id, driver in self.drivers.items():
+        for model_id in list(self.drivers):
+            await self.fetch(model_id)
+            driver = self.drivers[model_id]
             log.info("starting model %s (driver %s)", model_id, driver.name)
             await driver.start()
             self.started.add(model_id)
+            _log_choices(model_id, driver)
 
     async def aclose(self) -> None:
         """Close every driver (``Driver.aclose``), once: later calls do nothing.
@@ -108,3 +149,16 @@ class ModelTable:
                 await driver.aclose()
             except Exception:
                 log.exception("closing driver %s failed", driver.name)
+
+
+def _log_choices(model_id: str, driver: Driver) -> None:
+    try:
+        choices: dict[str, Any] = driver.choices()
+    except Exception:  # noqa: BLE001 - a log line must not stop the server
+        log.exception("model %s: choices() failed", model_id)
+        return
+    if choices:
+        log.info(
+            "model %s ready: %s", model_id, " ".join(f"{k}={v}" for k, v in choices.items()),
+            extra={"fields": {"model": model_id, **choices}},
+        )
