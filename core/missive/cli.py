@@ -336,7 +336,7 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
 
 async def _start_and_close(table: Any) -> None:
     try:
-        await table.start()
+        await table.start(load_lazy=True)
     finally:
         await table.aclose()
 
