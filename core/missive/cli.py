@@ -392,11 +392,14 @@ def claude(
     claude_args: tuple[str, ...],
 ) -> None:
     """Print the environment that points Claude Code at the running server,
-    or run Claude Code with it: `missive claude -- -p "hello"`.
+    or run Claude Code with it: `missive claude -- -p "hello"`. Warns (on
+    stderr) when the model's context is too small for Claude Code.
 
     Use the printed lines with: eval "$(missive claude)".
     """
-    from .claude_env import ServerUnavailable, claude_environment, export_lines, fetch_model, server_url
+    from .claude_env import (
+        ServerUnavailable, claude_environment, context_warning, export_lines, fetch_model, server_url,
+    )
 
     config = _load(config_path, overrides)
     base = (url or server_url(config)).rstrip("/")
@@ -413,6 +416,9 @@ def claude(
             )
         raise click.ClickException(message) from None
     env = claude_environment(base, key, info, small_model)
+    warning = context_warning(info)
+    if warning:
+        click.echo(warning, err=True)  # stderr: eval "$(missive claude)" reads stdout
     if not claude_args and not run_:
         click.echo(export_lines(env), nl=False)
         return
