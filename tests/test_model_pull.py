@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
 from missive.testing import serve_process
@@ -47,14 +46,14 @@ def hub() -> Iterator[Hub]:
             "original/consolidated.pth": b"not part of an MLX folder",
         }),
     })
-    hub.url = hub.start()  # type: ignore[attr-defined]
+    hub.start()
     yield hub
     hub.stop()
 
 
 def hf_env(hub: Hub, cache: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MISSIVE", "HF_"))}
-    env.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(cache), HF_HUB_DISABLE_TELEMETRY="1",  # type: ignore[attr-defined]
+    env.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=str(cache), HF_HUB_DISABLE_TELEMETRY="1",
                OLLAMA_MODELS=str(cache / "no-ollama"), **extra)
     return env
 

@@ -88,6 +88,8 @@ class Hub:
     #: Bytes of a file body sent before the connection is cut (once), to
     #: test resumed downloads; None: whole bodies.
     cut_after: int | None = None
+    #: The base URL once started.
+    url: str = ""
     _server: ThreadingHTTPServer | None = None
 
     def start(self) -> str:
@@ -97,8 +99,8 @@ class Hub:
             pass
 
         Handler.hub = hub
-        self._server, url = start_http_server(Handler)
-        return url
+        self._server, self.url = start_http_server(Handler)
+        return self.url
 
     def stop(self) -> None:
         stop_http_server(self._server)
