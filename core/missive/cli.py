@@ -13,7 +13,9 @@ from typing import Any
 
 import click
 
-from .config import Config, ConfigError, load_config
+from . import __version__
+from .config import Config, ConfigError, config_search_path, load_config
+from .default_model import choose_default_model, ranked
 from .kernel import Kernel
 
 __all__ = ["cli", "main"]
@@ -21,7 +23,11 @@ __all__ = ["cli", "main"]
 
 def _config_options(func: Any) -> Any:
     options = [
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (default: $MISSIVE_CONFIG)."),
+        click.option(
+            "--config", "config_path", type=click.Path(dir_okay=False),
+            help="TOML config file (default: $MISSIVE_CONFIG, else the first of "
+            "$XDG_CONFIG_HOME/missive/missive.toml and /etc/missive/missive.toml that exists).",
+        ),
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. server.port=9000. Repeatable."),
     ]
     for option in reversed(options):
@@ -31,13 +37,22 @@ def _config_options(func: Any) -> Any:
 
 def _load(config_path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
-        return load_config(config_path, overrides=overrides)
+        return load_config(config_path, overrides=overrides, search=True)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
 
+def config_origin(config: Config) -> str:
+    """One line saying which configuration file was read, or where none was
+    found (for the start-up log and ``missive plugins``)."""
+    if config.source:
+        return f"configuration file {config.source}"
+    looked = ", ".join(str(p) for p in config_search_path())
+    return f"no configuration file (none given, $MISSIVE_CONFIG unset, none of {looked}): defaults"
+
+
 @click.group()
-@click.version_option(package_name="missive")
+@click.version_option(version=__version__, package_name="missive-server", prog_name="missive")
 def cli() -> None:
     """Missive: an Anthropic Messages API server for local models."""
 
@@ -103,6 +118,7 @@ def serve(
     try:
         config.check_bind()
         setup_logging(config.server.log_level, config.server.log_format)
+        logging.getLogger("missive.cli").info(config_origin(config))
         kernel = Kernel(block=config.plugins.block)
         if model_refs:
             from .model_commands import add_served_models, progress_on_terminal
@@ -140,7 +156,7 @@ def serve(
         _say(config.server.log_format)(f"Missive serving {', '.join(config.models)} on {address}")
         try:
             await serve_until_stopped(
-                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),  # type: ignore[arg-type]
+                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),
                 drain,
                 models,
             )
@@ -236,16 +252,24 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     capabilities (what requests are checked against)."""
     config = _load(config_path, overrides)
     kernel = Kernel(block=config.plugins.block)
-    data = {
+    try:
+        chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        default_id, default_error = (chosen.id if chosen else None), None
+    except ConfigError as exc:
+        default_id, default_error = None, str(exc)
+    data: dict[str, Any] = {
+        "config": config.source,
         "plugins": [
-            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}
+            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "api": p.api,
+             "hooks": p.hooks, "error": p.error}
             for p in kernel.plugins
         ],
         "drivers": {
             name: {"description": spec.description, "extra": spec.extra, "capabilities": spec.capabilities.summary()}
             for name, spec in kernel.drivers.items()
         },
-        "default_models": sorted(kernel.default_models),
+        "default_models": [d.id for d in ranked(kernel.default_models)],
+        "default_model": default_id,
         "tool_parsers": {name: spec.description for name, spec in kernel.tool_parsers.items()},
         "reasoning_parsers": {name: spec.description for name, spec in kernel.reasoning_parsers.items()},
         "image_processors": {
@@ -261,6 +285,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
+    click.echo(f"{config_origin(config)}\n")
     for p in data["plugins"]:
         status = f"FAILED: {p['error']}" if p["error"] else ", ".join(p["hooks"]) or "no hooks"
         version = f" {p['version']}" if p["version"] else ""
@@ -276,7 +301,8 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             label = kind.replace("_processors", " processor")
             click.echo(f"\n{label} {name}: {info['description']}\n  media types: {', '.join(info['media_types'])}")
     if data["default_models"]:
-        click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
+        click.echo(f"\ndefault models (served when no model is configured): {', '.join(data['default_models'])}")
+        click.echo(f"  served: {data['default_model'] or 'FAILED: ' + str(default_error)}")
     for kind in ("tool_parsers", "reasoning_parsers"):
         if data[kind]:
             click.echo(f"\n{kind.replace('_', ' ')}:")
@@ -310,7 +336,13 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
     from .model_table import ModelTable
 
     out: dict[str, dict[str, object]] = {}
-    models = dict(config.models) or {d.id: d.entry for d in kernel.default_models.values()}
+    models = dict(config.models)
+    if not models:
+        try:
+            chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        except ConfigError as exc:
+            return {"(default)": {"driver": None, "started": False, "capabilities": {}, "error": str(exc)}}
+        models = {chosen.id: chosen.entry} if chosen else {}
     for model_id, entry in models.items():
         info: dict[str, object] = {"driver": entry.driver, "started": False, "capabilities": {}, "error": None}
         out[model_id] = info

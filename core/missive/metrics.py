@@ -72,7 +72,7 @@ class Metrics:
     def __init__(self, models: ModelTable, admission: Admission) -> None:
         # No ``*_created`` series: one more per labelled child, which nothing
         # here reads. prometheus_client has this switch for the process only.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
         self.registry = CollectorRegistry()
         r, m = self.registry, [MODEL]
         self.requests = Counter(

@@ -20,7 +20,7 @@ def progress_on_terminal() -> None:
     """Let huggingface_hub draw download progress bars only when stderr is
     a terminal (a log file or a pipe gets the one-line messages alone)."""
     if not sys.stderr.isatty():
-        from huggingface_hub.utils import disable_progress_bars
+        from huggingface_hub.utils.tqdm import disable_progress_bars
 
         disable_progress_bars()
 

@@ -14,6 +14,7 @@ from typing import Any
 import anyio.to_thread
 
 from .config import Config, ConfigError, ModelEntry
+from .default_model import choose_default_model
 from .driver import Driver
 from .errors import ApiError, ModelNotFoundError, OverloadedError
 from .kernel import Kernel
@@ -25,7 +26,7 @@ __all__ = ["ModelTable", "ModelUse", "BUILTIN_DRIVERS"]
 
 log = logging.getLogger("missive.models")
 
-#: Drivers shipped as extras of the ``missive`` distribution (``missive[<name>]``).
+#: Drivers shipped as extras of the ``missive-server`` distribution (``missive-server[<name>]``).
 BUILTIN_DRIVERS = frozenset({"llamacpp", "echo", "ollama", "mlx", "openai", "vllm", "llamaserver"})
 
 #: Most seconds between two looks for models idle past their ``idle_unload``.
@@ -48,8 +49,9 @@ class ModelUse:
 
 
 class ModelTable:
-    """Model id -> driver instance, built from the config (or the plugins'
-    default models when the config names none).
+    """Model id -> driver instance, built from the config (or the default
+    model :func:`~missive.default_model.choose_default_model` picks among
+    the plugins' when the config names none).
 
     Raises:
         ConfigError: a model names an unknown driver, or its driver's
@@ -60,11 +62,13 @@ class ModelTable:
         self.config = config
         self.kernel = kernel
         if not config.models:
-            config.models = {d.id: d.entry for d in kernel.default_models.values()}
+            chosen = choose_default_model(kernel.default_models, config.server.default_model)
+            if chosen is not None:
+                config.models = {chosen.id: chosen.entry}
         if not config.models:
             raise ConfigError(
                 "no models to serve: configure [models.<id>] in a config file, or install the "
-                "embedded default with pip install 'missive[default]'"
+                "embedded default with pip install 'missive-server[default]'"
             )
         self.drivers: dict[str, Driver] = {}
         #: Model id -> its entry with model references resolved to local
@@ -101,7 +105,7 @@ class ModelTable:
         if spec is None:
             known = ", ".join(sorted(self.kernel.drivers)) or "none installed"
             hint = (
-                f"pip install 'missive[{entry.driver}]'"
+                f"pip install 'missive-server[{entry.driver}]'"
                 if entry.driver in BUILTIN_DRIVERS
                 else "install the plugin distribution that provides it"
             )
@@ -112,11 +116,11 @@ class ModelTable:
         try:
             cls = load_object(spec.factory)
         except ImportError as exc:
-            hint = f"pip install 'missive[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
+            hint = f"pip install 'missive-server[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
             raise ConfigError(
                 f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc
-        driver = cls(model_id, entry, spec.capabilities)
+        driver: Driver = cls(model_id, entry, spec.capabilities)
         driver.name = spec.name
         driver.tool_parser_specs = self.kernel.tool_parsers
         driver.reasoning_parser_specs = self.kernel.reasoning_parsers

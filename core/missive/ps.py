@@ -39,7 +39,8 @@ def fetch_status(base_url: str, api_key: str | None, *, timeout: float = 10.0) -
         except (ValueError, KeyError, TypeError):
             message = response.reason_phrase
         raise ServerUnavailable(f"{url} answered {response.status_code}: {message}", response.status_code)
-    return response.json()
+    status: dict[str, Any] = response.json()
+    return status
 
 
 def _of(value: Any, limit: Any) -> str:

@@ -102,10 +102,21 @@ class DriverSpec:
 
 @dataclass(frozen=True)
 class DefaultModel:
-    """A model served when the configuration names none (the embedded default)."""
+    """A model served when the configuration names none (the embedded default).
+
+    Attributes:
+        id: the model id it is served as.
+        entry: its configuration, as a ``[models.<id>]`` table would give it.
+        priority: when several plugins offer one, the highest priority is
+            served (ties: the smallest id); ``server.default_model`` overrides
+            (:mod:`missive.default_model`). ``0`` for a generic default (the
+            embedded SmolLM2); a distribution for specific hardware that
+            should win over it uses a higher value, e.g. ``10``.
+    """
 
     id: str
     entry: ModelEntry
+    priority: int = 0
 
 
 @dataclass(frozen=True)

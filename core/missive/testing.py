@@ -189,7 +189,8 @@ def serve_process(
     """Run ``missive serve`` with ``config`` (None: no config file, the
     defaults) and yield it once ``/health`` answers, as a
     :class:`ServerProcess` (URL, process, log). ``MISSIVE*`` variables of this
-    process are not passed on; ``env`` adds variables. The server's log is in
+    process are not passed on, ``XDG_CONFIG_HOME`` is an empty folder (no
+    user configuration file is read); ``env`` adds or replaces variables. The server's log is in
     the error if it fails to start; it is stopped on exit (:func:`stop_process`).
     """
     port = free_port()
@@ -201,6 +202,8 @@ def serve_process(
             cmd += ["--config", str(config_path)]
         log_path = Path(tmp) / "server.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
+        # No user configuration file (~/.config/missive/missive.toml) reaches a test.
+        full_env["XDG_CONFIG_HOME"] = tmp
         full_env.update(env or {})
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
@@ -378,12 +381,12 @@ def finalized_generators(log: str, under: tuple[str | Path, ...] = ()) -> list[s
 
 
 def start_http_server(
-    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1"
+    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0
 ) -> tuple[ThreadingHTTPServer, str]:
-    """Serve ``handler`` on ``host`` (a free port) from a daemon thread, for
-    fake backends in tests. Returns the server and its base URL
-    (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
-    server = ThreadingHTTPServer((host, 0), handler)
+    """Serve ``handler`` on ``host`` and ``port`` (0: a free port) from a
+    daemon thread, for fake backends in tests. Returns the server and its
+    base URL (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
+    server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
@@ -500,7 +503,8 @@ class DriverContract:
         text = "hello " * (context + 100)
         with pytest.raises(anthropic.BadRequestError) as caught:
             client.messages.create(**self._kwargs(messages=[{"role": "user", "content": text}]))
-        message = caught.value.body["error"]["message"]
+        body: Any = caught.value.body  # the SDK types it as object
+        message = body["error"]["message"]
         assert message.startswith("prompt is too long: ") and message.endswith(" maximum"), message
 
     def test_contract_models_listing(self, contract_url: str) -> None:

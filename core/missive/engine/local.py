@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -195,14 +195,17 @@ class LocalDriver(Driver):
         self.capabilities = self.capabilities.model_copy(update=update)
         self._prompts = PromptPath(self.runner, info, self._reasoning_class)
         runner, cache = self.runner, self._host_cache
-        states = isinstance(runner, ContextStates)
-        self._batcher = Batcher(
-            runner,
-            self._executor,
-            info.slots,
-            reuse=runner.reusable_in if states else None,  # type: ignore[attr-defined]
-            elsewhere=(lambda prompt: restorable(runner, cache, prompt)) if cache is not None and states else None,
-        )
+        reuse: Callable[[Prompt, int], int] | None = None
+        elsewhere: Callable[[Prompt], int] | None = None
+        if isinstance(runner, ContextStates):
+            states, kept = runner, cache
+            reuse = states.reusable_in
+            if kept is not None:
+
+                def elsewhere(prompt: Prompt) -> int:
+                    return restorable(states, kept, prompt)
+
+        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere)
         self._scheduler = Scheduler(info.slots)
         self._info = info
 
@@ -369,7 +372,9 @@ class LocalDriver(Driver):
                 await events.aclose()
             prepared.prompt.close()
 
-    async def _generate(self, request: GenerationRequest, prepared: _Prepared) -> AsyncIterator[GenerationEvent]:
+    async def _generate(
+        self, request: GenerationRequest, prepared: _Prepared
+    ) -> AsyncGenerator[GenerationEvent, None]:
         info = self._info
         if info is None or self._scheduler is None:
             raise ApiError(f"model '{self.model_id}' is not loaded")

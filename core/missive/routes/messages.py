@@ -25,9 +25,10 @@ import asyncio
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from quart import Quart, Response, g
@@ -121,7 +122,7 @@ async def _prepare(req: CountTokensRequest, model_id: str, driver: Driver) -> Ge
     )
 
 
-async def create_message() -> Response | dict:
+async def create_message() -> Response | dict[str, Any]:
     """``POST /v1/messages`` (see :func:`_create_message`); a client that
     leaves before a response was sent (queued, or during a non-streaming
     answer) is recorded as it leaves (499 ``client_disconnected``), not when
@@ -159,7 +160,7 @@ def _stream_context() -> _StreamContext:
     return _StreamContext(config.server, record(), drain(), g.request_id)
 
 
-async def _create_message() -> Response | dict:
+async def _create_message() -> Response | dict[str, Any]:
     authenticate()
     _, _, models = state()
     req = await read_request(MessagesRequest)
@@ -191,11 +192,11 @@ async def _create_message() -> Response | dict:
     return _sse_response(_body(first, stream, slot, _stream_context()))
 
 
-async def _load_and_begin(req: MessagesRequest, model_id: str) -> tuple[dict, MessageStream, Slot]:
+async def _load_and_begin(req: MessagesRequest, model_id: str) -> tuple[dict[str, Any], MessageStream, Slot]:
     return await _begin(req, model_id, await _hold(model_id))
 
 
-async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[dict, MessageStream, Slot]:
+async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[dict[str, Any], MessageStream, Slot]:
     """Check and convert the request, take a slot of its model and start
     the answer: its first event (``message_start``), the stream, the slot.
 
@@ -259,7 +260,7 @@ def _error_frame(exc: BaseException, ctx: _StreamContext) -> bytes:
     return frame(ApiError("internal server error; the server log has the details").envelope(ctx.request_id))
 
 
-async def _after_load(started: asyncio.Future[tuple[dict, MessageStream, Slot]], ctx: _StreamContext) -> AsyncIterator[bytes]:
+async def _after_load(started: asyncio.Future[tuple[dict[str, Any], MessageStream, Slot]], ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
     """A stream whose model is loaded on demand (``started``: the load, then
     :func:`_begin`): ``ping`` events every ``server.ping_interval`` seconds
     while it runs, then the answer as :func:`_body` sends it. A failure to
@@ -294,7 +295,7 @@ async def _after_load(started: asyncio.Future[tuple[dict, MessageStream, Slot]],
         ctx.facts.finish(200, None if ctx.facts.completed else CLIENT_GONE)
 
 
-async def _body(first: dict, stream: MessageStream, slot: Slot, ctx: _StreamContext) -> AsyncIterator[bytes]:
+async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
     """The SSE frames of a started answer.
 
     The slot is freed before the last frame is sent (the driver has ended

@@ -89,7 +89,7 @@ def driver_for(local: LocalModel, drivers: Mapping[str, DriverSpec]) -> str:
     extra = "llamacpp" if local.format == "gguf" else "mlx"
     raise ConfigError(
         f"{local.ref} is a{'n' if local.format == 'mlx' else ''} {local.format.upper()} model and no installed "
-        f"driver loads those; pip install 'missive[{extra}]'"
+        f"driver loads those; pip install 'missive-server[{extra}]'"
     )
 
 

@@ -69,7 +69,7 @@ def hub_endpoint() -> str:
 def quiet_progress(quiet: bool = True) -> Iterator[None]:
     """Within the block, huggingface_hub draws no progress bars (when
     ``quiet``); they are turned back on after if they were on before."""
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from huggingface_hub.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     was_on = not are_progress_bars_disabled()
     if quiet and was_on:
@@ -203,7 +203,9 @@ def _list(ref: ModelRef, download: bool) -> _Listing:
             f"{ref}: {why} and the cache ({_cache_dir()}) has nothing of {ref.repo}; "
             f"fetch it first with `missive pull {ref}`"
         ) from None
-    files = {p.relative_to(folder).as_posix(): None for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+    files: dict[str, int | None] = {
+        p.relative_to(folder).as_posix(): None for p in folder.rglob("*") if p.is_file() or p.is_symlink()
+    }
     return _Listing(files, folder)
 
 

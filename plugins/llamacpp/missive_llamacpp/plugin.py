@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.hookspecs import hookimpl
-from missive.specs import DefaultModel, DriverSpec
+from missive.api import Capabilities, DefaultModel, DriverSpec, ModelEntry, hookimpl
+
+#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+MISSIVE_API = "1"
 
 __all__ = [
     "CAPABILITIES",

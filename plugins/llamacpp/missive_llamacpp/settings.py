@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from missive.config import ConfigError
+from missive.api import ConfigError
 
 __all__ = ["LlamaCppSettings", "available_cpus", "parse_settings"]
 

@@ -7,9 +7,10 @@ works where MLX cannot load. The driver class is named by a lazy
 
 from __future__ import annotations
 
-from missive.capabilities import Capabilities
-from missive.hookspecs import hookimpl
-from missive.specs import DriverSpec
+from missive.api import Capabilities, DriverSpec, hookimpl
+
+#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+MISSIVE_API = "1"
 
 __all__ = ["CAPABILITIES", "register_drivers"]
 

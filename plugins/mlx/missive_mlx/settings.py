@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from missive.config import ConfigError
+from missive.api import ConfigError
 
 __all__ = ["MlxSettings", "parse_settings"]
 
