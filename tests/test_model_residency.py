@@ -219,7 +219,10 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
             w.join(10)
         assert answers == ["slow", "slow"] and waited > 1.0
         assert "model a waits for memory: b, c in use" in server.log()
-        assert "a" in loaded() and len(loaded() - {"a"}) == 1
+        # Unloaded for a: the least recently used of b and c, or both (when
+        # both were idle by then and the first was c: 100 MiB was not enough).
+        unloaded = sum(metric(url, "missive:model_unloads_total", model_name=m, reason="memory") for m in "bc")
+        assert "a" in loaded() and unloaded >= 1
 
         # A model larger than the budget is loaded alone.
         ask("huge")
