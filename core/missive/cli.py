@@ -1,4 +1,5 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``claude``, ``new-driver``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``pull``, ``models``, ``plugins``,
+``ps``, ``claude``, ``new-driver``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ def cli() -> None:
 @click.option("--allow-unauthenticated-remote", is_flag=True, default=None, help="Allow a non-loopback address without API keys.")
 @click.option("--log-level", help="debug, info, warning, error.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json: one JSON object per line.")
+@click.option(
+    "--model", "model_refs", multiple=True, metavar="REF",
+    help="Serve this model (hf://OWNER/REPO[:QUANT], an Ollama name, or a path), fetched now if needed, "
+    "with defaults from its file. Repeatable; added to the config's models.",
+)
+@click.option("--context-window", type=click.IntRange(min=1), help="Context window of the --model models "
+              "(default: the file's training context, at most 32768).")
 def serve(
     config_path: str | None,
     overrides: tuple[str, ...],
@@ -75,8 +83,11 @@ def serve(
     allow_unauthenticated_remote: bool | None,
     log_level: str | None,
     log_format: str | None,
+    model_refs: tuple[str, ...],
+    context_window: int | None,
 ) -> None:
-    """Serve the configured models (with no config: the embedded SmolLM2 default).
+    """Serve the configured models (with no config: the embedded SmolLM2
+    default), and any --model REF (missive serve --model hf://OWNER/REPO:Q4_K_M).
 
     SIGTERM or SIGINT shuts it down gracefully: no new connections, running
     generations get server.shutdown_grace seconds to finish, then it exits 0.
@@ -108,7 +119,14 @@ def serve(
         config.check_bind()
         setup_logging(config.server.log_level, config.server.log_format)
         logging.getLogger("missive.cli").info(config_origin(config))
-        app = create_app(config)
+        kernel = Kernel(block=config.plugins.block)
+        if model_refs:
+            from .model_commands import add_served_models, progress_on_terminal
+
+            progress_on_terminal()
+            add_served_models(config, kernel, model_refs, context_window=context_window,
+                              echo=_say(config.server.log_format))
+        app = create_app(config, kernel=kernel)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     hc = HypercornConfig()
@@ -135,11 +153,7 @@ def serve(
         except ConfigError as exc:
             await models.aclose()
             raise click.ClickException(str(exc)) from None
-        serving = f"Missive serving {', '.join(config.models)} on {address}"
-        if config.server.log_format == "json":
-            logging.getLogger("missive.cli").info(serving)  # every line of a JSON log is JSON
-        else:
-            click.echo(serving, err=True)
+        _say(config.server.log_format)(f"Missive serving {', '.join(config.models)} on {address}")
         try:
             await serve_until_stopped(
                 lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),
@@ -150,6 +164,62 @@ def serve(
             raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
     asyncio.run(run())
+
+
+def _say(log_format: str) -> Any:
+    """A function printing a line for people on stderr, or logging it when
+    the log is JSON (every line of a JSON log is JSON)."""
+    if log_format == "json":
+        return logging.getLogger("missive.cli").info
+    return lambda line: click.echo(line, err=True)
+
+
+@cli.command()
+@_config_options
+@click.argument("refs", nargs=-1, metavar="[REF]...")
+def pull(config_path: str | None, overrides: tuple[str, ...], refs: tuple[str, ...]) -> None:
+    """Fetch models ahead of time: hf://OWNER/REPO[:QUANT or FILE] into the
+    Hugging Face cache (resumed if interrupted; HF_TOKEN, HF_ENDPOINT and
+    HF_HUB_OFFLINE honoured), or check an Ollama name or a path. With no
+    REF, every reference in the configured models' settings."""
+    from .logs import setup_logging
+    from .model_commands import configured_references, progress_on_terminal, pull as pull_refs
+    from .sources import ModelRefError
+
+    setup_logging("info")
+    if not refs:
+        config = _load(config_path, overrides)
+        refs = tuple(configured_references(config, Kernel(block=config.plugins.block)))
+        if not refs:
+            raise click.ClickException(
+                "nothing to pull: give a reference (missive pull hf://OWNER/REPO:Q4_K_M), "
+                "or a config whose models name one"
+            )
+    progress_on_terminal()
+    try:
+        pull_refs(refs, click.echo)
+    except ModelRefError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command("models")
+@_config_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def models_command(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """List the models on this machine: the configured ones, GGUF and MLX
+    models in the Hugging Face cache, Ollama's models; with size,
+    quantization, training context and chat template family from their
+    files. Nothing is downloaded."""
+    from .model_commands import render_rows, rows_json
+    from .sources.catalogue import catalogue
+
+    config = _load(config_path, overrides)
+    kernel = Kernel(block=config.plugins.block)
+    rows = catalogue(config.models, kernel.drivers)
+    if as_json:
+        click.echo(json.dumps(rows_json(rows), indent=2))
+    else:
+        click.echo(render_rows(rows), nl=False)
 
 
 def _report_native_crashes() -> None:
@@ -298,7 +368,7 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
 
 async def _start_and_close(table: Any) -> None:
     try:
-        await table.start()
+        await table.start(load_lazy=True)
     finally:
         await table.aclose()
 
@@ -354,11 +424,14 @@ def claude(
     claude_args: tuple[str, ...],
 ) -> None:
     """Print the environment that points Claude Code at the running server,
-    or run Claude Code with it: `missive claude -- -p "hello"`.
+    or run Claude Code with it: `missive claude -- -p "hello"`. Warns (on
+    stderr) when the model's context is too small for Claude Code.
 
     Use the printed lines with: eval "$(missive claude)".
     """
-    from .claude_env import ServerUnavailable, claude_environment, export_lines, fetch_model, server_url
+    from .claude_env import (
+        ServerUnavailable, claude_environment, context_warning, export_lines, fetch_model, server_url,
+    )
 
     config = _load(config_path, overrides)
     base = (url or server_url(config)).rstrip("/")
@@ -375,6 +448,9 @@ def claude(
             )
         raise click.ClickException(message) from None
     env = claude_environment(base, key, info, small_model)
+    warning = context_warning(info)
+    if warning:
+        click.echo(warning, err=True)  # stderr: eval "$(missive claude)" reads stdout
     if not claude_args and not run_:
         click.echo(export_lines(env), nl=False)
         return

@@ -18,6 +18,7 @@ Shape (every key optional)::
     queue_depth = 16            # requests that may wait per model when every slot is busy
     queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
     shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
+    memory_budget_mib = 16384   # models loaded at once fit in it: loading one unloads idle others (LRU)
     default_model = "smollm2-135m"   # with no [models]: which plugin-offered default is served
 
     [models.smollm2-135m]
@@ -26,6 +27,9 @@ Shape (every key optional)::
     context_window = 8192
     aliases = ["claude-*"]      # glob patterns of client model ids
     queue_depth = 4             # overrides server.queue_depth for this model (also queue_timeout)
+    lazy = true                 # load on the first request, not at start-up
+    idle_unload = 300.0         # unload after this many seconds without requests
+    memory_mib = 900            # what it takes, for memory_budget_mib (default: its files' size)
     [models.smollm2-135m.settings]
     model_path = "/path/to/model.gguf"
 
@@ -99,6 +103,10 @@ class ServerConfig(_Strict):
     keys (see :class:`ModelEntry` and :mod:`missive.admission`).
     ``shutdown_grace`` is how long ``missive serve`` lets running generations
     finish after SIGTERM or SIGINT (:mod:`missive.shutdown`).
+    ``memory_budget_mib``: MiB the loaded models may take together (each
+    model's ``memory_mib``, else its files' size); loading one beyond it
+    first unloads the least recently used idle others
+    (:mod:`missive.residency`). None: no budget.
     ``default_model`` picks which plugin-offered default model is served when
     no model is configured (:mod:`missive.default_model`).
     """
@@ -118,6 +126,7 @@ class ServerConfig(_Strict):
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
     shutdown_grace: float = Field(default=30.0, ge=0, le=86400, allow_inf_nan=False, strict=True)
+    memory_budget_mib: int | None = Field(default=None, ge=1)
     default_model: str | None = None
 
     @field_validator("log_level", "log_format", mode="before")
@@ -142,6 +151,13 @@ class ModelEntry(_Strict):
             ``max_concurrency`` slots are busy (None: ``server.queue_depth``).
         queue_timeout: seconds a request may wait for a slot (None:
             ``server.queue_timeout``). Beyond either: 529 ``overloaded_error``.
+        lazy: load the model on its first request instead of at start-up
+            (it is listed, and counts as ready, before).
+        idle_unload: seconds without a request after which the model is
+            unloaded (loaded again by the next request); None: never.
+        memory_mib: MiB the model takes, for ``server.memory_budget_mib``;
+            None: the size of its files (weights and projector; a remote
+            model's: 0).
         settings: driver-specific settings, validated by the driver.
     """
 
@@ -153,6 +169,9 @@ class ModelEntry(_Strict):
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0))
     queue_depth: int | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, gt=0)
+    lazy: bool = False
+    idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -78,6 +78,16 @@ class DriverSpec:
             may narrow or widen it per model through ``Driver.capabilities``).
         description: one line for listings.
         extra: the pip extra that installs the driver's dependencies, for error messages.
+        model_format: ``"gguf"`` or ``"mlx"`` for a driver that loads model
+            files itself: its ``model_setting`` then also takes a model
+            reference (``hf://...``, an Ollama name), resolved to local files
+            before the driver is built (:mod:`missive.sources`), and
+            ``missive serve --model`` picks it for models of that format.
+            None: the driver loads no files (a remote backend).
+        model_setting: the settings key holding the model's path.
+        projector_setting: the settings key of a vision projector file, set
+            from the reference when its repository (or Ollama model) has one
+            and the entry does not set it; None: the driver takes none.
     """
 
     name: str
@@ -85,6 +95,9 @@ class DriverSpec:
     capabilities: Capabilities
     description: str = ""
     extra: str | None = None
+    model_format: str | None = None
+    model_setting: str = "model_path"
+    projector_setting: str | None = None
 
 
 @dataclass(frozen=True)

@@ -243,6 +243,23 @@ class LocalDriver(Driver):
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
         return out
 
+    def choices(self) -> dict[str, Any]:
+        """The context window, slots, chat template family
+        (:func:`~missive.sources.gguf.template_family`), tool call format and
+        reasoning format (``none``: the model does not reason) of the loaded
+        model; ``{}`` before it is loaded."""
+        if self._info is None:
+            return {}
+        from ..sources.gguf import template_family
+
+        return {
+            "context_window": self._info.context_window,
+            "slots": self._info.slots,
+            "chat_template": template_family(self._template),
+            "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
+            "reasoning_format": self._reasoning or "none",
+        }
+
     def _loaded(self) -> PromptPath:
         if self._info is None or self._prompts is None:
             raise ApiError(f"model '{self.model_id}' is not loaded")

@@ -41,6 +41,9 @@ Images count :func:`missive.media.tokens.estimate_image_tokens` tokens each
 true`` answers, when no script plays, with the conversation the driver
 received as one JSON text (system, turns, blocks; images as media type,
 size, byte count and SHA-256), so tests can see what the core handed over.
+``settings.start_delay`` (seconds) makes its start-up take that long and
+``settings.start_error`` makes it fail with that message, for tests of
+models loaded on demand.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from missive.api import (
     ApiError,
     AuthenticationError,
     Capabilities,
+    ConfigError,
     Driver,
     Finished,
     GenerationEvent,
@@ -211,6 +215,23 @@ class EchoDriver(Driver):
         overrides = entry.settings.get("capabilities", {})
         super().__init__(model_id, entry, capabilities.model_copy(update=overrides))
         self._serial = anyio.Semaphore(1) if entry.settings.get("serialize") else None
+        self.loaded = False
+
+    async def start(self) -> None:
+        """``settings.start_delay`` seconds of "loading" (tests of models
+        loaded on demand); ``settings.start_error`` fails the start with that
+        message."""
+        await anyio.sleep(float(self.entry.settings.get("start_delay", 0)))
+        message = self.entry.settings.get("start_error")
+        if message:
+            raise ConfigError(f"model '{self.model_id}': {message}")
+        self.loaded = True
+
+    async def aclose(self) -> None:
+        self.loaded = False
+
+    async def status(self) -> dict[str, Any]:
+        return {"loaded": self.loaded}
 
     def _prompt_tokens(self, request: GenerationRequest) -> int:
         conv = request.conversation

@@ -80,6 +80,8 @@ def register_drivers() -> list[DriverSpec]:
             capabilities=CAPABILITIES,
             description="GGUF models in-process with llama-cpp-python (CPU/GPU, KV prefix reuse)",
             extra="llamacpp",
+            model_format="gguf",
+            projector_setting="mmproj_path",
         )
     ]
 

@@ -48,5 +48,6 @@ def register_drivers() -> list[DriverSpec]:
             capabilities=CAPABILITIES,
             description="MLX models in-process with mlx-lm (Apple Silicon; CPU on Linux), prompt-prefix cache",
             extra="mlx",
+            model_format="mlx",
         )
     ]
