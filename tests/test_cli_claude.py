@@ -103,3 +103,25 @@ def test_readme_sequence_without_config_takes_the_key_from_the_option_or_environ
         assert done.returncode == 0, done.stderr
         env = _exports(done.stdout)
         assert env["ANTHROPIC_AUTH_TOKEN"] == "sk-k1" and env["ANTHROPIC_MODEL"] == "echo-big"
+
+
+def test_warns_when_the_context_is_too_small_for_claude_code(tmp_path: Path) -> None:
+    """On stderr (stdout stays the exports): below 20,000 tokens Claude
+    Code's first request does not fit; below 32,768 a session soon fills it."""
+    config: dict[str, Any] = {"models": {
+        "echo-8k": {"driver": "echo", "context_window": 8192},
+        "echo-24k": {"driver": "echo", "context_window": 24000},
+        "echo-32k": {"driver": "echo", "context_window": 32768},
+        "echo-unknown": {"driver": "echo"},
+    }}
+    with live_server(config) as url:
+        config_file = tmp_path / "missive.toml"
+        config_file.write_text(dump_toml({**config, "server": {"port": int(url.rsplit(":", 1)[1])}}))
+        runs = {m: _missive_claude(config_file, "--model", m) for m in config["models"]}
+    for model, run in runs.items():
+        assert run.returncode == 0, run.stderr
+        assert _exports(run.stdout)["ANTHROPIC_MODEL"] == model
+    assert "warning: model 'echo-8k' has 8192 tokens of context, too few for Claude Code" in runs["echo-8k"].stderr
+    assert "Prompt is too long" in runs["echo-8k"].stderr and "--context-window 65536" in runs["echo-8k"].stderr
+    assert "warning: model 'echo-24k' has 24000 tokens of context: Claude Code's first request" in runs["echo-24k"].stderr
+    assert "warning" not in runs["echo-32k"].stderr and "warning" not in runs["echo-unknown"].stderr

@@ -85,3 +85,58 @@ def test_bind_rule() -> None:
         load_config(None, environ={}, overrides=["server.host=0.0.0.0"]).check_bind()
     load_config(None, environ={}, overrides=["server.host=0.0.0.0", 'server.api_keys=["k"]']).check_bind()
     load_config(None, environ={}, overrides=["server.host=::", "server.allow_unauthenticated_remote=true"]).check_bind()
+
+
+# --- where the file is found ------------------------------------------------
+
+
+def test_search_path_follows_xdg(tmp_path: Path) -> None:
+    """The user's file under $XDG_CONFIG_HOME (absolute only, as the XDG Base
+    Directory specification says), else under $HOME/.config; the system's last."""
+    from missive.config import SYSTEM_CONFIG, config_search_path
+
+    assert SYSTEM_CONFIG == Path("/etc/missive/missive.toml")
+    xdg = tmp_path / "xdg"
+    assert config_search_path({"XDG_CONFIG_HOME": str(xdg), "HOME": "/home/u"}) == [
+        xdg / "missive" / "missive.toml", SYSTEM_CONFIG]
+    for unset in ({}, {"XDG_CONFIG_HOME": ""}, {"XDG_CONFIG_HOME": "relative/dir"}):
+        assert config_search_path({**unset, "HOME": "/home/u"}) == [
+            Path("/home/u/.config/missive/missive.toml"), SYSTEM_CONFIG]
+
+
+def _model_file(folder: Path, model: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return write(folder, f'[models.{model}]\ndriver = "echo"\n')
+
+
+def test_search_order(tmp_path: Path) -> None:
+    """--config, then $MISSIVE_CONFIG, then the user's file, then the
+    system's, then none; searching happens only when asked for."""
+    user = _model_file(tmp_path / "user", "from-user")
+    system = _model_file(tmp_path / "system", "from-system")
+    given = _model_file(tmp_path / "given", "from-option")
+    env_file = _model_file(tmp_path / "env", "from-env")
+    both = [user, system]
+
+    def served(path: Path | None = None, environ: dict[str, str] | None = None,
+               search_path: list[Path] = both, search: bool = True) -> tuple[list[str], str | None]:
+        config = load_config(path, environ=environ or {}, search=search, search_path=search_path)
+        return list(config.models), config.source
+
+    assert served(given, {"MISSIVE_CONFIG": str(env_file)}) == (["from-option"], str(given))
+    assert served(None, {"MISSIVE_CONFIG": str(env_file)}) == (["from-env"], str(env_file))
+    assert served() == (["from-user"], str(user))
+    assert served(search_path=[tmp_path / "nothing.toml", system]) == (["from-system"], str(system))
+    assert served(search_path=[tmp_path / "nothing.toml"]) == ([], None)
+    assert served(search=False) == ([], None)  # a library caller gets no file it did not ask for
+    # a found file is read like a given one: its errors are reported, not skipped
+    (tmp_path / "user" / "missive.toml").write_text("[server\n")
+    with pytest.raises(ConfigError, match=f"config file {user} is not valid TOML"):
+        served()
+
+
+def test_search_path_from_the_environment(tmp_path: Path) -> None:
+    """Without search_path, $XDG_CONFIG_HOME decides where the user's file is."""
+    path = _model_file(tmp_path / "missive", "mine")
+    config = load_config(environ={"XDG_CONFIG_HOME": str(tmp_path)}, search=True)
+    assert config.source == str(path) and list(config.models) == ["mine"]

@@ -33,7 +33,7 @@ DOCKERFILES = ["Dockerfile", "Dockerfile.cuda"]
 DEPLOYMENT = ROOT / "docs" / "deployment.md"
 #: What the images hold: the core, llamacpp with the default model, the remote drivers.
 DISTRIBUTIONS = {
-    "missive", "missive-llamacpp", "missive-openai", "missive-vllm", "missive-llamaserver", "missive-ollama",
+    "missive-server", "missive-llamacpp", "missive-openai", "missive-vllm", "missive-llamaserver", "missive-ollama",
 }
 #: Seconds ``missive serve`` may take after SIGTERM, beyond the grace (missive.shutdown).
 AFTER_GRACE = 2 * CLOSE_MARGIN

@@ -148,6 +148,8 @@ def test_errors_are_counted_by_status_and_type(server: ServerProcess, client: an
     with pytest.raises(anthropic.APIStatusError):
         with client.messages.stream(**ask(script({"text": "a"}, {"error": {"type": "overloaded_error"}}))) as s:
             s.get_final_message()
+    assert httpx.get(server.url + "/v1/messages", headers={"x-api-key": "t"}).status_code == 405
+    assert httpx.get(server.url + "/v1/nowhere", headers={"x-api-key": "t"}).status_code == 404
     after = scrape(server.url)
 
     messages = {"endpoint": "/v1/messages"}
@@ -157,7 +159,11 @@ def test_errors_are_counted_by_status_and_type(server: ServerProcess, client: an
                  error_type="not_found_error", **messages) == 1
     assert delta(before, after, "missive:requests_total", model_name="echo", status="200",
                  error_type="overloaded_error", **messages) == 1
-    assert not any("no-such-model" in str(labels) for _, labels in after)
+    assert delta(before, after, "missive:requests_total", model_name="", status="405",
+                 error_type="invalid_request_error", **messages) == 1  # its route, a wrong method
+    assert delta(before, after, "missive:requests_total", model_name="", status="404",
+                 error_type="not_found_error", endpoint="other") == 1  # no route: not the path itself
+    assert not any("no-such-model" in str(labels) or "nowhere" in str(labels) for _, labels in after)
     success = sum(v for (name, _), v in after.items() if name == "missive:request_success_total")
     assert success == sum(v for (name, _), v in before.items() if name == "missive:request_success_total")
 

@@ -194,7 +194,7 @@ def test_the_grace_ends_what_still_runs_with_overloaded_error() -> None:
         error = events[-1]["error"]
         assert error["type"] == "overloaded_error"
         assert error["message"].startswith("the server is shutting down: this answer was ended")
-        assert "server.shutdown_grace = 1 s" in error["message"]
+        assert "when the shutdown grace period (server.shutdown_grace = 1 s) ran out" in error["message"]
         assert 0.9 < ended < 4.0  # at the end of the grace, not before, not at Hypercorn's timeout
 
         with pytest.raises(anthropic.APIStatusError) as caught:
@@ -285,6 +285,7 @@ def test_new_connections_are_refused_after_sigterm() -> None:
         signalled = time.monotonic()
         holder.read_until(b"event: error")
         assert b'"type":"overloaded_error"' in holder.received
+        assert b"by a second shutdown signal, before the grace period" in holder.received
         assert exit_status(server, timeout=15) == 0
         assert time.monotonic() - signalled < 5.0  # not after the 30 s grace
 

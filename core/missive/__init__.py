@@ -1,9 +1,8 @@
 """Missive: the Anthropic Messages API in front of local and self-hosted models.
 
-Public plugin API: :data:`hookimpl` (mark hook implementations), the spec
-classes in :mod:`missive.specs`, :class:`missive.driver.Driver`, the events in
-:mod:`missive.events`, :class:`missive.capabilities.Capabilities` and the
-errors in :mod:`missive.errors`.
+The plugin API, everything a plugin may import, is :mod:`missive.api`
+(versioned: :data:`missive.api.API_VERSION`). :data:`hookimpl` is also here,
+for plugins written before that module existed.
 """
 
 from .hookspecs import hookimpl

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from quart import Quart, Request, Response, g, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from .admission import Admission
 from .batches.service import Batches
@@ -165,7 +165,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
         request_id_var.set(g.request_id)
         g.ignored = []
         g.dropped_thinking = []
-        rule = request.url_rule.rule if request.url_rule is not None else None
+        rule = request.url_rule.rule if request.url_rule is not None else _rule_of_other_method(app)
         g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
         if drain.begun and request.path.startswith("/v1/"):
             # Shutting down: only what was running goes on (missive.shutdown).
@@ -240,3 +240,18 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
 
     register_routes(app)
     return app
+
+
+def _rule_of_other_method(app: Quart) -> str | None:
+    """The route the request's path matches under another method, for a 405
+    (``GET /v1/messages`` is counted under ``/v1/messages``, not ``other``);
+    None when the path matches no route."""
+    exc = request.routing_exception
+    if not isinstance(exc, MethodNotAllowed) or not exc.valid_methods:
+        return None
+    method: str = next(iter(exc.valid_methods))
+    try:
+        rule, _ = app.url_map.bind("missive").match(request.path, method=method, return_rule=True)
+    except HTTPException:
+        return None
+    return str(rule.rule)

@@ -1,7 +1,8 @@
 """ASGI entry point: ``hypercorn missive.asgi:app``.
 
-Configuration comes from ``$MISSIVE_CONFIG`` and ``MISSIVE__...`` variables
-(see :mod:`missive.config`). Hypercorn chooses the bind address here, so the
+Configuration comes from ``$MISSIVE_CONFIG`` (else the user's or the
+system's ``missive.toml``) and ``MISSIVE__...`` variables (see
+:mod:`missive.config`). Hypercorn chooses the bind address here, so the
 loopback-only rule of ``missive serve`` is not enforced: set API keys before
 binding anything but loopback. Hypercorn's asyncio worker closes the
 connections their clients closed at once (:mod:`missive.connections`).
@@ -14,7 +15,7 @@ from .config import load_config
 from .connections import install as close_connections_promptly
 from .logs import setup_logging
 
-_config = load_config()
+_config = load_config(search=True)
 setup_logging(_config.server.log_level, _config.server.log_format)
 app = create_app(_config)
 close_connections_promptly()

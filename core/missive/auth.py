@@ -9,25 +9,35 @@ only, see :meth:`missive.config.Config.check_bind`).
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from .errors import AuthenticationError
 
-__all__ = ["check_api_key"]
+__all__ = ["check_api_key", "HeaderLookup"]
 
 
-def _presented(headers: Mapping[str, str]) -> list[str]:
+class HeaderLookup(Protocol):
+    """What is read of the request headers: a lookup by name, None when
+    absent (a dict with lower-case names, or Werkzeug's case-insensitive
+    ``Headers``)."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+
+def _presented(headers: HeaderLookup) -> list[str]:
     found = []
-    if headers.get("x-api-key"):
-        found.append(headers["x-api-key"].strip())
-    auth = headers.get("authorization", "")
+    key = headers.get("x-api-key")
+    if key:
+        found.append(key.strip())
+    auth = headers.get("authorization") or ""
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         found.append(token.strip())
     return found
 
 
-def check_api_key(headers: Mapping[str, str], keys: Sequence[str]) -> None:
+def check_api_key(headers: HeaderLookup, keys: Sequence[str]) -> None:
     """Raise :class:`AuthenticationError` unless a presented key matches.
 
     Clients may send both headers; either matching is enough.

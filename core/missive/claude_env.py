@@ -30,11 +30,23 @@ from typing import Any
 
 from .config import Config
 
-__all__ = ["server_url", "fetch_model", "claude_environment", "export_lines", "ServerUnavailable"]
+__all__ = [
+    "server_url", "fetch_model", "claude_environment", "export_lines", "context_warning", "ServerUnavailable",
+    "CLAUDE_FIRST_REQUEST", "CLAUDE_MIN_CONTEXT", "CLAUDE_GOOD_CONTEXT",
+]
 
 #: Claude Code's own default ``max_tokens`` and the least auto-compact window it accepts.
 CLAUDE_DEFAULT_MAX_OUTPUT = 32000
 CLAUDE_MIN_COMPACT_WINDOW = 100_000
+
+#: Tokens of Claude Code's first request in an empty folder (2.1.332: 12,374
+#: with SmolLM2's tokenizer; other tokenizers, a CLAUDE.md and MCP tools
+#: bring it to about 20,000): a smaller context cannot take it.
+CLAUDE_FIRST_REQUEST = 20_000
+#: The least context that works for short sessions, and what real work needs
+#: (docs/clients/claude-code.md, "Context sizes that work").
+CLAUDE_MIN_CONTEXT = 32768
+CLAUDE_GOOD_CONTEXT = 65536
 
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
@@ -85,7 +97,8 @@ def fetch_model(url: str, api_key: str | None, model: str | None, *, timeout: fl
         if not listing.get("data"):
             raise ServerUnavailable(f"the server at {url} serves no models")
         model = listing["data"][0]["id"]
-    return _get(f"{url}/v1/models/{urllib.parse.quote(str(model), safe='')}", api_key, timeout)
+    found: dict[str, Any] = _get(f"{url}/v1/models/{urllib.parse.quote(str(model), safe='')}", api_key, timeout)
+    return found
 
 
 def claude_environment(url: str, api_key: str | None, model: dict[str, Any], small_model: str | None) -> dict[str, str]:
@@ -109,6 +122,31 @@ def claude_environment(url: str, api_key: str | None, model: dict[str, Any], sma
             env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(context)
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     return env
+
+
+def context_warning(model: dict[str, Any]) -> str | None:
+    """A warning when ``model``'s context (``max_input_tokens`` of the API
+    model object) is too small for Claude Code; None when it is large
+    enough or unknown. Below :data:`CLAUDE_FIRST_REQUEST` tokens the first
+    request does not fit; below :data:`CLAUDE_MIN_CONTEXT` sessions compact
+    after a few file reads."""
+    context = model.get("max_input_tokens")
+    if not isinstance(context, int) or context >= CLAUDE_MIN_CONTEXT:
+        return None
+    fix = (
+        f"serve a model with {CLAUDE_MIN_CONTEXT}+ tokens of context ({CLAUDE_GOOD_CONTEXT}+ for real work), e.g. "
+        f"missive serve --model hf://unsloth/Qwen3-4B-Instruct-2507-GGUF:Q4_K_M --context-window {CLAUDE_GOOD_CONTEXT}, "
+        "or raise its context_window (docs/models.md, \"Models for Claude Code\")"
+    )
+    if context < CLAUDE_FIRST_REQUEST:
+        return (
+            f"warning: model '{model['id']}' has {context} tokens of context, too few for Claude Code: its first "
+            f"request alone is 12,000 to 20,000 tokens, so it will fail with \"Prompt is too long\"; {fix}"
+        )
+    return (
+        f"warning: model '{model['id']}' has {context} tokens of context: Claude Code's first request "
+        f"(12,000 to 20,000 tokens) fits, but a session fills the rest after a few file reads; {fix}"
+    )
 
 
 def export_lines(env: dict[str, str]) -> str:

@@ -1,4 +1,5 @@
-"""The ``missive`` command line: ``serve``, ``plugins``, ``ps``, ``batches``, ``claude``, and plugin commands."""
+"""The ``missive`` command line: ``serve``, ``pull``, ``models``, ``plugins``,
+``ps``, ``batches``, ``claude``, ``new-driver``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 import click
 
-from .config import Config, ConfigError, load_config
+from . import __version__
+from .config import Config, ConfigError, config_search_path, load_config
+from .default_model import choose_default_model, ranked
 from .kernel import Kernel
 
 __all__ = ["cli", "main"]
@@ -20,7 +23,11 @@ __all__ = ["cli", "main"]
 
 def _config_options(func: Any) -> Any:
     options = [
-        click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (default: $MISSIVE_CONFIG)."),
+        click.option(
+            "--config", "config_path", type=click.Path(dir_okay=False),
+            help="TOML config file (default: $MISSIVE_CONFIG, else the first of "
+            "$XDG_CONFIG_HOME/missive/missive.toml and /etc/missive/missive.toml that exists).",
+        ),
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. server.port=9000. Repeatable."),
     ]
     for option in reversed(options):
@@ -30,13 +37,22 @@ def _config_options(func: Any) -> Any:
 
 def _load(config_path: str | None, overrides: tuple[str, ...]) -> Config:
     try:
-        return load_config(config_path, overrides=overrides)
+        return load_config(config_path, overrides=overrides, search=True)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
 
+def config_origin(config: Config) -> str:
+    """One line saying which configuration file was read, or where none was
+    found (for the start-up log and ``missive plugins``)."""
+    if config.source:
+        return f"configuration file {config.source}"
+    looked = ", ".join(str(p) for p in config_search_path())
+    return f"no configuration file (none given, $MISSIVE_CONFIG unset, none of {looked}): defaults"
+
+
 @click.group()
-@click.version_option(package_name="missive")
+@click.version_option(version=__version__, package_name="missive-server", prog_name="missive")
 def cli() -> None:
     """Missive: an Anthropic Messages API server for local models."""
 
@@ -50,6 +66,13 @@ def cli() -> None:
 @click.option("--allow-unauthenticated-remote", is_flag=True, default=None, help="Allow a non-loopback address without API keys.")
 @click.option("--log-level", help="debug, info, warning, error.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json: one JSON object per line.")
+@click.option(
+    "--model", "model_refs", multiple=True, metavar="REF",
+    help="Serve this model (hf://OWNER/REPO[:QUANT], an Ollama name, or a path), fetched now if needed, "
+    "with defaults from its file. Repeatable; added to the config's models.",
+)
+@click.option("--context-window", type=click.IntRange(min=1), help="Context window of the --model models "
+              "(default: the file's training context, at most 32768).")
 def serve(
     config_path: str | None,
     overrides: tuple[str, ...],
@@ -60,8 +83,11 @@ def serve(
     allow_unauthenticated_remote: bool | None,
     log_level: str | None,
     log_format: str | None,
+    model_refs: tuple[str, ...],
+    context_window: int | None,
 ) -> None:
-    """Serve the configured models (with no config: the embedded SmolLM2 default).
+    """Serve the configured models (with no config: the embedded SmolLM2
+    default), and any --model REF (missive serve --model hf://OWNER/REPO:Q4_K_M).
 
     SIGTERM or SIGINT shuts it down gracefully: no new connections, running
     generations get server.shutdown_grace seconds to finish, then it exits 0.
@@ -92,7 +118,15 @@ def serve(
     try:
         config.check_bind()
         setup_logging(config.server.log_level, config.server.log_format)
-        app = create_app(config)
+        logging.getLogger("missive.cli").info(config_origin(config))
+        kernel = Kernel(block=config.plugins.block)
+        if model_refs:
+            from .model_commands import add_served_models, progress_on_terminal
+
+            progress_on_terminal()
+            add_served_models(config, kernel, model_refs, context_window=context_window,
+                              echo=_say(config.server.log_format))
+        app = create_app(config, kernel=kernel)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     hc = HypercornConfig()
@@ -119,14 +153,10 @@ def serve(
         except ConfigError as exc:
             await models.aclose()
             raise click.ClickException(str(exc)) from None
-        serving = f"Missive serving {', '.join(config.models)} on {address}"
-        if config.server.log_format == "json":
-            logging.getLogger("missive.cli").info(serving)  # every line of a JSON log is JSON
-        else:
-            click.echo(serving, err=True)
+        _say(config.server.log_format)(f"Missive serving {', '.join(config.models)} on {address}")
         try:
             await serve_until_stopped(
-                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),  # type: ignore[arg-type]
+                lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),
                 drain,
                 models,
             )
@@ -134,6 +164,62 @@ def serve(
             raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
     asyncio.run(run())
+
+
+def _say(log_format: str) -> Any:
+    """A function printing a line for people on stderr, or logging it when
+    the log is JSON (every line of a JSON log is JSON)."""
+    if log_format == "json":
+        return logging.getLogger("missive.cli").info
+    return lambda line: click.echo(line, err=True)
+
+
+@cli.command()
+@_config_options
+@click.argument("refs", nargs=-1, metavar="[REF]...")
+def pull(config_path: str | None, overrides: tuple[str, ...], refs: tuple[str, ...]) -> None:
+    """Fetch models ahead of time: hf://OWNER/REPO[:QUANT or FILE] into the
+    Hugging Face cache (resumed if interrupted; HF_TOKEN, HF_ENDPOINT and
+    HF_HUB_OFFLINE honoured), or check an Ollama name or a path. With no
+    REF, every reference in the configured models' settings."""
+    from .logs import setup_logging
+    from .model_commands import configured_references, progress_on_terminal, pull as pull_refs
+    from .sources import ModelRefError
+
+    setup_logging("info")
+    if not refs:
+        config = _load(config_path, overrides)
+        refs = tuple(configured_references(config, Kernel(block=config.plugins.block)))
+        if not refs:
+            raise click.ClickException(
+                "nothing to pull: give a reference (missive pull hf://OWNER/REPO:Q4_K_M), "
+                "or a config whose models name one"
+            )
+    progress_on_terminal()
+    try:
+        pull_refs(refs, click.echo)
+    except ModelRefError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command("models")
+@_config_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def models_command(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """List the models on this machine: the configured ones, GGUF and MLX
+    models in the Hugging Face cache, Ollama's models; with size,
+    quantization, training context and chat template family from their
+    files. Nothing is downloaded."""
+    from .model_commands import render_rows, rows_json
+    from .sources.catalogue import catalogue
+
+    config = _load(config_path, overrides)
+    kernel = Kernel(block=config.plugins.block)
+    rows = catalogue(config.models, kernel.drivers)
+    if as_json:
+        click.echo(json.dumps(rows_json(rows), indent=2))
+    else:
+        click.echo(render_rows(rows), nl=False)
 
 
 def _report_native_crashes() -> None:
@@ -166,16 +252,24 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     capabilities (what requests are checked against)."""
     config = _load(config_path, overrides)
     kernel = Kernel(block=config.plugins.block)
-    data = {
+    try:
+        chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        default_id, default_error = (chosen.id if chosen else None), None
+    except ConfigError as exc:
+        default_id, default_error = None, str(exc)
+    data: dict[str, Any] = {
+        "config": config.source,
         "plugins": [
-            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "hooks": p.hooks, "error": p.error}
+            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "api": p.api,
+             "hooks": p.hooks, "error": p.error}
             for p in kernel.plugins
         ],
         "drivers": {
             name: {"description": spec.description, "extra": spec.extra, "capabilities": spec.capabilities.summary()}
             for name, spec in kernel.drivers.items()
         },
-        "default_models": sorted(kernel.default_models),
+        "default_models": [d.id for d in ranked(kernel.default_models)],
+        "default_model": default_id,
         "tool_parsers": {name: spec.description for name, spec in kernel.tool_parsers.items()},
         "reasoning_parsers": {name: spec.description for name, spec in kernel.reasoning_parsers.items()},
         "image_processors": {
@@ -191,6 +285,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
+    click.echo(f"{config_origin(config)}\n")
     for p in data["plugins"]:
         status = f"FAILED: {p['error']}" if p["error"] else ", ".join(p["hooks"]) or "no hooks"
         version = f" {p['version']}" if p["version"] else ""
@@ -206,7 +301,8 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             label = kind.replace("_processors", " processor")
             click.echo(f"\n{label} {name}: {info['description']}\n  media types: {', '.join(info['media_types'])}")
     if data["default_models"]:
-        click.echo(f"\ndefault models: {', '.join(data['default_models'])}")
+        click.echo(f"\ndefault models (served when no model is configured): {', '.join(data['default_models'])}")
+        click.echo(f"  served: {data['default_model'] or 'FAILED: ' + str(default_error)}")
     for kind in ("tool_parsers", "reasoning_parsers"):
         if data[kind]:
             click.echo(f"\n{kind.replace('_', ' ')}:")
@@ -240,7 +336,13 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
     from .model_table import ModelTable
 
     out: dict[str, dict[str, object]] = {}
-    models = dict(config.models) or {d.id: d.entry for d in kernel.default_models.values()}
+    models = dict(config.models)
+    if not models:
+        try:
+            chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        except ConfigError as exc:
+            return {"(default)": {"driver": None, "started": False, "capabilities": {}, "error": str(exc)}}
+        models = {chosen.id: chosen.entry} if chosen else {}
     for model_id, entry in models.items():
         info: dict[str, object] = {"driver": entry.driver, "started": False, "capabilities": {}, "error": None}
         out[model_id] = info
@@ -266,7 +368,7 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
 
 async def _start_and_close(table: Any) -> None:
     try:
-        await table.start()
+        await table.start(load_lazy=True)
     finally:
         await table.aclose()
 
@@ -380,7 +482,7 @@ def batches_results(
     from .claude_env import ServerUnavailable
 
     base, key = _server(config_path, overrides, url, api_key)
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     try:
         for chunk in stream_results(base, key, batch_id):
             out.write(chunk)
@@ -412,11 +514,14 @@ def claude(
     claude_args: tuple[str, ...],
 ) -> None:
     """Print the environment that points Claude Code at the running server,
-    or run Claude Code with it: `missive claude -- -p "hello"`.
+    or run Claude Code with it: `missive claude -- -p "hello"`. Warns (on
+    stderr) when the model's context is too small for Claude Code.
 
     Use the printed lines with: eval "$(missive claude)".
     """
-    from .claude_env import ServerUnavailable, claude_environment, export_lines, fetch_model, server_url
+    from .claude_env import (
+        ServerUnavailable, claude_environment, context_warning, export_lines, fetch_model, server_url,
+    )
 
     config = _load(config_path, overrides)
     base = (url or server_url(config)).rstrip("/")
@@ -433,6 +538,9 @@ def claude(
             )
         raise click.ClickException(message) from None
     env = claude_environment(base, key, info, small_model)
+    warning = context_warning(info)
+    if warning:
+        click.echo(warning, err=True)  # stderr: eval "$(missive claude)" reads stdout
     if not claude_args and not run_:
         click.echo(export_lines(env), nl=False)
         return
@@ -441,6 +549,32 @@ def claude(
         raise click.ClickException("claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code")
     sys.stdout.flush()
     os.execve(binary, [binary, *claude_args], {**os.environ, **env})
+
+
+@cli.command("new-driver")
+@click.argument("name")
+@click.option(
+    "--output", type=click.Path(file_okay=False), default=".", show_default=True,
+    help="Folder to write missive-NAME/ into.",
+)
+def new_driver(name: str, output: str) -> None:
+    """Write missive-NAME/, a driver distribution that passes the driver contract as written.
+
+    NAME is the driver's name (driver = "NAME" in a model entry). Then, in
+    missive-NAME/: pip install -e '.[test]' && pytest
+    """
+    from pathlib import Path
+
+    from .scaffold import write_skeleton
+
+    try:
+        target = write_skeleton(name, Path(output))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    except FileExistsError:
+        raise click.ClickException(f"{Path(output) / f'missive-{name}'} exists already; nothing written") from None
+    click.echo(f"wrote {target}")
+    click.echo(f"next: cd {target} && pip install -e '.[test]' && pytest")
 
 
 def main() -> None:

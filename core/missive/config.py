@@ -18,6 +18,8 @@ Shape (every key optional)::
     queue_depth = 16            # requests that may wait per model when every slot is busy
     queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
     shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
+    memory_budget_mib = 16384   # models loaded at once fit in it: loading one unloads idle others (LRU)
+    default_model = "smollm2-135m"   # with no [models]: which plugin-offered default is served
 
     [models.smollm2-135m]
     driver = "llamacpp"
@@ -25,6 +27,9 @@ Shape (every key optional)::
     context_window = 8192
     aliases = ["claude-*"]      # glob patterns of client model ids
     queue_depth = 4             # overrides server.queue_depth for this model (also queue_timeout)
+    lazy = true                 # load on the first request, not at start-up
+    idle_unload = 300.0         # unload after this many seconds without requests
+    memory_mib = 900            # what it takes, for memory_budget_mib (default: its files' size)
     [models.smollm2-135m.settings]
     model_path = "/path/to/model.gguf"
 
@@ -55,6 +60,12 @@ or ``--set section.key=value`` on the CLI (quote dotted names:
 ``--set 'models."qwen2.5".context_window=4096'``).  Values parse as TOML
 values when they can (``9000``, ``true``, ``["a","b"]``), else as strings.
 Precedence: file < environment < CLI.
+
+The file: ``--config FILE``, else ``$MISSIVE_CONFIG``, else the first that
+exists of ``$XDG_CONFIG_HOME/missive/missive.toml`` (``~/.config/...`` when
+unset) and ``/etc/missive/missive.toml`` (:func:`config_search_path`; only
+with ``search=True``, as the command line and :mod:`missive.asgi` do), else
+none: the defaults.
 """
 
 from __future__ import annotations
@@ -76,10 +87,13 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig", "Config",
-    "load_config", "ConfigError",
+    "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
 ENV_PREFIX = "MISSIVE__"
+#: The system-wide configuration a package or a container image can ship;
+#: searched after the user's (:func:`config_search_path`).
+SYSTEM_CONFIG = Path("/etc/missive/missive.toml")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -98,6 +112,12 @@ class ServerConfig(_Strict):
     keys (see :class:`ModelEntry` and :mod:`missive.admission`).
     ``shutdown_grace`` is how long ``missive serve`` lets running generations
     finish after SIGTERM or SIGINT (:mod:`missive.shutdown`).
+    ``memory_budget_mib``: MiB the loaded models may take together (each
+    model's ``memory_mib``, else its files' size); loading one beyond it
+    first unloads the least recently used idle others
+    (:mod:`missive.residency`). None: no budget.
+    ``default_model`` picks which plugin-offered default model is served when
+    no model is configured (:mod:`missive.default_model`).
     """
 
     host: str = "127.0.0.1"
@@ -115,6 +135,8 @@ class ServerConfig(_Strict):
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
     shutdown_grace: float = Field(default=30.0, ge=0, le=86400, allow_inf_nan=False, strict=True)
+    memory_budget_mib: int | None = Field(default=None, ge=1)
+    default_model: str | None = None
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -138,6 +160,13 @@ class ModelEntry(_Strict):
             ``max_concurrency`` slots are busy (None: ``server.queue_depth``).
         queue_timeout: seconds a request may wait for a slot (None:
             ``server.queue_timeout``). Beyond either: 529 ``overloaded_error``.
+        lazy: load the model on its first request instead of at start-up
+            (it is listed, and counts as ready, before).
+        idle_unload: seconds without a request after which the model is
+            unloaded (loaded again by the next request); None: never.
+        memory_mib: MiB the model takes, for ``server.memory_budget_mib``;
+            None: the size of its files (weights and projector; a remote
+            model's: 0).
         settings: driver-specific settings, validated by the driver.
     """
 
@@ -149,6 +178,9 @@ class ModelEntry(_Strict):
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0))
     queue_depth: int | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, gt=0)
+    lazy: bool = False
+    idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -276,6 +308,9 @@ class BatchesConfig(_Strict):
 
 
 class Config(_Strict):
+    """The whole configuration. ``source``: the file it was read from (None:
+    no file, only defaults, environment and overrides); not a key."""
+
     server: ServerConfig = Field(default_factory=ServerConfig)
     models: dict[str, ModelEntry] = Field(default_factory=dict)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
@@ -340,24 +375,65 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     return found
 
 
+def config_search_path(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The configuration files looked for, in order, when neither ``--config``
+    nor ``$MISSIVE_CONFIG`` names one: the user's, then the system's.
+
+    The user's is ``$XDG_CONFIG_HOME/missive/missive.toml``; with
+    ``XDG_CONFIG_HOME`` unset, empty or relative it is
+    ``$HOME/.config/missive/missive.toml`` (the XDG Base Directory
+    specification's rule). The system's is :data:`SYSTEM_CONFIG`,
+    ``/etc/missive/missive.toml``.
+
+    Args:
+        environ: environment mapping (``os.environ`` by default).
+    """
+    environ = os.environ if environ is None else environ
+    xdg = environ.get("XDG_CONFIG_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        base = Path(xdg)
+    else:
+        base = Path(environ.get("HOME") or os.path.expanduser("~")) / ".config"
+    return [base / "missive" / "missive.toml", SYSTEM_CONFIG]
+
+
+def find_config(candidates: Iterable[Path]) -> Path | None:
+    """The first of ``candidates`` that is a file (one that exists but cannot
+    be read is still chosen: :func:`load_config` then reports why), or None."""
+    return next((path for path in candidates if path.is_file()), None)
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
     overrides: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
+    search: bool = False,
+    search_path: Iterable[Path] | None = None,
 ) -> Config:
-    """Read the TOML file (or ``MISSIVE_CONFIG``), apply env and CLI overrides.
+    """Read the TOML file, apply env and CLI overrides.
+
+    The file is ``path``, else ``$MISSIVE_CONFIG``, else (with ``search``) the
+    first existing file of ``search_path``, else none: the defaults.
+    :attr:`Config.source` says which file was read.
 
     Args:
-        path: TOML file; None uses ``$MISSIVE_CONFIG`` if set, else defaults.
+        path: TOML file, or None.
         overrides: ``key=value`` strings from ``--set``.
         environ: environment mapping (``os.environ`` by default).
+        search: look for a file in ``search_path`` when neither ``path`` nor
+            ``$MISSIVE_CONFIG`` names one (the command line and
+            :mod:`missive.asgi` do; a library caller gets no file it did not ask for).
+        search_path: files to look for, in order (default
+            :func:`config_search_path` of ``environ``).
 
     Raises:
         ConfigError: unreadable file, bad TOML, unknown key or bad value.
     """
     environ = os.environ if environ is None else environ
     path = path or environ.get("MISSIVE_CONFIG") or None
+    if path is None and search:
+        path = find_config(config_search_path(environ) if search_path is None else search_path)
     data: dict[str, Any] = {}
     if path:
         try:

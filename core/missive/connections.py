@@ -65,17 +65,27 @@ def install() -> bool:
     :class:`PromptCloseTCPServer` (idempotent). Returns whether it is in
     place: False, with a warning, when this Hypercorn's connection class is
     not of the expected shape (the fix is then left out)."""
-    if hypercorn_run.TCPServer is PromptCloseTCPServer:
+    if _worker_class() is PromptCloseTCPServer:
         return True
     expected = ("_read_data", "protocol_send", "_close", "_idle_timeout")
-    if hypercorn_run.TCPServer is not TCPServer or not all(hasattr(TCPServer, name) for name in expected):
+    if _worker_class() is not TCPServer or not all(hasattr(TCPServer, name) for name in expected):
         log.warning("Hypercorn's asyncio connections are not the expected ones: connections closed by their "
                     "client may stay open until keep_alive_timeout")
         return False
-    hypercorn_run.TCPServer = PromptCloseTCPServer  # looked up for each connection by worker_serve
+    setattr(hypercorn_run, _NAME, PromptCloseTCPServer)  # looked up for each connection by worker_serve
     return True
 
 
 def installed() -> bool:
     """Whether :func:`install` has put the fix in place in this process."""
-    return hypercorn_run.TCPServer is PromptCloseTCPServer
+    return _worker_class() is PromptCloseTCPServer
+
+
+#: The name under which ``hypercorn.asyncio.run`` imports its connection
+#: class (which it does not re-export, so it is reached by name).
+_NAME = "TCPServer"
+
+
+def _worker_class() -> object:
+    """The connection class Hypercorn's asyncio worker builds connections with."""
+    return getattr(hypercorn_run, _NAME)

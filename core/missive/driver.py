@@ -11,7 +11,8 @@ built once per configured model: ``factory(model_id, entry)``. The core calls:
   backend's work;
 * :meth:`Driver.aclose` at shutdown;
 * :meth:`Driver.status` and :meth:`Driver.replica_pool`, optional, for
-  ``GET /v1/status``, ``missive ps``, ``GET /readyz`` and ``/metrics``.
+  ``GET /v1/status``, ``missive ps``, ``GET /readyz`` and ``/metrics``;
+* :meth:`Driver.choices`, optional, for the start-up log.
 """
 
 from __future__ import annotations
@@ -118,6 +119,14 @@ class Driver(abc.ABC):
         2-second limit; it must be cheap, and may ask the backend. An
         exception is shown as the status's ``error``.
         """
+        return {}
+
+    def choices(self) -> dict[str, Any]:
+        """What the driver settled at start-up that the configuration left
+        open, for the start-up log (``missive serve`` prints one line per
+        model): e.g. ``{"context_window": 8192, "chat_template": "chatml",
+        "tool_format": "hermes", "reasoning_format": "none"}``. Flat and
+        JSON-able; called after :meth:`start`. Default: nothing."""
         return {}
 
     def replica_pool(self) -> ReplicaPool | None:

@@ -10,7 +10,8 @@ Plugins come from three places, in order:
    development and tests.
 
 Each plugin is imported, registered and validated inside its own ``try``: a
-plugin that fails to import, implements an unknown hook, or raises from a
+plugin that fails to import, was built for another plugin API version
+(:mod:`missive.compat`), implements an unknown hook, or raises from a
 registration hook is recorded in :attr:`Kernel.plugins` with its error and
 unregistered; the others load. ``$MISSIVE_BLOCK_PLUGINS`` (or
 ``plugins.block`` in the config) names entry points not to load.
@@ -18,6 +19,7 @@ unregistered; the others load. ``$MISSIVE_BLOCK_PLUGINS`` (or
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
@@ -30,6 +32,7 @@ from typing import Any, TypeVar
 import pluggy
 
 from . import hookspecs
+from .compat import API_VERSION, api_mismatch, declared_versions, import_failure
 from .specs import (
     DefaultModel,
     DocumentProcessorSpec,
@@ -65,6 +68,9 @@ class PluginInfo:
     version: str | None = None
     hooks: list[str] = field(default_factory=list)
     error: str | None = None
+    #: The plugin API versions it declares (``MISSIVE_API``); None for the
+    #: default plugins and for one that could not be imported.
+    api: tuple[str, ...] | None = None
 
 
 class Kernel:
@@ -78,7 +84,7 @@ class Kernel:
             b.strip() for b in os.environ.get("MISSIVE_BLOCK_PLUGINS", "").split(",") if b.strip()
         }
         for module_name in DEFAULT_PLUGINS:
-            self._load(module_name, "default", lambda m=module_name: importlib.import_module(m))
+            self._load(module_name, "default", functools.partial(importlib.import_module, module_name))
         if load_entry_points:
             for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 if ep.name in self._block:
@@ -89,7 +95,7 @@ class Kernel:
         for module_name in os.environ.get("MISSIVE_PLUGINS", "").split(","):
             module_name = module_name.strip()
             if module_name:
-                self._load(module_name, "MISSIVE_PLUGINS", lambda m=module_name: importlib.import_module(m))
+                self._load(module_name, "MISSIVE_PLUGINS", functools.partial(importlib.import_module, module_name))
         self.drivers: dict[str, DriverSpec] = self._collect("register_drivers", DriverSpec)
         self.default_models: dict[str, DefaultModel] = self._collect(
             "register_default_models", DefaultModel, key="id"
@@ -125,8 +131,23 @@ class Kernel:
             return
         try:
             plugin = loader()
+        except Exception as exc:  # a broken or outdated plugin is reported, never fatal
+            if source == "default":
+                info.error = f"{type(exc).__name__}: {exc}"
+            else:
+                info.error = import_failure(name, version, exc, API_VERSION)
+            log.error("plugin %s not loaded: %s", name, info.error)
+            return
+        try:
             if isinstance(plugin, ModuleType):
                 info.module = plugin.__name__
+            if source != "default":
+                info.api = declared_versions(plugin)
+                mismatch = api_mismatch(name, version, info.api, API_VERSION)
+                if mismatch is not None:
+                    info.error = mismatch
+                    log.error("plugin %s not loaded: %s", name, mismatch)
+                    return
             unknown = [
                 attr
                 for attr in dir(plugin)
@@ -151,7 +172,8 @@ class Kernel:
         before the default plugins, so a plugin can replace built-in behaviour
         (a tool parser of the same name) and its template markers are tried
         first; among them the first registration of a name wins, a later
-        duplicate is logged.
+        duplicate is logged, except that a default model of a higher
+        ``priority`` replaces one of the same id.
         """
         found: dict[str, T] = {}
         caller = getattr(self.pm.hook, hook_name)
@@ -174,6 +196,13 @@ class Kernel:
             for item in items:
                 item_key = getattr(item, key)
                 if item_key in found:
+                    # A default model of the same id and a higher priority replaces
+                    # the other (a distribution's tuned entry over the driver's).
+                    if getattr(item, "priority", 0) > getattr(found[item_key], "priority", 0):
+                        log.info("%s %r from %s replaces one of lower priority", kind.__name__, item_key,
+                                 impl.plugin_name)
+                        found[item_key] = item
+                        continue
                     log.warning("%s %r from %s ignored: already registered", kind.__name__, item_key, impl.plugin_name)
                     continue
                 found[item_key] = item

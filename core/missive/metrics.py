@@ -13,8 +13,9 @@ Two kinds of metric:
   (:meth:`Metrics.observe`): counters of requests, tokens and media blocks,
   histograms of times;
 * the state at scrape time (:class:`LoadCollector`): requests running and
-  waiting per model (:mod:`missive.admission`), and the health of each
-  replica of a remote backend (:mod:`missive.replicas`).
+  waiting per model (:mod:`missive.admission`), the health of each
+  replica of a remote backend (:mod:`missive.replicas`), which models are
+  loaded and how often they were loaded and unloaded (:mod:`missive.residency`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
@@ -71,7 +72,7 @@ class Metrics:
     def __init__(self, models: ModelTable, admission: Admission) -> None:
         # No ``*_created`` series: one more per labelled child, which nothing
         # here reads. prometheus_client has this switch for the process only.
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
         self.registry = CollectorRegistry()
         r, m = self.registry, [MODEL]
         self.requests = Counter(
@@ -162,8 +163,11 @@ class Metrics:
 class LoadCollector(Collector):
     """Gauges read at scrape time: ``missive:num_requests_running`` and
     ``missive:num_requests_waiting`` per model (slots held and requests
-    queued, :mod:`missive.admission`), and ``missive:replica_healthy`` per
-    replica of a remote model (1 healthy, 0 out of rotation)."""
+    queued, :mod:`missive.admission`), ``missive:replica_healthy`` per
+    replica of a remote model (1 healthy, 0 out of rotation),
+    ``missive:model_loaded`` per model (1 loaded, 0 not: lazy or unloaded);
+    counters ``missive:model_loads_total`` (start-up and on demand) and
+    ``missive:model_unloads_total`` by ``reason`` (``idle``, ``memory``)."""
 
     def __init__(self, models: ModelTable, admission: Admission) -> None:
         self.models = models
@@ -179,10 +183,30 @@ class LoadCollector(Collector):
                               "rotation, 0 while it is out (failed, being probed).", labels=[MODEL, "replica"]),
         )
 
+    def _residency(self) -> tuple[GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+        return (
+            GaugeMetricFamily(f"{PREFIX}model_loaded", "1 while a model is loaded, 0 while it is not (lazy, "
+                              "or unloaded when idle or for memory).", labels=[MODEL]),
+            CounterMetricFamily(f"{PREFIX}model_loads", "Times a model was loaded (at start-up or on demand).",
+                                labels=[MODEL]),
+            CounterMetricFamily(f"{PREFIX}model_unloads", "Times a model was unloaded, by reason: idle "
+                                "(idle_unload) or memory (server.memory_budget_mib).", labels=[MODEL, "reason"]),
+        )
+
     def describe(self) -> Iterator[Metric]:
         yield from self._families()
+        yield from self._residency()
 
     def collect(self) -> Iterator[Metric]:
+        loaded, loads, unloads = self._residency()
+        for model_id in self.models.drivers:
+            loaded.add_metric([model_id], 1 if self.models.loaded(model_id) else 0)
+            loads.add_metric([model_id], self.models.loads[model_id])
+        for (model_id, reason), count in sorted(self.models.unloads.items()):
+            unloads.add_metric([model_id, reason], count)
+        yield loaded
+        yield loads
+        yield unloads
         running, waiting, healthy = self._families()
         for model_id, driver in self.models.drivers.items():
             gate = self.admission.gates.get(model_id)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
@@ -300,7 +300,7 @@ class MessageStream:
             out += [self._from_parse(parsed) for parsed in tool.finish()]
         return out
 
-    async def _parsed(self) -> AsyncIterator[GenerationEvent]:
+    async def _parsed(self) -> AsyncGenerator[GenerationEvent, None]:
         """The driver's events with reasoning and tool calls written as text
         turned into thinking and call events (tokens are counted on the
         driver's text deltas, the derived events carry 0)."""
@@ -343,7 +343,7 @@ class MessageStream:
         except MalformedToolCall as exc:
             raise BadGatewayError(f"the model produced a malformed tool call: {exc}") from exc
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """Content block events, then ``message_delta`` and ``message_stop``.
 
         Raises:
@@ -535,7 +535,7 @@ class MessageStream:
         remaining = self._budget - used
         return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
 
-    async def _unrepeated(self, source: AsyncIterator[GenerationEvent]) -> AsyncIterator[GenerationEvent]:
+    async def _unrepeated(self, source: AsyncIterator[GenerationEvent]) -> AsyncGenerator[GenerationEvent, None]:
         """``source`` until the model repeats a tool call it already made.
 
         A small model forced to call a tool (``tool_choice`` ``any``/``tool``
@@ -588,7 +588,7 @@ class MessageStream:
         finally:
             await source.aclose()  # type: ignore[attr-defined]
 
-    async def _rounds(self) -> AsyncIterator[GenerationEvent]:
+    async def _rounds(self) -> AsyncGenerator[GenerationEvent, None]:
         """:meth:`_parsed` events, round after round: when a server tool's
         result was sent (``_resume`` set), the running generation is stopped
         and the driver starts again on the continued request. A continued

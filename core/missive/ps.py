@@ -39,7 +39,8 @@ def fetch_status(base_url: str, api_key: str | None, *, timeout: float = 10.0) -
         except (ValueError, KeyError, TypeError):
             message = response.reason_phrase
         raise ServerUnavailable(f"{url} answered {response.status_code}: {message}", response.status_code)
-    return response.json()
+    status: dict[str, Any] = response.json()
+    return status
 
 
 def _of(value: Any, limit: Any) -> str:
@@ -58,6 +59,10 @@ def _size(n: Any) -> str:
 
 def _details(info: dict[str, Any]) -> str:
     parts = []
+    if info.get("idle_unload") is not None:
+        parts.append(f"idle {info.get('idle_s', 0)}/{info['idle_unload']:g} s")
+    if info.get("memory_bytes"):
+        parts.append(f"memory={_size(info['memory_bytes'])}")
     for key, value in (info.get("driver_status") or {}).items():
         parts.append(f"{key}={_size(value) if key.endswith('_bytes') else value}")
     replicas = info.get("replicas")
@@ -75,7 +80,7 @@ def render_status(status: dict[str, Any]) -> str:
         rows.append((
             model_id,
             str(info.get("driver") or "-"),
-            str(info.get("status") or "-"),
+            str(info.get("status") or "-") + (" (unloaded)" if info.get("loaded") is False else ""),
             str(info.get("context_window") or "-"),
             _of(info.get("running", 0), info.get("max_concurrency")),
             _of(info.get("waiting", 0), info.get("queue_depth")),

@@ -107,6 +107,7 @@ class RequestRecord:
         self.error_type: str | None = None
         self.duration: float | None = None
         self._on_finish: Callable[[RequestRecord], None] | None = on_finish
+        self._at_finish: list[Callable[[], None]] = []
 
     @property
     def quiet(self) -> bool:
@@ -141,6 +142,15 @@ class RequestRecord:
             if isinstance(value, int):
                 setattr(self, key, value)
 
+    def at_finish(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (no arguments, must not raise) when the record
+        finishes, before the observer; at once if it has. The model a request
+        uses is given back this way (:meth:`missive.model_table.ModelTable.use`)."""
+        if self._on_finish is None:
+            callback()
+        else:
+            self._at_finish.append(callback)
+
     def finish(self, status: int, error_type: str | None = None) -> None:
         """End the record with the HTTP ``status`` (and ``error_type``, unless
         an error was noted already) and hand it to the observer. Later calls
@@ -152,6 +162,12 @@ class RequestRecord:
         if self.error_type is None:
             self.error_type = error_type
         self.duration = time.monotonic() - self.started
+        callbacks, self._at_finish = self._at_finish, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("a finishing callback of request %s failed", self.request_id)
         if self.stop_reason is None:
             self.output_tokens = None  # message_start's 0: the answer's count never came
         try:

@@ -22,19 +22,9 @@ requests over them without a scheduler of its own:
   healthy, so a backend that died while idle is found before a request
   fails on it (``GET /readyz`` and ``GET /v1/status`` call it).
 
-Usage in a driver (``send`` stands for the driver's request)::
-
-    tried: set[Replica] = set()
-    while True:
-        async with pool.acquire(exclude=tried) as replica:   # 529 when none is left
-            try:
-                response = await send(replica.url)
-            except httpx.TransportError:
-                pool.mark_failed(replica, "connection refused")
-                tried.add(replica)
-                continue
-            ...  # stream the answer while the replica counts as busy
-            return
+Drivers use it through :class:`missive.transport.RemoteTransport`, which
+holds the replica while a request or stream runs (:meth:`ReplicaPool.take` /
+:meth:`ReplicaPool.release`) and applies the failover policy.
 
 The pool owns no HTTP client: it borrows the driver's pooled
 ``httpx.AsyncClient`` for its probes, which run as asyncio tasks (Missive
@@ -161,19 +151,39 @@ class ReplicaPool:
             OverloadedError: 529 with ``retry-after``: every replica is unhealthy
                 or already tried; the message names the last failure.
         """
+        replica = self.take(exclude)
+        try:
+            yield replica
+        finally:
+            self.release(replica)
+
+    def take(self, exclude: Collection[Replica] = ()) -> Replica:
+        """:meth:`choose` a replica and count one more request on it, until
+        :meth:`release` (the synchronous half of :meth:`acquire`, for holders
+        that outlive a ``with`` block, such as a stream opened in a task).
+
+        Raises:
+            OverloadedError: as :meth:`acquire`.
+        """
         replica = self.choose(exclude)
         if replica is None:
             raise self._overloaded(exclude)
         replica.outstanding += 1
-        try:
-            yield replica
-        finally:
-            replica.outstanding -= 1
+        return replica
 
-    def _overloaded(self, exclude: Collection[Replica]) -> OverloadedError:
+    def release(self, replica: Replica) -> None:
+        """End one request on ``replica`` taken with :meth:`take`."""
+        replica.outstanding -= 1
+
+    def retry_after(self) -> int:
+        """Seconds until the next health probe of a replica that is down
+        (at least 1): what a 529 suggests as ``retry-after``."""
         now = time.monotonic()
         waits = [r.next_probe_at - now for r in self.replicas if not r.healthy and r.next_probe_at is not None]
-        retry_after = max(1, int(min(waits) + 0.999)) if waits else 1
+        return max(1, int(min(waits) + 0.999)) if waits else 1
+
+    def _overloaded(self, exclude: Collection[Replica]) -> OverloadedError:
+        retry_after = self.retry_after()
         failures = "; ".join(f"{r.url}: {r.last_error}" for r in self.replicas if r.last_error)
         what = "every replica failed" if exclude else "no healthy replica"
         return OverloadedError(

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -74,6 +74,8 @@ class Drain:
         self.admission = admission
         #: Event-loop time at which the grace ends (None before the drain).
         self.expires_at: float | None = None
+        #: the grace was ended by a second signal rather than by running out
+        self.ended_early = False
         self._begun = asyncio.Event()
         self._expired: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -108,11 +110,13 @@ class Drain:
         self.expires_at = loop.time() + self.grace
         self._timer = loop.call_later(self.grace, self.expire)
 
-    def expire(self) -> None:
+    def expire(self, *, early: bool = False) -> None:
         """End the grace now (idempotent): every generation still running is
-        ended (:meth:`cut`, :func:`missive.sse.paced`)."""
+        ended (:meth:`cut`, :func:`missive.sse.paced`). ``early``: by a second
+        signal, before the grace ran out (the error message says which)."""
         if self.expired.done():
             return
+        self.ended_early = early
         if self._timer is not None:
             self._timer.cancel()
         self.expires_at = asyncio.get_running_loop().time()
@@ -132,11 +136,11 @@ class Drain:
 
     def ended_error(self) -> OverloadedError:
         """The ``overloaded_error`` ending a generation still running after the grace."""
-        return OverloadedError(
-            f"{SHUTTING_DOWN}: this answer was ended when the shutdown grace period "
-            f"(server.shutdown_grace = {self.grace:g} s) ran out; {_RETRY}",
-            retry_after=RETRY_AFTER,
-        )
+        when = (f"by a second shutdown signal, before the grace period (server.shutdown_grace = "
+                f"{self.grace:g} s) ran out" if self.ended_early else
+                f"when the shutdown grace period (server.shutdown_grace = {self.grace:g} s) ran out")
+        return OverloadedError(f"{SHUTTING_DOWN}: this answer was ended {when}; {_RETRY}",
+                               retry_after=RETRY_AFTER)
 
     @contextlib.contextmanager
     def cut(self) -> Iterator[None]:
@@ -194,7 +198,7 @@ async def serve_until_stopped(
             drain.begin()
         else:
             log.info("received %s again: ending the grace now", signum.name)
-            drain.expire()
+            drain.expire(early=True)
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(signum)  # a third one ends the process
 
@@ -204,7 +208,7 @@ async def serve_until_stopped(
         except NotImplementedError:  # Windows: a plain handler that hands over to the loop
             signal.signal(signum, lambda sig, _: loop.call_soon_threadsafe(on_signal, signal.Signals(sig)))
     before = asyncio.all_tasks()
-    server = loop.create_task(serve(drain.wait_begun))  # type: ignore[arg-type]
+    server: asyncio.Task[Any] = loop.create_task(serve(drain.wait_begun))  # type: ignore[arg-type]
     try:
         begun = loop.create_task(drain.wait_begun())
         await asyncio.wait({server, begun}, return_when=asyncio.FIRST_COMPLETED)

@@ -78,6 +78,16 @@ class DriverSpec:
             may narrow or widen it per model through ``Driver.capabilities``).
         description: one line for listings.
         extra: the pip extra that installs the driver's dependencies, for error messages.
+        model_format: ``"gguf"`` or ``"mlx"`` for a driver that loads model
+            files itself: its ``model_setting`` then also takes a model
+            reference (``hf://...``, an Ollama name), resolved to local files
+            before the driver is built (:mod:`missive.sources`), and
+            ``missive serve --model`` picks it for models of that format.
+            None: the driver loads no files (a remote backend).
+        model_setting: the settings key holding the model's path.
+        projector_setting: the settings key of a vision projector file, set
+            from the reference when its repository (or Ollama model) has one
+            and the entry does not set it; None: the driver takes none.
     """
 
     name: str
@@ -85,14 +95,28 @@ class DriverSpec:
     capabilities: Capabilities
     description: str = ""
     extra: str | None = None
+    model_format: str | None = None
+    model_setting: str = "model_path"
+    projector_setting: str | None = None
 
 
 @dataclass(frozen=True)
 class DefaultModel:
-    """A model served when the configuration names none (the embedded default)."""
+    """A model served when the configuration names none (the embedded default).
+
+    Attributes:
+        id: the model id it is served as.
+        entry: its configuration, as a ``[models.<id>]`` table would give it.
+        priority: when several plugins offer one, the highest priority is
+            served (ties: the smallest id); ``server.default_model`` overrides
+            (:mod:`missive.default_model`). ``0`` for a generic default (the
+            embedded SmolLM2); a distribution for specific hardware that
+            should win over it uses a higher value, e.g. ``10``.
+    """
 
     id: str
     entry: ModelEntry
+    priority: int = 0
 
 
 @dataclass(frozen=True)

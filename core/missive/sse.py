@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import suppress
 from typing import Any
 
@@ -57,7 +57,7 @@ async def paced(
     read_ahead: int = 64,
     stop: asyncio.Future[Any] | None = None,
     stop_error: Callable[[], BaseException] | None = None,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """Yield ``source``'s events with keep-alive pings and paced deltas.
 
     * After ``ping_interval`` seconds without an event, a ``ping`` is sent

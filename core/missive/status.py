@@ -3,7 +3,11 @@ and ``missive ps``.
 
 A model is
 
-* ``starting`` until its driver's ``start()`` has returned;
+* ``starting`` until its driver's ``start()`` has returned at start-up;
+* ``ready`` with ``"loaded": false`` while it is not loaded but loads on its
+  next request (``lazy``, or unloaded when idle or for memory:
+  :mod:`missive.residency`): a request to it waits for the load, so a
+  replica holding it is still ready to take traffic;
 * ``unavailable`` while it has a replica pool (a remote backend) and none of
   its replicas is healthy;
 * ``ready`` otherwise.
@@ -18,6 +22,7 @@ Kubernetes probe (1 s timeout by default) gets its answer in time.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -44,8 +49,11 @@ async def _check_replicas(models: ModelTable) -> None:
 
 
 def _state(model_id: str, driver: Driver, models: ModelTable) -> dict[str, Any]:
-    if model_id not in models.started:
+    state = models.state(model_id)
+    if state == "starting":
         return {"status": "starting"}
+    if state != "loaded":
+        return {"status": "ready", "loaded": False}
     pool = driver.replica_pool()
     if pool is None:
         return {"status": "ready"}
@@ -79,7 +87,11 @@ async def model_status(models: ModelTable, admission: Admission) -> dict[str, di
     """Model id -> its full status (``GET /v1/status``, behind the API keys):
     state, driver, context window, ``max_concurrency``, requests running and
     waiting, queue limits, each replica (URL without credentials, health,
-    requests outstanding, last error) and the driver's own :meth:`~missive.driver.Driver.status`."""
+    requests outstanding, last error) and the driver's own :meth:`~missive.driver.Driver.status`;
+    for a model loaded on demand, unloaded when idle or under a memory
+    budget also ``loaded``, ``lazy``, ``idle_unload`` (seconds),
+    ``memory_bytes`` (what it counts for in the budget) and ``idle_s``
+    (seconds since its last request ended; 0 while in use)."""
     await _check_replicas(models)
     out: dict[str, dict[str, Any]] = {}
     server = models.config.server
@@ -96,6 +108,15 @@ async def model_status(models: ModelTable, admission: Admission) -> dict[str, di
             "queue_depth": server.queue_depth if entry.queue_depth is None else entry.queue_depth,
             "queue_timeout": server.queue_timeout if entry.queue_timeout is None else entry.queue_timeout,
         }
+        if entry.lazy or entry.idle_unload is not None or server.memory_budget_mib is not None:
+            last = models.last_used.get(model_id)
+            info.update(
+                loaded=models.loaded(model_id),
+                lazy=entry.lazy,
+                idle_unload=entry.idle_unload,
+                memory_bytes=models.memory(model_id),
+                idle_s=round(time.monotonic() - last, 1) if last is not None and not models.uses[model_id] else 0.0,
+            )
         pool = driver.replica_pool()
         if pool is not None:
             info["replicas"] = [

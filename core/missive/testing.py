@@ -185,22 +185,28 @@ def serve_process(
     args: tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
+    python: str | Path | None = None,
 ) -> Iterator[ServerProcess]:
     """Run ``missive serve`` with ``config`` (None: no config file, the
     defaults) and yield it once ``/health`` answers, as a
     :class:`ServerProcess` (URL, process, log). ``MISSIVE*`` variables of this
-    process are not passed on; ``env`` adds variables. The server's log is in
+    process are not passed on, ``XDG_CONFIG_HOME`` is an empty folder (no
+    user configuration file is read); ``env`` adds or replaces variables.
+    ``python``: the interpreter that runs it (default: this one), e.g. that
+    of a virtual environment a distribution was installed into. The server's log is in
     the error if it fails to start; it is stopped on exit (:func:`stop_process`).
     """
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="missive-test-") as tmp:
-        cmd = [sys.executable, "-m", "missive", "serve", "--port", str(port), *args]
+        cmd = [str(python or sys.executable), "-m", "missive", "serve", "--port", str(port), *args]
         if config is not None:
             config_path = Path(tmp) / "missive.toml"
             config_path.write_text(dump_toml(config))
             cmd += ["--config", str(config_path)]
         log_path = Path(tmp) / "server.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
+        # No user configuration file (~/.config/missive/missive.toml) reaches a test.
+        full_env["XDG_CONFIG_HOME"] = tmp
         full_env.update(env or {})
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
@@ -219,14 +225,16 @@ def live_server(
     args: tuple[str, ...] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
+    python: str | Path | None = None,
 ) -> Iterator[str]:
     """Run ``missive serve`` with ``config`` (None: no config file, the defaults).
 
     Yields the base URL (``http://127.0.0.1:PORT``). The server's log is
     printed if it fails to start; it is stopped (SIGTERM, then SIGKILL) on exit.
-    :func:`serve_process` gives the process and its log too.
+    :func:`serve_process` gives the process and its log too; ``python`` is
+    the interpreter to run it with (default: this one).
     """
-    with serve_process(config, args=args, env=env, timeout=timeout) as server:
+    with serve_process(config, args=args, env=env, timeout=timeout, python=python) as server:
         yield server.url
 
 
@@ -378,12 +386,12 @@ def finalized_generators(log: str, under: tuple[str | Path, ...] = ()) -> list[s
 
 
 def start_http_server(
-    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1"
+    handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", port: int = 0
 ) -> tuple[ThreadingHTTPServer, str]:
-    """Serve ``handler`` on ``host`` (a free port) from a daemon thread, for
-    fake backends in tests. Returns the server and its base URL
-    (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
-    server = ThreadingHTTPServer((host, 0), handler)
+    """Serve ``handler`` on ``host`` and ``port`` (0: a free port) from a
+    daemon thread, for fake backends in tests. Returns the server and its
+    base URL (``http://HOST:PORT``); stop it with :func:`stop_http_server`."""
+    server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
@@ -399,15 +407,21 @@ def stop_http_server(server: ThreadingHTTPServer | None) -> None:
 class DriverContract:
     """The shared contract every driver passes, through the official SDK.
 
-    Subclass it in a driver's tests, next to a ``contract_url`` fixture::
-
-        @pytest.fixture(scope="module")
-        def contract_url():                  # base URL of a live server
-            with live_server({...}) as url:
-                yield url
+    Subclass it in a driver's tests with the configuration to serve; the
+    pytest plugin (:mod:`missive.pytest_plugin`, loaded by pytest wherever
+    Missive is installed) starts that server for the class::
 
         class TestMyDriver(DriverContract):
             model = "my-model"               # the model id to test
+            config = {"models": {"my-model": {"driver": "mine"}}}
+
+    or next to a ``contract_url`` fixture of its own, when the configuration
+    is known only at run time (a backend's port)::
+
+        @pytest.fixture(scope="module")
+        def contract_url(backend):           # base URL of a live server
+            with live_server({...}) as url:
+                yield url
 
     Tests that need a capability the model does not declare (read from
     ``missive plugins --json`` semantics: ``GET /v1/models`` for the context,
@@ -416,6 +430,10 @@ class DriverContract:
 
     Attributes:
         model: model id served by ``contract_url``.
+        config: the configuration mapping the plugin's ``contract_url``
+            serves (unused when a ``contract_url`` fixture replaces it).
+        env: more environment variables for that server (e.g.
+            ``MISSIVE_PLUGINS`` naming a plugin module not installed yet).
         deterministic: greedy decoding (``temperature: 0``) gives the same
             text for the same prompt (needed by the stop-sequence test).
         exact_count_tokens: ``count_tokens`` equals the prompt usage.
@@ -423,6 +441,8 @@ class DriverContract:
     """
 
     model: str = ""
+    config: Mapping[str, Any] | None = None
+    env: Mapping[str, str] | None = None
     deterministic: bool = True
     exact_count_tokens: bool = True
     prompt: str = "List three colours of the rainbow."
@@ -500,7 +520,8 @@ class DriverContract:
         text = "hello " * (context + 100)
         with pytest.raises(anthropic.BadRequestError) as caught:
             client.messages.create(**self._kwargs(messages=[{"role": "user", "content": text}]))
-        message = caught.value.body["error"]["message"]
+        body: Any = caught.value.body  # the SDK types it as object
+        message = body["error"]["message"]
         assert message.startswith("prompt is too long: ") and message.endswith(" maximum"), message
 
     def test_contract_models_listing(self, contract_url: str) -> None:

@@ -73,7 +73,8 @@ def get_batch(base_url: str, api_key: str | None, batch_id: str) -> dict[str, An
     Raises:
         ServerUnavailable: nothing answers, or the server refused (404: no such batch).
     """
-    return _get(base_url, f"/v1/messages/batches/{batch_id}", api_key)
+    batch: dict[str, Any] = _get(base_url, f"/v1/messages/batches/{batch_id}", api_key)
+    return batch
 
 
 def stream_results(base_url: str, api_key: str | None, batch_id: str) -> Iterator[bytes]:

@@ -127,9 +127,11 @@ async def execute(
             models: ModelTable = app.extensions["missive"]["models"]
             signer = app.extensions["missive"]["signer"]
             try:
-                driver = models.drivers.get(job.model)
-                if driver is None:
+                if job.model not in models.drivers:
                     raise InvalidRequestError(f"model '{job.model}' is no longer served")
+                # Held until the record finishes: a model in use is never unloaded.
+                facts.at_finish(models.use(job.model).release)
+                driver = await models.ensure_loaded(job.model)
                 checked = check_params(json.loads(job.params), models, strict=config.server.strict)
                 req = checked.request
                 prepared = await prepare_generation(req, job.model, driver)

@@ -1,7 +1,9 @@
 """The batch runner: pending requests onto their models' free slots, below
 interactive traffic.
 
-One dispatcher per served model loops: wait until the model's gate has room
+One dispatcher per served model loops: load the model if it is not loaded
+and has pending batch requests (on demand, as a request would; a model in
+use by a batch request is not unloaded), wait until the model's gate has room
 for background work (:meth:`~missive.admission.Gate.wait_background_room`: a
 slot free, no request waiting, fewer than ``batches.max_slots`` slots held by
 batches), take the oldest pending request of that model, and start it
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import OverloadedError
+from ..errors import MissiveError, OverloadedError
 from .execute import Stopped, execute
 from .store import Job
 
@@ -55,6 +57,10 @@ log = logging.getLogger("missive.batches")
 #: replaces a weaker reason (a canceled batch's request preempted meanwhile
 #: is still canceled, never put back in the queue).
 _STRENGTH = {"preempted": 0, "shutdown": 1, "canceled": 2, "expired": 2}
+
+
+#: Seconds between two tries to load a model that failed to load for batch requests.
+LOAD_RETRY = 30.0
 
 
 @dataclass
@@ -143,11 +149,20 @@ class BatchRunner:
                 tasks.start_soon(self._dispatch, model_id, name=f"batches-{model_id}")
 
     async def _dispatch(self, model_id: str) -> None:
-        driver = self.models.drivers[model_id]
-        gate = self.admission.gate(model_id, driver)
-        cap = self.config.slots_for(gate.limit)
         assert self._tasks is not None
         while not self._stopping:
+            if not self.models.loaded(model_id):
+                # Not loaded (lazy, or unloaded when idle): its gate's slots
+                # are not known yet. Loaded on demand, as for a request,
+                # once it has pending batch requests.
+                wake = self._wake[model_id] = anyio.Event()
+                if not await self.db("pending", model_id, 1, list(self.running)):
+                    await wake.wait()
+                    continue
+                await self._load(model_id)
+                continue
+            gate = self.admission.gate(model_id, self.models.drivers[model_id])
+            cap = self.config.slots_for(gate.limit)
             try:
                 await gate.wait_background_room(cap)
             except OverloadedError:
@@ -163,6 +178,19 @@ class BatchRunner:
             holding = anyio.Event()
             self._tasks.start_soon(self._run, running, gate, cap, holding, name=f"batch-{running.job.custom_id}")
             await holding.wait()
+
+    async def _load(self, model_id: str) -> None:
+        """Load ``model_id`` for its pending batch requests; on failure wait
+        a while before trying again (its requests stay pending, and expire
+        if it never loads)."""
+        use = self.models.use(model_id)
+        try:
+            await self.models.ensure_loaded(model_id)
+        except MissiveError as exc:
+            log.warning("batch requests for model %s wait: %s", model_id, exc.message)
+            await anyio.sleep(LOAD_RETRY)
+        finally:
+            use.release()
 
     async def _run(self, running: Running, gate: Any, cap: int, holding: anyio.Event) -> None:
         job = running.job

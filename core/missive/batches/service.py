@@ -274,7 +274,7 @@ class Batches:
         if self._fresh():
             raise NotFoundError(f"message batch not found: {batch}")
         await self._open()
-        row = await self._db("get", batch)
+        row: BatchRow | None = await self._db("get", batch)
         if row is None:
             raise NotFoundError(f"message batch not found: {batch}")
         return row

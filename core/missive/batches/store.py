@@ -315,13 +315,17 @@ class BatchStore:
 
     def next_expiry(self) -> float | None:
         """The earliest ``expires_at`` of a batch in progress, or None."""
-        return self._db.execute("SELECT MIN(expires_at) FROM batches WHERE ended_at IS NULL").fetchone()[0]
+        found: float | None = self._db.execute(
+            "SELECT MIN(expires_at) FROM batches WHERE ended_at IS NULL"
+        ).fetchone()[0]
+        return found
 
     def next_archive(self) -> float | None:
         """The earliest ``created_at`` of an ended batch not archived yet, or None."""
-        return self._db.execute(
+        found: float | None = self._db.execute(
             "SELECT MIN(created_at) FROM batches WHERE ended_at IS NOT NULL AND archived_at IS NULL"
         ).fetchone()[0]
+        return found
 
     def archive(self, before: float, now: float) -> list[str]:
         """Archive ended batches created before ``before``: their requests

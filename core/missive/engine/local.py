@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -195,14 +195,17 @@ class LocalDriver(Driver):
         self.capabilities = self.capabilities.model_copy(update=update)
         self._prompts = PromptPath(self.runner, info, self._reasoning_class)
         runner, cache = self.runner, self._host_cache
-        states = isinstance(runner, ContextStates)
-        self._batcher = Batcher(
-            runner,
-            self._executor,
-            info.slots,
-            reuse=runner.reusable_in if states else None,  # type: ignore[attr-defined]
-            elsewhere=(lambda prompt: restorable(runner, cache, prompt)) if cache is not None and states else None,
-        )
+        reuse: Callable[[Prompt, int], int] | None = None
+        elsewhere: Callable[[Prompt], int] | None = None
+        if isinstance(runner, ContextStates):
+            states, kept = runner, cache
+            reuse = states.reusable_in
+            if kept is not None:
+
+                def elsewhere(prompt: Prompt) -> int:
+                    return restorable(states, kept, prompt)
+
+        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere)
         self._scheduler = Scheduler(info.slots)
         self._info = info
 
@@ -239,6 +242,23 @@ class LocalDriver(Driver):
         if cache is not None:
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
         return out
+
+    def choices(self) -> dict[str, Any]:
+        """The context window, slots, chat template family
+        (:func:`~missive.sources.gguf.template_family`), tool call format and
+        reasoning format (``none``: the model does not reason) of the loaded
+        model; ``{}`` before it is loaded."""
+        if self._info is None:
+            return {}
+        from ..sources.gguf import template_family
+
+        return {
+            "context_window": self._info.context_window,
+            "slots": self._info.slots,
+            "chat_template": template_family(self._template),
+            "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
+            "reasoning_format": self._reasoning or "none",
+        }
 
     def _loaded(self) -> PromptPath:
         if self._info is None or self._prompts is None:
@@ -352,7 +372,9 @@ class LocalDriver(Driver):
                 await events.aclose()
             prepared.prompt.close()
 
-    async def _generate(self, request: GenerationRequest, prepared: _Prepared) -> AsyncIterator[GenerationEvent]:
+    async def _generate(
+        self, request: GenerationRequest, prepared: _Prepared
+    ) -> AsyncGenerator[GenerationEvent, None]:
         info = self._info
         if info is None or self._scheduler is None:
             raise ApiError(f"model '{self.model_id}' is not loaded")

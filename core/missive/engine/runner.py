@@ -42,6 +42,7 @@ from ..media.types import ImageInput
 
 __all__ = [
     "PENDING",
+    "Pending",
     "Batched",
     "Cancelled",
     "Detokenizer",

@@ -142,7 +142,8 @@ async def _read_body(response: httpx.Response, url: httpx.URL, max_bytes: int, p
         raise MediaError(path, f"{url} is {int(length)} bytes; the limit is {max_bytes} bytes")
     chunks: list[bytes] = []
     size = 0
-    async with aclosing(response.aiter_bytes()) as body:
+    # httpx annotates this async generator as an AsyncIterator, which has no aclose (mypy: type-var)
+    async with aclosing(response.aiter_bytes()) as body:  # type: ignore[type-var]
         async for chunk in body:  # decoded: a gzip bomb stops at the limit too
             size += len(chunk)
             if size > max_bytes:

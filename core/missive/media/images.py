@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MediaError
 from .types import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
+
+if TYPE_CHECKING:  # Pillow is imported when an image is decoded, not with this module
+    from PIL.Image import Image as PillowImage
+    from PIL.Image import Resampling
 
 __all__ = [
     "sniff_image", "image_size", "prepare_image", "upright", "to_8bit", "PillowImageProcessor", "PlaceholderImageProcessor",
@@ -52,8 +56,8 @@ def sniff_image(data: bytes) -> str | None:
     return None
 
 
-def _open(data: bytes, media_type: str, path: str):  # type: ignore[no-untyped-def]
-    from PIL import Image
+def _open(data: bytes, media_type: str, path: str) -> PillowImage:
+    from PIL import Image, UnidentifiedImageError
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -61,7 +65,7 @@ def _open(data: bytes, media_type: str, path: str):  # type: ignore[no-untyped-d
             return Image.open(io.BytesIO(data), formats=[_PIL_FORMATS[media_type]])
         except Image.DecompressionBombError as exc:
             raise MediaError(path, f"image refused as a decompression bomb ({exc})") from None
-        except Image.UnidentifiedImageError:
+        except UnidentifiedImageError:
             raise MediaError(path, f"the {_NAMES[media_type]} image is truncated or corrupt (its header cannot be read)") from None
         except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's file
             raise MediaError(path, f"the {_NAMES[media_type]} image cannot be read ({type(exc).__name__}: {exc})") from None
@@ -118,7 +122,7 @@ def _output_format(source: str, accept: frozenset[str]) -> str:
     raise ValueError("no accepted image format")  # the pipeline never calls without one
 
 
-def _encode(img, media_type: str) -> bytes:  # type: ignore[no-untyped-def]
+def _encode(img: PillowImage, media_type: str) -> bytes:
     from PIL import Image
 
     out = io.BytesIO()
@@ -238,7 +242,7 @@ def _release_memory() -> None:
         _trim(0)
 
 
-def upright(img):  # type: ignore[no-untyped-def]
+def upright(img: PillowImage) -> PillowImage:
     """``img`` (a Pillow image) turned upright by its EXIF orientation (tag
     dropped); unchanged without one, or when the EXIF data is malformed."""
     from PIL import ImageOps
@@ -249,7 +253,7 @@ def upright(img):  # type: ignore[no-untyped-def]
         return img
 
 
-def to_8bit(img):  # type: ignore[no-untyped-def]
+def to_8bit(img: PillowImage) -> PillowImage:
     """``img`` (a Pillow image) with 16-bit or 32-bit grey samples (modes
     ``I;16*``, ``I``: 16-bit PNGs) as 8-bit grey (``L``), levels kept (a plain
     ``convert`` clips everything above 255 to white); other modes unchanged."""
@@ -258,10 +262,10 @@ def to_8bit(img):  # type: ignore[no-untyped-def]
     return img.convert("I").point(lambda v: v * (1 / 256)).convert("L")
 
 
-def _lanczos() -> int:
+def _lanczos() -> Resampling:
     from PIL import Image
 
-    return int(Image.Resampling.LANCZOS)
+    return Image.Resampling.LANCZOS
 
 
 class PillowImageProcessor(ImageProcessor):

@@ -1,5 +1,5 @@
 """Office documents as text: docx (python-docx), xlsx (openpyxl), pptx
-(python-pptx). Installed with the ``office`` extra (``pip install 'missive[office]'``).
+(python-pptx). Installed with the ``office`` extra (``pip install 'missive-server[office]'``).
 
 These files are zip archives. Before any library opens one, the archive is
 checked: at most 10,000 entries, and the sum of their uncompressed sizes at

@@ -187,7 +187,7 @@ class MediaPipeline:
             try:
                 cls = load_object(spec.factory)
             except ImportError as exc:
-                extra = " (pip install 'missive[office]')" if spec.name == "office" else ""
+                extra = " (pip install 'missive-server[office]')" if spec.name == "office" else ""
                 raise MediaError(
                     path, f"the {spec.name} processor is not installed on this server{extra}: {exc}"
                 ) from None

@@ -17,6 +17,8 @@ the channels (this one, or the tool parser when tools are offered).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..tools.parsers.base import Reasoning, Text
 from ..tools.parsers.harmony import MESSAGE, START, TERMINATORS, HarmonyParser
 from .base import ReasoningEvent, ReasoningParser
@@ -48,7 +50,7 @@ class HarmonyReasoningParser(ReasoningParser):
     def in_reasoning(self) -> bool:
         return self._reasoning
 
-    def _convert(self, events: list[object]) -> list[ReasoningEvent]:
+    def _convert(self, events: Sequence[object]) -> list[ReasoningEvent]:
         out: list[ReasoningEvent] = []
         for event in events:
             if isinstance(event, (Text, Reasoning)):

@@ -26,7 +26,8 @@ __all__ = ["register"]
 
 def batches() -> Batches:
     """The app's :class:`~missive.batches.service.Batches`."""
-    return current_app.extensions["missive"]["batches"]
+    found: Batches = current_app.extensions["missive"]["batches"]
+    return found
 
 
 def _base_url() -> str:

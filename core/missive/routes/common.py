@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 from quart import current_app, g, request
@@ -38,27 +38,27 @@ def state() -> tuple[Config, Kernel, ModelTable]:
 
 def signer() -> Signer:
     """The server's thinking-block :class:`~missive.thinking.signing.Signer`."""
-    return current_app.extensions["missive"]["signer"]
+    return cast(Signer, current_app.extensions["missive"]["signer"])
 
 
 def media_pipeline() -> MediaPipeline:
     """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
-    return current_app.extensions["missive"]["media"]
+    return cast(MediaPipeline, current_app.extensions["missive"]["media"])
 
 
 def drain() -> Drain:
     """The app's :class:`~missive.shutdown.Drain` (graceful shutdown)."""
-    return current_app.extensions["missive"]["drain"]
+    return cast(Drain, current_app.extensions["missive"]["drain"])
 
 
 def admission() -> Admission:
     """The app's :class:`~missive.admission.Admission` (per-model slots and queues)."""
-    return current_app.extensions["missive"]["admission"]
+    return cast(Admission, current_app.extensions["missive"]["admission"])
 
 
 def record() -> RequestRecord:
     """This request's :class:`~missive.record.RequestRecord` (log line, metrics)."""
-    return g.record
+    return cast(RequestRecord, g.record)
 
 
 def authenticate() -> None:

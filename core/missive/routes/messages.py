@@ -25,22 +25,26 @@ import asyncio
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from quart import Quart, Response, g
 
 from ..admission import Slot
 from ..capabilities import check_request
+from ..config import ServerConfig
 from ..conversation import build_conversation, unrendered_media
 from ..driver import Driver, GenerationRequest
 from ..errors import ApiError, CapabilityError, MissiveError
 from ..ids import message_id
 from ..pipeline import MessageStream, accumulate
-from ..record import CLIENT_CLOSED, CLIENT_GONE
+from ..record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
 from ..schema.request import CountTokensRequest, MessagesRequest
-from ..sse import frame, paced
+from ..shutdown import Drain
+from ..sse import PING, frame, paced
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
@@ -120,7 +124,7 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
     )
 
 
-async def create_message() -> Response | dict:
+async def create_message() -> Response | dict[str, Any]:
     """``POST /v1/messages`` (see :func:`_create_message`); a client that
     leaves before a response was sent (queued, or during a non-streaming
     answer) is recorded as it leaves (499 ``client_disconnected``), not when
@@ -134,13 +138,74 @@ async def create_message() -> Response | dict:
         raise
 
 
-async def _create_message() -> Response | dict:
+async def _hold(model_id: str) -> Driver:
+    """Hold ``model_id`` for this request (given back when its record
+    finishes) and wait until it is loaded; its driver."""
+    _, _, models = state()
+    record().at_finish(models.use(model_id).release)
+    return await models.ensure_loaded(model_id)
+
+
+@dataclass(frozen=True)
+class _StreamContext:
+    """What a stream's body needs from its request, taken in the handler:
+    the body runs after it, outside the request context."""
+
+    server: ServerConfig
+    facts: RequestRecord
+    shutdown: Drain
+    request_id: str
+
+
+def _stream_context() -> _StreamContext:
+    config, _, _ = state()
+    return _StreamContext(config.server, record(), drain(), g.request_id)
+
+
+async def _create_message() -> Response | dict[str, Any]:
     authenticate()
-    config, _, models = state()
+    _, _, models = state()
     req = await read_request(MessagesRequest)
-    model_id, driver = models.resolve(req.model)
+    model_id, _ = models.resolve(req.model)
     facts = record()
     facts.model = model_id
+    if req.stream and not models.loaded(model_id):
+        # Loaded on demand: the stream starts now, with pings while it loads.
+        # The task is created here, so it runs in this request's context.
+        started = asyncio.ensure_future(_load_and_begin(req, model_id))
+        return _sse_response(_after_load(started, _stream_context()))
+    driver = await _hold(model_id)
+    first, stream, slot = await _begin(req, model_id, driver)
+    if not req.stream:
+        shutdown = drain()
+        try:
+            events = [first]
+            with shutdown.cut():
+                async with aclosing(stream.events()) as answer:
+                    async for event in answer:
+                        facts.note(event)
+                        events.append(event)
+        finally:
+            try:
+                await stream.aclose()
+            finally:
+                slot.release()
+        return accumulate(events)
+    return _sse_response(_body(first, stream, slot, _stream_context()))
+
+
+async def _load_and_begin(req: MessagesRequest, model_id: str) -> tuple[dict[str, Any], MessageStream, Slot]:
+    return await _begin(req, model_id, await _hold(model_id))
+
+
+async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[dict[str, Any], MessageStream, Slot]:
+    """Check and convert the request, take a slot of its model and start
+    the answer: its first event (``message_start``), the stream, the slot.
+
+    Raises:
+        MissiveError: a refusal before anything is sent (400s, 529 queue full...).
+    """
+    facts = record()
     prepared = await prepare_generation(req, model_id, driver)
     gate = admission().gate(model_id, driver)
 
@@ -176,80 +241,111 @@ async def _create_message() -> Response | dict:
                 slot.release()
                 raise
     facts.note(first)
-    if not req.stream:
-        try:
-            events = [first]
-            with shutdown.cut():
-                async with aclosing(stream.events()) as answer:
-                    async for event in answer:
-                        facts.note(event)
-                        events.append(event)
-        finally:
-            try:
-                await stream.aclose()
-            finally:
-                slot.release()
-        return accumulate(events)
+    return first, stream, slot
 
-    request_id = g.request_id
-    server = config.server
 
-    async def body() -> AsyncIterator[bytes]:
-        # The slot is freed before the last frame is sent (the driver has
-        # ended by then: events() closes it before message_delta, and before
-        # raising), so a client that sends its next request as soon as it
-        # reads message_stop or the error finds the slot free.
-        #
-        # Quart closes this generator in the request's task (aclose()) when
-        # the client goes; ``paced`` is closed here, in the same task, before
-        # the ``finally`` below: its pump task, which runs the driver's
-        # generator, has ended before stream.aclose() runs (two tasks never
-        # drive one generator, and the garbage collector finalizes none).
-        try:
-            yield frame(first)
-            try:
-                events = paced(
-                    stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval,
-                    stop=shutdown.expired, stop_error=shutdown.ended_error,
-                )
-                async with aclosing(events):
-                    async for event in events:
-                        if event["type"] == "message_stop":
-                            slot.release()
-                        facts.note(event)
-                        yield frame(event)
-            except MissiveError as exc:
-                slot.release()
-                facts.error_type = exc.error_type
-                log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
-                yield frame(exc.envelope(request_id))
-            except Exception:
-                slot.release()
-                facts.error_type = ApiError.error_type
-                log.exception("stream failed")
-                yield frame(ApiError("internal server error; the server log has the details").envelope(request_id))
-        finally:
-            # Ended, failed or client gone: the driver stops (if the pump
-            # did not stop it), then the slot is freed (a body never
-            # iterated frees it through Slot.__del__).
-            try:
-                await stream.aclose()
-            finally:
-                slot.release()
-                facts.finish(200, None if facts.completed else CLIENT_GONE)
-
-    facts.stream = True  # finished by the body, when it ends
-    response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
+def _sse_response(body: AsyncIterator[bytes]) -> Response:
+    record().stream = True  # finished by the body, when it ends
+    response = Response(body, content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
     response.timeout = None
     return response
+
+
+def _error_frame(exc: BaseException, ctx: _StreamContext) -> bytes:
+    """The SSE ``error`` event for ``exc`` (noted in the record, logged)."""
+    if isinstance(exc, MissiveError):
+        ctx.facts.error_type = exc.error_type
+        log.warning("stream ended by error: %s: %s", exc.error_type, exc.message)
+        return frame(exc.envelope(ctx.request_id))
+    ctx.facts.error_type = ApiError.error_type
+    log.error("stream failed", exc_info=exc)
+    return frame(ApiError("internal server error; the server log has the details").envelope(ctx.request_id))
+
+
+async def _after_load(started: asyncio.Future[tuple[dict[str, Any], MessageStream, Slot]], ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
+    """A stream whose model is loaded on demand (``started``: the load, then
+    :func:`_begin`): ``ping`` events every ``server.ping_interval`` seconds
+    while it runs, then the answer as :func:`_body` sends it. A failure to
+    load or a refusal (a 400, a full queue) is an SSE ``error`` event: the
+    stream has started. A client that leaves does not stop the load (the
+    next request finds the model loaded)."""
+    handed = False  # to _body, which ends the answer whatever happens
+    try:
+        while not started.done():
+            await asyncio.wait({started}, timeout=ctx.server.ping_interval)
+            if not started.done():
+                yield frame(PING)
+        try:
+            first, stream, slot = started.result()
+        except Exception as exc:
+            yield _error_frame(exc, ctx)
+            return
+        handed = True
+        async with aclosing(_body(first, stream, slot, ctx)) as body:
+            async for chunk in body:
+                yield chunk
+    finally:
+        if not started.done():
+            started.cancel()  # the waiter only: the load itself goes on
+        elif not handed and not started.cancelled() and started.exception() is None:
+            # Begun but never sent (the client left at that moment): end it.
+            _, stream, slot = started.result()
+            try:
+                await stream.aclose()
+            finally:
+                slot.release()
+        ctx.facts.finish(200, None if ctx.facts.completed else CLIENT_GONE)
+
+
+async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
+    """The SSE frames of a started answer.
+
+    The slot is freed before the last frame is sent (the driver has ended
+    by then: events() closes it before message_delta, and before raising),
+    so a client that sends its next request as soon as it reads
+    message_stop or the error finds the slot free.
+
+    Quart closes this generator in the request's task (aclose()) when the
+    client goes; ``paced`` is closed here, in the same task, before the
+    ``finally`` below: its pump task, which runs the driver's generator,
+    has ended before stream.aclose() runs (two tasks never drive one
+    generator, and the garbage collector finalizes none).
+    """
+    server, facts, shutdown = ctx.server, ctx.facts, ctx.shutdown
+    try:
+        yield frame(first)
+        try:
+            events = paced(
+                stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval,
+                stop=shutdown.expired, stop_error=shutdown.ended_error,
+            )
+            async with aclosing(events):
+                async for event in events:
+                    if event["type"] == "message_stop":
+                        slot.release()
+                    facts.note(event)
+                    yield frame(event)
+        except Exception as exc:
+            slot.release()
+            yield _error_frame(exc, ctx)
+    finally:
+        # Ended, failed or client gone: the driver stops (if the pump
+        # did not stop it), then the slot is freed (a body never
+        # iterated frees it through Slot.__del__).
+        try:
+            await stream.aclose()
+        finally:
+            slot.release()
+            facts.finish(200, None if facts.completed else CLIENT_GONE)
 
 
 async def count_tokens() -> dict[str, int]:
     authenticate()
     _, _, models = state()
     req = await read_request(CountTokensRequest)
-    model_id, driver = models.resolve(req.model)
+    model_id, _ = models.resolve(req.model)
     record().model = model_id
+    driver = await _hold(model_id)
     if driver.capabilities.count_tokens == "none":
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"

@@ -6,6 +6,8 @@ Behind the API keys, like ``/v1/*`` (Prometheus sends one with
 
 from __future__ import annotations
 
+from typing import cast
+
 from quart import Quart, Response, current_app
 
 from ..metrics import CONTENT_TYPE, Metrics
@@ -14,7 +16,7 @@ from .common import authenticate, state
 
 def metrics() -> Metrics:
     """The app's :class:`~missive.metrics.Metrics`."""
-    return current_app.extensions["missive"]["metrics"]
+    return cast(Metrics, current_app.extensions["missive"]["metrics"])
 
 
 def register(app: Quart) -> None:

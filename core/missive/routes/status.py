@@ -4,20 +4,13 @@ what ``missive ps`` shows (:func:`missive.status.model_status`)."""
 from __future__ import annotations
 
 import time
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from quart import Quart, current_app
 
+from .. import __version__
 from ..status import model_status
 from .common import admission, authenticate, state
-
-
-def _version() -> str | None:
-    try:
-        return version("missive")
-    except PackageNotFoundError:
-        return None
 
 
 async def get_status() -> dict[str, Any]:
@@ -25,7 +18,7 @@ async def get_status() -> dict[str, Any]:
     _, _, models = state()
     started = current_app.extensions["missive"]["started_at"]
     return {
-        "version": _version(),
+        "version": __version__,  # the running code's, also when run from a source tree
         "uptime_s": round(time.monotonic() - started, 1),
         "models": await model_status(models, admission()),
     }

@@ -61,7 +61,7 @@ def _walk(value: Any, path: str, found: list[str], role: str | None = None) -> N
         return
     if isinstance(value, BaseModel):
         if "role" in type(value).model_fields:  # a message: its blocks' place
-            role = value.role
+            role = getattr(value, "role")
         limits = _server_tool_limits(value)
         for key in value.model_extra or {}:
             if key not in limits:

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
+from ..tools.validate import schema_error
+
 from .blocks import (
     CacheControl,
     ContentBlock,
@@ -60,8 +62,20 @@ class Tool(Open):
 
     @model_validator(mode="after")
     def _custom_needs_schema(self) -> Tool:
-        if self.type in (None, "custom") and self.input_schema is None:
+        """A custom tool's ``input_schema`` is required, a JSON Schema of
+        ``type: "object"`` (the API's rules and wordings: ``input_schema.type:
+        Input should be 'object'``, ``input_schema: JSON schema is invalid``)."""
+        if self.type not in (None, "custom"):
+            return self
+        if self.input_schema is None:
             raise ValueError("input_schema: Field required")
+        if "type" not in self.input_schema:
+            raise ValueError("input_schema.type: Field required")
+        if self.input_schema["type"] != "object":
+            raise ValueError("input_schema.type: Input should be 'object'")
+        problem = schema_error(self.input_schema)
+        if problem is not None:
+            raise ValueError(f"input_schema: JSON schema is invalid ({problem}); see https://json-schema.org")
         return self
 
 
@@ -111,6 +125,23 @@ class Metadata(Open):
     user_id: str | None = None
 
 
+def _check_text_block(block: Any, where: str) -> None:
+    """An empty or whitespace-only text block is refused, in the API's words
+    (``text content blocks must be non-empty`` / ``must contain
+    non-whitespace text``); the optional final assistant message is not
+    checked (the caller skips it).
+
+    Raises:
+        ValueError: the message naming the block's path.
+    """
+    if getattr(block, "type", None) != "text" or not isinstance(getattr(block, "text", None), str):
+        return
+    if block.text == "":
+        raise ValueError(f"{where}: text content blocks must be non-empty")
+    if not block.text.strip():
+        raise ValueError(f"{where}: text content blocks must contain non-whitespace text")
+
+
 class CountTokensRequest(Open):
     """Body of ``POST /v1/messages/count_tokens``; also the base of
     :class:`MessagesRequest`, so both render the same prompt."""
@@ -147,6 +178,12 @@ class CountTokensRequest(Open):
                     f"messages.{i}: all messages must have non-empty content except for the optional final "
                     "assistant message"
                 )
+            if isinstance(message.content, list):
+                for j, block in enumerate(message.content):
+                    _check_text_block(block, f"messages.{i}.content.{j}")
+        if isinstance(self.system, list):
+            for j, block in enumerate(self.system):
+                _check_text_block(block, f"system.{j}")
         return self
 
     def output_format_schema(self) -> dict[str, Any] | None:
@@ -188,7 +225,7 @@ class MessagesRequest(CountTokensRequest):
     """Body of ``POST /v1/messages``."""
 
     # Strict types: the API rejects "10" for an integer and "yes" for a boolean.
-    max_tokens: Annotated[StrictInt, Field(ge=0)]  # type: ignore[assignment]
+    max_tokens: Annotated[StrictInt, Field(ge=0)]
     stream: StrictBool = False
     stop_sequences: list[str] | None = None
     temperature: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None

@@ -157,7 +157,7 @@ def tool_choice_of(request: CountTokensRequest, tools: tuple[ToolDefinition, ...
     if choice.type in ("any", "tool") and not tools:
         raise InvalidRequestError(f'tool_choice: "{choice.type}" requires at least one tool in `tools`')
     if choice.type == "tool":
-        name = choice.name  # type: ignore[union-attr]
+        name = choice.name
         if name not in {t.name for t in tools}:
             raise InvalidRequestError(f"tool_choice.name: tool '{name}' is not among the request's tools")
         return ToolChoice("tool", name, parallel)

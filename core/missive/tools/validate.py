@@ -14,10 +14,40 @@ from the schema's ``$schema``, default 2020-12, as the API's tool schemas are.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
-__all__ = ["parsed", "schema_violation"]
+__all__ = ["parsed", "schema_violation", "schema_error"]
+
+
+def schema_error(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema (its draft from ``$schema``,
+    default 2020-12), as ``path: message``, or None when it is. The API
+    refuses such a tool (``input_schema: JSON schema is invalid``). Results
+    are cached by the schema's JSON (clients send the same tools every turn)."""
+    try:
+        key = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        return "not JSON"
+    return _schema_error(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_error(key: str) -> str | None:
+    import jsonschema
+    from jsonschema.exceptions import SchemaError
+
+    schema = json.loads(key)
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        path = ".".join(str(p) for p in exc.absolute_path) or "(root)"
+        return f"{path}: {exc.message}"
+    except Exception:  # noqa: BLE001 - a check that cannot run (unknown $schema...) refuses nothing
+        return None
+    return None
 
 
 def schema_violation(schema: dict[str, Any] | None, value: Any) -> str | None:

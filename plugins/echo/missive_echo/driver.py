@@ -41,6 +41,9 @@ Images count :func:`missive.media.tokens.estimate_image_tokens` tokens each
 true`` answers, when no script plays, with the conversation the driver
 received as one JSON text (system, turns, blocks; images as media type,
 size, byte count and SHA-256), so tests can see what the core handed over.
+``settings.start_delay`` (seconds) makes its start-up take that long and
+``settings.start_error`` makes it fail with that message, for tests of
+models loaded on demand.
 """
 
 from __future__ import annotations
@@ -54,38 +57,51 @@ from typing import Any
 
 import anyio
 
-from missive import errors
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.media.tokens import conversation_image_tokens
-from missive.media.types import ImageInput
-from missive.reasoning.base import ReasoningParser
-from missive.reasoning.registry import reasoning_parser_class
-from missive.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
-from missive.tools.parsers.base import ToolParser
-from missive.tools.parsers.registry import build_parser
-from missive.events import (
+from missive.api import (
+    ApiError,
+    AuthenticationError,
+    Capabilities,
+    ConfigError,
+    Driver,
     Finished,
     GenerationEvent,
+    GenerationRequest,
+    ImageInput,
+    InvalidRequestError,
+    MissiveError,
+    ModelEntry,
+    NotFoundError,
+    OverloadedError,
+    PromptTooLongError,
+    RateLimitError,
+    ReasoningParser,
     Started,
+    TextBlock,
     TextDelta,
     ThinkingDelta,
+    TimeoutError_,
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    ToolParser,
+    ToolResultBlock,
+    ToolUseBlock,
+    build_parser,
+    clamp_max_tokens,
+    conversation_image_tokens,
+    reasoning_parser_class,
 )
 
-ERRORS: dict[str, type[errors.MissiveError]] = {
+ERRORS: dict[str, type[MissiveError]] = {
     cls.error_type: cls
     for cls in (
-        errors.InvalidRequestError,
-        errors.AuthenticationError,
-        errors.NotFoundError,
-        errors.RateLimitError,
-        errors.ApiError,
-        errors.TimeoutError_,
-        errors.OverloadedError,
+        InvalidRequestError,
+        AuthenticationError,
+        NotFoundError,
+        RateLimitError,
+        ApiError,
+        TimeoutError_,
+        OverloadedError,
     )
 }
 
@@ -126,11 +142,11 @@ def _file_script(path: Path, request: GenerationRequest) -> dict[str, Any] | Non
     try:
         entries = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise errors.ApiError(f"echo script_file {path}: {exc}") from None
+        raise ApiError(f"echo script_file {path}: {exc}") from None
     if not isinstance(entries, list) or not all(
         isinstance(e, dict) and isinstance(e.get("script"), list) for e in entries
     ):
-        raise errors.ApiError(f"echo script_file {path}: not a list of objects with a \"script\" list")
+        raise ApiError(f"echo script_file {path}: not a list of objects with a \"script\" list")
     last = _last_user_text(request)
     for entry in entries:
         if isinstance(entry.get("match"), str) and entry["match"] in last:
@@ -189,8 +205,8 @@ def report(request: GenerationRequest) -> str:
     })
 
 
-def _error(spec: dict[str, Any]) -> errors.MissiveError:
-    cls = ERRORS.get(spec.get("type", "api_error"), errors.ApiError)
+def _error(spec: dict[str, Any]) -> MissiveError:
+    cls = ERRORS.get(spec.get("type", "api_error"), ApiError)
     return cls(spec.get("message", "scripted error"), retry_after=spec.get("retry_after"))
 
 
@@ -199,6 +215,23 @@ class EchoDriver(Driver):
         overrides = entry.settings.get("capabilities", {})
         super().__init__(model_id, entry, capabilities.model_copy(update=overrides))
         self._serial = anyio.Semaphore(1) if entry.settings.get("serialize") else None
+        self.loaded = False
+
+    async def start(self) -> None:
+        """``settings.start_delay`` seconds of "loading" (tests of models
+        loaded on demand); ``settings.start_error`` fails the start with that
+        message."""
+        await anyio.sleep(float(self.entry.settings.get("start_delay", 0)))
+        message = self.entry.settings.get("start_error")
+        if message:
+            raise ConfigError(f"model '{self.model_id}': {message}")
+        self.loaded = True
+
+    async def aclose(self) -> None:
+        self.loaded = False
+
+    async def status(self) -> dict[str, Any]:
+        return {"loaded": self.loaded}
 
     def _prompt_tokens(self, request: GenerationRequest) -> int:
         conv = request.conversation
@@ -241,7 +274,7 @@ class EchoDriver(Driver):
         script = self._script(request)
         prompt = self._prompt_tokens(request)
         if self.context_window is not None and prompt >= self.context_window:
-            raise errors.PromptTooLongError(prompt, self.context_window - 1)  # one token left to answer
+            raise PromptTooLongError(prompt, self.context_window - 1)  # one token left to answer
         if script and script.get("error_before_start"):
             raise _error(script["error_before_start"])
         cached = int(script.get("cache_read_input_tokens", 0)) if script else 0

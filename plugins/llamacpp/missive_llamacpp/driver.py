@@ -18,13 +18,16 @@ from typing import Any
 
 import llama_cpp
 
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.driver import GenerationRequest
-from missive.engine.local import LocalDriver
-from missive.errors import InvalidRequestError, MissiveError
-from missive.tools.parsers.registry import parser_class
-from missive.tools.parsers.selection import parser_for_template
+from missive.api import (
+    Capabilities,
+    GenerationRequest,
+    InvalidRequestError,
+    LocalDriver,
+    MissiveError,
+    ModelEntry,
+    parser_class,
+    parser_for_template,
+)
 
 from .grammar import json_schema_grammar, tool_call_grammar
 from .plugin import CAPABILITIES

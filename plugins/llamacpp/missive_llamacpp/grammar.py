@@ -20,8 +20,7 @@ from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from missive.tools.definitions import ToolChoice, ToolDefinition
-from missive.tools.parsers.base import ToolParser
+from missive.api import ToolChoice, ToolDefinition, ToolParser
 
 __all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "MAX_PARALLEL_CALLS"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.hookspecs import hookimpl
-from missive.specs import DefaultModel, DriverSpec
+from missive.api import Capabilities, DefaultModel, DriverSpec, ModelEntry, hookimpl
+
+#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+MISSIVE_API = "1"
 
 __all__ = [
     "CAPABILITIES",
@@ -80,6 +80,8 @@ def register_drivers() -> list[DriverSpec]:
             capabilities=CAPABILITIES,
             description="GGUF models in-process with llama-cpp-python (CPU/GPU, KV prefix reuse)",
             extra="llamacpp",
+            model_format="gguf",
+            projector_setting="mmproj_path",
         )
     ]
 

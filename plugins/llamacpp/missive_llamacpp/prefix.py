@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from missive.engine.host_cache import common_prefix
+from missive.api import common_prefix
 
 __all__ = ["common_prefix", "reused_prefix"]
 

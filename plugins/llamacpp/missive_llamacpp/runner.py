@@ -68,11 +68,13 @@ from typing import Any
 import llama_cpp
 from llama_cpp import _internals as internals
 
-from missive.config import ConfigError
-from missive.engine.runner import (
+from missive.api import (
     PENDING,
+    ApiError,
     Cancelled,
+    ConfigError,
     ImageMarks,
+    InvalidRequestError,
     ModelInfo,
     Pending,
     Prompt,
@@ -80,7 +82,6 @@ from missive.engine.runner import (
     SavedContext,
     Sequence,
 )
-from missive.errors import ApiError, InvalidRequestError
 
 from .grammar import warm_up as warm_up_grammar
 from .prefix import reused_prefix

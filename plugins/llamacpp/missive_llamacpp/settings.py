@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from missive.config import ConfigError
+from missive.api import ConfigError
 
 __all__ = ["LlamaCppSettings", "available_cpus", "parse_settings"]
 
@@ -56,7 +56,9 @@ class LlamaCppSettings(BaseModel):
     """Validated driver settings.
 
     Attributes:
-        model_path: the GGUF file (``~`` expanded).
+        model_path: the GGUF file (``~`` expanded). A reference
+            (``hf://...``, an Ollama name) is resolved to the file by the
+            core before the driver is built (:mod:`missive.sources`).
         mmproj_path: the model's multimodal projector GGUF (``~`` expanded;
             llama-server's ``--mmproj``), loaded with libmtmd: the model then
             takes images (:mod:`missive_llamacpp.vision`). None: text only.

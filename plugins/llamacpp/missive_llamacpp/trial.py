@@ -46,8 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from missive.config import ConfigError
-from missive.state import read_json, state_dir, write_json
+from missive.api import ConfigError, read_json, state_dir, write_json
 
 from .child import ChildOutcome, run_child
 from .settings import LlamaCppSettings

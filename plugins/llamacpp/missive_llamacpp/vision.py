@@ -50,9 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from missive.config import ConfigError
-from missive.errors import ApiError, InvalidRequestError
-from missive.media.types import ImageInput
+from missive.api import ApiError, ConfigError, ImageInput, InvalidRequestError
 
 from .child import run_child
 
@@ -271,7 +269,7 @@ def _rgb(image: ImageInput) -> tuple[bytes, int, int]:
     """
     from PIL import Image, UnidentifiedImageError
 
-    from missive.media.images import to_8bit, upright
+    from missive.api import to_8bit, upright
 
     try:
         with Image.open(io.BytesIO(image.data)) as opened:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from missive.events import Finished, GenerationEvent, ThinkingDelta
+from missive.api import Finished, GenerationEvent, ThinkingDelta
 from missive_openai.chunks import ChunkTranslator
 
 from .forced import ForcedCall

@@ -42,7 +42,7 @@ Per request:
    ``count_tokens`` and the ``input_tokens`` of ``message_start``; a prompt
    of ``n_ctx`` tokens or more is the 400 ``prompt is too long`` before
    anything is generated, and ``max_tokens`` is clamped to what is left.
-3. **Generation** (:class:`.upstream.ChatStream`): streamed, to the least
+3. **Generation** (:meth:`.upstream.LlamaServerHTTP.chat`): streamed, to the least
    busy healthy replica; ``message_start`` after the headers or
    ``settings.start_wait`` seconds, whichever comes first (llama-server sends
    its headers with the first token). Chunks become events
@@ -66,14 +66,24 @@ from typing import Any
 
 import anyio
 
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.driver import GenerationRequest, clamp_max_tokens
-from missive.errors import BadGatewayError, CapabilityError, MissiveError, PromptTooLongError
-from missive.events import Finished, GenerationEvent, Started
-from missive.tools.parsers.base import ToolParser
-from missive.tools.parsers.registry import build_parser
-from missive.tools.render import hermes_messages, template_supports_tools
+from missive.api import (
+    BadGatewayError,
+    Capabilities,
+    CapabilityError,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    MissiveError,
+    ModelEntry,
+    PromptTooLongError,
+    RemoteStream,
+    Started,
+    ToolParser,
+    build_parser,
+    clamp_max_tokens,
+    hermes_messages,
+    template_supports_tools,
+)
 from missive_openai.convert import chat_messages, chat_tool_choice, chat_tools
 from missive_openai.driver import OpenAIDriver
 
@@ -82,7 +92,7 @@ from .errors import stream_error, translate_error
 from .forced import ForcedCall, forced_call_schema
 from .props import ServerInfo, context_from_models, parse_props
 from .settings import LlamaServerSettings
-from .upstream import ChatStream, LlamaServerHTTP
+from .upstream import LlamaServerHTTP
 
 __all__ = ["LlamaServerDriver", "API_SAMPLING_DEFAULTS"]
 
@@ -104,11 +114,12 @@ class LlamaServerDriver(OpenAIDriver):
     settings_model = LlamaServerSettings
     exact_prompt_tokens = True
     label = "llamaserver"
+    backend_name = "llama-server"
     settings: LlamaServerSettings
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         super().__init__(model_id, entry, capabilities)
-        self.http = LlamaServerHTTP(self.pool, self.client, model_id, self.settings.read_timeout)
+        self.http = LlamaServerHTTP(self.transport, model_id)
         self.info: ServerInfo | None = None
 
     # -- server information -------------------------------------------------------
@@ -311,7 +322,7 @@ class LlamaServerDriver(OpenAIDriver):
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _chunk_events(self, stream: ChatStream, translator: LlamaChunkTranslator
+    async def _chunk_events(self, stream: RemoteStream, translator: LlamaChunkTranslator
                             ) -> AsyncIterator[GenerationEvent]:
         """The stream's ``data:`` chunks as events, then the translator's end.
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from missive.errors import BadGatewayError, InvalidRequestError, MissiveError, PromptTooLongError
+from missive.api import BadGatewayError, InvalidRequestError, MissiveError, PromptTooLongError
 from missive_openai.upstream_errors import UpstreamError, translate
 
 __all__ = ["is_replica_failure", "translate_error", "stream_error", "CONTEXT_ERROR"]

@@ -32,9 +32,16 @@ import copy
 import json
 from typing import Any
 
-from missive.errors import BadGatewayError
-from missive.events import GenerationEvent, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-from missive.tools.definitions import ToolChoice, ToolDefinition
+from missive.api import (
+    BadGatewayError,
+    GenerationEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolChoice,
+    ToolDefinition,
+)
 
 __all__ = ["forced_call_schema", "ForcedCall"]
 

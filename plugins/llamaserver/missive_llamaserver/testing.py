@@ -275,6 +275,7 @@ class FakeLlamaServer:
             bare error chunks; ``usage`` on every chunk; ``Server:
             ik_llama.cpp``).
         supports_tools: ``chat_template_caps.supports_tools``.
+        port: the port to listen on (0: a free one).
 
     The "model" answers with the words of the last user message, or plays a
     script: a user message whose text is ``{"script": [steps], "finish_reason"?}``
@@ -293,7 +294,9 @@ class FakeLlamaServer:
         requests: bodies of chat completions; ``templated``: bodies of ``/apply-template``.
     """
 
-    def __init__(self, *, n_ctx: int = 512, fork: str = "llama.cpp", supports_tools: bool = True) -> None:
+    def __init__(self, *, n_ctx: int = 512, fork: str = "llama.cpp", supports_tools: bool = True,
+                 port: int = 0) -> None:
+        self.port = port
         self.n_ctx = n_ctx
         self.fork = fork
         self.supports_tools = supports_tools
@@ -312,7 +315,7 @@ class FakeLlamaServer:
         class Handler(_FakeHandler):
             owner = fake
 
-        self._server, self.url = start_http_server(Handler)
+        self._server, self.url = start_http_server(Handler, port=self.port)
         return self
 
     def __exit__(self, *exc: object) -> None:

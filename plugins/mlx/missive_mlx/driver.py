@@ -19,9 +19,7 @@ that is stored; it finishes with ``max_tokens`` and 0 output tokens.
 
 from __future__ import annotations
 
-from missive.capabilities import Capabilities
-from missive.config import ModelEntry
-from missive.engine.local import LocalDriver
+from missive.api import Capabilities, LocalDriver, ModelEntry
 
 from .plugin import CAPABILITIES
 from .runner import MlxRunner

@@ -7,9 +7,10 @@ works where MLX cannot load. The driver class is named by a lazy
 
 from __future__ import annotations
 
-from missive.capabilities import Capabilities
-from missive.hookspecs import hookimpl
-from missive.specs import DriverSpec
+from missive.api import Capabilities, DriverSpec, hookimpl
+
+#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+MISSIVE_API = "1"
 
 __all__ = ["CAPABILITIES", "register_drivers"]
 
@@ -47,5 +48,6 @@ def register_drivers() -> list[DriverSpec]:
             capabilities=CAPABILITIES,
             description="MLX models in-process with mlx-lm (Apple Silicon; CPU on Linux), prompt-prefix cache",
             extra="mlx",
+            model_format="mlx",
         )
     ]

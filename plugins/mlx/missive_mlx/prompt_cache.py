@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from missive.engine.host_cache import common_prefix
+from missive.api import common_prefix
 
 __all__ = ["CachedPrefix", "PromptCacheStore", "common_prefix"]
 

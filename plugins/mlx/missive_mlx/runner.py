@@ -43,9 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from missive.config import ConfigError
-from missive.engine.runner import Cancelled, ImageMarks, ModelInfo, Prompt, Sampling, Sequence
-from missive.errors import ApiError
+from missive.api import ApiError, Cancelled, ConfigError, ImageMarks, ModelInfo, Prompt, Sampling, Sequence
 
 from .detokenize import IncrementalDetokenizer
 from .prompt_cache import PromptCacheStore

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from missive.config import ConfigError
+from missive.api import ConfigError
 
 __all__ = ["MlxSettings", "parse_settings"]
 
@@ -33,8 +33,9 @@ class MlxSettings(BaseModel):
     Attributes:
         model_path: an MLX model folder (``config.json``, ``*.safetensors``,
             tokenizer files), as written by ``mlx_lm.convert`` or downloaded
-            from the mlx-community organisation; ``~`` expanded. Never a hub
-            name: the driver does not download.
+            from the mlx-community organisation; ``~`` expanded. The core
+            resolves an ``hf://OWNER/REPO`` reference to the downloaded
+            folder before the driver is built (:mod:`missive.sources`).
         prompt_cache_entries: how many prompt prefixes (token list + KV cache)
             are kept for reuse, least recently used evicted first; 0 disables
             reuse. Memory: each entry holds the KV cache of up to

@@ -1,14 +1,17 @@
 """Every HTTP call the driver makes to Ollama, and the translation of its errors.
 
-One pooled :class:`httpx.AsyncClient` per configured model, and a
-:class:`missive.replicas.ReplicaPool` over its base URLs (``base_url``, or
-several ``base_urls``: replicas serving the same tags). Each call goes to the
-healthy replica with the fewest requests in flight; before any answer byte,
-a replica that cannot be reached (connection refused, reset or timed out) is
-marked unhealthy and the call goes to the next one, and a replica answering
-503 ("server busy": its queue is full) is skipped for this call only. With
-no replica left the call is a 529 with ``retry-after``. Unhealthy replicas are
-probed with ``GET /api/version`` until they answer (the pool's backoff).
+One :class:`missive.transport.RemoteTransport` per configured model over its
+base URLs (``base_url``, or several ``base_urls``: replicas serving the same
+tags), with the failover and timeout policy every remote driver shares: each
+call goes to the healthy replica with the fewest requests in flight; before
+any answer byte, a replica that cannot be reached (connection refused, reset
+or timed out) is marked unhealthy and the call goes to the next one. What is
+Ollama's own is the reading of its errors (:meth:`OllamaClient.classify`): a
+503 ("server busy": its queue is full, ``OLLAMA_MAX_QUEUE``) skips the
+replica for this call only, without marking it down; other errors are
+translated by :meth:`OllamaClient.error`. With no replica left the call is a
+529 with ``settings.retry_after``. Unhealthy replicas are probed with ``GET
+/api/version`` until they answer (the pool's backoff).
 
 Endpoints (Ollama ``docs/api.md``, ``server/routes.go``):
 
@@ -26,7 +29,6 @@ the message, prefixed with where it came from.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -34,16 +36,17 @@ from typing import Any
 
 import httpx
 
-from missive.errors import (
+from missive.api import (
     BadGatewayError,
+    Failover,
     InvalidRequestError,
     MissiveError,
     OverloadedError,
     RateLimitError,
-    TimeoutError_,
+    RemoteStream,
+    RemoteTransport,
+    ReplicaPool,
 )
-
-from missive.replicas import Replica, ReplicaPool
 
 from .settings import OllamaSettings
 
@@ -65,16 +68,6 @@ class ContextOverflow(BadGatewayError):
 HEALTH_PATH = "/api/version"
 
 
-class _Skip(Exception):
-    """A replica that cannot take this call: try the next one."""
-
-    def __init__(self, replica: Replica, reason: str, *, down: bool) -> None:
-        super().__init__(reason)
-        self.replica = replica
-        self.reason = reason
-        self.down = down
-
-
 class OllamaClient:
     """HTTP to the Ollama replicas of one model tag.
 
@@ -82,17 +75,25 @@ class OllamaClient:
     ``retry-after``) when no replica can be reached or every one is busy,
     :class:`~missive.errors.TimeoutError_` (504) after ``read_timeout`` of
     silence, :class:`~missive.errors.BadGatewayError` (502) for Ollama's
-    failures, unknown models and malformed answers,
-    :class:`~missive.errors.InvalidRequestError` (400) when Ollama rejects the
-    request body, :class:`ContextOverflow` for a prompt over ``num_ctx``.
+    failures, unknown models, malformed answers and a connection lost
+    mid-answer, :class:`~missive.errors.InvalidRequestError` (400) when
+    Ollama rejects the request body, :class:`ContextOverflow` for a prompt
+    over ``num_ctx``.
     """
 
     def __init__(self, settings: OllamaSettings) -> None:
         self.settings = settings
         self.urls = settings.urls
-        timeout = httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout)
-        self._http = httpx.AsyncClient(timeout=timeout)
-        self.pool = ReplicaPool(self.urls, client=self._http, name=settings.tag, health_path=HEALTH_PATH)
+        self.transport = RemoteTransport(
+            self.urls, name=settings.tag, backend="Ollama", classify=self.classify,
+            connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout,
+            health_path=HEALTH_PATH, retry_after=settings.retry_after,
+        )
+
+    @property
+    def pool(self) -> ReplicaPool:
+        """The replicas (for ``Driver.replica_pool``)."""
+        return self.transport.pool
 
     @property
     def base_url(self) -> str:
@@ -100,8 +101,7 @@ class OllamaClient:
         return ", ".join(self.urls)
 
     async def aclose(self) -> None:
-        await self.pool.aclose()
-        await self._http.aclose()
+        await self.transport.aclose()
 
     # -- error translation -------------------------------------------------
 
@@ -128,21 +128,8 @@ class OllamaClient:
             return InvalidRequestError(f"{where} rejected the request: {message}")
         return BadGatewayError(f"{where} failed: {message}")
 
-    def transport_error(self, exc: httpx.HTTPError, *, streaming: bool = False, where: str | None = None
-                        ) -> MissiveError:
-        """The Missive error for an httpx failure (of the replica at ``where``)."""
-        where = f"Ollama at {where or self.base_url}"
-        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-            return OverloadedError(
-                f"{where} is unreachable ({type(exc).__name__}: {exc}); retry later",
-                retry_after=self.settings.retry_after,
-            )
-        if isinstance(exc, httpx.TimeoutException):
-            return TimeoutError_(f"{where} sent nothing for {self.settings.read_timeout:g} s")
-        what = "the connection was lost mid-answer" if streaming else "the request failed"
-        return BadGatewayError(f"{where}: {what} ({type(exc).__name__}: {exc})")
-
-    def _error_body(self, status: int, raw: bytes, where: str | None = None) -> MissiveError:
+    @staticmethod
+    def _message(status: int, raw: bytes) -> str:
         try:
             data = json.loads(raw)
             message = data["error"] if isinstance(data, dict) and isinstance(data.get("error"), str) else None
@@ -150,72 +137,31 @@ class OllamaClient:
             message = None
         if message is None:
             message = raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
-        return self.error(status, message, where)
+        return message
 
-    # -- replicas ------------------------------------------------------------
-
-    def _before_first_byte(self, replica: Replica, exc: httpx.HTTPError) -> _Skip | MissiveError:
-        """A failure before the answer began: skip a replica that cannot be
-        reached or dropped the connection (marked unhealthy); a read timeout
-        is the 504 (the replica is up, only slow)."""
-        if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
-            return self.transport_error(exc, where=replica.url)
-        if isinstance(exc, httpx.TransportError):
-            return _Skip(replica, f"{type(exc).__name__}: {exc}".rstrip(": "), down=True)
-        return self.transport_error(exc, where=replica.url)
-
-    def _skipped(self, skip: _Skip, tried: set[Replica], last: list[_Skip]) -> None:
-        tried.add(skip.replica)
-        last.append(skip)
-        if skip.down:
-            self.pool.mark_failed(skip.replica, skip.reason)
-
-    def _none_left(self, last: list[_Skip]) -> OverloadedError:
-        """The 529 when no replica is left, in Ollama's words."""
-        if last and not last[-1].down:
-            return OverloadedError(f"Ollama at {last[-1].replica.url} is busy: {last[-1].reason}",
-                                   retry_after=self.settings.retry_after)
-        reasons = "; ".join(f"{r.url}: {r.last_error}" for r in self.pool.replicas if r.last_error)
-        return OverloadedError(f"Ollama at {self.base_url} is unreachable ({reasons or 'no healthy replica'}); "
-                               "retry later", retry_after=self.settings.retry_after)
+    def classify(self, status: int, raw: bytes, headers: httpx.Headers, url: str) -> Failover | MissiveError:
+        """Ollama's error answer before the stream began
+        (:data:`missive.transport.Classify`): a 503 skips the replica for
+        this call (busy, not down); anything else is :meth:`error`."""
+        message = self._message(status, raw)
+        if status == 503:
+            return Failover(message, down=False)
+        return self.error(status, message, url)
 
     # -- endpoints ---------------------------------------------------------
 
     async def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        tried: set[Replica] = set()
-        last: list[_Skip] = []
-        while True:
-            try:
-                hold = self.pool.acquire(exclude=tried)
-                replica = await hold.__aenter__()
-            except OverloadedError:
-                raise self._none_left(last) from None
-            try:
-                try:
-                    resp = await self._http.request(method, replica.url + path, json=body)
-                except httpx.HTTPError as exc:
-                    failure = self._before_first_byte(replica, exc)
-                    if isinstance(failure, _Skip):
-                        self._skipped(failure, tried, last)
-                        continue
-                    raise failure from exc
-                if resp.status_code == 503:
-                    self._skipped(_Skip(replica, self._error_body(503, resp.content).message, down=False),
-                                  tried, last)
-                    continue
-                if resp.status_code != 200:
-                    raise self._error_body(resp.status_code, resp.content, replica.url)
-                try:
-                    data = resp.json()
-                except ValueError:
-                    data = None
-                if not isinstance(data, dict):
-                    raise BadGatewayError(
-                        f"Ollama at {replica.url} answered {path} with something other than a JSON object"
-                    )
-                return data
-            finally:
-                await hold.__aexit__(None, None, None)
+        response = await self.transport.request(method, path, body)
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise BadGatewayError(
+                f"Ollama at {response.request.url.scheme}://{response.request.url.netloc.decode()} answered "
+                f"{path} with something other than a JSON object"
+            )
+        return data
 
     async def tags(self) -> dict[str, Any]:
         """``GET /api/tags``: ``{"models": [{"name", "model", "details", ...}]}``."""
@@ -227,80 +173,32 @@ class OllamaClient:
 
     def chat(self, body: dict[str, Any]) -> ChatStream:
         """Start ``POST /api/chat`` (``body["stream"]`` must be true) in the background."""
-        return ChatStream(self, body)
+        return ChatStream(self, self.transport.stream("POST", "/api/chat", body))
 
 
 class ChatStream:
-    """One ``/api/chat`` request in flight.
+    """One ``/api/chat`` request in flight: a
+    :class:`~missive.transport.RemoteStream` read as Ollama's NDJSON.
 
-    The request starts at once in a task, so the driver can start the message
-    while Ollama loads the model and evaluates the prompt; it goes to the
-    least busy healthy replica, and to the next one if that replica cannot be
-    reached or is busy before answering. The replica counts the request as
-    outstanding until :meth:`aclose`, which (also on cancellation) closes the
-    connection: Ollama cancels the generation when its request context ends
-    (``c.Request.Context()``).
+    The request starts at once, so the driver can start the message while
+    Ollama loads the model and evaluates the prompt. :meth:`aclose` (also on
+    cancellation) closes the connection: Ollama cancels the generation when
+    its request context ends (``c.Request.Context()``).
     """
 
-    def __init__(self, client: OllamaClient, body: dict[str, Any]) -> None:
+    def __init__(self, client: OllamaClient, stream: RemoteStream) -> None:
         self._client = client
-        self._body = body
-        self._hold: contextlib.AbstractAsyncContextManager[Replica] | None = None
-        self.replica: Replica | None = None
-        self._task: asyncio.Task[httpx.Response] = asyncio.ensure_future(self._open())
+        self._stream = stream
 
-    async def _release(self) -> None:
-        hold, self._hold = self._hold, None
-        if hold is not None:
-            await hold.__aexit__(None, None, None)
-
-    async def _open(self) -> httpx.Response:
-        client = self._client
-        tried: set[Replica] = set()
-        last: list[_Skip] = []
-        while True:
-            hold = client.pool.acquire(exclude=tried)
-            try:
-                replica = await hold.__aenter__()
-            except OverloadedError:
-                raise client._none_left(last) from None
-            self._hold, self.replica = hold, replica
-            try:
-                request = client._http.build_request("POST", replica.url + "/api/chat", json=self._body)
-                try:
-                    resp = await client._http.send(request, stream=True)
-                except httpx.HTTPError as exc:
-                    failure = client._before_first_byte(replica, exc)
-                    if isinstance(failure, _Skip):
-                        client._skipped(failure, tried, last)
-                        await self._release()
-                        continue
-                    raise failure from exc
-                if resp.status_code == 200:
-                    return resp
-                try:
-                    raw = await resp.aread()
-                except httpx.HTTPError as exc:
-                    raise client.transport_error(exc, where=replica.url) from exc
-                finally:
-                    await resp.aclose()
-                if resp.status_code == 503:
-                    client._skipped(_Skip(replica, client._error_body(503, raw).message, down=False), tried, last)
-                    await self._release()
-                    continue
-                raise client._error_body(resp.status_code, raw, replica.url)
-            except BaseException:
-                await self._release()
-                raise
+    @property
+    def replica(self) -> Any:
+        """The replica answering (None until one did)."""
+        return self._stream.replica
 
     async def wait_open(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds (None: no limit) for Ollama's response
         headers. True if they came; raises the translated error if the request failed."""
-        done, _ = await asyncio.wait({self._task}, timeout=timeout)
-        if not done:
-            return False
-        self._task.result()
-        return True
+        return await self._stream.wait_open(timeout)
 
     async def lines(self) -> AsyncIterator[dict[str, Any]]:
         """The stream's JSON objects, in order; ``{"error": ...}`` lines raised.
@@ -309,41 +207,22 @@ class ChatStream:
             BadGatewayError: a line that is not a JSON object; connection lost.
             TimeoutError_: ``read_timeout`` without a byte.
         """
-        resp = await self._task
-        client = self._client
-        where = self.replica.url if self.replica is not None else None
-        try:
-            async with contextlib.aclosing(resp.aiter_lines()) as lines:
-                async for line in lines:
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except ValueError:
-                        obj = None
-                    if not isinstance(obj, dict):
-                        raise BadGatewayError(f"Ollama at {where} sent a malformed stream line: {line[:200]!r}")
-                    if "error" in obj:
-                        raise client.error(None, str(obj["error"]), where)
-                    yield obj
-        except httpx.HTTPError as exc:
-            raise client.transport_error(exc, streaming=True, where=where) from exc
+        async with contextlib.aclosing(self._stream.lines()) as lines:
+            async for line in lines:
+                if not line.strip():
+                    continue
+                where = self.replica.url if self.replica is not None else None
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    obj = None
+                if not isinstance(obj, dict):
+                    raise BadGatewayError(f"Ollama at {where} sent a malformed stream line: {line[:200]!r}")
+                if "error" in obj:
+                    raise self._client.error(None, str(obj["error"]), where)
+                yield obj
 
     async def aclose(self) -> None:
         """Abort the request (idempotent) and release the replica. Never
         swallows the caller's own cancellation."""
-        task = self._task
-        if not task.done():
-            task.cancel()  # httpx closes the connection it was opening or reading
-            task.add_done_callback(self._abandoned)
-            return
-        if not task.cancelled() and task.exception() is None:
-            await task.result().aclose()
-        await self._release()
-
-    def _abandoned(self, task: asyncio.Task[httpx.Response]) -> None:
-        """Done-callback of an abandoned request: retrieve its outcome, close a
-        late response, release the replica."""
-        if not task.cancelled() and task.exception() is None:
-            asyncio.ensure_future(task.result().aclose())
-        asyncio.ensure_future(self._release())
+        await self._stream.aclose()

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from missive.conversation import Conversation
-from missive.driver import GenerationRequest
-from missive.media.types import ImageInput
-from missive.schema.blocks import (
+from missive.api import (
+    Conversation,
+    GenerationRequest,
+    ImageInput,
     SearchResultBlock,
     TextBlock,
     ToolResultBlock,

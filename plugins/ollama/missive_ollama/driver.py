@@ -51,14 +51,18 @@ from typing import Any
 
 import anyio
 
-from missive.capabilities import Capabilities, check_request
-from missive.config import ConfigError, ModelEntry
-from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.errors import BadGatewayError, MissiveError, PromptTooLongError
-from missive.replicas import ReplicaPool
-from missive.events import (
+from missive.api import (
+    BadGatewayError,
+    Capabilities,
+    ConfigError,
+    Driver,
     Finished,
     GenerationEvent,
+    GenerationRequest,
+    MissiveError,
+    ModelEntry,
+    PromptTooLongError,
+    ReplicaPool,
     Started,
     StopReason,
     TextDelta,
@@ -66,6 +70,8 @@ from missive.events import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    check_request,
+    clamp_max_tokens,
 )
 
 from .client import ContextOverflow, OllamaClient

@@ -5,9 +5,10 @@ Cheap to import: the driver (and httpx) load only when a model uses it.
 
 from __future__ import annotations
 
-from missive.capabilities import Capabilities
-from missive.hookspecs import hookimpl
-from missive.specs import DriverSpec
+from missive.api import Capabilities, DriverSpec, hookimpl
+
+#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+MISSIVE_API = "1"
 
 __all__ = ["CAPABILITIES", "IMAGE_TYPES", "register_drivers"]
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from missive.config import ConfigError
+from missive.api import ConfigError
 
 __all__ = ["OllamaSettings", "parse_settings", "DEFAULT_BASE_URL"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fake_ollama import FakeModel, FakeOllama
+from missive_ollama.testing import FakeModel, FakeOllama
 
 from missive.testing import DriverContract, live_server
 

@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from fake_ollama import FakeModel, FakeOllama, prompt_tokens
+from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
 from missive.testing import free_port, live_server
 
@@ -452,7 +452,8 @@ def test_unreachable_ollama_is_a_529_with_retry_after() -> None:
             with pytest.raises(anthropic.APIStatusError) as caught:
                 call()
             assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "7"
-            assert "unreachable" in caught.value.body["error"]["message"]
+            message = caught.value.body["error"]["message"]
+            assert "unavailable" in message and "ConnectError" in message and "127.0.0.1" in message
 
 
 def test_unknown_tag_fails_start_up(fake: FakeOllama) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from fake_ollama import FakeModel, FakeOllama
+from missive_ollama.testing import FakeModel, FakeOllama
 
 from missive.testing import free_port, live_server
 
@@ -121,7 +121,8 @@ def test_every_replica_down_is_529(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.APIStatusError) as caught:
         client.messages.create(model="all-down", max_tokens=20, messages=user("hi"))
     assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "3"
-    assert "unreachable" in caught.value.body["error"]["message"]
+    message = caught.value.body["error"]["message"]
+    assert "unavailable" in message and message.count("ConnectError") == 2
 
 
 def test_settings_take_one_url_form() -> None:

@@ -36,8 +36,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from missive.errors import BadGatewayError
-from missive.events import (
+from missive.api import (
+    BadGatewayError,
     Finished,
     GenerationEvent,
     StopReason,

@@ -33,14 +33,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from missive.conversation import Conversation, Turn
-from missive.driver import GenerationRequest
-from missive.media.types import ImageInput
-from missive.schema.blocks import (
+from missive.api import (
+    Conversation,
+    GenerationRequest,
+    ImageInput,
     SearchResultBlock,
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    Turn,
 )
 
 __all__ = ["chat_messages", "chat_tools", "chat_tool_choice", "ERROR_PREFIX"]

@@ -1,7 +1,8 @@
 """The ``openai`` driver: any OpenAI-compatible ``/v1/chat/completions`` server.
 
-One pooled ``httpx.AsyncClient`` per model and a :class:`missive.replicas.ReplicaPool`
-over its base URLs. :meth:`OpenAIDriver.generate`:
+One :class:`missive.transport.RemoteTransport` per model (a pooled
+``httpx.AsyncClient`` and a replica pool over its base URLs, with the
+failover and timeout policy every remote driver shares). :meth:`OpenAIDriver.generate`:
 
 1. converts the request (:mod:`.convert`); a prefill the server cannot
    continue, an Anthropic-defined tool or an unsupported source is a 400;
@@ -13,7 +14,8 @@ over its base URLs. :meth:`OpenAIDriver.generate`:
 3. sends ``stream: true`` with ``stream_options.include_usage`` to the least
    busy healthy replica; a connection error or a 5xx answer marks it failed
    and the request goes to the next one (nothing has reached the client
-   yet); when none is left: 529 ``overloaded_error`` with ``retry-after``.
+   yet); when none is left: 529 ``overloaded_error`` with ``retry-after``;
+   no status line within ``read_timeout``: 504 ``timeout_error``.
    A 4xx answer is translated (:mod:`.upstream_errors`); a context error that
    is only about the output budget (``max_tokens is too large``) is retried
    once with the budget the server states is left (contract section 5:
@@ -44,21 +46,34 @@ from typing import Any
 
 import httpx
 
-from missive.capabilities import Capabilities
-from missive.config import ConfigError, ModelEntry
-from missive.driver import Driver, GenerationRequest, clamp_max_tokens
-from missive.errors import BadGatewayError, CapabilityError, PromptTooLongError, TimeoutError_
-from missive.events import Finished, GenerationEvent, Started
-from missive.replicas import Replica, ReplicaPool
+from missive.api import (
+    BadGatewayError,
+    Capabilities,
+    CapabilityError,
+    ConfigError,
+    Driver,
+    Failover,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    InvalidRequestError,
+    MissiveError,
+    ModelEntry,
+    PromptTooLongError,
+    RemoteStream,
+    RemoteTransport,
+    ReplicaPool,
+    Started,
+    clamp_max_tokens,
+    conversation_image_tokens,
+)
 
 from .chunks import ChunkTranslator
-from missive.media.tokens import conversation_image_tokens
-
 from .convert import chat_messages, chat_tool_choice, chat_tools
 from .settings import OpenAISettings, apply_capabilities, parse_settings
 from .upstream_errors import context_overflow, parse_error_body, retry_after_header, translate
 
-__all__ = ["OpenAIDriver", "estimate_tokens"]
+__all__ = ["OpenAIDriver", "OutputBudgetTooLarge", "estimate_tokens"]
 
 log = logging.getLogger("missive.openai")
 
@@ -102,6 +117,8 @@ class OpenAIDriver(Driver):
     #: ``max_tokens`` clamped locally).
     exact_prompt_tokens = False
     label = "openai"
+    #: How messages name the server (``"llama-server of model 'x' ..."``).
+    backend_name = "the backend"
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         self.settings = parse_settings(model_id, entry.settings, self.settings_model, self.label)
@@ -117,14 +134,13 @@ class OpenAIDriver(Driver):
         self.upstream_model = self.settings.model or model_id
         self._context: int | None = entry.context_window
         headers = {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
-        self.client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(self.settings.read_timeout, connect=self.settings.connect_timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        self.transport = RemoteTransport(
+            self.settings.urls, name=model_id, backend=self.backend_name, classify=self.classify,
+            connect_timeout=self.settings.connect_timeout, read_timeout=self.settings.read_timeout,
+            health_path=self.settings.health_path, headers=headers,
         )
-        self.pool = ReplicaPool(
-            self.settings.urls, client=self.client, name=model_id, health_path=self.settings.health_path
-        )
+        self.client = self.transport.client
+        self.pool = self.transport.pool
 
     # -- hooks for subclasses -------------------------------------------------
 
@@ -160,8 +176,7 @@ class OpenAIDriver(Driver):
                             self.model_id, exc)
 
     async def aclose(self) -> None:
-        await self.pool.aclose()
-        await self.client.aclose()
+        await self.transport.aclose()
 
     def replica_pool(self) -> ReplicaPool:
         return self.pool
@@ -232,127 +247,122 @@ class OpenAIDriver(Driver):
             tool_choice=choice.mode if choice is not None else None,
             forced_name=choice.name if choice is not None and choice.mode == "tool" else None,
         )
-        async with self._open_stream(body, prompt) as response:
+        async with self._open_stream(body, prompt) as stream:
             yield Started(input_tokens=prompt)
-            async with contextlib.aclosing(self._events(response, translator)) as events:
+            async with contextlib.aclosing(self._events(stream, translator)) as events:
                 async for event in events:
                     yield event
 
-    # -- HTTP ---------------------------------------------------------------------
+    # -- HTTP (policy: missive.transport) ------------------------------------------
+
+    def classify(self, status: int, raw: bytes, headers: httpx.Headers, url: str, *,
+                 prompt: int | None = None, budget_retry: bool = False) -> Failover | MissiveError:
+        """The reading of an error answer (:data:`missive.transport.Classify`):
+        a 5xx means the replica is not serving (out of rotation, next
+        replica); a 4xx is translated (:func:`.upstream_errors.translate`,
+        ``prompt`` standing in for a context error that states no size);
+        with ``budget_retry``, a context error that is only about the output
+        budget is :class:`OutputBudgetTooLarge` (the caller retries clamped)."""
+        error = parse_error_body(status, raw)
+        if status >= 500:
+            return Failover(f"HTTP {status}: {error.message[:200]}")
+        overflow = context_overflow(error)
+        translated = translate(error, model=self.model_id, prompt_estimate=prompt,
+                               retry_after=retry_after_header(headers.get("retry-after")))
+        if budget_retry and overflow is not None and overflow.output_only:
+            assert overflow.context is not None and overflow.prompt_tokens is not None
+            return OutputBudgetTooLarge(translated.message, left=overflow.context - overflow.prompt_tokens)
+        return translated
 
     async def backend_json(self, method: str, path: str, body: dict[str, Any] | None = None,
                            *, prompt: int | None = None) -> Any:
-        """A JSON request to the least busy healthy replica, with failover
-        (connection error or 5xx: the next replica; none left: 529).
+        """A JSON request to the least busy healthy replica, by the transport's
+        failover policy (:mod:`missive.transport`).
 
         Raises:
-            OverloadedError: every replica failed.
+            OverloadedError: no replica could take it (529).
+            TimeoutError_: no answer within ``read_timeout`` (504).
             MissiveError: the backend's 4xx, translated.
             BadGatewayError: a 2xx answer that is not JSON.
         """
-        tried: set[Replica] = set()
-        while True:
-            async with self.pool.acquire(exclude=tried) as replica:
-                try:
-                    response = await self.client.request(method, replica.url + path, json=body)
-                except httpx.ReadTimeout:
-                    raise TimeoutError_(
-                        f"the backend of model '{self.model_id}' did not answer {path} within "
-                        f"{self.settings.read_timeout:g} s"
-                    ) from None
-                except httpx.TransportError as exc:
-                    self.pool.mark_failed(replica, f"{type(exc).__name__}: {exc}".rstrip(": "))
-                    tried.add(replica)
-                    continue
-                if response.status_code >= 500:
-                    error = parse_error_body(response.status_code, response.content)
-                    self.pool.mark_failed(replica, f"HTTP {response.status_code}: {error.message[:200]}")
-                    tried.add(replica)
-                    continue
-                if response.status_code >= 400:
-                    raise translate(parse_error_body(response.status_code, response.content),
-                                    model=self.model_id, prompt_estimate=prompt,
-                                    retry_after=retry_after_header(response.headers.get("retry-after")))
-                try:
-                    return response.json()
-                except ValueError:
-                    raise BadGatewayError(
-                        f"the backend of model '{self.model_id}' answered {path} with malformed JSON"
-                    ) from None
+        return await self.transport.json(
+            method, path, body, classify=lambda *a: self.classify(*a, prompt=prompt))
 
-    @contextlib.asynccontextmanager
-    async def _open_stream(self, body: dict[str, Any], prompt: int) -> AsyncIterator[httpx.Response]:
-        """The accepted streaming response, from the first replica that takes it.
+    async def open_chat(self, body: dict[str, Any], prompt: int) -> RemoteStream:
+        """``POST /v1/chat/completions`` of ``body``, accepted (status line
+        received); the caller closes the stream. A context error about the
+        output budget only (``max_tokens is too large``) is retried once with
+        the budget the server says is left (contract section 5: clamping
+        preferred to a 400).
 
         Raises:
-            OverloadedError: every replica failed (529, from the pool).
+            OverloadedError: every replica failed (529).
+            TimeoutError_: no answer within ``read_timeout`` (504).
             MissiveError: the backend's 4xx, translated.
         """
-        tried: set[Replica] = set()
-        budget_retried = False
-        while True:
-            async with self.pool.acquire(exclude=tried) as replica:
-                url = replica.url + "/v1/chat/completions"
-                try:
-                    response = await self.client.send(self.client.build_request("POST", url, json=body),
-                                                      stream=True)
-                except httpx.ReadTimeout:
-                    raise TimeoutError_(
-                        f"the backend of model '{self.model_id}' did not answer within "
-                        f"{self.settings.read_timeout:g} s"
-                    ) from None
-                except httpx.TransportError as exc:
-                    self.pool.mark_failed(replica, f"{type(exc).__name__}: {exc}".rstrip(": "))
-                    tried.add(replica)
-                    continue
-                try:
-                    if response.status_code == 200:
-                        yield response
-                        return
-                    error = parse_error_body(response.status_code, await response.aread())
-                    if response.status_code >= 500:
-                        self.pool.mark_failed(replica, f"HTTP {response.status_code}: {error.message[:200]}")
-                        tried.add(replica)
-                        continue
-                    overflow = context_overflow(error)
-                    if overflow is not None and overflow.output_only and not budget_retried:
-                        assert overflow.context is not None and overflow.prompt_tokens is not None
-                        body = {**body, "max_tokens": overflow.context - overflow.prompt_tokens}
-                        budget_retried = True
-                        continue
-                    raise translate(error, model=self.model_id, prompt_estimate=prompt,
-                                    retry_after=retry_after_header(response.headers.get("retry-after")))
-                finally:
-                    await response.aclose()
-
-    async def _events(self, response: httpx.Response, translator: ChunkTranslator) -> AsyncIterator[GenerationEvent]:
-        done = False
+        path = "/v1/chat/completions"
+        stream = self.transport.stream(
+            "POST", path, body, classify=lambda *a: self.classify(*a, prompt=prompt, budget_retry=True))
         try:
-            async with contextlib.aclosing(response.aiter_lines()) as lines:
-                async for line in lines:
-                    if not line.startswith("data:"):
-                        continue  # blank separators, ": keep-alive" comments, event:/id: fields
-                    data = line[len("data:"):].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        chunk = json.loads(data)
-                    except ValueError:
-                        raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
-                    if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
-                        error = parse_error_body(500, data.encode())
-                        raise BadGatewayError(f"the backend of model '{self.model_id}' failed mid-answer: "
-                                              f"{error.message}")
-                    for event in translator.feed(chunk):
-                        yield event
-        except httpx.ReadTimeout:
-            raise TimeoutError_(
-                f"the backend of model '{self.model_id}' sent nothing for {self.settings.read_timeout:g} s"
-            ) from None
-        except httpx.TransportError as exc:
-            raise BadGatewayError(
-                f"lost the connection to the backend of model '{self.model_id}' mid-answer ({type(exc).__name__})"
-            ) from None
+            await stream.wait_open(None)
+            return stream
+        except OutputBudgetTooLarge as exc:
+            await stream.aclose()
+            stream = self.transport.stream("POST", path, {**body, "max_tokens": exc.left},
+                                           classify=lambda *a: self.classify(*a, prompt=prompt))
+        except BaseException:
+            await stream.aclose()
+            raise
+        try:
+            await stream.wait_open(None)
+        except BaseException:
+            await stream.aclose()
+            raise
+        return stream
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, body: dict[str, Any], prompt: int) -> AsyncIterator[RemoteStream]:
+        """:meth:`open_chat` as a context manager that closes the stream."""
+        stream = await self.open_chat(body, prompt)
+        try:
+            yield stream
+        finally:
+            await stream.aclose()
+
+    async def _events(self, stream: RemoteStream, translator: ChunkTranslator) -> AsyncIterator[GenerationEvent]:
+        """The stream's ``data:`` chunks as events, then the translator's end.
+
+        Raises:
+            BadGatewayError: a malformed chunk, an error chunk, a lost connection.
+            TimeoutError_: ``read_timeout`` of silence.
+        """
+        done = False
+        async with contextlib.aclosing(stream.lines()) as lines:
+            async for line in lines:
+                if not line.startswith("data:"):
+                    continue  # blank separators, ": keep-alive" comments, event:/id: fields
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
+                if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
+                    error = parse_error_body(500, data.encode())
+                    raise BadGatewayError(f"the backend of model '{self.model_id}' failed mid-answer: "
+                                          f"{error.message}")
+                for event in translator.feed(chunk):
+                    yield event
         for event in translator.finish(ended_cleanly=done or translator.finish_reason is not None):
             yield event
+
+
+class OutputBudgetTooLarge(InvalidRequestError):
+    """The server refused ``max_tokens`` as over what its context leaves for
+    the answer (the prompt fits); ``left`` is what it leaves, in tokens."""
+
+    def __init__(self, message: str, *, left: int) -> None:
+        super().__init__(message)
+        self.left = left

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from missive import hookimpl
-from missive.capabilities import Capabilities
-from missive.specs import DriverSpec
+from missive.api import Capabilities, DriverSpec, hookimpl
+
+#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+MISSIVE_API = "1"
 
 __all__ = ["CAPABILITIES", "register_drivers"]
 

@@ -24,8 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from missive.capabilities import Capabilities
-from missive.config import ConfigError
+from missive.api import Capabilities, ConfigError
 
 __all__ = ["OpenAISettings", "parse_settings", "apply_capabilities"]
 

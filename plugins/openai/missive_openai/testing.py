@@ -138,6 +138,7 @@ class FakeChatServer:
         auto_tools: ``tool_choice: "auto"`` allowed (``--enable-auto-tool-choice``).
         api_key: require ``Authorization: Bearer <api_key>``.
         error_shape: ``"nested"`` (vLLM >= 0.10) or ``"object"`` (vLLM < 0.10).
+        port: the port to listen on (0: a free one).
     """
 
     def __init__(
@@ -150,7 +151,9 @@ class FakeChatServer:
         auto_tools: bool = True,
         api_key: str | None = None,
         error_shape: str = "nested",
+        port: int = 0,
     ) -> None:
+        self.port = port
         self.model = model
         self.max_model_len = max_model_len
         self.vllm = vllm
@@ -179,7 +182,7 @@ class FakeChatServer:
         class Handler(_Handler):
             server_fake = fake
 
-        self._server, self.url = start_http_server(Handler)
+        self._server, self.url = start_http_server(Handler, port=self.port)
         return self
 
     def __exit__(self, *exc: object) -> None:

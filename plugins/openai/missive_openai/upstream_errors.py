@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from missive.errors import (
+from missive.api import (
     BadGatewayError,
     InvalidRequestError,
     MissiveError,

@@ -54,9 +54,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from missive.capabilities import Capabilities
-from missive.driver import GenerationRequest
-from missive.errors import BadGatewayError, MissiveError
+from missive.api import BadGatewayError, Capabilities, GenerationRequest, MissiveError
 from missive_openai.driver import OpenAIDriver
 from missive_openai.settings import OpenAISettings
 

@@ -117,9 +117,9 @@ class CallObject:
                     and raw[ev.pos] == "{"
                     and self.name in self.tool_names
                 ):
-                    out.append(CallStart(self.name))  # type: ignore[arg-type]
+                    out.append(CallStart(self.name))
                     self.started = True
-                    self._streaming_key = ev.key  # type: ignore[assignment]
+                    self._streaming_key = ev.key
                     self._emitted_to = ev.pos
             else:
                 span = self.members.setdefault(ev.key, [ev.pos, -1])

@@ -140,7 +140,7 @@ class JsonScanner:
             self.events.append(ScanEvent(kind, level, key, pos))
 
     def _current_key(self) -> Key:
-        return self._stack[-1][1] if self._stack else None  # type: ignore[return-value]
+        return self._stack[-1][1] if self._stack else None
 
     def _value_ended(self, end: int) -> None:
         self._event("end", len(self._stack), self._current_key(), end)

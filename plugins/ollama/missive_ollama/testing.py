@@ -1,4 +1,4 @@
-"""A fake Ollama server for the driver's tests: Ollama's wire format, chunk by chunk.
+"""A fake Ollama server for tests (the driver's, and anyone's): Ollama's wire format, chunk by chunk.
 
 Reproduces, from Ollama's ``api/types.go``, ``docs/api.md`` and
 ``server/routes.go``:
@@ -81,7 +81,7 @@ class _Disconnected(Exception):
 class FakeOllama:
     """Run with ``with FakeOllama(models) as fake: fake.url``; inspect ``fake.chats``."""
 
-    def __init__(self, models: dict[str, FakeModel]) -> None:
+    def __init__(self, models: dict[str, FakeModel], *, port: int = 0) -> None:
         self.models = models
         self.requests: list[tuple[str, str]] = []
         self.chats: list[ChatRecord] = []
@@ -92,7 +92,8 @@ class FakeOllama:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
-        self.port = 0
+        #: the port to listen on (0: a free one), then the port listened on
+        self.port = port
 
     @property
     def url(self) -> str:
@@ -110,7 +111,7 @@ class FakeOllama:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+            self._server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", self.port))
             self.port = self._server.sockets[0].getsockname()[1]
             ready.set()
             loop.run_forever()

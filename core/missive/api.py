@@ -1,0 +1,153 @@
+"""The plugin API: every name a plugin may import from Missive, in one place.
+
+A plugin (a driver, a parser, a processor, a distribution's defaults) imports
+from ``missive.api`` and nothing else of the core; its tests may also use the
+test kit, :mod:`missive.testing`. What is here is covered by the compatibility
+promise of :data:`API_VERSION` (docs/hooks.md, "Compatibility"); the other
+modules of the core may change in any release.
+
+The names, grouped by what they are for:
+
+* declaring a plugin: :data:`hookimpl`, the specs registration hooks return
+  (:class:`DriverSpec`, :class:`DefaultModel`, ...), :func:`load_object`,
+  :data:`API_VERSION` (the version of this API; a plugin declares the one it
+  was built for as ``MISSIVE_API = "1"``, checked when it is loaded:
+  :mod:`missive.compat`);
+* writing a driver: :class:`Driver`, :class:`GenerationRequest`,
+  :func:`clamp_max_tokens`, :class:`Capabilities`, :func:`check_request`,
+  :class:`ModelEntry`, :class:`ConfigError`, the events a generation yields
+  (:class:`Started` ... :class:`Finished`), the errors that become the
+  Anthropic error envelope (:class:`MissiveError` and its subclasses), the
+  conversation a request renders to (:class:`Conversation`, :class:`Turn`, the
+  content blocks), images (:class:`ImageInput`, :func:`upright`, ...);
+* in-process drivers (llama.cpp, MLX): :class:`LocalDriver` and the runner
+  protocol it drives (:class:`Runner`, :class:`Batched`,
+  :class:`ContextStates` and their value types), :func:`common_prefix`;
+* remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
+  failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
+  :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`;
+* tool calls and reasoning in generated text: :class:`ToolParser` and its
+  events, :func:`build_parser`, :class:`ReasoningParser`, the template helpers;
+* state kept between runs: :func:`state_dir`, :func:`read_json`, :func:`write_json`.
+
+Importing this module imports those core modules (about 0.3 s, less than the
+app itself); a plugin's hook module may import it at the top.
+"""
+
+from __future__ import annotations
+
+from .capabilities import Capabilities, ToolChoiceMode, check_request
+from .compat import API_VERSION
+from .config import ConfigError, ModelEntry
+from .conversation import Conversation, Turn
+from .driver import Driver, GenerationRequest, clamp_max_tokens
+from .engine.host_cache import common_prefix
+from .engine.local import LocalDriver
+from .engine.runner import (
+    PENDING,
+    Batched,
+    Cancelled,
+    ContextStates,
+    Detokenizer,
+    ImageMarks,
+    ModelInfo,
+    Pending,
+    Prompt,
+    Runner,
+    Sampling,
+    SavedContext,
+    Sequence,
+)
+from .errors import (
+    ApiError,
+    AuthenticationError,
+    BadGatewayError,
+    CapabilityError,
+    InvalidRequestError,
+    MediaError,
+    MissiveError,
+    NotFoundError,
+    OverloadedError,
+    PermissionDeniedError,
+    PromptTooLongError,
+    RateLimitError,
+    TimeoutError_,
+)
+from .events import (
+    Finished,
+    GenerationEvent,
+    Started,
+    StopReason,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from .hookspecs import hookimpl
+from .media.images import to_8bit, upright
+from .media.tokens import conversation_image_tokens, estimate_image_tokens
+from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTarget, Section, SourceBytes
+from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
+from .reasoning.registry import reasoning_parser_class
+from .replicas import Replica, ReplicaPool
+from .schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from .specs import (
+    DefaultModel,
+    DocumentProcessorSpec,
+    DriverSpec,
+    ImageProcessorSpec,
+    ReasoningParserSpec,
+    TokenizerSpec,
+    ToolParserSpec,
+    load_object,
+)
+from .state import read_json, state_dir, write_json
+from .tools.definitions import ToolChoice, ToolDefinition
+from .tools.parsers.base import (
+    CallArgs,
+    CallEnd,
+    CallStart,
+    MalformedToolCall,
+    ParseEvent,
+    Reasoning,
+    Text,
+    ToolParser,
+)
+from .tools.parsers.registry import build_parser, parser_class
+from .tools.parsers.selection import parser_for_template
+from .tools.render import hermes_messages, template_supports_tools
+from .transport import Classify, Failover, RemoteStream, RemoteTransport
+
+__all__ = [
+    "API_VERSION",
+    # declaring a plugin
+    "hookimpl", "load_object",
+    "DriverSpec", "DefaultModel", "ToolParserSpec", "ReasoningParserSpec", "TokenizerSpec",
+    "ImageProcessorSpec", "DocumentProcessorSpec",
+    # drivers
+    "Driver", "GenerationRequest", "clamp_max_tokens", "Capabilities", "ToolChoiceMode", "check_request",
+    "ModelEntry", "ConfigError",
+    "GenerationEvent", "Started", "TextDelta", "ThinkingDelta", "ToolCallStart", "ToolCallDelta", "ToolCallEnd",
+    "Finished", "StopReason",
+    "MissiveError", "InvalidRequestError", "CapabilityError", "MediaError", "AuthenticationError",
+    "PermissionDeniedError", "NotFoundError", "RateLimitError", "ApiError", "BadGatewayError", "TimeoutError_",
+    "OverloadedError", "PromptTooLongError",
+    "Conversation", "Turn", "TextBlock", "SearchResultBlock", "ToolUseBlock", "ToolResultBlock",
+    "ToolDefinition", "ToolChoice",
+    # images and documents
+    "ImageInput", "ImageTarget", "SourceBytes", "Section", "ImageProcessor", "DocumentProcessor",
+    "upright", "to_8bit",
+    "conversation_image_tokens", "estimate_image_tokens",
+    # in-process drivers
+    "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
+    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "common_prefix",
+    # remote drivers
+    "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify",
+    # tool calls and reasoning in generated text
+    "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",
+    "build_parser", "parser_class", "parser_for_template", "hermes_messages", "template_supports_tools",
+    "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "reasoning_parser_class",
+    # state kept between runs
+    "state_dir", "read_json", "write_json",
+]
