@@ -144,7 +144,11 @@ def test_an_interactive_request_waits_one_step_for_a_batch_slot(
 
     thread = threading.Thread(target=hold)
     thread.start()
-    assert wait_until(lambda: metric(server.url, "num_requests_running") == 2 and len(steps) > 2, 120, interval=0.05)
+    assert wait_until(lambda: metric(server.url, "num_requests_running") == 2 and len(steps) > 2, 300, interval=0.05), (
+        f"{metric(server.url, 'num_requests_running')} running, {len(steps)} streamed, "
+        f"{metric(server.url, 'batch_requests_running')} batch\n"
+        + "\n".join(line for line in server.log().splitlines() if " GET " not in line)
+    )
     # (Between two batch requests the slot is free for a moment, and a
     # request takes it without preempting: then it tries again.)
     during = None
