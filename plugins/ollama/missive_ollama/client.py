@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
-
-import httpx
 
 from missive.api import (
     BadGatewayError,
@@ -139,7 +137,7 @@ class OllamaClient:
             message = raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
         return message
 
-    def classify(self, status: int, raw: bytes, headers: httpx.Headers, url: str) -> Failover | MissiveError:
+    def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str) -> Failover | MissiveError:
         """Ollama's error answer before the stream began
         (:data:`missive.transport.Classify`): a 503 skips the replica for
         this call (busy, not down); anything else is :meth:`error`."""
@@ -158,7 +156,7 @@ class OllamaClient:
             data = None
         if not isinstance(data, dict):
             raise BadGatewayError(
-                f"Ollama at {response.request.url.scheme}://{response.request.url.netloc.decode()} answered "
+                f"Ollama at {response.url} answered "
                 f"{path} with something other than a JSON object"
             )
         return data
