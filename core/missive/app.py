@@ -9,6 +9,7 @@ raised it, is rendered here as the Anthropic envelope (contract sections 1, 5).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -36,6 +37,7 @@ from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
 from .shutdown import Drain
+from .workers import PUBLISH_INTERVAL, WorkerInfo
 
 __all__ = ["create_app", "error_response"]
 
@@ -107,8 +109,13 @@ def _request_class(config: Config) -> type[Request]:
     return MissiveRequest
 
 
-def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
+def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str | None = None) -> Quart:
     """Build the app: load plugins, build the model table, register routes.
+
+    ``metrics_dir``: the directory the workers of one server share their
+    metrics in (:mod:`missive.workers`, ``server.workers`` > 1); the app's
+    worker (``app.extensions["missive"]["worker"]``, a
+    :class:`~missive.workers.WorkerInfo`) is set by the worker after the fork.
 
     Raises:
         ConfigError: a configured model cannot be served (unknown driver,
@@ -128,7 +135,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     app.json.ensure_ascii = False  # type: ignore[attr-defined]
     app.request_class = _request_class(config)
     admission = Admission(config)
-    metrics = Metrics(models, admission)
+    metrics = Metrics(models, admission, shared_dir=metrics_dir)
     drain = Drain(config.server.shutdown_grace, admission)
 
     def observe_batch(record: RequestRecord) -> None:
@@ -140,8 +147,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
-        "started_at": time.monotonic(),
+        "started_at": time.monotonic(), "worker": WorkerInfo(),
     }
+    publishing: list[asyncio.Task[None]] = []
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
@@ -151,9 +159,13 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     async def _start() -> None:
         await models.start()
         await batches.start()
+        if metrics.shared_dir is not None:
+            publishing.append(asyncio.ensure_future(_publish_load(metrics)))
 
     @app.after_serving
     async def _stop() -> None:
+        for task in publishing:
+            task.cancel()
         try:
             await batches.aclose()
         finally:
@@ -240,6 +252,16 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
 
     register_routes(app)
     return app
+
+
+async def _publish_load(metrics: Metrics) -> None:
+    """Publish this worker's load gauges every :data:`~missive.workers.PUBLISH_INTERVAL` seconds."""
+    while True:
+        try:
+            metrics.publish_load()
+        except Exception:  # metrics must never take the server down
+            log.exception("could not publish the load metrics")
+        await asyncio.sleep(PUBLISH_INTERVAL)
 
 
 def _rule_of_other_method(app: Quart) -> str | None:
