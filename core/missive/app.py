@@ -15,8 +15,10 @@ import time
 from typing import Any
 
 from quart import Quart, Request, Response, g, request
+from quart.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from . import fastjson
 from .admission import Admission
 from .batches.service import Batches
 from .capture import write_capture
@@ -65,10 +67,20 @@ def error_response(exc: MissiveError) -> Response:
     return response
 
 
-def _json(data: Any) -> str:
-    import json
+def _json(data: Any) -> bytes:
+    return fastjson.dumps(data)
 
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+class _JSONProvider(DefaultJSONProvider):
+    """Quart's JSON provider writing with :mod:`missive.fastjson` (orjson):
+    the non-streaming ``Message`` bodies. Keys keep their order and text its
+    characters (the tool_use inputs are the client's bytes)."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return fastjson.dumps(obj).decode()
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return fastjson.loads(s)
 
 
 def header_list(items: list[str], limit: int = MAX_IGNORED_HEADER) -> str:
@@ -131,8 +143,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["BODY_TIMEOUT"] = 300
     # Key order is part of the client's bytes (tool_use.input) and of caching.
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.json = _JSONProvider(app)
     app.request_class = _request_class(config)
     admission = Admission(config)
     metrics = Metrics(models, admission, shared_dir=metrics_dir)

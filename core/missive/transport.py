@@ -62,7 +62,6 @@ Messages API's error types (``timeout_error`` 504, ``overloaded_error`` 529,
 from __future__ import annotations
 
 import asyncio
-import json as jsonlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +70,7 @@ import aiohttp
 import anyio
 import httpx
 
+from . import fastjson
 from .errors import BadGatewayError, MissiveError, OverloadedError, TimeoutError_
 from .replicas import Replica, ReplicaPool
 
@@ -137,7 +137,7 @@ class Answer:
 
     def json(self) -> Any:
         """The body as JSON. Raises ``ValueError`` when it is not."""
-        return jsonlib.loads(self.content)
+        return fastjson.loads(self.content)
 
 
 def describe(exc: BaseException, name: str | None = None) -> str:
@@ -161,9 +161,7 @@ _RETRIED_BY_AIOHTTP = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELE
 
 def _body(json: Any) -> bytes | None:
     """A request body as JSON bytes (None: no body)."""
-    if json is None:
-        return None
-    return jsonlib.dumps(json, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return None if json is None else fastjson.dumps(json)
 
 
 class RemoteTransport:

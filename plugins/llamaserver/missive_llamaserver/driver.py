@@ -82,6 +82,7 @@ from missive.api import (
     build_parser,
     clamp_max_tokens,
     hermes_messages,
+    json_loads,
     sse_done,
     template_supports_tools,
 )
@@ -342,7 +343,7 @@ class LlamaServerDriver(OpenAIDriver):
                     done = True  # lines() reads the body's end, so the connection is reused
                     continue
                 try:
-                    chunk = json.loads(data)
+                    chunk = json_loads(data)
                 except ValueError:
                     raise BadGatewayError(f"llama-server sent a malformed chunk: {data[:200]!r}") from None
                 error = stream_error(chunk)

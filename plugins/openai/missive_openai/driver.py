@@ -64,6 +64,7 @@ from missive.api import (
     Started,
     clamp_max_tokens,
     conversation_image_tokens,
+    json_loads,
     sse_done,
 )
 
@@ -344,7 +345,7 @@ class OpenAIDriver(Driver):
                     done = True  # lines() reads the body's end, so the connection is reused
                     continue
                 try:
-                    chunk = json.loads(data)
+                    chunk = json_loads(data)
                 except ValueError:
                     raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
                 if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
