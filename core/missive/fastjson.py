@@ -27,16 +27,23 @@ The results are the standard library's, exactly:
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 __all__ = ["loads", "dumps", "loads_exact", "NOT_READ"]
 
-#: 19 digits: the shortest integer that may not fit in 64 bits.
-_LONG_NUMBER = re.compile(rb"\d{19}")
-_LONG_NUMBER_TEXT = re.compile(r"\d{19}")
+#: Every ASCII digit as ``0`` (other bytes unchanged): a run of 19 digits,
+#: the shortest integer that may not fit in 64 bits, becomes 19 zeros, found
+#: with a plain substring search (a regular expression costs more than
+#: orjson's whole parse).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+
+
+def _long_number(data: bytes | str) -> bool:
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return _LONG_RUN in raw.translate(_DIGITS_AS_ZERO)
 
 #: What :func:`loads_exact` returns when orjson cannot read the input exactly.
 NOT_READ: Any = object()
@@ -47,8 +54,7 @@ def loads_exact(data: bytes | str) -> Any:
     gives, else :data:`NOT_READ` (a long digit run; anything orjson refuses,
     malformed JSON, ``NaN``, a lone surrogate escape or invalid UTF-8 among
     them). A value read here is valid UTF-8 without lone surrogates."""
-    pattern = _LONG_NUMBER if isinstance(data, bytes) else _LONG_NUMBER_TEXT
-    if pattern.search(data):  # type: ignore[arg-type]
+    if _long_number(data):
         return NOT_READ
     try:
         return orjson.loads(data)
