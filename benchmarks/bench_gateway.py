@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -106,9 +107,12 @@ def instant_backend() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def litellm_proxy(backend: str) -> Iterator[str]:
-    """The LiteLLM proxy (``litellm`` on PATH) with a ``hosted_vllm`` route."""
+def litellm_proxy(binary: str, backend: str) -> Iterator[tuple[str, dict[str, str], int]]:
+    """The LiteLLM proxy (``binary``) with a ``hosted_vllm`` route to the
+    backend; yields its URL, the headers its requests need and its process id (its master
+    key, which it requires; its model cost map is read locally: no network)."""
     port = free_port()
+    key = "sk-bench-" + secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="bench-litellm-") as tmp:
         config = Path(tmp) / "litellm.yaml"
         config.write_text(
@@ -116,12 +120,13 @@ def litellm_proxy(backend: str) -> Iterator[str]:
             f"      model: hosted_vllm/instant\n      api_base: {backend}/v1\n      api_key: none\n"
         )
         log = open(Path(tmp) / "litellm.log", "wb")
-        proc = subprocess.Popen(["litellm", "--config", str(config), "--port", str(port)], stdout=log,
-                                stderr=subprocess.STDOUT)
+        env = {**os.environ, "LITELLM_MASTER_KEY": key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        proc = subprocess.Popen([binary, "--config", str(config), "--port", str(port)], stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_http(f"{url}/health/liveliness", proc, timeout=180)
-            yield url
+            yield url, {**MESSAGES_HEADERS, "authorization": f"Bearer {key}"}, proc.pid
         finally:
             proc.terminate()
             try:
@@ -193,19 +198,20 @@ MESSAGES_HEADERS = {"content-type": "application/json", "anthropic-version": "20
 CHAT_HEADERS = {"content-type": "application/json"}
 
 
-def check_messages(url: str) -> None:
+def check_messages(url: str, headers: dict[str, str] | None = None) -> None:
     """One non-streaming and one streaming answer, checked whole.
 
     Raises:
         RuntimeError: an answer is not the backend's text ending ``end_turn``.
     """
     expected = answer_text()
-    answer = httpx.post(f"{url}/v1/messages", content=messages_body(False), headers=MESSAGES_HEADERS, timeout=30)
+    headers = headers or MESSAGES_HEADERS
+    answer = httpx.post(f"{url}/v1/messages", content=messages_body(False), headers=headers, timeout=30)
     data = answer.json()
     text = "".join(b.get("text", "") for b in data.get("content", []))
     if answer.status_code != 200 or text != expected or data.get("stop_reason") != "end_turn":
         raise RuntimeError(f"{url}: unexpected answer {answer.status_code} {answer.text[:300]}")
-    streamed = httpx.post(f"{url}/v1/messages", content=messages_body(True), headers=MESSAGES_HEADERS, timeout=30)
+    streamed = httpx.post(f"{url}/v1/messages", content=messages_body(True), headers=headers, timeout=30)
     deltas, stop = [], None
     for line in streamed.text.splitlines():
         if line.startswith("data:"):
@@ -297,6 +303,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", default="1", help="comma-separated server.workers values (default 1)")
     parser.add_argument("--python-loadgen", action="store_true", help="use the Python generator even if wrk is here")
     parser.add_argument("--skip-litellm", action="store_true")
+    parser.add_argument("--litellm", help="the litellm executable (default: `litellm` on PATH)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="extra missive config override KEY=VALUE for every Missive run (repeatable)")
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
@@ -322,16 +329,19 @@ def main(argv: list[str] | None = None) -> None:
                 label = f"Missive openai driver, {workers} worker{'s' if workers > 1 else ''}"
                 rows.append(measure(label, f"{server.url}/v1/messages", {False: messages_body(False),
                                     True: messages_body(True)}, MESSAGES_HEADERS, args, pid=server.process.pid))
+        litellm = args.litellm or shutil.which("litellm")
         if args.skip_litellm:
             notes.append("LiteLLM: skipped (--skip-litellm)")
-        elif shutil.which("litellm") is None:
-            notes.append("LiteLLM: not installed (pip install 'litellm[proxy]' puts `litellm` on PATH); skipped")
+        elif litellm is None:
+            notes.append("LiteLLM: not installed (pip install 'litellm[proxy]' puts `litellm` on PATH, or pass "
+                         "--litellm PATH); skipped")
         else:
             try:
-                with litellm_proxy(backend) as url:
+                with litellm_proxy(litellm, backend) as (url, headers, pid):
+                    check_messages(url, headers)
                     rows.append(measure("LiteLLM proxy /v1/messages (hosted_vllm)", f"{url}/v1/messages",
                                         {False: messages_body(False), True: messages_body(True)},
-                                        MESSAGES_HEADERS, args))
+                                        headers, args, pid=pid))
             except Exception as exc:  # a benchmark-only extra: report, do not fail the run
                 notes.append(f"LiteLLM: failed to run ({exc})")
     notes.append(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
