@@ -87,7 +87,6 @@ class Metrics:
         # here reads. prometheus_client has this switch for the process only.
         disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
         self.shared_dir = shared_dir
-        self._load: LoadCollector | None = None
         if shared_dir is not None:
             values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
