@@ -228,3 +228,53 @@ def test_check_refuses_in_process_models_and_too_few_slots() -> None:
         check(2, _Models(remote=_Driver(None), local=_Driver(None, in_process=True)))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_concurrency = 2 generations at once, and each worker needs"):
         check(3, _Models(bounded=_Driver(2)))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_thinking_block_signed_by_one_worker_is_accepted_by_the_other() -> None:
+    """The signing key is read (here: created in the state directory) once,
+    by the supervisor, before the workers are forked: a block one worker
+    signed is verified by the other, and reaches the backend as
+    ``reasoning_content``; a forged one does not."""
+    with FakeChatServer() as fake, tempfile.TemporaryDirectory() as state:
+        config = {
+            "server": {"workers": 2},
+            "models": {"vllm": {"driver": "vllm", "context_window": 2048,
+                                "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True}}},
+        }
+        with serve_process(config, env={"MISSIVE_STATE_DIR": state}) as server:
+            until(lambda: len(children(server.process.pid)) == 2, "two workers")
+            # Keep-alive connections stay with the worker that accepted them.
+            pinned: dict[int, httpx.Client] = {}
+            for _ in range(40):
+                http = httpx.Client(base_url=server.url, timeout=30)
+                pid = int(http.get("/v1/status").json()["worker"]["pid"])
+                if pid in pinned:
+                    http.close()
+                    continue
+                pinned[pid] = http
+                if len(pinned) == 2:
+                    break
+            assert len(pinned) == 2, "no connection reached the second worker"
+            first, second = pinned.values()
+            content = json.dumps({"script": [{"reasoning": "Let me think."}, {"content": "Four."}],
+                                  "finish_reason": "stop", "usage": True})
+            answer = first.post("/v1/messages", json={
+                "model": "vllm", "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 1024},
+                "messages": [{"role": "user", "content": content}]}).json()
+            thinking, text = answer["content"]
+            assert thinking["type"] == "thinking" and thinking["signature"]
+            assert int(first.get("/v1/status").json()["worker"]["pid"]) != int(
+                second.get("/v1/status").json()["worker"]["pid"])
+            for block, expected in ((thinking, "Let me think."), ({**thinking, "thinking": "Forged."}, None)):
+                reply = second.post("/v1/messages", json={
+                    "model": "vllm", "max_tokens": 20, "thinking": {"type": "adaptive"},
+                    "messages": [{"role": "user", "content": "2+2?"},
+                                 {"role": "assistant", "content": [block, text]},
+                                 {"role": "user", "content": "Sure?"}]})
+                assert reply.status_code == 200, reply.text
+                assert fake.requests[-1]["messages"][1].get("reasoning_content") == expected
+                assert ("missive-dropped-thinking" in reply.headers) == (expected is None)
+            for http in pinned.values():
+                http.close()
+        assert os.listdir(state) == ["thinking.key"]
