@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,8 +23,10 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from missive.admission import Admission
+from missive.cli import cli
 from missive.config import Config, ConfigError, ModelEntry
 from missive.testing import ServerProcess, dump_toml, free_port, serve_process
 from missive.workers import check, share
@@ -116,6 +119,9 @@ def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatSer
             assert requests_counted(server) == 12
         status = httpx.get(f"{server.url}/v1/status", timeout=10).json()
         assert status["worker"]["count"] == 2 and status["models"]["gen"]["status"] == "ready"
+        shown = CliRunner().invoke(cli, ["ps", "--url", server.url])
+        assert shown.exit_code == 0, shown.output
+        assert re.search(r"worker [12] of 2 \(pid (\d+)\) answered", shown.output), shown.output
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
