@@ -300,3 +300,18 @@ async def test_a_stream_read_past_its_end_line_keeps_its_connection(make) -> Non
         assert backend.requests == 5 and backend.connections == 2
     finally:
         await transport.aclose()
+
+
+async def test_replicas_use_the_proxy_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY / NO_PROXY as httpx honoured them, read once per replica."""
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    transport = RemoteTransport(["http://127.0.0.1:1", "http://gpu1:8000"], name="m", backend="the backend",
+                                classify=classify, connect_timeout=1.0, read_timeout=1.0, health_path="/health")
+    try:
+        assert transport._proxy("http://127.0.0.1:1") is None
+        assert transport._proxy("http://gpu1:8000") == "http://proxy.example:3128"
+        monkeypatch.delenv("HTTP_PROXY")
+        assert transport._proxy("http://gpu1:8000") == "http://proxy.example:3128", "read once"
+    finally:
+        await transport.aclose()

@@ -50,8 +50,10 @@ no replica left            every one down or tried                        (none)
 A request is only sent again before a byte of the answer arrived (nothing
 reached the client yet); after that, an error ends the message (an SSE
 ``error`` event when streaming). ``read_timeout`` bounds silence, not the
-whole answer: a backend that keeps sending is never cut. Proxy variables of
-the environment (``HTTP_PROXY``...) are not used for backends.
+whole answer: a backend that keeps sending is never cut. A replica is reached
+through the proxy the environment names for it (``HTTP_PROXY``,
+``HTTPS_PROXY``, ``NO_PROXY``, read once per replica URL: aiohttp's own
+``trust_env`` reads them on every request, 0.1 ms each).
 
 Sources: aiohttp's exception hierarchy (``aiohttp.ClientError`` subclasses,
 ``ConnectionTimeoutError`` and ``SocketTimeoutError`` since 3.10); the
@@ -62,9 +64,11 @@ Messages API's error types (``timeout_error`` 504, ``overloaded_error`` 529,
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
@@ -204,6 +208,7 @@ class RemoteTransport:
         self.retry_after = retry_after
         self.headers = {"content-type": "application/json", **dict(headers or {})}
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, str | None] = {}
         # The replica probes (rare, off the request path) keep httpx, as the
         # media fetcher does: see missive.replicas.
         self.probe_client = httpx.AsyncClient(headers=dict(headers or {}))
@@ -223,6 +228,18 @@ class RemoteTransport:
                 trust_env=False,
             )
         return self._session
+
+    def _proxy(self, url: str) -> str | None:
+        """The proxy the environment names for ``url`` (None: none or
+        ``NO_PROXY``), read once per URL (the standard library's
+        ``getproxies`` and ``proxy_bypass``, as httpx reads them)."""
+        if url not in self._proxies:
+            parts = urlsplit(url)
+            proxy = urllib.request.getproxies().get(parts.scheme)
+            if proxy and urllib.request.proxy_bypass(parts.hostname or ""):
+                proxy = None
+            self._proxies[url] = proxy or None
+        return self._proxies[url]
 
     @property
     def base_url(self) -> str:
@@ -279,7 +296,8 @@ class RemoteTransport:
             MissiveError: ``classify``'s error for the status.
         """
         try:
-            response = await self.session.request(method, replica.url + path, data=_body(json))
+            response = await self.session.request(method, replica.url + path, data=_body(json),
+                                                  proxy=self._proxy(replica.url))
         except aiohttp.ConnectionTimeoutError as exc:
             return Failover(describe(exc, "ConnectTimeout"))
         except (aiohttp.SocketTimeoutError, asyncio.TimeoutError):
