@@ -64,6 +64,8 @@ Messages API's error types (``timeout_error`` 504, ``overloaded_error`` 529,
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,6 +74,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
+import certifi
 import httpx
 
 from . import fastjson
@@ -163,6 +166,15 @@ _REPLICA_DOWN = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp
 _RETRIED_BY_AIOHTTP = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
+def _tls_context() -> ssl.SSLContext:
+    """The certificates an ``https`` backend is checked against, as httpx
+    checked them: ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when set, else certifi's
+    bundle (a Python without the system's store, as on macOS, still works)."""
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def _body(json: Any) -> bytes | None:
     """A request body as JSON bytes (None: no body)."""
     return None if json is None else fastjson.dumps(json)
@@ -221,7 +233,7 @@ class RemoteTransport:
         built)."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ssl=_tls_context()),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
                                               sock_read=self.read_timeout),
                 headers=self.headers,
