@@ -284,3 +284,16 @@ def test_a_thinking_block_signed_by_one_worker_is_accepted_by_the_other() -> Non
             for http in pinned.values():
                 http.close()
         assert os.listdir(state) == ["thinking.key"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_whose_supervisor_died_shut_down(fake: FakeChatServer) -> None:
+    """SIGKILL leaves the supervisor no time to tell anyone: its pipes close,
+    and each worker drains and exits as on a signal."""
+    with serve_process(remote_config(fake, shutdown_grace=5)) as server:
+        workers = until(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid),
+                        "two workers")
+        server.process.kill()
+        server.process.wait(DEADLINE)
+        until(lambda: not any(alive(pid) for pid in workers), "the orphaned workers exited")
+        assert "the supervisor of the workers is gone: shutting down" in server.log()
