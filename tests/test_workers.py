@@ -29,7 +29,7 @@ from missive.admission import Admission
 from missive.cli import cli
 from missive.config import Config, ConfigError, ModelEntry
 from missive.testing import ServerProcess, dump_toml, free_port, serve_process
-from missive.workers import check, share
+from missive.workers import check, settle_batches, share
 from missive_openai.testing import FakeChatServer
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
@@ -119,6 +119,9 @@ def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatSer
             assert requests_counted(server) == 12
         status = httpx.get(f"{server.url}/v1/status", timeout=10).json()
         assert status["worker"]["count"] == 2 and status["models"]["gen"]["status"] == "ready"
+        # Message Batches are off with several workers (one process owns their database).
+        assert httpx.get(f"{server.url}/v1/messages/batches", timeout=10).status_code == 404
+        assert "Message Batches are off with server.workers = 2" in server.log()
         shown = CliRunner().invoke(cli, ["ps", "--url", server.url])
         assert shown.exit_code == 0, shown.output
         assert re.search(r"worker [12] of 2 \(pid (\d+)\) answered", shown.output), shown.output
@@ -297,3 +300,15 @@ def test_workers_whose_supervisor_died_shut_down(fake: FakeChatServer) -> None:
         server.process.wait(DEADLINE)
         until(lambda: not any(alive(pid) for pid in workers), "the orphaned workers exited")
         assert "the supervisor of the workers is gone: shutting down" in server.log()
+
+
+def test_batches_are_off_with_several_workers_unless_asked_for() -> None:
+    one = Config.model_validate({"server": {"workers": 1}})
+    settle_batches(one)
+    assert one.batches.enabled
+    default = Config.model_validate({"server": {"workers": 2}})
+    settle_batches(default)
+    assert not default.batches.enabled
+    explicit = Config.model_validate({"server": {"workers": 2}, "batches": {"enabled": True}})
+    with pytest.raises(ConfigError, match="server.workers = 2 and batches.enabled = true: one process owns"):
+        settle_batches(explicit)

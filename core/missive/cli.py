@@ -135,7 +135,7 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
     from .connections import install as close_connections_promptly
     from .logs import setup_logging
     from .shutdown import CLOSE_MARGIN, serve_until_stopped
-    from .workers import WorkerInfo, check, listening_sockets, supervise
+    from .workers import WorkerInfo, check, listening_sockets, settle_batches, supervise
 
     count = config.server.workers
     try:
@@ -149,6 +149,7 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
             progress_on_terminal()
             add_served_models(config, kernel, model_refs, context_window=context_window,
                               echo=_say(config.server.log_format))
+        settle_batches(config)
         app = create_app(config, kernel=kernel, metrics_dir=metrics_dir)
         check(count, app.extensions["missive"]["models"])
     except ConfigError as exc:

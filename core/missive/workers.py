@@ -36,6 +36,13 @@ configuration error naming the model; serve such a model from a
 ``missive serve`` with one worker (a second server on another port can
 serve the remote models with several).
 
+**Message Batches and workers.** One process owns the batch database (its
+lock, :mod:`missive.batches.service`), so batches are off with several
+workers (:func:`settle_batches`): left at its default, ``batches.enabled``
+becomes false (logged; the batch endpoints answer 404); set to true
+explicitly, it is a configuration error. Serve batches from a ``missive
+serve`` with one worker.
+
 **What is per worker, what is shared.**
 
 * Admission is per worker: each worker admits its share of a model's
@@ -75,9 +82,10 @@ from typing import TYPE_CHECKING
 from .config import ConfigError
 
 if TYPE_CHECKING:
+    from .config import Config
     from .model_table import ModelTable
 
-__all__ = ["check", "share", "supervise", "listening_sockets", "shared_metrics_dir", "PUBLISH_INTERVAL", "WorkerInfo"]
+__all__ = ["check", "settle_batches", "share", "supervise", "listening_sockets", "shared_metrics_dir", "PUBLISH_INTERVAL", "WorkerInfo"]
 
 log = logging.getLogger("missive.workers")
 
@@ -130,6 +138,26 @@ def check(workers: int, models: ModelTable) -> None:
                 "generations at once, and each worker needs at least one; lower server.workers or raise "
                 "its max_concurrency"
             )
+
+
+def settle_batches(config: Config) -> None:
+    """Turn Message Batches off for ``server.workers`` above 1 when
+    ``batches.enabled`` was left at its default (module doc).
+
+    Raises:
+        ConfigError: ``batches.enabled = true`` was set explicitly.
+    """
+    workers = config.server.workers
+    if workers <= 1 or not config.batches.enabled:
+        return
+    if "enabled" in config.batches.model_fields_set:
+        raise ConfigError(
+            f"server.workers = {workers} and batches.enabled = true: one process owns the batch database; "
+            "serve batches from a missive serve with server.workers = 1, or set batches.enabled = false"
+        )
+    config.batches.enabled = False
+    log.info("Message Batches are off with server.workers = %d (one process owns the batch database); "
+             "serve them from a missive serve with one worker", workers)
 
 
 @contextmanager
