@@ -44,6 +44,7 @@ from missive.api import (
     RemoteStream,
     RemoteTransport,
     ReplicaPool,
+    json_loads,
 )
 
 from .settings import OllamaSettings
@@ -174,6 +175,20 @@ class OllamaClient:
         return ChatStream(self, self.transport.stream("POST", "/api/chat", body))
 
 
+def _done_line(line: str) -> bool:
+    """Whether ``line`` is Ollama's last object (``"done": true`` at its top
+    level; a tool call's arguments may hold a ``done`` key too):
+    :meth:`RemoteStream.lines` then reads the body's end, and the connection
+    serves the next request."""
+    if '"done"' not in line:
+        return False
+    try:
+        obj = json_loads(line)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("done") is True
+
+
 class ChatStream:
     """One ``/api/chat`` request in flight: a
     :class:`~missive.transport.RemoteStream` read as Ollama's NDJSON.
@@ -205,13 +220,13 @@ class ChatStream:
             BadGatewayError: a line that is not a JSON object; connection lost.
             TimeoutError_: ``read_timeout`` without a byte.
         """
-        async with contextlib.aclosing(self._stream.lines()) as lines:
+        async with contextlib.aclosing(self._stream.lines(end=_done_line)) as lines:
             async for line in lines:
                 if not line.strip():
                     continue
                 where = self.replica.url if self.replica is not None else None
                 try:
-                    obj = json.loads(line)
+                    obj = json_loads(line)
                 except ValueError:
                     obj = None
                 if not isinstance(obj, dict):
