@@ -34,6 +34,7 @@ class RawBackend:
     * ``"drop"``: close the connection without answering;
     * ``"hang"``: read the request, answer nothing;
     * ``"lines"``: 200 chunked, two lines, then a clean end;
+    * ``"sse"``: 200 chunked, ``data: one``, ``data: [DONE]``, then the end a moment later;
     * ``"lines-drop"``: 200 chunked, one line, then close mid-body;
     * ``"lines-hang"``: 200 chunked, one line, then silence.
     """
@@ -47,6 +48,7 @@ class RawBackend:
         self.sock.listen(16)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self._open: list[socket.socket] = []
+        self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -56,6 +58,7 @@ class RawBackend:
             except OSError:
                 return
             self._open.append(conn)
+            self.connections += 1
             threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
 
     def _connection(self, conn: socket.socket) -> None:
@@ -84,6 +87,12 @@ class RawBackend:
                 if action == "hang":
                     time.sleep(30)
                     return
+                if action == "sse":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                                 b"b\r\ndata: one\n\n\r\ne\r\ndata: [DONE]\n\n\r\n")
+                    time.sleep(0.05)  # the body's end comes a little later, in its own packet
+                    conn.sendall(b"0\r\n\r\n")
+                    continue
                 if action.startswith("lines"):
                     conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\none\r\n\r\n")
                     if action == "lines-drop":
@@ -265,5 +274,44 @@ async def test_whole_stream_reads_every_line(make) -> None:
         async with transport.stream("POST", "/chat", {}) as stream:
             assert await stream.wait_open(None)
             assert [line async for line in stream.lines()] == ["one", "two"]
+    finally:
+        await transport.aclose()
+
+
+async def test_a_stream_read_past_its_end_line_keeps_its_connection(make) -> None:
+    """Read with ``end=sse_done``, the body's end (which arrives after the
+    ``[DONE]`` line) is read too, so the next request reuses the connection;
+    without ``end``, a reader stopping at ``[DONE]`` closes it."""
+    from missive.transport import sse_done
+
+    transport, [backend] = make(["sse"])
+    try:
+        for _ in range(3):
+            async with transport.stream("POST", "/chat", {}) as stream:
+                lines = [line async for line in stream.lines(end=sse_done)]
+            assert lines == ["data: one", "", "data: [DONE]"]
+        assert backend.requests == 3 and backend.connections == 1
+        async with transport.stream("POST", "/chat", {}) as stream:
+            async for line in stream.lines():
+                if sse_done(line):
+                    break
+        async with transport.stream("POST", "/chat", {}) as stream:
+            assert [line async for line in stream.lines(end=sse_done)][-1] == "data: [DONE]"
+        assert backend.requests == 5 and backend.connections == 2
+    finally:
+        await transport.aclose()
+
+
+async def test_replicas_use_the_proxy_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY / NO_PROXY as httpx honoured them, read once per replica."""
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    transport = RemoteTransport(["http://127.0.0.1:1", "http://gpu1:8000"], name="m", backend="the backend",
+                                classify=classify, connect_timeout=1.0, read_timeout=1.0, health_path="/health")
+    try:
+        assert transport._proxy("http://127.0.0.1:1") is None
+        assert transport._proxy("http://gpu1:8000") == "http://proxy.example:3128"
+        monkeypatch.delenv("HTTP_PROXY")
+        assert transport._proxy("http://gpu1:8000") == "http://proxy.example:3128", "read once"
     finally:
         await transport.aclose()

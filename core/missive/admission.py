@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .errors import OverloadedError
+from .workers import share
 
 if TYPE_CHECKING:
     from .config import Config
@@ -376,22 +377,34 @@ class Admission:
     Args:
         config: ``server.queue_depth`` / ``queue_timeout`` are the defaults;
             a model entry's own keys override them.
+
+    Attributes:
+        worker: ``(index, count)``: this process is worker ``index`` of
+            ``count`` (:mod:`missive.workers`); its gates get that worker's
+            share of each model's slots and queue (:func:`missive.workers.share`).
     """
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.gates: dict[str, Gate] = {}
         self._closed: tuple[str, int] | None = None
+        self.worker = (0, 1)
 
     def gate(self, model_id: str, driver: Driver) -> Gate:
         """The gate of ``model_id`` (served by ``driver``)."""
         gate = self.gates.get(model_id)
         if gate is None:
             entry, server = driver.entry, self.config.server
+            limit = driver.capabilities.max_concurrency
+            depth = server.queue_depth if entry.queue_depth is None else entry.queue_depth
+            index, count = self.worker
+            if count > 1:
+                limit = None if limit is None else max(1, share(limit, index, count))
+                depth = share(depth, index, count)
             gate = Gate(
                 model_id,
-                limit=driver.capabilities.max_concurrency,
-                depth=server.queue_depth if entry.queue_depth is None else entry.queue_depth,
+                limit=limit,
+                depth=depth,
                 timeout=server.queue_timeout if entry.queue_timeout is None else entry.queue_timeout,
             )
             if self._closed is not None:

@@ -117,7 +117,8 @@ from .tools.parsers.base import (
 from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
 from .tools.render import hermes_messages, template_supports_tools
-from .transport import Classify, Failover, RemoteStream, RemoteTransport
+from .fastjson import dumps as json_dumps, loads as json_loads
+from .transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 
 __all__ = [
     "API_VERSION",
@@ -143,7 +144,8 @@ __all__ = [
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
     "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "common_prefix",
     # remote drivers
-    "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify",
+    "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
+    "json_loads", "json_dumps",
     # tool calls and reasoning in generated text
     "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",
     "build_parser", "parser_class", "parser_for_template", "hermes_messages", "template_supports_tools",

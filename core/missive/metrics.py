@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import values
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
@@ -59,6 +61,10 @@ REQUEST_BUCKETS = (
 )
 # Queue waits are often zero or a few milliseconds: finer buckets below vLLM's 0.3 s.
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, *REQUEST_BUCKETS)
+#: How the workers' scrape-time gauges combine (:mod:`missive.workers`;
+#: ``prometheus_client``'s multiprocess modes): a replica or a model counts as
+#: up while every worker has it up; others (requests running, waiting) add up.
+SHARED_GAUGE_MODES = {f"{PREFIX}replica_healthy": "livemin", f"{PREFIX}model_loaded": "livemin"}
 
 
 class Metrics:
@@ -67,12 +73,22 @@ class Metrics:
     Args:
         models: the served models (for the state gauges).
         admission: the per-model gates (running and waiting counts).
+        shared_dir: several workers serve one port (:mod:`missive.workers`):
+            the directory of ``prometheus_client``'s multiprocess mode. Every
+            worker's counters and histograms go to files there, and
+            :meth:`exposition` merges them all; the state gauges are each
+            worker's :meth:`publish_load`, summed. Must be set before any
+            metric of the process records a value (it switches
+            ``prometheus_client`` to shared values for the process).
     """
 
-    def __init__(self, models: ModelTable, admission: Admission) -> None:
+    def __init__(self, models: ModelTable, admission: Admission, shared_dir: str | None = None) -> None:
         # No ``*_created`` series: one more per labelled child, which nothing
         # here reads. prometheus_client has this switch for the process only.
         disable_created_metrics()  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
+        self.shared_dir = shared_dir
+        if shared_dir is not None:
+            values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         r, m = self.registry, [MODEL]
         self.requests = Counter(
@@ -120,10 +136,17 @@ class Metrics:
             f"{PREFIX}media_processed", "Image and document blocks processed, by kind (image, document).",
             ["kind"], registry=r,
         )
-        self.registry.register(LoadCollector(models, admission))
+        self._load = LoadCollector(models, admission)
+        if shared_dir is None:
+            self.registry.register(self._load)
+        # With shared_dir: the scrape-time metrics as shared gauges and
+        # counters, made on first publication; each counter's last value.
+        self._shared: dict[str, Gauge | Counter] = {}
+        self._published: dict[tuple[str, tuple[str, ...]], float] = {}
         from .batches.metrics import BatchMetrics
 
-        #: The Message Batches' own metrics (:mod:`missive.batches.metrics`).
+        #: The Message Batches' own metrics (:mod:`missive.batches.metrics`;
+        #: batches are off with several workers, :mod:`missive.workers`).
         self.batches = BatchMetrics(self.registry, models, admission)
 
     def observe(self, record: RequestRecord) -> None:
@@ -155,9 +178,46 @@ class Metrics:
             if record.output_tokens is not None and record.output_tokens > 1:
                 self.time_per_output_token.labels(model).observe((last - first) / (record.output_tokens - 1))
 
+    def publish_load(self) -> None:
+        """Write this worker's scrape-time metrics (requests running and
+        waiting, replica health, model residency) to the shared files (with
+        ``shared_dir`` only; every :data:`missive.workers.PUBLISH_INTERVAL`
+        seconds and before each exposition). Gauges are summed over the
+        workers (:data:`SHARED_GAUGE_MODES`), counters add up."""
+        if self.shared_dir is None:
+            return
+        for family in self._load.collect():
+            for sample in family.samples:
+                metric = self._shared.get(family.name)
+                if metric is None:
+                    metric = self._shared[family.name] = self._shared_metric(family, list(sample.labels))
+                label_values = tuple(sample.labels.values())
+                child = metric.labels(*label_values)
+                if isinstance(child, Gauge):
+                    child.set(sample.value)
+                    continue
+                key = (family.name, label_values)
+                delta = sample.value - self._published.get(key, 0.0)
+                if delta > 0:
+                    child.inc(delta)
+                self._published[key] = sample.value
+
+    @staticmethod
+    def _shared_metric(family: Metric, labels: list[str]) -> Gauge | Counter:
+        if family.type == "counter":
+            return Counter(family.name, family.documentation, labels, registry=None)
+        mode = SHARED_GAUGE_MODES.get(family.name, "livesum")
+        return Gauge(family.name, family.documentation, labels, registry=None, multiprocess_mode=mode)  # type: ignore[arg-type]
+
     def exposition(self) -> bytes:
-        """The registry in Prometheus' text format (:data:`CONTENT_TYPE`)."""
-        return generate_latest(self.registry)
+        """The registry in Prometheus' text format (:data:`CONTENT_TYPE`);
+        with ``shared_dir``, every worker's metrics together."""
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        self.publish_load()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
 
 
 class LoadCollector(Collector):

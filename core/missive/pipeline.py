@@ -357,7 +357,7 @@ class MessageStream:
         driver_output_tokens: int | None = None
         parallel = self.request.tool_choice.parallel
         try:
-            async with aclosing(self._unrepeated(self._rounds())) as source:
+            async with aclosing(self._stages()) as source:
                 async for event in source:
                     if isinstance(event, TextDelta):
                         self._output_tokens += event.tokens
@@ -534,6 +534,15 @@ class MessageStream:
         conversation = continue_after(request.conversation, answer_blocks(self._round_text, call, result))
         remaining = self._budget - used
         return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
+
+    def _stages(self) -> AsyncGenerator[GenerationEvent, None]:
+        """The driver's events through the stages this request needs: rounds
+        after server tools' results (:meth:`_rounds`) only with server tools,
+        the repeated-call check (:meth:`_unrepeated`) only with tools; each
+        stage is one more generator every event passes through."""
+        tools = self.request.tools
+        source = self._rounds() if any(t.server for t in tools) else self._parsed()
+        return self._unrepeated(source) if tools else source
 
     async def _unrepeated(self, source: AsyncIterator[GenerationEvent]) -> AsyncGenerator[GenerationEvent, None]:
         """``source`` until the model repeats a tool call it already made.

@@ -87,6 +87,12 @@ def render_status(status: dict[str, Any]) -> str:
             _details(info),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
-    return "\n".join(
+    table = "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows
     )
+    worker = status.get("worker") or {}
+    if worker.get("count", 1) > 1:
+        # Several workers (missive.workers): one of them answered.
+        table += (f"\nworker {worker.get('index', 0) + 1} of {worker['count']} (pid {worker.get('pid')}) answered: "
+                  "RUNNING and WAITING are its own, each worker admits its share")
+    return table

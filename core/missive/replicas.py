@@ -26,9 +26,11 @@ Drivers use it through :class:`missive.transport.RemoteTransport`, which
 holds the replica while a request or stream runs (:meth:`ReplicaPool.take` /
 :meth:`ReplicaPool.release`) and applies the failover policy.
 
-The pool owns no HTTP client: it borrows the driver's pooled
-``httpx.AsyncClient`` for its probes, which run as asyncio tasks (Missive
-serves on asyncio) until the replica recovers or :meth:`ReplicaPool.aclose`.
+The pool owns no HTTP client: it borrows the ``httpx.AsyncClient`` the
+transport keeps for the probes (requests go over the transport's aiohttp
+session; probes are rare and off the request path), which run as asyncio
+tasks (Missive serves on asyncio) until the replica recovers or
+:meth:`ReplicaPool.aclose`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -177,12 +178,17 @@ async def serve_until_stopped(
     models: _Models,
     *,
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+    control: int | None = None,
 ) -> None:
     """Run ``serve(shutdown_trigger)`` (Hypercorn's ``serve`` with the app)
     until a signal has drained it (module doc), then close ``models``.
 
     The first of ``signals`` begins the drain, a second one ends the grace at
-    once, a third one has its default effect (the process ends). If Hypercorn
+    once, a third one has its default effect (the process ends). With
+    ``control`` (a worker of several, :mod:`missive.workers`), the signals
+    come as bytes from the supervisor on that file descriptor instead (one
+    byte, the signal's number, per signal; end of file, the supervisor gone,
+    counts as a first signal), and no signal handler is installed. If Hypercorn
     has not returned :data:`CLOSE_MARGIN` seconds after its own
     ``graceful_timeout`` (Python 3.12+, pgjones/hypercorn#308), it is
     cancelled, with the tasks of the connections still open.
@@ -199,9 +205,31 @@ async def serve_until_stopped(
         else:
             log.info("received %s again: ending the grace now", signum.name)
             drain.expire(early=True)
-            with contextlib.suppress(NotImplementedError):
-                loop.remove_signal_handler(signum)  # a third one ends the process
+            if control is None:
+                with contextlib.suppress(NotImplementedError):
+                    loop.remove_signal_handler(signum)  # a third one ends the process
 
+    def on_control() -> None:
+        assert control is not None
+        try:
+            data = os.read(control, 16)
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(control)
+            if not drain.begun:
+                log.warning("the supervisor of the workers is gone: shutting down")
+                drain.begin()
+            return
+        for number in data:
+            try:
+                on_signal(signal.Signals(number))
+            except ValueError:
+                on_signal(signal.SIGTERM)
+
+    if control is not None:
+        signals = ()
+        loop.add_reader(control, on_control)
     for signum in signals:
         try:
             loop.add_signal_handler(signum, on_signal, signum)
@@ -226,6 +254,8 @@ async def serve_until_stopped(
         elif not server.cancelled():
             server.result()  # Hypercorn's own errors (cannot listen)
     finally:
+        if control is not None:
+            loop.remove_reader(control)
         for signum in signals:
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(signum)

@@ -8,14 +8,15 @@ dispatch on the ``event:`` line).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import suppress
 from typing import Any
 
 import anyio
 
-__all__ = ["frame", "PING", "merge_deltas", "paced"]
+from .fastjson import dumps
+
+__all__ = ["frame", "PING", "merge_deltas", "paced", "paced_batches"]
 
 PING: dict[str, Any] = {"type": "ping"}
 
@@ -25,8 +26,8 @@ _STOP = object()
 
 def frame(event: dict[str, Any]) -> bytes:
     """One SSE frame for an API event dict."""
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + dumps(event) + b"\n\n"
 
 
 _MERGEABLE = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
@@ -49,7 +50,7 @@ def merge_deltas(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any
     return {"type": "content_block_delta", "index": first["index"], "delta": {"type": kind, field: merged}}
 
 
-async def paced(
+async def paced_batches(
     source: AsyncIterator[dict[str, Any]],
     *,
     ping_interval: float,
@@ -57,8 +58,11 @@ async def paced(
     read_ahead: int = 64,
     stop: asyncio.Future[Any] | None = None,
     stop_error: Callable[[], BaseException] | None = None,
-) -> AsyncGenerator[dict[str, Any], None]:
-    """Yield ``source``'s events with keep-alive pings and paced deltas.
+) -> AsyncGenerator[list[dict[str, Any]], None]:
+    """Yield ``source``'s events with keep-alive pings and paced deltas, in
+    batches: every event ready when the consumer asks comes in one list
+    (sent as one write: fewer system calls and HTTP chunks behind a fast
+    backend; the first event is never held back to fill a batch).
 
     * After ``ping_interval`` seconds without an event, a ``ping`` is sent
       (contract section 4: clients give up on a silent stream).
@@ -116,12 +120,16 @@ async def paced(
         stop.add_done_callback(wake)
     held: dict[str, Any] | None = None
     last_delta = -float("inf")
+    out: list[dict[str, Any]] = []  # ready to be yielded, as one batch
     try:
         while True:
             if stop is not None and stop.done() and not ended:
                 if held is not None:
-                    yield held
+                    out.append(held)
                     held = None
+                if out:
+                    yield out
+                    out = []
                 raise stop_error() if stop_error is not None else RuntimeError("the stream was stopped")
             if held is not None:
                 wait = last_delta + delta_interval - loop.time()
@@ -130,22 +138,29 @@ async def paced(
             got = None
             if not queue.empty():
                 got = queue.get_nowait()
+            elif out:
+                yield out  # nothing more is ready: send what is
+                out = []
+                continue  # time passed while the consumer sent it: look again
             elif wait > 0:
                 with anyio.move_on_after(wait):
                     got = await queue.get()
             if got is None:  # the wait ran out
                 if held is not None:
-                    yield held
+                    out.append(held)
                     held, last_delta = None, loop.time()
                 else:
-                    yield PING
+                    out.append(PING)
                 continue
             is_event, value = got
             if value is _STOP and not is_event:
                 continue  # handled at the top of the loop
             if not is_event:
                 if held is not None:
-                    yield held
+                    out.append(held)
+                if out:
+                    yield out
+                    out = []
                 if value is None:
                     return
                 raise value
@@ -154,17 +169,37 @@ async def paced(
                 if merged is not None:
                     held = merged
                     continue
-                yield held
+                out.append(held)
                 held, last_delta = None, loop.time()
             if value.get("type") == "content_block_delta":
                 if loop.time() - last_delta < delta_interval:
                     held = value
                     continue
                 last_delta = loop.time()
-            yield value
+            out.append(value)
     finally:
         if stop is not None:
             stop.remove_done_callback(wake)
         task.cancel()
         with suppress(BaseException):
             await task
+
+
+async def paced(
+    source: AsyncIterator[dict[str, Any]],
+    *,
+    ping_interval: float,
+    delta_interval: float = 0.0,
+    read_ahead: int = 64,
+    stop: asyncio.Future[Any] | None = None,
+    stop_error: Callable[[], BaseException] | None = None,
+) -> AsyncGenerator[dict[str, Any], None]:
+    """:func:`paced_batches`, one event at a time (same arguments, same rules)."""
+    batches = paced_batches(source, ping_interval=ping_interval, delta_interval=delta_interval,
+                            read_ahead=read_ahead, stop=stop, stop_error=stop_error)
+    try:
+        async for batch in batches:
+            for event in batch:
+                yield event
+    finally:
+        await batches.aclose()

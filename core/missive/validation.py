@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from .errors import InvalidRequestError
+from .fastjson import NOT_READ, loads_exact
 
 __all__ = ["parse_json", "validate_body", "format_validation_error"]
 
@@ -22,6 +23,11 @@ def parse_json(raw: bytes) -> Any:
     """
     if not raw.strip():
         raise InvalidRequestError("request body is empty; send a JSON object")
+    body = loads_exact(raw)  # orjson, when it reads it as json would: valid UTF-8, no lone surrogate
+    if body is not NOT_READ:
+        if not isinstance(body, dict):
+            raise InvalidRequestError("request body must be a JSON object")
+        return body
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

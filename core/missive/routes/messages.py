@@ -44,7 +44,7 @@ from ..pipeline import MessageStream, accumulate
 from ..record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
 from ..schema.request import CountTokensRequest, MessagesRequest
 from ..shutdown import Drain
-from ..sse import PING, frame, paced
+from ..sse import PING, frame, paced_batches
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
@@ -306,7 +306,7 @@ async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _
     message_stop or the error finds the slot free.
 
     Quart closes this generator in the request's task (aclose()) when the
-    client goes; ``paced`` is closed here, in the same task, before the
+    client goes; ``paced_batches`` is closed here, in the same task, before the
     ``finally`` below: its pump task, which runs the driver's generator,
     has ended before stream.aclose() runs (two tasks never drive one
     generator, and the garbage collector finalizes none).
@@ -315,16 +315,19 @@ async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _
     try:
         yield frame(first)
         try:
-            events = paced(
+            batches = paced_batches(
                 stream.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval,
                 stop=shutdown.expired, stop_error=shutdown.ended_error,
             )
-            async with aclosing(events):
-                async for event in events:
-                    if event["type"] == "message_stop":
-                        slot.release()
-                    facts.note(event)
-                    yield frame(event)
+            async with aclosing(batches):
+                async for batch in batches:
+                    frames = []
+                    for event in batch:
+                        if event["type"] == "message_stop":
+                            slot.release()
+                        facts.note(event)
+                        frames.append(frame(event))
+                    yield b"".join(frames)  # one write for what was ready together
         except Exception as exc:
             slot.release()
             yield _error_frame(exc, ctx)

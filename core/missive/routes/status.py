@@ -21,6 +21,8 @@ async def get_status() -> dict[str, Any]:
         "version": __version__,  # the running code's, also when run from a source tree
         "uptime_s": round(time.monotonic() - started, 1),
         "models": await model_status(models, admission()),
+        # several workers: this answer is the one worker's (missive.workers)
+        "worker": current_app.extensions["missive"]["worker"].summary(),
     }
 
 

@@ -82,6 +82,8 @@ from missive.api import (
     build_parser,
     clamp_max_tokens,
     hermes_messages,
+    json_loads,
+    sse_done,
     template_supports_tools,
 )
 from missive_openai.convert import chat_messages, chat_tool_choice, chat_tools
@@ -332,16 +334,16 @@ class LlamaServerDriver(OpenAIDriver):
             PromptTooLongError: llama-server's context refusal arriving in the stream.
         """
         done = False
-        async with aclosing(stream.lines()) as lines:
+        async with aclosing(stream.lines(end=sse_done)) as lines:
             async for line in lines:
                 if not line.startswith("data:"):
                     continue  # blank separators and ": ping" comments
                 data = line[len("data:"):].strip()
                 if data == "[DONE]":
-                    done = True
-                    break
+                    done = True  # lines() reads the body's end, so the connection is reused
+                    continue
                 try:
-                    chunk = json.loads(data)
+                    chunk = json_loads(data)
                 except ValueError:
                     raise BadGatewayError(f"llama-server sent a malformed chunk: {data[:200]!r}") from None
                 error = stream_error(chunk)

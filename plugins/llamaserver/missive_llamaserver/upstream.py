@@ -22,11 +22,10 @@ the task, freeing the slot.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from missive.api import BadGatewayError, Classify, Failover, MissiveError, RemoteStream, RemoteTransport
+from missive.api import Answer, BadGatewayError, Classify, Failover, MissiveError, RemoteStream, RemoteTransport
 from missive_openai.upstream_errors import parse_error_body, retry_after_header
 
 from .errors import is_replica_failure, translate_error
@@ -52,7 +51,7 @@ class LlamaServerHTTP:
     def classify(self, endpoint: str, prompt: int | None = None) -> Classify:
         """The reading of llama-server's error answers to ``endpoint`` (see the module doc)."""
 
-        def classify(status: int, raw: bytes, headers: httpx.Headers, url: str) -> Failover | MissiveError:
+        def classify(status: int, raw: bytes, headers: Mapping[str, str], url: str) -> Failover | MissiveError:
             error = parse_error_body(status, raw)
             if is_replica_failure(error):
                 return Failover(f"HTTP {error.status}: {error.message[:200]}")
@@ -62,7 +61,7 @@ class LlamaServerHTTP:
         return classify
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                      prompt: int | None = None) -> httpx.Response:
+                      prompt: int | None = None) -> Answer:
         """``method path`` with a JSON ``body``: the first successful (2xx) answer.
 
         Args:
@@ -75,7 +74,7 @@ class LlamaServerHTTP:
         """
         return await self.transport.request(method, path, body, classify=self.classify(path, prompt))
 
-    def decode(self, response: httpx.Response, path: str) -> Any:
+    def decode(self, response: Answer, path: str) -> Any:
         """The JSON of a successful answer to ``path``.
 
         Raises:

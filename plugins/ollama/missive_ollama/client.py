@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
-
-import httpx
 
 from missive.api import (
     BadGatewayError,
@@ -46,6 +44,7 @@ from missive.api import (
     RemoteStream,
     RemoteTransport,
     ReplicaPool,
+    json_loads,
 )
 
 from .settings import OllamaSettings
@@ -139,7 +138,7 @@ class OllamaClient:
             message = raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
         return message
 
-    def classify(self, status: int, raw: bytes, headers: httpx.Headers, url: str) -> Failover | MissiveError:
+    def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str) -> Failover | MissiveError:
         """Ollama's error answer before the stream began
         (:data:`missive.transport.Classify`): a 503 skips the replica for
         this call (busy, not down); anything else is :meth:`error`."""
@@ -158,7 +157,7 @@ class OllamaClient:
             data = None
         if not isinstance(data, dict):
             raise BadGatewayError(
-                f"Ollama at {response.request.url.scheme}://{response.request.url.netloc.decode()} answered "
+                f"Ollama at {response.url} answered "
                 f"{path} with something other than a JSON object"
             )
         return data
@@ -174,6 +173,20 @@ class OllamaClient:
     def chat(self, body: dict[str, Any]) -> ChatStream:
         """Start ``POST /api/chat`` (``body["stream"]`` must be true) in the background."""
         return ChatStream(self, self.transport.stream("POST", "/api/chat", body))
+
+
+def _done_line(line: str) -> bool:
+    """Whether ``line`` is Ollama's last object (``"done": true`` at its top
+    level; a tool call's arguments may hold a ``done`` key too):
+    :meth:`RemoteStream.lines` then reads the body's end, and the connection
+    serves the next request."""
+    if '"done"' not in line:
+        return False
+    try:
+        obj = json_loads(line)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("done") is True
 
 
 class ChatStream:
@@ -207,13 +220,13 @@ class ChatStream:
             BadGatewayError: a line that is not a JSON object; connection lost.
             TimeoutError_: ``read_timeout`` without a byte.
         """
-        async with contextlib.aclosing(self._stream.lines()) as lines:
+        async with contextlib.aclosing(self._stream.lines(end=_done_line)) as lines:
             async for line in lines:
                 if not line.strip():
                     continue
                 where = self.replica.url if self.replica is not None else None
                 try:
-                    obj = json.loads(line)
+                    obj = json_loads(line)
                 except ValueError:
                     obj = None
                 if not isinstance(obj, dict):

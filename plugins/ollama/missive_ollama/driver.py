@@ -296,9 +296,12 @@ class OllamaDriver(Driver):
         one_call = not request.tool_choice.parallel
         calls = 0
         ctx = self.context_window
+        done: dict[str, Any] | None = None
         try:
             async with aclosing(stream.lines()) as lines:
                 async for obj in lines:
+                    if done is not None:
+                        continue  # after the done line (the client reads the body's end: the connection is reused)
                     message = obj.get("message") or {}
                     if not isinstance(message, dict):
                         raise BadGatewayError(f"Ollama sent a 'message' that is not an object: {str(message)[:200]}")
@@ -317,10 +320,12 @@ class OllamaDriver(Driver):
                         yield ToolCallDelta(arguments, tokens=0)
                         yield ToolCallEnd()
                     if obj.get("done"):
-                        yield self._finished(obj, body, prompt, num_predict, warm_up)
-                        return
+                        done = obj
         except ContextOverflow:
             raise PromptTooLongError(max(prompt, ctx or prompt), (ctx or prompt) - 1) from None
+        if done is not None:
+            yield self._finished(done, body, prompt, num_predict, warm_up)
+            return
         where = stream.replica.url if stream.replica is not None else self.client.base_url
         raise BadGatewayError(f"Ollama at {where} ended the stream without its final (done) line")
 

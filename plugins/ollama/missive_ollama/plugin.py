@@ -1,6 +1,6 @@
 """Registration hook of ``missive-ollama`` (entry point group ``missive``).
 
-Cheap to import: the driver (and httpx) load only when a model uses it.
+Cheap to import: the driver loads only when a model uses it.
 """
 
 from __future__ import annotations

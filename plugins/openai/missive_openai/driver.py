@@ -1,7 +1,7 @@
 """The ``openai`` driver: any OpenAI-compatible ``/v1/chat/completions`` server.
 
 One :class:`missive.transport.RemoteTransport` per model (a pooled
-``httpx.AsyncClient`` and a replica pool over its base URLs, with the
+``aiohttp.ClientSession`` and a replica pool over its base URLs, with the
 failover and timeout policy every remote driver shares). :meth:`OpenAIDriver.generate`:
 
 1. converts the request (:mod:`.convert`); a prefill the server cannot
@@ -41,10 +41,8 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
-
-import httpx
 
 from missive.api import (
     BadGatewayError,
@@ -66,6 +64,8 @@ from missive.api import (
     Started,
     clamp_max_tokens,
     conversation_image_tokens,
+    json_loads,
+    sse_done,
 )
 
 from .chunks import ChunkTranslator
@@ -139,7 +139,6 @@ class OpenAIDriver(Driver):
             connect_timeout=self.settings.connect_timeout, read_timeout=self.settings.read_timeout,
             health_path=self.settings.health_path, headers=headers,
         )
-        self.client = self.transport.client
         self.pool = self.transport.pool
 
     # -- hooks for subclasses -------------------------------------------------
@@ -255,7 +254,7 @@ class OpenAIDriver(Driver):
 
     # -- HTTP (policy: missive.transport) ------------------------------------------
 
-    def classify(self, status: int, raw: bytes, headers: httpx.Headers, url: str, *,
+    def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str, *,
                  prompt: int | None = None, budget_retry: bool = False) -> Failover | MissiveError:
         """The reading of an error answer (:data:`missive.transport.Classify`):
         a 5xx means the replica is not serving (out of rotation, next
@@ -337,16 +336,16 @@ class OpenAIDriver(Driver):
             TimeoutError_: ``read_timeout`` of silence.
         """
         done = False
-        async with contextlib.aclosing(stream.lines()) as lines:
+        async with contextlib.aclosing(stream.lines(end=sse_done)) as lines:
             async for line in lines:
                 if not line.startswith("data:"):
                     continue  # blank separators, ": keep-alive" comments, event:/id: fields
                 data = line[len("data:"):].strip()
                 if data == "[DONE]":
-                    done = True
-                    break
+                    done = True  # lines() reads the body's end, so the connection is reused
+                    continue
                 try:
-                    chunk = json.loads(data)
+                    chunk = json_loads(data)
                 except ValueError:
                     raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
                 if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
