@@ -208,3 +208,30 @@ def test_a_repeated_call_ends_the_answer(echo: anthropic.Anthropic) -> None:
         assert [(b.type, b.input) for b in message.content] == [
             ("tool_use", {"city": "Paris"}), ("tool_use", {"city": "Rome"})]
         assert message.usage.output_tokens >= 3
+
+
+def test_a_remote_ref_in_a_schema_is_never_fetched(echo: anthropic.Anthropic) -> None:
+    """A ``$ref`` to another document must not make the server request it
+    (jsonschema's default resolver would, with urlopen in the event loop: an
+    SSRF, and a frozen server when the URL is its own). The call is checked
+    without it and answered at once; the listener sees no connection."""
+    import socket
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/secret-internal"
+    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"$ref": url}}}}
+    content = script({"tool_call": {"name": "get_weather", "arguments": ['{"city": "Rome"}']}}, stop_reason="end_turn")
+    try:
+        started = time.monotonic()
+        msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[tool], tool_choice={"type": "any"},
+                                   messages=[{"role": "user", "content": content}], timeout=20)
+        assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Rome"}
+        assert time.monotonic() - started < 10
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nobody connected
+    finally:
+        listener.close()

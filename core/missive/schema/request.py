@@ -115,6 +115,15 @@ class OutputFormat(Open):
     type: Literal["json_schema"]
     schema_: Annotated[dict[str, Any], Field(alias="schema")]
 
+    @model_validator(mode="after")
+    def _valid_schema(self) -> OutputFormat:
+        """The schema must be valid JSON Schema, as a tool's ``input_schema``
+        (:func:`missive.tools.validate.schema_error`; nothing is fetched)."""
+        problem = schema_error(self.schema_)
+        if problem is not None:
+            raise ValueError(f"schema: JSON schema is invalid ({problem}); see https://json-schema.org")
+        return self
+
 
 class OutputConfig(Open):
     effort: str | None = None

@@ -10,15 +10,69 @@ validate the inputs of non-strict tools either).
 
 Uses ``jsonschema`` (the reference Python implementation): the draft is read
 from the schema's ``$schema``, default 2020-12, as the API's tool schemas are.
+
+**Nothing is ever fetched.** A ``$ref`` to another document (``http://...``)
+would make jsonschema download it (its deprecated default resolver, with
+``urlopen`` and no timeout, in the event loop): a client could make the
+server request any URL, itself included, and freeze it. Every check here
+uses :data:`REGISTRY`, whose retrieval refuses: a remote ``$ref`` is left
+unchecked (and relaxed by the grammar, ``missive_llamacpp.grammar.relax``),
+and a local one that points nowhere (``#/$defs/missing``) makes the schema
+invalid (:func:`schema_error`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["parsed", "schema_violation", "schema_error"]
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource, Unresolvable
+from referencing.jsonschema import DRAFT202012
+
+__all__ = ["parsed", "schema_violation", "schema_error", "REGISTRY"]
+
+#: The base URI a schema is resolved against (never fetched).
+_BASE = "urn:missive:schema"
+
+
+def _refuse(uri: str) -> Resource[Any]:
+    """``referencing``'s retrieval hook: never fetch a document."""
+    raise NoSuchResource(ref=uri)
+
+
+#: The registry every check uses: no remote document is ever retrieved.
+REGISTRY: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
+
+
+def _refs(node: Any) -> Iterator[str]:
+    """Every ``$ref`` string in a schema, depth first."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            yield ref
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _dangling_ref(schema: dict[str, Any]) -> str | None:
+    """The first local ``$ref`` (``#...``) of ``schema`` that resolves to
+    nothing in it, or None. Remote references are not looked up."""
+    resource = Resource.from_contents(schema, default_specification=DRAFT202012)
+    resolver = REGISTRY.with_resource(_BASE, resource).resolver(base_uri=_BASE)
+    for ref in _refs(schema):
+        if not ref.startswith("#"):
+            continue
+        try:
+            resolver.lookup(ref)
+        except Unresolvable:
+            return ref
+    return None
 
 
 def schema_error(schema: dict[str, Any]) -> str | None:
@@ -47,6 +101,12 @@ def _schema_error(key: str) -> str | None:
         return f"{path}: {exc.message}"
     except Exception:  # noqa: BLE001 - a check that cannot run (unknown $schema...) refuses nothing
         return None
+    try:
+        dangling = _dangling_ref(schema)
+    except Exception:  # noqa: BLE001 - an $id or dialect referencing cannot read: refuse nothing
+        return None
+    if dangling is not None:
+        return f"$ref '{dangling}' points to nothing in the schema"
     return None
 
 
@@ -63,7 +123,7 @@ def schema_violation(schema: dict[str, Any] | None, value: Any) -> str | None:
 
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
-        error = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
+        error = jsonschema.exceptions.best_match(cls(schema, registry=REGISTRY).iter_errors(value))
     except SchemaError:
         return None
     except Exception as exc:  # noqa: BLE001 - a check must never fail a request (unresolvable $ref...)
