@@ -56,12 +56,21 @@ def test_api_key_env(tmp_path: Path) -> None:
         ("[models.m]\ndriver = 'echo'\nqueue_depth = -1\n", "models.m.queue_depth"),
         ("[server]\nlog_format = 'xml'\n", "server.log_format"),
         ("[server]\nmetrics_public = 'sometimes'\n", "server.metrics_public"),
+        ("[server]\nmetrics_public = 'yes'\n", "server.metrics_public: Input should be a valid boolean"),
+        ("[server]\napi_keys = ['k', '']\n", "server.api_keys: Value error, an API key is empty or blank"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, text), environ={})
     assert fragment in str(info.value)
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "missive.toml"
+    path.write_bytes(b"[server]\nport = 1\n\xff\xfe x")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        load_config(path, environ={})
 
 
 def test_operations_keys(tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ def test_names_and_existing_folders_are_refused(tmp_path: Path) -> None:
     assert runner.invoke(cli, ["new-driver", "echo2", "--output", str(tmp_path)]).exit_code == 0
     again = runner.invoke(cli, ["new-driver", "echo2", "--output", str(tmp_path)])
     assert again.exit_code == 1 and "exists already; nothing written" in again.output
+    shipped = runner.invoke(cli, ["new-driver", "llamacpp", "--output", str(tmp_path)])
+    assert shipped.exit_code == 1 and "Missive ships the driver 'llamacpp'" in shipped.output
+    assert not (tmp_path / "missive-llamacpp").exists()
 
 
 @pytest.mark.parametrize(

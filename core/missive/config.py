@@ -79,7 +79,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -127,14 +127,14 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8642, ge=0, le=65535)
     api_keys: list[str] = Field(default_factory=list)
-    allow_unauthenticated_remote: bool = False
+    allow_unauthenticated_remote: StrictBool = False
     max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
-    strict: bool = False
+    strict: StrictBool = False
     ping_interval: float = Field(default=5.0, gt=0)
     delta_interval: float = Field(default=0.015, ge=0)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = "text"
-    metrics_public: bool = False
+    metrics_public: StrictBool = False
     capture_dir: str | None = None
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
@@ -147,6 +147,15 @@ class ServerConfig(_Strict):
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_blank_key(cls, keys: list[str]) -> list[str]:
+        """An empty or blank key would count as "keys configured" (the
+        loopback rule) while no client could ever send it: everyone locked out."""
+        if any(not key.strip() for key in keys):
+            raise ValueError("an API key is empty or blank; remove it or give a real key")
+        return keys
 
 
 class ModelEntry(_Strict):
@@ -183,7 +192,7 @@ class ModelEntry(_Strict):
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc).replace(microsecond=0))
     queue_depth: int | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, gt=0)
-    lazy: bool = False
+    lazy: StrictBool = False
     idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
@@ -238,7 +247,7 @@ class MediaConfig(_Strict):
         office_max_unpacked_bytes: most bytes an office file (a zip) may unpack to.
     """
 
-    fetch_urls: bool = True
+    fetch_urls: StrictBool = True
     fetch_allow: list[str] = Field(default_factory=list)
     fetch_timeout: float = Field(default=10.0, gt=0)
     fetch_max_redirects: int = Field(default=5, ge=0, le=20)
@@ -281,7 +290,7 @@ class BatchesConfig(_Strict):
             directory, :func:`missive.state.state_dir`).
     """
 
-    enabled: bool = True
+    enabled: StrictBool = True
     expiry: float = Field(default=86400.0, gt=0, allow_inf_nan=False)
     retention: float = Field(default=29 * 86400.0, gt=0, allow_inf_nan=False)
     max_slots: int | float = Field(default=0.5)
@@ -447,6 +456,9 @@ def load_config(
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path} is not UTF-8 text (TOML files are UTF-8): byte "
+                              f"{exc.start}: {exc.reason}") from exc
     for parts, value in env_overrides(environ):
         set_path(data, parts, value)
     for item in overrides:

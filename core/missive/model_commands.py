@@ -60,11 +60,15 @@ def pull(refs: Iterable[str], echo: Callable[[str], None]) -> list[LocalModel]:
     """Fetch each reference (downloading what is not cached) and echo where it is.
 
     Raises:
-        ModelRefError: the first reference that cannot be fetched.
+        ModelRefError: the first reference that cannot be fetched or whose
+            file cannot be read (a missing path).
     """
     out = []
     for text in refs:
         local = resolve(text)
+        error = model_facts(local).error
+        if error:
+            raise ModelRefError(f"{text}: cannot read {local.path}: {error}")
         echo(f"{text}: {describe(local)}")
         out.append(local)
     return out

@@ -45,13 +45,19 @@ def write_skeleton(name: str, parent: Path) -> Path:
     ``<Name>Driver``.
 
     Raises:
-        ValueError: ``name`` does not match :data:`NAME_PATTERN`.
+        ValueError: ``name`` does not match :data:`NAME_PATTERN`, or is the
+            name of a shipped or installed driver (:data:`SHIPPED`, an
+            installed ``missive-NAME`` distribution).
         FileExistsError: the folder exists already (nothing is overwritten).
     """
     if not NAME_PATTERN.fullmatch(name):
         raise ValueError(
             f"driver name {name!r} must be lower-case letters and digits, words joined by - or _ (e.g. my-backend)"
         )
+    taken = _taken(name)
+    if taken:
+        raise ValueError(f"driver name {name!r} is taken: {taken}; installing the skeleton would replace it. "
+                         "Pick another name")
     suffix = name.replace("-", "_")
     values = {
         "name": name,
@@ -71,3 +77,21 @@ def write_skeleton(name: str, parent: Path) -> Path:
                 text = Template(item.read_text(encoding="utf-8")).substitute(values)
                 (out / item.name.removesuffix(".tmpl")).write_text(text, encoding="utf-8")
     return target
+
+
+#: The drivers shipped with Missive (their distributions are ``missive-NAME``).
+SHIPPED = frozenset({"echo", "llamacpp", "llamaserver", "mlx", "ollama", "openai", "vllm"})
+
+
+def _taken(name: str) -> str | None:
+    """Why ``name`` cannot be used, or None: a shipped driver, or an installed
+    distribution of the name the skeleton would get."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    if name in SHIPPED or name.replace("_", "-") in SHIPPED:
+        return f"Missive ships the driver {name!r} (missive-{name})"
+    try:
+        distribution(f"missive-{name}")
+    except PackageNotFoundError:
+        return None
+    return f"a distribution missive-{name} is installed"

@@ -198,11 +198,14 @@ def _list(ref: ModelRef, download: bool) -> _Listing:
     except Exception:
         if not download:
             raise ModelRefError(f"{ref}: not downloaded yet (`missive pull {ref}` fetches it)") from None
-        why = "HF_HUB_OFFLINE is set" if _offline() else f"{hub_endpoint()} cannot be reached"
-        raise ModelRefError(
-            f"{ref}: {why} and the cache ({_cache_dir()}) has nothing of {ref.repo}; "
-            f"fetch it first with `missive pull {ref}`"
-        ) from None
+        if _offline():
+            fix = f"unset HF_HUB_OFFLINE to download it (`missive pull {ref}`)"
+            why = "HF_HUB_OFFLINE is set"
+        else:
+            fix = ("check the network (or the proxy), or point HF_ENDPOINT at a reachable mirror, "
+                   "then run this again")
+            why = f"{hub_endpoint()} cannot be reached"
+        raise ModelRefError(f"{ref}: {why} and the cache ({_cache_dir()}) has nothing of {ref.repo}; {fix}") from None
     files: dict[str, int | None] = {
         p.relative_to(folder).as_posix(): None for p in folder.rglob("*") if p.is_file() or p.is_symlink()
     }
