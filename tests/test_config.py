@@ -58,6 +58,7 @@ def test_api_key_env(tmp_path: Path) -> None:
         ("[server]\nmetrics_public = 'sometimes'\n", "server.metrics_public"),
         ("[server]\nmetrics_public = 'yes'\n", "server.metrics_public: Input should be a valid boolean"),
         ("[server]\napi_keys = ['k', '']\n", "server.api_keys: Value error, an API key is empty or blank"),
+        ("[media]\nfetch_allow = ['not a host!!']\n", "media.fetch_allow: bad entry 'not a host!!'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, fragment: str) -> None:
@@ -149,3 +150,8 @@ def test_search_path_from_the_environment(tmp_path: Path) -> None:
     path = _model_file(tmp_path / "missive", "mine")
     config = load_config(environ={"XDG_CONFIG_HOME": str(tmp_path)}, search=True)
     assert config.source == str(path) and list(config.models) == ["mine"]
+
+
+def test_a_key_with_an_empty_name_is_refused() -> None:
+    with pytest.raises(ConfigError, match="bad configuration key 'server..port'"):
+        load_config(None, environ={}, overrides=["server..port=1"])

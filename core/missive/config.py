@@ -361,8 +361,10 @@ _KEY_PART = re.compile(r'"([^"]*)"|([^.]+)')
 def split_key(key: str) -> list[str]:
     """``models."qwen2.5".context_window`` -> ``["models", "qwen2.5", "context_window"]``."""
     parts = [quoted or bare for quoted, bare in _KEY_PART.findall(key)]
-    if not parts or any(p == "" for p in parts):
-        raise ConfigError(f"bad configuration key {key!r}")
+    rebuilt = ".".join(f'"{p}"' if "." in p or '"' + p + '"' in key else p for p in parts)
+    if not parts or any(p == "" for p in parts) or rebuilt != key:
+        raise ConfigError(f"bad configuration key {key!r} (names joined by single dots; quote a name "
+                          'that holds a dot: models."qwen2.5".context_window)')
     return parts
 
 

@@ -19,6 +19,7 @@ Operators who need internal hosts list them in ``media.fetch_allow``
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -104,11 +105,17 @@ class AllowList:
         return name in self.hosts or any(name.endswith(s) for s in self.suffixes)
 
 
+#: A host name (labels of letters, digits, "-" and "_", joined by dots).
+_HOST = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*")
+
+
 def parse_allow_list(entries: Iterable[str]) -> AllowList:
     """``media.fetch_allow`` entries as an :class:`AllowList`.
 
     Raises:
-        ValueError: an empty entry, or a ``*`` anywhere but a leading ``*.``.
+        ValueError: an empty entry, a ``*`` anywhere but a leading ``*.``,
+            or a host name that is not one (letters, digits, ``-``, ``_`` and
+            dots, RFC 1123 with the underscore some internal names use).
     """
     networks = []
     hosts = set()
@@ -127,7 +134,7 @@ def parse_allow_list(entries: Iterable[str]) -> AllowList:
             if not rest or "*" in rest:
                 raise ValueError(f"media.fetch_allow: bad entry {raw!r}")
             suffixes.append("." + rest)
-        elif "*" in entry or "/" in entry:
+        elif "*" in entry or "/" in entry or not _HOST.fullmatch(entry):
             raise ValueError(f"media.fetch_allow: bad entry {raw!r} (a host, *.domain, an address or a network)")
         else:
             hosts.add(entry)
