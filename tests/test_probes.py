@@ -208,6 +208,29 @@ def test_missive_ps_json_is_the_status_document(server: ServerProcess) -> None:
     assert set(json.loads(result.output)["models"]) == {"echo", "remote"}
 
 
+def test_missive_ps_at_a_server_that_is_not_missive_fails() -> None:
+    """A 200 that is not Missive's status document is an error (exit 1), not an empty table."""
+    from missive.testing import start_http_server, stop_http_server
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = b"<html>hello</html>"
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    other, url = start_http_server(Other)
+    try:
+        result = CliRunner().invoke(cli, ["ps", "--url", url])
+    finally:
+        stop_http_server(other)
+    assert result.exit_code == 1 and "is " + url + " a Missive server?" in result.output
+
+
 def test_local_driver_status_reports_slots_and_host_cache() -> None:
     """LocalDriver.status() reads the batcher's slots in use and the host
     cache's bytes and entries, and shows only the parts the engine has."""

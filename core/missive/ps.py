@@ -39,7 +39,13 @@ def fetch_status(base_url: str, api_key: str | None, *, timeout: float = 10.0) -
         except (ValueError, KeyError, TypeError):
             message = response.reason_phrase
         raise ServerUnavailable(f"{url} answered {response.status_code}: {message}", response.status_code)
-    status: dict[str, Any] = response.json()
+    try:
+        status = response.json()
+    except ValueError:
+        status = None
+    if not isinstance(status, dict) or not isinstance(status.get("models"), (list, dict)):
+        raise ServerUnavailable(f"{url} answered 200 but not with Missive's status (is {base_url} a Missive "
+                                "server?)", response.status_code)
     return status
 
 
