@@ -219,3 +219,13 @@ def test_serve_refuses_a_reference_it_cannot_fetch(hub: Hub, tmp_path: Path) -> 
     wrong = missive("serve", "--config", str(config), env=env)
     assert wrong.returncode == 1
     assert "model 'm': hf://mlx-community/tiny-4bit is an MLX model, and driver 'llamacpp' loads GGUF models" in wrong.stderr
+
+
+def test_models_with_no_configuration_lists_the_default_model(hub: Hub, tmp_path: Path) -> None:
+    """With no configuration, `missive models` shows what `missive serve` would serve."""
+    env = hf_env(hub, tmp_path / "hub", XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    listed = missive("models", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["kind"], r["name"]) for r in rows] == [("configured", "smollm2-135m")]
+    assert rows[0]["quantization"] == "Q4_1" and rows[0]["context_length"] == 8192

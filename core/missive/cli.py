@@ -267,7 +267,8 @@ def pull(config_path: str | None, overrides: tuple[str, ...], refs: tuple[str, .
 @_config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def models_command(config_path: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
-    """List the models on this machine: the configured ones, GGUF and MLX
+    """List the models on this machine: the configured ones (else the default
+    model `missive serve` would serve), GGUF and MLX
     models in the Hugging Face cache, Ollama's models; with size,
     quantization, training context and chat template family from their
     files. Nothing is downloaded."""
@@ -276,7 +277,12 @@ def models_command(config_path: str | None, overrides: tuple[str, ...], as_json:
 
     config = _load(config_path, overrides)
     kernel = Kernel(block=config.plugins.block)
-    rows = catalogue(config.models, kernel.drivers)
+    served = dict(config.models)
+    if not served:  # what `missive serve` would serve: the default model
+        chosen = choose_default_model(kernel.default_models, config.server.default_model)
+        if chosen is not None:
+            served[chosen.id] = chosen.entry
+    rows = catalogue(served, kernel.drivers)
     if as_json:
         click.echo(json.dumps(rows_json(rows), indent=2))
     else:
