@@ -239,6 +239,7 @@ def test_port_in_use_fails_cleanly(echo_config: dict, tmp_path) -> None:
     assert out.returncode != 0
     assert f"Error: cannot listen on http://127.0.0.1:{port}" in out.stderr
     assert "Traceback" not in out.stderr
+    assert "Missive serving" not in out.stderr + out.stdout  # refused before the models load, not after
 
 
 EMPTY = "all messages must have non-empty content except for the optional final assistant message"

@@ -123,6 +123,26 @@ def serve(
         sys.exit(status)
 
 
+def _check_can_listen(host: str, port: int, address: str) -> None:
+    """Fail at once, before the models load, when ``host:port`` cannot be
+    bound (in use, not an address of this machine). Bound the way Hypercorn
+    binds (``SO_REUSEADDR``), then released.
+
+    Raises:
+        click.ClickException: ``cannot listen on ADDRESS: REASON``.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, sockaddr = infos[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(sockaddr)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
+
+
 def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | None,
            metrics_dir: str | None) -> int:
     """``missive serve`` once the configuration is read: one process, or the
@@ -192,6 +212,7 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
             raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
     if count == 1:
+        _check_can_listen(config.server.host, config.server.port, address)  # before minutes of model loading
         asyncio.run(run())
         return 0
     # Several workers: the sockets are bound here, once (missive.workers).
