@@ -328,9 +328,17 @@ async def test_slots_run_sequences_together_and_exact() -> None:
         async def run(name: str, req: Any) -> None:
             results[name] = await collect(d.generate(req))
 
+        # The first step waits until both requests are in, so that they are
+        # stepped together however fast or slow this machine is.
+        gate = d.runner.gate = threading.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(run, "a", a)
+            with anyio.fail_after(10):
+                while not d.runner.calls:
+                    await anyio.sleep(0.005)
             tg.start_soon(run, "b", b)
+            await anyio.sleep(0.2)  # b reaches the batcher's queue while a's first step waits
+            gate.set()
         for name, req, n in (("a", a, 20), ("b", b, 25)):
             started, finished = check_order(results[name])
             assert text_of(results[name]) == ("0123456789" * 3)[:n]

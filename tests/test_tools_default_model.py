@@ -195,13 +195,12 @@ def test_forced_web_search_is_answered_unavailable(smol: anthropic.Anthropic) ->
 
 HARD_SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "pattern": "[A-Z][a-z]+"}}, "required": ["name"]},
-    {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
     {"type": "object", "properties": {"a": True, "b": {"not": {"type": "null"}}}},
     {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
                                       "tags": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
                                                "additionalProperties": {"type": "string"}}},
      "required": ["when"]},
-    {"$ref": "#/$defs/Args", "$defs": {"Args": {"type": "object", "properties": {
+    {"type": "object", "$ref": "#/$defs/Args", "$defs": {"Args": {"type": "object", "properties": {
         "x": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}}}, "B": {"type": "string"}}},
 ]
 
