@@ -64,10 +64,11 @@ Messages API's error types (``timeout_error`` 504, ``overloaded_error`` 529,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -445,6 +446,8 @@ class RemoteStream:
         self._held: Replica | None = None
         self._closed = False
         self.replica: Replica | None = None
+        #: :meth:`sse_data` met ``data: [DONE]`` (the answer ended cleanly).
+        self.sse_ended = False
         self._task: asyncio.Task[aiohttp.ClientResponse] = asyncio.ensure_future(self._open())
 
     async def __aenter__(self) -> RemoteStream:
@@ -504,7 +507,7 @@ class RemoteStream:
         """The accepted response (waiting for it); errors as :meth:`wait_open`."""
         return await asyncio.shield(self._task)
 
-    async def lines(self, end: Callable[[str], bool] | None = None) -> AsyncIterator[str]:
+    async def lines(self, end: Callable[[str], bool] | None = None) -> AsyncGenerator[str, None]:
         """The body's lines (without line ends), waiting for the answer first.
 
         ``end``: the backend's own end-of-answer line (:func:`sse_done` for
@@ -537,6 +540,22 @@ class RemoteStream:
             raise self._transport.timeout_error("mid-answer") from None
         except aiohttp.ClientError as exc:
             raise self._transport.lost_error(exc, where) from None
+
+    async def sse_data(self) -> AsyncIterator[str]:
+        """The ``data:`` payloads of an OpenAI-style SSE body, stripped, in
+        order; blank separators, comments (``: ping``) and other fields are
+        skipped. ``data: [DONE]`` is not yielded: it sets :attr:`sse_ended`
+        and ends the body (read to its end, as :meth:`lines` with
+        :func:`sse_done`). Raises as :meth:`lines`."""
+        async with contextlib.aclosing(self.lines(end=sse_done)) as lines:
+            async for line in lines:
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    self.sse_ended = True  # lines() reads the body's end: go on, the connection is reused
+                    continue
+                yield data
 
     async def aclose(self) -> None:
         """Abort the request: cancel it while it is being sent, or close the

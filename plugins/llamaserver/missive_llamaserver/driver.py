@@ -83,7 +83,6 @@ from missive.api import (
     clamp_max_tokens,
     hermes_messages,
     json_loads,
-    sse_done,
     template_supports_tools,
 )
 from missive_openai.convert import chat_messages, chat_tool_choice, chat_tools
@@ -333,15 +332,8 @@ class LlamaServerDriver(OpenAIDriver):
                 cut before its ``finish_reason``.
             PromptTooLongError: llama-server's context refusal arriving in the stream.
         """
-        done = False
-        async with aclosing(stream.lines(end=sse_done)) as lines:
-            async for line in lines:
-                if not line.startswith("data:"):
-                    continue  # blank separators and ": ping" comments
-                data = line[len("data:"):].strip()
-                if data == "[DONE]":
-                    done = True  # lines() reads the body's end, so the connection is reused
-                    continue
+        async with aclosing(stream.sse_data()) as payloads:
+            async for data in payloads:
                 try:
                     chunk = json_loads(data)
                 except ValueError:
@@ -355,5 +347,5 @@ class LlamaServerDriver(OpenAIDriver):
                                           f"{error.message}")
                 for event in translator.feed(chunk):
                     yield event
-        for event in translator.finish(ended_cleanly=done or translator.finish_reason is not None):
+        for event in translator.finish(ended_cleanly=stream.sse_ended or translator.finish_reason is not None):
             yield event

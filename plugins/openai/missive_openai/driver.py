@@ -65,7 +65,6 @@ from missive.api import (
     clamp_max_tokens,
     conversation_image_tokens,
     json_loads,
-    sse_done,
 )
 
 from .chunks import ChunkTranslator
@@ -335,15 +334,8 @@ class OpenAIDriver(Driver):
             BadGatewayError: a malformed chunk, an error chunk, a lost connection.
             TimeoutError_: ``read_timeout`` of silence.
         """
-        done = False
-        async with contextlib.aclosing(stream.lines(end=sse_done)) as lines:
-            async for line in lines:
-                if not line.startswith("data:"):
-                    continue  # blank separators, ": keep-alive" comments, event:/id: fields
-                data = line[len("data:"):].strip()
-                if data == "[DONE]":
-                    done = True  # lines() reads the body's end, so the connection is reused
-                    continue
+        async with contextlib.aclosing(stream.sse_data()) as payloads:
+            async for data in payloads:
                 try:
                     chunk = json_loads(data)
                 except ValueError:
@@ -354,7 +346,7 @@ class OpenAIDriver(Driver):
                                           f"{error.message}")
                 for event in translator.feed(chunk):
                     yield event
-        for event in translator.finish(ended_cleanly=done or translator.finish_reason is not None):
+        for event in translator.finish(ended_cleanly=stream.sse_ended or translator.finish_reason is not None):
             yield event
 
 
