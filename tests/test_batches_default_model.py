@@ -137,7 +137,10 @@ def test_an_interactive_request_waits_one_step_for_a_batch_slot(
     steps: list[float] = []
 
     def hold() -> None:
-        with holder.messages.stream(model=MODEL, max_tokens=400, messages=long["messages"]) as stream:
+        # Greedy, like the batch requests: sampled, the model may stop after a
+        # few tokens, and the stream must outlast the measure.
+        with holder.messages.stream(model=MODEL, max_tokens=400, messages=long["messages"],
+                                    extra_body={"temperature": 0}) as stream:
             for event in stream:
                 if event.type == "content_block_delta":
                     steps.append(time.monotonic())
