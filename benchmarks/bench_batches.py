@@ -17,7 +17,8 @@ one preempts a batch request):
 Reported per phase: median and 90th percentile of the interactive requests'
 time to first token (TTFT) and end-to-end time, their decode speed
 (tokens/s after the first token), and during the batch the batch's output
-tokens/s and preemptions (from ``/metrics``). Target: TTFT during the batch
+tokens/s (from the results of the requests that finished) and preemptions
+(from ``/metrics``). Target: TTFT during the batch
 <= 1.5 x idle at the slot count (an interactive request waits at most one
 decode step for a batch's slot); the decode-speed ratio shows what batch
 sequences decoded beside an interactive one cost it (``max_slots`` bounds
@@ -127,16 +128,23 @@ def main() -> None:
                 deadline = time.monotonic() + 300
                 while metric(url, "batch_requests_running") < 1 and time.monotonic() < deadline:
                     time.sleep(0.05)
-                preempted, produced, started = (metric(url, "batch_preemptions_total"),
-                                                metric(url, "batch_generation_tokens_total"), time.monotonic())
+                preempted, started = metric(url, "batch_preemptions_total"), time.monotonic()
                 during = summary(rounds(url, concurrency, args.iterations, args.tokens))
-                elapsed = time.monotonic() - started
-                batch_rate = (metric(url, "batch_generation_tokens_total") - produced) / elapsed
                 preemptions = metric(url, "batch_preemptions_total") - preempted
                 httpx.post(f"{url}/v1/messages/batches/{batch['id']}/cancel", timeout=60)
                 while httpx.get(f"{url}/v1/messages/batches/{batch['id']}", timeout=60).json()[
                         "processing_status"] != "ended":
                     time.sleep(0.05)
+                # The batch's useful output: tokens of the requests that ended
+                # (a preempted request starts again, and a canceled one keeps
+                # nothing), over the time from its first running request to
+                # the end of the cancel. The metrics counter moves only when a
+                # request ends, so it cannot give a rate over a short window.
+                elapsed = time.monotonic() - started
+                results = httpx.get(f"{url}/v1/messages/batches/{batch['id']}/results", timeout=60).text
+                finished = [json.loads(line)["result"] for line in results.splitlines() if line.strip()]
+                finished = [r for r in finished if r["type"] == "succeeded"]
+                batch_rate = sum(r["message"]["usage"]["output_tokens"] for r in finished) / elapsed
                 print(f"\ninteractive concurrency {concurrency} ({args.iterations} rounds)")
                 print(f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} {'decode tok/s':>13}")
                 for name, s in (("idle", idle), ("batch", during)):
@@ -145,7 +153,7 @@ def main() -> None:
                 ratio = during["ttft_p50"] / idle["ttft_p50"] if idle["ttft_p50"] else float("nan")
                 print(f"  TTFT p50 batch/idle {ratio:.2f} (target <= 1.5 at the slot count); decode speed "
                       f"batch/idle {during['decode_p50'] / idle['decode_p50']:.2f}; batch output "
-                      f"{batch_rate:.1f} tokens/s while measured; {preemptions:.0f} preemptions")
+                      f"{batch_rate:.1f} tokens/s ({len(finished)} requests finished); {preemptions:.0f} preemptions")
 
 
 if __name__ == "__main__":

@@ -45,3 +45,18 @@ def test_effective_capabilities_per_model_before_and_after_start_up(tmp_path: Pa
     assert started["bare"]["capabilities"]["tool_choice"] == ["any", "none", "tool"]  # the probe's refusal
     assert "model narrow (driver echo), capabilities before start-up" in text.stdout
     assert "model ghost (driver nope): FAILED:" in text.stdout
+
+
+def test_a_plugin_that_fails_to_load_is_reported_once(tmp_path: Path) -> None:
+    """The CLI builds a kernel for its commands and one for the command run;
+    a broken ``MISSIVE_PLUGINS`` module is logged once, and listed once."""
+    path = tmp_path / "missive.toml"
+    path.write_text(dump_toml({"models": {"echo": {"driver": "echo"}}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
+    env["MISSIVE_PLUGINS"] = "no_such_missive_plugin_module"
+    run = subprocess.run([sys.executable, "-m", "missive", "plugins", "--config", str(path)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("plugin no_such_missive_plugin_module not loaded") == 1, run.stderr
+    assert run.stdout.count("no_such_missive_plugin_module (MISSIVE_PLUGINS): FAILED") == 1, run.stdout
+    assert "No module named 'no_such_missive_plugin_module'" in run.stdout

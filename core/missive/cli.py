@@ -404,7 +404,8 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
         when = (
             "after start-up"
             if info["started"]
-            else "before start-up; start-up may narrow them (missive plugins --start)"
+            else "before start-up; start-up settles them, e.g. max_concurrency from the slots a local "
+            "model gets, thinking from its template (missive plugins --start)"
         )
         click.echo(f"\nmodel {model_id}{driver}, capabilities {when}:")
         for key, value in info["capabilities"].items():

@@ -73,6 +73,20 @@ class PluginInfo:
     api: tuple[str, ...] | None = None
 
 
+
+_REPORTED: set[tuple[str, str]] = set()
+
+
+def _report_unloaded(name: str, why: str) -> None:
+    """Log that plugin ``name`` was not loaded, once per process: the CLI
+    builds more than one :class:`Kernel` (one for its commands, one for the
+    command run), and each would log the same failure. ``Kernel.plugins``
+    still records it every time."""
+    if (name, why) not in _REPORTED:
+        _REPORTED.add((name, why))
+        log.error("plugin %s not loaded: %s", name, why)
+
+
 class Kernel:
     """A pluggy manager plus the registries collected from registration hooks."""
 
@@ -127,7 +141,7 @@ class Kernel:
         self.plugins.append(info)
         if self.pm.has_plugin(name):
             info.error = "a plugin of this name is already loaded"
-            log.error("plugin %s not loaded: %s", name, info.error)
+            _report_unloaded(name, info.error)
             return
         try:
             plugin = loader()
@@ -136,7 +150,7 @@ class Kernel:
                 info.error = f"{type(exc).__name__}: {exc}"
             else:
                 info.error = import_failure(name, version, exc, API_VERSION)
-            log.error("plugin %s not loaded: %s", name, info.error)
+            _report_unloaded(name, info.error)
             return
         try:
             if isinstance(plugin, ModuleType):
@@ -146,7 +160,7 @@ class Kernel:
                 mismatch = api_mismatch(name, version, info.api, API_VERSION)
                 if mismatch is not None:
                     info.error = mismatch
-                    log.error("plugin %s not loaded: %s", name, mismatch)
+                    _report_unloaded(name, mismatch)
                     return
             unknown = [
                 attr
@@ -162,7 +176,7 @@ class Kernel:
             )
         except Exception as exc:  # one broken plugin is reported, never fatal
             info.error = f"{type(exc).__name__}: {exc}"
-            log.error("plugin %s not loaded: %s", name, info.error)
+            _report_unloaded(name, info.error)
 
     def _collect(self, hook_name: str, kind: type[T], key: str = "name") -> dict[str, T]:
         """Call each implementation of a registration hook on its own.

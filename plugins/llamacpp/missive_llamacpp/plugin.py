@@ -29,8 +29,9 @@ __all__ = [
 #: calls; ``none``: tools not offered), strict tool schemas where a grammar
 #: applies (``any``/``tool``), structured output by grammar, all three sampling
 #: parameters, exact token counts (the model's own tokenizer on the rendered
-#: prompt), automatic KV-cache prefix reuse, one generation at a time per model
-#: (a llama.cpp context holds a single sequence here). Thinking: for models
+#: prompt), automatic KV-cache prefix reuse. ``max_concurrency`` is 1 until the model
+#: starts; start-up sets it to the slots the model got (``parallel``, or as
+#: many as fit: see ``runner.auto_slots``). Thinking: for models
 #: whose chat template has a reasoning format (``<think>``, harmony...); each
 #: loaded model narrows it (the embedded SmolLM2 does not reason).
 CAPABILITIES = Capabilities(
