@@ -74,3 +74,19 @@ def test_serve_serves_only_the_chosen_default() -> None:
         reply = client.messages.create(model="vendor-tuned", max_tokens=5,
                                        messages=[{"role": "user", "content": "tuned for this machine"}])
         assert reply.content[0].text == "tuned for this machine"
+
+
+def test_no_model_with_the_default_plugin_blocked_says_it_is_blocked() -> None:
+    """With no [models] and the plugin that offers the default model blocked,
+    the error names the block, not an install line that would change nothing."""
+    from missive.config import Config
+    from missive.kernel import Kernel
+    from missive.model_table import ModelTable
+
+    with pytest.raises(ConfigError) as blocked:
+        ModelTable(Config(), Kernel(block=["missive-llamacpp"]))
+    assert "missive-llamacpp are blocked" in str(blocked.value)
+    assert "pip install" not in str(blocked.value)
+    with pytest.raises(ConfigError) as none:
+        ModelTable(Config(), Kernel(load_entry_points=False))
+    assert "pip install 'missive-server[default]'" in str(none.value)

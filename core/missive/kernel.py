@@ -73,7 +73,6 @@ class PluginInfo:
     api: tuple[str, ...] | None = None
 
 
-
 _REPORTED: set[tuple[str, str]] = set()
 
 
@@ -97,12 +96,16 @@ class Kernel:
         self._block = set(block) | {
             b.strip() for b in os.environ.get("MISSIVE_BLOCK_PLUGINS", "").split(",") if b.strip()
         }
+        #: Installed plugins left out by ``plugins.block`` or
+        #: ``MISSIVE_BLOCK_PLUGINS`` (entry-point names, in load order).
+        self.blocked: list[str] = []
         for module_name in DEFAULT_PLUGINS:
             self._load(module_name, "default", functools.partial(importlib.import_module, module_name))
         if load_entry_points:
             for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
                 if ep.name in self._block:
                     log.info("plugin %s blocked by configuration", ep.name)
+                    self.blocked.append(ep.name)
                     continue
                 version = ep.dist.version if ep.dist is not None else None
                 self._load(ep.name, "entry point", ep.load, module=ep.value, version=version)

@@ -66,6 +66,14 @@ class ModelTable:
             if chosen is not None:
                 config.models = {chosen.id: chosen.entry}
         if not config.models:
+            if kernel.blocked:
+                # The default model comes from a plugin: installing it again
+                # would not help while it is blocked.
+                raise ConfigError(
+                    "no models to serve: configure [models.<id>] in a config file; the installed "
+                    f"plugin(s) {', '.join(kernel.blocked)} are blocked (plugins.block or "
+                    "MISSIVE_BLOCK_PLUGINS), and a default model comes only from a loaded plugin"
+                )
             raise ConfigError(
                 "no models to serve: configure [models.<id>] in a config file, or install the "
                 "embedded default with pip install 'missive-server[default]'"
