@@ -177,6 +177,13 @@ class LlamaCppRunner:
         """
         s = self.settings
         path = s.path
+        if path.is_dir():
+            ggufs = sorted(p.name for p in path.glob("*.gguf"))[:3]
+            hint = f"; it holds {', '.join(ggufs)}: name one of them" if ggufs else ""
+            raise ConfigError(
+                f"model '{self.model_id}': {path} is a folder, not a GGUF file (settings.model_path){hint}; "
+                "a folder is a model only for the mlx driver, with its config.json"
+            )
         if not path.is_file():
             raise ConfigError(f"model '{self.model_id}': GGUF file not found: {path} (settings.model_path)")
         # A native crash with this model on this CPU is found here, in a

@@ -124,6 +124,16 @@ async def test_missing_file_fails_start(tmp_path) -> None:
         await d.start()
 
 
+@pytest.mark.anyio
+async def test_a_folder_as_model_path_is_named_a_folder(tmp_path) -> None:
+    from missive_llamacpp.driver import LlamaCppDriver
+
+    (tmp_path / "a.gguf").write_bytes(b"")
+    d = LlamaCppDriver("dir", ModelEntry(driver="llamacpp", settings={"model_path": str(tmp_path)}))
+    with pytest.raises(ConfigError, match=r"model 'dir': .* is a folder, not a GGUF file .*it holds a\.gguf"):
+        await d.start()
+
+
 def test_reused_prefix_mirrors_llama_generate() -> None:
     assert reused_prefix([], [1, 2, 3], requires_eval=False) == 0
     assert reused_prefix([1, 2, 9], [1, 2, 3], requires_eval=False) == 2
