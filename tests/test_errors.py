@@ -56,6 +56,8 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
          "messages.0.content.1: text content blocks must be non-empty"),
         ({"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": " \n"}]}]},
          "messages.0.content.0: text content blocks must contain non-whitespace text"),
+        ({"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "  \t\n"}]},
+         "messages.0: text content blocks must contain non-whitespace text"),
         ({"model": "echo", "max_tokens": 5, "system": [{"type": "text", "text": ""}], "messages": USER},
          "system.0: text content blocks must be non-empty"),
         ({"model": "echo", "max_tokens": 5, "messages": USER,

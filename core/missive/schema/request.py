@@ -187,6 +187,9 @@ class CountTokensRequest(Open):
                     f"messages.{i}: all messages must have non-empty content except for the optional final "
                     "assistant message"
                 )
+            if isinstance(message.content, str) and not message.content.strip():
+                # String content is one text block to the API, refused the same way.
+                raise ValueError(f"messages.{i}: text content blocks must contain non-whitespace text")
             if isinstance(message.content, list):
                 for j, block in enumerate(message.content):
                     _check_text_block(block, f"messages.{i}.content.{j}")
