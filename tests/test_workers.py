@@ -122,6 +122,11 @@ def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatSer
         # Message Batches are off with several workers (one process owns their database).
         assert httpx.get(f"{server.url}/v1/messages/batches", timeout=10).status_code == 404
         assert "Message Batches are off with server.workers = 2" in server.log()
+        # Each worker's lines name it; the request lines too.
+        access = [line for line in server.log().splitlines() if "missive.access: POST /v1/messages 200" in line]
+        assert len(access) == 12 and all(re.search(r" INFO w[01] \[req_", line) for line in access), access
+        assert {re.search(r" w([01]) \[", line).group(1) for line in server.log().splitlines()
+                if " w0 [" in line or " w1 [" in line} == {"0", "1"}
         shown = CliRunner().invoke(cli, ["ps", "--url", server.url])
         assert shown.exit_code == 0, shown.output
         assert re.search(r"worker [12] of 2 \(pid (\d+)\) answered", shown.output), shown.output

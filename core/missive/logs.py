@@ -13,6 +13,10 @@ Two formats (``server.log_format``, ``missive serve --log-format``):
   request), the record's ``fields`` as more keys, and ``exception`` (the
   traceback) when there is one.
 
+With several worker processes (``server.workers``), each worker's lines
+also name it: ``time level w1 [req_...] ...`` in text, ``"worker": 1`` in
+JSON (:func:`set_worker`, called in each worker as it starts).
+
 :func:`log_request` writes the line of each finished request at ``info``
 (probes and ``/metrics`` at ``debug``). It carries ids, counts, times and
 outcomes only: never headers (API keys), bodies or prompt text.
@@ -29,12 +33,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .record import RequestRecord
 
-__all__ = ["request_id_var", "setup_logging", "JsonFormatter", "TEXT_FORMAT", "log_request"]
+__all__ = ["request_id_var", "setup_logging", "set_worker", "JsonFormatter", "TEXT_FORMAT", "log_request"]
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 #: The ``text`` format.
-TEXT_FORMAT = "%(asctime)s %(levelname)s [%(request_id)s] %(name)s: %(message)s"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(worker_label)s[%(request_id)s] %(name)s: %(message)s"
+
+#: This process's worker index when the server runs several (None: one
+#: process, or the supervisor).
+_worker: int | None = None
+
+
+def set_worker(index: int | None) -> None:
+    """Name worker ``index`` (0-based) on every log line this process writes
+    from now on (None: no worker label)."""
+    global _worker
+    _worker = index
 
 #: Loggers given Missive's handler: its own, and Hypercorn's when ``missive
 #: serve`` runs it (so every line has one format).
@@ -47,6 +62,8 @@ class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not getattr(record, "request_id", None):
             record.request_id = request_id_var.get()
+        record.worker = _worker
+        record.worker_label = "" if _worker is None else f"w{_worker} "
         return True
 
 
@@ -62,6 +79,9 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "request_id": rid if rid and rid != "-" else None,
         }
+        worker = getattr(record, "worker", None)
+        if worker is not None:
+            out["worker"] = worker
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update({k: v for k, v in fields.items() if k not in out})

@@ -80,6 +80,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from .config import ConfigError
+from .logs import set_worker
 
 if TYPE_CHECKING:
     from .config import Config
@@ -311,6 +312,7 @@ def _run_worker(work: Callable[[int, int], int], index: int, control: int, close
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         for fd in close:  # the pipes of the supervisor to this and the earlier workers
             os.close(fd)
+        set_worker(index)
         code = work(index, control)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
