@@ -18,7 +18,9 @@ Reported per phase: median and 90th percentile of the interactive requests'
 time to first token (TTFT) and end-to-end time, their decode speed
 (tokens/s after the first token), and during the batch the batch's output
 tokens/s (from the results of the requests that finished) and preemptions
-(from ``/metrics``). Target: TTFT during the batch
+(from ``/metrics``). "prompt read" is the mean of the interactive requests'
+``input_tokens``: the prompt tokens not served from the cache, which the
+model had to read before the first token. Target: TTFT during the batch
 <= 1.5 x idle at the slot count (an interactive request waits at most one
 decode step for a batch's slot); the decode-speed ratio shows what batch
 sequences decoded beside an interactive one cost it (``max_slots`` bounds
@@ -56,18 +58,21 @@ def stream_once(client: httpx.Client, prompt: str, tokens: int) -> dict[str, flo
     start = time.perf_counter()
     first = None
     output = 0
+    read = 0
     with client.stream("POST", "/v1/messages", json=body) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith("data: "):
                 continue
+            if '"message_start"' in line:
+                read = json.loads(line[6:])["message"]["usage"]["input_tokens"]  # not from the cache
             if first is None and '"content_block_delta"' in line:
                 first = time.perf_counter()
             if '"message_delta"' in line:
                 output = json.loads(line[6:])["usage"]["output_tokens"]
     end = time.perf_counter()
     first = first or end
-    return {"ttft": first - start, "e2e": end - start, "tokens": output,
+    return {"ttft": first - start, "e2e": end - start, "tokens": output, "read": read,
             "decode": (output - 1) / (end - first) if output > 1 and end > first else float("nan")}
 
 
@@ -94,7 +99,8 @@ def summary(samples: list[dict[str, float]]) -> dict[str, float]:
         return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
     return {"ttft_p50": q("ttft", 0.5), "ttft_p90": q("ttft", 0.9), "e2e_p50": q("e2e", 0.5),
-            "e2e_p90": q("e2e", 0.9), "decode_p50": q("decode", 0.5)}
+            "e2e_p90": q("e2e", 0.9), "decode_p50": q("decode", 0.5),
+            "read_mean": sum(s["read"] for s in samples) / len(samples) if samples else float("nan")}
 
 
 def main() -> None:
@@ -146,10 +152,11 @@ def main() -> None:
                 finished = [r for r in finished if r["type"] == "succeeded"]
                 batch_rate = sum(r["message"]["usage"]["output_tokens"] for r in finished) / elapsed
                 print(f"\ninteractive concurrency {concurrency} ({args.iterations} rounds)")
-                print(f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} {'decode tok/s':>13}")
+                print(f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} {'decode tok/s':>13} "
+                      f"{'prompt read':>12}")
                 for name, s in (("idle", idle), ("batch", during)):
                     print(f"  {name:8} {s['ttft_p50']:9.3f} {s['ttft_p90']:9.3f} {s['e2e_p50']:9.3f} "
-                          f"{s['e2e_p90']:9.3f} {s['decode_p50']:13.1f}")
+                          f"{s['e2e_p90']:9.3f} {s['decode_p50']:13.1f} {s['read_mean']:12.1f}")
                 ratio = during["ttft_p50"] / idle["ttft_p50"] if idle["ttft_p50"] else float("nan")
                 print(f"  TTFT p50 batch/idle {ratio:.2f} (target <= 1.5 at the slot count); decode speed "
                       f"batch/idle {during['decode_p50'] / idle['decode_p50']:.2f}; batch output "
