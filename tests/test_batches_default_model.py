@@ -158,7 +158,8 @@ def test_an_interactive_request_waits_one_step_for_a_batch_slot(
     for _ in range(5):
         before = metric(server.url, "batch_preemptions_total")
         sent = time.monotonic()
-        answer = client.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+        answer = client.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "Hi"}],
+                                        extra_body={"temperature": 0})
         answered = time.monotonic()
         assert answer.content
         if metric(server.url, "batch_preemptions_total") == before + 1:

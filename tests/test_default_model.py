@@ -110,12 +110,13 @@ def test_async_client(default_url: str) -> None:
 
 
 def essay(max_tokens: int) -> dict:
-    """A streamed request for a long answer (sampled, so it differs each time)."""
+    """A streamed request for a long answer (greedy: sampled, the model may
+    end it after a few tokens, and the tests need it to last)."""
     return {
         "model": MODEL,
         "max_tokens": max_tokens,
         "stream": True,
-        "temperature": 1.0,
+        "temperature": 0.0,
         "messages": [{"role": "user", "content": "Write a very long essay about the history of Rome."}],
     }
 
@@ -162,7 +163,8 @@ def test_model_discovery_finds_a_claude_named_id(smol: anthropic.Anthropic) -> N
     claude_ids = [i for i in ids if i.startswith(("claude", "anthropic"))]
     assert claude_ids == ["claude-smollm2-135m"]
     assert smol.models.retrieve(claude_ids[0]).display_name
-    reply = smol.messages.create(model=claude_ids[0], max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+    reply = smol.messages.create(model=claude_ids[0], max_tokens=3, messages=[{"role": "user", "content": "Hi"}],
+                                 extra_body=GREEDY)
     assert reply.model == claude_ids[0] and reply.usage.output_tokens > 0
 
 
@@ -184,7 +186,8 @@ def test_a_huge_prompt_does_not_hold_the_model(default_url: str, smol: anthropic
     thread.start()
     try:
         time.sleep(1.0)  # the huge body is sent and being tokenized (it takes several seconds)
-        reply = smol.messages.create(model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+        reply = smol.messages.create(model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}],
+                                     extra_body=GREEDY)
         assert reply.usage.output_tokens > 0
         assert thread.is_alive(), "the small request waited for the huge one's tokenization"
     finally:

@@ -6,8 +6,10 @@ join and leave between decode steps. These tests run a live ``missive serve``
 of the embedded SmolLM2-135M with ``parallel = 4`` and check, through the
 official ``anthropic`` SDK, what a client must be able to rely on:
 
-* a greedy answer is the same whether it ran alone or beside others, and its
-  usage is exact (``input_tokens + cache_read_input_tokens`` equals
+* a greedy answer is the same whether it ran alone or beside others (up to
+  llama.cpp's rounding with another batch size: two answers may part only
+  where the model's next tokens are tied, see :mod:`greedy_reference`), and
+  its usage is exact (``input_tokens + cache_read_input_tokens`` equals
   ``count_tokens``);
 * a short request finishes while a long stream is still running (the
   generations really overlap; ``/health`` counts both as generating);
@@ -37,6 +39,7 @@ import anthropic
 import httpx
 import pytest
 
+from greedy_reference import assert_same_greedy_answer
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 
@@ -194,13 +197,22 @@ def alone(client: anthropic.Anthropic) -> dict[str, tuple[anthropic.types.Messag
     return answers
 
 
+def same_answer(got: anthropic.types.Message, wanted: anthropic.types.Message, p: dict[str, Any], n: int,
+                what: str) -> bool:
+    """``got``'s text is ``wanted``'s, or parts from it only at a near tie
+    (:func:`greedy_reference.assert_same_greedy_answer`; ``p`` the request,
+    ``n`` its ``count_tokens``). True when the texts are equal."""
+    return assert_same_greedy_answer(text_of(got), text_of(wanted), p["messages"], p.get("system"), n, what)
+
+
 def check_as_alone(reply: anthropic.types.Message, solo: anthropic.types.Message, n: int, what: str) -> None:
     """``reply`` is the alone answer ``solo`` again (text, stop reason, output
-    tokens) and its usage is exact (``n`` tokens from ``count_tokens``)."""
-    assert text_of(reply) == text_of(solo), f"{what}: batched {text_of(reply)!r} != alone {text_of(solo)!r}"
-    assert reply.stop_reason == solo.stop_reason, what
-    assert reply.usage.output_tokens == solo.usage.output_tokens, what
+    tokens; or a text that parts from it at a near tie) and its usage is
+    exact (``n`` tokens from ``count_tokens``)."""
     assert prompt_size(reply) == n, (what, reply.usage, n)
+    if same_answer(reply, solo, params(what), n, what):
+        assert reply.stop_reason == solo.stop_reason, what
+        assert reply.usage.output_tokens == solo.usage.output_tokens, what
 
 
 # -- 1. batched greedy answers equal the alone ones ----------------------------
@@ -251,21 +263,27 @@ def test_a_short_request_finishes_while_a_long_stream_runs(url: str, client: ant
             long_done.set()
 
     samples: list[dict[str, Any]] = []
-    short_done = threading.Event()
+    short_done, polling = threading.Event(), threading.Event()
 
     def poll() -> None:
         # While the short request is in flight (polling costs the server CPU).
-        with httpx.Client(base_url=url, timeout=DEADLINE) as http:
-            while not (short_done.is_set() or long_done.is_set()):
-                sample = http.get("/health").json()
-                sample["slots_in_use"] = http.get("/v1/status").json()["models"][MODEL]["driver_status"]["slots_in_use"]
-                samples.append(sample)
-                time.sleep(0.01)
+        try:
+            with httpx.Client(base_url=url, timeout=DEADLINE) as http:
+                while not (short_done.is_set() or long_done.is_set()):
+                    sample = http.get("/health").json()
+                    status = http.get("/v1/status").json()
+                    sample["slots_in_use"] = status["models"][MODEL]["driver_status"]["slots_in_use"]
+                    samples.append(sample)
+                    polling.set()  # the short request is sent once polling runs
+                    time.sleep(0.01)
+        finally:
+            polling.set()
 
     with ThreadPoolExecutor(2) as pool:
         long_future = pool.submit(long_stream)
         assert first_text.wait(DEADLINE)
         poller = pool.submit(poll)
+        assert polling.wait(DEADLINE)
         try:
             short = create(client, params("Say hello.", max_tokens=4))
             note("short: complete")
@@ -369,14 +387,13 @@ def test_the_cache_never_serves_one_conversation_to_another(
     assert b_reply.usage.cache_read_input_tokens <= SHARED_AT_MOST, b_reply.usage
     assert prompt_size(b_reply) == counted(client, b), b_reply.usage
     assert prompt_size(a_reply) == counted(client, a), a_reply.usage
-    assert text_of(a_reply) == text_of(first_a)
+    same_answer(a_reply, first_a, a, counted(client, a), "A again")
 
     reference = sdk(second_url)
     create(reference, a)
     b_fresh = create(reference, b)
     assert b_fresh.usage.cache_read_input_tokens <= SHARED_AT_MOST, b_fresh.usage
-    beside, fresh = text_of(b_reply), text_of(b_fresh)
-    assert beside == fresh, f"beside A: {beside!r}; fresh: {fresh!r}"
+    same_answer(b_reply, b_fresh, b, counted(client, b), "B beside A / B on a fresh server")
 
 
 # -- 5. admission: parallel slots, then 529 --------------------------------------
@@ -448,7 +465,7 @@ def test_usage_stays_exact_when_a_conversation_is_restored_while_slots_are_busy(
     again = create(client, second)
     assert prompt_size(again) == tokens, again.usage
     assert again.usage.cache_read_input_tokens >= tokens - 1, (again.usage, tokens)
-    assert text_of(again) == text_of(two)
+    same_answer(again, two, second, tokens, "the second turn again")
 
 
 # -- 7. each sequence keeps its own grammar and stop sequences ------------------
@@ -464,7 +481,7 @@ def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.
     """A forced tool call (a grammar in its sampler) decoded in the same steps
     as free answers and one with a stop sequence: the call is a valid
     ``tool_use`` with its schema's input, the free answers equal their alone
-    texts (no grammar leaked into them), the stop sequence ends only its own
+    texts up to near ties (no grammar leaked into them), the stop sequence ends only its own
     answer."""
     forced = {**params("What is the weather in Paris?", max_tokens=64), "tools": [WEATHER],
               "tool_choice": {"type": "any"}}
@@ -476,6 +493,7 @@ def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.
     assert call.stop_reason == "tool_use", call
     use = next(block for block in call.content if block.type == "tool_use")
     assert use.name == "get_weather" and isinstance(use.input.get("city"), str), use
-    assert [text_of(first), text_of(second)] == alone
+    for got, wanted, p in zip((first, second), alone, free):
+        assert_same_greedy_answer(text_of(got), wanted, p["messages"], None, counted(client, p), "beside a grammar")
     assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop_at
     assert alone[0].startswith(text_of(cut)) and stop_at not in text_of(cut)

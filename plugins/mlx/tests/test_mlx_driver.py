@@ -302,7 +302,7 @@ async def test_cancelled_consumer_releases_the_model(driver) -> None:
 
 @pytest.mark.anyio
 async def test_count_tokens_and_started_do_not_queue_behind_generation(driver) -> None:
-    running = driver.generate(request(STORY, max_tokens=500))
+    running = driver.generate(request(STORY, max_tokens=500, temperature=0))  # greedy: it must last
     try:
         assert isinstance(await running.__anext__(), Started)
         assert isinstance(await running.__anext__(), TextDelta)  # holds the model now
