@@ -211,15 +211,21 @@ def test_requests_queue_in_order(echo_url: str) -> None:
                     seen.append((name, time.monotonic()))
 
     threads = {
-        "a": threading.Thread(target=send, args=("a", [{"text": "a"}, {"sleep": 0.8}, {"text": "a"}])),
-        "b": threading.Thread(target=send, args=("b", [{"text": "b"}, {"sleep": 0.4}])),
+        "a": threading.Thread(target=send, args=("a", [{"text": "a"}, {"sleep": 1.5}, {"text": "a"}])),
+        "b": threading.Thread(target=send, args=("b", [{"text": "b"}, {"sleep": 1.0}])),
         "c": threading.Thread(target=send, args=("c", [{"text": "c"}])),
     }
     threads["a"].start()
     while not seen:  # "a" holds the model now
         time.sleep(0.01)
     threads["b"].start()
-    time.sleep(0.1)  # b arrives before c
+    # b is in line before c is sent: it has its message_start (the echo
+    # driver takes its one-at-a-time lock right after Started), and a moment.
+    deadline = time.monotonic() + 30
+    while "b" not in starts:
+        assert time.monotonic() < deadline, "b never got its message_start"
+        time.sleep(0.01)
+    time.sleep(0.1)
     threads["c"].start()
     while len(starts) < 3:  # the waiting requests got message_start while "a" runs
         time.sleep(0.01)
@@ -231,10 +237,10 @@ def test_requests_queue_in_order(echo_url: str) -> None:
         first.setdefault(name, at)
     assert list(first) == ["a", "b", "c"]
     a_second = [at for name, at in seen if name == "a"][1]
-    # b was served only once a had finished (unqueued, it would come ~0.7 s earlier)
-    assert first["b"] > a_second - 0.3
-    # c waited for b's 0.4 s
-    assert first["c"] > first["b"] + 0.2
+    # b was served only once a had finished (unqueued, it would come ~1.5 s earlier)
+    assert first["b"] > a_second - 0.6
+    # c waited for b's 1.0 s
+    assert first["c"] > first["b"] + 0.5
 
 
 def test_disconnect_while_the_server_is_ahead_of_the_client(echo_url: str, echo: anthropic.Anthropic) -> None:

@@ -110,9 +110,14 @@ def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatSer
             with client.messages.stream(model="gen", max_tokens=16,
                                         messages=[{"role": "user", "content": words}]) as stream:
                 assert stream.get_final_message().content[0].text == words
-        # The kernel spreads new connections over both workers (SO_REUSEPORT).
-        for _ in range(40):
+        # The kernel spreads new connections over both workers (SO_REUSEPORT);
+        # a worker answers once it listens, which may be a while after its
+        # fork on a busy machine: new connections until both have answered.
+        def both_answered() -> bool:
             answered.add(worker_of_new_connection(server))
+            return answered >= workers
+
+        until(both_answered, f"both workers answering (answered by {answered}, workers {workers})")
         assert answered == workers, f"answered by {answered}, workers {workers}"
         # Every scrape, whichever worker answers it, counts the whole server.
         for _ in range(6):
@@ -260,15 +265,15 @@ def test_a_thinking_block_signed_by_one_worker_is_accepted_by_the_other() -> Non
             until(lambda: len(children(server.process.pid)) == 2, "two workers")
             # Keep-alive connections stay with the worker that accepted them.
             pinned: dict[int, httpx.Client] = {}
-            for _ in range(40):
+            deadline = time.monotonic() + DEADLINE  # the second worker may listen a while after its fork
+            while len(pinned) < 2 and time.monotonic() < deadline:
                 http = httpx.Client(base_url=server.url, timeout=30)
                 pid = int(http.get("/v1/status").json()["worker"]["pid"])
                 if pid in pinned:
                     http.close()
+                    time.sleep(0.02)
                     continue
                 pinned[pid] = http
-                if len(pinned) == 2:
-                    break
             assert len(pinned) == 2, "no connection reached the second worker"
             first, second = pinned.values()
             content = json.dumps({"script": [{"reasoning": "Let me think."}, {"content": "Four."}],
