@@ -207,7 +207,7 @@ def test_hanging_backend_is_timeout_error_within_read_timeout(kind: str) -> None
             assert caught.value.status_code == 504
             assert caught.value.body["error"]["type"] == "timeout_error"
             assert f"{READ_TIMEOUT:g} s" in caught.value.body["error"]["message"]
-            assert elapsed < READ_TIMEOUT * 2 + 1.0, f"took {elapsed:.1f} s"
+            assert elapsed < READ_TIMEOUT * 2 + 3.0, f"took {elapsed:.1f} s"  # not the client's 30 s
 
             # Streaming: a 504 before the message began, or an SSE error event after it.
             started = time.monotonic()
@@ -221,7 +221,7 @@ def test_hanging_backend_is_timeout_error_within_read_timeout(kind: str) -> None
                         assert response.status_code == 504
                         error = response.json()
             assert error["error"]["type"] == "timeout_error"
-            assert time.monotonic() - started < READ_TIMEOUT * 2 + 1.0
+            assert time.monotonic() - started < READ_TIMEOUT * 2 + 3.0
             assert httpx.get(base + "/health").json()["generating"] == 0
     finally:
         silent.close()
@@ -258,7 +258,7 @@ def test_silent_mid_answer_is_a_timeout_error_event(kind: str, servers: dict[str
             text, names, error = read_until_error(response)
     assert text == "one"
     assert error is not None and error["error"]["type"] == "timeout_error", names
-    assert time.monotonic() - started < READ_TIMEOUT * 3
+    assert time.monotonic() - started < READ_TIMEOUT * 3.5  # before the backend's late token (4 x)
     assert "message_stop" not in names
 
 

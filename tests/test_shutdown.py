@@ -195,7 +195,7 @@ def test_the_grace_ends_what_still_runs_with_overloaded_error() -> None:
         assert error["type"] == "overloaded_error"
         assert error["message"].startswith("the server is shutting down: this answer was ended")
         assert "when the shutdown grace period (server.shutdown_grace = 1 s) ran out" in error["message"]
-        assert 0.9 < ended < 4.0  # at the end of the grace, not before, not at Hypercorn's timeout
+        assert 0.9 < ended < 5.5  # at the end of the 1 s grace, not before, not at Hypercorn's (grace + 5 s)
 
         with pytest.raises(anthropic.APIStatusError) as caught:
             streamed()
@@ -210,7 +210,7 @@ def test_the_grace_ends_what_still_runs_with_overloaded_error() -> None:
         assert refused.value.response.headers["retry-after"] == "1"
 
         assert exit_status(server, timeout=10) == 0
-        assert time.monotonic() - signalled < 4.5
+        assert time.monotonic() - signalled < 5.5  # before Hypercorn's own timeout (grace + 5 s)
         assert "stopped: models closed" in server.log()
 
 
@@ -232,7 +232,7 @@ def test_a_queued_request_gets_529_at_sigterm() -> None:
         signalled = time.monotonic()
         with pytest.raises(anthropic.APIStatusError) as caught:
             queued()
-        assert time.monotonic() - signalled < 5.0  # at once, not at the end of the 30 s grace
+        assert time.monotonic() - signalled < 15.0  # at once, not at the end of the 30 s grace
         assert caught.value.status_code == 529
         body = caught.value.body
         assert body["error"]["type"] == "overloaded_error"
@@ -287,7 +287,7 @@ def test_new_connections_are_refused_after_sigterm() -> None:
         assert b'"type":"overloaded_error"' in holder.received
         assert b"by a second shutdown signal, before the grace period" in holder.received
         assert exit_status(server, timeout=15) == 0
-        assert time.monotonic() - signalled < 5.0  # not after the 30 s grace
+        assert time.monotonic() - signalled < 15.0  # not after the 30 s grace
 
 
 def test_leaving_serve_process_ends_a_running_stream_cleanly() -> None:
@@ -401,9 +401,9 @@ def test_a_client_gone_while_queued_is_recorded_when_it_leaves() -> None:
         until(lambda: health(server)["waiting"] == 1, "the second request queued")
         assert gone() == 0
         waiting.close()  # the client leaves while queued
-        until(lambda: gone() == 1, "the departed client counted", deadline=5.0)
-        line = until(lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", deadline=5.0)[-1]
+        until(lambda: gone() == 1, "the departed client counted", deadline=15.0)
+        line = until(lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", deadline=15.0)[-1]
         assert "client_disconnected" in line
         duration = float(re.search(r"duration_s=([0-9.]+)", line).group(1))
-        assert duration < 5.0, line
+        assert duration < 15.0, line  # not the 20-45 s of a record dropped by the garbage collector
         holder.close()
