@@ -127,13 +127,15 @@ def test_busy_backend_is_a_529_and_a_closed_stream_frees_it(
     missive_server: Any, slow_backend: tuple[subprocess.Popen[str], str]
 ) -> None:
     client = sdk(missive_server({"models": {"m": markov(slow_backend[1])}}).url)
-    long = dict(model="m", max_tokens=200, messages=ASK)  # 10 s at 50 ms a token, were it not closed
+    # 10 s at 50 ms a token, were it not closed; greedy (18 words): sampled, the
+    # chain may end after two words and free the slot before the next request.
+    long = dict(model="m", max_tokens=200, messages=ASK, extra_body=GREEDY)
     with client.messages.stream(**long) as stream:
         next(e for e in stream if e.type == "content_block_delta")
         with pytest.raises(anthropic.APIStatusError) as caught:  # the backend's only slot is taken
             client.messages.create(model="m", max_tokens=5, messages=ASK)
         assert caught.value.status_code == 529 and "is busy" in caught.value.body["error"]["message"]
-    deadline = time.monotonic() + 3  # closing the stream closed the backend's connection
+    deadline = time.monotonic() + 15  # closing the stream closed the backend's connection
     while True:
         try:
             assert client.messages.create(model="m", max_tokens=2, messages=ASK).usage.output_tokens == 2

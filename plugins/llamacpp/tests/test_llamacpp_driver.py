@@ -265,10 +265,12 @@ async def test_closing_early_stops_and_releases_the_model(driver) -> None:
                 break
         await stream.aclose()
     assert isinstance(seen[0], Started) and isinstance(seen[-1], TextDelta)
-    # generation stopped within a token of the close: the context holds the
-    # prompt plus the tokens already emitted, not 200 more
+    # generation stopped soon after the close: the context holds the prompt
+    # plus the tokens decoded before the model thread saw the cancellation
+    # (it decodes ahead of the event loop; a few steps on a busy machine),
+    # not the 200 - 1 tokens left of the answer
     held = max(len(driver.runner.context_tokens(slot)) for slot in range(len(driver.runner._slots)))
-    assert held <= await driver.count_tokens(request(STORY)) + 2
+    assert held <= await driver.count_tokens(request(STORY)) + 32
     events = await collect(driver.generate(request(QUESTION, max_tokens=4)))
     check_order(events)
 
