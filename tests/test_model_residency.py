@@ -6,6 +6,7 @@ takes time; ``memory_mib``: what it weighs)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -118,7 +119,9 @@ def test_lazy_models_are_listed_ready_and_loaded_by_their_first_request(lazy_ser
     assert metric(url, "missive:model_loaded", model_name="lazy") == 1
     assert metric(url, "missive:model_loads_total", model_name="lazy") == 1
     log = lazy_server.log()
-    assert "loading model lazy (driver echo)" in log and "model lazy loaded on demand in 1." in log
+    assert "loading model lazy (driver echo)" in log
+    took = re.search(r"model lazy loaded on demand in (\d+(?:\.\d+)?) s", log)
+    assert took and float(took.group(1)) >= 1.2, log  # its start_delay, and more on a busy machine
     # Loaded now: the next stream starts at once.
     assert [e for e, _ in raw_stream(url, "lazy")][0] == "message_start"
 
@@ -149,6 +152,8 @@ def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server
 def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerProcess) -> None:
     url = lazy_server.url
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    # Loaded now (it may have been unloaded since the previous test used it).
+    assert client.messages.create(model="idle", max_tokens=5, messages=say("warm")).content[0].text == "warm"
     unloads = metric(url, "missive:model_unloads_total", model_name="idle", reason="idle")
     loads = metric(url, "missive:model_loads_total", model_name="idle")
     # A 2.5 s answer, longer than idle_unload (1 s): the model stays loaded.
@@ -166,7 +171,8 @@ def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerPro
     # Then idle: unloaded about a second later, still listed and ready.
     until(lambda: metric(url, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads + 1, "unloaded")
     assert metric(url, "missive:model_loaded", model_name="idle") == 0
-    assert "unloaded model idle (idle for 1." in lazy_server.log()
+    idle_for = re.findall(r"unloaded model idle \(idle for (\d+(?:\.\d+)?) s", lazy_server.log())
+    assert idle_for and float(idle_for[-1]) >= 1.0, lazy_server.log()
     assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["idle"] == {"status": "ready", "loaded": False}
     assert "idle" in {m.id for m in client.models.list()}
     # The next request loads it again.
@@ -251,7 +257,8 @@ def test_a_gguf_model_loads_on_demand_unloads_and_loads_again() -> None:
         events = [e for e, _ in raw_stream(url, "smol", "Say hello")]
         assert events[0] == "ping" and "message_start" in events and events[-1] == "message_stop"
         until(lambda: metric(url, "missive:model_unloads_total", model_name="smol", reason="idle") == 1, "unloaded")
-        assert client.messages.create(model="smol", max_tokens=5, messages=say("Hi")).usage.output_tokens > 0
+        assert client.messages.create(model="smol", max_tokens=5, messages=say("Hi"),
+                                      extra_body={"temperature": 0}).usage.output_tokens > 0
         assert metric(url, "missive:model_loads_total", model_name="smol") == 2
         log = server.log()
     assert log.count("model smol loaded on demand in") == 2 and "unloaded model smol (idle for" in log
