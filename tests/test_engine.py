@@ -337,7 +337,9 @@ async def test_slots_run_sequences_together_and_exact() -> None:
                 while not d.runner.calls:
                     await anyio.sleep(0.005)
             tg.start_soon(run, "b", b)
-            await anyio.sleep(0.2)  # b reaches the batcher's queue while a's first step waits
+            with anyio.fail_after(10):  # b reaches the batcher's queue while a's first step waits
+                while not d._batcher._incoming:
+                    await anyio.sleep(0.005)
             gate.set()
         for name, req, n in (("a", a, 20), ("b", b, 25)):
             started, finished = check_order(results[name])

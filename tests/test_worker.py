@@ -14,18 +14,20 @@ from missive.engine.channel import ThreadChannel
 def test_items_batched_in_order_then_end() -> None:
     async def main() -> list[tuple[list[int], bool]]:
         channel: ThreadChannel[int] = ThreadChannel("boom")
-        release = threading.Event()
+        release, sent = threading.Event(), threading.Event()
 
         def work() -> None:
             for i in range(5):
                 channel.send(i)
+            sent.set()
             release.wait(5)  # the loop takes the first batch meanwhile
             channel.send(5)
             channel.close()
 
         thread = threading.Thread(target=work)
         thread.start()
-        await asyncio.sleep(0.05)
+        while not sent.is_set():  # all five sent before the first batch is taken
+            await asyncio.sleep(0.005)
         batches = [await channel.next_batch()]
         release.set()
         while not batches[-1][1]:
