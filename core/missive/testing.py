@@ -178,6 +178,22 @@ class ServerProcess:
         return int(self.url.rsplit(":", 1)[1])
 
 
+_STATE_HOME: Path | None = None
+
+
+def tests_state_home() -> Path:
+    """An ``XDG_STATE_HOME`` for the servers this process starts: one folder
+    per process, made on first use and removed at its exit."""
+    global _STATE_HOME
+    if _STATE_HOME is None:
+        import atexit
+        import shutil
+
+        _STATE_HOME = Path(tempfile.mkdtemp(prefix="missive-test-state-"))
+        atexit.register(shutil.rmtree, _STATE_HOME, True)
+    return _STATE_HOME
+
+
 @contextlib.contextmanager
 def serve_process(
     config: Mapping[str, Any] | None = None,
@@ -191,7 +207,11 @@ def serve_process(
     defaults) and yield it once ``/health`` answers, as a
     :class:`ServerProcess` (URL, process, log). ``MISSIVE*`` variables of this
     process are not passed on, ``XDG_CONFIG_HOME`` is an empty folder (no
-    user configuration file is read); ``env`` adds or replaces variables.
+    user configuration file is read), and ``XDG_STATE_HOME`` a folder of this
+    test process (:func:`tests_state_home`: the servers of one test run share
+    their state, the thinking key and the llama.cpp trial records, but not
+    the user's own ``~/.local/state/missive``); ``env`` adds or replaces
+    variables (``MISSIVE_STATE_DIR`` for a state of the test's own).
     ``python``: the interpreter that runs it (default: this one), e.g. that
     of a virtual environment a distribution was installed into. The server's log is in
     the error if it fails to start; it is stopped on exit (:func:`stop_process`).
@@ -205,8 +225,10 @@ def serve_process(
             cmd += ["--config", str(config_path)]
         log_path = Path(tmp) / "server.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
-        # No user configuration file (~/.config/missive/missive.toml) reaches a test.
+        # No user configuration file (~/.config/missive/missive.toml) reaches a
+        # test, nor the user's state folder.
         full_env["XDG_CONFIG_HOME"] = tmp
+        full_env["XDG_STATE_HOME"] = str(tests_state_home())
         full_env.update(env or {})
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
