@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
 
-from missive.testing import live_server
+from missive.testing import live_server, tests_state_home
 
 #: The echo server's thinking-signature key, so tests can sign and verify blocks.
 SIGNING_KEY = "test-signing-key-0123456789"
@@ -59,6 +60,42 @@ ECHO_CONFIG: dict[str, Any] = {
         },
     },
 }
+
+
+#: The test suite's own switches (``MISSIVE_TEST_SHOW_LOGS``,
+#: ``MISSIVE_TEST_NODE_CACHE``, ``MISSIVE_FUZZ_EXAMPLES``) and the dev
+#: scripts' ``MISSIVE_VENV``: kept, they do not configure Missive.
+SUITE_VARIABLES = ("MISSIVE_TEST_", "MISSIVE_FUZZ_", "MISSIVE_VENV")
+
+
+def _developer_settings() -> list[str]:
+    """The ``MISSIVE*`` variables of this process that configure Missive."""
+    return [name for name in os.environ
+            if name.startswith("MISSIVE") and not name.startswith(SUITE_VARIABLES)]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_developer_settings_in_session() -> Iterator[None]:
+    """The developer's own Missive settings (``MISSIVE_API_KEY``,
+    ``MISSIVE_CONFIG``, ``MISSIVE_STATE_DIR``, ``MISSIVE__SERVER__...``,
+    ``MISSIVE_PLUGINS``) reach no in-process code, session and module
+    fixtures included (servers started by :func:`missive.testing.serve_process`
+    never see them anyway), and in-process state (a thinking key, llama.cpp
+    trial records) goes to the test run's state folder, like those servers',
+    not to the user's ``~/.local/state/missive``."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in _developer_settings():
+            patch.delenv(name)
+        patch.setenv("XDG_STATE_HOME", str(tests_state_home()))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_developer_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for each test: nothing a previous test left in
+    ``os.environ`` outside ``monkeypatch`` reaches the next one."""
+    for name in _developer_settings():
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")

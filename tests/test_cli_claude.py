@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,19 @@ CONFIG: dict[str, Any] = {
 def _missive_claude(
     config_file: Path | None, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """``missive claude`` without the developer's Missive settings: no
+    ``MISSIVE*`` variable of this process (``MISSIVE_API_KEY``,
+    ``MISSIVE_CONFIG``...) and an empty ``XDG_CONFIG_HOME`` (no
+    ``~/.config/missive/missive.toml``); ``env`` adds variables."""
     config = ["--config", str(config_file)] if config_file is not None else []
-    return subprocess.run(
-        [sys.executable, "-m", "missive", "claude", *config, *args],
-        capture_output=True, text=True, timeout=60, env=env,
-    )
+    with tempfile.TemporaryDirectory(prefix="missive-claude-") as home:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
+        full_env["XDG_CONFIG_HOME"] = home
+        full_env.update(env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "missive", "claude", *config, *args],
+            capture_output=True, text=True, timeout=60, env=full_env,
+        )
 
 
 def _exports(stdout: str) -> dict[str, str]:
@@ -91,12 +100,9 @@ def test_readme_sequence_without_config_takes_the_key_from_the_option_or_environ
     without ``--config`` gets the key from ``--api-key`` or MISSIVE_API_KEY,
     and without one says how to pass it."""
     with live_server(CONFIG) as url:
-        base = os.environ.copy()
-        base.pop("MISSIVE_API_KEY", None)
-        base.pop("MISSIVE_CONFIG", None)
-        without = _missive_claude(None, "--url", url, env=base)
-        option = _missive_claude(None, "--url", url, "--api-key", "sk-k1", env=base)
-        environment = _missive_claude(None, "--url", url, env={**base, "MISSIVE_API_KEY": "sk-k1"})
+        without = _missive_claude(None, "--url", url)
+        option = _missive_claude(None, "--url", url, "--api-key", "sk-k1")
+        environment = _missive_claude(None, "--url", url, env={"MISSIVE_API_KEY": "sk-k1"})
     assert without.returncode == 1 and "answered 401" in without.stderr
     assert "sent no key" in without.stderr and "--api-key KEY" in without.stderr, without.stderr
     for done in (option, environment):

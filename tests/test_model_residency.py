@@ -152,10 +152,6 @@ def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server
 def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerProcess) -> None:
     url = lazy_server.url
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
-    # Loaded now (it may have been unloaded since the previous test used it).
-    assert client.messages.create(model="idle", max_tokens=5, messages=say("warm")).content[0].text == "warm"
-    unloads = metric(url, "missive:model_unloads_total", model_name="idle", reason="idle")
-    loads = metric(url, "missive:model_loads_total", model_name="idle")
     # A 2.5 s answer, longer than idle_unload (1 s): the model stays loaded.
     done: list[str] = []
     worker = threading.Thread(target=lambda: done.append(client.messages.create(
@@ -163,6 +159,11 @@ def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerPro
     ).content[0].text))
     worker.start()
     until(lambda: metric(url, "missive:num_requests_running", model_name="idle") == 1, "generating")
+    # The baselines, read while it is in use: loaded by now (by this request
+    # if it was unloaded since an earlier test used it), and not unloaded
+    # while the request runs.
+    unloads = metric(url, "missive:model_unloads_total", model_name="idle", reason="idle")
+    loads = metric(url, "missive:model_loads_total", model_name="idle")
     time.sleep(2.0)
     assert metric(url, "missive:model_loaded", model_name="idle") == 1
     assert metric(url, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads

@@ -207,7 +207,7 @@ def test_hanging_backend_is_timeout_error_within_read_timeout(kind: str) -> None
             assert caught.value.status_code == 504
             assert caught.value.body["error"]["type"] == "timeout_error"
             assert f"{READ_TIMEOUT:g} s" in caught.value.body["error"]["message"]
-            assert elapsed < READ_TIMEOUT * 2 + 3.0, f"took {elapsed:.1f} s"  # not the client's 30 s
+            assert elapsed < READ_TIMEOUT * 2 + 5.0, f"took {elapsed:.1f} s"  # not the client's 30 s
 
             # Streaming: a 504 before the message began, or an SSE error event after it.
             started = time.monotonic()
@@ -221,7 +221,7 @@ def test_hanging_backend_is_timeout_error_within_read_timeout(kind: str) -> None
                         assert response.status_code == 504
                         error = response.json()
             assert error["error"]["type"] == "timeout_error"
-            assert time.monotonic() - started < READ_TIMEOUT * 2 + 3.0
+            assert time.monotonic() - started < READ_TIMEOUT * 2 + 5.0  # not the client's 30 s
             assert httpx.get(base + "/health").json()["generating"] == 0
     finally:
         silent.close()

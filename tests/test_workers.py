@@ -113,11 +113,9 @@ def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatSer
         # The kernel spreads new connections over both workers (SO_REUSEPORT);
         # a worker answers once it listens, which may be a while after its
         # fork on a busy machine: new connections until both have answered.
-        def both_answered() -> bool:
+        deadline = time.monotonic() + DEADLINE
+        while not answered >= workers and time.monotonic() < deadline:
             answered.add(worker_of_new_connection(server))
-            return answered >= workers
-
-        until(both_answered, f"both workers answering (answered by {answered}, workers {workers})")
         assert answered == workers, f"answered by {answered}, workers {workers}"
         # Every scrape, whichever worker answers it, counts the whole server.
         for _ in range(6):
