@@ -30,7 +30,7 @@ from missive.admission import Admission
 from missive.app import create_app
 from missive.config import Config
 from missive.shutdown import Drain, serve_until_stopped
-from missive.testing import ServerProcess, serve_process
+from missive.testing import ServerProcess, serve_process, until as _until
 from missive_echo import script
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
@@ -44,12 +44,7 @@ def config(grace: float, **model: Any) -> dict[str, Any]:
 
 
 def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE) -> Any:
-    end = time.monotonic() + deadline
-    while not (result := check()):
-        if time.monotonic() > end:
-            raise AssertionError(f"never {what}")
-        time.sleep(0.02)
-    return result
+    return _until(check, what, deadline)
 
 
 def health(server: ServerProcess) -> dict[str, Any]:

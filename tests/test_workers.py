@@ -28,20 +28,15 @@ from click.testing import CliRunner
 from missive.admission import Admission
 from missive.cli import cli
 from missive.config import Config, ConfigError, ModelEntry
-from missive.testing import ServerProcess, dump_toml, free_port, serve_process
+from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until as _until
 from missive.workers import check, settle_batches, share
 from missive_openai.testing import FakeChatServer
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
 
 
-def until(condition: Callable[[], Any], what: str, deadline: float = DEADLINE) -> Any:
-    end = time.monotonic() + deadline
-    while not (result := condition()):
-        if time.monotonic() > end:
-            raise AssertionError(f"never {what}")
-        time.sleep(0.02)
-    return result
+def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE) -> Any:
+    return _until(check, what, deadline)
 
 
 def children(pid: int) -> set[int]:

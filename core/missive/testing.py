@@ -46,6 +46,7 @@ __all__ = [
     "rss_mib",
     "tcp_states",
     "wait_until",
+    "until",
     "watch_async_generators",
     "finalized_generators",
     "GENERATOR_ERRORS",
@@ -326,6 +327,20 @@ def tcp_states(pid: int) -> dict[str, int]:
         except FileNotFoundError:
             continue
     return counts
+
+
+def until(condition: Any, what: str, timeout: float = 30.0, interval: float = 0.02) -> Any:
+    """Poll ``condition()`` until it returns something true, and return that.
+
+    Raises:
+        AssertionError: ``never {what}`` when ``timeout`` seconds pass first.
+    """
+    end = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > end:
+            raise AssertionError(f"never {what}")
+        time.sleep(interval)
+    return result
 
 
 def wait_until(condition: Any, timeout: float, interval: float = 0.1) -> bool:
