@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ._common import CallObject, InvalidCall, find_marker, give_back
 from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Text, ToolParser
@@ -48,8 +49,8 @@ class MistralParser(ToolParser):
     ARGS = "[ARGS]"
     CALL_ID = "[CALL_ID]"
 
-    def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
-        super().__init__(tool_names, stream_arguments=stream_arguments, strict=strict)
+    def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
+        super().__init__(tool_names, **options)
         self._buf = ""
         self._reset()
 
