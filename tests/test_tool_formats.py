@@ -357,3 +357,30 @@ def test_json_call_syntax_round_trip(cls: type[ToolParser]) -> None:
     assert parse(cls, list(text), strict=True, stream_arguments=True) == [
         CallStart("get_weather"), CallArgs(args if cls is not NemotronParser else json.dumps(json.loads(args), ensure_ascii=False)), CallEnd()
     ] * 2
+
+
+def test_a_format_the_parser_does_not_read_is_named_once_per_model(caplog: pytest.LogCaptureFixture) -> None:
+    from missive.kernel import Kernel
+    from missive.tools.parsers.hermes import HermesParser
+    from missive.tools.parsers.unparsed import UnparsedCallWatch
+
+    specs = Kernel(load_entry_points=False).tool_parsers
+    qwen = qwen_call("get_weather", {"city": "Paris"})
+    with caplog.at_level("WARNING", logger="missive.tools"):
+        for _ in range(2):  # a second generation of the same model: no second warning
+            watch = UnparsedCallWatch("model-a", HermesParser(TOOLS), specs)
+            for i in range(0, len(qwen), 3):
+                watch.feed(qwen[i : i + 3])
+            watch.finish()
+        for model, parser, text in [
+            ("model-b", HermesParser(TOOLS), "<weird_call name=x>"),
+            ("model-c", HermesParser(TOOLS), "<invoke x>"),
+            ("model-d", QwenXmlParser(TOOLS), "<tool_call>\n<function=broken"),
+        ]:
+            watch = UnparsedCallWatch(model, parser, specs)
+            watch.feed(text)
+            watch.finish()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "model-a" in lines[0] and 'settings.tool_parser = "qwen3_xml"' in lines[0] and "hermes" in lines[0]
+    assert "model-c" in lines[1] and "no registered parser knows" in lines[1]

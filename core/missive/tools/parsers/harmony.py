@@ -78,6 +78,7 @@ class HarmonyParser(ToolParser):
     """Streaming parser of harmony messages (gpt-oss)."""
 
     name = "harmony"
+    output_markers = ("<|channel|>",)
     call_separator = "<|start|>assistant"
     handles_reasoning = True  # analysis messages are Reasoning events
 

@@ -40,6 +40,7 @@ class HermesParser(ToolParser):
     """Streaming parser of ``<tool_call>{...}</tool_call>`` calls."""
 
     name = "hermes"
+    output_markers = ("<tool_call>\n{", "<tool_call>{")
     call_separator = "\n"
     OPEN = "<tool_call>"
     CLOSE = "</tool_call>"

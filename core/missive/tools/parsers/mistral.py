@@ -44,6 +44,7 @@ class MistralParser(ToolParser):
     """Streaming parser of Mistral ``[TOOL_CALLS]`` calls; grammars write the v11 form."""
 
     name = "mistral"
+    output_markers = ("[TOOL_CALLS]",)
     call_separator = ""
     BOT = "[TOOL_CALLS]"
     ARGS = "[ARGS]"
