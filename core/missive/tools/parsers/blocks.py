@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._common import InvalidCall, find_marker, give_back
-from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text, ToolParser
+from ._common import InvalidCall, SteppedParser, find_marker, give_back
+from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text
 
 __all__ = ["BlockParser", "ParsedCall"]
 
@@ -38,7 +38,7 @@ ParsedCall = tuple[str, str]
 _WS = " \t\r\n"
 
 
-class BlockParser(ToolParser):
+class BlockParser(SteppedParser):
     """Streaming parser of calls in delimited blocks (see the module doc).
 
     Subclasses set :attr:`BLOCKS`, :attr:`CALL_END` and implement
@@ -71,13 +71,6 @@ class BlockParser(ToolParser):
             InvalidCall: not a valid call to an offered tool.
         """
         raise NotImplementedError
-
-    def feed(self, text: str) -> list[ParseEvent]:
-        self._buf += text
-        out: list[ParseEvent] = []
-        while self._step(out):
-            pass
-        return out
 
     def finish(self) -> list[ParseEvent]:
         out: list[ParseEvent] = []

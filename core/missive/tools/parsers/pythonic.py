@@ -28,8 +28,8 @@ import json
 import re
 from typing import Any
 
-from ._common import InvalidCall, give_back
-from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text, ToolParser
+from ._common import InvalidCall, SteppedParser, give_back
+from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text
 from .values import arguments_json
 
 __all__ = ["Llama4PythonicParser"]
@@ -103,7 +103,7 @@ def parse_calls(source: str) -> list[tuple[str, str]]:
     return calls
 
 
-class Llama4PythonicParser(ToolParser):
+class Llama4PythonicParser(SteppedParser):
     """Streaming parser of ``[name(key=value, ...), ...]`` replies."""
 
     name = "llama4_pythonic"
@@ -126,13 +126,6 @@ class Llama4PythonicParser(ToolParser):
     @classmethod
     def parameter_syntax(cls, key: str, string: bool) -> tuple[str, str]:
         return f"{key}=", ""
-
-    def feed(self, text: str) -> list[ParseEvent]:
-        self._buf += text
-        out: list[ParseEvent] = []
-        while self._step(out):
-            pass
-        return out
 
     def finish(self) -> list[ParseEvent]:
         buf, self._buf = self._buf, ""

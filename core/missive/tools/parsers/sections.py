@@ -2,9 +2,10 @@
 (``kimi_k2``), DeepSeek-V3.1 (``deepseek_v31``) and NVIDIA Nemotron
 (``nemotron``).
 
-Read call by call with :mod:`missive.tools.parsers.blocks`; the arguments
-object is kept byte for byte (key order, escapes), as the Hermes parser
-keeps it. Syntax, from each model's chat template and vLLM's parsers:
+Read call by call with :mod:`missive.tools.parsers.blocks`; Kimi's and
+DeepSeek's arguments object is kept byte for byte (key order, escapes), as
+the Hermes parser keeps it; Nemotron's array is decoded and each call's
+arguments written back as JSON (key order kept). Syntax, from each model's chat template and vLLM's parsers:
 
 * **kimi_k2** (Kimi-K2 / K2-Thinking templates, llama.cpp
   ``models/templates/Kimi-K2-Thinking.jinja``; vLLM ``kimi_k2_tool_parser.py``)::
