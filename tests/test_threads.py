@@ -282,3 +282,13 @@ def test_disabled_threads_send_the_tool_runner_unthreaded(tmp_path: Path) -> Non
                                                   messages=[{"role": "user", "content": content}])
         final = runner.until_done()
         assert calls == ["tea"] and final.content[0].text == "done"
+
+
+def test_a_message_batch_request_with_a_thread_is_errored(client: anthropic.Anthropic) -> None:
+    params = {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+              "thread": {"type": "create"}}
+    batch = client.messages.batches.create(requests=[{"custom_id": "threaded", "params": params}])
+    until(lambda: client.messages.batches.retrieve(batch.id).processing_status == "ended", "the batch ended")
+    [result] = list(client.messages.batches.results(batch.id))
+    assert result.result.type == "errored"
+    assert "message threads are not supported in a Message Batch" in result.result.error.error.message

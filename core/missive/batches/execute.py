@@ -62,9 +62,9 @@ class Checked:
 def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) -> Checked:
     """Check one request's ``params`` as ``POST /v1/messages`` checks a body,
     plus the batch's own rules: no ``stream: true`` (a batch's results are
-    whole messages), no ``thread`` (each request stands alone: 400
-    ``thread_unsupported_request``) and ``max_tokens`` of at least 1 (the
-    API's batch rule: a cache warm-up would have nothing to warm).
+    whole messages), no ``thread`` (each request stands alone) and
+    ``max_tokens`` of at least 1 (the API's batch rule: a cache warm-up
+    would have nothing to warm).
 
     Raises:
         InvalidRequestError: the first problem, with its field path; in

@@ -106,7 +106,8 @@ class ThreadFingerprintMismatchError(InvalidRequestError):
 
 class ThreadUnsupportedRequestError(InvalidRequestError):
     """400 ``thread_unsupported_request``: this server does not hold threads
-    for this request (``threads.enabled = false``, or a Message Batch). No
+    for this request (``threads.enabled = false``; in a Message Batch, the
+    ``errored`` result's message). No
     ``unsupported`` list: none of the API's feature names applies, and the
     SDKs then send the full conversation without ``thread``."""
 
