@@ -37,3 +37,18 @@ def whole_conversations(bodies: list[dict[str, Any]], replies: list[Any]) -> lis
         else:
             conversations.append(list(body["messages"]))
     return conversations
+
+
+def assert_counted_whole(client: Any, records: list[dict[str, Any]], replies: list[Any], *, cached: bool = False,
+                         **count: Any) -> None:
+    """Each of one thread's requests (``records``, captured) was answered
+    with ``replies`` costing what ``count_tokens`` says of the whole
+    conversation it stood for (``count``: the other count_tokens fields);
+    with ``cached``, each after the first also read at least the previous
+    prompt from the prefix cache."""
+    bodies = [r["body"] for r in records]
+    for i, (conversation, reply) in enumerate(zip(whole_conversations(bodies, replies), replies)):
+        counted = client.beta.messages.count_tokens(messages=conversation, **count)
+        assert prompt(reply) == counted.input_tokens, f"request {i}"
+        if cached and i:
+            assert reply.usage.cache_read_input_tokens >= prompt(replies[i - 1]), f"request {i}"

@@ -19,7 +19,7 @@ import pytest
 
 from missive.testing import live_server
 
-from sdk_turns import captured, prompt, whole_conversations
+from sdk_turns import assert_counted_whole, captured, prompt
 
 MODEL = "smollm2-135m"
 
@@ -78,11 +78,5 @@ def test_three_tool_rounds_with_the_tool_runner(smol_server: tuple[anthropic.Ant
     assert [(r["status"], r["body"]["thread"]["type"]) for r in records] == [
         (200, "create"), (200, "continue"), (200, "continue"),
     ]
-    bodies = [r["body"] for r in records]
-    for i, (conversation, reply) in enumerate(zip(whole_conversations(bodies, replies), replies)):
-        counted = client.beta.messages.count_tokens(
-            model=MODEL, system=system, tools=bodies[0]["tools"], tool_choice=choice, messages=conversation,
-        )
-        assert prompt(reply) == counted.input_tokens, f"request {i}"
-        if i:
-            assert reply.usage.cache_read_input_tokens >= prompt(replies[i - 1]), f"request {i}"
+    assert_counted_whole(client, records, replies, cached=True, model=MODEL, system=system,
+                         tools=records[0]["body"]["tools"], tool_choice=choice)

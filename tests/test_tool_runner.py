@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anthropic
 import pytest
-from missive_echo import script
+from missive_echo import tool_loop
 
 from missive.testing import live_server
-from sdk_turns import captured, prompt, whole_conversations
+from sdk_turns import assert_counted_whole, captured
 
 CAPS = {"tool_choice": ["auto", "any", "tool", "none"]}
+#: The echo model calls ``lookup`` three times, then answers.
+ROUNDS = tool_loop("lookup", [{"word": "tea"}, {"word": "milk"}, {"word": "sugar"}], "three lookups done")
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +31,6 @@ def echo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[anth
     models = {"echo": {"driver": "echo", "context_window": 20_000, "settings": {"capabilities": CAPS}}}
     with live_server({"server": {"capture_dir": str(captures)}, "models": models}) as url:
         yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60), captures
-
-
-def three_rounds() -> str:
-    """A user message making the echo model call ``lookup`` three times, then answer."""
-    def call(word: str) -> dict[str, Any]:
-        return {"tool_call": {"name": "lookup", "arguments": [f'{{"word": "{word}"}}']}}
-
-    return script(call("tea"), stop_reason="tool_use", then=[
-        {"script": [call("milk")], "stop_reason": "tool_use"},
-        {"script": [call("sugar")], "stop_reason": "tool_use"},
-        {"script": [{"text": "three lookups done"}]},
-    ])
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -58,7 +47,7 @@ def test_three_tool_rounds_on_one_thread(echo_server: tuple[anthropic.Anthropic,
 
     runner = client.beta.messages.tool_runner(
         model="echo", max_tokens=100, system="Use the tool.", tools=[lookup],
-        messages=[{"role": "user", "content": three_rounds()}], **({"stream": True} if stream else {}),
+        messages=[{"role": "user", "content": ROUNDS}], **({"stream": True} if stream else {}),
     )
     replies = [item.get_final_message() if stream else item for item in runner]
     assert calls == ["tea", "milk", "sugar"]
@@ -72,7 +61,4 @@ def test_three_tool_rounds_on_one_thread(echo_server: tuple[anthropic.Anthropic,
     # Each continue carries only the tool results: no system, no tools, no history.
     assert all(len(b["messages"]) == 1 and "system" not in b and "tools" not in b for b in bodies[1:])
     assert all(b["messages"][0]["content"][0]["type"] == "tool_result" for b in bodies[1:])
-    for conversation, reply in zip(whole_conversations(bodies, replies), replies):
-        counted = client.beta.messages.count_tokens(model="echo", system="Use the tool.",
-                                                    tools=bodies[0]["tools"], messages=conversation)
-        assert prompt(reply) == counted.input_tokens
+    assert_counted_whole(client, records, replies, model="echo", system="Use the tool.", tools=bodies[0]["tools"])

@@ -13,34 +13,25 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
-from missive_echo import script
+from missive_echo import tool_loop
 
 if TYPE_CHECKING:  # fixtures' types (conftest modules are not imported by name)
     from tests.clients.conftest import Missive
 
 RUNNER = Path(__file__).with_name("ts_tool_runner.mjs")
 TIMEOUT = 120
-
-
-def three_rounds() -> str:
-    def call(word: str) -> dict[str, Any]:
-        return {"tool_call": {"name": "lookup", "arguments": [f'{{"word": "{word}"}}']}}
-
-    return script(call("tea"), stop_reason="tool_use", then=[
-        {"script": [call("milk")], "stop_reason": "tool_use"},
-        {"script": [call("sugar")], "stop_reason": "tool_use"},
-        {"script": [{"text": "three lookups done"}]},
-    ])
+#: The echo model calls ``lookup`` three times, then answers.
+ROUNDS = tool_loop("lookup", [{"word": "tea"}, {"word": "milk"}, {"word": "sugar"}], "three lookups done")
 
 
 @pytest.mark.parametrize("stream", ["stream", "create"])
 def test_ts_tool_runner_three_rounds_on_one_thread(missive: Missive, ts_sdk: Path, stream: str) -> None:
     node = shutil.which("node")
     assert node is not None  # ts_sdk skips otherwise
-    proc = subprocess.run([node, str(RUNNER), missive.url, "echo", str(ts_sdk), stream, three_rounds()],
+    proc = subprocess.run([node, str(RUNNER), missive.url, "echo", str(ts_sdk), stream, ROUNDS],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -18,11 +18,12 @@ the SDK's types (``anthropic/types/thread_*_error_details.py``); the body is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
 from ..errors import InvalidRequestError, MissiveError, NotFoundError
 
 __all__ = [
+    "ThreadError",
     "ThreadNotFoundError",
     "ThreadAlreadyContinuedError",
     "ThreadContinueInFlightError",
@@ -36,18 +37,26 @@ __all__ = [
 REPLAY = 'replay the full conversation with thread: {"type": "create"}'
 
 
-def _with_details(error: MissiveError, details: dict[str, Any], request_id: str | None) -> dict[str, object]:
-    body = MissiveError.envelope(error, request_id)
-    inner = body["error"]
-    assert isinstance(inner, dict)
-    inner["details"] = details
-    return body
+class ThreadError(MissiveError):
+    """A thread error: the envelope's ``error.details`` holds its
+    :attr:`error_code` (mixed in before the status class)."""
+
+    error_code: ClassVar[str]
+
+    def envelope(self, request_id: str | None) -> dict[str, object]:
+        body = super().envelope(request_id)
+        inner = body["error"]
+        assert isinstance(inner, dict)
+        inner["details"] = {"error_code": self.error_code}
+        return body
 
 
-class ThreadNotFoundError(NotFoundError):
+class ThreadNotFoundError(ThreadError, NotFoundError):
     """404 ``thread_not_found``: no thread is held under ``previous_message_id``
     for this API key (never held, expired, dropped to stay within the store's
     bounds, held by another worker or replica, or another key's)."""
+
+    error_code = "thread_not_found"
 
     def __init__(self, previous_message_id: str) -> None:
         super().__init__(
@@ -55,12 +64,11 @@ class ThreadNotFoundError(NotFoundError):
             f"(threads expire, and each server process holds its own); {REPLAY} to start a new thread"
         )
 
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        return _with_details(self, {"error_code": "thread_not_found"}, request_id)
 
-
-class ThreadAlreadyContinuedError(InvalidRequestError):
+class ThreadAlreadyContinuedError(ThreadError, InvalidRequestError):
     """400 ``thread_already_continued``: each response can be continued once."""
+
+    error_code = "thread_already_continued"
 
     def __init__(self, previous_message_id: str) -> None:
         super().__init__(
@@ -68,13 +76,12 @@ class ThreadAlreadyContinuedError(InvalidRequestError):
             "can be continued only once; continue from the thread's most recent response id, or " + REPLAY
         )
 
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        return _with_details(self, {"error_code": "thread_already_continued"}, request_id)
 
-
-class ThreadContinueInFlightError(InvalidRequestError):
+class ThreadContinueInFlightError(ThreadError, InvalidRequestError):
     """400 ``thread_continue_in_flight``: another request is continuing from
     the same response and has not finished."""
+
+    error_code = "thread_continue_in_flight"
 
     def __init__(self, previous_message_id: str) -> None:
         super().__init__(
@@ -82,14 +89,13 @@ class ThreadContinueInFlightError(InvalidRequestError):
             "wait for it and continue from its response id, or " + REPLAY
         )
 
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        return _with_details(self, {"error_code": "thread_continue_in_flight"}, request_id)
 
-
-class ThreadFingerprintMismatchError(InvalidRequestError):
+class ThreadFingerprintMismatchError(ThreadError, InvalidRequestError):
     """400 ``thread_fingerprint_mismatch``: a field that must stay the same
     across a thread's turns differs from the thread's; the message names
     each (``differing field(s): model, system``, the list clients parse)."""
+
+    error_code = "thread_fingerprint_mismatch"
 
     def __init__(self, previous_message_id: str, fields: list[str]) -> None:
         super().__init__(
@@ -100,19 +106,15 @@ class ThreadFingerprintMismatchError(InvalidRequestError):
         )
         self.fields = fields
 
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        return _with_details(self, {"error_code": "thread_fingerprint_mismatch"}, request_id)
 
-
-class ThreadUnsupportedRequestError(InvalidRequestError):
+class ThreadUnsupportedRequestError(ThreadError, InvalidRequestError):
     """400 ``thread_unsupported_request``: this server does not hold threads
     for this request (``threads.enabled = false``; in a Message Batch, the
-    ``errored`` result's message). No
-    ``unsupported`` list: none of the API's feature names applies, and the
-    SDKs then send the full conversation without ``thread``."""
+    ``errored`` result's message). No ``unsupported`` list: none of the
+    API's feature names applies, and the SDKs then send the full
+    conversation without ``thread``."""
+
+    error_code = "thread_unsupported_request"
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"thread: {reason}; send the full conversation without thread")
-
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        return _with_details(self, {"error_code": "thread_unsupported_request"}, request_id)
