@@ -27,6 +27,7 @@ from .blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from .thread import Diagnostics, MessageThread
 
 __all__ = [
     "Message",
@@ -37,9 +38,6 @@ __all__ = [
     "Metadata",
     "CountTokensRequest",
     "MessagesRequest",
-    "ThreadCreate",
-    "ThreadContinue",
-    "Diagnostics",
 ]
 
 
@@ -236,28 +234,6 @@ class CountTokensRequest(Open):
         return list(dict.fromkeys(found))
 
 
-# Message threads and cache diagnostics (issue 26; handled by missive.threads).
-class ThreadCreate(Open):
-    """``thread: {"type": "create"}``: hold this conversation under the response's id."""
-
-    type: Literal["create"]
-
-
-class ThreadContinue(Open):
-    """``thread: {"type": "continue", "previous_message_id": ...}``: the
-    conversation held under that response, then this request's messages."""
-
-    type: Literal["continue"]
-    previous_message_id: str
-
-
-class Diagnostics(Open):
-    """``diagnostics``: keep this request's fingerprint; with
-    ``previous_message_id``, compare with that request's."""
-
-    previous_message_id: str | None = None
-
-
 class MessagesRequest(CountTokensRequest):
     """Body of ``POST /v1/messages``."""
 
@@ -269,8 +245,8 @@ class MessagesRequest(CountTokensRequest):
     top_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None
     top_k: Annotated[StrictInt, Field(ge=0)] | None = None
     metadata: Metadata | None = None
-    # Message threads and cache diagnostics (missive.threads; beta types of SDK 2.15).
-    thread: Annotated[Union[ThreadCreate, ThreadContinue], Field(discriminator="type")] | None = None
+    # Message threads and cache diagnostics (missive.threads; the SDK 2.15 types in .thread).
+    thread: MessageThread | None = None
     diagnostics: Diagnostics | None = None
 
     @model_validator(mode="after")
