@@ -129,6 +129,7 @@ def test_thread_errors_carry_the_sdk_error_codes(client: anthropic.Anthropic) ->
     ({"type": "resume"}, "thread.type: Input should be 'create' or 'continue'"),
     ({"type": "continue"}, "thread.previous_message_id: Field required"),
     ("create", "thread: Input should be a valid dictionary"),
+    ({"type": "continue", "previous_message_id": 7}, "thread.previous_message_id: Input should be a non-empty string"),
 ])
 def test_malformed_thread_fields_are_400s(client: anthropic.Anthropic, thread: Any, problem: str) -> None:
     with pytest.raises(anthropic.BadRequestError) as error:
