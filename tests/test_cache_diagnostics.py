@@ -26,7 +26,8 @@ FIRST = [{"role": "user", "content": "one two three"}]
 @pytest.fixture(scope="module")
 def client() -> Iterator[anthropic.Anthropic]:
     models = {
-        "echo": {"driver": "echo", "context_window": 5000, "aliases": ["claude-*"], "settings": {"capabilities": CAPS}},
+        "echo": {"driver": "echo", "context_window": 5000, "aliases": ["claude-*"],
+                 "settings": {"capabilities": CAPS}},
         "echo-b": {"driver": "echo", "context_window": 5000, "settings": {"capabilities": CAPS}},
     }
     with live_server({"models": models}) as url:
@@ -52,7 +53,8 @@ def first(client: anthropic.Anthropic) -> Any:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_appended_messages_are_no_divergence(client: anthropic.Anthropic, first: Any, stream: bool) -> None:
-    later = ask(client, first.id, stream=stream, messages=[*FIRST, as_param(first), {"role": "user", "content": "more"}])
+    more = [*FIRST, as_param(first), {"role": "user", "content": "more"}]
+    later = ask(client, first.id, stream=stream, messages=more)
     assert later.diagnostics is None
     # An alias of the same configured model shares its cache: no model change.
     assert ask(client, first.id, model="claude-anything").diagnostics is None
@@ -86,7 +88,9 @@ def test_model_is_checked_before_tools_and_system(client: anthropic.Anthropic, f
     {"tool_choice": {"type": "any"}},
     {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000},
 ])
-def test_other_prompt_parameters_are_unavailable(client: anthropic.Anthropic, first: Any, change: dict[str, Any]) -> None:
+def test_other_prompt_parameters_are_unavailable(
+    client: anthropic.Anthropic, first: Any, change: dict[str, Any],
+) -> None:
     later = ask(client, first.id, **change)
     assert later.diagnostics.cache_miss_reason.type == "unavailable"
     assert later.diagnostics.cache_miss_reason.to_dict() == {"type": "unavailable"}

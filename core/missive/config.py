@@ -50,9 +50,9 @@ Shape (every key optional)::
     max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
     database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
 
-    [threads]                   # server-held threads and cache diagnostics (docs/api-compatibility.md#threads)
+    [threads]                   # message threads and cache diagnostics (docs/configuration.md#threads)
     enabled = true              # false: a request with `thread` gets 400 thread_unsupported_request
-    ttl = 300.0                 # seconds a thread is kept after its last stored response (the API's 5 minutes)
+    ttl = 300.0                 # seconds a thread is kept after its last response (the API's 5 minutes)
     diagnostics_ttl = 3600.0    # seconds a cache diagnostics fingerprint is kept
     max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
     max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
@@ -94,8 +94,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
-    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig", "ThreadsConfig",
-    "Config",
+    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
+    "ThreadsConfig", "Config",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 

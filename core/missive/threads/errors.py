@@ -72,8 +72,9 @@ class ThreadAlreadyContinuedError(ThreadError, InvalidRequestError):
 
     def __init__(self, previous_message_id: str) -> None:
         super().__init__(
-            f"thread.previous_message_id: {previous_message_id!r} has already been continued, and each response "
-            "can be continued only once; continue from the thread's most recent response id, or " + REPLAY
+            f"thread.previous_message_id: {previous_message_id!r} has already been continued, and each "
+            "response can be continued only once; continue from the thread's most recent response id, or "
+            + REPLAY
         )
 
 
@@ -99,10 +100,10 @@ class ThreadFingerprintMismatchError(ThreadError, InvalidRequestError):
 
     def __init__(self, previous_message_id: str, fields: list[str]) -> None:
         super().__init__(
-            f"thread.previous_message_id: {previous_message_id!r}: a field that must stay the same across a "
-            f"thread's turns differs from the thread's; differing field(s): {', '.join(fields)}. Leave system "
-            f"and tools out of a continue (the thread keeps them) and send its model and output_config, or {REPLAY} "
-            "to change them"
+            f"thread.previous_message_id: {previous_message_id!r}: a field that must stay the same across "
+            f"a thread's turns differs from the thread's; differing field(s): {', '.join(fields)}. Leave "
+            "system and tools out of a continue (the thread keeps them) and send its model and "
+            f"output_config, or {REPLAY} to change them"
         )
         self.fields = fields
 

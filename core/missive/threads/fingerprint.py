@@ -91,7 +91,9 @@ def _json(model: Any) -> Any:
     return model
 
 
-def fingerprint_of(req: MessagesRequest, *, model: str, system: str | None, prompt_tokens: int) -> Fingerprint:
+def fingerprint_of(
+    req: MessagesRequest, *, model: str, system: str | None, prompt_tokens: int
+) -> Fingerprint:
     """The fingerprint of ``req`` served by configured model ``model``.
 
     Args:
@@ -118,7 +120,9 @@ def fingerprint_of(req: MessagesRequest, *, model: str, system: str | None, prom
     )
 
 
-def cache_miss_reason(previous: Fingerprint | None, current: Fingerprint, cache_read: int) -> dict[str, Any] | None:
+def cache_miss_reason(
+    previous: Fingerprint | None, current: Fingerprint, cache_read: int
+) -> dict[str, Any] | None:
     """``diagnostics.cache_miss_reason`` of ``current`` against ``previous``
     (None: not found), or None when they do not diverge; ``cache_read``:
     the tokens ``current`` read from the prefix cache."""

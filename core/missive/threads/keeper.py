@@ -76,7 +76,8 @@ class Keeper:
                 previous = self.store.get(self.owner, previous_id)
                 reason = cache_miss_reason(previous.fingerprint if previous else None, current, cache_read)
             message["diagnostics"] = None if reason is None else {"cache_miss_reason": reason}
-            self.store.keep_fingerprint(self.store.entry(self.owner, message["id"]), current, self.config.diagnostics_ttl)
+            kept = self.store.entry(self.owner, message["id"])
+            self.store.keep_fingerprint(kept, current, self.config.diagnostics_ttl)
         self.note(first)
 
     def note(self, event: dict[str, Any]) -> None:
