@@ -57,7 +57,7 @@ Shape (every key optional)::
     max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
     max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
 
-    [keys.alice]                # a named key (docs/configuration.md#keys): missive keys new alice
+    [keys.alice]                # a named key (docs/configuration.md#keysname): missive keys new alice
     key_sha256 = "..."          # the key's SHA-256: the file holds no secret
     scope = "user"              # or "admin": all batches, /v1/status, /metrics, /v1/usage
     models = ["qwen3-*"]        # configured model ids or globs it may use (default: all)

@@ -1,5 +1,5 @@
 """``[keys.NAME]``: a named API key, stored as a hash, with its scope, the
-models it may use and its limits (docs/configuration.md#keys).
+models it may use and its limits (docs/configuration.md#keysname).
 
 Only pydantic here: :mod:`missive.config` builds on it, and everything else
 of :mod:`missive.keys` builds on the configuration.
