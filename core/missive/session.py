@@ -32,8 +32,10 @@ def _clean(value: object) -> str | None:
     return value[:_MAX] if value else None
 
 
-def session_of(request: Any, headers: Mapping[str, str] | None) -> str | None:
-    """The session id of a request: the header first, then ``metadata.user_id``."""
+def session_of(request: Any, headers: Mapping[str, str] | Any | None) -> str | None:
+    """The session id of a request: the header first, then ``metadata.user_id``.
+    ``headers``: the request's (a mapping, or Werkzeug's ``Headers``), None
+    without an HTTP request (a batch)."""
     if headers is not None:
         found = _clean(headers.get(SESSION_HEADER))
         if found:
