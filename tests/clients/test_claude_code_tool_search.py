@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from missive.testing import live_server
-
 from web_standins import StandIn, server_tools_config
 
 if TYPE_CHECKING:  # fixtures' types (conftest modules are not imported by name)
@@ -39,19 +37,10 @@ def web() -> Iterator[StandIn]:
 
 @pytest.fixture
 def web_missive(tmp_path: Path, web: StandIn) -> Iterator[Missive]:
-    from tests.clients.conftest import TOOL_CHOICES, Missive
+    from tests.clients.conftest import scripted_missive
 
-    script_file = tmp_path / "script.json"
-    script_file.write_text("[]")
-    capture_dir = tmp_path / "captures"
-    settings = {"script_file": str(script_file), "capabilities": TOOL_CHOICES}
-    config = {
-        "server": {"capture_dir": str(capture_dir)},
-        **server_tools_config(web, web_fetch=False),
-        "models": {"echo": {"driver": "echo", "context_window": 200_000, "aliases": ["claude-*"], "settings": settings}},
-    }
-    with live_server(config) as url:
-        yield Missive(url=url, script_file=script_file, capture_dir=capture_dir)
+    with scripted_missive(tmp_path, **server_tools_config(web, web_fetch=False)) as server:
+        yield server
 
 
 def test_tool_search_loads_web_search_which_the_server_runs(
