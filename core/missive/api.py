@@ -98,6 +98,7 @@ from .specs import (
     DriverSpec,
     ImageProcessorSpec,
     ReasoningParserSpec,
+    SearchProviderSpec,
     TokenizerSpec,
     ToolParserSpec,
     load_object,
@@ -118,6 +119,7 @@ from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
 from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
+from .tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
 from .fastjson import dumps as json_dumps, loads as json_loads
 from .transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 
@@ -126,7 +128,9 @@ __all__ = [
     # declaring a plugin
     "hookimpl", "load_object",
     "DriverSpec", "DefaultModel", "ToolParserSpec", "ReasoningParserSpec", "TokenizerSpec",
-    "ImageProcessorSpec", "DocumentProcessorSpec",
+    "ImageProcessorSpec", "DocumentProcessorSpec", "SearchProviderSpec",
+    # search providers (the web_search server tool)
+    "SearchProvider", "SearchQuery", "SearchResult", "SearchError",
     # drivers
     "Driver", "GenerationRequest", "clamp_max_tokens", "Capabilities", "ToolChoiceMode", "check_request",
     "ModelEntry", "ConfigError",

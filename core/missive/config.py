@@ -50,6 +50,12 @@ Shape (every key optional)::
     max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
     database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
 
+    [server_tools]              # web_fetch and web_search run by the server (docs/tools.md#server-tools)
+    web_fetch = true            # fetch pages for the model (media.fetch_allow rules); default false
+    web_search = "searxng"      # the search provider that runs web_search; unset: "unavailable"
+    [server_tools.search]       # that provider's settings
+    url = "http://127.0.0.1:8888"
+
     [threads]                   # message threads and cache diagnostics (docs/configuration.md#threads)
     enabled = true              # false: a request with `thread` gets 400 thread_unsupported_request
     ttl = 300.0                 # seconds a thread is kept after its last response (the API's 5 minutes)
@@ -106,7 +112,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config",
+    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -288,6 +294,28 @@ class MediaConfig(_Strict):
         return value
 
 
+class ServerToolsConfig(_Strict):
+    """``[server_tools]``: the API's server tools that Missive runs itself
+    (:mod:`missive.tools.server_runner`). Off by default: unconfigured, their
+    calls are answered with the API's ``unavailable`` error.
+
+    Attributes:
+        web_fetch: run ``web_fetch`` calls: the URL is fetched under the
+            media fetcher's rules (``media.fetch_allow``, timeout, redirects).
+        web_fetch_max_bytes: largest page or PDF read, in bytes.
+        web_search: the search provider (``register_search_providers``) that
+            runs ``web_search`` calls, e.g. ``"searxng"``; unset: none.
+        search: the provider's settings (``[server_tools.search]``).
+        max_results: most results a search returns to the model.
+    """
+
+    web_fetch: StrictBool = False
+    web_fetch_max_bytes: int = Field(default=10 * MiB, ge=1024)
+    web_search: str | None = None
+    search: dict[str, Any] = Field(default_factory=dict)
+    max_results: int = Field(default=5, ge=1, le=50)
+
+
 class BatchesConfig(_Strict):
     """``[batches]``: the Message Batches endpoints (:mod:`missive.batches`).
 
@@ -374,6 +402,7 @@ class Config(_Strict):
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
+    server_tools: ServerToolsConfig = Field(default_factory=ServerToolsConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
     keys: dict[str, KeyEntry] = Field(default_factory=dict)

@@ -140,7 +140,8 @@ async def execute(
                 checked = check_params(json.loads(job.params), models, strict=config.server.strict)
                 req = checked.request
                 prepared = await prepare_generation(req, job.model, driver)
-                stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer)
+                stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer,
+                                       server_tools=app.extensions["missive"].get("server_tools"))
                 try:
                     if driver.capabilities.in_process:
                         # As for an interactive request: the prompt is

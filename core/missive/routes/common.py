@@ -22,11 +22,12 @@ from ..schema.ignored import collect_ignored
 from ..shutdown import Drain
 from ..thinking.signing import Signer
 from ..threads import HANDLED_BETAS
+from ..tools.server_runner import ServerToolRunner
 from ..validation import parse_json, validate_body
 
 __all__ = [
-    "state", "signer", "media_pipeline", "admission", "drain", "record", "authenticate", "authenticate_admin",
-    "resolve_for", "read_request",
+    "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
+    "authenticate_admin", "resolve_for", "read_request",
     "read_raw_body", "note_ignored", "page_limit",
 ]
 
@@ -48,6 +49,11 @@ def signer() -> Signer:
 def media_pipeline() -> MediaPipeline:
     """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
     return cast(MediaPipeline, current_app.extensions["missive"]["media"])
+
+
+def server_tools() -> ServerToolRunner:
+    """The app's :class:`~missive.tools.server_runner.ServerToolRunner`."""
+    return cast(ServerToolRunner, current_app.extensions["missive"]["server_tools"])
 
 
 def drain() -> Drain:

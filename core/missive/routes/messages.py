@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from quart import Quart, Response, g
+from quart import Quart, Response, g, has_request_context, request
 
 from ..admission import Slot
 from ..capabilities import check_request
@@ -46,6 +46,9 @@ from ..schema.request import CountTokensRequest, MessagesRequest
 from ..shutdown import Drain
 from ..sse import PING, frame, paced_batches
 from ..tools.definitions import offered_tools, tool_choice_of
+from ..tools.deferred import expand_references
+from ..tools.server_runner import server_first
+from ..session import session_of
 from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
@@ -53,7 +56,8 @@ from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
 from ..keys.access import admit
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, signer, state,
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, server_tools,
+    signer, state,
 )
 
 log = logging.getLogger("missive.messages")
@@ -82,6 +86,7 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
     note_ignored(skipped if can_call else [*skipped, *server_block_paths(req)])
     media = media_pipeline()
     caps = driver.capabilities
+    server_call, tools, choice = server_first(req, caps, tools, choice, server_tools())
     check_request(
         req, caps, model=model_id, driver=driver.name, tools=tools, tool_choice=choice,
         image_fallback=media.image_fallback is not None,
@@ -91,6 +96,7 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
         g.dropped_thinking = list(replay.dropped)
     conversation = build_conversation(req, replay.kept, server_tools=can_call)
+    expand_references(conversation, tools)
     note_ignored(unrendered_media(req))
     if conversation.prefill is not None and req.messages[-1].role == "assistant":
         # The answer continues the prefill's text; reasoning before it is not rendered.
@@ -123,6 +129,8 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
         tool_choice=choice,
         thinking=plan_thinking(req.thinking, req.output_config),
         thinking_position=answer_position(req.messages),
+        server_call=server_call,
+        session=session_of(req, request.headers if has_request_context() else None),
     )
 
 
@@ -222,7 +230,8 @@ async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[d
         facts.queue_seconds = time.monotonic() - queued_at
         return slot
 
-    stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
+    stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer(),
+                           server_tools=server_tools())
     shutdown = drain()
     # Nothing is sent before the answer starts: at the end of a shutdown's
     # grace, a request still here is cancelled and answered 529.

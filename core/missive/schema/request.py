@@ -60,6 +60,8 @@ class Tool(Open):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     cache_control: CacheControl | None = None
+    #: Not rendered until a ``tool_reference`` block loads it (:mod:`missive.tools.deferred`).
+    defer_loading: StrictBool | None = None
 
     @model_validator(mode="after")
     def _custom_needs_schema(self) -> Tool:
