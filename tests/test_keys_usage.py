@@ -202,3 +202,10 @@ def test_usage_can_be_turned_off(tmp_path: Path) -> None:
         answer = httpx.get(f"{server.url}/v1/usage", headers={"x-api-key": ADMIN}, timeout=10)
         assert answer.status_code == 404 and "usage.enabled" in answer.json()["error"]["message"]
     assert not (tmp_path / "usage.sqlite3").exists()
+
+
+def test_a_server_that_counted_nothing_writes_nothing(tmp_path: Path) -> None:
+    """No request, no usage database (only probes and a listing were answered)."""
+    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
+        assert httpx.get(f"{server.url}/v1/models", headers={"x-api-key": ALICE}, timeout=10).status_code == 200
+    assert not list(tmp_path.glob("usage.sqlite3*"))

@@ -166,7 +166,8 @@ class UsageRecorder:
                     self._pending[row] = [a + b for a, b in zip(self._pending[row], counts)]
                 raise
         now = time.time()
-        if now - self._pruned > _HOUR:
+        # A server that has counted nothing writes nothing (no database is made to be pruned).
+        if now - self._pruned > _HOUR and (self._store is not None or self.path.exists()):
             self._pruned = now
             if await self._call("prune", now - self.config.retention):
                 log.info("usage older than usage.retention deleted")
