@@ -8,28 +8,17 @@ benchmark's figures are in benchmarks/README.md). No time is asserted.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
+from bench_modules import load_bench
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_bad_keys.py"
-
-
-def load_bench() -> object:
-    spec = importlib.util.spec_from_file_location("bench_bad_keys", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_ten_thousand_bad_keys_are_answered_cheaply() -> None:
-    bench = load_bench()
+    bench = load_bench("bench_bad_keys")
     args = bench.parse_args(["--requests", "10000", "--warmup", "300", "--baseline", "0", "--keys", "20"])
     result = bench.run_flood(args)
     assert result.statuses == {"401": 10_000}, result
