@@ -146,7 +146,9 @@ async def _load(url: str, count: int, concurrency: int, make: Any, statuses: Cou
     await asyncio.gather(*(connection() for _ in range(concurrency)))
 
 
-async def _timed(server: ServerProcess, count: int, concurrency: int, make: Any) -> tuple[float, float, Counter[str], int]:
+async def _timed(
+    server: ServerProcess, count: int, concurrency: int, make: Any,
+) -> tuple[float, float, Counter[str], int]:
     """CPU ms per request, wall seconds, statuses and bad envelopes of one load."""
     statuses: Counter[str] = Counter()
     envelopes = [0]

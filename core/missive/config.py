@@ -101,7 +101,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator,
+)
 
 from .keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
 

@@ -263,7 +263,8 @@ class Batches:
 
         requests = await anyio.to_thread.run_sync(prepare)
         now = time.time()
-        row = await self._db("create", message_batch_id(), now, now + self.settings.expiry, requests, identity.name)
+        expires = now + self.settings.expiry
+        row = await self._db("create", message_batch_id(), now, expires, requests, identity.name)
         log.info("batch %s created: %d requests (%d errored at once)", row.id, row.total, row.errored)
         self.runner.wake({r.model for r in requests if r.model is not None})
         self._housekeeping.set()
@@ -317,7 +318,8 @@ class Batches:
             rows, more = [], False
         else:
             await self._open()
-            rows, more = await self._db("page", limit, after_id, before_id, None if identity.admin else identity.name)
+            owner = None if identity.admin else identity.name  # an admin key lists every batch
+            rows, more = await self._db("page", limit, after_id, before_id, owner)
         data = [batch_object(row, base_url) for row in rows]
         return {
             "data": data,

@@ -151,8 +151,8 @@ class BatchStore:
         done = sum(counts.values())
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, canceled, expired, "
-                "owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, canceled, "
+                "expired, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (batch_id, created_at, expires_at, created_at if done == len(requests) else None, len(requests),
                  counts["succeeded"], counts["errored"], counts["canceled"], counts["expired"], owner),
             )
@@ -186,7 +186,9 @@ class BatchStore:
         mine, args = ("owner = ?", (owner,)) if owner is not None else ("1", ())
         if after_id is not None or before_id is not None:
             cursor_id = after_id if after_id is not None else before_id
-            found = self._db.execute(f"SELECT seq FROM batches WHERE id = ? AND {mine}", (cursor_id, *args)).fetchone()
+            found = self._db.execute(
+                f"SELECT seq FROM batches WHERE id = ? AND {mine}", (cursor_id, *args)
+            ).fetchone()
             if found is None:
                 return [], False
             seq = found[0]
@@ -204,7 +206,8 @@ class BatchStore:
             return [_row(r) for r in reversed(rows[:limit])], more
         else:
             rows = self._db.execute(
-                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE {mine} ORDER BY seq DESC LIMIT ?", (*args, limit + 1)
+                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE {mine} ORDER BY seq DESC LIMIT ?",
+                (*args, limit + 1),
             ).fetchall()
         return [_row(r) for r in rows[:limit]], len(rows) > limit
 

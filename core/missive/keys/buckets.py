@@ -82,7 +82,10 @@ class Bucket:
     def level(self, cells: memoryview[float], now: float) -> float:
         """The level at ``now``, refilled and stored (call under the lock)."""
         level, stamp = cells[self.cell], cells[self.cell + 1]
-        level = float(self.capacity) if stamp == 0.0 else min(self.capacity, level + (now - stamp) * self.rate)
+        if stamp == 0.0:
+            level = float(self.capacity)
+        else:
+            level = min(self.capacity, level + (now - stamp) * self.rate)
         cells[self.cell], cells[self.cell + 1] = level, now
         return level
 

@@ -101,7 +101,9 @@ class Limiter:
         on_refused: ``(key name, limit field)`` for each 429 (the metrics).
     """
 
-    def __init__(self, identities: list[Identity], on_refused: Callable[[str, str], None] = lambda k, f: None) -> None:
+    def __init__(
+        self, identities: list[Identity], on_refused: Callable[[str, str], None] = lambda k, f: None,
+    ) -> None:
         self.table = SharedTable(len(identities) * _CELLS)
         self.on_refused = on_refused
         self._buckets: dict[int, dict[str, Bucket]] = {}
@@ -143,8 +145,9 @@ class Limiter:
         retry = max(1, ceil_seconds(waits[limit]))
         self.on_refused(identity.name, limit)
         if limit == "concurrent_requests":
-            message = (f"This request would exceed the rate limit of key '{identity.name}': {running} requests "
-                       f"running, its limit (keys.{identity.name}.concurrent_requests); retry when one ends")
+            message = (f"This request would exceed the rate limit of key '{identity.name}': {running} "
+                       f"requests running, its limit (keys.{identity.name}.concurrent_requests); retry when "
+                       "one ends")
         else:
             message = (f"This request would exceed the rate limit of key '{identity.name}': "
                        f"{identity.limits[limit]} {_WHAT[limit]} (keys.{identity.name}.{limit}); retry in "

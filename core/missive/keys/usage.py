@@ -48,7 +48,9 @@ DATABASE = "usage.sqlite3"
 #: Seconds between two writes of the counts kept in memory.
 FLUSH_INTERVAL = 5.0
 #: The counted fields, in the database's and the answers' order.
-COUNTS = ("requests", "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+COUNTS = (
+    "requests", "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens",
+)
 #: ``bucket_width`` values and their seconds (the Admin API usage report's names).
 WIDTHS = {"1h": 3600, "1d": 86400}
 #: Most buckets one answer holds.
