@@ -44,7 +44,10 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
   more with them than with the slot it takes; restored tokens are cache reads;
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
-  models whose reasoning format has a closing text.
+  models whose reasoning format has a closing text;
+* sampling fields the request leaves unset take the model's defaults
+  (``ModelInfo.sampling``, :mod:`missive.sampling`; its thinking-mode values
+  when the request thinks), shown in :meth:`LocalDriver.choices`.
 """
 
 from __future__ import annotations
