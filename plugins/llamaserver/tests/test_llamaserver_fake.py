@@ -84,7 +84,7 @@ def test_api_sampling_defaults_fill_what_the_request_leaves_unset(
     body = fakes["main"].requests[-1]
     assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (1.0, 1.0, 5, 0.0)
     client.messages.create(model="api-sampling", max_tokens=5, messages=[{"role": "user", "content": "a b"}],
-                           temperature=0.2)
+                           extra_body={"temperature": 0.2})
     body = fakes["main"].requests[-1]
     assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (0.2, 1.0, 0, 0.0)
 
