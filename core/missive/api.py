@@ -22,7 +22,9 @@ The names, grouped by what they are for:
   content blocks), images (:class:`ImageInput`, :func:`upright`, ...);
 * in-process drivers (llama.cpp, MLX): :class:`LocalDriver` and the runner
   protocol it drives (:class:`Runner`, :class:`Batched`,
-  :class:`ContextStates` and their value types), :func:`common_prefix`;
+  :class:`ContextStates` and their value types), :func:`common_prefix`,
+  a model's default sampling (:func:`model_sampling`, :func:`gguf_names`,
+  :func:`folder_sampling`, :class:`SamplingDefaults`);
 * remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
   failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
   :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`;
@@ -91,6 +93,7 @@ from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTar
 from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
 from .reasoning.registry import reasoning_parser_class
 from .replicas import Replica, ReplicaPool
+from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
 from .schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .specs import (
     DefaultModel,
@@ -148,6 +151,7 @@ __all__ = [
     # in-process drivers
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
     "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "common_prefix",
+    "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
     "json_loads", "json_dumps",

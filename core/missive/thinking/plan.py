@@ -13,7 +13,20 @@ chat templates:
   directly;
 * ``thinking`` - DeepSeek-V3.1 (``thinking=True`` opens ``<think>``);
 * ``reasoning_effort`` - gpt-oss (``low``/``medium``/``high``; it cannot be
-  switched off, so "no thinking" is ``low`` and its reasoning is dropped).
+  switched off, so "no thinking" is ``low`` and its reasoning is dropped);
+* ``thinking_budget`` - Seed-OSS (tokens; -1 unlimited, its template's
+  default; 0 answers without reasoning): ``budget_tokens`` for ``enabled``,
+  -1 for ``adaptive``, 0 without thinking.
+
+* ``preserve_thinking`` (Qwen3.6) true and ``clear_thinking`` (GLM-4.7,
+  GLM-5) false: the reasoning of every replayed assistant turn is rendered,
+  not only that of the current tool loop. The client decides what thinking
+  it replays (as with the Messages API, which keeps previous turns' thinking
+  for current Claude models); and a prompt that only grows keeps its KV
+  cache prefix across turns, where dropping a finished turn's reasoning
+  would make the next turn decode the conversation again from there.
+
+Templates read only the variables they know, so all of them are passed.
 """
 
 from __future__ import annotations
@@ -53,10 +66,14 @@ class ThinkingPlan:
     def template_kwargs(self) -> dict[str, Any]:
         """Chat-template variables switching the model's reasoning on or off
         (see the module documentation for which templates read which)."""
+        budget = (-1 if self.budget_tokens is None else self.budget_tokens) if self.requested else 0
         return {
             "enable_thinking": self.requested,
             "thinking": self.requested,
             "reasoning_effort": self.effort if self.requested else "low",
+            "thinking_budget": budget,
+            "preserve_thinking": True,
+            "clear_thinking": False,
         }
 
 
