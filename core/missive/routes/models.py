@@ -4,6 +4,9 @@ The listing pages with ``limit`` (1-1000, default 20), ``after_id`` and
 ``before_id`` and always sends ``has_more``, ``first_id`` and ``last_id``
 (the SDK's auto-pagination stops only on ``has_more: false``).
 
+Each model carries ``capabilities`` and ``lifecycle`` as the API always
+sends them (:mod:`missive.context.capabilities`).
+
 Aliases written as plain ids (no glob characters), such as
 ``claude-local``, are listed too, after the configured models: Claude Code
 keeps only ids containing ``claude`` in its model picker (contract section 6).
@@ -15,6 +18,7 @@ from typing import Any
 
 from quart import Quart, request
 
+from ..context.capabilities import lifecycle_fields, model_capabilities
 from ..driver import Driver
 from ..errors import InvalidRequestError
 from .common import authenticate, page_limit, record, state
@@ -34,6 +38,12 @@ def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) ->
         obj["max_input_tokens"] = context
     if entry.max_output_tokens is not None or context is not None:
         obj["max_tokens"] = entry.max_output_tokens or context
+    config, _, models = state()
+    obj["capabilities"] = model_capabilities(driver.capabilities, entry, batches=config.batches.enabled)
+    obj.update(lifecycle_fields(entry))
+    obj["line"] = None  # no Claude model line (the API: "do not infer a line from the id")
+    # Any other served model may be a `fallbacks` entry (missive.context.fallbacks).
+    obj["allowed_fallback_models"] = [other for other in models.drivers if other != model_id]
     return obj
 
 
