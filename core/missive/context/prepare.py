@@ -80,7 +80,8 @@ async def prepare_in_context(
             cannot count.
         MissiveError: whatever the core's preparation raises.
     """
-    note_ignored(ignored_routing(req, request.headers if has_request_context() else {}))
+    headers = {k.lower(): v for k, v in request.headers.items()} if has_request_context() else {}
+    note_ignored(ignored_routing(req, headers))
     extras = ContextExtras()
     g.context_extras = extras
     req = expand_compaction(req, signer)

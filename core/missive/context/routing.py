@@ -28,7 +28,8 @@ HEADER_REASONS = {
 
 
 def ignored_routing(req: Any, headers: Mapping[str, str]) -> list[str]:
-    """The ``missive-ignored`` entries for these fields and headers of a request."""
+    """The ``missive-ignored`` entries for these fields and headers (names
+    in lower case) of a request."""
     found: list[str] = []
     if getattr(req, "speed", None) == "fast":
         found.append("speed (no fast mode: the model runs at its one speed)")

@@ -54,20 +54,20 @@ async def progress_as_thinking(
             elif isinstance(event, TextDelta) and calls_possible:
                 held.append(event)
             elif isinstance(event, ToolCallStart):
-                text, tokens = "".join(t.text for t in held).strip(), sum(t.tokens for t in held)
+                progress, tokens = "".join(t.text for t in held).strip(), sum(t.tokens for t in held)
                 held = []
                 # Whitespace around a call is no progress update (the core
                 # drops it between blocks): counted, not shown.
-                yield ThinkingDelta(text, tokens=tokens) if text else TextDelta("", tokens=tokens)
+                yield ThinkingDelta(progress, tokens=tokens) if progress else TextDelta("", tokens=tokens)
                 yield event
             else:
                 if isinstance(event, Finished):
-                    for text in held:
-                        yield text
+                    for delta in held:
+                        yield delta
                     held = []
                 yield event
-        for text in held:
-            yield text
+        for delta in held:
+            yield delta
     finally:
         await source.aclose()  # type: ignore[attr-defined]
 
