@@ -15,10 +15,8 @@ for an answer (same system prompt and tools, so a prefix the model has in
 its cache is reused) followed by a user turn holding the summarisation
 prompt, with thinking off and no tool call allowed. The block is signed with
 the thinking key under its own domain
-(:meth:`missive.thinking.signing.Signer.sign_compaction`). Streamed, it
-arrives whole: ``content_block_start`` (``content`` null, the signature),
-one ``compaction_delta`` with the content, ``content_block_stop`` (the SDK's
-accumulator sets ``content`` from the delta, it does not append).
+(:meth:`missive.thinking.signing.Signer.sign_compaction`) and streamed whole
+(:class:`missive.context.response.CompactionStream`).
 
 Sent back, the block must be the conversation's first block and verify;
 otherwise the API's errors, with ``error.details.error_code`` as the SDK's
@@ -33,18 +31,13 @@ conversation that starts with an assistant turn) accepts it.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InvalidRequestError
 from ..schema.blocks import CompactionBlock, TextBlock, ToolUseBlock
 from ..schema.request import CountTokensRequest, Message, ToolChoiceNone
 from ..thinking.signing import Signer
 
-if TYPE_CHECKING:
-    from .response import Answer
 
 __all__ = [
     "CompactionError",
@@ -52,10 +45,7 @@ __all__ = [
     "SUMMARY_HEADER",
     "expand_compaction",
     "summarisation_request",
-    "CompactionStream",
 ]
-
-log = logging.getLogger("missive.compaction")
 
 #: The server's summarisation prompt (replaced by ``compaction.instructions``).
 SUMMARY_PROMPT = (
@@ -193,49 +183,3 @@ def summarisation_request(req: CountTokensRequest, *, can_refuse_tools: bool) ->
         update["tools"], update["tool_choice"] = None, None
     return req.model_copy(update=update)
 
-
-Event = dict[str, Any]
-
-
-class CompactionStream:
-    """The answer of a compaction request: a stream (``start``, ``events``,
-    ``aclose`` as :class:`~missive.pipeline.MessageStream`) whose content is
-    one ``compaction`` block holding the model's text."""
-
-    def __init__(self, inner: "Answer", signer: Signer) -> None:
-        self._inner = inner
-        self._signer = signer
-
-    async def start(self) -> Event:
-        first: Event = await self._inner.start()
-        return first
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def events(self) -> AsyncGenerator[Event, None]:
-        text: list[str] = []
-        async with aclosing(self._inner.events()) as inner:
-            async for event in inner:
-                kind = event["type"]
-                if kind == "content_block_delta" and event["delta"]["type"] == "text_delta":
-                    text.append(event["delta"]["text"])
-                elif kind == "message_delta":
-                    summary = "".join(text).strip()
-                    content = summary or None
-                    signature = self._signer.sign_compaction(summary) if content else None
-                    if content is None:
-                        log.warning("compaction produced no summary")
-                    block = {"type": "compaction", "content": None, "signature": signature, "encrypted_content": None}
-                    yield {"type": "content_block_start", "index": 0, "content_block": block}
-                    yield {
-                        "type": "content_block_delta", "index": 0,
-                        "delta": {"type": "compaction_delta", "content": content, "encrypted_content": None},
-                    }
-                    yield {"type": "content_block_stop", "index": 0}
-                    stop = event["delta"]["stop_reason"]
-                    # A summary cut by max_tokens is incomplete: said so, as the API says of any answer.
-                    reason = "max_tokens" if stop == "max_tokens" else "compaction"
-                    yield {**event, "delta": {"stop_reason": reason, "stop_sequence": None}}
-                elif kind == "message_stop":
-                    yield event

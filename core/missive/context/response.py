@@ -12,16 +12,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..thinking.signing import Signer
-from .compaction import CompactionStream
 from .fallbacks import iteration
 
-__all__ = ["Answer", "ContextExtras", "AnswerStream", "finish_stream"]
+__all__ = ["Answer", "ContextExtras", "AnswerStream", "CompactionStream", "finish_stream"]
+
+log = logging.getLogger("missive.compaction")
 
 Event = dict[str, Any]
 
@@ -52,14 +54,11 @@ class ContextExtras:
     compaction: bool = False
 
 
-class AnswerStream:
-    """A :class:`~missive.pipeline.MessageStream` (or a compaction stream)
-    whose ``message_delta`` gets the fields above."""
+class _Wrapper:
+    """An :class:`Answer` that changes the events of another one."""
 
-    def __init__(self, inner: Answer, extras: ContextExtras, fallback_model: str | None) -> None:
+    def __init__(self, inner: Answer) -> None:
         self._inner = inner
-        self._extras = extras
-        self._fallback_model = fallback_model
 
     async def start(self) -> Event:
         first: Event = await self._inner.start()
@@ -67,6 +66,16 @@ class AnswerStream:
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class AnswerStream(_Wrapper):
+    """An answer whose ``message_delta`` gets ``context_management`` and
+    ``usage.iterations`` (see the module doc)."""
+
+    def __init__(self, inner: Answer, extras: ContextExtras, fallback_model: str | None) -> None:
+        super().__init__(inner)
+        self._extras = extras
+        self._fallback_model = fallback_model
 
     async def events(self) -> AsyncGenerator[Event, None]:
         async with aclosing(self._inner.events()) as inner:
@@ -80,6 +89,48 @@ class AnswerStream:
                         usage["iterations"] = [iteration(self._fallback_model, usage)]
                         event["usage"] = usage
                 yield event
+
+
+class CompactionStream(_Wrapper):
+    """The answer of a compaction request (:mod:`missive.context.compaction`):
+    its content is one ``compaction`` block holding the model's text, signed
+    (:meth:`~missive.thinking.signing.Signer.sign_compaction`). It is sent
+    whole once the model has finished: ``content_block_start`` (``content``
+    null, the signature), one ``compaction_delta`` with the content,
+    ``content_block_stop`` (the SDK's accumulator sets ``content`` from the
+    delta, it does not append); ``stop_reason`` is ``compaction``, or
+    ``max_tokens`` for a summary cut short."""
+
+    def __init__(self, inner: Answer, signer: Signer) -> None:
+        super().__init__(inner)
+        self._signer = signer
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        text: list[str] = []
+        async with aclosing(self._inner.events()) as inner:
+            async for event in inner:
+                kind = event["type"]
+                if kind == "content_block_delta" and event["delta"]["type"] == "text_delta":
+                    text.append(event["delta"]["text"])
+                elif kind == "message_delta":
+                    summary = "".join(text).strip()
+                    content = summary or None
+                    signature = self._signer.sign_compaction(summary) if content else None
+                    if content is None:
+                        log.warning("compaction produced no summary")
+                    block = {"type": "compaction", "content": None, "signature": signature, "encrypted_content": None}
+                    yield {"type": "content_block_start", "index": 0, "content_block": block}
+                    yield {
+                        "type": "content_block_delta", "index": 0,
+                        "delta": {"type": "compaction_delta", "content": content, "encrypted_content": None},
+                    }
+                    yield {"type": "content_block_stop", "index": 0}
+                    stop = event["delta"]["stop_reason"]
+                    # A summary cut by max_tokens is incomplete: said so, as the API says of any answer.
+                    reason = "max_tokens" if stop == "max_tokens" else "compaction"
+                    yield {**event, "delta": {"stop_reason": reason, "stop_sequence": None}}
+                elif kind == "message_stop":
+                    yield event
 
 
 def finish_stream(
