@@ -109,7 +109,8 @@ def test_unknown_override_is_a_config_error(tmp_path: Path) -> None:
 
 # -- llm-anthropic --------------------------------------------------------
 
-LLM_PACKAGES = ("llm", "llm-anthropic")
+#: Pinned (``pip index versions llm-anthropic`` when bumping); the venv is per version.
+LLM_PACKAGES = ("llm==0.36", "llm-anthropic==0.30")
 
 
 def llm_venv() -> Path:
@@ -118,7 +119,7 @@ def llm_venv() -> Path:
     made once; skip when they cannot be installed (no registry)."""
     root = Path(os.environ.get("MISSIVE_TEST_PY_CACHE", Path.home() / ".cache" / "missive-tests" / "python"))
     root.mkdir(parents=True, exist_ok=True)
-    venv = root / "llm-anthropic"
+    venv = root / ("llm-anthropic-" + LLM_PACKAGES[1].split("==")[1])
     llm = venv / "bin" / "llm"
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
