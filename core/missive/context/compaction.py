@@ -145,6 +145,10 @@ def expand_compaction(req: CountTokensRequest, signer: Signer) -> CountTokensReq
             messages.append(message.model_copy(update={"content": kept}))
         elif kept:
             messages.append(message)
+    if not messages:
+        raise CompactionError(
+            "compaction_nothing_to_summarize", "messages: only failed compaction blocks (content null); nothing to answer"
+        )
     return req.model_copy(update={"messages": messages})
 
 
