@@ -149,3 +149,19 @@ def test_an_error_after_the_answer_started_is_not_retried(url: str) -> None:
     assert events[0]["message"]["model"] == "spare"
     assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "overloaded_error"
     assert all(e["type"] != "message_stop" for e in events)
+
+
+def test_a_batch_request_with_fallbacks_is_errored(client: anthropic.Anthropic) -> None:
+    """As the API: fallbacks are "not supported on the Message Batches API"."""
+    params = {"model": "spare", "max_tokens": 20, "messages": HELLO}
+    batch = client.messages.batches.create(requests=[
+        {"custom_id": "plain", "params": params},
+        {"custom_id": "chained", "params": {**params, "fallbacks": [{"model": "other"}]}},  # type: ignore[typeddict-unknown-key]
+    ])
+    ended = until(lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b,
+                  "the batch ended", timeout=60)
+    assert ended.request_counts.succeeded == 1 and ended.request_counts.errored == 1
+    results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
+    assert results["plain"].type == "succeeded"
+    errored = results["chained"]
+    assert errored.type == "errored" and "fallbacks: not supported in a Message Batch" in errored.error.error.message  # type: ignore[union-attr]
