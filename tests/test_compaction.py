@@ -147,10 +147,14 @@ def test_compaction_round_trip_on_the_default_model(smol: anthropic.Anthropic) -
         {"role": "user", "content": "I also play the violin."},
         {"role": "assistant", "content": "How wonderful! The violin is a beautiful instrument."},
     ]
+    # The conversation as the client last sent it: its prompt is in the model's cache...
+    smol.beta.messages.create(model="smollm2-135m", max_tokens=0, messages=[*talk, {"role": "user", "content": "ok"}], betas=BETA)
     first = smol.beta.messages.create(
         model="smollm2-135m", max_tokens=120, messages=talk, compaction=SUMMARIZE, betas=BETA,
         extra_body=GREEDY,
     )
+    # ...and the summarisation prompt starts with it: the prefix is reused.
+    assert (first.usage.cache_read_input_tokens or 0) > 0
     assert first.stop_reason in ("compaction", "max_tokens")
     [block] = first.content
     assert block.type == "compaction" and block.content and block.signature

@@ -12,8 +12,9 @@ absent). ``count_tokens`` accepts the parameter and ignores it. A block whose
 
 Here the model itself writes the summary: the conversation is rendered as
 for an answer (same system prompt and tools, so a prefix the model has in
-its cache is reused) followed by a user turn holding the summarisation
-prompt, with thinking off and no tool call allowed. The block is signed with
+its cache is reused: compaction comes when the context is large, and a
+local model would otherwise prefill it all again) followed by a user turn
+holding the summarisation prompt, with thinking off. The block is signed with
 the thinking key under its own domain
 (:meth:`missive.thinking.signing.Signer.sign_compaction`) and streamed whole
 (:class:`missive.context.response.CompactionStream`).
@@ -35,7 +36,7 @@ from typing import Any
 
 from ..errors import InvalidRequestError
 from ..schema.blocks import CompactionBlock, TextBlock, ToolUseBlock
-from ..schema.request import CountTokensRequest, Message, ToolChoiceNone
+from ..schema.request import CountTokensRequest, Message, ToolChoiceAuto
 from ..thinking.signing import Signer
 
 
@@ -152,12 +153,16 @@ def expand_compaction(req: CountTokensRequest, signer: Signer) -> CountTokensReq
     return req.model_copy(update={"messages": messages})
 
 
-def summarisation_request(req: CountTokensRequest, *, can_refuse_tools: bool) -> CountTokensRequest:
+def summarisation_request(req: CountTokensRequest, *, can_choose: bool) -> CountTokensRequest:
     """The request the model answers with a summary: ``req`` (compaction
     blocks already expanded) plus a user turn with the summarisation prompt,
-    thinking off, no stop sequences or output format; tools stay in the
-    prompt with ``tool_choice: none`` when the driver can refuse calls
-    (``can_refuse_tools``), else they are left out.
+    thinking off, no stop sequences or output format. The tools stay as the
+    conversation had them, so the rendered prompt up to the new turn is the
+    one the model has in its prefix cache (``tool_choice: none`` would leave
+    them out of the prompt); a ``tool_choice`` that forces a call becomes
+    ``auto`` where the driver can choose (``can_choose``), else the tools are
+    left out. The prompt tells the model not to call tools; text written
+    before a call it makes anyway is the summary.
 
     Raises:
         CompactionError: nothing to summarise, or the last assistant turn
@@ -181,9 +186,10 @@ def summarisation_request(req: CountTokensRequest, *, can_refuse_tools: bool) ->
         "output_format": None,
         "output_config": req.output_config.model_copy(update={"format": None}) if req.output_config else None,
     }
-    if req.tools and can_refuse_tools:
-        update["tool_choice"] = ToolChoiceNone(type="none")
-    elif req.tools:
-        update["tools"], update["tool_choice"] = None, None
+    if req.tools and req.tool_choice is not None and req.tool_choice.type in ("any", "tool"):
+        if can_choose:
+            update["tool_choice"] = ToolChoiceAuto(type="auto")
+        else:
+            update["tools"], update["tool_choice"] = None, None
     return req.model_copy(update=update)
 

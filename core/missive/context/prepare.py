@@ -86,7 +86,7 @@ async def prepare_in_context(
     g.context_extras = extras
     req = expand_compaction(req, signer)
     if isinstance(req, MessagesRequest) and req.compaction is not None:
-        req = summarisation_request(req, can_refuse_tools="none" in driver.capabilities.tool_choice)
+        req = summarisation_request(req, can_choose="auto" in driver.capabilities.tool_choice)
         extras.compaction = True
 
     async def count(edited: CountTokensRequest, cleared: frozenset[int]) -> int:
