@@ -21,8 +21,14 @@ from missive.testing import live_server
 from missive.thinking.signing import Signer
 
 KEY = "compaction-test-key-0123456789"
-#: The echo "model" summarises: it plays this when it sees the summarisation prompt.
-SUMMARY_SCRIPT = [{"match": SUMMARY_PROMPT[:40], "script": [{"text": "Ada "}, {"text": "likes tea."}]}]
+#: The echo "model" summarises: it plays this when it sees the summarisation
+#: prompt, answers from a summary when it sees one, calls ``lookup`` when asked
+#: about tea (the tool runner's first turn), and else echoes.
+SUMMARY_SCRIPT = [
+    {"match": SUMMARY_PROMPT[:40], "script": [{"text": "Ada "}, {"text": "likes tea."}]},
+    {"match": SUMMARY_HEADER, "script": [{"text": "Continuing from the summary."}]},
+    {"match": "Tell me about tea.", "script": [{"tool_call": {"name": "lookup", "id": "call_1", "arguments": ['{"q": "tea"}']}}]},
+]
 CONFIG: dict[str, Any] = {
     "thinking": {"signing_key": KEY},
     "models": {
@@ -136,6 +142,32 @@ def test_blocks_the_api_refuses(client: anthropic.Anthropic) -> None:
     # A failed compaction (content null) is a no-op.
     noop = [{"role": "assistant", "content": [{"type": "compaction", "content": None}]}, {"role": "user", "content": "hi there"}]
     assert client.beta.messages.create(model="echo", max_tokens=10, messages=noop, betas=BETA).content[0].text == "hi there"  # type: ignore[union-attr]
+
+
+def test_the_sdk_tool_runner_compacts_and_carries_on(client: anthropic.Anthropic) -> None:
+    """The SDK's own flow: ``runner.compact_before_next_turn()`` sends the
+    history with ``compaction``, puts the answer in place of the history,
+    and the next request continues from the block alone."""
+    from anthropic import beta_tool
+
+    @beta_tool
+    def lookup(q: str) -> str:
+        """Look a word up."""
+        return f"{q} is a drink"
+
+    runner = client.beta.messages.tool_runner(
+        model="echo", max_tokens=100, tools=[lookup], thread=False, betas=BETA,
+        messages=[{"role": "user", "content": "Tell me about tea."}],
+    )
+    seen = []
+    for message in runner:
+        seen.append(message)
+        if len(seen) == 1:
+            runner.compact_before_next_turn()
+    assert [m.stop_reason for m in seen] == ["tool_use", "compaction", "end_turn"]
+    block = seen[1].content[0]
+    assert block.type == "compaction" and block.content == "Ada likes tea."
+    assert seen[2].content[0].text == "Continuing from the summary."  # type: ignore[union-attr]
 
 
 def test_compaction_round_trip_on_the_default_model(smol: anthropic.Anthropic) -> None:
