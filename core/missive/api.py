@@ -98,6 +98,7 @@ from .specs import (
     DriverSpec,
     ImageProcessorSpec,
     ReasoningParserSpec,
+    SearchProviderSpec,
     TokenizerSpec,
     ToolParserSpec,
     load_object,
@@ -116,7 +117,9 @@ from .tools.parsers.base import (
 )
 from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
+from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
+from .tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
 from .fastjson import dumps as json_dumps, loads as json_loads
 from .transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 
@@ -125,7 +128,9 @@ __all__ = [
     # declaring a plugin
     "hookimpl", "load_object",
     "DriverSpec", "DefaultModel", "ToolParserSpec", "ReasoningParserSpec", "TokenizerSpec",
-    "ImageProcessorSpec", "DocumentProcessorSpec",
+    "ImageProcessorSpec", "DocumentProcessorSpec", "SearchProviderSpec",
+    # search providers (the web_search server tool)
+    "SearchProvider", "SearchQuery", "SearchResult", "SearchError",
     # drivers
     "Driver", "GenerationRequest", "clamp_max_tokens", "Capabilities", "ToolChoiceMode", "check_request",
     "ModelEntry", "ConfigError",
@@ -149,6 +154,7 @@ __all__ = [
     # tool calls and reasoning in generated text
     "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",
     "build_parser", "parser_class", "parser_for_template", "hermes_messages", "template_supports_tools",
+    "allows_string",
     "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "reasoning_parser_class",
     # state kept between runs
     "state_dir", "read_json", "write_json",

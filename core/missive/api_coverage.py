@@ -55,8 +55,8 @@ def _ignored(what: str, example: Any) -> Row:
     return Row("ignored", what, example=example)
 
 
-#: Handler modules of issue 26 part A, merged separately (the lead fixes the names at merge).
-PENDING_MERGE = frozenset({"missive.thread", "missive.diagnostics"})
+#: Handler modules not in this tree yet (none since issue 26 part A was merged).
+PENDING_MERGE: frozenset[str] = frozenset()
 
 REQUEST_FIELDS: dict[str, Row] = {
     "model": _h("missive.model_table", "resolved through exact ids, then alias globs; echoed in the response"),
@@ -74,8 +74,8 @@ REQUEST_FIELDS: dict[str, Row] = {
     "context_management": _h("missive.context.editing", "edits applied before rendering ([Context editing](#context-editing))"),
     "compaction": _h("missive.context.compaction", "the model summarises the conversation ([Compaction](#compaction))"),
     "fallbacks": _h("missive.context.fallbacks", "tried in order when a model is overloaded ([Fallbacks](#fallbacks))"),
-    "thread": _h("missive.thread", "server-held conversation state (issue 26 part A)"),
-    "diagnostics": _h("missive.diagnostics", "`cache_miss_reason` (issue 26 part A)"),
+    "thread": _h("missive.threads.thread", "server-held conversation state ([Message threads](#message-threads))"),
+    "diagnostics": _h("missive.threads.fingerprint", "`cache_miss_reason` ([Cache diagnostics](#cache-diagnostics))"),
     "speed": _h("missive.context.routing", '`"standard"` is what every model does; `"fast"` is reported as ignored'),
     "inference_geo": _ignored("inference runs where the server runs", "us"),
     "service_tier": _ignored("one service tier", "auto"),
@@ -101,7 +101,7 @@ BLOCK_TYPES: dict[str, Row] = {
     "redacted_thinking": Row("accepted", "left out of the prompt (nothing a local model can read), named in `missive-dropped-thinking`"),
     "tool_use": _h("missive.tools.history", "rendered; pairing checked"),
     "tool_result": _h("missive.tools.history", "rendered; pairing checked"),
-    "server_tool_use": _h("missive.tools.server", "`web_search`/`web_fetch` calls rendered; others ignored"),
+    "server_tool_use": _h("missive.tools.server", "`web_search`/`web_fetch` calls rendered with their results; others ignored"),
     "web_search_tool_result": _h("missive.tools.server", "rendered with its call"),
     "web_fetch_tool_result": _h("missive.tools.server", "rendered with its call"),
     "compaction": _h("missive.context.compaction", "verified and rendered as the summary"),
@@ -144,7 +144,7 @@ EDIT_TYPES: dict[str, Row] = {
 RESPONSE_FIELDS: dict[str, Row] = {
     **{name: Row("produced", "always", "missive.pipeline") for name in ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")},
     "context_management": Row("produced", "`applied_edits`, when the request had `context_management`", "missive.context.response"),
-    "diagnostics": Row("produced", "with `diagnostics.previous_message_id` (issue 26 part A)", "missive.diagnostics"),
+    "diagnostics": Row("produced", "`cache_miss_reason`, with `diagnostics.previous_message_id`", "missive.threads.keeper"),
     "container": Row("absent", "no code execution containers"),
     "stop_details": Row("absent", "no model refuses for policy"),
     "input_transformations": Row("absent", "dropped thinking is reported in the `missive-dropped-thinking` header"),
@@ -169,8 +169,8 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
     "thinking": Row("produced", "reasoning, signed", "missive.pipeline"),
     "tool_use": Row("produced", "client tool calls", "missive.pipeline"),
     "server_tool_use": Row("produced", "`web_search`/`web_fetch` calls", "missive.tools.server"),
-    "web_search_tool_result": Row("produced", "the `unavailable` error", "missive.tools.server"),
-    "web_fetch_tool_result": Row("produced", "the `unavailable` error", "missive.tools.server"),
+    "web_search_tool_result": Row("produced", "the results where `[server_tools]` runs searches, else the `unavailable` error", "missive.tools.server_runner"),
+    "web_fetch_tool_result": Row("produced", "the page where `[server_tools]` runs fetches, else the `unavailable` error", "missive.tools.server_runner"),
     "compaction": Row("produced", "the answer of a compaction request", "missive.context.compaction"),
     "redacted_thinking": Row("absent", "reasoning is never redacted"),
     "fallback": Row("absent", "no model starts answering and then declines"),

@@ -35,10 +35,12 @@ from .thinking.signing import load_signer
 from .kernel import Kernel
 from .logs import log_request, request_id_var
 from .media.pipeline import MediaPipeline
+from .tools.server_runner import ServerToolRunner, build_search_provider
 from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
 from .shutdown import Drain
+from .threads.store import ResponseStore
 from .workers import PUBLISH_INTERVAL, WorkerInfo
 
 __all__ = ["create_app", "error_response"]
@@ -137,6 +139,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     models = ModelTable(config, kernel)
     signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
     media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
+    server_tools = ServerToolRunner(
+        config.server_tools, media.policy, build_search_provider(config.server_tools, kernel.search_providers)
+    )
 
     app = Quart("missive")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
@@ -157,8 +162,10 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     metrics.batches.attach(batches)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
+        "server_tools": server_tools,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
+        "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
     }
     publishing: list[asyncio.Task[None]] = []
 
@@ -180,7 +187,11 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         try:
             await batches.aclose()
         finally:
-            await models.aclose()
+            try:
+                await models.aclose()
+            finally:
+                if server_tools.provider is not None:
+                    await server_tools.provider.aclose()
 
     @app.before_request
     async def _identify() -> None:

@@ -50,6 +50,19 @@ Shape (every key optional)::
     max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
     database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
 
+    [server_tools]              # web_fetch and web_search run by the server (docs/tools.md#server-tools)
+    web_fetch = true            # fetch pages for the model (media.fetch_allow rules); default false
+    web_search = "searxng"      # the search provider that runs web_search; unset: "unavailable"
+    [server_tools.search]       # that provider's settings
+    url = "http://127.0.0.1:8888"
+
+    [threads]                   # message threads and cache diagnostics (docs/configuration.md#threads)
+    enabled = true              # false: a request with `thread` gets 400 thread_unsupported_request
+    ttl = 300.0                 # seconds a thread is kept after its last response (the API's 5 minutes)
+    diagnostics_ttl = 3600.0    # seconds a cache diagnostics fingerprint is kept
+    max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
+    max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
+
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
     fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
@@ -87,7 +100,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
-    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig", "Config",
+    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
+    "ThreadsConfig", "Config", "ServerToolsConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -297,6 +311,28 @@ class MediaConfig(_Strict):
         return value
 
 
+class ServerToolsConfig(_Strict):
+    """``[server_tools]``: the API's server tools that Missive runs itself
+    (:mod:`missive.tools.server_runner`). Off by default: unconfigured, their
+    calls are answered with the API's ``unavailable`` error.
+
+    Attributes:
+        web_fetch: run ``web_fetch`` calls: the URL is fetched under the
+            media fetcher's rules (``media.fetch_allow``, timeout, redirects).
+        web_fetch_max_bytes: largest page or PDF read, in bytes.
+        web_search: the search provider (``register_search_providers``) that
+            runs ``web_search`` calls, e.g. ``"searxng"``; unset: none.
+        search: the provider's settings (``[server_tools.search]``).
+        max_results: most results a search returns to the model.
+    """
+
+    web_fetch: StrictBool = False
+    web_fetch_max_bytes: int = Field(default=10 * MiB, ge=1024)
+    web_search: str | None = None
+    search: dict[str, Any] = Field(default_factory=dict)
+    max_results: int = Field(default=5, ge=1, le=50)
+
+
 class BatchesConfig(_Strict):
     """``[batches]``: the Message Batches endpoints (:mod:`missive.batches`).
 
@@ -349,6 +385,31 @@ class BatchesConfig(_Strict):
         return max(1, int(value * limit))
 
 
+class ThreadsConfig(_Strict):
+    """``[threads]``: what the server keeps of its responses for message
+    threads and cache diagnostics (:mod:`missive.threads`).
+
+    Attributes:
+        enabled: hold threads (``thread`` in a request); false: such a
+            request is a 400 ``thread_unsupported_request``, which the SDKs'
+            tool runners answer by sending the whole conversation.
+        ttl: seconds a thread is kept after the response it ends with (the
+            API's 5 minutes; a continue restarts it with its new response).
+        diagnostics_ttl: seconds the fingerprint of a request that asked for
+            ``diagnostics`` is kept.
+        max_count: responses kept at once, threads and fingerprints together;
+            beyond it the oldest are dropped.
+        max_bytes: bytes of kept conversations (their JSON) at once; beyond
+            it the oldest are dropped. A thread larger than this is not kept.
+    """
+
+    enabled: StrictBool = True
+    ttl: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    diagnostics_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    max_count: int = Field(default=1024, ge=1)
+    max_bytes: int = Field(default=256 * MiB, ge=1024)
+
+
 class Config(_Strict):
     """The whole configuration. ``source``: the file it was read from (None:
     no file, only defaults, environment and overrides); not a key."""
@@ -358,7 +419,9 @@ class Config(_Strict):
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
+    server_tools: ServerToolsConfig = Field(default_factory=ServerToolsConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
+    threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def check_bind(self) -> None:

@@ -32,6 +32,8 @@ from missive.testing import live_server
 #: Pinned client versions (``npm view <pkg> version`` when bumping).
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
 OPENCODE = ("opencode-ai", "1.18.33")
+#: The TypeScript SDK, for its tool runner (test_ts_tool_runner.py).
+TS_SDK = ("@anthropic-ai/sdk", "1.15.0")
 
 NPM_TIMEOUT = 600
 CLIENT_TIMEOUT = 120
@@ -98,6 +100,16 @@ def opencode_bin() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def ts_sdk() -> Path:
+    """The pinned TypeScript SDK's package folder, installed once per machine."""
+    npm_install(*TS_SDK, binary="anthropic-ai-sdk")
+    folder = node_cache() / "node_modules" / TS_SDK[0]
+    version = json.loads((folder / "package.json").read_text())["version"]
+    assert version == TS_SDK[1], version
+    return folder
+
+
 @dataclass
 class Missive:
     """A live Missive for one test: its URL, the echo script file and the captures."""
@@ -128,17 +140,19 @@ class Missive:
 TOOL_CHOICES = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True}
 
 
-@pytest.fixture
-def missive(tmp_path: Path) -> Iterator[Missive]:
+@contextmanager
+def scripted_missive(tmp_path: Path, **tables: Any) -> Iterator[Missive]:
     """Missive with echo models scripted by ``tmp_path/script.json``:
     ``echo`` (200k words of context, ``claude-*`` alias), ``echo-100k`` and
-    ``echo-small`` (1000 words: Claude Code's prompt does not fit)."""
+    ``echo-small`` (1000 words: Claude Code's prompt does not fit); ``tables``:
+    more configuration tables (``server_tools=...``)."""
     script_file = tmp_path / "script.json"
     script_file.write_text("[]")
     capture_dir = tmp_path / "captures"
     settings = {"script_file": str(script_file), "capabilities": TOOL_CHOICES}
     config = {
         "server": {"capture_dir": str(capture_dir)},
+        **tables,
         "models": {
             "echo": {"driver": "echo", "context_window": 200_000, "aliases": ["claude-*"], "settings": settings},
             "echo-100k": {"driver": "echo", "context_window": 100_000, "settings": settings},
@@ -151,6 +165,13 @@ def missive(tmp_path: Path) -> Iterator[Missive]:
             yield server
         finally:
             print(f"requests captured in {capture_dir}:\n{server.summary()}")
+
+
+@pytest.fixture
+def missive(tmp_path: Path) -> Iterator[Missive]:
+    """:func:`scripted_missive` for one test."""
+    with scripted_missive(tmp_path) as server:
+        yield server
 
 
 @dataclass

@@ -33,6 +33,7 @@ from ..pipeline import MessageStream, accumulate
 from ..record import RequestRecord
 from ..schema.ignored import collect_ignored
 from ..schema.request import MessagesRequest
+from ..threads.errors import ThreadUnsupportedRequestError
 from ..validation import validate_body
 from .shapes import errored_result
 
@@ -63,8 +64,9 @@ class Checked:
 def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) -> Checked:
     """Check one request's ``params`` as ``POST /v1/messages`` checks a body,
     plus the batch's own rules: no ``stream: true`` (a batch's results are
-    whole messages), no ``fallbacks`` (the API's) and ``max_tokens`` of at
-    least 1 (the API's batch rule: a cache warm-up would have nothing to warm).
+    whole messages), no ``thread`` (each request stands alone), no
+    ``fallbacks`` (the API's) and ``max_tokens`` of at least 1 (the API's
+    batch rule: a cache warm-up would have nothing to warm).
 
     Raises:
         InvalidRequestError: the first problem, with its field path; in
@@ -73,6 +75,8 @@ def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) ->
     """
     if params.get("stream") is True:
         raise InvalidRequestError("stream: streaming is not supported in a Message Batch; leave it out or set it to false")
+    if params.get("thread") is not None:
+        raise ThreadUnsupportedRequestError("message threads are not supported in a Message Batch")
     if params.get("fallbacks") is not None:
         # The API: "not supported on the Message Batches API".
         raise InvalidRequestError("fallbacks: not supported in a Message Batch; leave it out")
@@ -142,7 +146,8 @@ async def execute(
                 prepared = await prepare_generation(req, job.model, driver)
                 # Compaction and context editing answer as they would on their own.
                 stream = finish_stream(
-                    MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer),
+                    MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer,
+                                  server_tools=app.extensions["missive"].get("server_tools")),
                     context_extras(), signer,
                 )
                 try:

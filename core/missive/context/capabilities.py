@@ -31,9 +31,11 @@ configuration (dotted keys, ``"pdf_input" = false``) are applied:
   ``clear_thinking_20251015`` are applied by the core for every model
   (:mod:`missive.context.editing`); ``compact_20260112`` is not.
 * ``batch``: the Message Batches endpoints are on (``batches.enabled``).
-* ``citations``, ``code_execution``, ``server_tools``: false (citations are
-  not produced; no code runs; ``web_search`` calls are answered
-  ``unavailable``).
+* ``server_tools.web_search`` (and ``server_tools``): a search provider
+  runs ``web_search`` calls (``[server_tools] web_search``) and the model
+  can call tools; ``server_tools.code_execution``: never.
+* ``citations``, ``code_execution``: false (citations are not produced; no
+  code runs).
 """
 
 from __future__ import annotations
@@ -52,9 +54,10 @@ def _s(supported: bool) -> dict[str, bool]:
     return {"supported": bool(supported)}
 
 
-def _derived(caps: Capabilities, *, batches: bool) -> dict[str, Any]:
+def _derived(caps: Capabilities, *, batches: bool, web_search: bool = False) -> dict[str, Any]:
     reasons = caps.thinking
     tools = bool(caps.tool_choice)
+    searches = web_search and tools
     types = {"adaptive": _s(reasons), "between_tools": _s(tools), "disabled": _s(True), "enabled": _s(reasons)}
     return {
         "batch": _s(batches),
@@ -70,7 +73,7 @@ def _derived(caps: Capabilities, *, batches: bool) -> dict[str, Any]:
         "effort": {"supported": reasons, **{level: _s(reasons) for level in ("low", "medium", "high", "max", "xhigh")}},
         "image_input": _s(any(m.startswith("image/") for m in caps.input_media)),
         "pdf_input": _s(True),
-        "server_tools": {"supported": False, "code_execution": _s(False), "web_search": _s(False)},
+        "server_tools": {"supported": searches, "code_execution": _s(False), "web_search": _s(searches)},
         "structured_outputs": _s(caps.structured_output),
         "thinking": {"supported": reasons or tools, "types": types},
     }
@@ -98,10 +101,14 @@ def _override(tree: dict[str, Any], dotted: str, value: bool) -> None:
     node["supported"] = value
 
 
-def model_capabilities(caps: Capabilities, entry: ModelEntry, *, batches: bool) -> dict[str, Any]:
-    """The ``capabilities`` object of a model (see the module doc). Override
-    keys were checked with the configuration (:func:`unknown_keys`)."""
-    tree = _derived(caps, batches=batches)
+def model_capabilities(
+    caps: Capabilities, entry: ModelEntry, *, batches: bool, web_search: bool = False
+) -> dict[str, Any]:
+    """The ``capabilities`` object of a model (see the module doc);
+    ``web_search``: a search provider runs ``web_search`` calls
+    (``[server_tools] web_search``). Override keys were checked with the
+    configuration (:func:`unknown_keys`)."""
+    tree = _derived(caps, batches=batches, web_search=web_search)
     for dotted, value in entry.capabilities.items():
         if dotted in CAPABILITY_KEYS:
             _override(tree, dotted, value)

@@ -74,6 +74,7 @@ class Batcher:
         self._free = set(range(slots))
         self._owner: dict[int, Producer] = {}
         self._last_used = [0.0] * slots
+        self._session: list[str | None] = [None] * slots  # the session whose tokens each slot holds
 
     @property
     def active(self) -> int:
@@ -96,19 +97,42 @@ class Batcher:
                 self._incoming.remove(producer)
             producer.fail(exc)
 
-    def choose_slot(self, prompt: Prompt) -> int:
+    def slot_session(self, slot: int) -> str | None:
+        """The session whose tokens ``slot`` holds (None: unknown)."""
+        return self._session[slot]
+
+    def choose_slot(self, prompt: Prompt, session: str | None = None) -> int:
         """A free slot for ``prompt``: the one whose cached tokens serve it
         best when that beats what the host-memory cache would restore,
         else the least recently used one (its tokens are worth least).
-        Model thread."""
+
+        Session affinity (``session``, :mod:`missive.session`) decides ties:
+        among slots that serve the prompt equally, one of the request's own
+        session comes first, then one of no other session, then the least
+        recently used; and a slot of another session that serves no more
+        than the host-memory cache would restore is left to its session
+        (the cache restores into the least recently used slot instead), so a
+        subagent sharing the main conversation's system prompt does not take
+        its slot. Model thread."""
         free = sorted(self._free, key=lambda s: self._last_used[s])
         if len(free) == 1 or self._reuse is None:
             return free[0]
+        owners = self._session
+
+        def rank(s: int) -> tuple[int, int]:
+            return (1 if session is not None and owners[s] == session else 0,
+                    1 if owners[s] is None or owners[s] == session else 0)
+
         scored = [(self._reuse(prompt, s), s) for s in free]
-        best, slot = max(scored, key=lambda item: item[0])  # max keeps the first (least recently used) of equals
-        if best > 0 and (self._elsewhere is None or best >= self._elsewhere(prompt)):
-            return slot
-        return free[0]
+        best = max(score for score, _ in scored)
+        tied = [s for score, s in scored if score == best]
+        slot = max(tied, key=rank)  # max keeps the first (least recently used) of equals
+        if best > 0:
+            elsewhere = self._elsewhere(prompt) if self._elsewhere is not None else 0
+            others = session is not None and owners[slot] not in (None, session)
+            if best > elsewhere or (best == elsewhere and not others):
+                return slot
+        return max(free, key=rank) if session is not None else free[0]
 
     # -- the model's thread ------------------------------------------------
 
@@ -138,10 +162,12 @@ class Batcher:
         if producer.cancelled():
             producer.stop()  # gone while queued: it never takes a slot
             return
-        slot = self.choose_slot(producer.seq.prompt)
+        slot = self.choose_slot(producer.seq.prompt, producer.seq.session)
         self._free.discard(slot)
         self._owner[slot] = producer
-        if producer.start(slot):
+        started = producer.start(slot)  # its setup reads the slot's previous session
+        self._session[slot] = producer.seq.session
+        if started:
             self._active.append(producer)
         else:
             self._release(producer)

@@ -390,12 +390,13 @@ class LocalDriver(Driver):
 
         assert self._batcher is not None
         async with self._scheduler.permit():
-            seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False)
-            cache, runner = self._host_cache, self.runner
+            seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False,
+                           session=request.session)
+            cache, runner, batcher = self._host_cache, self.runner, self._batcher
             setup = None
             if cache is not None and isinstance(runner, ContextStates):
                 def setup(slot: int) -> int:  # runs in the model's thread
-                    return swap_in(runner, cache, prepared.prompt, slot)
+                    return swap_in(runner, cache, prepared.prompt, slot, request.session, batcher.slot_session(slot))
             producer = Producer(self.runner, seq, prepared.budget, setup)
             self._batcher.submit(producer)
             try:

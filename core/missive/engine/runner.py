@@ -172,6 +172,9 @@ class Sequence:
         state: the runner's own per-sequence state (generator, KV cache...).
         slot: the slot it runs in, ``0 .. ModelInfo.slots - 1``, chosen by
             the engine before :meth:`Runner.begin` (llama.cpp: its ``seq_id``).
+        session: the client's session id (:mod:`missive.session`): among
+            slots and saved states that serve the prompt equally, the
+            engine prefers those of this session.
     """
 
     prompt: Prompt
@@ -182,6 +185,7 @@ class Sequence:
     reused: int = 0
     state: Any = None
     slot: int = 0
+    session: str | None = None
 
 
 class Detokenizer(Protocol):

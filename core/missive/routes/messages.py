@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from quart import Quart, Response, g
+from quart import Quart, Response, g, has_request_context, request
 
 from ..admission import Slot
 from ..capabilities import check_request
@@ -49,13 +49,17 @@ from ..schema.request import CountTokensRequest, MessagesRequest
 from ..shutdown import Drain
 from ..sse import PING, frame, paced_batches
 from ..tools.definitions import offered_tools, tool_choice_of
+from ..tools.deferred import expand_references
+from ..tools.server_runner import server_first
+from ..session import session_of
 from ..tools.history import check_tool_history
 from ..thinking.between_tools import as_text as between_tools_text
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
+from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, signer, state,
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, server_tools, signer, state,
 )
 
 log = logging.getLogger("missive.messages")
@@ -95,6 +99,7 @@ async def _prepare(
     note_ignored(skipped if can_call else [*skipped, *server_block_paths(req)])
     media = media_pipeline()
     caps = driver.capabilities
+    server_call, tools, choice = server_first(req, caps, tools, choice, server_tools())
     check_request(
         req, caps, model=model_id, driver=driver.name, tools=tools, tool_choice=choice,
         image_fallback=media.image_fallback is not None,
@@ -105,6 +110,7 @@ async def _prepare(
         g.dropped_thinking = list(replay.dropped)
     kept = {at: text for at, text in replay.kept.items() if at[0] not in cleared_thinking}
     conversation = build_conversation(req, kept, server_tools=can_call)
+    expand_references(conversation, tools)
     thinking = plan_thinking(req.thinking, req.output_config)
     if thinking.between_tools:
         between_tools_text(conversation)  # replayed progress updates are text the model wrote
@@ -140,6 +146,8 @@ async def _prepare(
         tool_choice=choice,
         thinking=thinking,
         thinking_position=answer_position(req.messages),
+        server_call=server_call,
+        session=session_of(req, request.headers if has_request_context() else None),
     )
 
 
@@ -174,17 +182,19 @@ class _StreamContext:
     facts: RequestRecord
     shutdown: Drain
     request_id: str
+    keeper: Keeper
 
 
 def _stream_context() -> _StreamContext:
     config, _, _ = state()
-    return _StreamContext(config.server, record(), drain(), g.request_id)
+    return _StreamContext(config.server, record(), drain(), g.request_id, keeper())
 
 
 async def _create_message() -> Response | dict[str, Any]:
     authenticate()
     _, _, models = state()
-    req = await read_request(MessagesRequest)
+    # A thread continue is rebuilt into the whole conversation before validation.
+    req = await read_request(MessagesRequest, expand=keeper().expand)
     model_id, _ = models.resolve(req.model)
     facts = record()
     facts.model = model_id
@@ -199,10 +209,12 @@ async def _create_message() -> Response | dict[str, Any]:
         shutdown = drain()
         try:
             events = [first]
+            kept = keeper()
             with shutdown.cut():
                 async with aclosing(stream.events()) as answer:
                     async for event in answer:
                         facts.note(event)
+                        kept.note(event)
                         events.append(event)
         finally:
             try:
@@ -257,7 +269,8 @@ async def _begin(
         return slot
 
     stream = finish_stream(
-        MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer()),
+        MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer(),
+                      server_tools=server_tools()),
         context_extras(), signer(), fallback_model=req.model if fallback else None,
     )
     shutdown = drain()
@@ -284,6 +297,8 @@ async def _begin(
             except BaseException:
                 slot.release()
                 raise
+    # Cache diagnostics go into message_start; a thread's answer is collected.
+    keeper().start(req, model=model_id, system=prepared.conversation.system, first=first)
     facts.note(first)
     return first, stream, slot
 
@@ -370,6 +385,7 @@ async def _body(first: dict[str, Any], stream: Answer, slot: Slot, ctx: _StreamC
                         if event["type"] == "message_stop":
                             slot.release()
                         facts.note(event)
+                        ctx.keeper.note(event)  # a thread is held before message_stop leaves
                         frames.append(frame(event))
                     yield b"".join(frames)  # one write for what was ready together
         except Exception as exc:

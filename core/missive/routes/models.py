@@ -39,7 +39,9 @@ def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) ->
     if entry.max_output_tokens is not None or context is not None:
         obj["max_tokens"] = entry.max_output_tokens or context
     config, _, models = state()
-    obj["capabilities"] = model_capabilities(driver.capabilities, entry, batches=config.batches.enabled)
+    obj["capabilities"] = model_capabilities(
+        driver.capabilities, entry, batches=config.batches.enabled, web_search=config.server_tools.web_search is not None,
+    )
     obj.update(lifecycle_fields(entry))
     obj["line"] = None  # no Claude model line (the API: "do not infer a line from the id")
     # Any other served model may be a `fallbacks` entry (missive.context.fallbacks).

@@ -24,6 +24,7 @@ __all__ = [
     "ImageBlock",
     "DocumentBlock",
     "SearchResultBlock",
+    "ToolReferenceBlock",
     "ToolUseBlock",
     "ToolResultBlock",
     "ThinkingBlock",
@@ -118,6 +119,17 @@ class SearchResultBlock(_Block):
     title: str
     content: list[TextBlock]
     citations: dict[str, Any] | None = None
+
+
+class ToolReferenceBlock(_Block):
+    """A deferred tool loaded by a tool search (Anthropic docs, "Tool search
+    tool"; ``BetaToolReferenceBlockParam``): ``{"type": "tool_reference",
+    "tool_name": "..."}`` in a ``tool_result``'s content. The tool it names is
+    offered from then on, its definition rendered where the block stands
+    (:mod:`missive.tools.deferred`)."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
 
 
 class ToolUseBlock(_Block):
@@ -250,10 +262,11 @@ ToolResultContentBlock = Annotated[
         Annotated[ImageBlock, Tag("image")],
         Annotated[DocumentBlock, Tag("document")],
         Annotated[SearchResultBlock, Tag("search_result")],
+        Annotated[ToolReferenceBlock, Tag("tool_reference")],
         Annotated[ServerToolBlock, Tag("server_tool")],
         Annotated[UnknownBlock, Tag("unknown")],
     ],
-    _tag(frozenset({"text", "image", "document", "search_result"})),
+    _tag(frozenset({"text", "image", "document", "search_result", "tool_reference"})),
 ]
 
 

@@ -28,6 +28,7 @@ from .blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from .thread import Diagnostics, MessageThread
 
 __all__ = [
     "Message",
@@ -60,6 +61,8 @@ class Tool(Open):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     cache_control: CacheControl | None = None
+    #: Not rendered until a ``tool_reference`` block loads it (:mod:`missive.tools.deferred`).
+    defer_loading: StrictBool | None = None
 
     @model_validator(mode="after")
     def _custom_needs_schema(self) -> Tool:
@@ -254,6 +257,9 @@ class MessagesRequest(CountTokensRequest):
     top_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None
     top_k: Annotated[StrictInt, Field(ge=0)] | None = None
     metadata: Metadata | None = None
+    # Message threads and cache diagnostics (missive.threads; the SDK 2.15 types in .thread).
+    thread: MessageThread | None = None
+    diagnostics: Diagnostics | None = None
 
     # -- Issue 26 part B: fallbacks and request-routing fields -------------
     # fallbacks: missive.context.fallbacks; speed, inference_geo:

@@ -189,7 +189,8 @@ class LlamaServerDriver(OpenAIDriver):
         offered = request.tools if request.tool_choice.mode != "none" else ()
         if self.native_tools(info) or not (offered or conv.has_tool_blocks()):
             return chat_messages(conv, prefill=prefill), True
-        messages: list[dict[str, Any]] = list(hermes_messages(conv, offered))
+        # Deferred tools stand where a tool_reference loaded them, not in the list.
+        messages: list[dict[str, Any]] = list(hermes_messages(conv, tuple(t for t in offered if not t.deferred)))
         if prefill:
             messages.append({"role": "assistant", "content": conv.prefill})
         return messages, False

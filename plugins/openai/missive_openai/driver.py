@@ -32,7 +32,11 @@ streaming response, hence the connection: the server sees the disconnect and
 aborts the generation. Stop sequences are never sent upstream (the core
 matches them on the text and must know which one matched).
 
-``max_tokens: 0`` sends nothing: ``Started``, then ``Finished("max_tokens")``.
+``max_tokens: 0`` (the API's cache warm-up) asks the server for one token,
+so it evaluates the prompt into its prefix cache (vLLM's automatic prefix
+caching, llama.cpp's slots); the token is read and dropped, and the answer is
+the API's empty message: ``Started``, then ``Finished("max_tokens")`` with 0
+output tokens and the server's prompt usage (:meth:`OpenAIDriver.warm_up`).
 """
 
 from __future__ import annotations
@@ -234,8 +238,8 @@ class OpenAIDriver(Driver):
                 raise PromptTooLongError(prompt, context - 1)  # one token must remain for the answer
             max_tokens = clamp_max_tokens(max_tokens, prompt, context)
         if max_tokens == 0:
-            yield Started(input_tokens=prompt)
-            yield Finished("max_tokens", output_tokens=0)
+            async for event in self.warm_up(body, prompt):
+                yield event
             return
         body["max_tokens"] = max_tokens
         # The core's tool_choice, not the request's: after a server tool's
@@ -250,6 +254,34 @@ class OpenAIDriver(Driver):
             async with contextlib.aclosing(self._events(stream, translator)) as events:
                 async for event in events:
                     yield event
+
+    async def warm_up(self, body: dict[str, Any], prompt: int) -> AsyncIterator[GenerationEvent]:
+        """A ``max_tokens: 0`` request: the prompt sent with ``max_tokens: 1``
+        (no server generates nothing; one token is the least that makes it
+        evaluate, and cache, the prompt), its output dropped, the server's
+        prompt usage kept. A forced tool choice is sent as ``auto``: what it
+        constrains is the output, not the prompt, and a constrained call
+        cut at one token is no call."""
+        body = {**body, "max_tokens": 1}
+        if body.get("tool_choice") not in (None, "auto", "none"):
+            body["tool_choice"] = "auto"
+        translator = ChunkTranslator(tool_choice=None, forced_name=None)
+        async with self._open_stream(body, prompt) as stream:
+            yield Started(input_tokens=prompt)
+            async with contextlib.aclosing(stream.sse_data()) as payloads:
+                async for data in payloads:
+                    try:
+                        chunk = json_loads(data)
+                    except ValueError:
+                        continue  # the answer is dropped: only the usage is wanted
+                    if isinstance(chunk, dict):
+                        translator.feed(chunk)
+        usage = translator.usage
+        if usage is None:
+            yield Finished("max_tokens", output_tokens=0)
+        else:
+            yield Finished("max_tokens", output_tokens=0, input_tokens=usage.prompt_tokens - usage.cached_tokens,
+                           cache_read_input_tokens=usage.cached_tokens)
 
     # -- HTTP (policy: missive.transport) ------------------------------------------
 
