@@ -31,7 +31,7 @@ used for ``"default"``; a model without one answers ``"default"`` alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -116,11 +116,17 @@ def _output_config(req: MessagesRequest, entry: FallbackEntry) -> dict[str, Any]
     return combined or None
 
 
-def _attempt(req: MessagesRequest, i: int, entry: FallbackEntry, models: ModelTable) -> Attempt:
+#: The configured model id serving a model string for this request's API
+#: key (unknown, or not the key's to use: :class:`ModelNotFoundError`).
+Resolve = Callable[[str], str]
+
+
+def _attempt(req: MessagesRequest, i: int, entry: FallbackEntry, models: ModelTable, resolve: Resolve) -> Attempt:
     try:
-        model_id, driver = models.resolve(entry.model)
+        model_id = resolve(entry.model)  # a key never reaches a model it may not use
     except ModelNotFoundError:
         raise InvalidRequestError(f"fallbacks.{i}.model: no model '{entry.model}' is served here") from None
+    driver = models.drivers[model_id]
     body = req.model_dump(by_alias=True, exclude_unset=True)
     body.pop("fallbacks", None)
     body["model"] = entry.model
@@ -138,16 +144,19 @@ def _attempt(req: MessagesRequest, i: int, entry: FallbackEntry, models: ModelTa
     return Attempt(request, model_id, entry)
 
 
-def attempts(req: MessagesRequest, model_id: str, models: ModelTable) -> list[Attempt]:
+def attempts(req: MessagesRequest, model_id: str, models: ModelTable, resolve: Resolve) -> list[Attempt]:
     """The requested model, then each fallback entry as its own request
-    (all built and validated up front: a bad entry is a 400 before anything runs).
+    (all built and validated up front: a bad entry is a 400 before anything
+    runs). ``resolve`` maps an entry's model to the configured id for the
+    request's key (:func:`missive.routes.common.resolve_for`), so an entry
+    naming a model the key may not use is refused like an unknown one.
 
     Raises:
         InvalidRequestError: an entry naming no served model, or whose
             overrides make an invalid request.
     """
     chain = _chain(req, model_id, models)
-    return [Attempt(req, model_id), *(_attempt(req, i, e, models) for i, e in enumerate(chain))]
+    return [Attempt(req, model_id), *(_attempt(req, i, e, models, resolve) for i, e in enumerate(chain))]
 
 
 def iteration(model: str, usage: dict[str, Any]) -> dict[str, Any]:

@@ -58,8 +58,10 @@ from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
+from ..keys.access import admit
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, server_tools, signer, state,
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, server_tools,
+    signer, state,
 )
 
 log = logging.getLogger("missive.messages")
@@ -191,14 +193,16 @@ def _stream_context() -> _StreamContext:
 
 
 async def _create_message() -> Response | dict[str, Any]:
-    authenticate()
+    identity = authenticate()
+    admit(identity)  # the key's limits: 429 before the body is read
     _, _, models = state()
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=keeper().expand)
-    model_id, _ = models.resolve(req.model)
+    model_id = resolve_for(identity, req.model)
     facts = record()
     facts.model = model_id
-    chain = attempts(req, model_id, models)  # the model, then its fallbacks
+    # The model, then its fallbacks (each one the key may use).
+    chain = attempts(req, model_id, models, lambda requested: resolve_for(identity, requested))
     if req.stream and not models.loaded(model_id):
         # Loaded on demand: the stream starts now, with pings while it loads.
         # The task is created here, so it runs in this request's context.
@@ -403,10 +407,9 @@ async def _body(first: dict[str, Any], stream: Answer, slot: Slot, ctx: _StreamC
 
 
 async def count_tokens() -> dict[str, Any]:
-    authenticate()
-    _, _, models = state()
+    identity = authenticate()
     req = await read_request(CountTokensRequest)
-    model_id, _ = models.resolve(req.model)
+    model_id = resolve_for(identity, req.model)
     record().model = model_id
     driver = await _hold(model_id)
     if driver.capabilities.count_tokens == "none":
