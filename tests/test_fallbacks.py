@@ -165,3 +165,23 @@ def test_a_batch_request_with_fallbacks_is_errored(client: anthropic.Anthropic) 
     assert results["plain"].type == "succeeded"
     errored = results["chained"]
     assert errored.type == "errored" and "fallbacks: not supported in a Message Batch" in errored.error.error.message  # type: ignore[union-attr]
+
+
+def test_a_key_reaches_no_model_it_may_not_use_through_fallbacks() -> None:
+    """With keys limited to some models (``[keys.NAME] models``), a fallback
+    entry is resolved for the request's key: another model is refused as an
+    unknown one, and ``allowed_fallback_models`` lists only the key's."""
+    import hashlib
+
+    config = {
+        "keys": {"scoped": {"key_sha256": hashlib.sha256(b"sk-scoped-0001").hexdigest(), "models": ["busy", "other"]}},
+        "models": CONFIG["models"],
+    }
+    with live_server(config) as url:
+        scoped = anthropic.Anthropic(base_url=url, api_key="sk-scoped-0001", max_retries=0, timeout=60)
+        with pytest.raises(anthropic.BadRequestError) as raised:
+            scoped.beta.messages.create(model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA)
+        assert "fallbacks.0.model: no model 'spare' is served here" in raised.value.body["error"]["message"]  # type: ignore[index]
+        assert scoped.beta.models.retrieve("busy").allowed_fallback_models == ["other"]
+        answered = scoped.beta.messages.create(model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "other"}], betas=BETA)
+        assert answered.model == "busy"  # the requested model was free: no fallback taken
