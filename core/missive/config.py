@@ -209,6 +209,17 @@ class ModelEntry(_Strict):
             None: the size of its files (weights and projector; a remote
             model's: 0).
         settings: driver-specific settings, validated by the driver.
+        fallbacks: the model's default fallback chain, used for a request's
+            ``fallbacks: "default"``: model ids, or tables with the
+            API's per-entry overrides (``{model = "x", max_tokens = 512}``)
+            (:mod:`missive.context.fallbacks`).
+        capabilities: overrides of what ``GET /v1/models`` reports in
+            ``capabilities``, keyed by the API's dotted names
+            (``"pdf_input" = false``, ``"thinking.types.adaptive" = true``);
+            they change what clients are told, not what the model does
+            (:mod:`missive.context.capabilities`).
+        lifecycle, deprecated_at, retires_at: the model's ``lifecycle``
+            (``active`` or ``deprecated``) and its dates in ``GET /v1/models``.
     """
 
     driver: str
@@ -223,6 +234,23 @@ class ModelEntry(_Strict):
     idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
+    # -- Issue 26 part B ----------------------------------------------------
+    fallbacks: list[str | dict[str, Any]] = Field(default_factory=list)
+    capabilities: dict[str, bool] = Field(default_factory=dict)
+    lifecycle: Literal["active", "deprecated"] = "active"
+    deprecated_at: datetime | None = None
+    retires_at: datetime | None = None
+
+    @field_validator("capabilities")
+    @classmethod
+    def _known_capabilities(cls, overrides: dict[str, bool]) -> dict[str, bool]:
+        from .context.capabilities import CAPABILITY_KEYS, unknown_keys
+
+        unknown = unknown_keys(overrides)
+        if unknown:
+            raise ValueError(f"unknown capability {', '.join(unknown)}; known: {', '.join(sorted(CAPABILITY_KEYS))}")
+        return overrides
+    # -- end of issue 26 part B --------------------------------------------
 
 
 class ThinkingConfig(_Strict):

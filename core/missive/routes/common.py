@@ -21,7 +21,8 @@ from ..record import RequestRecord
 from ..schema.ignored import collect_ignored
 from ..shutdown import Drain
 from ..thinking.signing import Signer
-from ..threads import HANDLED_BETAS
+from ..context import HANDLED_BETAS as CONTEXT_BETAS
+from ..threads import HANDLED_BETAS as THREAD_BETAS
 from ..tools.server_runner import ServerToolRunner
 from ..validation import parse_json, validate_body
 
@@ -151,9 +152,11 @@ def note_betas(ignored: list[str]) -> None:
     (logged, and sent back in the ``missive-ignored`` header). Betas are
     reported but never rejected, even in strict mode: clients send new
     ones with every release (contract section 1). Betas of features Missive
-    implements (:data:`missive.threads.HANDLED_BETAS`) are not reported."""
+    implements (:data:`missive.threads.HANDLED_BETAS`,
+    :data:`missive.context.HANDLED_BETAS`) are not reported."""
+    handled = THREAD_BETAS | CONTEXT_BETAS
     betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",")
-             if b.strip() and b.strip() not in HANDLED_BETAS]
+             if b.strip() and b.strip() not in handled]
     ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
     if ignored:
         log.info("ignored: %s", ", ".join(ignored))

@@ -1,7 +1,8 @@
 """The request's thinking settings, resolved once.
 
 Sources: the Messages API's ``thinking`` parameter (``enabled`` with
-``budget_tokens``, ``adaptive``, ``disabled``, absent = no thinking) with its
+``budget_tokens``, ``adaptive``, ``disabled``, ``between_tools``, absent = no
+thinking) with its
 optional ``display`` (``summarized`` or ``omitted``; any other value is treated
 as ``summarized``, the API's default), and ``output_config.effort``.
 
@@ -56,12 +57,23 @@ class ThinkingPlan:
         display: ``summarized`` (thinking text is returned) or ``omitted``
             (thinking blocks carry an empty ``thinking`` and only the signature).
         effort: reasoning depth for models that take a level (gpt-oss).
+        between_tools: ``thinking: {"type": "between_tools"}``: the
+            reasoning switch is off (``requested`` is False) and the text the
+            model writes before a tool call comes back as a thinking block
+            (:mod:`missive.thinking.between_tools`).
     """
 
     requested: bool = False
     budget_tokens: int | None = None
     display: Literal["summarized", "omitted"] = "summarized"
     effort: Effort = "medium"
+    between_tools: bool = False
+
+    @property
+    def shows_blocks(self) -> bool:
+        """Whether the answer may hold thinking blocks (``requested``, or
+        progress text under ``between_tools``)."""
+        return self.requested or self.between_tools
 
     def template_kwargs(self) -> dict[str, Any]:
         """Chat-template variables switching the model's reasoning on or off
@@ -95,5 +107,8 @@ def plan_thinking(thinking: Any, output_config: Any) -> ThinkingPlan:
     if thinking is None or thinking.type == "disabled":
         return ThinkingPlan(requested=False, effort=_effort(effort, None))
     display: Literal["summarized", "omitted"] = "omitted" if thinking.display == "omitted" else "summarized"
+    if thinking.type == "between_tools":
+        # Thinking turned off: the model's switch as for "disabled".
+        return ThinkingPlan(requested=False, display=display, effort=_effort(effort, None), between_tools=True)
     budget = thinking.budget_tokens if thinking.type == "enabled" else None
     return ThinkingPlan(requested=True, budget_tokens=budget, display=display, effort=_effort(effort, budget))
