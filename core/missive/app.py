@@ -21,7 +21,9 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from . import fastjson
 from .admission import Admission
 from .batches.service import Batches
+from .auth import key_identity
 from .capture import write_capture
+from .console.history import History
 from .config import Config
 from .errors import (
     ApiError,
@@ -160,17 +162,20 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
 
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
     metrics.batches.attach(batches)
+    history = History()  # what the web console shows of the past (missive.console)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "server_tools": server_tools,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
         "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
+        "history": history,
     }
     publishing: list[asyncio.Task[None]] = []
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
+        history.observe(record)
         log_request(record)
 
     @app.before_serving
@@ -201,6 +206,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         g.dropped_thinking = []
         rule = request.url_rule.rule if request.url_rule is not None else _rule_of_other_method(app)
         g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
+        if config.server.api_keys:
+            g.record.identity = key_identity(request.headers, config.server.api_keys)
         if drain.begun and request.path.startswith("/v1/"):
             # Shutting down: only what was running goes on (missive.shutdown).
             raise drain.refusal()
@@ -234,6 +241,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
                 dropped_thinking=dropped,
             )
         record = getattr(g, "record", None)
+        if record is not None and ignored:
+            record.ignored = list(ignored)
         if record is not None and not record.stream:
             record.finish(response.status_code)  # a stream's body finishes it when it ends
         return response

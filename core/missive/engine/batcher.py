@@ -97,6 +97,12 @@ class Batcher:
                 self._incoming.remove(producer)
             producer.fail(exc)
 
+    def occupancy(self) -> list[tuple[bool, str | None]]:
+        """Per slot: whether a sequence runs in it now, and the session whose
+        tokens it holds (None: unknown). Any thread: a snapshot, for status."""
+        owners = dict(self._owner)
+        return [(slot in owners, self._session[slot]) for slot in range(self.slots)]
+
     def slot_session(self, slot: int) -> str | None:
         """The session whose tokens ``slot`` holds (None: unknown)."""
         return self._session[slot]
