@@ -83,6 +83,7 @@ class RecentRequests:
             "request_id": record.request_id,
             "time": round(now - (record.duration or 0.0), 3),
             **record.fields(),
+            "model": record.model,  # always there: "" for a request that named no served model
             "ignored": list(record.ignored),
         }
         self._entries.append((entry, record.identity))

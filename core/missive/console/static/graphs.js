@@ -17,9 +17,11 @@ const CHARTS = [
 
 const $ = (id) => document.getElementById(id);
 let lastPoints = [];
+let bucketSeconds = 10;
 
 export function init() {
-  $("gr-model").addEventListener("change", refresh);
+  $("gr-model").addEventListener("change", () => refresh());
+  $("gr-window").addEventListener("change", () => refresh());
 }
 
 function svg(tag, attrs) {
@@ -49,20 +51,24 @@ function draw(spec, points) {
     t.textContent = label;
     root.append(t);
   }
-  for (const minutes of [60, 45, 30, 15, 0]) {
-    const t = svg("text", { x: x(((60 - minutes) / 60) * (n - 1)), y: H - 4, "text-anchor": "middle" });
-    t.textContent = minutes ? `-${minutes} min` : "now";
+  const span = n * bucketSeconds / 60; // minutes shown
+  for (const quarter of [4, 3, 2, 1, 0]) {
+    const anchor = quarter === 4 ? "start" : quarter === 0 ? "end" : "middle";
+    const t = svg("text", { x: x(((4 - quarter) / 4) * (n - 1)), y: H - 4, "text-anchor": anchor });
+    t.textContent = quarter ? `-${fmtNum((span * quarter) / 4, 1)} min` : "now";
     root.append(t);
   }
   spec.series.forEach(([key], s) => {
     let run = [];
     const flush = () => {
-      if (run.length === 1) run.push([run[0][0] + 1, run[0][1]]); // a lone point still shows
-      if (run.length) root.append(svg("polyline", { class: `s${s}`, fill: "none", "stroke-width": 1.5,
-        "vector-effect": "non-scaling-stroke", points: run.map((p) => p.join(",")).join(" ") }));
+      if (run.length === 1) { // a lone point: a short dash, so it shows
+        run = [[run[0][0] - 2, run[0][1]], [run[0][0] + 2, run[0][1]]];
+      }
+      if (run.length) root.append(svg("polyline", { class: `s${s}`, fill: "none", "stroke-width": 2,
+        "vector-effect": "non-scaling-stroke", points: run.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(" ") }));
       run = [];
     };
-    points.forEach((p, i) => (typeof p[key] === "number" ? run.push([x(i).toFixed(1), y(p[key]).toFixed(1)]) : flush()));
+    points.forEach((p, i) => (typeof p[key] === "number" ? run.push([x(i), y(p[key])]) : flush()));
     flush();
   });
   const cursor = svg("line", { class: "cursor", x1: 0, x2: 0, y1: TOP, y2: H - BOTTOM, visibility: "hidden" });
@@ -104,7 +110,9 @@ export async function refresh() {
     fill(select, h("option", { value: "" }, "all models"), data.models.filter((m) => m).map((m) => h("option", { value: m }, m)));
     select.value = data.models.includes(model) ? model : "";
   }
+  bucketSeconds = data.bucket_s;
   $("gr-bucket").textContent = data.bucket_s;
-  lastPoints = data.points;
-  fill($("charts"), CHARTS.map((spec) => chart(spec, data.points)));
+  const shown = Math.max(2, Math.round(Number($("gr-window").value) / data.bucket_s));
+  lastPoints = data.points.slice(-shown);
+  fill($("charts"), CHARTS.map((spec) => chart(spec, lastPoints)));
 }

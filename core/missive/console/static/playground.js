@@ -18,6 +18,7 @@ export function init() {
   $("pg-add").addEventListener("click", () => addMessage(lastRole() === "user" ? "assistant" : "user", ""));
   $("pg-form").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("pg-form").addEventListener("input", showCode);
+  $("pg-form").addEventListener("change", showCode);
   $("pg-stop").addEventListener("click", () => controller && controller.abort());
   $("pg-batch").addEventListener("click", submitBatch);
   for (const button of document.querySelectorAll(".code-tabs button")) {
@@ -158,6 +159,7 @@ class Answer {
 
 async function send() {
   const { body, toolsText, toolsError } = build();
+  showCode(); // the code of what is sent
   const answerRoot = $("pg-answer");
   const answer = new Answer(answerRoot);
   answerRoot.dataset.state = "sending";

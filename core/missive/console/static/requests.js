@@ -6,6 +6,7 @@ export const interval = 2000;
 
 const $ = (id) => document.getElementById(id);
 let selected = null;
+let shownKey = null;
 
 export function init() {
   for (const id of ["rq-model", "rq-endpoint", "rq-status"]) $(id).addEventListener("change", refresh);
@@ -57,7 +58,11 @@ export async function refresh() {
   setOptions($("rq-endpoint"), page.endpoints, "", "all");
   const text = $("rq-search").value.trim().toLowerCase();
   const shown = page.data.filter((e) => matchesSearch(e, text));
-  fill($("rq-table").tBodies[0], shown.map(row));
+  const key = shown.map((e) => e.seq).join(",") + "/" + selected;
+  if (key !== shownKey) { // kept entries never change: same list, same rows
+    fill($("rq-table").tBodies[0], shown.map(row));
+    shownKey = key;
+  }
   $("rq-count").textContent = `${shown.length} shown of the ${page.kept} requests kept`;
 }
 
