@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import anyio.to_thread
-from quart import Quart, Response, current_app, redirect, request, send_from_directory
+from quart import Quart, Response, current_app, request, send_from_directory
 
 from ..auth import check_api_key, key_identity
 from ..errors import InvalidRequestError, NotFoundError
@@ -97,7 +97,7 @@ def _with_page_headers(response: Response) -> Response:
 async def to_page() -> Response:
     """``/console`` to ``/console/``: the page's links are relative to it
     (so it works under a reverse proxy's path prefix too)."""
-    return redirect("console/", 308)
+    return Response("", status=308, headers={"location": "console/"})
 
 
 async def page() -> Response:
