@@ -72,6 +72,8 @@ def test_buckets_count_per_model_and_roll_over_the_window() -> None:
     assert points[-1]["requests_per_s"] == 0 and points[-1]["cache_hit_ratio"] is None and points[-1]["waiting_max"] is None
     both = series.points(None, T0 + 15)
     assert both[-1]["requests_per_s"] == pytest.approx(0.1)  # b's request, no usage
+    # All models' load: the sums at each sample, their maximum over the interval.
+    assert both[-2]["waiting_max"] == 2 and both[-2]["running_max"] == 3
     assert series.models() == ["a", "b"]
     # Past the window (an hour; here a minute) the old buckets are gone.
     series.observe(record("a"), T0 + 200)

@@ -168,11 +168,13 @@ class Series:
         self.width = width
         self.count = window // width
         self._models: dict[str, deque[Bucket]] = {}
+        self._load: deque[Bucket] = deque()  # every model's waiting and running, added up at each sample
         self._rng = random.Random(0)
 
-    def _bucket(self, model: str, now: float) -> Bucket:
+    def _bucket(self, model: str | None, now: float) -> Bucket:
+        """The bucket of ``now`` for ``model`` (None: the load of all models)."""
         index = int(now // self.width)
-        buckets = self._models.setdefault(model, deque())
+        buckets = self._load if model is None else self._models.setdefault(model, deque())
         if not buckets or buckets[-1].index < index:
             buckets.append(Bucket(index))
             while buckets and buckets[0].index <= index - self.count:
@@ -201,11 +203,19 @@ class Series:
             bucket.add_ttft(record.first_token_at - record.started, self._rng)
 
     def sample(self, load: Iterable[tuple[str, int, int]], now: float) -> None:
-        """Note each model's ``(model, waiting, running)`` counts at Unix time ``now``."""
+        """Note each model's ``(model, waiting, running)`` counts at Unix
+        time ``now``, and their sums (the load of all models)."""
+        total_waiting = total_running = 0
         for model, waiting, running in load:
-            bucket = self._bucket(model, now)
-            bucket.waiting_max = _max(bucket.waiting_max, waiting)
-            bucket.running_max = _max(bucket.running_max, running)
+            self._note_load(self._bucket(model, now), waiting, running)
+            total_waiting += waiting
+            total_running += running
+        self._note_load(self._bucket(None, now), total_waiting, total_running)
+
+    @staticmethod
+    def _note_load(bucket: Bucket, waiting: int, running: int) -> None:
+        bucket.waiting_max = _max(bucket.waiting_max, waiting)
+        bucket.running_max = _max(bucket.running_max, running)
 
     def models(self) -> list[str]:
         """The models with buckets, sorted (``""``: requests that named no served model)."""
@@ -213,7 +223,8 @@ class Series:
 
     def _merged(self, model: str | None, now: float) -> Iterator[Bucket]:
         """The window's buckets of ``model`` (None: every model added
-        together), oldest first, with empty ones where nothing happened."""
+        together, with the load sums of :meth:`sample`), oldest first, with
+        empty ones where nothing happened."""
         first = int(now // self.width) - self.count + 1
         chosen = [self._models.get(model, deque())] if model is not None else list(self._models.values())
         by_index: dict[int, Bucket] = {}
@@ -228,8 +239,13 @@ class Series:
                 into.cached_tokens += b.cached_tokens
                 into.output_tokens += b.output_tokens
                 into.ttft.extend(b.ttft)
-                into.waiting_max = _max(into.waiting_max, b.waiting_max)
-                into.running_max = _max(into.running_max, b.running_max)
+                if model is not None:
+                    into.waiting_max, into.running_max = b.waiting_max, b.running_max
+        if model is None:
+            for b in self._load:
+                if b.index >= first:
+                    into = by_index.setdefault(b.index, Bucket(b.index))
+                    into.waiting_max, into.running_max = b.waiting_max, b.running_max
         for index in range(first, first + self.count):
             yield by_index.get(index) or Bucket(index)
 

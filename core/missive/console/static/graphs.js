@@ -51,11 +51,13 @@ function draw(spec, points) {
     t.textContent = label;
     root.append(t);
   }
-  const span = n * bucketSeconds / 60; // minutes shown
-  for (const quarter of [4, 3, 2, 1, 0]) {
-    const anchor = quarter === 4 ? "start" : quarter === 0 ? "end" : "middle";
-    const t = svg("text", { x: x(((4 - quarter) / 4) * (n - 1)), y: H - 4, "text-anchor": anchor });
-    t.textContent = quarter ? `-${fmtNum((span * quarter) / 4, 1)} min` : "now";
+  const span = ((n - 1) * bucketSeconds) / 60; // minutes from the first point to the last
+  const step = [1, 2, 5, 10, 15, 30, 60].find((m) => span / m <= 5) || 60;
+  for (let ago = Math.floor(span / step) * step; ago >= 0; ago -= step) {
+    const at = x((n - 1) * (1 - ago / span));
+    const anchor = at < LEFT + 20 ? "start" : ago === 0 ? "end" : "middle";
+    const t = svg("text", { x: at, y: H - 4, "text-anchor": anchor });
+    t.textContent = ago ? `-${ago} min` : "now";
     root.append(t);
   }
   spec.series.forEach(([key], s) => {

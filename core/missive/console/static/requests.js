@@ -43,7 +43,7 @@ function row(e) {
     onclick: () => showDetail(e.request_id) },
   h("td", {}, fmtTime(e.time)),
   h("td", { title: e.request_id }, e.request_id.slice(0, 12) + "…"),
-  h("td", {}, `${e.method} ${e.endpoint}`),
+  h("td", { class: "ep", title: `${e.method} ${e.path}` }, `${e.method} ${e.endpoint}`),
   h("td", {}, e.model || "-"),
   h("td", { class: `status-${String(e.status)[0]}` }, e.status),
   num(e.input_tokens), num(e.cache_read_input_tokens), num(e.output_tokens),
