@@ -232,7 +232,8 @@ class LocalDriver(Driver):
 
     async def status(self) -> dict[str, Any]:
         """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
-        together), ``slots_in_use``, ``slot_states`` (:meth:`slot_states`),
+        together), ``slots_in_use``, ``slot_states``
+        (:meth:`~missive.engine.batcher.Batcher.slot_states`),
         and with a host-memory prompt cache ``host_cache_bytes``,
         ``host_cache_entries``, ``host_cache_max_bytes``."""
         out: dict[str, Any] = {"loaded": self._info is not None}
@@ -240,29 +241,12 @@ class LocalDriver(Driver):
             out["slots"] = self._batcher.slots
             out["slots_in_use"] = self._batcher.active
             if self._info is not None:
-                out["slot_states"] = self.slot_states()
+                runner = self.runner
+                held = (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
+                out["slot_states"] = self._batcher.slot_states(held)
         cache = self._host_cache
         if cache is not None:
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
-        return out
-
-    def slot_states(self) -> list[dict[str, Any]]:
-        """What each slot holds: ``slot`` (its index), ``state``
-        (``generating`` or ``idle``), ``session`` (the first 8 characters of
-        the session id whose tokens it holds, :mod:`missive.session`; None:
-        none known) and, for a runner that can tell
-        (:class:`~missive.engine.runner.ContextStates`), ``tokens_cached``
-        (tokens in its context, which a prompt sharing them reuses)."""
-        if self._batcher is None:
-            return []
-        runner = self.runner
-        out = []
-        for slot, (busy, session) in enumerate(self._batcher.occupancy()):
-            entry: dict[str, Any] = {"slot": slot, "state": "generating" if busy else "idle",
-                                     "session": session[:8] if session else None}
-            if isinstance(runner, ContextStates):
-                entry["tokens_cached"] = len(runner.context_tokens(slot))
-            out.append(entry)
         return out
 
     def choices(self) -> dict[str, Any]:
