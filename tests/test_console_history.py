@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from missive.console.history import BUCKET_SECONDS, TTFT_SAMPLES, History, RecentRequests, Series, quantile
+from missive.console.history import (
+    BUCKET_SECONDS, IGNORED_CHARS, IGNORED_ITEMS, PATH_CHARS, TTFT_SAMPLES, History, RecentRequests, Series, quantile,
+)
 from missive.record import RequestRecord
 
 T0 = 1_800_000_000.0  # a bucket boundary (divisible by 10)
@@ -101,3 +103,12 @@ def test_history_leaves_quiet_requests_out() -> None:
     entry: dict[str, Any] = history.recent.select(lambda e: True, 1)[0]
     assert entry["model"] == "m" and entry["status"] == 200 and entry["stop_reason"] == "end_turn"
     assert history.series.points("m", now[0])[-1]["requests_per_s"] == pytest.approx(0.1)
+
+
+def test_client_text_is_kept_short() -> None:
+    """A path or an ignored list of any size costs the ring a bounded entry."""
+    rec = record(path="/v1/" + "p" * 10_000, ignored=tuple(f"field_{i}_" + "x" * 1000 for i in range(5000)))
+    entry = RecentRequests().add(rec, T0)
+    assert len(entry["path"]) == PATH_CHARS
+    assert len(entry["ignored"]) == IGNORED_ITEMS + 1 and entry["ignored"][-1] == "... (5000 in all)"
+    assert all(len(item) <= IGNORED_CHARS for item in entry["ignored"])

@@ -42,6 +42,12 @@ RECENT = 1000
 BUCKET_SECONDS = 10
 #: How far back the graphs go, seconds.
 WINDOW_SECONDS = 3600
+#: What of a request's client-chosen text an entry keeps: the path's first
+#: characters, the first ignored items and the first characters of each (a
+#: body with thousands of unknown fields must not fill the memory).
+PATH_CHARS = 256
+IGNORED_ITEMS = 50
+IGNORED_CHARS = 200
 #: Times to first token kept per bucket and model; beyond it a uniform
 #: reservoir sample (Vitter's algorithm R) stands for them all.
 TTFT_SAMPLES = 512
@@ -66,7 +72,8 @@ class RecentRequests:
     for paging), ``request_id``, ``time`` (Unix seconds of its arrival),
     the access-log fields (``method``, ``path``, ``status``, ``endpoint``,
     ``model``, token counts, ``ttft_s``, ``duration_s``, ``stop_reason``,
-    ``error_type``...) and ``ignored``. The key identity that sent it
+    ``error_type``...) and ``ignored`` (client text cut to
+    :data:`PATH_CHARS`, :data:`IGNORED_ITEMS` and :data:`IGNORED_CHARS`). The key identity that sent it
     (a digest, :func:`missive.auth.key_identity`) is kept beside it, never in
     the entry.
     """
@@ -78,13 +85,17 @@ class RecentRequests:
     def add(self, record: RequestRecord, now: float) -> dict[str, Any]:
         """Keep ``record`` (finished at Unix time ``now``); returns its entry."""
         self._seq += 1
+        ignored = [item[:IGNORED_CHARS] for item in record.ignored[:IGNORED_ITEMS]]
+        if len(record.ignored) > IGNORED_ITEMS:
+            ignored.append(f"... ({len(record.ignored)} in all)")
         entry: dict[str, Any] = {
             "seq": self._seq,
             "request_id": record.request_id,
             "time": round(now - (record.duration or 0.0), 3),
             **record.fields(),
+            "path": record.path[:PATH_CHARS],
             "model": record.model,  # always there: "" for a request that named no served model
-            "ignored": list(record.ignored),
+            "ignored": ignored,
         }
         self._entries.append((entry, record.identity))
         return entry
