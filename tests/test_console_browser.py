@@ -207,6 +207,21 @@ def test_playground_renders_thinking_and_a_tool_call_and_writes_its_code(server:
     code = driver.find_element(By.ID, "pg-code").get_attribute("textContent")
     compile(code, "playground.py", "exec")
     assert "client.messages.stream(" in code and '"get_weather"' in code and "thinking={" in code
+    # Continuing: the answer's blocks (signed thinking, the call) become an
+    # assistant message and a tool_result for the call is offered; sent with
+    # a result filled in, the server takes the whole conversation.
+    click(driver, "#pg-status button", "Continue the conversation")
+    texts = driver.execute_script("return [...document.querySelectorAll('#pg-messages textarea')].map((t) => t.value)")
+    assert len(texts) == 3
+    blocks, results = json.loads(texts[1]), json.loads(texts[2])
+    assert [b["type"] for b in blocks] == ["thinking", "tool_use"] and blocks[0]["signature"]
+    assert results == [{"type": "tool_result", "tool_use_id": blocks[1]["id"], "content": ""}]
+    results[0]["content"] = "18 C and sunny"
+    driver.execute_script("document.querySelectorAll('#pg-messages textarea')[2].value = arguments[0]",
+                          json.dumps(results))
+    driver.find_element(By.ID, "pg-send").click()
+    wait_for(driver, lambda d: answer_state(d) == "done", "the answer to the tool result")
+    assert "stop_reason end_turn" in text_of(driver, "#pg-usage")
     assert errors(driver) == []
 
 
@@ -280,7 +295,7 @@ def test_screenshots_for_the_docs(server: ServerProcess, driver: Any, client: an
     shots = {"playground": None}
     driver.save_screenshot(str(target / "console-playground.png"))
     for view, ready in (("now", f'.card[data-model="{SMOL}"] table.slots'), ("requests", "#rq-table tbody tr"),
-                        ("graphs", '[data-chart="tokens"] polyline')):
+                        ("graphs", '#charts[data-window="300"] [data-chart="tokens"] polyline')):
         open_console(driver, server, view)
         if view == "graphs":
             choose(driver, "gr-window", "300")

@@ -117,4 +117,5 @@ export async function refresh() {
   const shown = Math.max(2, Math.round(Number($("gr-window").value) / data.bucket_s));
   lastPoints = data.points.slice(-shown);
   fill($("charts"), CHARTS.map((spec) => chart(spec, lastPoints)));
+  $("charts").dataset.window = $("gr-window").value; // what is drawn (tests wait for it)
 }

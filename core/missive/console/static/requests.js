@@ -42,7 +42,7 @@ function row(e) {
   return h("tr", { "data-request-id": e.request_id, class: e.request_id === selected ? "selected" : null,
     onclick: () => showDetail(e.request_id) },
   h("td", {}, fmtTime(e.time)),
-  h("td", { title: e.request_id }, e.request_id.slice(0, 12) + "…"),
+  h("td", { title: e.request_id }, e.request_id.slice(0, 10) + "…"),
   h("td", { class: "ep", title: `${e.method} ${e.path}` }, `${e.method} ${e.endpoint}`),
   h("td", {}, e.model || "-"),
   h("td", { class: `status-${String(e.status)[0]}` }, e.status),
