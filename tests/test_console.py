@@ -7,6 +7,7 @@ browser by tests/test_console_browser.py."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,12 @@ import pytest
 from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 
-KEY = "sk-console-Hq71"
-OTHER_KEY = "sk-console-other-Vb20"
+KEY = "sk-console-Hq71"  # an admin key: the console needs one
+USER_KEY = "sk-console-user-Vb20"
+
+
+def sha256(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +36,8 @@ def capture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(capture_dir: Path) -> Iterator[ServerProcess]:
     config: dict[str, Any] = {
-        "server": {"api_keys": [KEY, OTHER_KEY], "capture_dir": str(capture_dir)},
+        "server": {"capture_dir": str(capture_dir)},
+        "keys": {"ops": {"key_sha256": sha256(KEY), "scope": "admin"}, "bob": {"key_sha256": sha256(USER_KEY)}},
         "models": {"echo": {"driver": "echo", "context_window": 1000},
                    "echo-b": {"driver": "echo", "context_window": 1000}},
     }
@@ -43,8 +49,8 @@ def sdk(server: ServerProcess, key: str = KEY) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0)
 
 
-def get(server: ServerProcess, path: str, key: str | None = KEY, **params: Any) -> httpx.Response:
-    headers = {"x-api-key": key} if key else {}
+def get(server: ServerProcess, path: str, api_key: str | None = KEY, **params: Any) -> httpx.Response:
+    headers = {"x-api-key": api_key} if api_key else {}
     return httpx.get(f"{server.url}{path}", headers=headers, params=params)
 
 
@@ -76,15 +82,19 @@ def test_the_page_and_its_files_need_no_key_and_forbid_foreign_code(server: Serv
         assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error", missing
 
 
-def test_the_data_calls_need_a_key(server: ServerProcess) -> None:
-    """Every JSON call but ``api/config`` answers 401 in the envelope without a key or with a wrong one."""
-    assert get(server, "/console/api/config", key=None).json() == {"api_key_required": True}
+def test_the_data_calls_need_an_admin_key(server: ServerProcess) -> None:
+    """Every JSON call but ``api/config`` answers 401 in the envelope without
+    a key or with a wrong one, 403 with a user key (as ``/v1/status``)."""
+    assert get(server, "/console/api/config", api_key=None).json() == {"api_key_required": True}
     for path in ("/console/api/status", "/console/api/requests", "/console/api/series",
                  "/console/api/requests/req_abc"):
         for key in (None, "sk-wrong"):
-            response = get(server, path, key=key)
+            response = get(server, path, api_key=key)
             assert response.status_code == 401, path
             assert response.json()["error"]["type"] == "authentication_error"
+        refused = get(server, path, api_key=USER_KEY)
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error", path
+        assert "the web console needs an admin key; key 'bob' has the user scope" in refused.json()["error"]["message"]
 
 
 def test_status_is_the_v1_status(server: ServerProcess) -> None:
@@ -140,22 +150,23 @@ def test_filters_and_paging(server: ServerProcess) -> None:
         assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_detail_shows_the_captured_body_to_the_key_that_sent_it_only(server: ServerProcess) -> None:
+def test_detail_shows_the_captured_body_to_an_admin_key(server: ServerProcess) -> None:
     """With capture on, a request's detail holds its captured body (keys
-    redacted) for the key that sent it; another key sees the facts but not
-    the body. An id the server does not keep is a 404."""
-    raw = sdk(server).messages.with_raw_response.create(
+    redacted), which an admin key sees whichever key sent it (as every
+    batch, missive.keys); the user key that sent it may not use the console.
+    An id the server does not keep is a 404."""
+    raw = sdk(server, USER_KEY).messages.with_raw_response.create(
         model="echo", max_tokens=5, messages=[{"role": "user", "content": "Zanzibar91 secret"}])
     rid = raw.headers["request-id"]
     until(lambda: any(e["request_id"] == rid for e in recent(server)["data"]), "the entry")
-    mine = get(server, f"/console/api/requests/{rid}").json()
-    assert mine["request_id"] == rid and mine["status"] == 200
-    assert mine["capture"]["body"]["messages"][0]["content"] == "Zanzibar91 secret"
-    headers = mine["capture"]["headers"]
-    assert KEY not in str(mine) and "[redacted]" in (headers.get("x-api-key"), headers.get("authorization"))
-    theirs = get(server, f"/console/api/requests/{rid}", key=OTHER_KEY).json()
-    assert theirs["capture"] is None and "another API key" in theirs["capture_note"]
-    assert "Zanzibar91" not in str(theirs) and theirs["output_tokens"] == mine["output_tokens"]
+    detail = get(server, f"/console/api/requests/{rid}").json()
+    assert detail["request_id"] == rid and detail["status"] == 200 and detail["key"] == "bob"
+    assert detail["capture"]["body"]["messages"][0]["content"] == "Zanzibar91 secret"
+    headers = detail["capture"]["headers"]
+    assert USER_KEY not in str(detail) and "[redacted]" in (headers.get("x-api-key"), headers.get("authorization"))
+    assert get(server, f"/console/api/requests/{rid}", api_key=USER_KEY).status_code == 403
+    assert [e["request_id"] for e in recent(server, key="bob")["data"]][0] == rid
+    assert "bob" in recent(server)["keys"]
     for unknown in ("req_000000000000000000000000", "not-an-id", "req_*"):
         response = get(server, f"/console/api/requests/{unknown}")
         assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"

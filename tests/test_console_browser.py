@@ -10,6 +10,7 @@ of docs/operations.md there (``docs/images``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,7 +32,7 @@ from missive.testing import ServerProcess, serve_process  # noqa: E402
 from missive_echo import script  # noqa: E402
 from missive_llamacpp.plugin import default_model_path  # noqa: E402
 
-KEY = "sk-console-browser-5Rk2"
+KEY = "sk-console-browser-5Rk2"  # an admin key: the console needs one
 SMOL = "smollm2-135m"
 ECHO = "echo"
 TOOLS = [{"name": "get_weather", "description": "The weather of a city",
@@ -41,7 +42,8 @@ TOOLS = [{"name": "get_weather", "description": "The weather of a city",
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     config: dict[str, Any] = {
-        "server": {"api_keys": [KEY], "capture_dir": str(tmp_path_factory.mktemp("capture"))},
+        "server": {"capture_dir": str(tmp_path_factory.mktemp("capture"))},
+        "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
         "models": {
             SMOL: {"driver": "llamacpp", "context_window": 1024,
                    "settings": {"model_path": str(default_model_path()), "parallel": 2}},

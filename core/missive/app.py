@@ -21,7 +21,6 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from . import fastjson
 from .admission import Admission
 from .batches.service import Batches
-from .auth import key_identity
 from .capture import write_capture
 from .console.history import History
 from .config import Config
@@ -35,6 +34,7 @@ from .errors import (
 from .ids import request_id
 from .thinking.signing import load_signer
 from .kernel import Kernel
+from .keys.service import KeyServices
 from .logs import log_request, request_id_var
 from .media.pipeline import MediaPipeline
 from .tools.server_runner import ServerToolRunner, build_search_provider
@@ -155,9 +155,12 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     admission = Admission(config)
     metrics = Metrics(models, admission, shared_dir=metrics_dir)
     drain = Drain(config.server.shutdown_grace, admission)
+    # Built before any worker is forked: the limits' table is shared (missive.keys.buckets).
+    keys = KeyServices(config, metrics.registry)
 
     def observe_batch(record: RequestRecord) -> None:
         metrics.batches.observe(record)
+        keys.observe(record)
         log_request(record)
 
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
@@ -166,7 +169,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "server_tools": server_tools,
-        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
+        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
         "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
         "history": history,
@@ -175,6 +178,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
+        keys.observe(record)
         history.observe(record)
         log_request(record)
 
@@ -182,6 +186,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     async def _start() -> None:
         await models.start()
         await batches.start()
+        await keys.start()
         if metrics.shared_dir is not None:
             publishing.append(asyncio.ensure_future(_publish_load(metrics)))
 
@@ -190,6 +195,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         for task in publishing:
             task.cancel()
         try:
+            await keys.aclose()
             await batches.aclose()
         finally:
             try:
@@ -206,8 +212,6 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         g.dropped_thinking = []
         rule = request.url_rule.rule if request.url_rule is not None else _rule_of_other_method(app)
         g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
-        if config.server.api_keys:
-            g.record.identity = key_identity(request.headers, config.server.api_keys)
         if drain.begun and request.path.startswith("/v1/"):
             # Shutting down: only what was running goes on (missive.shutdown).
             raise drain.refusal()

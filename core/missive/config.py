@@ -63,6 +63,15 @@ Shape (every key optional)::
     max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
     max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
 
+    [keys.alice]                # a named key (docs/configuration.md#keysname): missive keys new alice
+    key_sha256 = "..."          # the key's SHA-256: the file holds no secret
+    scope = "user"              # or "admin": all batches, /v1/status, /metrics, /v1/usage
+    models = ["qwen3-*"]        # configured model ids or globs it may use (default: all)
+    requests_per_minute = 60    # also input/output_tokens_per_minute/_per_day, concurrent_requests
+
+    [usage]                     # usage per key and model (GET /v1/usage, missive usage)
+    retention = 7776000.0       # seconds kept (90 days)
+
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
     fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
@@ -92,7 +101,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator,
+)
+
+from .keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,7 +114,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "Config", "ServerToolsConfig",
+    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -396,7 +409,34 @@ class Config(_Strict):
     server_tools: ServerToolsConfig = Field(default_factory=ServerToolsConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    keys: dict[str, KeyEntry] = Field(default_factory=dict)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
     source: str | None = Field(default=None, exclude=True)
+
+    @field_validator("keys")
+    @classmethod
+    def _key_names(cls, keys: dict[str, KeyEntry]) -> dict[str, KeyEntry]:
+        for name in keys:
+            check_key_name(name)
+        return keys
+
+    @model_validator(mode="after")
+    def _one_name_per_key(self) -> Config:
+        """Two names for one key would make its owner ambiguous: refused."""
+        seen: dict[str, str] = {}
+        named = [(f"keys.{name}", entry.key_sha256) for name, entry in self.keys.items()]
+        plain = [(f"server.api_keys[{i}]", hash_key(key)) for i, key in enumerate(self.server.api_keys)]
+        for where, digest in named + plain:
+            if digest in seen:
+                raise ValueError(f"{where} is the same key as {seen[digest]}; a key has one name")
+            seen[digest] = where
+        return self
+
+    @property
+    def has_keys(self) -> bool:
+        """Some API key is configured (``server.api_keys`` or ``[keys.NAME]``):
+        requests must present one."""
+        return bool(self.server.api_keys or self.keys)
 
     def check_bind(self) -> None:
         """Refuse to listen beyond loopback without API keys, unless allowed.
@@ -405,10 +445,10 @@ class Config(_Strict):
             ConfigError: host is not loopback, no keys, no explicit permission.
         """
         s = self.server
-        if s.host not in LOOPBACK_HOSTS and not s.api_keys and not s.allow_unauthenticated_remote:
+        if s.host not in LOOPBACK_HOSTS and not self.has_keys and not s.allow_unauthenticated_remote:
             raise ConfigError(
-                f"refusing to listen on {s.host} without API keys: set server.api_keys "
-                "(or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
+                f"refusing to listen on {s.host} without API keys: add [keys.NAME] tables (missive keys new "
+                "NAME) or set server.api_keys (or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
             )
 
 

@@ -66,6 +66,9 @@ class RequestRecord:
         started: ``time.monotonic()`` when it arrived.
         model: the configured id of the model serving it; ``""`` when it
             named none (a bad body, an unknown model).
+        key: the name of its API key (:mod:`missive.keys`), once it is
+            authenticated (``""``: no key configured); None before, or
+            refused with 401. Never the key, nor its hash.
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
         queue_seconds: time spent waiting for a slot (:mod:`missive.admission`).
@@ -81,9 +84,6 @@ class RequestRecord:
         duration: seconds from arrival to the end of the answer (when finished).
         ignored: what the server ignored of the request (the
             ``missive-ignored`` header's items).
-        identity: the digest of the API key it presented
-            (:func:`missive.auth.key_identity`; ``""`` with no keys or no
-            valid key), so data kept about it is shown to that key only.
     """
 
     def __init__(
@@ -100,6 +100,7 @@ class RequestRecord:
         self.endpoint = endpoint
         self.started = time.monotonic()
         self.model = ""
+        self.key: str | None = None
         self.stream = False
         self.generated = False
         self.completed = False
@@ -116,7 +117,6 @@ class RequestRecord:
         self.error_type: str | None = None
         self.duration: float | None = None
         self.ignored: list[str] = []
-        self.identity = ""
         self._on_finish: Callable[[RequestRecord], None] | None = on_finish
         self._at_finish: list[Callable[[], None]] = []
 
@@ -201,6 +201,7 @@ class RequestRecord:
             "status": self.status,
             "endpoint": self.endpoint,
             "model": self.model or None,
+            "key": self.key or None,
         }
         if self.generated:
             out["stream"] = self.stream

@@ -120,6 +120,7 @@ async def execute(
     token = request_id_var.set(rid)
     facts = RequestRecord(rid, "BATCH", f"{ENDPOINT}/{job.batch_id}/{job.custom_id}", ENDPOINT, observe)
     facts.model = job.model
+    facts.key = job.owner  # its usage is its batch's key's
     slot: Slot | None = None
     try:
         async with app.app_context():

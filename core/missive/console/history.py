@@ -72,14 +72,15 @@ class RecentRequests:
     for paging), ``request_id``, ``time`` (Unix seconds of its arrival),
     the access-log fields (``method``, ``path``, ``status``, ``endpoint``,
     ``model``, token counts, ``ttft_s``, ``duration_s``, ``stop_reason``,
-    ``error_type``...) and ``ignored`` (client text cut to
-    :data:`PATH_CHARS`, :data:`IGNORED_ITEMS` and :data:`IGNORED_CHARS`). The key identity that sent it
-    (a digest, :func:`missive.auth.key_identity`) is kept beside it, never in
-    the entry.
+    ``error_type``, ``key``: the name of its API key...) and ``ignored``
+    (client text cut to :data:`PATH_CHARS`, :data:`IGNORED_ITEMS` and
+    :data:`IGNORED_CHARS`). Beside it is kept who sent it (the key's name,
+    :attr:`~missive.record.RequestRecord.key`: None when no key was
+    accepted), for :meth:`find`.
     """
 
     def __init__(self, size: int = RECENT) -> None:
-        self._entries: deque[tuple[dict[str, Any], str]] = deque(maxlen=size)
+        self._entries: deque[tuple[dict[str, Any], str | None]] = deque(maxlen=size)
         self._seq = 0
 
     def add(self, record: RequestRecord, now: float) -> dict[str, Any]:
@@ -97,14 +98,14 @@ class RecentRequests:
             "model": record.model,  # always there: "" for a request that named no served model
             "ignored": ignored,
         }
-        self._entries.append((entry, record.identity))
+        self._entries.append((entry, record.key))
         return entry
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def find(self, request_id: str) -> tuple[dict[str, Any], str] | None:
-        """The entry of ``request_id`` and the identity that sent it, if still kept."""
+    def find(self, request_id: str) -> tuple[dict[str, Any], str | None] | None:
+        """The entry of ``request_id`` and the name of the key that sent it, if still kept."""
         for entry, identity in reversed(self._entries):
             if entry["request_id"] == request_id:
                 return entry, identity

@@ -7,15 +7,20 @@
   ``x-api-key`` on every call;
 * ``GET /console/api/config`` (no key): ``{"api_key_required": bool}``, so
   the page asks for a key before its first call rather than after a 401
-  (which a 401 on any route tells anyway);
+  (which a 401 on any route tells anyway).
+
+The data calls need an admin key (:func:`console_access`), as
+``GET /v1/status`` does:
+
 * ``GET /console/api/status``: what ``GET /v1/status`` answers;
 * ``GET /console/api/requests``: the recent requests, newest first,
   filtered (``model``, ``endpoint``, ``status``: ``2xx``, ``4xx``, ``5xx``,
-  ``error`` or a code, ``error_type``), ``limit`` of them (1-1000, default
-  100) ``before`` a ``seq`` (the next page);
+  ``error`` or a code, ``error_type``, ``key``: a key's name), ``limit`` of
+  them (1-1000, default 100) ``before`` a ``seq`` (the next page);
 * ``GET /console/api/requests/{request_id}``: one request, with its
   ``server.capture_dir`` file (body and headers, keys redacted) when
-  capture is on and the key asking is the one that sent it;
+  capture is on and the key asking owns it (:meth:`~missive.keys.ring.Identity.owns`:
+  the key that sent it, or an admin key);
 * ``GET /console/api/series``: the graphs' points over the last hour, of
   one ``model`` or of all.
 
@@ -38,9 +43,10 @@ from typing import Any, cast
 import anyio.to_thread
 from quart import Quart, Response, current_app, request, send_from_directory
 
-from ..auth import check_api_key, key_identity
 from ..errors import InvalidRequestError, NotFoundError
-from ..routes.common import page_limit, state
+from ..keys.access import keys
+from ..keys.ring import Identity
+from ..routes.common import authenticate_admin, page_limit, state
 from ..routes.status import status_document
 from .history import BUCKET_SECONDS, WINDOW_SECONDS, History
 
@@ -68,20 +74,15 @@ _REQUEST_ID = re.compile(r"^req_[A-Za-z0-9]{1,64}$")
 _STATUS_CLASSES = {"2xx": 2, "3xx": 3, "4xx": 4, "5xx": 5}
 
 
-def console_access() -> str:
-    """Check that this request may use the console; returns its key's
-    identity (:func:`~missive.auth.key_identity`).
-
-    The one place the console's access is decided: today any configured API
-    key, as ``GET /v1/status``. With scoped keys (issue 32) the admin scope
-    is required here.
+def console_access() -> Identity:
+    """The request's key, which must be an admin key (as for ``GET
+    /v1/status``): the one place the console's access is decided.
 
     Raises:
-        AuthenticationError: no key, or a wrong one (with keys configured).
+        AuthenticationError: 401, no key or a wrong one (with keys configured).
+        PermissionDeniedError: 403, a user key.
     """
-    config, _, _ = state()
-    check_api_key(request.headers, config.server.api_keys)
-    return key_identity(request.headers, config.server.api_keys)
+    return authenticate_admin("the web console")
 
 
 def history() -> History:
@@ -109,8 +110,7 @@ async def static_file(name: str) -> Response:
 
 
 async def page_config() -> dict[str, Any]:
-    config, _, _ = state()
-    return {"api_key_required": bool(config.server.api_keys)}
+    return {"api_key_required": keys().ring.required}
 
 
 async def status() -> dict[str, Any]:
@@ -143,6 +143,7 @@ async def requests() -> dict[str, Any]:
     args = request.args
     limit = page_limit() if "limit" in args else 100
     model, endpoint, error_type = args.get("model"), args.get("endpoint"), args.get("error_type")
+    key = args.get("key")
     wanted = args.get("status", "")
 
     def match(entry: dict[str, Any]) -> bool:
@@ -151,6 +152,8 @@ async def requests() -> dict[str, Any]:
         if endpoint and entry.get("endpoint") != endpoint:
             return False
         if error_type and entry.get("error_type") != error_type:
+            return False
+        if key is not None and entry.get("key", "") != key:
             return False
         if wanted == "error":
             return entry.get("error_type") is not None
@@ -163,6 +166,7 @@ async def requests() -> dict[str, Any]:
         "models": recent.values("model"),
         "endpoints": recent.values("endpoint"),
         "error_types": recent.values("error_type"),
+        "keys": recent.values("key"),
     }
 
 
@@ -190,7 +194,7 @@ async def request_detail(request_id: str) -> dict[str, Any]:
     if not config.server.capture_dir:
         out["capture"] = None
         out["capture_note"] = "no prompt text: request capture (server.capture_dir) is off"
-    elif sender != identity:
+    elif not identity.owns(sender):  # an admin key owns everything, as every batch (missive.keys)
         out["capture"] = None
         out["capture_note"] = "captured, but sent with another API key: only that key sees its body"
     else:

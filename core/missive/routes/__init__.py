@@ -8,6 +8,7 @@ from __future__ import annotations
 from quart import Quart
 
 from ..console import routes as console
+from ..keys import routes as keys
 from . import batches, health, messages, metrics, models, probes, status
 
 PREFIXES = ("/v1", "/v1/v1")
@@ -19,7 +20,9 @@ def register_routes(app: Quart) -> None:
         batches.register(app, prefix)
         models.register(app, prefix)
         status.register(app, prefix)
+        keys.register(app, prefix)
     health.register(app)
     probes.register(app)
     metrics.register(app)
+    keys.install(app)
     console.register(app)

@@ -10,10 +10,11 @@ from pydantic import BaseModel
 from quart import current_app, g, request
 
 from ..admission import Admission
-from ..auth import check_api_key
 from ..config import Config
 from ..errors import InvalidRequestError
 from ..kernel import Kernel
+from ..keys import access
+from ..keys.ring import Identity
 from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..record import RequestRecord
@@ -25,7 +26,8 @@ from ..tools.server_runner import ServerToolRunner
 from ..validation import parse_json, validate_body
 
 __all__ = [
-    "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate", "read_request",
+    "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
+    "authenticate_admin", "resolve_for", "read_request",
     "read_raw_body", "note_ignored", "page_limit",
 ]
 
@@ -69,9 +71,37 @@ def record() -> RequestRecord:
     return cast(RequestRecord, g.record)
 
 
-def authenticate() -> None:
-    config, _, _ = state()
-    check_api_key(request.headers, config.server.api_keys)
+def authenticate() -> Identity:
+    """The request's key (:func:`missive.keys.access.authenticate`).
+
+    Raises:
+        AuthenticationError: 401, keys are configured and none matches.
+    """
+    return access.authenticate()
+
+
+def resolve_for(identity: Identity, requested: str) -> str:
+    """The configured model serving ``requested`` for the key ``identity``.
+
+    Raises:
+        ModelNotFoundError: 404, no served model matches, or the key may not use it.
+    """
+    _, _, models = state()
+    model_id, _ = models.resolve(requested)
+    access.check_model(identity, model_id, requested)
+    return model_id
+
+
+def authenticate_admin(what: str) -> Identity:
+    """The request's key, which must have the admin scope.
+
+    Raises:
+        AuthenticationError: 401.
+        PermissionDeniedError: 403, a user key.
+    """
+    identity = access.authenticate()
+    access.require_admin(identity, what)
+    return identity
 
 
 async def read_request(model: type[M], expand: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> M:

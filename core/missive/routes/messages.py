@@ -54,8 +54,10 @@ from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
+from ..keys.access import admit
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, server_tools, signer, state,
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, server_tools,
+    signer, state,
 )
 
 log = logging.getLogger("missive.messages")
@@ -172,11 +174,12 @@ def _stream_context() -> _StreamContext:
 
 
 async def _create_message() -> Response | dict[str, Any]:
-    authenticate()
+    identity = authenticate()
+    admit(identity)  # the key's limits: 429 before the body is read
     _, _, models = state()
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=keeper().expand)
-    model_id, _ = models.resolve(req.model)
+    model_id = resolve_for(identity, req.model)
     facts = record()
     facts.model = model_id
     if req.stream and not models.loaded(model_id):
@@ -359,10 +362,9 @@ async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _
 
 
 async def count_tokens() -> dict[str, int]:
-    authenticate()
-    _, _, models = state()
+    identity = authenticate()
     req = await read_request(CountTokensRequest)
-    model_id, _ = models.resolve(req.model)
+    model_id = resolve_for(identity, req.model)
     record().model = model_id
     driver = await _hold(model_id)
     if driver.capabilities.count_tokens == "none":

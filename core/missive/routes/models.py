@@ -17,7 +17,7 @@ from quart import Quart, request
 
 from ..driver import Driver
 from ..errors import InvalidRequestError
-from .common import authenticate, page_limit, record, state
+from .common import authenticate, page_limit, record, resolve_for, state
 
 
 def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) -> dict[str, Any]:
@@ -48,9 +48,10 @@ def _listed(models: Any) -> dict[str, str]:
 
 
 async def list_models() -> dict[str, Any]:
-    authenticate()
+    identity = authenticate()
     _, _, models = state()
-    listed = _listed(models)
+    # A key lists only the models it may use (issue 32).
+    listed = {shown: mid for shown, mid in _listed(models).items() if identity.may_use(mid)}
     ids = list(listed)
     limit = page_limit()
     after, before = request.args.get("after_id"), request.args.get("before_id")
@@ -74,9 +75,10 @@ async def list_models() -> dict[str, Any]:
 
 
 async def get_model(model_id: str) -> dict[str, Any]:
-    authenticate()
+    identity = authenticate()
     _, _, models = state()
-    resolved, driver = models.resolve(model_id)
+    resolved = resolve_for(identity, model_id)
+    driver = models.drivers[resolved]
     record().model = resolved
     return _model_object(resolved, driver, shown_id=model_id)
 

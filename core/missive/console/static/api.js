@@ -29,7 +29,7 @@ export class ApiError extends Error {
 }
 
 const listeners = { auth: [] };
-/** Call `fn(error)` whenever the server answers 401 (the key is missing or wrong). */
+/** Call `fn(error)` whenever the server refuses the key (401: missing or wrong; 403: not an admin key). */
 export function onAuthNeeded(fn) { listeners.auth.push(fn); }
 
 /** fetch() with the key; a 401 tells the auth listeners. Throws ApiError on no answer. */
@@ -54,7 +54,8 @@ export async function errorOf(response) {
   try { body = await response.json(); } catch { /* not JSON */ }
   const error = body && body.error ? body.error : { type: "http_error", message: response.statusText };
   const found = new ApiError(response.status, error.type, error.message, requestId);
-  if (response.status === 401) listeners.auth.forEach((fn) => fn(found));
+  // 401: no key or a wrong one; 403: a key without the admin scope.
+  if (response.status === 401 || response.status === 403) listeners.auth.forEach((fn) => fn(found));
   return found;
 }
 

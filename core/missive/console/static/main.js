@@ -63,7 +63,7 @@ document.getElementById("key-form").addEventListener("submit", (event) => {
 });
 document.getElementById("key-cancel").addEventListener("click", () => dialog.close());
 document.getElementById("key-button").addEventListener("click", () => askForKey("The API key this page sends."));
-onAuthNeeded((error) => askForKey(`${error.message}: enter an API key of this server.`));
+onAuthNeeded((error) => askForKey(`${error.message}: enter an admin key of this server.`));
 
 window.addEventListener("hashchange", () => show(location.hash.slice(1)));
 document.addEventListener("visibilitychange", () => refresh());
@@ -73,7 +73,7 @@ async function start() {
     const config = await getJSON("api/config");
     if (config.api_key_required && !apiKey()) {
       waitingForKey = true;
-      askForKey("This server needs an API key.");
+      askForKey("This server needs an API key: enter an admin key.");
     }
   } catch (exc) {
     showBanner(exc.describe ? exc.describe() : String(exc));

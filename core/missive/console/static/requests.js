@@ -9,8 +9,8 @@ let selected = null;
 let shownKey = null;
 
 export function init() {
-  for (const id of ["rq-model", "rq-endpoint", "rq-status"]) $(id).addEventListener("change", refresh);
-  $("rq-search").addEventListener("input", refresh);
+  for (const id of ["rq-model", "rq-endpoint", "rq-key", "rq-status"]) $(id).addEventListener("change", () => refresh());
+  $("rq-search").addEventListener("input", () => refresh());
 }
 
 function setOptions(select, values, allValue, allLabel) {
@@ -27,13 +27,15 @@ function query() {
   const params = new URLSearchParams({ limit: "200" });
   if ($("rq-model").value !== "*") params.set("model", $("rq-model").value);
   if ($("rq-endpoint").value) params.set("endpoint", $("rq-endpoint").value);
+  if ($("rq-key").value !== "*") params.set("key", $("rq-key").value);
   if ($("rq-status").value) params.set("status", $("rq-status").value);
   return params;
 }
 
 function matchesSearch(entry, text) {
   if (!text) return true;
-  const hay = [entry.request_id, entry.stop_reason, entry.error_type, entry.path, entry.model, ...(entry.ignored || [])];
+  const hay = [entry.request_id, entry.stop_reason, entry.error_type, entry.path, entry.model, entry.key,
+    ...(entry.ignored || [])];
   return hay.some((v) => v && String(v).toLowerCase().includes(text));
 }
 
@@ -56,6 +58,7 @@ export async function refresh() {
   const page = await getJSON(`api/requests?${query()}`);
   setOptions($("rq-model"), page.models, "*", "all");
   setOptions($("rq-endpoint"), page.endpoints, "", "all");
+  setOptions($("rq-key"), page.keys, "*", "all");
   const text = $("rq-search").value.trim().toLowerCase();
   const shown = page.data.filter((e) => matchesSearch(e, text));
   const key = shown.map((e) => e.seq).join(",") + "/" + selected;
@@ -68,7 +71,7 @@ export async function refresh() {
 
 const LABELS = [
   ["request_id", "request-id"], ["time", "time"], ["method", "method"], ["path", "path"], ["endpoint", "endpoint"],
-  ["model", "model"], ["status", "status"], ["stream", "stream"], ["input_tokens", "input tokens"],
+  ["model", "model"], ["key", "API key"], ["status", "status"], ["stream", "stream"], ["input_tokens", "input tokens"],
   ["cache_read_input_tokens", "cache read tokens"], ["cache_creation_input_tokens", "cache creation tokens"],
   ["output_tokens", "output tokens"], ["images", "images"], ["documents", "documents"], ["queue_s", "queue"],
   ["ttft_s", "time to first token"], ["duration_s", "duration"], ["stop_reason", "stop reason"],
