@@ -9,7 +9,9 @@ the main prompt is restored from host memory and read from the cache.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,6 +19,9 @@ import pytest
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "llamacpp" / "tests"))
+from greedy_reference import assert_same_greedy_answer  # noqa: E402  (the llamacpp tests' near-tie rule)
 
 MODEL = "smollm2-135m"
 GREEDY = {"temperature": 0.0}
@@ -67,8 +72,9 @@ def uncached() -> Iterator[anthropic.Anthropic]:
 
 def test_restored_state_answers_as_a_fresh_decode(smol: anthropic.Anthropic, uncached: anthropic.Anthropic) -> None:
     """A conversation restored from host memory gives the greedy answer a
-    server without the cache gives after decoding the prompt from scratch;
-    with the cache off, the side request costs the main prompt its reuse."""
+    server without the cache gives after decoding the prompt from scratch
+    (up to a near tie, greedy_reference.py); with the cache off, the side
+    request costs the main prompt its reuse."""
     # A system prompt no earlier test used: both servers decode it from the
     # first position in the same batches, so their KV caches hold the same
     # values (a prefix restored from another entry would be decoded in other
@@ -86,7 +92,13 @@ def test_restored_state_answers_as_a_fresh_decode(smol: anthropic.Anthropic, unc
     cached, fresh = answers
     assert cached.usage.cache_read_input_tokens > 400
     assert fresh.usage.cache_read_input_tokens < 10
-    assert cached.content[0].text == fresh.content[0].text
+    # Equal, or parting only at a near tie: a prompt's last token decoded
+    # alone after a restore sums in another order than inside its prompt
+    # chunk on CPUs whose kernels depend on the batch size (repacked
+    # AVX-512/AMX kernels: seen on CI, "has a mix" vs "includes a mix").
+    counted = uncached.messages.count_tokens(model=MODEL, system=system, messages=conversation).input_tokens
+    assert_same_greedy_answer(cached.content[0].text, fresh.content[0].text, conversation, system, counted,
+                              "restored vs fresh decode")
 
 
 def test_cache_never_serves_another_conversation(smol: anthropic.Anthropic) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 
 import anthropic
 
-from missive.conversation import build_conversation
+from missive.conversation import Conversation, Turn, build_conversation
+from missive.media.types import ImageInput
 from missive.schema.request import CountTokensRequest
 from missive.system_turns import NOTE_CLOSE, NOTE_OPEN, SystemNote, template_accepts_system
 from missive.templating import render_prompt
@@ -81,6 +82,35 @@ def test_tool_renderings_keep_results_first_and_the_system_turn_in_place() -> No
     assert hermes[3]["content"] == "<tool_response>\nsunny\n</tool_response>"
     plain = native_messages(conv)
     assert plain[-1] == {"role": "user", "content": f"{NOTE_OPEN}reminder{NOTE_CLOSE}\nthanks"}
+
+
+def test_each_image_is_marked_once_beside_a_system_turn() -> None:
+    """Every renderer asks the image marker once per image and shows each
+    marker once, also in a turn split at a system message: a marker records
+    its image (``ImageMarks.mark``), so a turn rendered twice would count an
+    image the prompt holds once, and llama.cpp would answer that the template
+    left one out (Claude Code's ``@shot.png``, seen in CI)."""
+    image = ImageInput(media_type="image/png", data=b"png", width=1, height=1)
+    conv = conversation([{"role": "user", "content": "look"}, {"role": "system", "content": "env"}])
+    turn = conv.turns[0]
+    conv = Conversation(system="top", turns=[Turn("user", [image, *turn.blocks])])
+    renderings = {
+        "chat": lambda marker: conv.chat_messages(marker, system_turns=True),
+        "native": lambda marker: native_messages(conv, marker, system_turns=True),
+        "hermes": lambda marker: hermes_messages(conv, (), marker, system_turns=True),
+        "hermes, notes inline": lambda marker: hermes_messages(conv, (), marker),
+    }
+    for name, render in renderings.items():
+        marked: list[ImageInput] = []
+
+        def marker(img: ImageInput, marked: list[ImageInput] = marked) -> str:
+            marked.append(img)
+            return f"[image {len(marked) - 1}]"
+
+        messages = render(marker)
+        shown = "".join(m["content"] for m in messages)
+        assert len(marked) == 1, (name, marked)
+        assert shown.count("[image 0]") == 1 and "env" in shown, (name, messages)
 
 
 def test_a_new_system_message_moves_no_earlier_token() -> None:

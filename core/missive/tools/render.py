@@ -140,10 +140,11 @@ def native_messages(
                         "content": tool_result_text(block, image_marker),
                     }
                 )
-        text = turn.text(image_marker)
+        # The turn's text is rendered once: each image marker records its
+        # image (ImageMarks.mark), so a second rendering would count it twice.
         if system_turns and turn.has_system_notes():
             messages += _user_side(turn, image_marker)
-        elif text or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
+        elif (text := turn.text(image_marker)) or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
             messages.append({"role": "user", "content": text})
     return messages
 
@@ -163,9 +164,8 @@ def hermes_messages(
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for turn in conversation.turns:
         parts: list[str] = []
-        text = turn.text(image_marker)
         if turn.role == "assistant":
-            if text:
+            if text := turn.text(image_marker):
                 parts.append(text)
             for block in turn.blocks:
                 if isinstance(block, ToolUseBlock):
@@ -178,7 +178,8 @@ def hermes_messages(
             if system_turns and turn.has_system_notes():
                 messages += _user_side(turn, image_marker, parts)
                 continue
-            if text:
+            # Rendered once (see native_messages).
+            if text := turn.text(image_marker):
                 parts.append(text)
         messages.append(with_reasoning({"role": turn.role, "content": "\n".join(parts)}, turn))
     return messages
