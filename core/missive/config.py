@@ -63,6 +63,13 @@ Shape (every key optional)::
     max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
     max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
 
+    [routing]
+    default_fallbacks = true    # requests naming no `fallbacks` get their model's (models.NAME.fallbacks)
+    [[routing.rules]]           # routing by need (docs/deployment.md#routing-by-need)
+    name = "vision"
+    images = true               # or model = ["claude-haiku-*"], min_prompt_tokens = 32000, thinking = true
+    to = "qwen2.5-vl"
+
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
     fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
@@ -94,6 +101,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
+from .routing.rules import RoutingConfig
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -101,7 +110,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "Config", "ServerToolsConfig",
+    "ThreadsConfig", "Config", "ServerToolsConfig", "RoutingConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -196,6 +205,11 @@ class ModelEntry(_Strict):
             None: the size of its files (weights and projector; a remote
             model's: 0).
         settings: driver-specific settings, validated by the driver.
+        fallbacks: the model's default fallback chain: model ids tried in
+            order when this one cannot take a request (529, 429) before its
+            answer starts; used for every request that names no
+            ``fallbacks`` when ``routing.default_fallbacks`` is true
+            (:mod:`missive.routing.fallbacks`).
     """
 
     driver: str
@@ -210,6 +224,7 @@ class ModelEntry(_Strict):
     idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
+    fallbacks: list[str | dict[str, Any]] = Field(default_factory=list)
 
 
 class ThinkingConfig(_Strict):
@@ -394,6 +409,7 @@ class Config(_Strict):
     server_tools: ServerToolsConfig = Field(default_factory=ServerToolsConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def check_bind(self) -> None:

@@ -136,6 +136,15 @@ class Metrics:
             f"{PREFIX}media_processed", "Image and document blocks processed, by kind (image, document).",
             ["kind"], registry=r,
         )
+        self.routing_rules = Counter(
+            f"{PREFIX}routing_rule", "Requests sent to a model by a [[routing.rules]] rule, by rule and the "
+            "model it chose.", [MODEL, "rule"], registry=r,
+        )
+        self.fallbacks = Counter(
+            f"{PREFIX}fallbacks", "Requests a model could not start (529, 429) and passed to the next model of "
+            "its fallback chain, by model, fallback model and error type.",
+            [MODEL, "fallback", "error_type"], registry=r,
+        )
         self._load = LoadCollector(models, admission)
         if shared_dir is None:
             self.registry.register(self._load)
@@ -155,6 +164,10 @@ class Metrics:
             return
         model = record.model
         self.requests.labels(model, record.endpoint, str(record.status), record.error_type or "").inc()
+        for model_from, model_to, error_type in record.fallbacks:
+            self.fallbacks.labels(model_from, model_to, error_type).inc()
+        if record.rule is not None:
+            self.routing_rules.labels(model, record.rule).inc()
         for kind, count in record.media.items():
             self.media_processed.labels(kind).inc(count)
         if record.queue_seconds is not None:

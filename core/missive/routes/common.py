@@ -17,6 +17,8 @@ from ..kernel import Kernel
 from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..record import RequestRecord
+from ..routing.fallbacks import chain_for
+from ..routing.rules import RoutingRules
 from ..schema.ignored import collect_ignored
 from ..shutdown import Drain
 from ..thinking.signing import Signer
@@ -26,7 +28,7 @@ from ..validation import parse_json, validate_body
 
 __all__ = [
     "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate", "read_request",
-    "read_raw_body", "note_ignored", "page_limit",
+    "read_raw_body", "note_ignored", "page_limit", "routed_model", "fallback_chain",
 ]
 
 log = logging.getLogger("missive.request")
@@ -52,6 +54,29 @@ def media_pipeline() -> MediaPipeline:
 def server_tools() -> ServerToolRunner:
     """The app's :class:`~missive.tools.server_runner.ServerToolRunner`."""
     return cast(ServerToolRunner, current_app.extensions["missive"]["server_tools"])
+
+
+def routed_model(req: Any, model_id: str) -> str:
+    """The model that answers ``req``, whose model id resolved to
+    ``model_id``: a ``[[routing.rules]]`` rule's (named in the request's
+    record: its log line and metrics), else ``model_id``
+    (:mod:`missive.routing.rules`)."""
+    rule = _routing().route(req)
+    if rule is None:
+        return model_id
+    record().rule = rule.name
+    return rule.to
+
+
+def fallback_chain(req: Any, model_id: str) -> list[str]:
+    """The models tried for ``req`` in turn, ``model_id`` first
+    (:func:`missive.routing.fallbacks.chain_for`)."""
+    rules = _routing()
+    return chain_for(req, model_id, rules.fallbacks, rules.default_fallbacks)
+
+
+def _routing() -> RoutingRules:
+    return cast(RoutingRules, current_app.extensions["missive"]["routing"])
 
 
 def drain() -> Drain:

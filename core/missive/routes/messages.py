@@ -48,6 +48,7 @@ from ..sse import PING, frame, paced_batches
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.deferred import expand_references
 from ..tools.server_runner import server_first
+from ..routing.fallbacks import first_that_starts
 from ..session import session_of
 from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
@@ -55,7 +56,8 @@ from ..thinking.replay import answer_position, check_replayed_thinking
 from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, server_tools, signer, state,
+    admission, authenticate, drain, fallback_chain, media_pipeline, note_ignored, read_request, record, routed_model,
+    server_tools, signer, state,
 )
 
 log = logging.getLogger("missive.messages")
@@ -176,16 +178,16 @@ async def _create_message() -> Response | dict[str, Any]:
     _, _, models = state()
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=keeper().expand)
-    model_id, _ = models.resolve(req.model)
+    model_id = routed_model(req, models.resolve(req.model)[0])
     facts = record()
     facts.model = model_id
+    chain = fallback_chain(req, model_id)  # the model, then its fallbacks
     if req.stream and not models.loaded(model_id):
         # Loaded on demand: the stream starts now, with pings while it loads.
         # The task is created here, so it runs in this request's context.
-        started = asyncio.ensure_future(_load_and_begin(req, model_id))
+        started = asyncio.ensure_future(_begin_chain(req, chain))
         return _sse_response(_after_load(started, _stream_context()))
-    driver = await _hold(model_id)
-    first, stream, slot = await _begin(req, model_id, driver)
+    first, stream, slot = await _begin_chain(req, chain)
     if not req.stream:
         shutdown = drain()
         try:
@@ -206,8 +208,18 @@ async def _create_message() -> Response | dict[str, Any]:
     return _sse_response(_body(first, stream, slot, _stream_context()))
 
 
-async def _load_and_begin(req: MessagesRequest, model_id: str) -> tuple[dict[str, Any], MessageStream, Slot]:
-    return await _begin(req, model_id, await _hold(model_id))
+async def _begin_chain(req: MessagesRequest, chain: list[str]) -> tuple[dict[str, Any], MessageStream, Slot]:
+    """:func:`_begin` on the first model of ``chain`` that can start the
+    answer (loading it first when needed); a model that cannot (529, 429)
+    is noted and the next is tried, never once an answer began
+    (:mod:`missive.routing.fallbacks`)."""
+    facts = record()
+
+    async def begin(model_id: str) -> tuple[dict[str, Any], MessageStream, Slot]:
+        facts.model = model_id
+        return await _begin(req, model_id, await _hold(model_id))
+
+    return await first_that_starts(chain, begin, lambda model, then, why: facts.fallbacks.append((model, then, why)))
 
 
 async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[dict[str, Any], MessageStream, Slot]:
@@ -362,7 +374,7 @@ async def count_tokens() -> dict[str, int]:
     authenticate()
     _, _, models = state()
     req = await read_request(CountTokensRequest)
-    model_id, _ = models.resolve(req.model)
+    model_id = routed_model(req, models.resolve(req.model)[0])
     record().model = model_id
     driver = await _hold(model_id)
     if driver.capabilities.count_tokens == "none":

@@ -173,8 +173,11 @@ class PrefixAffinity(LeastOutstanding):
                 reason = "prefix"
         if chosen is None and route.session is not None:
             remembered = [r for r in allowed if r is mine]
-            chosen = remembered[0] if remembered else max(
-                allowed, key=lambda r: _rendezvous(route.session or "", r.url))
+            if remembered:
+                chosen = remembered[0]
+            else:
+                ranked = sorted(allowed, key=lambda r: _rendezvous(route.session or "", r.url), reverse=True)
+                chosen = min(ranked[:2], key=lambda r: r.outstanding)
             reason = "session"
         if chosen is None:
             chosen = self.least(allowed)
