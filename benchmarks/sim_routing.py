@@ -70,7 +70,6 @@ import math
 import random
 import statistics
 import sys
-import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,7 +222,6 @@ class Result:
     policy: str
     replicas: int
     requests: int = 0
-    prompt_tokens: int = 0
     hit: int = 0
     ideal: int = 0
     hit_beyond_shared: int = 0
@@ -232,7 +230,6 @@ class Result:
     same_replica: int = 0
     depths: list[int] = field(default_factory=list)
     max_over_mean: float = 0.0
-    seconds: float = 0.0
 
     def row(self) -> str:
         depths = sorted(self.depths)
@@ -245,7 +242,6 @@ class Result:
 
 
 def simulate(policy_name: str, n: int, args: argparse.Namespace) -> Result:
-    started = time.perf_counter()
     capacity = args.cache_tokens // BLOCK
     # Load is measured while sessions keep arriving, after the first ones
     # settled (a fleet starting empty or draining is balanced by nothing).
@@ -278,7 +274,6 @@ def simulate(policy_name: str, n: int, args: argparse.Namespace) -> Result:
             result.later_turns += 1
             result.same_replica += request.conv.last is replica
         request.conv.last = replica
-        result.prompt_tokens += request.prompt
         result.hit += hit
         result.ideal += best
         result.hit_beyond_shared += max(0, hit - request.shared)
@@ -333,7 +328,6 @@ def simulate(policy_name: str, n: int, args: argparse.Namespace) -> Result:
         replica.change(now, 0)
     loads = [r.busy_integral for r in replicas]
     result.max_over_mean = max(loads) / statistics.fmean(loads)
-    result.seconds = time.perf_counter() - started
     return result
 
 

@@ -111,11 +111,11 @@ class PrefixIndex:
         if capacity < 1:
             raise ValueError("a prefix index needs room for at least one block")
         self.capacity = capacity
-        self._held: dict[Hashable, OrderedDict[int, None]] = {}
-        self._stamp: dict[Hashable, int] = {}
+        self._held: dict[object, OrderedDict[int, None]] = {}
+        self._stamp: dict[object, int] = {}
         self._clock = 0
 
-    def insert(self, owner: Hashable, blocks: Sequence[int]) -> None:
+    def insert(self, owner: object, blocks: Sequence[int]) -> None:
         """Note that ``owner`` was sent a prompt of ``blocks`` (deepest first,
         so its prefixes are the most recent)."""
         held = self._held.setdefault(owner, OrderedDict())
@@ -127,7 +127,7 @@ class PrefixIndex:
         self._clock += 1
         self._stamp[owner] = self._clock
 
-    def depth(self, owner: Hashable, blocks: Sequence[int]) -> int:
+    def depth(self, owner: object, blocks: Sequence[int]) -> int:
         """How many leading ``blocks`` ``owner`` holds (binary search: what it
         holds is closed under prefixes)."""
         held = self._held.get(owner)
@@ -142,15 +142,15 @@ class PrefixIndex:
                 high = middle - 1
         return low
 
-    def recency(self, owner: Hashable) -> int:
+    def recency(self, owner: object) -> int:
         """When ``owner`` was last sent a prompt (larger: more recently; 0: never)."""
         return self._stamp.get(owner, 0)
 
-    def size(self, owner: Hashable) -> int:
+    def size(self, owner: object) -> int:
         """Blocks held for ``owner``."""
         return len(self._held.get(owner, ()))
 
-    def forget(self, owner: Hashable) -> None:
+    def forget(self, owner: object) -> None:
         """Drop everything held for ``owner`` (a replica that went down lost its cache)."""
         self._held.pop(owner, None)
         self._stamp.pop(owner, None)

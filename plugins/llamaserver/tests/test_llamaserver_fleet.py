@@ -4,11 +4,16 @@ conversation whose replica dies goes on elsewhere.
 
 Each llama-server is the real binary the plugin's test extra builds, serving
 SmolLM2-135M with 4 slots and its host-memory prompt cache (``--cache-ram``,
-on by default). Two conversations sharing a ~1,800-token system prompt are
-interleaved with side requests of their sessions (Claude Code's shape, its
-session header included), once under ``replica_policy = "prefix"`` and once
-under the default ``least_outstanding``, in the same run; each policy gets
-its own system prompt, so neither reads what the other left in a cache.
+on by default). Two conversations, each with its own ~1,800-token system
+prompt (two projects), are interleaved with side requests of their sessions
+(Claude Code's shape, its session header included), once under
+``replica_policy = "prefix"`` and once under the default
+``least_outstanding``, in the same run; no two prompts share a prefix, so
+a turn reads from the cache only what its own conversation left there.
+(Two conversations sharing a long system prompt on one llama-server compete
+for the slot holding it: llama-server gives a request the slot with the
+longest common prefix, so each turn evicts the other conversation's
+history from it, and both read back only the shared part.)
 Later turns must read at least 95 % of their prompt from the cache under
 ``prefix``; the ``least_outstanding`` figure is printed beside it (``-s``)."""
 
@@ -97,9 +102,8 @@ class Conversation:
 def converse(url: str, model: str, tag: str) -> float:
     """Two interleaved conversations with side requests; the cache read
     fraction of their later turns (cache read / whole prompt)."""
-    system = system_prompt(tag)
-    talks = [Conversation(url, model, system, f"{tag}-session-{i}", topic) for i, topic in
-             enumerate(("the build scripts", "the database schema"))]
+    talks = [Conversation(url, model, system_prompt(f"{tag}, project {i}"), f"{tag}-session-{i}", topic)
+             for i, topic in enumerate(("the build scripts", "the database schema"))]
     questions = ("Where do I start?", "What comes next?", "Any pitfall?", "Summarise it.")
     for round_, question in enumerate(questions):
         for talk in talks:
