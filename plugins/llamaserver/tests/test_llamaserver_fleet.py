@@ -4,7 +4,7 @@ conversation whose replica dies goes on elsewhere.
 
 Each llama-server is the real binary the plugin's test extra builds, serving
 SmolLM2-135M with 4 slots and its host-memory prompt cache (``--cache-ram``,
-on by default). Two conversations, each with its own ~1,800-token system
+on by default). Two conversations, each with its own ~750-token system
 prompt (two projects), are interleaved with side requests of their sessions
 (Claude Code's shape, its session header included), once under
 ``replica_policy = "prefix"`` and once under the default
@@ -38,11 +38,11 @@ SLOTS, CTX = 4, 4 * 4096
 
 
 def system_prompt(tag: str) -> str:
-    """About 1,800 SmolLM2 tokens of rules, starting with ``tag`` (so two
+    """About 750 SmolLM2 tokens of rules, starting with ``tag`` (so two
     policies' prompts share nothing): a later turn adds a few dozen tokens
     (the last answer's end, the new question), well under 5 % of it."""
     rules = " ".join(f"Rule {i}: when asked about subject {i * 7 % 23}, answer in one short sentence and "
-                     f"mention section {i * 5 % 17}." for i in range(80))
+                     f"mention section {i * 5 % 17}." for i in range(32))
     return f"[{tag}] You are a careful assistant for a software team. {rules}"
 
 
