@@ -5,6 +5,7 @@ is down and then comes up, ``/readyz`` before the models have started,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -52,7 +53,7 @@ def backend_port() -> int:
 @pytest.fixture(scope="module")
 def server(backend_port: int) -> Iterator[ServerProcess]:
     config = {
-        "server": {"api_keys": [KEY]},
+        "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
         "models": {
             "echo": {"driver": "echo", "context_window": 1000,
                      "settings": {"capabilities": {"max_concurrency": 2}}},

@@ -12,7 +12,7 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
     body = {
         "model": "claude-sonnet-4-5",
         "max_tokens": 20,
-        "context_management": {"edits": []},
+        "service_tier": "auto",
         "metadata": {"user_id": '{"session": 1}', "extra_key": 1},
         "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral", "scope": "global"}}],
         "tools": [],
@@ -33,7 +33,7 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
     assert resp.status_code == 200, resp.text
     ignored = resp.headers["missive-ignored"]
     for expected in (
-        "context_management",
+        "service_tier",
         "metadata.extra_key",
         "system.0.cache_control.scope",
         'messages.0.content.1 (block type "future_block")',

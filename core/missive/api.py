@@ -22,7 +22,9 @@ The names, grouped by what they are for:
   content blocks), images (:class:`ImageInput`, :func:`upright`, ...);
 * in-process drivers (llama.cpp, MLX): :class:`LocalDriver` and the runner
   protocol it drives (:class:`Runner`, :class:`Batched`,
-  :class:`ContextStates` and their value types), :func:`common_prefix`;
+  :class:`ContextStates` and their value types), :func:`common_prefix`,
+  a model's default sampling (:func:`model_sampling`, :func:`gguf_names`,
+  :func:`folder_sampling`, :class:`SamplingDefaults`);
 * remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
   failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
   :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`; the replica
@@ -95,6 +97,7 @@ from .reasoning.registry import reasoning_parser_class
 from .replicas import Replica, ReplicaPool
 from .routing.policy import ReplicaRouting, policy_for
 from .routing.prefix import RouteKey
+from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
 from .schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .specs import (
     DefaultModel,
@@ -152,6 +155,7 @@ __all__ = [
     # in-process drivers
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
     "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "common_prefix",
+    "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
     "ReplicaRouting", "RouteKey", "policy_for",

@@ -33,6 +33,7 @@ from .errors import (
 from .ids import request_id
 from .thinking.signing import load_signer
 from .kernel import Kernel
+from .keys.service import KeyServices
 from .logs import log_request, request_id_var
 from .media.pipeline import MediaPipeline
 from .tools.server_runner import ServerToolRunner, build_search_provider
@@ -156,9 +157,12 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     admission = Admission(config)
     metrics = Metrics(models, admission, shared_dir=metrics_dir)
     drain = Drain(config.server.shutdown_grace, admission)
+    # Built before any worker is forked: the limits' table is shared (missive.keys.buckets).
+    keys = KeyServices(config, metrics.registry)
 
     def observe_batch(record: RequestRecord) -> None:
         metrics.batches.observe(record)
+        keys.observe(record)
         log_request(record)
 
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
@@ -166,7 +170,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "server_tools": server_tools, "routing": routing,
-        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
+        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
         "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
     }
@@ -174,12 +178,14 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
+        keys.observe(record)
         log_request(record)
 
     @app.before_serving
     async def _start() -> None:
         await models.start()
         await batches.start()
+        await keys.start()
         if metrics.shared_dir is not None:
             publishing.append(asyncio.ensure_future(_publish_load(metrics)))
 
@@ -188,6 +194,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         for task in publishing:
             task.cancel()
         try:
+            await keys.aclose()
             await batches.aclose()
         finally:
             try:

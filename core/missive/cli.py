@@ -1,5 +1,5 @@
 """The ``missive`` command line: ``serve``, ``pull``, ``models``, ``plugins``,
-``ps``, ``batches``, ``claude``, ``new-driver``, and plugin commands."""
+``ps``, ``batches``, ``claude``, ``keys``, ``usage``, ``new-driver``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -494,10 +494,7 @@ def ps(config_path: str | None, overrides: tuple[str, ...], url: str | None, api
     try:
         status = fetch_status(base, key)
     except ServerUnavailable as exc:
-        message = str(exc)
-        if exc.status == 401:
-            message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
-        raise click.ClickException(message) from None
+        raise _unavailable(exc) from None
     click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
 
 
@@ -524,6 +521,9 @@ def _unavailable(exc: Exception) -> click.ClickException:
     message = str(exc)
     if getattr(exc, "status", None) == 401:
         message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
+    elif getattr(exc, "status", None) == 403:
+        message += ("\nthis needs an admin key: pass one with --api-key KEY (missive keys new NAME --scope admin "
+                    "makes one)")
     return click.ClickException(message)
 
 
@@ -649,6 +649,11 @@ def claude(
         raise click.ClickException("claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code")
     sys.stdout.flush()
     os.execve(binary, [binary, *claude_args], {**os.environ, **env})
+
+
+from .keys.cli import register as _register_keys  # noqa: E402  (after the helpers it uses)
+
+_register_keys(cli, _config_options, _load, _server, _unavailable)
 
 
 @cli.command("new-driver")

@@ -63,6 +63,15 @@ Shape (every key optional)::
     max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
     max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
 
+    [keys.alice]                # a named key (docs/configuration.md#keysname): missive keys new alice
+    key_sha256 = "..."          # the key's SHA-256: the file holds no secret
+    scope = "user"              # or "admin": all batches, /v1/status, /metrics, /v1/usage
+    models = ["qwen3-*"]        # configured model ids or globs it may use (default: all)
+    requests_per_minute = 60    # also input/output_tokens_per_minute/_per_day, concurrent_requests
+
+    [usage]                     # usage per key and model (GET /v1/usage, missive usage)
+    retention = 7776000.0       # seconds kept (90 days)
+
     [routing]
     default_fallbacks = true    # requests naming no `fallbacks` get their model's (models.NAME.fallbacks)
     [[routing.rules]]           # routing by need (docs/deployment.md#routing-by-need)
@@ -99,7 +108,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator,
+)
+
+from .keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
 
 from .routing.rules import RoutingConfig
 
@@ -110,7 +123,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "Config", "ServerToolsConfig", "RoutingConfig",
+    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig", "RoutingConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -205,11 +218,19 @@ class ModelEntry(_Strict):
             None: the size of its files (weights and projector; a remote
             model's: 0).
         settings: driver-specific settings, validated by the driver.
-        fallbacks: the model's default fallback chain: model ids tried in
-            order when this one cannot take a request (529, 429) before its
-            answer starts; used for every request that names no
-            ``fallbacks`` when ``routing.default_fallbacks`` is true
-            (:mod:`missive.routing.fallbacks`).
+        fallbacks: the model's default fallback chain, used for a request's
+            ``fallbacks: "default"``, and for every request that names no
+            ``fallbacks`` with ``routing.default_fallbacks``: model ids, or
+            tables with the API's per-entry overrides (``{model = "x",
+            max_tokens = 512}``) (:mod:`missive.context.fallbacks`,
+            :mod:`missive.routing.fallbacks`).
+        capabilities: overrides of what ``GET /v1/models`` reports in
+            ``capabilities``, keyed by the API's dotted names
+            (``"pdf_input" = false``, ``"thinking.types.adaptive" = true``);
+            they change what clients are told, not what the model does
+            (:mod:`missive.context.capabilities`).
+        lifecycle, deprecated_at, retires_at: the model's ``lifecycle``
+            (``active`` or ``deprecated``) and its dates in ``GET /v1/models``.
     """
 
     driver: str
@@ -224,7 +245,23 @@ class ModelEntry(_Strict):
     idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
+    # -- Issue 26 part B ----------------------------------------------------
     fallbacks: list[str | dict[str, Any]] = Field(default_factory=list)
+    capabilities: dict[str, bool] = Field(default_factory=dict)
+    lifecycle: Literal["active", "deprecated"] = "active"
+    deprecated_at: datetime | None = None
+    retires_at: datetime | None = None
+
+    @field_validator("capabilities")
+    @classmethod
+    def _known_capabilities(cls, overrides: dict[str, bool]) -> dict[str, bool]:
+        from .context.capabilities import CAPABILITY_KEYS, unknown_keys
+
+        unknown = unknown_keys(overrides)
+        if unknown:
+            raise ValueError(f"unknown capability {', '.join(unknown)}; known: {', '.join(sorted(CAPABILITY_KEYS))}")
+        return overrides
+    # -- end of issue 26 part B --------------------------------------------
 
 
 class ThinkingConfig(_Strict):
@@ -409,8 +446,35 @@ class Config(_Strict):
     server_tools: ServerToolsConfig = Field(default_factory=ServerToolsConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    keys: dict[str, KeyEntry] = Field(default_factory=dict)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     source: str | None = Field(default=None, exclude=True)
+
+    @field_validator("keys")
+    @classmethod
+    def _key_names(cls, keys: dict[str, KeyEntry]) -> dict[str, KeyEntry]:
+        for name in keys:
+            check_key_name(name)
+        return keys
+
+    @model_validator(mode="after")
+    def _one_name_per_key(self) -> Config:
+        """Two names for one key would make its owner ambiguous: refused."""
+        seen: dict[str, str] = {}
+        named = [(f"keys.{name}", entry.key_sha256) for name, entry in self.keys.items()]
+        plain = [(f"server.api_keys[{i}]", hash_key(key)) for i, key in enumerate(self.server.api_keys)]
+        for where, digest in named + plain:
+            if digest in seen:
+                raise ValueError(f"{where} is the same key as {seen[digest]}; a key has one name")
+            seen[digest] = where
+        return self
+
+    @property
+    def has_keys(self) -> bool:
+        """Some API key is configured (``server.api_keys`` or ``[keys.NAME]``):
+        requests must present one."""
+        return bool(self.server.api_keys or self.keys)
 
     def check_bind(self) -> None:
         """Refuse to listen beyond loopback without API keys, unless allowed.
@@ -419,10 +483,10 @@ class Config(_Strict):
             ConfigError: host is not loopback, no keys, no explicit permission.
         """
         s = self.server
-        if s.host not in LOOPBACK_HOSTS and not s.api_keys and not s.allow_unauthenticated_remote:
+        if s.host not in LOOPBACK_HOSTS and not self.has_keys and not s.allow_unauthenticated_remote:
             raise ConfigError(
-                f"refusing to listen on {s.host} without API keys: set server.api_keys "
-                "(or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
+                f"refusing to listen on {s.host} without API keys: add [keys.NAME] tables (missive keys new "
+                "NAME) or set server.api_keys (or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
             )
 
 

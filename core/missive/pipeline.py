@@ -68,6 +68,7 @@ from .ids import client_tool_id
 from .tools.validate import parsed, schema_violation
 from .reasoning.base import ReasoningParser
 from .stop_sequences import StopMatcher
+from .thinking.between_tools import progress_as_thinking
 from .thinking.signing import Signer
 from .tools.definitions import choice_after_server_call
 from .tools.server_runner import ServerToolRunner
@@ -398,7 +399,7 @@ class MessageStream:
                             break
                     elif isinstance(event, ThinkingDelta):
                         self._output_tokens += event.tokens
-                        if self.request.thinking.requested:
+                        if self.request.thinking.shows_blocks:
                             for out in self._thinking(event.thinking):
                                 yield out
                     elif isinstance(event, ToolCallStart):
@@ -610,7 +611,11 @@ class MessageStream:
         stage is one more generator every event passes through."""
         tools = self.request.tools
         source = self._rounds() if any(t.server for t in tools) else self._parsed()
-        return self._unrepeated(source) if tools else source
+        staged = self._unrepeated(source) if tools else source
+        if self.request.thinking.between_tools:
+            calls = bool(tools) and self.request.tool_choice.mode != "none"
+            return progress_as_thinking(staged, calls_possible=calls)
+        return staged
 
     async def _unrepeated(self, source: AsyncIterator[GenerationEvent]) -> AsyncGenerator[GenerationEvent, None]:
         """``source`` until the model repeats a tool call it already made.
@@ -772,6 +777,9 @@ def accumulate(events: list[Event]) -> dict[str, Any]:
                 block["signature"] = delta["signature"]
             elif dtype == "input_json_delta":
                 partial_json[event["index"]] = partial_json.get(event["index"], "") + delta["partial_json"]
+            elif dtype == "compaction_delta":  # whole, as the SDK's accumulator takes it
+                block["content"] = delta["content"]
+                block["encrypted_content"] = delta.get("encrypted_content")
         elif kind == "content_block_stop":
             index = event["index"]
             if index in partial_json:
@@ -781,4 +789,6 @@ def accumulate(events: list[Event]) -> dict[str, Any]:
             message["stop_reason"] = event["delta"]["stop_reason"]
             message["stop_sequence"] = event["delta"]["stop_sequence"]
             message["usage"] = dict(event["usage"])
+            if "context_management" in event:
+                message["context_management"] = event["context_management"]
     return message

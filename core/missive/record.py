@@ -62,6 +62,9 @@ class RequestRecord:
         started: ``time.monotonic()`` when it arrived.
         model: the configured id of the model serving it; ``""`` when it
             named none (a bad body, an unknown model).
+        key: the name of its API key (:mod:`missive.keys`), once it is
+            authenticated (``""``: no key configured); None before, or
+            refused with 401. Never the key, nor its hash.
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
         queue_seconds: time spent waiting for a slot (:mod:`missive.admission`).
@@ -94,6 +97,7 @@ class RequestRecord:
         self.endpoint = endpoint
         self.started = time.monotonic()
         self.model = ""
+        self.key: str | None = None
         self.stream = False
         self.generated = False
         self.completed = False
@@ -194,6 +198,7 @@ class RequestRecord:
             "status": self.status,
             "endpoint": self.endpoint,
             "model": self.model or None,
+            "key": self.key or None,
             "rule": self.rule,
         }
         if self.generated:

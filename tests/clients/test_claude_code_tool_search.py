@@ -25,7 +25,7 @@ from web_standins import StandIn, server_tools_config
 if TYPE_CHECKING:  # fixtures' types (conftest modules are not imported by name)
     from tests.clients.conftest import Missive
 
-IGNORED_BY_DESIGN = {"context_management"}  # another issue's (context editing); the betas are only reported
+IGNORED_BY_DESIGN: set[str] = set()  # context_management is applied (issue 26 part B); the betas are only reported
 
 
 @pytest.fixture

@@ -44,7 +44,10 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
   more with them than with the slot it takes; restored tokens are cache reads;
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
-  models whose reasoning format has a closing text.
+  models whose reasoning format has a closing text;
+* sampling fields the request leaves unset take the model's defaults
+  (``ModelInfo.sampling``, :mod:`missive.sampling`; its thinking-mode values
+  when the request thinks), shown in :meth:`LocalDriver.choices`.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from ..driver import Driver, GenerationRequest, clamp_max_tokens
 from ..errors import ApiError, PromptTooLongError
 from ..events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from ..reasoning.base import ReasoningParser
+from ..sampling import NO_DEFAULTS
 from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from ..templating import compile_template
 from ..tools.parsers.base import ToolParser
@@ -245,9 +249,10 @@ class LocalDriver(Driver):
 
     def choices(self) -> dict[str, Any]:
         """The context window, slots, chat template family
-        (:func:`~missive.sources.gguf.template_family`), tool call format and
-        reasoning format (``none``: the model does not reason) of the loaded
-        model; ``{}`` before it is loaded."""
+        (:func:`~missive.sources.gguf.template_family`), tool call format,
+        reasoning format (``none``: the model does not reason) and default
+        sampling (:meth:`~missive.sampling.SamplingDefaults.describe`) of the
+        loaded model; ``{}`` before it is loaded."""
         if self._info is None:
             return {}
         from ..sources.gguf import template_family
@@ -258,6 +263,7 @@ class LocalDriver(Driver):
             "chat_template": template_family(self._template),
             "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
             "reasoning_format": self._reasoning or "none",
+            "sampling": self._info.sampling.describe(),
         }
 
     def _loaded(self) -> PromptPath:
@@ -324,11 +330,21 @@ class LocalDriver(Driver):
         try:
             opened = "" if constrained else prompts.opened(pieces)
             reusable = host_reusable(self.runner, self._host_cache, prompt)
-            sampling = Sampling(request.temperature, request.top_p, request.top_k, self.constraint(request))
+            sampling = self._sampling(request)
             return _Prepared(prompt, reusable, opened, sampling, self._budget(request, opened))
         except BaseException:
             prompt.close()
             raise
+
+    def _sampling(self, request: GenerationRequest) -> Sampling:
+        """The request's sampling: its own values, the model's defaults
+        (:attr:`ModelInfo.sampling`, the thinking-mode ones when the request
+        thinks) for what it leaves unset, and the constraint."""
+        info = self._info
+        defaults = info.sampling if info is not None else NO_DEFAULTS
+        thinking = request.thinking.requested and self._reasoning is not None
+        values = defaults.resolve(request.temperature, request.top_p, request.top_k, thinking=thinking)
+        return Sampling(values.temperature, values.top_p, values.top_k, self.constraint(request), values.min_p)
 
     def _budget(self, request: GenerationRequest, opened: str) -> ThinkingBudget | None:
         """How to end reasoning once ``thinking.budget_tokens`` are spent, or

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ..media.types import ImageInput
+from ..sampling import NO_DEFAULTS, SamplingDefaults
 
 __all__ = [
     "PENDING",
@@ -91,6 +92,9 @@ class ModelInfo:
         slots: sequences the runner decodes together (>= 1; above 1 the
             runner implements :class:`Batched`). Each has the whole
             ``context_window``.
+        sampling: the model's default sampling, for requests that leave
+            fields unset (:func:`missive.sampling.model_sampling` of what the
+            model's files say); the API's defaults when not given.
     """
 
     context_window: int
@@ -100,6 +104,7 @@ class ModelInfo:
     control_texts: tuple[str, ...] = ()
     input_media: frozenset[str] = frozenset()
     slots: int = 1
+    sampling: SamplingDefaults = NO_DEFAULTS
 
 
 class Prompt(NamedTuple):
@@ -142,18 +147,24 @@ class ImageMarks:
 class Sampling:
     """How a sequence samples; None means the API's default.
 
+    The engine fills in the model's defaults (:attr:`ModelInfo.sampling`)
+    for what the request leaves unset.
+
     Attributes:
         temperature: 1.0 by default; 0 is greedy.
         top_p: no nucleus cut by default.
         top_k: no top-k cut by default.
         constraint: a backend object constraining the output (a compiled
             llama.cpp grammar), or None.
+        min_p: no min-p cut by default (the API has no such field: only a
+            model's defaults set it).
     """
 
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     constraint: Any = None
+    min_p: float | None = None
 
 
 @dataclass

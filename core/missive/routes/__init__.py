@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from quart import Quart
 
+from ..keys import routes as keys
 from . import batches, health, messages, metrics, models, probes, status
 
 PREFIXES = ("/v1", "/v1/v1")
@@ -17,6 +18,8 @@ def register_routes(app: Quart) -> None:
         batches.register(app, prefix)
         models.register(app, prefix)
         status.register(app, prefix)
+        keys.register(app, prefix)
     health.register(app)
     probes.register(app)
     metrics.register(app)
+    keys.install(app)

@@ -39,6 +39,8 @@ Conditions (a rule needs at least one; all must hold):
   (Claude Code asks for ``adaptive`` on every request), a list for those
   types only, false for none.
 
+A rule whose model the request's API key may not use (``keys.NAME.models``)
+is passed over: routing never reaches a model the key could not name.
 The rule that fired is named in the request's log line (``rule``), counted in
 ``missive:routing_rule_total`` and listed by ``missive plugins`` and
 ``missive models``. The response's ``model`` stays the id the client sent.
@@ -47,7 +49,7 @@ The rule that fired is named in the request's log line (``rule``), counted in
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -159,11 +161,14 @@ class RoutingRules:
                 raise ConfigError(f"two routing rules are named '{rule.name}'")
         self.rules = list(config.rules)
 
-    def route(self, req: Any) -> RoutingRule | None:
+    def route(self, req: Any, allowed: Callable[[str], bool] = lambda model: True) -> RoutingRule | None:
         """The first rule ``req`` (a validated Messages or count_tokens
-        request) meets, or None."""
+        request) meets whose model is ``allowed`` (the request's key may use
+        it), or None."""
         estimate: int | None = None
         for rule in self.rules:
+            if not allowed(rule.to):
+                continue
             if rule.model and not any(fnmatch.fnmatchcase(req.model, p) for p in rule.model):
                 continue
             if rule.images is not None and rule.images != _has_images(req):

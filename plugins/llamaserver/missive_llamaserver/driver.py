@@ -29,7 +29,8 @@ Per request:
      ``json_schema`` grammar admitting one call (:mod:`.forced`);
    * ``none``: no tools offered (past calls and results are still rendered).
 
-   Sampling: the request's, with the API's defaults for the rest
+   Sampling: the request's; the rest is left to llama-server, which applies
+   the model's recommended values, or sent as the API's defaults
    (``settings.sampling_defaults``); ``cache_prompt``;
    ``reasoning_format: "deepseek"``; with ``settings.thinking`` the
    reasoning switches and budget (:meth:`~LlamaServerDriver.extra_fields`);
@@ -237,7 +238,7 @@ class LlamaServerDriver(OpenAIDriver):
         the core drops what the client did not ask for), and with
         ``settings.thinking`` the switches of :meth:`ThinkingPlan.template_kwargs
         <missive.thinking.plan.ThinkingPlan.template_kwargs>`
-        (``chat_template_kwargs.enable_thinking``/``thinking``,
+        (``chat_template_kwargs.enable_thinking``/``thinking``/``thinking_budget``,
         ``reasoning_effort``) and the budget as ``reasoning_budget_tokens``
         (enforced by llama-server's sampler for templates with thinking tags:
         ``reasoning_budget`` in ``oaicompat_chat_params_parse``)."""
@@ -245,8 +246,7 @@ class LlamaServerDriver(OpenAIDriver):
         kwargs = dict(self.settings.chat_template_kwargs)
         if self.settings.thinking:
             switches = request.thinking.template_kwargs()
-            kwargs["enable_thinking"] = switches["enable_thinking"]
-            kwargs["thinking"] = switches["thinking"]
+            kwargs.update((k, v) for k, v in switches.items() if k != "reasoning_effort")  # a top-level field
             fields["reasoning_effort"] = switches["reasoning_effort"]
             if request.thinking.budget_tokens is not None:
                 fields["reasoning_budget_tokens"] = request.thinking.budget_tokens
