@@ -15,7 +15,9 @@ import httpx
 import pytest
 
 from missive.config import ConfigError
-from missive.routing.fallbacks import chain_for
+from missive.routing.fallbacks import with_model_chain
+from missive.schema.management import FallbackEntry
+from missive.schema.request import MessagesRequest
 from missive.routing.rules import RoutingConfig, RoutingRules
 from missive.testing import ServerProcess, serve_process, until
 
@@ -88,6 +90,7 @@ def test_a_full_queue_falls_back_to_the_next_model(server: ServerProcess, client
     finally:
         holder.close()
     assert message.content[0].type == "text" and message.content[0].text == "answered anyway"
+    assert message.model == "spare"  # the API's signal of a fallback (usage.iterations too)
     # The request is counted as its record finishes, just after the answer's last byte.
     until(lambda: metric(server, "fallbacks_total", model_name="main", fallback="spare",
                          error_type="overloaded_error") == before + 1, "the fallback counted")
@@ -125,12 +128,9 @@ def test_no_fallback_once_the_answer_has_begun(server: ServerProcess, client: an
 def test_the_chain_is_checked_and_only_applied_when_asked() -> None:
     with pytest.raises(ConfigError, match="models.a.fallbacks names 'b', which is not a served model"):
         RoutingRules(RoutingConfig(), ["a"], {"a": ["b"]})
-    configured: dict[str, list[str | dict[str, Any]]] = {"a": ["b", {"model": "c"}, "a", "b"]}
-
-    class Request:
-        fallbacks = None
-
-    assert chain_for(Request(), "a", configured, True) == ["a", "b", "c"]
-    assert chain_for(Request(), "a", configured, False) == ["a"]
-    Request.fallbacks = [{"model": "x"}]  # type: ignore[assignment]  # the request's own: handled by the API's field
-    assert chain_for(Request(), "a", configured, True) == ["a"]
+    plain = MessagesRequest.model_validate({"model": "a", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
+    assert with_model_chain(plain, ["b"], True).fallbacks == "default"
+    assert with_model_chain(plain, ["b"], False) is plain
+    assert with_model_chain(plain, [], True) is plain  # nothing to fall back to: the request stays as sent
+    own = plain.model_copy(update={"fallbacks": [FallbackEntry(model="c")]})
+    assert with_model_chain(own, ["b"], True) is own  # the request's own chain wins

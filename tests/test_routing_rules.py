@@ -6,6 +6,7 @@ plugins`` and ``missive models``."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import re
@@ -136,3 +137,20 @@ def test_the_estimate_leaves_image_data_out() -> None:
                                                                                               "text": "x" * 800}]}]})
     # The text and the block and role names count; the base64 source, none of it.
     assert estimate_prompt_tokens(words) == (400 + 800 + len("user") + len("image") + len("text")) // 4
+
+
+def test_a_rule_never_sends_a_key_to_a_model_it_may_not_use() -> None:
+    """A key limited to ``main`` is not routed to ``vision``: its image
+    request stays on the text model (and is refused there); a key that may
+    use every model is routed."""
+    narrow, wide = "sk-narrow-routing-key", "sk-wide-routing-key"
+    keys = {"narrow": {"key_sha256": hashlib.sha256(narrow.encode()).hexdigest(), "models": ["main"]},
+            "wide": {"key_sha256": hashlib.sha256(wide.encode()).hexdigest()}}
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 10,
+            "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}]}
+    with serve_process({**CONFIG, "keys": keys}) as keyed:
+        refused = httpx.post(f"{keyed.url}/v1/messages", json=body, headers={"x-api-key": narrow}, timeout=60)
+        routed = httpx.post(f"{keyed.url}/v1/messages", json=body, headers={"x-api-key": wide}, timeout=60)
+        until(lambda: "rule=eyes" in keyed.log(), "the wide key's request routed")
+    assert refused.status_code == 400 and "input media" in refused.json()["error"]["message"]
+    assert routed.status_code == 200, routed.text
