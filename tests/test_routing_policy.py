@@ -147,6 +147,9 @@ def test_requests_without_a_key_and_the_default_policy_take_the_least_loaded() -
     assert PrefixAffinity().choose(replicas, None) == (replicas[1], "least_outstanding")
     assert LeastOutstanding().choose(replicas, chat(LONG, session="s")) == (replicas[1], "least_outstanding")
     assert isinstance(policy_for(ReplicaRouting()), LeastOutstanding)
+    body = {"messages": [SYSTEM, {"role": "user", "content": LONG}], "tools": TOOLS}
+    assert LeastOutstanding().key(body, "s") == RouteKey(session="s")  # no blocks: nothing would read them
+    assert PrefixAffinity().key(body, "s") == RouteKey.of_chat(body, "s") and RouteKey.of_chat(body).blocks
     prefix = policy_for(ReplicaRouting(replica_policy="prefix", prefix_cache_tokens=64_000, load_bound=1.5))
     assert isinstance(prefix, PrefixAffinity) and prefix.load_bound == 1.5
     assert prefix.index.capacity == 64_000 * 4 // BLOCK_CHARS

@@ -259,6 +259,13 @@ class RemoteTransport:
             self._proxies[url] = proxy or None
         return self._proxies[url]
 
+    def route_key(self, body: Mapping[str, Any], session: str | None) -> RouteKey:
+        """What the replica policy routes a chat ``body`` (``messages``,
+        ``tools``) of ``session`` by: pass it as ``route`` to :meth:`stream`
+        or :meth:`request` (the prompt's block hashes only under
+        ``replica_policy = "prefix"``)."""
+        return self.pool.policy.key(body, session)
+
     @property
     def base_url(self) -> str:
         """The replica URLs, for messages (one URL when there is one replica)."""

@@ -48,8 +48,8 @@ import hashlib
 import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Literal, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -110,6 +110,11 @@ class LeastOutstanding:
         rotated = [*candidates[start:], *candidates[:start]]
         return min(rotated, key=lambda r: r.outstanding)
 
+    def key(self, body: Mapping[str, Any], session: str | None) -> RouteKey:
+        """What this policy routes a chat ``body`` by: here the session
+        alone (the prompt's blocks cost CPU that nothing here would use)."""
+        return RouteKey(session=session)
+
     def choose(self, candidates: Sequence[R], route: RouteKey | None = None) -> tuple[R, str]:
         """The replica for a request (``candidates``: healthy, not yet tried,
         not empty), and why (one of :data:`REASONS`)."""
@@ -143,6 +148,10 @@ class PrefixAffinity(LeastOutstanding):
         self.index = PrefixIndex(capacity_blocks)
         self._sessions: OrderedDict[str, Loaded] = OrderedDict()
         self._max_sessions = max_sessions
+
+    def key(self, body: Mapping[str, Any], session: str | None) -> RouteKey:
+        """The chat ``body``'s blocks and ``session`` (:meth:`RouteKey.of_chat`)."""
+        return RouteKey.of_chat(body, session)
 
     def under_bound(self, candidates: Sequence[R]) -> list[R]:
         """The candidates that may take one more request (never empty)."""

@@ -79,7 +79,6 @@ from missive.api import (
     ModelEntry,
     PromptTooLongError,
     RemoteStream,
-    RouteKey,
     Started,
     ToolParser,
     build_parser,
@@ -309,7 +308,7 @@ class LlamaServerDriver(OpenAIDriver):
             if forced else None,
             show_thinking=not warm_up,
         )
-        stream = self.http.chat(body, prompt=prompt, route=RouteKey.of_chat(body, request.session))
+        stream = self.http.chat(body, prompt=prompt, route=self.transport.route_key(body, request.session))
         try:
             await stream.wait_open(self.settings.start_wait)
             yield Started(input_tokens=prompt)

@@ -241,7 +241,7 @@ class OpenAIDriver(Driver):
             if prompt >= context:
                 raise PromptTooLongError(prompt, context - 1)  # one token must remain for the answer
             max_tokens = clamp_max_tokens(max_tokens, prompt, context)
-        route = RouteKey.of_chat(body, request.session)
+        route = self.transport.route_key(body, request.session)
         if max_tokens == 0:
             async for event in self.warm_up(body, prompt, route):
                 yield event
