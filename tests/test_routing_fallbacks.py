@@ -39,9 +39,11 @@ def server() -> Iterator[ServerProcess]:
         yield process
 
 
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0)
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    """An SDK client of the fallback server, closed after each test."""
+    with anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0) as sdk:
+        yield sdk
 
 
 def script(*steps: dict[str, Any]) -> str:
