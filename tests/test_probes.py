@@ -233,14 +233,17 @@ def test_missive_ps_at_a_server_that_is_not_missive_fails() -> None:
 
 
 def test_local_driver_status_reports_slots_and_host_cache() -> None:
-    """LocalDriver.status() reads the batcher's slots in use and the host
-    cache's bytes and entries, and shows only the parts the engine has."""
+    """LocalDriver.status() reads the batcher's slots in use and states and
+    the host cache's bytes and entries, and shows only the parts the engine has."""
     import asyncio
 
     from missive.engine.local import LocalDriver
 
     class Batcher:
         slots, active = 4, 1
+
+        def slot_states(self, held: object) -> list[dict[str, object]]:
+            return [{"slot": 0, "state": "generating", "session": None, "held": held}]
 
     class Cache:
         nbytes, max_bytes = 3 * 2**20, 64 * 2**20
@@ -251,8 +254,10 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
     driver = object.__new__(LocalDriver)
     driver._info = object()
     driver._batcher, driver._host_cache = Batcher(), Cache()
+    driver.runner = object()  # holds no context it can tell: no tokens_cached
     assert asyncio.run(driver.status()) == {
         "loaded": True, "slots": 4, "slots_in_use": 1,
+        "slot_states": [{"slot": 0, "state": "generating", "session": None, "held": None}],
         "host_cache_bytes": 3 * 2**20, "host_cache_entries": 2, "host_cache_max_bytes": 64 * 2**20,
     }
     driver._info, driver._batcher, driver._host_cache = None, None, None

@@ -22,6 +22,7 @@ from . import fastjson
 from .admission import Admission
 from .batches.service import Batches
 from .capture import write_capture
+from .console.history import History
 from .config import Config
 from .errors import (
     ApiError,
@@ -167,18 +168,21 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
 
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
     metrics.batches.attach(batches)
+    history = History()  # what the web console shows of the past (missive.console)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "server_tools": server_tools, "routing": routing,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
         "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
+        "history": history,
     }
     publishing: list[asyncio.Task[None]] = []
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
         keys.observe(record)
+        history.observe(record)
         log_request(record)
 
     @app.before_serving
@@ -244,6 +248,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
                 dropped_thinking=dropped,
             )
         record = getattr(g, "record", None)
+        if record is not None and ignored:
+            record.ignored = list(ignored)
         if record is not None and not record.stream:
             record.finish(response.status_code)  # a stream's body finishes it when it ends
         return response

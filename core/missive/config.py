@@ -158,6 +158,7 @@ class ServerConfig(_Strict):
     ``workers``: processes ``missive serve`` runs, sharing the listening
     socket; above 1 only for configurations whose models all run remotely
     (:mod:`missive.workers`).
+    ``console``: serve the web console at ``/console`` (:mod:`missive.console`).
     """
 
     host: str = "127.0.0.1"
@@ -171,6 +172,7 @@ class ServerConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = "text"
     metrics_public: StrictBool = False
+    console: StrictBool = True
     capture_dir: str | None = None
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)

@@ -25,13 +25,17 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RequestRecord", "endpoint_label", "QUIET_PATHS", "CLIENT_GONE", "CLIENT_CLOSED"]
+__all__ = ["RequestRecord", "endpoint_label", "QUIET_PATHS", "QUIET_PREFIXES", "CLIENT_GONE", "CLIENT_CLOSED"]
 
 log = logging.getLogger("missive.record")
 
 #: Paths polled by machines (probes, scrapers): no request metrics, and their
 #: log line at ``debug``.
 QUIET_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/api/hello"})
+#: Path prefixes treated the same way: the web console's page and its polling
+#: (:mod:`missive.console`), so watching the server does not fill its log,
+#: its metrics or the console's own list of recent requests.
+QUIET_PREFIXES = ("/console",)
 #: ``error_type`` of a request whose client went away before the answer ended.
 CLIENT_GONE = "client_disconnected"
 #: Status recorded when the client left before any response was sent (nginx's
@@ -81,6 +85,8 @@ class RequestRecord:
         status: the HTTP status (set when finished).
         error_type: the error's ``error.type``, :data:`CLIENT_GONE`, or None.
         duration: seconds from arrival to the end of the answer (when finished).
+        ignored: what the server ignored of the request (the
+            ``missive-ignored`` header's items).
     """
 
     def __init__(
@@ -115,13 +121,15 @@ class RequestRecord:
         self.status: int | None = None
         self.error_type: str | None = None
         self.duration: float | None = None
+        self.ignored: list[str] = []
         self._on_finish: Callable[[RequestRecord], None] | None = on_finish
         self._at_finish: list[Callable[[], None]] = []
 
     @property
     def quiet(self) -> bool:
-        """A probe, ``/health`` or ``/metrics`` request (see :data:`QUIET_PATHS`)."""
-        return self.path in QUIET_PATHS
+        """A probe, ``/health``, ``/metrics`` or console request (see
+        :data:`QUIET_PATHS`, :data:`QUIET_PREFIXES`)."""
+        return self.path in QUIET_PATHS or self.path.startswith(QUIET_PREFIXES)
 
     @property
     def finished(self) -> bool:

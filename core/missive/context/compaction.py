@@ -69,13 +69,6 @@ class CompactionError(InvalidRequestError):
         super().__init__(message)
         self.error_code = error_code
 
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        body = super().envelope(request_id)
-        error = body["error"]
-        assert isinstance(error, dict)
-        error["details"] = {"error_code": self.error_code}
-        return body
-
 
 def _verified_summary(req: CountTokensRequest, signer: Signer) -> tuple[int, int] | None:
     """``(message, block)`` of the one compaction block with content, after

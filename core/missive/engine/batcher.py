@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Any
 
 from .producer import Producer
 from .runner import Batched, Prompt, Runner
@@ -96,6 +97,23 @@ class Batcher:
                 self._running = False
                 self._incoming.remove(producer)
             producer.fail(exc)
+
+    def slot_states(self, held: Callable[[int], int] | None = None) -> list[dict[str, Any]]:
+        """What each slot holds, for status: ``slot`` (its index), ``state``
+        (``generating`` or ``idle``), ``session`` (the first 8 characters of
+        the session whose tokens it holds, :mod:`missive.session`; None: none
+        known) and, with ``held`` (the tokens a slot's context holds),
+        ``tokens_cached``. Any thread: a snapshot."""
+        owners = dict(self._owner)
+        out = []
+        for slot in range(self.slots):
+            session = self._session[slot]
+            entry: dict[str, Any] = {"slot": slot, "state": "generating" if slot in owners else "idle",
+                                     "session": session[:8] if session else None}
+            if held is not None:
+                entry["tokens_cached"] = held(slot)
+            out.append(entry)
+        return out
 
     def slot_session(self, slot: int) -> str | None:
         """The session whose tokens ``slot`` holds (None: unknown)."""

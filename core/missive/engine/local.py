@@ -236,12 +236,18 @@ class LocalDriver(Driver):
 
     async def status(self) -> dict[str, Any]:
         """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
-        together), ``slots_in_use``, and with a host-memory prompt cache
-        ``host_cache_bytes``, ``host_cache_entries``, ``host_cache_max_bytes``."""
+        together), ``slots_in_use``, ``slot_states``
+        (:meth:`~missive.engine.batcher.Batcher.slot_states`),
+        and with a host-memory prompt cache ``host_cache_bytes``,
+        ``host_cache_entries``, ``host_cache_max_bytes``."""
         out: dict[str, Any] = {"loaded": self._info is not None}
         if self._batcher is not None:
             out["slots"] = self._batcher.slots
             out["slots_in_use"] = self._batcher.active
+            if self._info is not None:
+                runner = self.runner
+                held = (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
+                out["slot_states"] = self._batcher.slot_states(held)
         cache = self._host_cache
         if cache is not None:
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)

@@ -15,6 +15,11 @@ from .common import admission, authenticate_admin, state
 
 async def get_status() -> dict[str, Any]:
     authenticate_admin("GET /v1/status")
+    return await status_document()
+
+
+async def status_document() -> dict[str, Any]:
+    """The status of the server and of every model (also the web console's, :mod:`missive.console`)."""
     _, _, models = state()
     started = current_app.extensions["missive"]["started_at"]
     return {
