@@ -27,7 +27,9 @@ The names, grouped by what they are for:
   :func:`folder_sampling`, :class:`SamplingDefaults`);
 * remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
   failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
-  :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`;
+  :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`; the replica
+  policies: :class:`ReplicaRouting` (the settings), :func:`policy_for`,
+  :class:`RouteKey` (what a request is routed by);
 * tool calls and reasoning in generated text: :class:`ToolParser` and its
   events, :func:`build_parser`, :class:`ReasoningParser`, the template helpers;
 * state kept between runs: :func:`state_dir`, :func:`read_json`, :func:`write_json`.
@@ -93,6 +95,8 @@ from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTar
 from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
 from .reasoning.registry import reasoning_parser_class
 from .replicas import Replica, ReplicaPool
+from .routing.policy import ReplicaRouting, policy_for
+from .routing.prefix import RouteKey
 from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
 from .schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .specs import (
@@ -154,6 +158,7 @@ __all__ = [
     "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
+    "ReplicaRouting", "RouteKey", "policy_for",
     "json_loads", "json_dumps",
     # tool calls and reasoning in generated text
     "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",

@@ -41,6 +41,7 @@ from .tools.server_runner import ServerToolRunner, build_search_provider
 from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
+from .routing.rules import RoutingRules
 from .shutdown import Drain
 from .threads.store import ResponseStore
 from .workers import PUBLISH_INTERVAL, WorkerInfo
@@ -139,6 +140,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     """
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
+    routing = RoutingRules(config.routing, list(models.drivers),
+                           {model_id: entry.fallbacks for model_id, entry in models.entries.items()})
     signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
     media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
     server_tools = ServerToolRunner(
@@ -168,7 +171,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     history = History()  # what the web console shows of the past (missive.console)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
-        "server_tools": server_tools,
+        "server_tools": server_tools, "routing": routing,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
         "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),

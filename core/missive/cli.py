@@ -308,6 +308,15 @@ def models_command(config_path: str | None, overrides: tuple[str, ...], as_json:
         click.echo(json.dumps(rows_json(rows), indent=2))
     else:
         click.echo(render_rows(rows), nl=False)
+        _echo_rules(config)
+
+
+def _echo_rules(config: Config) -> None:
+    """The ``[[routing.rules]]``, in order, one line each (``missive models``, ``missive plugins``)."""
+    if config.routing.rules:
+        click.echo("\nrouting rules (first match sends the request to its model):")
+        for rule in config.routing.rules:
+            click.echo(f"  {rule.name}: {rule.describe()}")
 
 
 def _report_native_crashes() -> None:
@@ -369,6 +378,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             for name, spec in kernel.document_processors.items()
         },
         "models": _model_capabilities(config, kernel, start),
+        "routing_rules": [{"name": rule.name, "to": rule.to, "when": rule.describe()} for rule in config.routing.rules],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -412,6 +422,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             if isinstance(value, list):
                 value = ", ".join(value) or "(none)"
             click.echo(f"  {key}: {value}")
+    _echo_rules(config)
 
 
 def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str, dict[str, object]]:

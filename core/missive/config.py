@@ -72,6 +72,13 @@ Shape (every key optional)::
     [usage]                     # usage per key and model (GET /v1/usage, missive usage)
     retention = 7776000.0       # seconds kept (90 days)
 
+    [routing]
+    default_fallbacks = true    # requests naming no `fallbacks` get their model's (models.NAME.fallbacks)
+    [[routing.rules]]           # routing by need (docs/deployment.md#routing-by-need)
+    name = "vision"
+    images = true               # or model = ["claude-haiku-*"], min_prompt_tokens = 32000, thinking = true
+    to = "qwen2.5-vl"
+
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
     fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
@@ -107,6 +114,8 @@ from pydantic import (
 
 from .keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
 
+from .routing.rules import RoutingConfig
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -114,7 +123,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig",
+    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig", "RoutingConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -212,9 +221,11 @@ class ModelEntry(_Strict):
             model's: 0).
         settings: driver-specific settings, validated by the driver.
         fallbacks: the model's default fallback chain, used for a request's
-            ``fallbacks: "default"``: model ids, or tables with the
-            API's per-entry overrides (``{model = "x", max_tokens = 512}``)
-            (:mod:`missive.context.fallbacks`).
+            ``fallbacks: "default"``, and for every request that names no
+            ``fallbacks`` with ``routing.default_fallbacks``: model ids, or
+            tables with the API's per-entry overrides (``{model = "x",
+            max_tokens = 512}``) (:mod:`missive.context.fallbacks`,
+            :mod:`missive.routing.fallbacks`).
         capabilities: overrides of what ``GET /v1/models`` reports in
             ``capabilities``, keyed by the API's dotted names
             (``"pdf_input" = false``, ``"thinking.types.adaptive" = true``);
@@ -439,6 +450,7 @@ class Config(_Strict):
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
     keys: dict[str, KeyEntry] = Field(default_factory=dict)
     usage: UsageConfig = Field(default_factory=UsageConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
     source: str | None = Field(default=None, exclude=True)
 
     @field_validator("keys")

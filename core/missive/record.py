@@ -79,6 +79,9 @@ class RequestRecord:
             when not known: no message, or a stream cut before its end).
         stop_reason: the answer's ``stop_reason``.
         media: image and document blocks processed, by kind.
+        rule: the ``[[routing.rules]]`` rule that chose the model, if one did.
+        fallbacks: ``(model, next model, error type)`` for each model that
+            could not start the answer (:mod:`missive.routing.fallbacks`).
         status: the HTTP status (set when finished).
         error_type: the error's ``error.type``, :data:`CLIENT_GONE`, or None.
         duration: seconds from arrival to the end of the answer (when finished).
@@ -113,6 +116,8 @@ class RequestRecord:
         self.output_tokens: int | None = None
         self.stop_reason: str | None = None
         self.media: Counter[str] = Counter()
+        self.rule: str | None = None
+        self.fallbacks: list[tuple[str, str, str]] = []
         self.status: int | None = None
         self.error_type: str | None = None
         self.duration: float | None = None
@@ -202,6 +207,7 @@ class RequestRecord:
             "endpoint": self.endpoint,
             "model": self.model or None,
             "key": self.key or None,
+            "rule": self.rule,
         }
         if self.generated:
             out["stream"] = self.stream
@@ -209,6 +215,8 @@ class RequestRecord:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        if self.fallbacks:
+            out["fallback"] = ",".join(f"{a}->{b}" for a, b, _ in self.fallbacks)
         if self.media:
             out["images"] = self.media.get("image", 0)
             out["documents"] = self.media.get("document", 0)

@@ -18,6 +18,9 @@ from ..keys.ring import Identity
 from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..record import RequestRecord
+from ..schema.request import MessagesRequest
+from ..routing.fallbacks import with_model_chain
+from ..routing.rules import RoutingRules
 from ..schema.ignored import collect_ignored
 from ..shutdown import Drain
 from ..thinking.signing import Signer
@@ -29,7 +32,7 @@ from ..validation import parse_json, validate_body
 __all__ = [
     "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
     "authenticate_admin", "resolve_for", "read_request",
-    "read_raw_body", "note_ignored", "page_limit",
+    "read_raw_body", "note_ignored", "page_limit", "routed_model", "with_default_fallbacks",
 ]
 
 log = logging.getLogger("missive.request")
@@ -55,6 +58,30 @@ def media_pipeline() -> MediaPipeline:
 def server_tools() -> ServerToolRunner:
     """The app's :class:`~missive.tools.server_runner.ServerToolRunner`."""
     return cast(ServerToolRunner, current_app.extensions["missive"]["server_tools"])
+
+
+def routed_model(req: Any, model_id: str, identity: Identity) -> str:
+    """The model that answers ``req``, whose model id resolved to
+    ``model_id``: the first ``[[routing.rules]]`` rule's whose target the
+    key ``identity`` may use (named in the request's record: its log line
+    and metrics), else ``model_id`` (:mod:`missive.routing.rules`)."""
+    rule = _routing().route(req, allowed=identity.may_use)
+    if rule is None:
+        return model_id
+    record().rule = rule.name
+    return rule.to
+
+
+def with_default_fallbacks(req: MessagesRequest, model_id: str) -> MessagesRequest:
+    """``req`` as it asks for fallbacks: with ``routing.default_fallbacks``,
+    a request that names none asks for its model's configured chain
+    (``fallbacks: "default"``, :mod:`missive.routing.fallbacks`)."""
+    _, _, models = state()
+    return with_model_chain(req, models.entries[model_id].fallbacks, _routing().default_fallbacks)
+
+
+def _routing() -> RoutingRules:
+    return cast(RoutingRules, current_app.extensions["missive"]["routing"])
 
 
 def drain() -> Drain:

@@ -60,8 +60,8 @@ from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
 from ..keys.access import admit
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, server_tools,
-    signer, state,
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, routed_model,
+    server_tools, signer, state, with_default_fallbacks,
 )
 
 log = logging.getLogger("missive.messages")
@@ -198,10 +198,12 @@ async def _create_message() -> Response | dict[str, Any]:
     _, _, models = state()
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=keeper().expand)
-    model_id = resolve_for(identity, req.model)
+    model_id = routed_model(req, resolve_for(identity, req.model), identity)
     facts = record()
     facts.model = model_id
-    # The model, then its fallbacks (each one the key may use).
+    # The model, then its fallbacks (each one the key may use); the model's
+    # own chain for a request that names none, with routing.default_fallbacks.
+    req = with_default_fallbacks(req, model_id)
     chain = attempts(req, model_id, models, lambda requested: resolve_for(identity, requested))
     if req.stream and not models.loaded(model_id):
         # Loaded on demand: the stream starts now, with pings while it loads.
@@ -248,6 +250,8 @@ async def _begin_chain(chain: list[Attempt]) -> tuple[dict[str, Any], Answer, Sl
                 raise
             log.info("model %s cannot take the request (%s: %s); trying fallback %s",
                      attempt.model_id, exc.error_type, exc.message, chain[n + 1].request.model)
+            # Named in the log line, counted in missive:fallbacks_total.
+            record().fallbacks.append((attempt.model_id, chain[n + 1].model_id, exc.error_type))
     raise AssertionError("an empty fallback chain")  # attempts() always holds the requested model
 
 
@@ -409,7 +413,7 @@ async def _body(first: dict[str, Any], stream: Answer, slot: Slot, ctx: _StreamC
 async def count_tokens() -> dict[str, Any]:
     identity = authenticate()
     req = await read_request(CountTokensRequest)
-    model_id = resolve_for(identity, req.model)
+    model_id = routed_model(req, resolve_for(identity, req.model), identity)
     record().model = model_id
     driver = await _hold(model_id)
     if driver.capabilities.count_tokens == "none":

@@ -43,8 +43,9 @@ Per request:
    ``count_tokens`` and the ``input_tokens`` of ``message_start``; a prompt
    of ``n_ctx`` tokens or more is the 400 ``prompt is too long`` before
    anything is generated, and ``max_tokens`` is clamped to what is left.
-3. **Generation** (:meth:`.upstream.LlamaServerHTTP.chat`): streamed, to the least
-   busy healthy replica; ``message_start`` after the headers or
+3. **Generation** (:meth:`.upstream.LlamaServerHTTP.chat`): streamed, to the
+   healthy replica the model's ``replica_policy`` picks (the least busy, or
+   the one holding the conversation's prefix: :mod:`missive.routing.policy`); ``message_start`` after the headers or
    ``settings.start_wait`` seconds, whichever comes first (llama-server sends
    its headers with the first token). Chunks become events
    (:mod:`.chunks`); the final usage carries the exact split into
@@ -307,7 +308,7 @@ class LlamaServerDriver(OpenAIDriver):
             if forced else None,
             show_thinking=not warm_up,
         )
-        stream = self.http.chat(body, prompt=prompt)
+        stream = self.http.chat(body, prompt=prompt, route=self.transport.route_key(body, request.session))
         try:
             await stream.wait_open(self.settings.start_wait)
             yield Started(input_tokens=prompt)
