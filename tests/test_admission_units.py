@@ -1,4 +1,4 @@
-"""missive.admission.Gate on its own: FIFO hand-over, the bounds, cancellation.
+"""missive.server.admission.Gate on its own: FIFO hand-over, the bounds, cancellation.
 
 The end-to-end behaviour (through a live server and the SDK) is in
 tests/test_admission.py; these cover orderings a server cannot produce on demand.
@@ -11,8 +11,8 @@ import gc
 
 import pytest
 
-from missive.admission import DEFAULT_RETRY_AFTER, Gate
-from missive.errors import OverloadedError
+from missive.server.admission import DEFAULT_RETRY_AFTER, Gate
+from missive.protocol.errors import OverloadedError
 
 pytestmark = pytest.mark.anyio
 
@@ -143,8 +143,8 @@ async def test_slot_dropped_unreleased_is_freed() -> None:
 
 
 async def test_model_keys_override_the_server_defaults() -> None:
-    from missive.admission import Admission
-    from missive.capabilities import Capabilities
+    from missive.server.admission import Admission
+    from missive.driver.capabilities import Capabilities
     from missive.config import Config, ModelEntry
 
     class Stub:
@@ -164,8 +164,8 @@ async def test_close_refuses_the_waiting_and_the_new_but_not_the_running() -> No
     """``Admission.close`` (a shutdown) answers every waiter 529 at once,
     refuses later requests even with a slot free, leaves held slots alone,
     and applies to a gate built after it too."""
-    from missive.admission import Admission
-    from missive.capabilities import Capabilities
+    from missive.server.admission import Admission
+    from missive.driver.capabilities import Capabilities
     from missive.config import Config, ModelEntry
 
     class Stub:

@@ -28,7 +28,7 @@ from anthropic.types.beta import (
     message_create_params as beta_create_params,
 )
 
-from missive import api_coverage as cov
+from missive.protocol import coverage as cov
 from missive.testing import live_server
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "api-compatibility.md"
@@ -91,8 +91,8 @@ def test_every_sdk_name_has_a_row(kind: str) -> None:
     missing = sorted(names - set(rows))
     assert not missing, (
         f"anthropic {anthropic.__version__} defines {kind} Missive does not cover: {missing}; "
-        "add a row to missive.api_coverage (handled, accepted or ignored with the reason), then "
-        "regenerate the tables of docs/api-compatibility.md (python -m missive.api_coverage)"
+        "add a row to missive.protocol.coverage (handled, accepted or ignored with the reason), then "
+        "regenerate the tables of docs/api-compatibility.md (python -m missive.protocol.coverage)"
     )
 
 
@@ -108,7 +108,7 @@ def test_handlers_exist() -> None:
 
 def test_docs_hold_the_generated_tables() -> None:
     assert cov.markdown() in DOCS.read_text(encoding="utf-8"), (
-        "docs/api-compatibility.md is out of date: paste the output of `python -m missive.api_coverage` "
+        "docs/api-compatibility.md is out of date: paste the output of `python -m missive.protocol.coverage` "
         "into its SDK coverage section"
     )
 

@@ -18,7 +18,7 @@ def test_hypercorn_entry_point(tmp_path: Path, echo_config: dict) -> None:
     """Hypercorn serves ``missive.asgi:app`` with the config from the
     environment (API key enforced, models answering), and closes the
     connections its clients closed at once rather than after its
-    ``--keep-alive`` timeout (missive.connections)."""
+    ``--keep-alive`` timeout (missive.server.connections)."""
     config = tmp_path / "missive.toml"
     config.write_text(dump_toml(echo_config))
     port = free_port()

@@ -2,7 +2,7 @@
 
 Hypercorn kept a keep-alive connection its client had closed open until its
 ``keep_alive_timeout`` (75 s under ``missive serve``): the socket sat in
-``CLOSE-WAIT`` and held a descriptor (:mod:`missive.connections`). Each test
+``CLOSE-WAIT`` and held a descriptor (:mod:`missive.server.connections`). Each test
 here has clients leave streams in one way (before the answer, in the middle,
 after ``message_stop``, after the whole body, through httpx pools), then
 checks that the server's open descriptors return to their baseline and no

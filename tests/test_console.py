@@ -221,7 +221,7 @@ def test_status_shows_what_each_slot_holds_on_the_default_model(default_url: str
     """The in-process engine's status lists each slot: idle once an answer
     ended, the session whose tokens it holds (first 8 characters) and how
     many; ``missive ps`` leaves the list out of its one-line details."""
-    from missive.ps import render_status
+    from missive.cli.ps import render_status
 
     session = "5e55104a-slot-states"
     client = anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=600)

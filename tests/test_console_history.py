@@ -11,7 +11,7 @@ import pytest
 from missive.console.history import (
     BUCKET_SECONDS, IGNORED_CHARS, IGNORED_ITEMS, PATH_CHARS, TTFT_SAMPLES, History, RecentRequests, Series, quantile,
 )
-from missive.record import RequestRecord
+from missive.server.record import RequestRecord
 
 T0 = 1_800_000_000.0  # a bucket boundary (divisible by 10)
 

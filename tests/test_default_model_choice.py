@@ -1,6 +1,6 @@
 """Which default model is served when several plugins offer one: the one
 ``server.default_model`` names, else the highest priority, else the smallest
-id (missive.default_model, docs/configuration.md "Default models")."""
+id (missive.models.defaults, docs/configuration.md "Default models")."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import anthropic
 import pytest
 
 from missive.config import ConfigError, ModelEntry
-from missive.default_model import choose_default_model
-from missive.specs import DefaultModel
+from missive.models.defaults import choose_default_model
+from missive.kernel.specs import DefaultModel
 from missive.testing import serve_process
 
 TESTS = Path(__file__).parent
@@ -80,8 +80,8 @@ def test_no_model_with_the_default_plugin_blocked_says_it_is_blocked() -> None:
     """With no [models] and the plugin that offers the default model blocked,
     the error names the block, not an install line that would change nothing."""
     from missive.config import Config
-    from missive.kernel import Kernel
-    from missive.model_table import ModelTable
+    from missive.kernel.plugins import Kernel
+    from missive.models.table import ModelTable
 
     with pytest.raises(ConfigError) as blocked:
         ModelTable(Config(), Kernel(block=["missive-llamacpp"]))

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from missive.config import Config, ServerConfig
-from missive.shutdown import CLOSE_MARGIN
+from missive.server.shutdown import CLOSE_MARGIN
 from missive.testing import free_port, serve_process
 
 if sys.version_info >= (3, 11):
@@ -35,7 +35,7 @@ DEPLOYMENT = ROOT / "docs" / "deployment.md"
 DISTRIBUTIONS = {
     "missive-server", "missive-llamacpp", "missive-openai", "missive-vllm", "missive-llamaserver", "missive-ollama",
 }
-#: Seconds ``missive serve`` may take after SIGTERM, beyond the grace (missive.shutdown).
+#: Seconds ``missive serve`` may take after SIGTERM, beyond the grace (missive.server.shutdown).
 AFTER_GRACE = 2 * CLOSE_MARGIN
 
 
@@ -143,7 +143,7 @@ def pyproject(folder: Path) -> dict[str, Any]:
 
 
 def app_routes() -> set[tuple[str, str]]:
-    from missive.app import create_app
+    from missive.server.app import create_app
 
     app = create_app(Config.model_validate({"models": {"echo": {"driver": "echo"}}}))
     return {(rule.rule, method) for rule in app.url_map.iter_rules() for method in rule.methods or ()}
@@ -205,12 +205,12 @@ def test_the_command_is_missive_serve_on_all_addresses(name: str) -> None:
     ``serve`` command and options that exist; the exposed port is the
     default one; the final stage runs as a user who is not root, with its
     state directory as a volume."""
-    from missive.cli import cli
+    from missive.cli.main import cli
 
     final = stages(name)[-1]
     [cmd] = [exec_form(rest) for keyword, rest in final if keyword == "CMD"]
     assert cmd[:2] == ["missive", "serve"]
-    assert pyproject(ROOT)["project"]["scripts"]["missive"] == "missive.cli:main"
+    assert pyproject(ROOT)["project"]["scripts"]["missive"] == "missive.cli.main:main"
     context = cli.commands["serve"].make_context("serve", cmd[2:])
     assert context.params["host"] == "0.0.0.0"
     assert [rest for keyword, rest in final if keyword == "EXPOSE"] == [str(ServerConfig().port)]
@@ -303,7 +303,7 @@ def test_the_kubernetes_manifests() -> None:
     assert spec["replicas"] >= 2
     pod = spec["template"]["spec"]
     [container] = pod["containers"]
-    from missive.cli import cli
+    from missive.cli.main import cli
 
     assert container["args"][:2] == ["missive", "serve"]
     cli.commands["serve"].make_context("serve", container["args"][2:])

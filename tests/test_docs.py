@@ -6,7 +6,7 @@ import inspect
 import re
 from pathlib import Path
 
-from missive import hookspecs
+from missive.kernel import hookspecs
 
 DOC = Path(__file__).parent.parent / "docs" / "hooks.md"
 
@@ -68,7 +68,7 @@ def _shipped_drivers() -> set[str]:
 def test_every_shipped_driver_is_documented() -> None:
     """configuration.md's `driver` key lists every shipped driver, drivers.md
     has a section for each, and the model table knows its pip extra."""
-    from missive.model_table import BUILTIN_DRIVERS
+    from missive.models.table import BUILTIN_DRIVERS
 
     drivers = _shipped_drivers()
     assert len(drivers) >= 7
@@ -83,7 +83,7 @@ def test_every_shipped_driver_is_documented() -> None:
 def test_every_subcommand_is_in_the_cli_synopsis() -> None:
     """configuration.md's command line synopsis shows every `missive`
     subcommand with every option it takes."""
-    from missive.cli import cli
+    from missive.cli.main import cli
 
     text = (DOC.parent / "configuration.md").read_text()
     synopsis = text.split("## Command line", 1)[1].split("```", 2)[1]

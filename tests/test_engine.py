@@ -15,13 +15,13 @@ from typing import Any
 import anyio
 import pytest
 
-from missive.capabilities import Capabilities
+from missive.driver.capabilities import Capabilities
 from missive.config import ModelEntry
 from missive.engine import Cancelled, ImageMarks, LocalDriver, ModelInfo, Prompt, Runner, Sequence
 from missive.engine.runner import PENDING, Batched
 from missive.engine.scheduler import Scheduler
-from missive.errors import ApiError, PromptTooLongError
-from missive.events import Finished, Started, TextDelta
+from missive.protocol.errors import ApiError, PromptTooLongError
+from missive.driver.events import Finished, Started, TextDelta
 from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
 from missive.thinking.plan import ThinkingPlan
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from missive.fastjson import NOT_READ, dumps, loads, loads_exact
-from missive.validation import parse_json
-from missive.errors import InvalidRequestError
+from missive.protocol.fastjson import NOT_READ, dumps, loads, loads_exact
+from missive.protocol.validation import parse_json
+from missive.protocol.errors import InvalidRequestError
 
 BODIES = [
     b'{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"h\\u00e9llo \\ud83d\\ude00"}]}',

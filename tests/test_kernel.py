@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from missive.kernel import Kernel
+from missive.kernel.plugins import Kernel
 
 TESTS = Path(__file__).parent
 BROKEN = "plugins.broken_import,plugins.unknown_hook,plugins.raising_hook,plugins.wrong_type"

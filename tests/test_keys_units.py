@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from missive.cli import cli
+from missive.cli.main import cli
 from missive.config import ConfigError, load_config
-from missive.errors import AuthenticationError, InvalidRequestError
+from missive.protocol.errors import AuthenticationError, InvalidRequestError
 from missive.keys import limits as limits_module
 from missive.keys.buckets import SharedTable
 from missive.keys.entry import derived_name, hash_key

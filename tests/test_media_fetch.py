@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from missive.errors import MediaError
+from missive.protocol.errors import MediaError
 from missive.media.addresses import parse_allow_list, refusal
 from missive.media.fetch import FetchPolicy, build_request, fetch
 

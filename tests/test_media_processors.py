@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from missive.config import MediaConfig
-from missive.errors import MediaError
+from missive.protocol.errors import MediaError
 from missive.media.documents import PdfDocumentProcessor, TextDocumentProcessor, render_document
 from missive.media.images import PillowImageProcessor, PlaceholderImageProcessor, sniff_image
 from missive.media.office import DOCX, PPTX, XLSX, OfficeDocumentProcessor

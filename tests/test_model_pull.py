@@ -1,6 +1,6 @@
 """``missive pull``, ``missive models`` and ``missive serve --model`` for
 real, against a local stand-in for the Hugging Face Hub (``HF_ENDPOINT``,
-:mod:`missive.testing_hub`) serving the packaged SmolLM2 GGUF, and an
+:mod:`missive.testing.hub`) serving the packaged SmolLM2 GGUF, and an
 Ollama store built in a temporary folder. No network."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import anthropic
 import pytest
 
 from missive.testing import serve_process
-from missive.testing_hub import Hub, Repo
+from missive.testing.hub import Hub, Repo
 
 from test_model_sources import ollama_store, smollm2
 

@@ -1,5 +1,5 @@
 """Models loaded on demand, unloaded when idle, and kept within a memory
-budget (:mod:`missive.residency`), observed from outside: ``/v1/models``,
+budget (:mod:`missive.models.residency`), observed from outside: ``/v1/models``,
 ``/readyz``, ``/v1/status``, ``/metrics``, the SSE bytes and the log. The
 echo driver stands for a model (``settings.start_delay``: a load that
 takes time; ``memory_mib``: what it weighs)."""
@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from missive.residency import idle_expired, plan_eviction
+from missive.models.residency import idle_expired, plan_eviction
 from missive.testing import ServerProcess, serve_process
 from missive_echo import script
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from missive.sources import ModelRefError, parse_ref, resolve
-from missive.sources.gguf import FILE_TYPES, GGUFError, read_gguf, template_family
-from missive.sources.huggingface import choose_gguf, choose_projector
+from missive.models.sources import ModelRefError, parse_ref, resolve
+from missive.models.sources.gguf import FILE_TYPES, GGUFError, read_gguf, template_family
+from missive.models.sources.huggingface import choose_gguf, choose_projector
 
 
 def smollm2() -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from missive.cli import cli
+from missive.cli.main import cli
 from missive.scaffold import core_requirement
 from venvs import layered_venv, pip
 

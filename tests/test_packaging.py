@@ -43,7 +43,7 @@ CORE = "missive-server"
 
 def test_the_core_distribution_is_missive_server() -> None:
     assert ROOT_PROJECT["project"]["name"] == CORE
-    assert ROOT_PROJECT["project"]["scripts"] == {"missive": "missive.cli:main"}
+    assert ROOT_PROJECT["project"]["scripts"] == {"missive": "missive.cli.main:main"}
 
 
 def test_the_code_knows_its_version() -> None:
@@ -181,8 +181,8 @@ def test_plugin_readme_is_its_package_page(plugin: Path) -> None:
     the distribution and the install line, and its configuration examples are
     valid: the driver is built from them (its settings validated)."""
     from missive.config import Config
-    from missive.kernel import Kernel
-    from missive.model_table import ModelTable
+    from missive.kernel.plugins import Kernel
+    from missive.models.table import ModelTable
 
     assert load(plugin / "pyproject.toml")["project"]["readme"] == "README.md"
     text = (plugin / "README.md").read_text()

@@ -1,7 +1,7 @@
 """The declared plugin API: ``missive.api`` exports what plugins use, and a
 plugin built for another plugin API version, or one that fails to import, is
 listed with a clear line by ``missive plugins`` instead of crashing it
-(missive.compat; docs/hooks.md, "Compatibility").
+(missive.kernel.compat; docs/hooks.md, "Compatibility").
 
 The fake plugins here are real distributions as pip would leave them: a
 package and a ``.dist-info`` folder with an entry point in group ``missive``,
@@ -21,8 +21,8 @@ import pytest
 
 import missive.api
 from missive import __version__
-from missive.compat import API_VERSION, api_mismatch, declared_versions
-from missive.kernel import Kernel
+from missive.kernel.compat import API_VERSION, api_mismatch, declared_versions
+from missive.kernel.plugins import Kernel
 
 ROOT = Path(__file__).parent.parent
 

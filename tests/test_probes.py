@@ -19,8 +19,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from missive.app import create_app
-from missive.cli import cli
+from missive.server.app import create_app
+from missive.cli.main import cli
 from missive.config import Config
 from missive.testing import ServerProcess, free_port, serve_process
 from missive_echo import script

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from missive.conversation import build_conversation
+from missive.messages.conversation import build_conversation
 from missive.reasoning.base import Gemma4ThinkParser, SeedThinkParser
 from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
-from missive.templating import render_prompt
+from missive.messages.templating import render_prompt
 from missive.testing import generation_request
 from missive.thinking.plan import ThinkingPlan, plan_thinking
 from missive.tools.render import template_messages

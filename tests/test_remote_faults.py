@@ -1,5 +1,5 @@
 """Faults of a remote backend, the same for every remote driver (the policy of
-:mod:`missive.transport`), through a live ``missive serve``:
+:mod:`missive.remote.transport`), through a live ``missive serve``:
 
 * a backend process killed (SIGKILL) mid-stream: the client gets what was
   streamed, once, then an SSE ``error`` event and no ``message_stop``; the

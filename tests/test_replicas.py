@@ -13,8 +13,8 @@ import anyio
 import httpx
 import pytest
 
-from missive.errors import OverloadedError
-from missive.replicas import Replica, ReplicaPool, redact_url
+from missive.protocol.errors import OverloadedError
+from missive.remote.replicas import Replica, ReplicaPool, redact_url
 from missive.testing import free_port
 
 pytestmark = pytest.mark.anyio

@@ -16,8 +16,8 @@ import pytest
 
 from missive.config import ConfigError
 from missive.routing.fallbacks import with_model_chain
-from missive.schema.management import FallbackEntry
-from missive.schema.request import MessagesRequest
+from missive.protocol.schema.management import FallbackEntry
+from missive.protocol.schema.request import MessagesRequest
 from missive.routing.rules import RoutingConfig, RoutingRules
 from missive.testing import ServerProcess, serve_process, until
 

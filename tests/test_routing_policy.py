@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from missive.replicas import ReplicaPool
+from missive.remote.replicas import ReplicaPool
 from missive.routing.policy import LeastOutstanding, PrefixAffinity, ReplicaRouting, policy_for
 from missive.routing.prefix import BLOCK_CHARS, PrefixIndex, RouteKey
 

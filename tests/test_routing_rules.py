@@ -23,7 +23,7 @@ from PIL import Image
 
 from missive.config import Config, ConfigError
 from missive.routing.rules import RoutingConfig, RoutingRule, RoutingRules, estimate_prompt_tokens
-from missive.schema.request import MessagesRequest
+from missive.protocol.schema.request import MessagesRequest
 from missive.testing import ServerProcess, dump_toml, serve_process, until
 
 VISION = {"input_media": ["image/png", "image/jpeg"]}

@@ -84,10 +84,10 @@ def test_generation_config_is_the_last_source(tmp_path: Path) -> None:
 
 def test_missive_models_lists_the_default_sampling(tmp_path: Path) -> None:
     gguf = pytest.importorskip("gguf")  # a test dependency of the llamacpp plugin
-    from missive.model_commands import render_rows
-    from missive.sources.catalogue import _row
-    from missive.sources.local import local_path_model
-    from missive.sources.refs import parse_ref
+    from missive.models.commands import render_rows
+    from missive.models.sources.catalogue import _row
+    from missive.models.sources.local import local_path_model
+    from missive.models.sources.refs import parse_ref
 
     rows = []
     for name, extra in (("with-keys", {"general.sampling.temp": 0.3, "general.sampling.top_k": 11}),

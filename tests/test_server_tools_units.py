@@ -10,10 +10,10 @@ from typing import Any
 import anthropic.types as api
 import pytest
 
-from missive.capabilities import Capabilities
-from missive.conversation import build_conversation, continue_after
-from missive.ids import server_tool_use_id
-from missive.schema.blocks import (
+from missive.driver.capabilities import Capabilities
+from missive.messages.conversation import build_conversation, continue_after
+from missive.protocol.ids import server_tool_use_id
+from missive.protocol.schema.blocks import (
     ServerToolBlock,
     ServerToolUseBlock,
     ToolResultBlock,
@@ -21,8 +21,8 @@ from missive.schema.blocks import (
     WebFetchToolResultBlock,
     WebSearchToolResultBlock,
 )
-from missive.schema.ignored import collect_ignored
-from missive.schema.request import MessagesRequest
+from missive.protocol.schema.ignored import collect_ignored
+from missive.protocol.schema.request import MessagesRequest
 from missive.tools.definitions import ToolChoice, choice_after_server_call, offered_tools
 from missive.tools.render import hermes_messages, native_messages
 from missive.tools.server import SERVER_TOOLS, answer_blocks, error_result, server_block_paths
@@ -257,7 +257,7 @@ def test_template_rendering_of_llamacpp_and_mlx_shows_the_call_and_the_error() -
     """The in-process drivers render with template_messages: the history's
     server call and error reach the prompt in both renderings, also when
     tool_choice none offers no tools; web_search is offered like any tool."""
-    from missive.templating import render_prompt
+    from missive.messages.templating import render_prompt
     from missive.testing import generation_request
     from missive.tools.render import template_messages
 
@@ -289,7 +289,7 @@ async def test_continued_prompt_over_the_context_ends_the_message() -> None:
     from missive_echo.driver import EchoDriver
 
     from missive.config import ModelEntry
-    from missive.pipeline import MessageStream, accumulate
+    from missive.messages.stream import MessageStream, accumulate
     from missive.testing import generation_request
 
     ask = script({"text": "one two three four five"}, {"tool_call": {"name": "web_search", "arguments": ["{}"]}},

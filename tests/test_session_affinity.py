@@ -1,4 +1,4 @@
-"""Session affinity in the engine's slot and host-cache choice (:mod:`missive.session`).
+"""Session affinity in the engine's slot and host-cache choice (:mod:`missive.messages.session`).
 
 Units on :meth:`missive.engine.batcher.Batcher.choose_slot` and
 :meth:`missive.engine.host_cache.HostPromptCache.best`, with what each slot
@@ -14,8 +14,8 @@ from typing import Any
 from missive.engine.batcher import Batcher
 from missive.engine.host_cache import HostPromptCache
 from missive.engine.runner import Batched, SavedContext
-from missive.schema.request import MessagesRequest
-from missive.session import session_of
+from missive.protocol.schema.request import MessagesRequest
+from missive.messages.session import session_of
 
 SYSTEM = list(range(100))  # a system prompt two conversations share
 

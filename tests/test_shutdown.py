@@ -25,11 +25,11 @@ import anyio
 import httpx
 import pytest
 
-from missive import shutdown
-from missive.admission import Admission
-from missive.app import create_app
+from missive.server import shutdown
+from missive.server.admission import Admission
+from missive.server.app import create_app
 from missive.config import Config
-from missive.shutdown import Drain, serve_until_stopped
+from missive.server.shutdown import Drain, serve_until_stopped
 from missive.testing import ServerProcess, serve_process, until as _until
 from missive_echo import script
 

@@ -4,7 +4,7 @@ The benchmark's own ``--check`` limits apply: no answer fails, the server's
 open descriptors end where they started (4 of slack), no socket is left in
 CLOSE-WAIT, resident memory grows by at most 20 % after the warm-up. Before
 connections closed by their clients were closed at once
-(:mod:`missive.connections`), 15 s of this left some 300 sockets in
+(:mod:`missive.server.connections`), 15 s of this left some 300 sockets in
 CLOSE-WAIT. The full run (64 clients, 600 s) is the benchmark's.
 """
 

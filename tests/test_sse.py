@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from missive.errors import OverloadedError
-from missive.sse import frame, merge_deltas, paced
+from missive.protocol.errors import OverloadedError
+from missive.protocol.sse import frame, merge_deltas, paced
 
 
 def delta(text: str, index: int = 0, kind: str = "text_delta", field: str = "text") -> dict[str, Any]:

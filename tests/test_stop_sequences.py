@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from missive.stop_sequences import StopMatcher
+from missive.messages.stop_sequences import StopMatcher
 
 
 def run(sequences: list[str], pieces: list[str]) -> tuple[str, str | None]:

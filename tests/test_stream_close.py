@@ -3,7 +3,7 @@ before it closes the driver (core/missive/routes/messages.py, issue 16).
 
 When a client goes, Quart closes the response body (``aclose()``, in the
 request's task). The body may then be suspended at a frame it yielded while
-:func:`missive.sse.paced`'s pump task is inside the driver's generator,
+:func:`missive.protocol.sse.paced`'s pump task is inside the driver's generator,
 waiting for the model. The body must close ``paced`` first (which cancels
 the pump and waits for it), and only then the driver's generator: closing
 that generator while the pump still runs it raised ``aclose(): asynchronous
@@ -19,9 +19,9 @@ import anyio
 import pytest
 from quart import g
 
-from missive.app import create_app
+from missive.server.app import create_app
 from missive.config import Config
-from missive.record import CLIENT_GONE
+from missive.server.record import CLIENT_GONE
 from missive_echo import script
 
 

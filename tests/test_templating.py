@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from missive.errors import InvalidRequestError
-from missive.templating import render_prompt, render_segments
+from missive.protocol.errors import InvalidRequestError
+from missive.messages.templating import render_prompt, render_segments
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

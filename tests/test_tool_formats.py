@@ -360,7 +360,7 @@ def test_json_call_syntax_round_trip(cls: type[ToolParser]) -> None:
 
 
 def test_a_format_the_parser_does_not_read_is_named_once_per_model(caplog: pytest.LogCaptureFixture) -> None:
-    from missive.kernel import Kernel
+    from missive.kernel.plugins import Kernel
     from missive.tools.parsers.hermes import HermesParser
     from missive.tools.parsers.unparsed import UnparsedCallWatch
 

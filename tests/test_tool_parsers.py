@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from missive.kernel import Kernel
-from missive.specs import ToolParserSpec, load_object
+from missive.kernel.plugins import Kernel
+from missive.kernel.specs import ToolParserSpec, load_object
 from missive.tools.parsers.base import (
     CallArgs,
     CallEnd,

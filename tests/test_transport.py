@@ -1,4 +1,4 @@
-"""The remote transport's failover and timeout policy (:mod:`missive.transport`),
+"""The remote transport's failover and timeout policy (:mod:`missive.remote.transport`),
 case by case, against raw local HTTP servers that misbehave on purpose.
 The same policy through live servers and each driver: tests/test_remote_faults.py."""
 
@@ -14,9 +14,9 @@ import anyio
 import httpx
 import pytest
 
-from missive.errors import BadGatewayError, InvalidRequestError, MissiveError, OverloadedError, TimeoutError_
+from missive.protocol.errors import BadGatewayError, InvalidRequestError, MissiveError, OverloadedError, TimeoutError_
 from missive.testing import free_port
-from missive.transport import Failover, RemoteTransport
+from missive.remote.transport import Failover, RemoteTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -282,7 +282,7 @@ async def test_a_stream_read_past_its_end_line_keeps_its_connection(make) -> Non
     """Read with ``end=sse_done``, the body's end (which arrives after the
     ``[DONE]`` line) is read too, so the next request reuses the connection;
     without ``end``, a reader stopping at ``[DONE]`` closes it."""
-    from missive.transport import sse_done
+    from missive.remote.transport import sse_done
 
     transport, [backend] = make(["sse"])
     try:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from missive.errors import ApiError
+from missive.protocol.errors import ApiError
 from missive.engine.channel import ThreadChannel
 
 

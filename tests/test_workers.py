@@ -25,11 +25,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from missive.admission import Admission
-from missive.cli import cli
+from missive.server.admission import Admission
+from missive.cli.main import cli
 from missive.config import Config, ConfigError, ModelEntry
 from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until as _until
-from missive.workers import check, settle_batches, share
+from missive.server.workers import check, settle_batches, share
 from missive_openai.testing import FakeChatServer
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
@@ -206,7 +206,7 @@ class _Driver:
     """Just what :class:`Admission` and :func:`check` read of a driver."""
 
     def __init__(self, max_concurrency: int | None, in_process: bool = False) -> None:
-        from missive.capabilities import Capabilities
+        from missive.driver.capabilities import Capabilities
 
         self.name = "fake"
         self.entry = ModelEntry(driver="fake")

@@ -5,7 +5,7 @@ The plugin API, everything a plugin may import, is :mod:`missive.api`
 for plugins written before that module existed.
 """
 
-from .hookspecs import hookimpl
+from .kernel.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 __all__ = ["hookimpl", "__version__"]

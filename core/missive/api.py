@@ -12,7 +12,7 @@ The names, grouped by what they are for:
   (:class:`DriverSpec`, :class:`DefaultModel`, ...), :func:`load_object`,
   :data:`API_VERSION` (the version of this API; a plugin declares the one it
   was built for as ``MISSIVE_API = "1"``, checked when it is loaded:
-  :mod:`missive.compat`);
+  :mod:`missive.kernel.compat`);
 * writing a driver: :class:`Driver`, :class:`GenerationRequest`,
   :func:`clamp_max_tokens`, :class:`Capabilities`, :func:`check_request`,
   :class:`ModelEntry`, :class:`ConfigError`, the events a generation yields
@@ -40,11 +40,11 @@ app itself); a plugin's hook module may import it at the top.
 
 from __future__ import annotations
 
-from .capabilities import Capabilities, ToolChoiceMode, check_request
-from .compat import API_VERSION
+from .driver.capabilities import Capabilities, ToolChoiceMode, check_request
+from .kernel.compat import API_VERSION
 from .config import ConfigError, ModelEntry
-from .conversation import Conversation, Turn
-from .driver import Driver, GenerationRequest, clamp_max_tokens
+from .messages.conversation import Conversation, Turn
+from .driver.interface import Driver, GenerationRequest, clamp_max_tokens
 from .engine.host_cache import common_prefix
 from .engine.local import LocalDriver
 from .engine.runner import (
@@ -62,7 +62,7 @@ from .engine.runner import (
     SavedContext,
     Sequence,
 )
-from .errors import (
+from .protocol.errors import (
     ApiError,
     AuthenticationError,
     BadGatewayError,
@@ -77,7 +77,7 @@ from .errors import (
     RateLimitError,
     TimeoutError_,
 )
-from .events import (
+from .driver.events import (
     Finished,
     GenerationEvent,
     Started,
@@ -88,18 +88,18 @@ from .events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from .hookspecs import hookimpl
+from .kernel.hookspecs import hookimpl
 from .media.images import to_8bit, upright
 from .media.tokens import conversation_image_tokens, estimate_image_tokens
 from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTarget, Section, SourceBytes
 from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
 from .reasoning.registry import reasoning_parser_class
-from .replicas import Replica, ReplicaPool
+from .remote.replicas import Replica, ReplicaPool
 from .routing.policy import ReplicaRouting, policy_for
 from .routing.prefix import RouteKey
 from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
-from .schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from .specs import (
+from .protocol.schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from .kernel.specs import (
     DefaultModel,
     DocumentProcessorSpec,
     DriverSpec,
@@ -110,7 +110,7 @@ from .specs import (
     ToolParserSpec,
     load_object,
 )
-from .state import read_json, state_dir, write_json
+from .server.state_dir import read_json, state_dir, write_json
 from .tools.definitions import ToolChoice, ToolDefinition
 from .tools.parsers.base import (
     CallArgs,
@@ -127,8 +127,8 @@ from .tools.parsers.selection import parser_for_template
 from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
 from .tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
-from .fastjson import dumps as json_dumps, loads as json_loads
-from .transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
+from .protocol.fastjson import dumps as json_dumps, loads as json_loads
+from .remote.transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 
 __all__ = [
     "API_VERSION",

@@ -5,15 +5,15 @@ system's ``missive.toml``) and ``MISSIVE__...`` variables (see
 :mod:`missive.config`). Hypercorn chooses the bind address here, so the
 loopback-only rule of ``missive serve`` is not enforced: set API keys before
 binding anything but loopback. Hypercorn's asyncio worker closes the
-connections their clients closed at once (:mod:`missive.connections`).
+connections their clients closed at once (:mod:`missive.server.connections`).
 """
 
 from __future__ import annotations
 
-from .app import create_app
+from .server.app import create_app
 from .config import load_config
-from .connections import install as close_connections_promptly
-from .logs import setup_logging
+from .server.connections import install as close_connections_promptly
+from .server.logs import setup_logging
 
 _config = load_config(search=True)
 setup_logging(_config.server.log_level, _config.server.log_format)

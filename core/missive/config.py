@@ -20,7 +20,7 @@ Shape (every key optional)::
     shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
     memory_budget_mib = 16384   # models loaded at once fit in it: loading one unloads idle others (LRU)
     default_model = "smollm2-135m"   # with no [models]: which plugin-offered default is served
-    workers = 1                 # processes sharing the port (remote-only models; missive.workers)
+    workers = 1                 # processes sharing the port (remote-only models; missive.server.workers)
 
     [models.smollm2-135m]
     driver = "llamacpp"
@@ -146,18 +146,18 @@ class ServerConfig(_Strict):
     """``[server]``. Every key is described in docs/configuration.md.
 
     ``queue_depth`` and ``queue_timeout`` are the defaults of the models' own
-    keys (see :class:`ModelEntry` and :mod:`missive.admission`).
+    keys (see :class:`ModelEntry` and :mod:`missive.server.admission`).
     ``shutdown_grace`` is how long ``missive serve`` lets running generations
-    finish after SIGTERM or SIGINT (:mod:`missive.shutdown`).
+    finish after SIGTERM or SIGINT (:mod:`missive.server.shutdown`).
     ``memory_budget_mib``: MiB the loaded models may take together (each
     model's ``memory_mib``, else its files' size); loading one beyond it
     first unloads the least recently used idle others
-    (:mod:`missive.residency`). None: no budget.
+    (:mod:`missive.models.residency`). None: no budget.
     ``default_model`` picks which plugin-offered default model is served when
-    no model is configured (:mod:`missive.default_model`).
+    no model is configured (:mod:`missive.models.defaults`).
     ``workers``: processes ``missive serve`` runs, sharing the listening
     socket; above 1 only for configurations whose models all run remotely
-    (:mod:`missive.workers`).
+    (:mod:`missive.server.workers`).
     ``console``: serve the web console at ``/console`` (:mod:`missive.console`).
     """
 
@@ -274,7 +274,7 @@ class ThinkingConfig(_Strict):
             set it when several servers must accept each other's blocks.
         key_file: where the generated key is kept when ``signing_key`` is
             unset; default ``thinking.key`` in the state directory
-            (:func:`missive.state.state_dir`).
+            (:func:`missive.server.state_dir.state_dir`).
     """
 
     signing_key: str | None = Field(default=None, min_length=16)
@@ -377,7 +377,7 @@ class BatchesConfig(_Strict):
         max_requests: requests per batch (the API's 100,000).
         max_body_bytes: largest create body (the API's 256 MB); larger: 413.
         database: the SQLite file (default ``batches.sqlite3`` in the state
-            directory, :func:`missive.state.state_dir`).
+            directory, :func:`missive.server.state_dir.state_dir`).
     """
 
     enabled: StrictBool = True

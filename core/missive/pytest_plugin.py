@@ -34,7 +34,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     """``missive X.Y.Z: drivers a, b; plugins failed: p (error)``, from the
     plugin kernel as ``missive serve`` would load it."""
     from . import __version__
-    from .kernel import Kernel
+    from .kernel.plugins import Kernel
 
     try:
         kernel = Kernel()

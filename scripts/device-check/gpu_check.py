@@ -4,7 +4,7 @@ from pathlib import Path
 
 from missive.config import ModelEntry
 from missive.media.types import ImageInput
-from missive.schema.blocks import TextBlock
+from missive.protocol.schema.blocks import TextBlock
 from missive.testing import collect_events, generation_request, text_of
 from missive_llamacpp.driver import LlamaCppDriver
 import llama_cpp

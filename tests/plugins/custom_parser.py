@@ -1,7 +1,7 @@
 """A plugin that replaces the built-in Hermes tool parser."""
 
 from missive import hookimpl
-from missive.specs import ToolParserSpec
+from missive.kernel.specs import ToolParserSpec
 
 
 @hookimpl

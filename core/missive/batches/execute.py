@@ -5,8 +5,8 @@ run as ``POST /v1/messages`` with ``stream: false`` would run it, into a result.
 gets its ``errored`` result at once, and never takes a slot); :func:`execute`
 when the runner gives it a slot. Both produce the same errors as the request
 sent on its own (the same validation, the same :func:`prepare_generation`,
-the same :class:`~missive.pipeline.MessageStream` folded by
-:func:`~missive.pipeline.accumulate`), so a result equals what the request
+the same :class:`~missive.messages.stream.MessageStream` folded by
+:func:`~missive.messages.stream.accumulate`), so a result equals what the request
 would have been answered on its own.
 """
 
@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from quart import Quart, g
 
-from ..admission import Gate, Slot
+from ..server.admission import Gate, Slot
 from ..context.prepare import context_extras
 from ..context.response import finish_stream
-from ..errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
-from ..ids import message_id, request_id
-from ..logs import request_id_var
-from ..model_table import ModelTable
-from ..pipeline import MessageStream, accumulate
-from ..record import RequestRecord
-from ..schema.ignored import collect_ignored
-from ..schema.request import MessagesRequest
+from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
+from ..protocol.ids import message_id, request_id
+from ..server.logs import request_id_var
+from ..models.table import ModelTable
+from ..messages.stream import MessageStream, accumulate
+from ..server.record import RequestRecord
+from ..protocol.schema.ignored import collect_ignored
+from ..protocol.schema.request import MessagesRequest
 from ..threads.errors import ThreadUnsupportedRequestError
-from ..validation import validate_body
+from ..protocol.validation import validate_body
 from .shapes import errored_result
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ async def execute(
     Raises:
         Stopped: the gate closed (shutdown) before the request got a slot.
     """
-    from ..routes.messages import prepare_generation
+    from ..server.routes.messages import prepare_generation
 
     rid = request_id()
     token = request_id_var.set(rid)

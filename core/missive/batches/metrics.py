@@ -17,7 +17,7 @@ Gauges read at scrape time:
 * ``missive:batches{processing_status}``: stored batches by status.
 
 Batch requests are kept out of the per-request metrics of
-:mod:`missive.metrics` (``missive:requests_total``, latencies): those describe
+:mod:`missive.server.metrics` (``missive:requests_total``, latencies): those describe
 what interactive clients see.
 """
 
@@ -31,9 +31,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from ..admission import Admission
-    from ..model_table import ModelTable
-    from ..record import RequestRecord
+    from ..server.admission import Admission
+    from ..models.table import ModelTable
+    from ..server.record import RequestRecord
     from .service import Batches
 
 __all__ = ["BatchMetrics"]

@@ -4,7 +4,7 @@ interactive traffic.
 One dispatcher per served model loops: load the model if it is not loaded
 and has pending batch requests (on demand, as a request would; a model in
 use by a batch request is not unloaded), wait until the model's gate has room
-for background work (:meth:`~missive.admission.Gate.wait_background_room`: a
+for background work (:meth:`~missive.server.admission.Gate.wait_background_room`: a
 slot free, no request waiting, fewer than ``batches.max_slots`` slots held by
 batches), take the oldest pending request of that model, and start it
 (:func:`~missive.batches.execute.execute`) in a task of its own; then wait
@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from ..errors import MissiveError, OverloadedError
+from ..protocol.errors import MissiveError, OverloadedError
 from .execute import Stopped, execute
 from .store import Job
 
 if TYPE_CHECKING:
     from quart import Quart
 
-    from ..admission import Admission
+    from ..server.admission import Admission
     from ..config import BatchesConfig
-    from ..model_table import ModelTable
-    from ..record import RequestRecord
+    from ..models.table import ModelTable
+    from ..server.record import RequestRecord
 
 __all__ = ["BatchRunner", "Running"]
 

@@ -1,7 +1,7 @@
 """The Message Batches of one server: the store, the runner and the
 housekeeping (expiry, archiving), behind the operations the routes call.
 
-Built by :func:`missive.app.create_app` (``app.extensions["missive"]["batches"]``);
+Built by :func:`missive.server.app.create_app` (``app.extensions["missive"]["batches"]``);
 :meth:`Batches.start` runs after the models have started, :meth:`Batches.aclose`
 before they close. The database is opened on the first batch created, or at
 start when the file already exists, so a server that is never sent a batch
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ApiError, InvalidRequestError, MissiveError, ModelNotFoundError, NotFoundError
-from ..ids import message_batch_id
-from ..state import state_dir
-from ..validation import parse_json
+from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, ModelNotFoundError, NotFoundError
+from ..protocol.ids import message_batch_id
+from ..server.state_dir import state_dir
+from ..protocol.validation import parse_json
 from .execute import check_params
 from .runner import BatchRunner
 from .shapes import BatchRow, batch_object, check_create_body, deleted_object, errored_result
@@ -43,12 +43,12 @@ from .store import BatchStore, NewRequest
 if TYPE_CHECKING:
     from quart import Quart
 
-    from ..admission import Admission
+    from ..server.admission import Admission
     from ..config import Config
     from ..keys.ring import Identity
-    from ..model_table import ModelTable
-    from ..record import RequestRecord
-    from ..shutdown import Drain
+    from ..models.table import ModelTable
+    from ..server.record import RequestRecord
+    from ..server.shutdown import Drain
 
 __all__ = ["Batches", "DATABASE"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..protocol.errors import InvalidRequestError
 
 __all__ = [
     "BatchRow", "CUSTOM_ID", "RESULT_TYPES", "rfc3339", "batch_object", "deleted_object",

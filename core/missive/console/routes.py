@@ -26,7 +26,7 @@ The data calls need an admin key (:func:`console_access`), as
 
 The page is a client of the Messages API like any other: the playground
 posts to ``/v1/messages``, the batches view uses ``/v1/messages/batches``.
-Every ``/console`` request is quiet (:data:`missive.record.QUIET_PREFIXES`):
+Every ``/console`` request is quiet (:data:`missive.server.record.QUIET_PREFIXES`):
 debug-level log lines, no metrics, not in the recent requests.
 ``server.console = false`` leaves every route out (404).
 """
@@ -43,11 +43,11 @@ from typing import Any, cast
 import anyio.to_thread
 from quart import Quart, Response, current_app, request, send_from_directory
 
-from ..errors import InvalidRequestError, NotFoundError
+from ..protocol.errors import InvalidRequestError, NotFoundError
 from ..keys.access import keys
 from ..keys.ring import Identity
-from ..routes.common import authenticate_admin, page_limit, state
-from ..routes.status import status_document
+from ..server.routes.common import authenticate_admin, page_limit, state
+from ..server.routes.status import status_document
 from .history import BUCKET_SECONDS, WINDOW_SECONDS, History
 
 __all__ = ["register", "console_access", "STATIC", "SAMPLE_INTERVAL"]
@@ -172,7 +172,7 @@ async def requests() -> dict[str, Any]:
 
 def _read_capture(directory: str, request_id: str) -> dict[str, Any] | None:
     """The capture file of ``request_id`` (``<time_ns>-<request_id>.json``,
-    :mod:`missive.capture`), None when there is none. Worker thread."""
+    :mod:`missive.server.capture`), None when there is none. Worker thread."""
     for path in Path(directory).glob(f"*-{request_id}.json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ newest models (thinking it cannot turn off, PDFs, web search) for a model
 whose listing has none.
 
 Each key of ``ModelCapabilities`` is derived from what the model's driver
-declares (:class:`missive.capabilities.Capabilities`) and what the core does
+declares (:class:`missive.driver.capabilities.Capabilities`) and what the core does
 for every model, then a model's ``capabilities`` overrides in the
 configuration (dotted keys, ``"pdf_input" = false``) are applied:
 
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..capabilities import Capabilities
+from ..driver.capabilities import Capabilities
 from ..config import ModelEntry
 
 __all__ = ["model_capabilities", "lifecycle_fields", "unknown_keys", "CAPABILITY_KEYS"]

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InvalidRequestError
-from ..schema.blocks import CompactionBlock, TextBlock, ToolUseBlock
-from ..schema.request import CountTokensRequest, Message, ToolChoiceAuto
+from ..protocol.errors import InvalidRequestError
+from ..protocol.schema.blocks import CompactionBlock, TextBlock, ToolUseBlock
+from ..protocol.schema.request import CountTokensRequest, Message, ToolChoiceAuto
 from ..thinking.signing import Signer
 
 

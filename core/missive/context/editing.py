@@ -21,7 +21,7 @@ client's history, and reports each edit it applied in the response's
 
 Edits run in the order given (``clear_thinking_20251015`` first, a rule of
 the schema). Token counts are the driver's own count of the rendered prompt
-(:meth:`missive.driver.Driver.count_tokens`), before and after each edit, so
+(:meth:`missive.driver.interface.Driver.count_tokens`), before and after each edit, so
 ``cleared_input_tokens`` is exact and the answer's usage, ``count_tokens``
 and the edits agree. A request whose edits have nothing to clear costs no
 extra count: Claude Code sends ``clear_thinking_20251015`` on every request.
@@ -40,15 +40,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..schema.blocks import RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from ..schema.management import (
+from ..protocol.schema.blocks import RedactedThinkingBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from ..protocol.schema.management import (
     DEFAULT_KEEP_TOOL_USES,
     DEFAULT_TRIGGER_TOKENS,
     ClearThinkingEdit,
     ClearToolUsesEdit,
     InputTokens,
 )
-from ..schema.request import CountTokensRequest
+from ..protocol.schema.request import CountTokensRequest
 
 __all__ = ["PLACEHOLDER", "Edited", "Counter", "apply_edits"]
 

@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from ..capabilities import Capabilities
-from ..errors import InvalidRequestError, ModelNotFoundError, OverloadedError, RateLimitError
-from ..schema.management import FallbackEntry
-from ..schema.request import MessagesRequest
-from ..validation import validate_body
+from ..driver.capabilities import Capabilities
+from ..protocol.errors import InvalidRequestError, ModelNotFoundError, OverloadedError, RateLimitError
+from ..protocol.schema.management import FallbackEntry
+from ..protocol.schema.request import MessagesRequest
+from ..protocol.validation import validate_body
 
 if TYPE_CHECKING:
-    from ..model_table import ModelTable
+    from ..models.table import ModelTable
 
 __all__ = ["Attempt", "attempts", "TRIGGERS", "iteration"]
 
@@ -148,7 +148,7 @@ def attempts(req: MessagesRequest, model_id: str, models: ModelTable, resolve: R
     """The requested model, then each fallback entry as its own request
     (all built and validated up front: a bad entry is a 400 before anything
     runs). ``resolve`` maps an entry's model to the configured id for the
-    request's key (:func:`missive.routes.common.resolve_for`), so an entry
+    request's key (:func:`missive.server.routes.common.resolve_for`), so an entry
     naming a model the key may not use is refused like an unknown one.
 
     Raises:

@@ -26,9 +26,9 @@ from typing import Any
 
 from quart import g, has_request_context, request
 
-from ..driver import Driver, GenerationRequest
-from ..errors import CapabilityError
-from ..schema.request import CountTokensRequest, MessagesRequest
+from ..driver.interface import Driver, GenerationRequest
+from ..protocol.errors import CapabilityError
+from ..protocol.schema.request import CountTokensRequest, MessagesRequest
 from ..thinking.signing import Signer
 from .compaction import expand_compaction, summarisation_request
 from .editing import apply_edits

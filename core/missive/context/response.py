@@ -29,7 +29,7 @@ Event = dict[str, Any]
 
 
 class Answer(Protocol):
-    """What the routes drive: a :class:`~missive.pipeline.MessageStream` or a wrapper of one."""
+    """What the routes drive: a :class:`~missive.messages.stream.MessageStream` or a wrapper of one."""
 
     async def start(self) -> Event: ...
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 
 from ..config import Config
-from ..hookspecs import hookimpl
+from ..kernel.hookspecs import hookimpl
 
 
 @hookimpl(trylast=True)

@@ -15,8 +15,8 @@ are literal strings of the published chat templates:
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
-from ..specs import ReasoningParserSpec
+from ..kernel.hookspecs import hookimpl
+from ..kernel.specs import ReasoningParserSpec
 
 
 @hookimpl

@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
-from ..hookspecs import hookimpl
-from ..specs import SearchProviderSpec
+from ..kernel.hookspecs import hookimpl
+from ..kernel.specs import SearchProviderSpec
 from ..tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
 
 __all__ = ["SearxngProvider", "register_search_providers"]

@@ -27,8 +27,8 @@ templates contain Hermes' ``<tool_call>``, Seed-OSS's Qwen's ``<function=``):
 
 from __future__ import annotations
 
-from ..hookspecs import hookimpl
-from ..specs import ToolParserSpec
+from ..kernel.hookspecs import hookimpl
+from ..kernel.specs import ToolParserSpec
 
 
 @hookimpl

@@ -101,7 +101,7 @@ class Batcher:
     def slot_states(self, held: Callable[[int], int] | None = None) -> list[dict[str, Any]]:
         """What each slot holds, for status: ``slot`` (its index), ``state``
         (``generating`` or ``idle``), ``session`` (the first 8 characters of
-        the session whose tokens it holds, :mod:`missive.session`; None: none
+        the session whose tokens it holds, :mod:`missive.messages.session`; None: none
         known) and, with ``held`` (the tokens a slot's context holds),
         ``tokens_cached``. Any thread: a snapshot."""
         owners = dict(self._owner)
@@ -124,7 +124,7 @@ class Batcher:
         best when that beats what the host-memory cache would restore,
         else the least recently used one (its tokens are worth least).
 
-        Session affinity (``session``, :mod:`missive.session`) decides ties:
+        Session affinity (``session``, :mod:`missive.messages.session`) decides ties:
         among slots that serve the prompt equally, one of the request's own
         session comes first, then one of no other session, then the least
         recently used; and a slot of another session that serves no more

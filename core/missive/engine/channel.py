@@ -16,7 +16,7 @@ import asyncio
 import threading
 from typing import Generic, TypeVar
 
-from ..errors import ApiError
+from ..protocol.errors import ApiError
 
 __all__ = ["ThreadChannel"]
 

@@ -112,7 +112,7 @@ class HostPromptCache:
     def best(self, tokens: list[int], session: str | None = None) -> tuple[SavedContext | None, int]:
         """The entry sharing the longest prefix with ``tokens``, and that
         prefix's length (``(None, 0)`` when none shares a token); of equal
-        ones, the one saved from ``session`` (:mod:`missive.session`)."""
+        ones, the one saved from ``session`` (:mod:`missive.messages.session`)."""
         with self._lock:
             found: SavedContext | None = None
             longest = 0

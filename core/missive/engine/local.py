@@ -1,9 +1,9 @@
 """The base of in-process drivers: :class:`LocalDriver`, the Driver API on a runner.
 
 A plugin subclasses :class:`LocalDriver` with a :class:`~missive.engine.runner.Runner`
-for its backend; the base implements :meth:`~missive.driver.Driver.start`,
-:meth:`~missive.driver.Driver.count_tokens`, :meth:`~missive.driver.Driver.generate`
-and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
+for its backend; the base implements :meth:`~missive.driver.interface.Driver.start`,
+:meth:`~missive.driver.interface.Driver.count_tokens`, :meth:`~missive.driver.interface.Driver.generate`
+and :meth:`~missive.driver.interface.Driver.aclose` the same way for every backend:
 
 * one thread per model (a one-thread executor) runs everything that touches
   the model (load, the decode loop, close): backends' contexts and streams
@@ -11,12 +11,12 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   ``runner.tokenize_threads`` threads, never behind a generation;
 * the prompt (:mod:`missive.engine.prompt`) is rendered and tokenized once per
   request; ``len(prompt) >= context`` raises
-  :class:`~missive.errors.PromptTooLongError` (``prompt is too long: N tokens
+  :class:`~missive.protocol.errors.PromptTooLongError` (``prompt is too long: N tokens
   > M maximum``, M = context - 1: one token must be left to answer), and
   ``max_tokens`` is clamped to ``context - len(prompt)``
-  (:func:`~missive.driver.clamp_max_tokens`; reaching it ends with
+  (:func:`~missive.driver.interface.clamp_max_tokens`; reaching it ends with
   ``max_tokens``);
-* :class:`~missive.events.Started` is yielded at once, before queueing, with
+* :class:`~missive.driver.events.Started` is yielded at once, before queueing, with
   the prefix the runner's cache would serve at that moment as
   ``cache_read_input_tokens`` (a request served while this one waits can
   change the reuse actually obtained; the total is always exact); when the
@@ -33,10 +33,10 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   given back only once its sequence has left the loop;
 * if the sequence reused another prefix than ``Started`` announced (another
   request changed the slots while it waited, or it got another slot),
-  :class:`~missive.events.Finished` carries the exact split (in
+  :class:`~missive.driver.events.Finished` carries the exact split (in
   ``message_delta``);
 * an end-of-generation token ends with ``end_turn`` (neither shown nor
-  counted), else ``max_tokens``; :class:`~missive.events.Finished` carries the
+  counted), else ``max_tokens``; :class:`~missive.driver.events.Finished` carries the
   exact ``output_tokens``; ``max_tokens: 0`` (the API's cache warm-up) decodes
   the prompt only and finishes with ``max_tokens`` and 0 output tokens;
 * with a runner that can save its context (:class:`~missive.engine.runner.ContextStates`),
@@ -63,15 +63,15 @@ import anyio
 import anyio.to_thread
 from jinja2 import TemplateError
 
-from ..capabilities import Capabilities
+from ..driver.capabilities import Capabilities
 from ..config import ConfigError, ModelEntry
-from ..driver import Driver, GenerationRequest, clamp_max_tokens
-from ..errors import ApiError, PromptTooLongError
-from ..events import Finished, GenerationEvent, Started, StopReason, TextDelta
+from ..driver.interface import Driver, GenerationRequest, clamp_max_tokens
+from ..protocol.errors import ApiError, PromptTooLongError
+from ..driver.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from ..reasoning.base import ReasoningParser
 from ..sampling import NO_DEFAULTS
 from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
-from ..templating import compile_template
+from ..messages.templating import compile_template
 from ..tools.parsers.base import ToolParser
 from ..tools.parsers.registry import build_parser
 from ..tools.parsers.selection import parser_for_template
@@ -103,7 +103,7 @@ class LocalDriver(Driver):
     """A driver serving one model in-process through a runner.
 
     Args:
-        model_id, entry, capabilities: as :class:`~missive.driver.Driver`.
+        model_id, entry, capabilities: as :class:`~missive.driver.interface.Driver`.
         runner: the backend's runner for this model (not loaded yet).
         tool_parser: the ``tool_parser`` setting (None: from the template).
         reasoning_parser: the ``reasoning_parser`` setting (None: from the
@@ -255,13 +255,13 @@ class LocalDriver(Driver):
 
     def choices(self) -> dict[str, Any]:
         """The context window, slots, chat template family
-        (:func:`~missive.sources.gguf.template_family`), tool call format,
+        (:func:`~missive.models.sources.gguf.template_family`), tool call format,
         reasoning format (``none``: the model does not reason) and default
         sampling (:meth:`~missive.sampling.SamplingDefaults.describe`) of the
         loaded model; ``{}`` before it is loaded."""
         if self._info is None:
             return {}
-        from ..sources.gguf import template_family
+        from ..models.sources.gguf import template_family
 
         return {
             "context_window": self._info.context_window,

@@ -40,7 +40,7 @@ class Producer:
     ends the sequence (:meth:`~missive.engine.runner.Runner.end`, once, if it
     began) and closes the channel. Loop side: :meth:`next_batch`
     (``(pieces, ended)``, one str piece per output token; raises
-    :class:`~missive.errors.ApiError` ``<backend> failed while generating:
+    :class:`~missive.protocol.errors.ApiError` ``<backend> failed while generating:
     ...`` if the thread failed), :meth:`cancel` and :meth:`wait_closed`.
     After the end: :attr:`reached_eog` (an end-of-generation token ended it)
     and :attr:`tail` (text the detokenizer held back, not yet counted).

@@ -1,14 +1,14 @@
 """The prompt path of in-process models: render with the chat template, tokenize.
 
-One path for :meth:`~missive.driver.Driver.count_tokens` and
-:meth:`~missive.driver.Driver.generate`, so their counts are equal by
+One path for :meth:`~missive.driver.interface.Driver.count_tokens` and
+:meth:`~missive.driver.interface.Driver.generate`, so their counts are equal by
 construction:
 
 1. :func:`missive.tools.render.template_messages` turns the conversation and
    tools into the template's messages (images replaced by the runner's marker
    texts when the model takes images, see
    :class:`~missive.engine.runner.ImageMarks`);
-2. :func:`missive.templating.render_segments` renders them with the model's
+2. :func:`missive.messages.templating.render_segments` renders them with the model's
    chat template in jinja2's sandbox, with the prefill, the template's
    ``bos_token``/``eos_token`` and the reasoning switches of the request
    (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`; switched off
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..driver import GenerationRequest
+from ..driver.interface import GenerationRequest
 from ..reasoning.base import ReasoningParser
-from ..templating import render_segments
+from ..messages.templating import render_segments
 from ..thinking.plan import ThinkingPlan
 from ..tools.render import template_messages
 from .runner import ImageMarks, ModelInfo, Prompt, Runner

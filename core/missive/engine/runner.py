@@ -21,9 +21,9 @@ running sequence by one ``llama_decode``-like step (a chunk of a prompt being
 read, or one token). A runner that can save and restore its context also
 implements :class:`ContextStates` (the host-memory prompt cache).
 
-Errors: any method may raise :class:`~missive.errors.MissiveError`
-(:class:`~missive.errors.InvalidRequestError` for a prompt the model cannot
-take, :class:`~missive.errors.ApiError` for a backend failure);
+Errors: any method may raise :class:`~missive.protocol.errors.MissiveError`
+(:class:`~missive.protocol.errors.InvalidRequestError` for a prompt the model cannot
+take, :class:`~missive.protocol.errors.ApiError` for a backend failure);
 :class:`~missive.config.ConfigError` from :meth:`Runner.load`;
 :class:`Cancelled` from the prompt-decoding methods when the sequence's
 ``cancelled`` callback turned true. Any other exception raised in the model's
@@ -86,7 +86,7 @@ class ModelInfo:
         bos_text, eos_text: the special tokens' texts the template may write
             (``bos_token``/``eos_token`` variables), "" when none.
         control_texts: texts of the special tokens a client's text must never
-            become (:func:`missive.templating.render_segments`).
+            become (:func:`missive.messages.templating.render_segments`).
         input_media: media types the loaded model takes (images with a vision
             projector); empty: text only.
         slots: sequences the runner decodes together (>= 1; above 1 the
@@ -183,7 +183,7 @@ class Sequence:
         state: the runner's own per-sequence state (generator, KV cache...).
         slot: the slot it runs in, ``0 .. ModelInfo.slots - 1``, chosen by
             the engine before :meth:`Runner.begin` (llama.cpp: its ``seq_id``).
-        session: the client's session id (:mod:`missive.session`): among
+        session: the client's session id (:mod:`missive.messages.session`): among
             slots and saved states that serve the prompt equally, the
             engine prefers those of this session.
     """
@@ -242,7 +242,7 @@ class Runner(Protocol):
 
         Args:
             pieces: ``(text, is_client_text)`` from
-                :func:`missive.templating.render_segments`: client text is
+                :func:`missive.messages.templating.render_segments`: client text is
                 tokenized as plain text (a typed ``<|im_end|>`` stays text),
                 the template's with special tokens parsed.
             marks: the images the text's markers stand for, or None.

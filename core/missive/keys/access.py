@@ -18,7 +18,7 @@ from typing import cast
 
 from quart import Response, current_app, g, request
 
-from ..errors import ModelNotFoundError, PermissionDeniedError
+from ..protocol.errors import ModelNotFoundError, PermissionDeniedError
 from .limits import RateLimited
 from .ring import Identity
 from .service import KeyServices

@@ -1,7 +1,7 @@
 """Token buckets in memory shared by the worker processes of one server.
 
 The limits of a key (:mod:`.limits`) must hold for the whole server, not
-per worker (``server.workers``, :mod:`missive.workers`). The app is built
+per worker (``server.workers``, :mod:`missive.server.workers`). The app is built
 once, in the first process, before the workers are forked; the table made
 here is a file mapped ``MAP_SHARED`` at that time (an unlinked temporary
 file), so every forked worker reads and writes the same cells. A POSIX

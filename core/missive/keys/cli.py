@@ -110,7 +110,7 @@ def register(
     unavailable: Callable[[Exception], click.ClickException],
 ) -> None:
     """Add ``keys`` and ``usage`` to the ``missive`` command line (the
-    helpers are :mod:`missive.cli`'s: its config options and loader, the
+    helpers are :mod:`missive.cli.main`'s: its config options and loader, the
     server's URL and key, the error for a refusal)."""
 
     @keys_group.command("list")
@@ -150,7 +150,7 @@ def register(
         as_json: bool,
     ) -> None:
         """A running server's usage per key and model: requests and tokens (GET /v1/usage)."""
-        from ..claude_env import ServerUnavailable
+        from ..cli.claude_env import ServerUnavailable
 
         base, key = server(config_path, overrides, url, api_key)
         params = {"starting_at": since, "ending_at": until_, "bucket_width": bucket_width,

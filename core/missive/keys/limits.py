@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from ..errors import RateLimitError
+from ..protocol.errors import RateLimitError
 from .buckets import Bucket, SharedTable, ceil_seconds
 from .ring import Identity
 

@@ -14,7 +14,7 @@ hash; ``""`` on a server with no key configured) and ``model_name``:
 
 A request refused with 401 has no key and is counted only in
 ``missive:requests_total``. With several workers the counters are shared as
-every other counter is (:mod:`missive.metrics`).
+every other counter is (:mod:`missive.server.metrics`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter
 
 if TYPE_CHECKING:
-    from ..record import RequestRecord
+    from ..server.record import RequestRecord
 
 __all__ = ["KeyMetrics", "TOKEN_FIELDS"]
 

@@ -24,7 +24,7 @@ import hmac
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import AuthenticationError
+from ..protocol.errors import AuthenticationError
 from .entry import derived_name
 
 if TYPE_CHECKING:

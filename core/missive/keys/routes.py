@@ -15,7 +15,7 @@ from typing import Any
 
 from quart import Quart, request
 
-from ..errors import NotFoundError
+from ..protocol.errors import NotFoundError
 from .access import add_rate_limit_headers, authenticate, keys, require_admin
 from .usage import parse_time
 

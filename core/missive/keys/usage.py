@@ -33,11 +33,11 @@ import anyio
 import anyio.to_thread
 
 from ..batches.execute import ENDPOINT as BATCH_ENDPOINT
-from ..errors import InvalidRequestError
-from ..state import state_dir
+from ..protocol.errors import InvalidRequestError
+from ..server.state_dir import state_dir
 
 if TYPE_CHECKING:
-    from ..record import RequestRecord
+    from ..server.record import RequestRecord
     from .entry import UsageConfig
 
 __all__ = ["UsageStore", "UsageRecorder", "COUNTS", "DATABASE", "FLUSH_INTERVAL", "parse_time", "rfc3339"]

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import io
 
-from ..errors import MediaError
+from ..protocol.errors import MediaError
 from .types import DocumentProcessor, Section, SourceBytes
 
 __all__ = [

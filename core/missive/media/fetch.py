@@ -21,7 +21,7 @@ Rules, for each hop (the first URL and every redirect):
 6. proxies from the environment are not used (they would do their own
    resolution), and no cookies or credentials are sent.
 
-Every refusal is a :class:`~missive.errors.MediaError` (400) naming the
+Every refusal is a :class:`~missive.protocol.errors.MediaError` (400) naming the
 block's field path and the reason.
 """
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 
-from ..errors import MediaError
+from ..protocol.errors import MediaError
 from .addresses import AllowList, refusal
 
 __all__ = ["FetchPolicy", "Fetched", "fetch", "resolve_host", "build_request"]

@@ -27,7 +27,7 @@ import io
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MediaError
+from ..protocol.errors import MediaError
 from .types import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
 
 if TYPE_CHECKING:  # Pillow is imported when an image is decoded, not with this module

@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import zipfile
 
-from ..errors import MediaError
+from ..protocol.errors import MediaError
 from .types import DocumentProcessor, Section, SourceBytes
 
 __all__ = ["OfficeDocumentProcessor", "DOCX", "XLSX", "PPTX", "OFFICE_MEDIA_TYPES", "check_zip"]

@@ -38,8 +38,8 @@ import anyio
 from pydantic import ValidationError
 
 from ..config import ConfigError, MediaConfig
-from ..errors import MediaError, MissiveError
-from ..schema.blocks import (
+from ..protocol.errors import MediaError, MissiveError
+from ..protocol.schema.blocks import (
     Base64Source,
     ContentSource,
     DocumentBlock,
@@ -50,7 +50,7 @@ from ..schema.blocks import (
     ToolResultBlock,
     UrlSource,
 )
-from ..specs import DocumentProcessorSpec, ImageProcessorSpec, load_object
+from ..kernel.specs import DocumentProcessorSpec, ImageProcessorSpec, load_object
 from .addresses import parse_allow_list
 from .documents import PDF_MEDIA_TYPE, render_document
 from .fetch import FetchPolicy, fetch

@@ -64,7 +64,7 @@ class ImageInput:
 #: How a driver that embeds images itself marks an image's place in the
 #: rendered prompt: called once per :class:`ImageInput` where it is rendered,
 #: returns the text standing for it (llama.cpp's ``mtmd``: a marker the driver
-#: then splits the prompt at). See :meth:`missive.conversation.Turn.text`.
+#: then splits the prompt at). See :meth:`missive.messages.conversation.Turn.text`.
 ImageMarker = Callable[[ImageInput], str]
 
 
@@ -119,7 +119,7 @@ class Section:
 class ImageProcessor(abc.ABC):
     """Turns the bytes of an image block into what a driver gets.
 
-    Named by an :class:`~missive.specs.ImageProcessorSpec` factory and built
+    Named by an :class:`~missive.kernel.specs.ImageProcessorSpec` factory and built
     once per app as ``cls(config)``. :meth:`process` is called in a worker
     thread (never on the event loop), so it may block.
     """

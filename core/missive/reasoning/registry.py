@@ -1,5 +1,5 @@
 """Choosing and building reasoning parsers from the registered
-:class:`~missive.specs.ReasoningParserSpec`\\ s.
+:class:`~missive.kernel.specs.ReasoningParserSpec`\\ s.
 
 Each spec lists ``template_markers``: literal strings only a template of its
 format contains (``<think>``, ``[THINK]``, ``<|channel|>``). The first spec,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..specs import ReasoningParserSpec, load_registered
+from ..kernel.specs import ReasoningParserSpec, load_registered
 from .base import ReasoningParser
 
 __all__ = ["reasoning_parser_for_template", "reasoning_parser_class"]

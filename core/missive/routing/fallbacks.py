@@ -14,10 +14,10 @@ needs three things on top of it:
 * **counted**: each move to the next model is noted on the request's record
   (its log line: ``fallback=main->spare``) and counted in
   ``missive:fallbacks_total`` by model, fallback model and error type
-  (:class:`missive.metrics.Metrics`);
+  (:class:`missive.server.metrics.Metrics`);
 * **never after the first byte of an answer**: the chain moves on only while
   a model's answer has not started (its ``message_start`` does not exist
-  yet: ``_begin_chain`` in :mod:`missive.routes.messages`); once begun, an
+  yet: ``_begin_chain`` in :mod:`missive.server.routes.messages`); once begun, an
   error ends the message. A stream whose model loads on demand sends
   ``ping`` events meanwhile; they carry nothing of an answer.
 
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..schema.request import MessagesRequest
+    from ..protocol.schema.request import MessagesRequest
 
 __all__ = ["with_model_chain"]
 

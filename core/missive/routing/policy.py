@@ -65,7 +65,7 @@ MAX_SESSIONS = 65536
 
 
 class Loaded(Protocol):
-    """What a policy reads of a replica (:class:`missive.replicas.Replica`)."""
+    """What a policy reads of a replica (:class:`missive.remote.replicas.Replica`)."""
 
     @property
     def url(self) -> str: ...

@@ -38,7 +38,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import fastjson
+from ..protocol import fastjson
 
 __all__ = ["RouteKey", "PrefixIndex", "BLOCK_CHARS", "CHARS_PER_TOKEN", "BLOCK_TOKENS"]
 

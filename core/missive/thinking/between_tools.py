@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from ..conversation import Conversation
-from ..events import Finished, GenerationEvent, TextDelta, ThinkingDelta, ToolCallStart
-from ..schema.blocks import TextBlock, ThinkingBlock
+from ..messages.conversation import Conversation
+from ..driver.events import Finished, GenerationEvent, TextDelta, ThinkingDelta, ToolCallStart
+from ..protocol.schema.blocks import TextBlock, ThinkingBlock
 
 __all__ = ["progress_as_thinking", "as_text"]
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..schema.blocks import RedactedThinkingBlock, ThinkingBlock
+from ..protocol.schema.blocks import RedactedThinkingBlock, ThinkingBlock
 from .signing import Signer
 
 __all__ = ["ReplayReport", "check_replayed_thinking", "answer_position"]

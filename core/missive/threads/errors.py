@@ -19,7 +19,7 @@ the SDK's types (``anthropic/types/thread_*_error_details.py``); the body is
 from __future__ import annotations
 
 
-from ..errors import InvalidRequestError, MissiveError, NotFoundError
+from ..protocol.errors import InvalidRequestError, MissiveError, NotFoundError
 
 __all__ = [
     "ThreadError",

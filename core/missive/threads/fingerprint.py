@@ -19,7 +19,7 @@ the first place the two diverge, in the SDK's shapes
   prompt);
 * ``messages_changed``: the other messages, later ``role: "system"``
   messages included (Missive renders them where they stand:
-  :mod:`missive.system_turns`), are not the previous request's followed by
+  :mod:`missive.messages.system_turns`), are not the previous request's followed by
   new ones;
 * ``unavailable``: model, tools, system and messages match but another
   prompt-affecting parameter (``thinking``, ``tool_choice``,
@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from ..schema.request import MessagesRequest
+from ..protocol.schema.request import MessagesRequest
 
 __all__ = ["Fingerprint", "fingerprint_of", "cache_miss_reason", "same_json"]
 
@@ -101,7 +101,7 @@ def fingerprint_of(
 
     Args:
         system: the system prompt Missive rendered for it
-            (:attr:`missive.conversation.Conversation.system`).
+            (:attr:`missive.messages.conversation.Conversation.system`).
         prompt_tokens: its prompt's size (input + cache read + cache creation).
     """
     leading = 0

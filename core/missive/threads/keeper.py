@@ -23,8 +23,8 @@ from quart import current_app, g
 
 from ..keys.access import current_identity
 from ..config import Config, ThreadsConfig
-from ..pipeline import accumulate
-from ..schema.request import MessagesRequest
+from ..messages.stream import accumulate
+from ..protocol.schema.request import MessagesRequest
 from .fingerprint import cache_miss_reason, fingerprint_of
 from .store import ResponseStore
 from .thread import ThreadTurn, begin_turn

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import fastjson
+from ..protocol import fastjson
 from .fingerprint import Fingerprint
 
 __all__ = ["ThreadState", "Kept", "ResponseStore"]

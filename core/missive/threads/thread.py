@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequestError
+from ..protocol.errors import InvalidRequestError
 from .errors import (
     ThreadAlreadyContinuedError,
     ThreadContinueInFlightError,

@@ -35,12 +35,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidRequestError
-from ..schema.blocks import TextBlock, ToolReferenceBlock, ToolResultBlock
-from ..schema.request import CountTokensRequest
+from ..protocol.errors import InvalidRequestError
+from ..protocol.schema.blocks import TextBlock, ToolReferenceBlock, ToolResultBlock
+from ..protocol.schema.request import CountTokensRequest
 
 if TYPE_CHECKING:
-    from ..conversation import Conversation
+    from ..messages.conversation import Conversation
     from .definitions import ToolDefinition
 
 __all__ = ["loaded_names", "is_deferred", "reference_text", "expand_references"]

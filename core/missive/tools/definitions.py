@@ -11,7 +11,7 @@
   servers. They are offered to the model with the input the API documents
   for their calls (``{"query"}``, ``{"url"}``; :mod:`missive.tools.server`),
   and every call is answered with the API's ``unavailable`` tool-result
-  error (:mod:`missive.pipeline`). For a model that cannot call tools at all
+  error (:mod:`missive.messages.stream`). For a model that cannot call tools at all
   they are reported as ignored instead, unless ``tool_choice`` forces a call
   (then the capability check refuses the request).
 * Other server tools (``code_execution_*``...) and unknown tool types are not
@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..capabilities import Capabilities
-from ..errors import InvalidRequestError
-from ..schema.request import CountTokensRequest
+from ..driver.capabilities import Capabilities
+from ..protocol.errors import InvalidRequestError
+from ..protocol.schema.request import CountTokensRequest
 from .deferred import is_deferred, loaded_names
 from .server import ServerTool, server_tool_of
 

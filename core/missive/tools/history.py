@@ -20,9 +20,9 @@ reordered: rendering keeps the client's order and bytes.
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError
-from ..schema.blocks import ToolResultBlock, ToolUseBlock
-from ..schema.request import CountTokensRequest
+from ..protocol.errors import InvalidRequestError
+from ..protocol.schema.blocks import ToolResultBlock, ToolUseBlock
+from ..protocol.schema.request import CountTokensRequest
 
 __all__ = ["check_tool_history"]
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..conversation import Conversation, Turn, with_reasoning
-from ..driver import GenerationRequest
+from ..messages.conversation import Conversation, Turn, with_reasoning
+from ..driver.interface import GenerationRequest
 from ..media.types import ImageInput, ImageMarker
-from ..schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
-from ..system_turns import segments, template_accepts_system
+from ..protocol.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from ..messages.system_turns import segments, template_accepts_system
 from .definitions import ToolDefinition
 
 __all__ = [
@@ -62,7 +62,7 @@ def template_supports_tools(template: str) -> bool:
 def tool_result_text(block: ToolResultBlock, image_marker: ImageMarker | None = None) -> str:
     """A tool_result's content as text (text blocks joined), ``Error: `` first
     when ``is_error``; with ``image_marker``, its images as their markers in
-    their place (see :meth:`missive.conversation.Turn.text`)."""
+    their place (see :meth:`missive.messages.conversation.Turn.text`)."""
     if block.content is None:
         text = ""
     elif isinstance(block.content, str):
@@ -85,7 +85,7 @@ def _dumps(value: Any) -> str:
 def _user_side(turn: Turn, image_marker: ImageMarker | None, results: list[str] | None = None) -> list[dict[str, Any]]:
     """A user turn holding mid-conversation system messages, after its tool
     results, for a template that accepts system turns there: user and
-    system messages in the turn's order (:mod:`missive.system_turns`).
+    system messages in the turn's order (:mod:`missive.messages.system_turns`).
     ``results``: texts put first in the first user message (the Hermes
     rendering's ``<tool_response>`` blocks), or in one of their own before
     a leading system message."""
@@ -112,8 +112,8 @@ def native_messages(
     conversation: Conversation, image_marker: ImageMarker | None = None, *, system_turns: bool = False
 ) -> list[dict[str, Any]]:
     """Messages for a template with tool support (see module doc);
-    ``image_marker``: see :meth:`missive.conversation.Turn.text`;
-    ``system_turns``: see :meth:`missive.conversation.Conversation.chat_messages`."""
+    ``image_marker``: see :meth:`missive.messages.conversation.Turn.text`;
+    ``system_turns``: see :meth:`missive.messages.conversation.Conversation.chat_messages`."""
     names: dict[str, str] = {}
     messages: list[dict[str, Any]] = []
     if conversation.system is not None:
@@ -157,8 +157,8 @@ def hermes_messages(
     system_turns: bool = False,
 ) -> list[dict[str, Any]]:
     """Messages for a template without tool support (see module doc);
-    ``image_marker``: see :meth:`missive.conversation.Turn.text`;
-    ``system_turns``: see :meth:`missive.conversation.Conversation.chat_messages`."""
+    ``image_marker``: see :meth:`missive.messages.conversation.Turn.text`;
+    ``system_turns``: see :meth:`missive.messages.conversation.Conversation.chat_messages`."""
     instructions = HERMES_INSTRUCTIONS.format(tools="\n".join(_dumps(t.openai_function()) for t in tools))
     system = f"{conversation.system}\n\n{instructions}" if conversation.system else instructions
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
@@ -194,7 +194,7 @@ def template_messages(
     told about them, so it cannot call them; past calls and results are still
     rendered). A template with tool support gets them natively (``tools=``),
     any other the Hermes convention. ``image_marker``: images rendered as the
-    text it returns, in their place (see :meth:`missive.conversation.Turn.text`).
+    text it returns, in their place (see :meth:`missive.messages.conversation.Turn.text`).
     """
     conversation = request.conversation
     # Deferred tools are not in the list (their definitions stand where a

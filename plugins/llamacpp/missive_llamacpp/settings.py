@@ -58,7 +58,7 @@ class LlamaCppSettings(BaseModel):
     Attributes:
         model_path: the GGUF file (``~`` expanded). A reference
             (``hf://...``, an Ollama name) is resolved to the file by the
-            core before the driver is built (:mod:`missive.sources`).
+            core before the driver is built (:mod:`missive.models.sources`).
         mmproj_path: the model's multimodal projector GGUF (``~`` expanded;
             llama-server's ``--mmproj``), loaded with libmtmd: the model then
             takes images (:mod:`missive_llamacpp.vision`). None: text only.

@@ -8,7 +8,7 @@ module uses them the way llama-server does (``tools/server``:
 ``process_mtmd_prompt``, ``mtmd_helper_eval_chunk_single``):
 
 * the prompt is rendered with one marker text per image in its place (see
-  :meth:`missive.conversation.Turn.text`); a marker names the image's index
+  :meth:`missive.messages.conversation.Turn.text`); a marker names the image's index
   and carries a random nonce fresh for each prompt, so client text can never
   forge one;
 * text between markers is tokenized by the driver as before (client text as

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from missive.templating import render_prompt
+from missive.messages.templating import render_prompt
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.trial import model_params
 

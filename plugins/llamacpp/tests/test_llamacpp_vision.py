@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from missive.config import ConfigError, ModelEntry
-from missive.events import Finished, Started
+from missive.driver.events import Finished, Started
 from missive.media.types import ImageInput
 from missive.testing import collect_events as collect, generation_request, live_server, text_of
 from missive_llamacpp.plugin import default_model_path
@@ -98,7 +98,7 @@ def request(blocks: list[Any], max_tokens: int = 8, **fields: Any):
 
 
 def text(value: str) -> Any:
-    from missive.schema.blocks import TextBlock
+    from missive.protocol.schema.blocks import TextBlock
 
     return TextBlock(type="text", text=value)
 
@@ -141,7 +141,7 @@ async def test_an_image_counts_exactly_its_embeddings(driver) -> None:
 async def test_images_keep_their_places_in_tool_results_and_text(driver) -> None:
     """Claude Code's Read tool returns screenshots inside tool_result: each
     image is embedded where the rendered prompt shows it."""
-    from missive.schema.blocks import ToolResultBlock, ToolUseBlock
+    from missive.protocol.schema.blocks import ToolResultBlock, ToolUseBlock
     from missive_llamacpp.vision import image_id
 
     call = ToolUseBlock(type="tool_use", id="toolu_1", name="read", input={"path": "a.png"})
@@ -296,7 +296,7 @@ async def test_gpu_offload_setting_on_a_cpu_build(driver, mmproj: Path) -> None:
 async def test_a_template_that_leaves_out_an_image_is_an_error(mmproj: Path) -> None:
     """A chat template that renders only the last message would drop an
     earlier image: an error, not an answer about a picture it never saw."""
-    from missive.errors import InvalidRequestError
+    from missive.protocol.errors import InvalidRequestError
 
     last_only = "{{ messages[-1].content }}{% if add_generation_prompt %}\nAnswer:{% endif %}"
     d = await make_driver(mmproj, chat_template=last_only)

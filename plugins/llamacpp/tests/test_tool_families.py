@@ -25,8 +25,8 @@ import jsonschema
 import pytest
 from tool_families import FAMILIES, Family
 
-from missive.kernel import Kernel
-from missive.templating import render_prompt
+from missive.kernel.plugins import Kernel
+from missive.messages.templating import render_prompt
 from missive.testing import generation_request, live_server
 from missive.tools.parsers.base import CallArgs, CallStart
 from missive.tools.parsers.registry import build_parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from missive.api import Capabilities, DriverSpec, hookimpl
 
-#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+#: The plugin API this plugin is built for (missive.kernel.compat; docs/hooks.md, "Compatibility").
 MISSIVE_API = "1"
 
 __all__ = ["CAPABILITIES", "register_drivers"]

@@ -1,6 +1,6 @@
 """HTTP to the llama-server replicas of one model: JSON calls and the streaming chat request.
 
-Both go through the model's :class:`missive.transport.RemoteTransport`
+Both go through the model's :class:`missive.remote.transport.RemoteTransport`
 (the replica its policy picks: the chat request by its prefix and session
 under ``replica_policy = "prefix"``, the others least busy; the failover and timeout policy every remote
 driver shares); what is llama-server's own is the reading of its error
@@ -10,7 +10,7 @@ out of rotation and sends the request to the next one; any other error is
 translated by :func:`.errors.translate_error` for the endpoint it came from.
 
 The chat request starts in the background at once
-(:meth:`missive.transport.RemoteTransport.stream`), because llama-server
+(:meth:`missive.remote.transport.RemoteTransport.stream`), because llama-server
 sends its response headers only with the first result of the generation
 (``handle_completions_impl``: "in streaming mode, the first error must be
 treated as non-stream response", so it waits for the first token, or the
@@ -43,7 +43,7 @@ class LlamaServerHTTP:
     """HTTP to one model's llama-server replicas.
 
     Args:
-        transport: the driver's :class:`~missive.transport.RemoteTransport`.
+        transport: the driver's :class:`~missive.remote.transport.RemoteTransport`.
         model_id: the Missive model id, for messages.
     """
 

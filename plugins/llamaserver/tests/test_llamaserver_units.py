@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from missive.errors import BadGatewayError, InvalidRequestError, OverloadedError, PromptTooLongError
-from missive.events import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from missive.protocol.errors import BadGatewayError, InvalidRequestError, OverloadedError, PromptTooLongError
+from missive.driver.events import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from missive.tools.definitions import ToolChoice, ToolDefinition
 from missive_llamaserver.errors import is_replica_failure, stream_error, translate_error
 from missive_llamaserver.forced import ForcedCall, forced_call_schema

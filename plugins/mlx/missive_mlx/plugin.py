@@ -2,14 +2,14 @@
 
 Nothing here imports ``mlx`` or ``mlx_lm``: listing plugins stays fast and
 works where MLX cannot load. The driver class is named by a lazy
-``"module:attr"`` factory (:class:`missive.specs.DriverSpec`).
+``"module:attr"`` factory (:class:`missive.kernel.specs.DriverSpec`).
 """
 
 from __future__ import annotations
 
 from missive.api import Capabilities, DriverSpec, hookimpl
 
-#: The plugin API this plugin is built for (missive.compat; docs/hooks.md, "Compatibility").
+#: The plugin API this plugin is built for (missive.kernel.compat; docs/hooks.md, "Compatibility").
 MISSIVE_API = "1"
 
 __all__ = ["CAPABILITIES", "register_drivers"]

@@ -35,7 +35,7 @@ class MlxSettings(BaseModel):
             tokenizer files), as written by ``mlx_lm.convert`` or downloaded
             from the mlx-community organisation; ``~`` expanded. The core
             resolves an ``hf://OWNER/REPO`` reference to the downloaded
-            folder before the driver is built (:mod:`missive.sources`).
+            folder before the driver is built (:mod:`missive.models.sources`).
         prompt_cache_entries: how many prompt prefixes (token list + KV cache)
             are kept for reuse, least recently used evicted first; 0 disables
             reuse. Memory: each entry holds the KV cache of up to

@@ -19,9 +19,9 @@ import anyio
 import pytest
 
 from missive.config import ConfigError, ModelEntry
-from missive.driver import GenerationRequest
-from missive.errors import PromptTooLongError
-from missive.events import Finished, Started, TextDelta
+from missive.driver.interface import GenerationRequest
+from missive.protocol.errors import PromptTooLongError
+from missive.driver.events import Finished, Started, TextDelta
 from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
 from missive_mlx.plugin import CAPABILITIES, register_drivers
 

@@ -1,6 +1,6 @@
 """``missive serve --model hf://OWNER/REPO`` of an MLX repository: the
 folder is downloaded from a stand-in Hugging Face Hub (``HF_ENDPOINT``,
-:mod:`missive.testing_hub`) and served by the mlx driver, chosen from the
+:mod:`missive.testing.hub`) and served by the mlx driver, chosen from the
 repository's files."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import anthropic
 
 from missive.testing import serve_process
-from missive.testing_hub import Hub, Repo
+from missive.testing.hub import Hub, Repo
 
 REPO = "mlx-community/SmolLM2-135M-Instruct-4bit"
 

@@ -1,6 +1,6 @@
 """Every HTTP call the driver makes to Ollama, and the translation of its errors.
 
-One :class:`missive.transport.RemoteTransport` per configured model over its
+One :class:`missive.remote.transport.RemoteTransport` per configured model over its
 base URLs (``base_url``, or several ``base_urls``: replicas serving the same
 tags), with the failover and timeout policy every remote driver shares: each
 call goes to the healthy replica with the fewest requests in flight; before
@@ -23,7 +23,7 @@ Endpoints (Ollama ``docs/api.md``, ``server/routes.go``):
   after it as a line (``server/routes.go`` ``streamResponse``);
 * ``GET /api/version``: the health probe.
 
-Errors become :mod:`missive.errors` classes; Ollama's own wording is kept in
+Errors become :mod:`missive.protocol.errors` classes; Ollama's own wording is kept in
 the message, prefixed with where it came from.
 """
 
@@ -62,7 +62,7 @@ _OVERFLOW_MARKERS = ("exceeds the context length", "exceeds the available contex
 
 class ContextOverflow(BadGatewayError):
     """Ollama refused the prompt as longer than ``num_ctx``; the driver turns
-    it into :class:`~missive.errors.PromptTooLongError` with its own counts."""
+    it into :class:`~missive.protocol.errors.PromptTooLongError` with its own counts."""
 
 
 #: Path probed on an unhealthy replica (``GET /api/version``, docs/api.md "Version").
@@ -72,12 +72,12 @@ HEALTH_PATH = "/api/version"
 class OllamaClient:
     """HTTP to the Ollama replicas of one model tag.
 
-    Raises (every method): :class:`~missive.errors.OverloadedError` (529,
+    Raises (every method): :class:`~missive.protocol.errors.OverloadedError` (529,
     ``retry-after``) when no replica can be reached or every one is busy,
-    :class:`~missive.errors.TimeoutError_` (504) after ``read_timeout`` of
-    silence, :class:`~missive.errors.BadGatewayError` (502) for Ollama's
+    :class:`~missive.protocol.errors.TimeoutError_` (504) after ``read_timeout`` of
+    silence, :class:`~missive.protocol.errors.BadGatewayError` (502) for Ollama's
     failures, unknown models, malformed answers and a connection lost
-    mid-answer, :class:`~missive.errors.InvalidRequestError` (400) when
+    mid-answer, :class:`~missive.protocol.errors.InvalidRequestError` (400) when
     Ollama rejects the request body, :class:`ContextOverflow` for a prompt
     over ``num_ctx``.
     """
@@ -142,7 +142,7 @@ class OllamaClient:
 
     def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str) -> Failover | MissiveError:
         """Ollama's error answer before the stream began
-        (:data:`missive.transport.Classify`): a 503 skips the replica for
+        (:data:`missive.remote.transport.Classify`): a 503 skips the replica for
         this call (busy, not down); anything else is :meth:`error`."""
         message = self._message(status, raw)
         if status == 503:
@@ -194,7 +194,7 @@ def _done_line(line: str) -> bool:
 
 class ChatStream:
     """One ``/api/chat`` request in flight: a
-    :class:`~missive.transport.RemoteStream` read as Ollama's NDJSON.
+    :class:`~missive.remote.transport.RemoteStream` read as Ollama's NDJSON.
 
     The request starts at once, so the driver can start the message while
     Ollama loads the model and evaluates the prompt. :meth:`aclose` (also on

@@ -35,7 +35,7 @@ class OllamaSettings(ReplicaRouting):
             means ``name:latest``, as Ollama resolves it.
         base_url: the Ollama server.
         base_urls: several Ollama servers serving the same tags, replicas of one
-            deployment (see :mod:`missive.replicas`); exclusive with ``base_url``.
+            deployment (see :mod:`missive.remote.replicas`); exclusive with ``base_url``.
         keep_alive: Ollama's ``keep_alive`` (``"30m"``, seconds, ``-1`` forever);
             None: the server's default.
         connect_timeout: seconds to connect; a failure is a 529 with ``retry-after``.

@@ -149,7 +149,7 @@ def chat_messages(conversation: Conversation, *, prefill: bool = True) -> list[d
     """``messages`` of a chat completions request.
 
     Args:
-        conversation: the normalized conversation (:mod:`missive.conversation`).
+        conversation: the normalized conversation (:mod:`missive.messages.conversation`).
         prefill: append ``conversation.prefill`` as a final assistant message
             (the caller decides whether the server can continue it).
 

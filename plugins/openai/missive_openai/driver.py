@@ -1,6 +1,6 @@
 """The ``openai`` driver: any OpenAI-compatible ``/v1/chat/completions`` server.
 
-One :class:`missive.transport.RemoteTransport` per model (a pooled
+One :class:`missive.remote.transport.RemoteTransport` per model (a pooled
 ``aiohttp.ClientSession`` and a replica pool over its base URLs, with the
 failover and timeout policy every remote driver shares). :meth:`OpenAIDriver.generate`:
 
@@ -22,10 +22,10 @@ failover and timeout policy every remote driver shares). :meth:`OpenAIDriver.gen
    is only about the output budget (``max_tokens is too large``) is retried
    once with the budget the server states is left (contract section 5:
    clamping preferred to a 400);
-4. yields :class:`~missive.events.Started` once the server accepted the
+4. yields :class:`~missive.driver.events.Started` once the server accepted the
    request (its status line arrived), so validation errors stay HTTP errors;
 5. translates the chunks (:mod:`.chunks`) and ends with
-   :class:`~missive.events.Finished` carrying the server's exact usage: the
+   :class:`~missive.driver.events.Finished` carrying the server's exact usage: the
    prompt size (correcting an estimate) and its cached part as
    ``cache_read_input_tokens``.
 
@@ -289,11 +289,11 @@ class OpenAIDriver(Driver):
             yield Finished("max_tokens", output_tokens=0, input_tokens=usage.prompt_tokens - usage.cached_tokens,
                            cache_read_input_tokens=usage.cached_tokens)
 
-    # -- HTTP (policy: missive.transport) ------------------------------------------
+    # -- HTTP (policy: missive.remote.transport) ------------------------------------------
 
     def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str, *,
                  prompt: int | None = None, budget_retry: bool = False) -> Failover | MissiveError:
-        """The reading of an error answer (:data:`missive.transport.Classify`):
+        """The reading of an error answer (:data:`missive.remote.transport.Classify`):
         a 5xx means the replica is not serving (out of rotation, next
         replica); a 4xx is translated (:func:`.upstream_errors.translate`,
         ``prompt`` standing in for a context error that states no size);
@@ -313,7 +313,7 @@ class OpenAIDriver(Driver):
     async def backend_json(self, method: str, path: str, body: dict[str, Any] | None = None,
                            *, prompt: int | None = None) -> Any:
         """A JSON request to the least busy healthy replica, by the transport's
-        failover policy (:mod:`missive.transport`).
+        failover policy (:mod:`missive.remote.transport`).
 
         Raises:
             OverloadedError: no replica could take it (529).

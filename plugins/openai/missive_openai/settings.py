@@ -36,7 +36,7 @@ class OpenAISettings(ReplicaRouting):
     Attributes:
         base_url: the server's base URL, without ``/v1`` (``http://host:8000``).
         base_urls: several base URLs, replicas of one deployment (see
-            :mod:`missive.replicas`); exclusive with ``base_url``.
+            :mod:`missive.remote.replicas`); exclusive with ``base_url``.
         model: the ``model`` field sent upstream; None: the Missive model id.
         api_key: sent as ``Authorization: Bearer``; None sends none.
         connect_timeout: seconds to open a connection.

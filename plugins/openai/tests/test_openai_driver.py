@@ -12,8 +12,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.errors import BadGatewayError, InvalidRequestError, OverloadedError, PromptTooLongError
-from missive.events import Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from missive.protocol.errors import BadGatewayError, InvalidRequestError, OverloadedError, PromptTooLongError
+from missive.driver.events import Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from missive.testing import DriverContract, live_server
 from missive_openai.chunks import ChunkTranslator
 from missive_openai.testing import FakeChatServer, render_tokens

@@ -1,10 +1,10 @@
-"""Building tool parsers from the registered :class:`~missive.specs.ToolParserSpec`\\ s."""
+"""Building tool parsers from the registered :class:`~missive.kernel.specs.ToolParserSpec`\\ s."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...specs import ToolParserSpec, load_registered
+from ...kernel.specs import ToolParserSpec, load_registered
 from ..definitions import ToolDefinition
 from .base import ToolParser
 

@@ -1,6 +1,6 @@
 """Choose a tool parser from a model's chat template.
 
-Each :class:`~missive.specs.ToolParserSpec` lists ``template_markers``: literal
+Each :class:`~missive.kernel.specs.ToolParserSpec` lists ``template_markers``: literal
 strings that only a template of its format contains (``<tool_call>`` for
 Hermes/Qwen, ``[TOOL_CALLS]`` for Mistral...). The built-in markers come
 from the models' published chat templates (see
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...specs import ToolParserSpec
+from ...kernel.specs import ToolParserSpec
 
 __all__ = ["select_parser", "parser_for_template"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ...specs import ToolParserSpec
+from ...kernel.specs import ToolParserSpec
 from .base import ToolParser
 
 __all__ = ["UnparsedCallWatch"]

@@ -1,0 +1,1 @@
+"""The ``missive`` command line."""

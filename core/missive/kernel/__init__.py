@@ -1,0 +1,1 @@
+"""The plugin kernel: hook specifications, discovery and loading, typed registrations, compatibility."""

@@ -1,0 +1,211 @@
+"""Typed registration objects returned by the ``register_*`` hooks.
+
+Factories are lazy ``"module:attribute"`` strings, so listing plugins and their
+capabilities (``missive plugins``) never imports llama_cpp, mlx or torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..driver.capabilities import Capabilities
+from ..config import ModelEntry
+
+__all__ = [
+    "load_object",
+    "load_registered",
+    "DriverSpec",
+    "DefaultModel",
+    "ToolParserSpec",
+    "ReasoningParserSpec",
+    "TokenizerSpec",
+    "ImageProcessorSpec",
+    "DocumentProcessorSpec",
+    "SearchProviderSpec",
+]
+
+
+def load_object(ref: str) -> Any:
+    """Import ``"package.module:attr"`` and return the attribute.
+
+    Raises:
+        ImportError: the module is missing; the message names the reference.
+        AttributeError: the module lacks the attribute.
+    """
+    module_name, _, attr = ref.partition(":")
+    if not attr:
+        raise ValueError(f"factory reference {ref!r} must look like 'module:attribute'")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_registered(specs: Any, name: str, base: type, kind: str) -> Any:
+    """The class that ``specs`` (a mapping of registered specs by name)
+    registers as ``name``, checked to be a subclass of ``base``.
+
+    ``kind`` names the registry in messages (``"tool parser"``).
+
+    Raises:
+        ApiError: no plugin registers ``name`` (a server configuration
+            problem, e.g. a setting naming an absent plugin), or the factory
+            is not a ``base`` subclass.
+    """
+    from ..protocol.errors import ApiError
+
+    spec = specs.get(name)
+    if spec is None:
+        known = ", ".join(sorted(specs)) or "none"
+        raise ApiError(f"{kind} '{name}' is not registered (registered: {known})")
+    cls = load_object(spec.factory)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ApiError(f"{kind} '{name}' ({spec.factory}) is not a {base.__name__} subclass")
+    return cls
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """A backend driver.
+
+    Attributes:
+        name: what ``driver = "..."`` in a model entry refers to.
+        factory: ``"module:attr"`` of a :class:`~missive.driver.interface.Driver` subclass, built as
+            ``cls(model_id: str, entry: ModelEntry, capabilities: Capabilities)``.
+        capabilities: what the driver can do for any model (a driver instance
+            may narrow or widen it per model through ``Driver.capabilities``).
+        description: one line for listings.
+        extra: the pip extra that installs the driver's dependencies, for error messages.
+        model_format: ``"gguf"`` or ``"mlx"`` for a driver that loads model
+            files itself: its ``model_setting`` then also takes a model
+            reference (``hf://...``, an Ollama name), resolved to local files
+            before the driver is built (:mod:`missive.models.sources`), and
+            ``missive serve --model`` picks it for models of that format.
+            None: the driver loads no files (a remote backend).
+        model_setting: the settings key holding the model's path.
+        projector_setting: the settings key of a vision projector file, set
+            from the reference when its repository (or Ollama model) has one
+            and the entry does not set it; None: the driver takes none.
+    """
+
+    name: str
+    factory: str
+    capabilities: Capabilities
+    description: str = ""
+    extra: str | None = None
+    model_format: str | None = None
+    model_setting: str = "model_path"
+    projector_setting: str | None = None
+
+
+@dataclass(frozen=True)
+class DefaultModel:
+    """A model served when the configuration names none (the embedded default).
+
+    Attributes:
+        id: the model id it is served as.
+        entry: its configuration, as a ``[models.<id>]`` table would give it.
+        priority: when several plugins offer one, the highest priority is
+            served (ties: the smallest id); ``server.default_model`` overrides
+            (:mod:`missive.models.defaults`). ``0`` for a generic default (the
+            embedded SmolLM2); a distribution for specific hardware that
+            should win over it uses a higher value, e.g. ``10``.
+    """
+
+    id: str
+    entry: ModelEntry
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class ToolParserSpec:
+    """A streaming parser of tool calls in model text (Hermes, Llama 3, Mistral...).
+
+    ``factory`` builds a parser object; its interface is defined with the tool
+    parsing feature (issue 3) and documented in docs/hooks.md.
+    """
+
+    name: str
+    factory: str
+    description: str = ""
+    template_markers: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ReasoningParserSpec:
+    """A streaming parser separating reasoning from the answer in model text
+    (``<think>...</think>``, harmony's analysis channel...).
+
+    Attributes:
+        name: what a driver's ``reasoning_parser`` setting refers to.
+        factory: ``"module:attr"`` of a
+            :class:`~missive.reasoning.base.ReasoningParser` subclass, built
+            with no arguments, one per generation.
+        description: one line for listings.
+        template_markers: literal strings that only chat templates of this
+            format contain; the first spec with one in a model's template is
+            chosen for that model.
+    """
+
+    name: str
+    factory: str
+    description: str = ""
+    template_markers: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer usable for counting tokens of models whose driver cannot."""
+
+    name: str
+    factory: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ImageProcessorSpec:
+    """Turns image blocks of the given media types into what drivers accept.
+
+    ``factory`` names a :class:`~missive.media.types.ImageProcessor` subclass,
+    built once as ``cls(config.media)``; its ``process(image, target)``
+    returns an :class:`~missive.media.types.ImageInput` or text (a fallback).
+    """
+
+    name: str
+    factory: str
+    media_types: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DocumentProcessorSpec:
+    """Turns document blocks of the given media types into text.
+
+    ``factory`` names a :class:`~missive.media.types.DocumentProcessor`
+    subclass, built once as ``cls(config.media)``; its ``process(document)``
+    returns :class:`~missive.media.types.Section` objects (pages, sheets...).
+    """
+
+    name: str
+    factory: str
+    media_types: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SearchProviderSpec:
+    """A search engine that runs the ``web_search`` server tool.
+
+    ``factory`` names a :class:`~missive.tools.search.SearchProvider`
+    subclass, built once as ``cls(settings)`` with the
+    ``[server_tools.search]`` table when ``server_tools.web_search`` names
+    this provider; its ``search(query)`` returns
+    :class:`~missive.tools.search.SearchResult` objects.
+    """
+
+    name: str
+    factory: str
+    description: str = ""

@@ -1,0 +1,1 @@
+"""One answer: the conversation, its prompt rendering, stop sequences and the stream of API events."""

@@ -1,0 +1,317 @@
+"""Content blocks of the Messages API request (contract section 2).
+
+Every model allows unknown keys (``extra="allow"``) so a newer client never gets
+a 400 for a field Missive does not know; :mod:`missive.protocol.schema.ignored` reports
+them. Unknown block types validate as :class:`UnknownBlock`.
+
+Server-tool blocks of the tools Missive answers (``web_search``,
+``web_fetch``: :mod:`missive.tools.server`) validate as
+:class:`ServerToolUseBlock`, :class:`WebSearchToolResultBlock` and
+:class:`WebFetchToolResultBlock`; blocks of other server tools (code
+execution, MCP...) as :class:`ServerToolBlock`, which is reported as ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+__all__ = [
+    "Open",
+    "CacheControl",
+    "TextBlock",
+    "ImageBlock",
+    "DocumentBlock",
+    "SearchResultBlock",
+    "ToolReferenceBlock",
+    "ToolUseBlock",
+    "ToolResultBlock",
+    "ThinkingBlock",
+    "RedactedThinkingBlock",
+    "ServerToolUseBlock",
+    "WebSearchToolResultBlock",
+    "WebFetchToolResultBlock",
+    "ServerToolBlock",
+    "CompactionBlock",
+    "FallbackBlock",
+    "UnknownBlock",
+    "ContentBlock",
+    "ToolResultContentBlock",
+    "SERVER_TOOL_BLOCK_TYPES",
+    "ANSWERED_SERVER_TOOLS",
+]
+
+
+class Open(BaseModel):
+    """Base of request models: unknown keys are kept (and reported), not rejected."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class CacheControl(Open):
+    """``cache_control``: accepted on any block. Missive caches prompt prefixes
+    automatically, so breakpoints need no action."""
+
+    type: str = "ephemeral"
+    ttl: str | None = None
+
+
+class _Block(Open):
+    cache_control: CacheControl | None = None
+
+
+class TextBlock(_Block):
+    type: Literal["text"]
+    text: str
+    citations: list[dict[str, Any]] | None = None
+
+
+class Base64Source(Open):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class UrlSource(Open):
+    type: Literal["url"]
+    url: str
+
+
+class FileSource(Open):
+    type: Literal["file"]
+    file_id: str
+
+
+class TextSource(Open):
+    type: Literal["text"]
+    media_type: str = "text/plain"
+    data: str
+
+
+class ContentSource(Open):
+    type: Literal["content"]
+    content: str | list[dict[str, Any]]
+
+
+ImageSource = Annotated[Union[Base64Source, UrlSource, FileSource], Field(discriminator="type")]
+DocumentSource = Annotated[
+    Union[Base64Source, UrlSource, FileSource, TextSource, ContentSource], Field(discriminator="type")
+]
+
+
+class ImageBlock(_Block):
+    type: Literal["image"]
+    source: ImageSource
+
+
+class DocumentBlock(_Block):
+    type: Literal["document"]
+    source: DocumentSource
+    title: str | None = None
+    context: str | None = None
+    citations: dict[str, Any] | None = None
+
+
+class SearchResultBlock(_Block):
+    type: Literal["search_result"]
+    source: str
+    title: str
+    content: list[TextBlock]
+    citations: dict[str, Any] | None = None
+
+
+class ToolReferenceBlock(_Block):
+    """A deferred tool loaded by a tool search (Anthropic docs, "Tool search
+    tool"; ``BetaToolReferenceBlockParam``): ``{"type": "tool_reference",
+    "tool_name": "..."}`` in a ``tool_result``'s content. The tool it names is
+    offered from then on, its definition rendered where the block stands
+    (:mod:`missive.tools.deferred`)."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ThinkingBlock(_Block):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Block):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+SERVER_TOOL_BLOCK_TYPES = frozenset(
+    {
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+    }
+)
+
+
+#: Server tools whose blocks Missive renders into the prompt (the names the
+#: API gives ``web_search_*`` and ``web_fetch_*`` tools; see :mod:`missive.tools.server`).
+ANSWERED_SERVER_TOOLS = frozenset({"web_search", "web_fetch"})
+
+
+class ServerToolUseBlock(_Block):
+    """A ``web_search``/``web_fetch`` call in an assistant turn (Anthropic docs,
+    "Server tools"): ``{"type": "server_tool_use", "id": "srvtoolu_...",
+    "name": "web_search", "input": {"query": "..."}}``."""
+
+    type: Literal["server_tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class WebSearchToolResultBlock(_Block):
+    """The result of a ``web_search`` call (Anthropic docs, "Web search tool"):
+    ``content`` is a list of ``web_search_result`` blocks or an error object
+    ``{"type": "web_search_tool_result_error", "error_code": "unavailable"}``."""
+
+    type: Literal["web_search_tool_result"]
+    tool_use_id: str
+    content: Any
+
+
+class WebFetchToolResultBlock(_Block):
+    """The result of a ``web_fetch`` call (Anthropic docs, "Web fetch tool"):
+    ``content`` is a ``web_fetch_result`` (``url``, a ``document`` block) or an
+    error object ``{"type": "web_fetch_tool_result_error", "error_code": ...}``."""
+
+    type: Literal["web_fetch_tool_result"]
+    tool_use_id: str
+    content: Any
+
+
+class ServerToolBlock(_Block):
+    """A block of a server tool Missive does not answer (code execution, MCP...):
+    it is dropped from the prompt and reported as ignored."""
+
+    type: str
+
+
+class CompactionBlock(_Block):
+    """A conversation summary returned by a compaction request, sent back at
+    the head of ``messages`` (``BetaCompactionBlockParam``; checked and
+    rendered by :mod:`missive.context.compaction`). ``content`` None is a
+    failed compaction, which the API treats as a no-op."""
+
+    type: Literal["compaction"]
+    content: str | None = None
+    signature: str | None = None
+    encrypted_content: str | None = None
+    tool_changes: list[Any] | None = None
+
+
+class FallbackBlock(_Block):
+    """A ``fallback`` block echoed back from a response: accepted and never
+    rendered (``BetaFallbackBlockParam``: "not rendered into the prompt")."""
+
+    type: Literal["fallback"]
+    from_: dict[str, Any] = Field(alias="from")
+    to: dict[str, Any]
+    trigger: Any = None
+
+
+class UnknownBlock(_Block):
+    """A block type this version of Missive does not know."""
+
+    type: str
+
+
+def _tag(known: frozenset[str]) -> Any:
+    def discriminate(value: Any) -> str:
+        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
+        if not isinstance(kind, str):
+            # A list or object as the type is unhashable: "unknown" validates
+            # it as UnknownBlock, whose ``type: str`` gives the 400 with its path.
+            return "unknown"
+        if kind == "server_tool_use" and (not isinstance(name, str) or name not in ANSWERED_SERVER_TOOLS):
+            return "server_tool"
+        if kind in known:
+            return str(kind)
+        if kind in SERVER_TOOL_BLOCK_TYPES:
+            return "server_tool"
+        return "unknown"
+
+    return Discriminator(discriminate)
+
+
+ToolResultContentBlock = Annotated[
+    Union[
+        Annotated[TextBlock, Tag("text")],
+        Annotated[ImageBlock, Tag("image")],
+        Annotated[DocumentBlock, Tag("document")],
+        Annotated[SearchResultBlock, Tag("search_result")],
+        Annotated[ToolReferenceBlock, Tag("tool_reference")],
+        Annotated[ServerToolBlock, Tag("server_tool")],
+        Annotated[UnknownBlock, Tag("unknown")],
+    ],
+    _tag(frozenset({"text", "image", "document", "search_result", "tool_reference"})),
+]
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[ToolResultContentBlock] | None = None
+    is_error: bool | None = None
+
+
+ContentBlock = Annotated[
+    Union[
+        Annotated[TextBlock, Tag("text")],
+        Annotated[ImageBlock, Tag("image")],
+        Annotated[DocumentBlock, Tag("document")],
+        Annotated[SearchResultBlock, Tag("search_result")],
+        Annotated[ToolUseBlock, Tag("tool_use")],
+        Annotated[ToolResultBlock, Tag("tool_result")],
+        Annotated[ThinkingBlock, Tag("thinking")],
+        Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
+        Annotated[ServerToolUseBlock, Tag("server_tool_use")],
+        Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")],
+        Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")],
+        Annotated[CompactionBlock, Tag("compaction")],
+        Annotated[FallbackBlock, Tag("fallback")],
+        Annotated[ServerToolBlock, Tag("server_tool")],
+        Annotated[UnknownBlock, Tag("unknown")],
+    ],
+    _tag(
+        frozenset(
+            {
+                "compaction",
+                "fallback",
+                "text",
+                "image",
+                "document",
+                "search_result",
+                "tool_use",
+                "tool_result",
+                "thinking",
+                "redacted_thinking",
+                "server_tool_use",
+                "web_search_tool_result",
+                "web_fetch_tool_result",
+            }
+        )
+    ),
+]

@@ -1,0 +1,1 @@
+"""Remote backends: one HTTP transport with its failure policy, and replicas."""

@@ -1,0 +1,317 @@
+"""The Quart application: the microkernel's HTTP edge.
+
+It owns only request validation, SSE framing, auth and the error envelope;
+models, drivers and processors come from plugins (:mod:`missive.kernel.plugins`).
+
+Every response carries ``request-id`` (``req_...``); every error, whatever
+raised it, is rendered here as the Anthropic envelope (contract sections 1, 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from quart import Quart, Request, Response, g, request
+from quart.json.provider import DefaultJSONProvider
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+
+from ..protocol import fastjson
+from .admission import Admission
+from ..batches.service import Batches
+from .capture import write_capture
+from ..console.history import History
+from ..config import Config
+from ..protocol.errors import (
+    ApiError,
+    InvalidRequestError,
+    MissiveError,
+    NotFoundError,
+    RequestTooLargeError,
+)
+from ..protocol.ids import request_id
+from ..thinking.signing import load_signer
+from ..kernel.plugins import Kernel
+from ..keys.service import KeyServices
+from .logs import log_request, request_id_var
+from ..media.pipeline import MediaPipeline
+from ..tools.server_runner import ServerToolRunner, build_search_provider
+from .metrics import Metrics
+from ..models.table import ModelTable
+from .record import RequestRecord, endpoint_label
+from ..routing.rules import RoutingRules
+from .shutdown import Drain
+from ..threads.store import ResponseStore
+from .workers import PUBLISH_INTERVAL, WorkerInfo
+
+__all__ = ["create_app", "error_response"]
+
+log = logging.getLogger("missive.app")
+
+_HTTP_ERRORS: dict[int, type[MissiveError]] = {404: NotFoundError, 413: RequestTooLargeError}
+
+MAX_IGNORED_HEADER = 2000
+
+
+def error_response(exc: MissiveError) -> Response:
+    """The Anthropic error envelope for ``exc``, with retry headers; its
+    ``error.type`` is noted in the request's record (log line, metrics)."""
+    rid = getattr(g, "request_id", None)
+    record = getattr(g, "record", None)
+    if record is not None and record.error_type is None:
+        record.error_type = exc.error_type
+    response = Response(
+        _json(exc.envelope(rid)), status=exc.status, content_type="application/json"
+    )
+    if exc.retry_after is not None:
+        response.headers["retry-after"] = str(min(60, max(0, int(exc.retry_after))))
+    if exc.should_retry is False:
+        response.headers["x-should-retry"] = "false"
+    return response
+
+
+def _json(data: Any) -> bytes:
+    return fastjson.dumps(data)
+
+
+class _JSONProvider(DefaultJSONProvider):
+    """Quart's JSON provider writing with :mod:`missive.protocol.fastjson` (orjson):
+    the non-streaming ``Message`` bodies. Keys keep their order and text its
+    characters (the tool_use inputs are the client's bytes)."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        return fastjson.dumps(obj).decode()
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return fastjson.loads(s)
+
+
+def header_list(items: list[str], limit: int = MAX_IGNORED_HEADER) -> str:
+    """``items`` joined with ``", "`` as a safe HTTP header value.
+
+    The items hold client text (field paths, block types, beta names), so
+    every character outside printable ASCII (controls, DEL, non-ASCII) is
+    written as a ``\\uXXXX`` escape: h11 refuses a header value with a
+    control character (RFC 9110 section 5.5), which would turn the whole
+    response into a bare 500. The value is cut at ``limit`` characters, at
+    an item boundary, ending with ``... (N in all)``.
+    """
+    value = ", ".join(items)
+    value = "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in value)
+    if len(value) > limit:
+        value = value[:limit].rsplit(", ", 1)[0] + f", ... ({len(items)} in all)"
+    return value
+
+
+def _body_limit(config: Config, method: str, path: str) -> int:
+    """The body limit of a request: ``batches.max_body_bytes`` for a batch's
+    creation (the API's 256 MB), else ``server.max_body_bytes``."""
+    if method == "POST" and path.rstrip("/").endswith("/messages/batches"):
+        return config.batches.max_body_bytes
+    return config.server.max_body_bytes
+
+
+def _request_class(config: Config) -> type[Request]:
+    """Quart's request with the body limit of :func:`_body_limit` (Quart
+    applies one ``MAX_CONTENT_LENGTH`` to every route, fixed when the
+    request is built, before routing)."""
+
+    class MissiveRequest(Request):
+        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+            kwargs["max_content_length"] = _body_limit(config, method, path)
+            super().__init__(method, scheme, path, *args, **kwargs)
+
+    return MissiveRequest
+
+
+def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str | None = None) -> Quart:
+    """Build the app: load plugins, build the model table, register routes.
+
+    ``metrics_dir``: the directory the workers of one server share their
+    metrics in (:mod:`missive.server.workers`, ``server.workers`` > 1); the app's
+    worker (``app.extensions["missive"]["worker"]``, a
+    :class:`~missive.server.workers.WorkerInfo`) is set by the worker after the fork.
+
+    Raises:
+        ConfigError: a configured model cannot be served (unknown driver,
+            missing dependency), or ``media.image_fallback`` names no processor.
+    """
+    kernel = kernel or Kernel(block=config.plugins.block)
+    models = ModelTable(config, kernel)
+    routing = RoutingRules(config.routing, list(models.drivers),
+                           {model_id: entry.fallbacks for model_id, entry in models.entries.items()})
+    signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
+    media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
+    server_tools = ServerToolRunner(
+        config.server_tools, media.policy, build_search_provider(config.server_tools, kernel.search_providers)
+    )
+
+    app = Quart("missive")
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["BODY_TIMEOUT"] = 300
+    # Key order is part of the client's bytes (tool_use.input) and of caching.
+    app.json = _JSONProvider(app)
+    app.request_class = _request_class(config)
+    admission = Admission(config)
+    metrics = Metrics(models, admission, shared_dir=metrics_dir)
+    drain = Drain(config.server.shutdown_grace, admission)
+    # Built before any worker is forked: the limits' table is shared (missive.keys.buckets).
+    keys = KeyServices(config, metrics.registry)
+
+    def observe_batch(record: RequestRecord) -> None:
+        metrics.batches.observe(record)
+        keys.observe(record)
+        log_request(record)
+
+    batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
+    metrics.batches.attach(batches)
+    history = History()  # what the web console shows of the past (missive.console)
+    app.extensions["missive"] = {
+        "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
+        "server_tools": server_tools, "routing": routing,
+        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
+        "started_at": time.monotonic(), "worker": WorkerInfo(),
+        "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
+        "history": history,
+    }
+    publishing: list[asyncio.Task[None]] = []
+
+    def observe(record: RequestRecord) -> None:
+        metrics.observe(record)
+        keys.observe(record)
+        history.observe(record)
+        log_request(record)
+
+    @app.before_serving
+    async def _start() -> None:
+        await models.start()
+        await batches.start()
+        await keys.start()
+        if metrics.shared_dir is not None:
+            publishing.append(asyncio.ensure_future(_publish_load(metrics)))
+
+    @app.after_serving
+    async def _stop() -> None:
+        for task in publishing:
+            task.cancel()
+        try:
+            await keys.aclose()
+            await batches.aclose()
+        finally:
+            try:
+                await models.aclose()
+            finally:
+                if server_tools.provider is not None:
+                    await server_tools.provider.aclose()
+
+    @app.before_request
+    async def _identify() -> None:
+        g.request_id = request_id()
+        request_id_var.set(g.request_id)
+        g.ignored = []
+        g.dropped_thinking = []
+        rule = request.url_rule.rule if request.url_rule is not None else _rule_of_other_method(app)
+        g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
+        if drain.begun and request.path.startswith("/v1/"):
+            # Shutting down: only what was running goes on (missive.server.shutdown).
+            raise drain.refusal()
+
+    @app.after_request
+    async def _headers(response: Response) -> Response:
+        rid = getattr(g, "request_id", None)
+        if rid:
+            response.headers["request-id"] = rid
+        dropped = getattr(g, "dropped_thinking", None)
+        if dropped:
+            response.headers["missive-dropped-thinking"] = header_list(dropped)
+        ignored = getattr(g, "ignored", None)
+        if ignored:
+            response.headers["missive-ignored"] = header_list(ignored)
+        if drain.begun and request.http_version.startswith("1"):
+            # Hypercorn closes the connection after this response anyway; say
+            # so, so the client does not send its next request on it.
+            response.headers["connection"] = "close"
+        if config.server.capture_dir:
+            write_capture(
+                config.server.capture_dir,
+                request_id=rid or "req_unknown",
+                method=request.method,
+                path=request.path,
+                query=request.query_string.decode("latin-1"),
+                headers=request.headers.items(),
+                body=getattr(g, "capture_body", None),
+                status=response.status_code,
+                ignored=ignored,
+                dropped_thinking=dropped,
+            )
+        record = getattr(g, "record", None)
+        if record is not None and ignored:
+            record.ignored = list(ignored)
+        if record is not None and not record.stream:
+            record.finish(response.status_code)  # a stream's body finishes it when it ends
+        return response
+
+    @app.errorhandler(MissiveError)
+    async def _missive_error(exc: MissiveError) -> Response:
+        # Overload (529) is logged once, as a warning, by the admission gate.
+        if exc.status >= 500 and exc.error_type != "overloaded_error":
+            log.error("%s: %s", exc.error_type, exc.message)
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        cls = _HTTP_ERRORS.get(status)
+        if status == 404:
+            message = f"Not found: {request.method} {request.path}"
+        elif status == 413:
+            limit = _body_limit(config, request.method, request.path)
+            message = f"request body exceeds the limit of {limit} bytes"
+        elif status == 405:
+            message = f"method {request.method} is not allowed on {request.path}"
+        else:
+            message = exc.description or exc.name
+        if cls is None:
+            cls = InvalidRequestError if status < 500 else ApiError
+        error = cls(message)
+        response = error_response(error)
+        response.status_code = status
+        return response
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return error_response(ApiError("internal server error; the server log has the details"))
+
+    from .routes import register_routes
+
+    register_routes(app)
+    return app
+
+
+async def _publish_load(metrics: Metrics) -> None:
+    """Publish this worker's load gauges every :data:`~missive.server.workers.PUBLISH_INTERVAL` seconds."""
+    while True:
+        try:
+            metrics.publish_load()
+        except Exception:  # metrics must never take the server down
+            log.exception("could not publish the load metrics")
+        await asyncio.sleep(PUBLISH_INTERVAL)
+
+
+def _rule_of_other_method(app: Quart) -> str | None:
+    """The route the request's path matches under another method, for a 405
+    (``GET /v1/messages`` is counted under ``/v1/messages``, not ``other``);
+    None when the path matches no route."""
+    exc = request.routing_exception
+    if not isinstance(exc, MethodNotAllowed) or not exc.valid_methods:
+        return None
+    method: str = next(iter(exc.valid_methods))
+    try:
+        rule, _ = app.url_map.bind("missive").match(request.path, method=method, return_rule=True)
+    except HTTPException:
+        return None
+    return str(rule.rule)

@@ -1,0 +1,222 @@
+"""Helpers shared by the API routes: auth, body reading, ignored-field policy."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from pydantic import BaseModel
+from quart import current_app, g, request
+
+from ..admission import Admission
+from ...config import Config
+from ...protocol.errors import InvalidRequestError
+from ...kernel.plugins import Kernel
+from ...keys import access
+from ...keys.ring import Identity
+from ...media.pipeline import MediaPipeline
+from ...models.table import ModelTable
+from ..record import RequestRecord
+from ...protocol.schema.request import MessagesRequest
+from ...routing.fallbacks import with_model_chain
+from ...routing.rules import RoutingRules
+from ...protocol.schema.ignored import collect_ignored
+from ..shutdown import Drain
+from ...thinking.signing import Signer
+from ...context import HANDLED_BETAS as CONTEXT_BETAS
+from ...threads import HANDLED_BETAS as THREAD_BETAS
+from ...tools.server_runner import ServerToolRunner
+from ...protocol.validation import parse_json, validate_body
+
+__all__ = [
+    "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
+    "authenticate_admin", "resolve_for", "read_request",
+    "read_raw_body", "note_ignored", "page_limit", "routed_model", "with_default_fallbacks",
+]
+
+log = logging.getLogger("missive.request")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def state() -> tuple[Config, Kernel, ModelTable]:
+    ext = current_app.extensions["missive"]
+    return ext["config"], ext["kernel"], ext["models"]
+
+
+def signer() -> Signer:
+    """The server's thinking-block :class:`~missive.thinking.signing.Signer`."""
+    return cast(Signer, current_app.extensions["missive"]["signer"])
+
+
+def media_pipeline() -> MediaPipeline:
+    """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
+    return cast(MediaPipeline, current_app.extensions["missive"]["media"])
+
+
+def server_tools() -> ServerToolRunner:
+    """The app's :class:`~missive.tools.server_runner.ServerToolRunner`."""
+    return cast(ServerToolRunner, current_app.extensions["missive"]["server_tools"])
+
+
+def routed_model(req: Any, model_id: str, identity: Identity) -> str:
+    """The model that answers ``req``, whose model id resolved to
+    ``model_id``: the first ``[[routing.rules]]`` rule's whose target the
+    key ``identity`` may use (named in the request's record: its log line
+    and metrics), else ``model_id`` (:mod:`missive.routing.rules`)."""
+    rule = _routing().route(req, allowed=identity.may_use)
+    if rule is None:
+        return model_id
+    record().rule = rule.name
+    return rule.to
+
+
+def with_default_fallbacks(req: MessagesRequest, model_id: str) -> MessagesRequest:
+    """``req`` as it asks for fallbacks: with ``routing.default_fallbacks``,
+    a request that names none asks for its model's configured chain
+    (``fallbacks: "default"``, :mod:`missive.routing.fallbacks`)."""
+    _, _, models = state()
+    return with_model_chain(req, models.entries[model_id].fallbacks, _routing().default_fallbacks)
+
+
+def _routing() -> RoutingRules:
+    return cast(RoutingRules, current_app.extensions["missive"]["routing"])
+
+
+def drain() -> Drain:
+    """The app's :class:`~missive.server.shutdown.Drain` (graceful shutdown)."""
+    return cast(Drain, current_app.extensions["missive"]["drain"])
+
+
+def admission() -> Admission:
+    """The app's :class:`~missive.server.admission.Admission` (per-model slots and queues)."""
+    return cast(Admission, current_app.extensions["missive"]["admission"])
+
+
+def record() -> RequestRecord:
+    """This request's :class:`~missive.server.record.RequestRecord` (log line, metrics)."""
+    return cast(RequestRecord, g.record)
+
+
+def authenticate() -> Identity:
+    """The request's key (:func:`missive.keys.access.authenticate`).
+
+    Raises:
+        AuthenticationError: 401, keys are configured and none matches.
+    """
+    return access.authenticate()
+
+
+def resolve_for(identity: Identity, requested: str) -> str:
+    """The configured model serving ``requested`` for the key ``identity``.
+
+    Raises:
+        ModelNotFoundError: 404, no served model matches, or the key may not use it.
+    """
+    _, _, models = state()
+    model_id, _ = models.resolve(requested)
+    access.check_model(identity, model_id, requested)
+    return model_id
+
+
+def authenticate_admin(what: str) -> Identity:
+    """The request's key, which must have the admin scope.
+
+    Raises:
+        AuthenticationError: 401.
+        PermissionDeniedError: 403, a user key.
+    """
+    identity = access.authenticate()
+    access.require_admin(identity, what)
+    return identity
+
+
+async def read_request(model: type[M], expand: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> M:
+    """Read, validate and police one request body.
+
+    ``expand``: applied to the parsed body before validation (a message
+    thread's continue becomes the whole conversation: :mod:`missive.threads`).
+
+    Unknown fields and block types, and every ``anthropic-beta`` value, are
+    recorded in ``g.ignored`` (sent as the ``missive-ignored`` header and
+    logged); in strict mode unknown fields and blocks are a 400 instead (betas
+    never are).
+
+    Raises:
+        InvalidRequestError: bad JSON, failed validation, or (strict) ignored fields.
+        RequestTooLargeError: via Quart, body over ``server.max_body_bytes``.
+    """
+    config, _, _ = state()
+    raw = await read_raw_body()
+    body: Any = parse_json(raw)
+    if expand is not None:
+        body = expand(body)
+    validated = validate_body(model, body)
+    ignored = collect_ignored(validated)
+    if ignored and config.server.strict:
+        raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(ignored))
+    note_betas(ignored)
+    return validated
+
+
+async def read_raw_body() -> bytes:
+    """The request's body as bytes (kept for ``server.capture_dir``).
+
+    Raises:
+        RequestTooLargeError: via Quart, over the route's body limit.
+    """
+    config, _, _ = state()
+    raw = await request.get_data(cache=False)
+    raw = raw if isinstance(raw, bytes) else raw.encode()
+    if config.server.capture_dir:
+        g.capture_body = raw
+    return raw
+
+
+def note_betas(ignored: list[str]) -> None:
+    """Report ``ignored`` request parts and every ``anthropic-beta`` value
+    (logged, and sent back in the ``missive-ignored`` header). Betas are
+    reported but never rejected, even in strict mode: clients send new
+    ones with every release (contract section 1). Betas of features Missive
+    implements (:data:`missive.threads.HANDLED_BETAS`,
+    :data:`missive.context.HANDLED_BETAS`) are not reported."""
+    handled = THREAD_BETAS | CONTEXT_BETAS
+    betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",")
+             if b.strip() and b.strip() not in handled]
+    ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
+    if ignored:
+        log.info("ignored: %s", ", ".join(ignored))
+        g.ignored = ignored
+
+
+def page_limit() -> int:
+    """The ``limit`` query parameter of a listing: 1-1000, default 20 (the API's).
+
+    Raises:
+        InvalidRequestError: not an integer, or out of range.
+    """
+    raw = request.args.get("limit", "20")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise InvalidRequestError(f"limit: Input should be a valid integer, got {raw!r}") from None
+    if not 1 <= limit <= 1000:
+        raise InvalidRequestError("limit: Input should be between 1 and 1000")
+    return limit
+
+
+def note_ignored(paths: list[str]) -> None:
+    """Report more ignored request parts (found after validation, e.g. server
+    tools); a 400 in strict mode.
+
+    Raises:
+        InvalidRequestError: strict mode.
+    """
+    if not paths:
+        return
+    config, _, _ = state()
+    if config.server.strict:
+        raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(paths))
+    log.info("ignored: %s", ", ".join(paths))
+    g.ignored = [*getattr(g, "ignored", []), *paths]
