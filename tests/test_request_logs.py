@@ -118,7 +118,7 @@ def test_json_lines_with_the_request_id_on_every_request_line() -> None:
         log = server.log()
     records = [json.loads(line) for line in log.splitlines() if line.strip()]
     assert all({"timestamp", "level", "logger", "message", "request_id"} <= set(r) for r in records)
-    assert any(r["logger"] == "missive.cli.main" and r["message"].startswith("Missive serving") for r in records)
+    assert any(r["logger"] == "missive.cli" and r["message"].startswith("Missive serving") for r in records)
     mine = [r for r in records if r["request_id"] == rid]
     ignored = [r for r in mine if r["message"] == "ignored: anthropic-beta=some-beta-2099"]
     [access] = [r for r in mine if r["logger"] == "missive.access"]

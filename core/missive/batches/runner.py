@@ -1,20 +1,20 @@
-"""The batch runner: pending requests onto their models' free slots, below
+"""The batch runner: pending requests onto their models' free admission permits, below
 interactive traffic.
 
 One dispatcher per served model loops: load the model if it is not loaded
 and has pending batch requests (on demand, as a request would; a model in
 use by a batch request is not unloaded), wait until the model's gate has room
 for background work (:meth:`~missive.server.admission.Gate.wait_background_room`: a
-slot free, no request waiting, fewer than ``batches.max_slots`` slots held by
-batches), take the oldest pending request of that model, and start it
+permit free, no request waiting, fewer than ``batches.max_slots`` permits held
+by batches), take the oldest pending request of that model, and start it
 (:func:`~missive.batches.execute.execute`) in a task of its own; then wait
-until that request holds its slot before looking for the next one.
+until that request holds its permit before looking for the next one.
 
 A running batch request stops (its task's cancel scope is cancelled) when:
 
-* an interactive request has to wait for a slot (``preempted``): the gate
-  preempts the newest background slot, the request stops within one decode
-  step and gives its slot to the waiting request; nothing is written, it is
+* an interactive request has to wait for a permit (``preempted``): the gate
+  preempts the newest background permit, the request stops within one decode
+  step and gives its permit to the waiting request; nothing is written, it is
   pending again and runs again later (from its prompt; a llama.cpp model
   finds the prompt still in its slot or in the host-memory cache);
 * its batch is canceled or expires: its result is ``canceled`` or ``expired``;
@@ -152,7 +152,7 @@ class BatchRunner:
         assert self._tasks is not None
         while not self._stopping:
             if not self.models.loaded(model_id):
-                # Not loaded (lazy, or unloaded when idle): its gate's slots
+                # Not loaded (lazy, or unloaded when idle): its gate's permits
                 # are not known yet. Loaded on demand, as for a request,
                 # once it has pending batch requests.
                 wake = self._wake[model_id] = anyio.Event()

@@ -142,8 +142,8 @@ class Bucket:
         output_tokens: output tokens of the messages whose usage was sent.
         ttft: times to first token, seconds (at most :data:`TTFT_SAMPLES`).
         ttft_seen: how many there were (the reservoir's denominator).
-        waiting_max, running_max: the most requests seen waiting for a
-            slot, and holding one, when sampled (None: not sampled).
+        waiting_max, running_max: the most requests seen waiting for an
+            admission permit, and holding one, when sampled (None: not sampled).
     """
 
     index: int
@@ -162,9 +162,9 @@ class Bucket:
         if len(self.ttft) < TTFT_SAMPLES:
             self.ttft.append(value)
             return
-        slot = rng.randrange(self.ttft_seen)
-        if slot < TTFT_SAMPLES:
-            self.ttft[slot] = value
+        at = rng.randrange(self.ttft_seen)
+        if at < TTFT_SAMPLES:
+            self.ttft[at] = value
 
 
 def _max(a: int | None, b: int | None) -> int | None:

@@ -46,7 +46,7 @@ from quart import Quart, Response, current_app, request, send_from_directory
 from ..protocol.errors import InvalidRequestError, NotFoundError
 from ..keys.access import keys
 from ..keys.ring import Identity
-from ..server.routes.common import authenticate_admin, page_limit, state
+from ..server.routes.common import authenticate_admin, page_limit, config_kernel_models
 from ..server.routes.status import status_document
 from .history import BUCKET_SECONDS, WINDOW_SECONDS, History
 
@@ -189,7 +189,7 @@ async def request_detail(request_id: str) -> dict[str, Any]:
     if found is None:
         raise NotFoundError(f"request_id: {request_id} is not among the recent requests this server keeps")
     entry, sender = found
-    config, _, _ = state()
+    config, _, _ = config_kernel_models()
     out: dict[str, Any] = {**entry}
     if not config.server.capture_dir:
         out["capture"] = None

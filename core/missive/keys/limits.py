@@ -97,7 +97,7 @@ class Limiter:
     """The limits of every configured key (see the module doc).
 
     Args:
-        identities: the configured keys (their ``slot`` is their row).
+        identities: the configured keys (their ``row`` in the table).
         on_refused: ``(key name, limit field)`` for each 429 (the metrics).
     """
 
@@ -108,8 +108,8 @@ class Limiter:
         self.on_refused = on_refused
         self._buckets: dict[int, dict[str, Bucket]] = {}
         for identity in identities:
-            base = identity.slot * _CELLS
-            self._buckets[identity.slot] = {
+            base = identity.row * _CELLS
+            self._buckets[identity.row] = {
                 name: Bucket(base + 2 * i, identity.limits[name], period)
                 for i, (name, period) in enumerate(PERIODS.items()) if name in identity.limits
             }
@@ -123,8 +123,8 @@ class Limiter:
         """
         if not identity.limits:
             return None
-        buckets = self._buckets[identity.slot]
-        running_cell = identity.slot * _CELLS + _RUNNING
+        buckets = self._buckets[identity.row]
+        running_cell = identity.row * _CELLS + _RUNNING
         most = identity.limits.get("concurrent_requests")
         with self.table.locked() as cells:
             now = time.monotonic()
@@ -156,8 +156,8 @@ class Limiter:
         raise RateLimited(message, retry_after=retry, headers=headers, limit=limit)
 
     def _finish(self, identity: Identity, input_tokens: int, output_tokens: int) -> None:
-        buckets = self._buckets[identity.slot]
-        running_cell = identity.slot * _CELLS + _RUNNING
+        buckets = self._buckets[identity.row]
+        running_cell = identity.row * _CELLS + _RUNNING
         with self.table.locked() as cells:
             now = time.monotonic()
             for names, amount in ((_INPUT, input_tokens), (_OUTPUT, output_tokens)):

@@ -50,14 +50,14 @@ class Identity:
         scope: ``user`` or ``admin``.
         models: configured model ids or globs the key may use (None: all).
         limits: the key's limits by field name (:data:`~missive.keys.entry.LIMIT_FIELDS`).
-        slot: the key's row in the shared limit table (:mod:`.limits`).
+        row: the key's row in the shared limit table (:mod:`.limits`).
     """
 
     name: str
     scope: str = "user"
     models: tuple[str, ...] | None = None
     limits: dict[str, int] = field(default_factory=dict)
-    slot: int = -1
+    row: int = -1
 
     @property
     def admin(self) -> bool:
@@ -102,7 +102,7 @@ class KeyRing:
                                 entry.limits(), len(entries))
             entries.append((bytes.fromhex(entry.key_sha256), identity, entry.enabled))
         for key in config.server.api_keys:
-            identity = Identity(derived_name(key), slot=len(entries))
+            identity = Identity(derived_name(key), row=len(entries))
             entries.append((hashlib.sha256(key.encode("utf-8")).digest(), identity, True))
         self._entries = entries
         self.by_name = {identity.name: identity for _, identity, _ in entries}

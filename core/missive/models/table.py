@@ -147,10 +147,10 @@ class ModelTable:
             raise ModelNotFoundError(requested)
         return model_id, self.drivers[model_id]
 
-    # -- state -------------------------------------------------------------
+    # -- loading state -----------------------------------------------------
 
-    def state(self, model_id: str) -> str:
-        """``loaded``; ``loading`` (on demand); ``unloaded`` (lazy, or
+    def load_state(self, model_id: str) -> str:
+        """Where ``model_id`` is in loading: ``loaded``; ``loading`` (on demand); ``unloaded`` (lazy, or
         unloaded since: loads on its next request); ``starting`` (start-up
         has not reached it yet)."""
         if model_id in self.started:

@@ -1,38 +1,39 @@
 """Admission: per model, at most ``max_concurrency`` generations at once and
 a bounded, fair wait queue in front of them.
 
-Every ``POST /v1/messages`` takes a :class:`Slot` from its model's
-:class:`Gate` before the driver is called, and gives it back when the answer
-ends, however it ends. The rules (docs/configuration.md, docs/api-compatibility.md):
+Every ``POST /v1/messages`` takes a :class:`Permit` (the right to run one
+generation; not the engine's KV "slot", one sequence of a model's context)
+from its model's :class:`Gate` before the driver is called, and gives it back
+when the answer ends, however it ends. The rules (docs/configuration.md, docs/api-compatibility.md):
 
-* a driver's ``Capabilities.max_concurrency`` is the number of slots
+* a driver's ``Capabilities.max_concurrency`` is the number of permits
   (None: unbounded; requests are counted, never queued);
-* when every slot is taken, up to ``queue_depth`` requests wait, served in
-  arrival order (a freed slot is handed to the first waiter, never taken by
+* when every permit is taken, up to ``queue_depth`` requests wait, served in
+  arrival order (a freed permit is handed to the first waiter, never taken by
   a newcomer);
 * a request arriving with the queue full, or one that has waited
   ``queue_timeout`` seconds, gets 529 ``overloaded_error`` with a
   ``retry-after`` estimate: never an unbounded wait;
 * a waiter whose task is cancelled (Quart cancels the handler when its client
-  disconnects) leaves the queue without taking a slot;
+  disconnects) leaves the queue without taking a permit;
 * once the server shuts down (:mod:`missive.server.shutdown`), :meth:`Admission.close`
   answers every waiter 529 at once and refuses every later request, free
-  slot or not: running generations finish, no new one starts;
+  permit or not: running generations finish, no new one starts;
 * ``count_tokens`` never comes here;
-* background work (message batches, :mod:`missive.batches`) takes a slot only
-  through :meth:`Gate.admit_background`: when a slot is free, no request
-  waits, and fewer than its cap of slots already run background work. A
-  request that has to wait while background work holds slots *preempts* one
+* background work (message batches, :mod:`missive.batches`) takes a permit only
+  through :meth:`Gate.admit_background`: when a permit is free, no request
+  waits, and fewer than its cap of permits already run background work. A
+  request that has to wait while background work holds permits *preempts* one
   (the newest): the background holder is told to stop
-  (:meth:`Slot.preempt`), stops within one decode step of its model, and
-  its slot goes to the waiting request, so an interactive request never
+  (:meth:`Permit.preempt`), stops within one decode step of its model, and
+  its permit goes to the waiting request, so an interactive request never
   waits behind background work by more than that; one arriving with the
   queue full is still admitted to wait when there is background work to
   preempt.
 
-A slot is a counter, not a lock: releasing it needs no owner task, so a
+A permit is a counter, not a lock: releasing it needs no owner task, so a
 response generator finalized by the garbage collector in another task (or
-never started at all) still frees it (see :meth:`Slot.release`).
+never started at all) still frees it (see :meth:`Permit.release`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..driver.interface import Driver
 
-__all__ = ["Admission", "Gate", "Slot", "DEFAULT_RETRY_AFTER"]
+__all__ = ["Admission", "Gate", "Permit", "Slot", "DEFAULT_RETRY_AFTER"]
 
 log = logging.getLogger("missive.admission")
 
@@ -65,14 +66,14 @@ _EWMA = 0.3
 _RETRY_MIN, _RETRY_MAX = 1, 60
 
 
-class Slot:
+class Permit:
     """The right to run one generation on one model, until :meth:`release`.
 
-    Server-tool continuations inside one message run under the same slot.
+    Server-tool continuations inside one message run under the same permit.
 
     Attributes:
         background: taken by :meth:`Gate.admit_background` (batch work).
-        preempted: a waiting request asked for this background slot.
+        preempted: a waiting request asked for this background permit.
     """
 
     def __init__(self, gate: Gate, *, background: bool = False, on_preempt: Callable[[], None] | None = None) -> None:
@@ -84,7 +85,7 @@ class Slot:
         self._on_preempt = on_preempt
 
     def preempt(self) -> None:
-        """Ask the background holder to stop and give the slot back (its
+        """Ask the background holder to stop and give the permit back (its
         ``on_preempt`` callback); idempotent. Called by the gate."""
         if self.preempted or self._gate is None:
             return
@@ -93,7 +94,7 @@ class Slot:
             self._on_preempt()
 
     def release(self) -> None:
-        """Give the slot back (to the first waiter, if any). Idempotent, and
+        """Give the permit back (to the first waiter, if any). Idempotent, and
         callable from any task of the server's event loop; no await."""
         gate, self._gate = self._gate, None
         if gate is None:
@@ -104,7 +105,7 @@ class Slot:
             gate._release(time.monotonic() - self._since)
 
     def __del__(self) -> None:
-        # A slot dropped unreleased: a streaming body that was never iterated
+        # A permit dropped unreleased: a streaming body that was never iterated
         # (the client left between the handler's return and the first byte).
         gate, self._gate = self._gate, None
         if gate is None:
@@ -119,19 +120,24 @@ class Slot:
             pass
 
 
+# The old name, still imported by routes/messages.py and batches/execute.py,
+# which issue 29's serving seam (branch issue-29b) rewrites; remove once it lands.
+Slot = Permit
+
+
 class Gate:
-    """One model's slots and wait queue.
+    """One model's permits and wait queue.
 
     Args:
         model: the configured model id (for messages and logs).
-        limit: slots (``max_concurrency``), or None for unbounded.
+        limit: permits (``max_concurrency``), or None for unbounded.
         depth: requests allowed to wait beyond the running ones (``queue_depth``, >= 0).
-        timeout: seconds a request may wait for a slot (``queue_timeout``, > 0).
+        timeout: seconds a request may wait for a permit (``queue_timeout``, > 0).
 
     Attributes:
-        running: slots held now (generations running, background ones included).
-        background: slots held now by background work (:meth:`admit_background`).
-        preemptions: background slots preempted so far (for ``/metrics``).
+        running: permits held now (generations running, background ones included).
+        background: permits held now by background work (:meth:`admit_background`).
+        preemptions: background permits preempted so far (for ``/metrics``).
     """
 
     def __init__(self, model: str, *, limit: int | None, depth: int, timeout: float) -> None:
@@ -143,12 +149,12 @@ class Gate:
         self.timeout = timeout
         self.running = 0
         self._waiters: deque[asyncio.Future[bool]] = deque()
-        self._service: float | None = None  # running average of slot hold times, seconds
+        self._service: float | None = None  # running average of permit hold times, seconds
         self._closed: tuple[str, int] | None = None  # set by close(): the 529's message and retry-after
         self.background = 0
         self.preemptions = 0
-        self._holders: list[Slot] = []  # background slots, oldest first
-        self._preempting = 0  # preempted background slots not given back yet
+        self._holders: list[Permit] = []  # background permits, oldest first
+        self._preempting = 0  # preempted background permits not given back yet
         self._idle: list[asyncio.Future[None]] = []  # admit_background() callers waiting for room
 
     @property
@@ -164,9 +170,9 @@ class Gate:
     def retry_after(self) -> int:
         """Seconds a refused client should wait before trying again.
 
-        The running average of recent slot hold times (an exponentially
+        The running average of recent permit hold times (an exponentially
         weighted mean, newest weight 0.3) times the queue positions ahead of a
-        newcomer (``waiting + 1``) per slot, rounded up and kept within
+        newcomer (``waiting + 1``) per permit, rounded up and kept within
         1..60 s; :data:`DEFAULT_RETRY_AFTER` before any generation of the
         model has ended.
         """
@@ -184,24 +190,24 @@ class Gate:
         )
         return OverloadedError(message, retry_after=self.retry_after())
 
-    async def admit(self) -> Slot:
-        """Take a slot, waiting in line for one if every slot is taken.
+    async def admit(self) -> Permit:
+        """Take a permit, waiting in line for one if every permit is taken.
 
         Returns:
-            the :class:`Slot`; the caller must :meth:`~Slot.release` it.
+            the :class:`Permit`; the caller must :meth:`~Permit.release` it.
 
         Raises:
             OverloadedError: 529, with ``retry_after`` set, when the queue
                 already holds ``depth`` waiters, or after ``timeout`` seconds
-                without a slot.
+                without a permit.
             asyncio.CancelledError: the waiting task was cancelled (client
-                gone); it has left the queue and holds no slot.
+                gone); it has left the queue and holds no permit.
         """
         if self._closed is not None:
             raise self._closing_error()
         if self.limit is None or (self.running < self.limit and not self._waiters):
             self.running += 1
-            return Slot(self)
+            return Permit(self)
         if len(self._waiters) >= self.depth and not self._preemptable():
             error = self._overloaded("every slot is busy and the wait queue is full", "queue_depth")
             log.warning("refused: %s", error.message)
@@ -220,7 +226,7 @@ class Gate:
             admitted = await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled() and waiter.result():
-                # Handed a slot just as the task was cancelled: pass it on.
+                # Handed a permit just as the task was cancelled: pass it on.
                 self._release(None)
             else:
                 self._discard(waiter)
@@ -236,12 +242,12 @@ class Gate:
             log.warning("refused: %s", error.message)
             raise error
         log.info("admitted to model %s after %.1f s in the queue", self.model, time.monotonic() - queued_at)
-        return Slot(self)
+        return Permit(self)
 
     def close(self, message: str, retry_after: int) -> int:
         """Refuse every request from now on with 529 ``overloaded_error``
         (``message``, ``retry_after`` seconds), and wake every waiter with it
-        at once. Slots already held are untouched. Idempotent.
+        at once. Permits already held are untouched. Idempotent.
 
         Returns:
             how many waiting requests were refused.
@@ -275,14 +281,14 @@ class Gate:
         self._wake_background()
 
     def _release(self, held: float | None) -> None:
-        """One slot freed (``held``: seconds it was held, None when it was
+        """One permit freed (``held``: seconds it was held, None when it was
         never used): hand it to the first live waiter, else count it free."""
         if held is not None:
             self._service = held if self._service is None else _EWMA * held + (1 - _EWMA) * self._service
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(True)  # the slot changes hands: running is unchanged
+                waiter.set_result(True)  # the permit changes hands: running is unchanged
                 return
         self.running -= 1
         self._wake_background()
@@ -290,9 +296,9 @@ class Gate:
     # -- background work (message batches) ----------------------------------
 
     def background_room(self, cap: int) -> bool:
-        """Whether :meth:`admit_background` with ``cap`` would take a slot now:
-        the gate is open, a slot is free, no request waits, and fewer than
-        ``cap`` slots run background work."""
+        """Whether :meth:`admit_background` with ``cap`` would take a permit now:
+        the gate is open, a permit is free, no request waits, and fewer than
+        ``cap`` permits run background work."""
         if self._closed is not None or self._waiters or self.background >= cap:
             return False
         return self.limit is None or self.running < self.limit
@@ -314,15 +320,15 @@ class Gate:
                 if idle in self._idle:
                     self._idle.remove(idle)
 
-    async def admit_background(self, cap: int, on_preempt: Callable[[], None] | None = None) -> Slot:
-        """Take a slot for background work, waiting until there is room
+    async def admit_background(self, cap: int, on_preempt: Callable[[], None] | None = None) -> Permit:
+        """Take a permit for background work, waiting until there is room
         (:meth:`background_room`): never ahead of a waiting request.
 
         Args:
-            cap: most slots background work may hold at once (>= 1).
+            cap: most permits background work may hold at once (>= 1).
             on_preempt: called (once, in the event loop) when a waiting
-                request needs the slot back; the holder must then stop
-                and :meth:`~Slot.release` it promptly.
+                request needs the permit back; the holder must then stop
+                and :meth:`~Permit.release` it promptly.
 
         Raises:
             OverloadedError: the gate is closed (the server is shutting down).
@@ -330,35 +336,35 @@ class Gate:
         await self.wait_background_room(cap)
         self.running += 1
         self.background += 1
-        slot = Slot(self, background=True, on_preempt=on_preempt)
-        self._holders.append(slot)
-        return slot
+        permit = Permit(self, background=True, on_preempt=on_preempt)
+        self._holders.append(permit)
+        return permit
 
     def _preemptable(self) -> int:
-        """Background slots not yet asked to stop."""
+        """Background permits not yet asked to stop."""
         return len(self._holders) - self._preempting
 
     def _preempt_for_waiters(self) -> None:
-        """Ask background slots to stop (newest first: least work lost) until
+        """Ask background permits to stop (newest first: least work lost) until
         every waiting request has one coming, or none is left."""
         needed = len(self._waiters) - self._preempting
-        for slot in reversed(self._holders):
+        for permit in reversed(self._holders):
             if needed <= 0:
                 break
-            if not slot.preempted:
+            if not permit.preempted:
                 self._preempting += 1
                 self.preemptions += 1
                 needed -= 1
                 log.info("model %s: a request waits; preempting a batch request", self.model)
-                slot.preempt()
+                permit.preempt()
 
-    def _release_background(self, slot: Slot) -> None:
+    def _release_background(self, permit: Permit) -> None:
         try:
-            self._holders.remove(slot)
+            self._holders.remove(permit)
         except ValueError:
             return
         self.background -= 1
-        if slot.preempted:
+        if permit.preempted:
             self._preempting -= 1
         self._release(None)
 
@@ -381,7 +387,7 @@ class Admission:
     Attributes:
         worker: ``(index, count)``: this process is worker ``index`` of
             ``count`` (:mod:`missive.server.workers`); its gates get that worker's
-            share of each model's slots and queue (:func:`missive.server.workers.share`).
+            share of each model's permits and queue (:func:`missive.server.workers.share`).
     """
 
     def __init__(self, config: Config) -> None:

@@ -49,7 +49,7 @@ async def _check_replicas(models: ModelTable) -> None:
 
 
 def _state(model_id: str, driver: Driver, models: ModelTable) -> dict[str, Any]:
-    state = models.state(model_id)
+    state = models.load_state(model_id)
     if state == "starting":
         return {"status": "starting"}
     if state != "loaded":

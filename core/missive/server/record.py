@@ -71,7 +71,7 @@ class RequestRecord:
             refused with 401. Never the key, nor its hash.
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
-        queue_seconds: time spent waiting for a slot (:mod:`missive.server.admission`).
+        queue_seconds: time spent waiting for an admission permit (:mod:`missive.server.admission`).
         first_token_at, last_token_at: monotonic times the first and the
             last content event were sent.
         input_tokens, cache_read_input_tokens, cache_creation_input_tokens,

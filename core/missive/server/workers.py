@@ -48,7 +48,7 @@ serve`` with one worker.
 * Admission is per worker: each worker admits its share of a model's
   ``max_concurrency`` and ``queue_depth`` (:func:`share`: together they
   add up to the configured values; ``max_concurrency`` below N is refused,
-  each worker needs a slot). The kernel spreads connections over the
+  each worker needs a permit). The kernel spreads connections over the
   workers, not requests: one worker may answer 529 while another has room.
   Remote models have no ``max_concurrency`` unless one is set.
 * ``/metrics`` is the whole server's, whichever worker answers: counters and

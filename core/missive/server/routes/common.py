@@ -30,7 +30,7 @@ from ...tools.server_runner import ServerToolRunner
 from ...protocol.validation import parse_json, validate_body
 
 __all__ = [
-    "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
+    "config_kernel_models", "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
     "authenticate_admin", "resolve_for", "read_request",
     "read_raw_body", "note_ignored", "page_limit", "routed_model", "with_default_fallbacks",
 ]
@@ -40,9 +40,15 @@ log = logging.getLogger("missive.request")
 M = TypeVar("M", bound=BaseModel)
 
 
-def state() -> tuple[Config, Kernel, ModelTable]:
+def config_kernel_models() -> tuple[Config, Kernel, ModelTable]:
+    """The app's configuration, plugin kernel and model table."""
     ext = current_app.extensions["missive"]
     return ext["config"], ext["kernel"], ext["models"]
+
+
+# The old name, still imported by routes/messages.py, which issue 29's
+# serving seam (branch issue-29b) rewrites; remove once that lands.
+state = config_kernel_models
 
 
 def signer() -> Signer:
@@ -76,7 +82,7 @@ def with_default_fallbacks(req: MessagesRequest, model_id: str) -> MessagesReque
     """``req`` as it asks for fallbacks: with ``routing.default_fallbacks``,
     a request that names none asks for its model's configured chain
     (``fallbacks: "default"``, :mod:`missive.routing.fallbacks`)."""
-    _, _, models = state()
+    _, _, models = config_kernel_models()
     return with_model_chain(req, models.entries[model_id].fallbacks, _routing().default_fallbacks)
 
 
@@ -90,7 +96,7 @@ def drain() -> Drain:
 
 
 def admission() -> Admission:
-    """The app's :class:`~missive.server.admission.Admission` (per-model slots and queues)."""
+    """The app's :class:`~missive.server.admission.Admission` (per-model permits and queues)."""
     return cast(Admission, current_app.extensions["missive"]["admission"])
 
 
@@ -114,7 +120,7 @@ def resolve_for(identity: Identity, requested: str) -> str:
     Raises:
         ModelNotFoundError: 404, no served model matches, or the key may not use it.
     """
-    _, _, models = state()
+    _, _, models = config_kernel_models()
     model_id, _ = models.resolve(requested)
     access.check_model(identity, model_id, requested)
     return model_id
@@ -147,7 +153,7 @@ async def read_request(model: type[M], expand: Callable[[dict[str, Any]], dict[s
         InvalidRequestError: bad JSON, failed validation, or (strict) ignored fields.
         RequestTooLargeError: via Quart, body over ``server.max_body_bytes``.
     """
-    config, _, _ = state()
+    config, _, _ = config_kernel_models()
     raw = await read_raw_body()
     body: Any = parse_json(raw)
     if expand is not None:
@@ -166,7 +172,7 @@ async def read_raw_body() -> bytes:
     Raises:
         RequestTooLargeError: via Quart, over the route's body limit.
     """
-    config, _, _ = state()
+    config, _, _ = config_kernel_models()
     raw = await request.get_data(cache=False)
     raw = raw if isinstance(raw, bytes) else raw.encode()
     if config.server.capture_dir:
@@ -215,7 +221,7 @@ def note_ignored(paths: list[str]) -> None:
     """
     if not paths:
         return
-    config, _, _ = state()
+    config, _, _ = config_kernel_models()
     if config.server.strict:
         raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(paths))
     log.info("ignored: %s", ", ".join(paths))

@@ -11,7 +11,7 @@ from typing import cast
 from quart import Quart, Response, current_app
 
 from ..metrics import CONTENT_TYPE, Metrics
-from .common import authenticate_admin, state
+from .common import authenticate_admin, config_kernel_models
 
 
 def metrics() -> Metrics:
@@ -22,7 +22,7 @@ def metrics() -> Metrics:
 def register(app: Quart) -> None:
     @app.route("/metrics", methods=["GET"])
     async def exposition() -> Response:
-        config, _, _ = state()
+        config, _, _ = config_kernel_models()
         if not config.server.metrics_public:
             authenticate_admin("GET /metrics")
         await current_app.extensions["missive"]["batches"].refresh_summary()

@@ -22,7 +22,7 @@ from ...context.capabilities import lifecycle_fields, model_capabilities
 from ...driver.interface import Driver
 from ...protocol.errors import InvalidRequestError
 from ...keys.ring import Identity
-from .common import authenticate, page_limit, record, resolve_for, state
+from .common import authenticate, page_limit, record, resolve_for, config_kernel_models
 
 
 def _model_object(model_id: str, driver: Driver, identity: Identity, shown_id: str | None = None) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def _model_object(model_id: str, driver: Driver, identity: Identity, shown_id: s
         obj["max_input_tokens"] = context
     if entry.max_output_tokens is not None or context is not None:
         obj["max_tokens"] = entry.max_output_tokens or context
-    config, _, models = state()
+    config, _, models = config_kernel_models()
     obj["capabilities"] = model_capabilities(
         driver.capabilities, entry, batches=config.batches.enabled, web_search=config.server_tools.web_search is not None,
     )
@@ -62,7 +62,7 @@ def _listed(models: Any) -> dict[str, str]:
 
 async def list_models() -> dict[str, Any]:
     identity = authenticate()
-    _, _, models = state()
+    _, _, models = config_kernel_models()
     # A key lists only the models it may use (issue 32).
     listed = {shown: mid for shown, mid in _listed(models).items() if identity.may_use(mid)}
     ids = list(listed)
@@ -89,7 +89,7 @@ async def list_models() -> dict[str, Any]:
 
 async def get_model(model_id: str) -> dict[str, Any]:
     identity = authenticate()
-    _, _, models = state()
+    _, _, models = config_kernel_models()
     resolved = resolve_for(identity, model_id)
     driver = models.drivers[resolved]
     record().model = resolved

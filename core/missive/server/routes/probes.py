@@ -18,7 +18,7 @@ from __future__ import annotations
 from quart import Quart
 
 from ..model_status import readiness
-from .common import drain, state
+from .common import drain, config_kernel_models
 
 
 def register(app: Quart) -> None:
@@ -28,7 +28,7 @@ def register(app: Quart) -> None:
 
     @app.route("/readyz", methods=["GET"])
     async def readyz() -> tuple[dict[str, object], int]:
-        _, _, models = state()
+        _, _, models = config_kernel_models()
         report = await readiness(models)
         if drain().begun:
             return {"status": "shutting_down", "models": report}, 503

@@ -10,7 +10,7 @@ from quart import Quart, current_app
 
 from ... import __version__
 from ..model_status import model_status
-from .common import admission, authenticate_admin, state
+from .common import admission, authenticate_admin, config_kernel_models
 
 
 async def get_status() -> dict[str, Any]:
@@ -20,7 +20,7 @@ async def get_status() -> dict[str, Any]:
 
 async def status_document() -> dict[str, Any]:
     """The status of the server and of every model (also the web console's, :mod:`missive.console`)."""
-    _, _, models = state()
+    _, _, models = config_kernel_models()
     started = current_app.extensions["missive"]["started_at"]
     return {
         "version": __version__,  # the running code's, also when run from a source tree
