@@ -36,10 +36,10 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "a tool's input_schema is checked as the body is validated (a 400 with the field path)",
     ("protocol.schema.ignored", "tools.server"):
         "which server-tool blocks are answered, hence not reported as ignored",
-    ("config", "keys.entry"): "the [keys.NAME] and [usage] sections are part of the config model",
-    ("config", "routing.rules"): "the [[routing.rules]] section is part of the config model",
-    ("config", "context.capabilities"): "a model's capability overrides are checked against the known keys",
-    ("config", "media.addresses"): "media.fetch_allow is parsed when the config loads",
+    ("config.schema", "keys.entry"): "the [keys.NAME] and [usage] sections are part of the config model",
+    ("config.schema", "routing.rules"): "the [[routing.rules]] section is part of the config model",
+    ("config.schema", "context.capabilities"): "a model's capability overrides are checked against the known keys",
+    ("config.schema", "media.addresses"): "media.fetch_allow is parsed when the config loads",
     ("kernel.specs", "driver.capabilities"): "a DriverSpec carries the driver's Capabilities",
     ("thinking.signing", "server.state_dir"): "the signing key kept across restarts in the state directory",
 }
@@ -124,3 +124,16 @@ def test_no_upward_import_but_the_listed_exceptions() -> None:
 
 def test_every_exception_still_exists() -> None:
     assert set(EXCEPTIONS) - set(upward_imports()) == set()
+
+
+#: Modules allowed over :data:`MAX_LINES` for now, with why: both are being
+#: changed on other branches of issue 29 (the stream's split) and of the
+#: engine's work.
+LONG_MODULES = {"messages/stream.py": "split by issue 29's serving seam", "engine/local.py": "changed by another branch"}
+MAX_LINES = 450
+
+
+def test_no_core_module_is_over_450_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert set(long) - set(LONG_MODULES) == set(), long

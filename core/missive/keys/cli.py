@@ -110,7 +110,7 @@ def register(
     unavailable: Callable[[Exception], click.ClickException],
 ) -> None:
     """Add ``keys`` and ``usage`` to the ``missive`` command line (the
-    helpers are :mod:`missive.cli.main`'s: its config options and loader, the
+    helpers are :mod:`missive.cli.options`'s: its config options and loader, the
     server's URL and key, the error for a refusal)."""
 
     @keys_group.command("list")

@@ -1,5 +1,5 @@
 """The work behind ``missive pull``, ``missive models`` and ``missive serve
---model`` (the click commands are in :mod:`missive.cli.main`)."""
+--model`` (the click commands are in :mod:`missive.cli.local`)."""
 
 from __future__ import annotations
 

@@ -1,136 +1,23 @@
-"""Configuration: a TOML file, then environment variables, then CLI overrides.
-
-Shape (every key optional)::
-
-    [server]
-    host = "127.0.0.1"          # listen address
-    port = 8642
-    api_keys = ["sk-local-1"]   # also MISSIVE_API_KEY="k1,k2"
-    allow_unauthenticated_remote = false
-    max_body_bytes = 33554432   # 32 MiB, the API's own limit; over it: 413
-    strict = false              # reject unknown fields instead of reporting them
-    ping_interval = 5.0         # seconds of model silence before an SSE ping
-    delta_interval = 0.015      # seconds between streamed deltas; faster ones are merged
-    log_level = "info"
-    log_format = "text"         # or "json": one JSON object per line
-    metrics_public = false      # true: GET /metrics needs no API key
-    capture_dir = "/tmp/missive-captures"   # debugging/tests: write every request (keys redacted)
-    queue_depth = 16            # requests that may wait per model when every slot is busy
-    queue_timeout = 300.0       # seconds one may wait for a slot; then 529 overloaded_error
-    shutdown_grace = 30.0       # on SIGTERM/SIGINT: seconds running generations may take to finish
-    memory_budget_mib = 16384   # models loaded at once fit in it: loading one unloads idle others (LRU)
-    default_model = "smollm2-135m"   # with no [models]: which plugin-offered default is served
-    workers = 1                 # processes sharing the port (remote-only models; missive.server.workers)
-
-    [models.smollm2-135m]
-    driver = "llamacpp"
-    display_name = "SmolLM2 135M Instruct"
-    context_window = 8192
-    aliases = ["claude-*"]      # glob patterns of client model ids
-    queue_depth = 4             # overrides server.queue_depth for this model (also queue_timeout)
-    lazy = true                 # load on the first request, not at start-up
-    idle_unload = 300.0         # unload after this many seconds without requests
-    memory_mib = 900            # what it takes, for memory_budget_mib (default: its files' size)
-    [models.smollm2-135m.settings]
-    model_path = "/path/to/model.gguf"
-
-    [plugins]
-    block = ["some-plugin"]     # entry point names not to load
-
-    [thinking]
-    signing_key = "..."         # secret for thinking-block signatures (16+ chars)
-    key_file = "~/.local/state/missive/thinking.key"   # used when signing_key is unset (created)
-
-    [batches]                   # message batches (docs/operations.md#message-batches)
-    enabled = true
-    expiry = 86400.0            # seconds a batch may run before its unfinished requests expire (the API's 24 h)
-    retention = 2505600.0       # seconds after creation its results are kept (the API's 29 days)
-    max_slots = 0.5             # slots of a model batch requests may hold: a fraction (float) or a count (int)
-    max_requests = 100000       # requests per batch (the API's limit)
-    max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
-    database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
-
-    [server_tools]              # web_fetch and web_search run by the server (docs/tools.md#server-tools)
-    web_fetch = true            # fetch pages for the model (media.fetch_allow rules); default false
-    web_search = "searxng"      # the search provider that runs web_search; unset: "unavailable"
-    [server_tools.search]       # that provider's settings
-    url = "http://127.0.0.1:8888"
-
-    [threads]                   # message threads and cache diagnostics (docs/configuration.md#threads)
-    enabled = true              # false: a request with `thread` gets 400 thread_unsupported_request
-    ttl = 300.0                 # seconds a thread is kept after its last response (the API's 5 minutes)
-    diagnostics_ttl = 3600.0    # seconds a cache diagnostics fingerprint is kept
-    max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
-    max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
-
-    [keys.alice]                # a named key (docs/configuration.md#keysname): missive keys new alice
-    key_sha256 = "..."          # the key's SHA-256: the file holds no secret
-    scope = "user"              # or "admin": all batches, /v1/status, /metrics, /v1/usage
-    models = ["qwen3-*"]        # configured model ids or globs it may use (default: all)
-    requests_per_minute = 60    # also input/output_tokens_per_minute/_per_day, concurrent_requests
-
-    [usage]                     # usage per key and model (GET /v1/usage, missive usage)
-    retention = 7776000.0       # seconds kept (90 days)
-
-    [routing]
-    default_fallbacks = true    # requests naming no `fallbacks` get their model's (models.NAME.fallbacks)
-    [[routing.rules]]           # routing by need (docs/deployment.md#routing-by-need)
-    name = "vision"
-    images = true               # or model = ["claude-haiku-*"], min_prompt_tokens = 32000, thinking = true
-    to = "qwen2.5-vl"
-
-    [media]                     # image and document blocks (docs/media.md)
-    fetch_urls = true           # fetch url sources (false: a 400 for them)
-    fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
-    image_fallback = "placeholder"   # images for text-only models become a note
-
-Overrides: any key as ``MISSIVE__SECTION__KEY=value`` in the environment
-(``MISSIVE__SERVER__PORT=9000``, ``MISSIVE__MODELS__MYMODEL__CONTEXT_WINDOW=4096``)
-or ``--set section.key=value`` on the CLI (quote dotted names:
-``--set 'models."qwen2.5".context_window=4096'``).  Values parse as TOML
-values when they can (``9000``, ``true``, ``["a","b"]``), else as strings.
-Precedence: file < environment < CLI.
-
-The file: ``--config FILE``, else ``$MISSIVE_CONFIG``, else the first that
-exists of ``$XDG_CONFIG_HOME/missive/missive.toml`` (``~/.config/...`` when
-unset) and ``/etc/missive/missive.toml`` (:func:`config_search_path`; only
-with ``search=True``, as the command line and :mod:`missive.asgi` do), else
-none: the defaults.
-"""
+"""The configuration's schema: one strict pydantic model per section
+(``[server]``, ``[models.ID]``, ``[thinking]``, ``[media]``...) and
+:class:`Config`, the whole file (the shape is in :mod:`missive.config`)."""
 
 from __future__ import annotations
 
-import os
-import re
-import sys
-from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from .keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
-
-from .routing.rules import RoutingConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ..keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
+from ..routing.rules import RoutingConfig
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig", "RoutingConfig",
-    "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
+    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig", "RoutingConfig", "ConfigError",
+    "LOOPBACK_HOSTS", "MiB",
 ]
 
-ENV_PREFIX = "MISSIVE__"
-#: The system-wide configuration a package or a container image can ship;
-#: searched after the user's (:func:`config_search_path`).
-SYSTEM_CONFIG = Path("/etc/missive/missive.toml")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -257,7 +144,7 @@ class ModelEntry(_Strict):
     @field_validator("capabilities")
     @classmethod
     def _known_capabilities(cls, overrides: dict[str, bool]) -> dict[str, bool]:
-        from .context.capabilities import CAPABILITY_KEYS, unknown_keys
+        from ..context.capabilities import CAPABILITY_KEYS, unknown_keys
 
         unknown = unknown_keys(overrides)
         if unknown:
@@ -331,7 +218,7 @@ class MediaConfig(_Strict):
     @field_validator("fetch_allow")
     @classmethod
     def _check_allow(cls, value: list[str]) -> list[str]:
-        from .media.addresses import parse_allow_list
+        from ..media.addresses import parse_allow_list
 
         parse_allow_list(value)  # raises ValueError naming a bad entry
         return value
@@ -491,134 +378,3 @@ class Config(_Strict):
                 "NAME) or set server.api_keys (or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
             )
 
-
-def parse_value(text: str) -> Any:
-    """A CLI/env value as TOML (``9000``, ``true``, ``["a"]``) or else a string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-_KEY_PART = re.compile(r'"([^"]*)"|([^.]+)')
-
-
-def split_key(key: str) -> list[str]:
-    """``models."qwen2.5".context_window`` -> ``["models", "qwen2.5", "context_window"]``."""
-    parts = [quoted or bare for quoted, bare in _KEY_PART.findall(key)]
-    rebuilt = ".".join(f'"{p}"' if "." in p or '"' + p + '"' in key else p for p in parts)
-    if not parts or any(p == "" for p in parts) or rebuilt != key:
-        raise ConfigError(f"bad configuration key {key!r} (names joined by single dots; quote a name "
-                          'that holds a dot: models."qwen2.5".context_window)')
-    return parts
-
-
-def set_path(data: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = data
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"cannot set {'.'.join(parts)}: {part} is not a table")
-        node = child
-    node[parts[-1]] = value
-
-
-def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
-    """``MISSIVE__A__B=v`` variables as (path, value) pairs, plus ``MISSIVE_API_KEY``."""
-    found: list[tuple[list[str], Any]] = []
-    for name, value in sorted(environ.items()):
-        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
-            found.append((path, parse_value(value)))
-    keys = environ.get("MISSIVE_API_KEY")
-    if keys:
-        found.append((["server", "api_keys"], [k.strip() for k in keys.split(",") if k.strip()]))
-    return found
-
-
-def config_search_path(environ: Mapping[str, str] | None = None) -> list[Path]:
-    """The configuration files looked for, in order, when neither ``--config``
-    nor ``$MISSIVE_CONFIG`` names one: the user's, then the system's.
-
-    The user's is ``$XDG_CONFIG_HOME/missive/missive.toml``; with
-    ``XDG_CONFIG_HOME`` unset, empty or relative it is
-    ``$HOME/.config/missive/missive.toml`` (the XDG Base Directory
-    specification's rule). The system's is :data:`SYSTEM_CONFIG`,
-    ``/etc/missive/missive.toml``.
-
-    Args:
-        environ: environment mapping (``os.environ`` by default).
-    """
-    environ = os.environ if environ is None else environ
-    xdg = environ.get("XDG_CONFIG_HOME", "")
-    if xdg and os.path.isabs(xdg):
-        base = Path(xdg)
-    else:
-        base = Path(environ.get("HOME") or os.path.expanduser("~")) / ".config"
-    return [base / "missive" / "missive.toml", SYSTEM_CONFIG]
-
-
-def find_config(candidates: Iterable[Path]) -> Path | None:
-    """The first of ``candidates`` that is a file (one that exists but cannot
-    be read is still chosen: :func:`load_config` then reports why), or None."""
-    return next((path for path in candidates if path.is_file()), None)
-
-
-def load_config(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    overrides: Iterable[str] = (),
-    environ: Mapping[str, str] | None = None,
-    search: bool = False,
-    search_path: Iterable[Path] | None = None,
-) -> Config:
-    """Read the TOML file, apply env and CLI overrides.
-
-    The file is ``path``, else ``$MISSIVE_CONFIG``, else (with ``search``) the
-    first existing file of ``search_path``, else none: the defaults.
-    :attr:`Config.source` says which file was read.
-
-    Args:
-        path: TOML file, or None.
-        overrides: ``key=value`` strings from ``--set``.
-        environ: environment mapping (``os.environ`` by default).
-        search: look for a file in ``search_path`` when neither ``path`` nor
-            ``$MISSIVE_CONFIG`` names one (the command line and
-            :mod:`missive.asgi` do; a library caller gets no file it did not ask for).
-        search_path: files to look for, in order (default
-            :func:`config_search_path` of ``environ``).
-
-    Raises:
-        ConfigError: unreadable file, bad TOML, unknown key or bad value.
-    """
-    environ = os.environ if environ is None else environ
-    path = path or environ.get("MISSIVE_CONFIG") or None
-    if path is None and search:
-        path = find_config(config_search_path(environ) if search_path is None else search_path)
-    data: dict[str, Any] = {}
-    if path:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"config file {path} is not UTF-8 text (TOML files are UTF-8): byte "
-                              f"{exc.start}: {exc.reason}") from exc
-    for parts, value in env_overrides(environ):
-        set_path(data, parts, value)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set needs key=value, got {item!r}")
-        set_path(data, split_key(key.strip()), parse_value(raw.strip()))
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid configuration: {problems}") from exc
-    config.source = str(path) if path else None
-    return config
