@@ -9,7 +9,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import live_server, tests_state_home
+from missive.testing import InProcessApp, in_process_app, live_server, tests_state_home
 
 #: The echo server's thinking-signature key, so tests can sign and verify blocks.
 SIGNING_KEY = "test-signing-key-0123456789"
@@ -126,6 +126,21 @@ def echo_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def echo(echo_url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=echo_url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def echo_app() -> Iterator[InProcessApp]:
+    """The echo server's app in this process (the ``api`` tier: no socket)."""
+    with in_process_app(ECHO_CONFIG) as app:
+        yield app
+
+
+@pytest.fixture(scope="session")
+def echo_in_process(echo_app: InProcessApp) -> anthropic.Anthropic:
+    """An SDK client of :func:`echo_app`; a module whose tests need no socket
+    overrides ``echo`` with it."""
+    return anthropic.Anthropic(base_url=echo_app.url, api_key="unused", max_retries=0,
+                               http_client=echo_app.http_client())
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process
+from missive.testing import ServerProcess, serve_process, until as poll
 from missive_echo import script
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1}}
@@ -63,14 +63,14 @@ def health(url: str) -> dict[str, Any]:
 
 def until(url: str, check: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
     """Poll ``/health`` until ``check`` holds (fails after :data:`DEADLINE`)."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        state = health(url)
-        if check(state):
-            return state
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what}; /health: {state}")
-        time.sleep(0.02)
+    last: dict[str, Any] = {}
+
+    def holds() -> dict[str, Any] | None:
+        last.update(health(url))
+        return dict(last) if check(last) else None
+
+    found: dict[str, Any] = poll(holds, what, DEADLINE, detail=lambda: f"/health: {last}")
+    return found
 
 
 class Raw:

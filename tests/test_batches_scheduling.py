@@ -23,7 +23,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process, wait_until
+from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 
 DEADLINE = 60.0  # seconds; only reached when a test fails
@@ -77,7 +77,7 @@ def gauges(url: str, model: str, *names: str) -> dict[str, float]:
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
-    assert wait_until(condition, timeout, interval=0.05), what
+    until(condition, what, timeout, 0.05)
 
 
 def wait_ended(client: anthropic.Anthropic, batch_id: str, timeout: float = DEADLINE) -> Any:

@@ -11,8 +11,7 @@ import hashlib
 import json
 import re
 import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -22,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from missive.testing import ServerProcess, serve_process
+from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 
 from media_files import b64, image_bytes
@@ -77,13 +76,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
-
-
-def until(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not check():
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.05)
 
 
 def ask(text: str, model: str = "echo", **extra: Any) -> dict[str, Any]:

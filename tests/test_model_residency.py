@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from missive.models.residency import idle_expired, plan_eviction
-from missive.testing import ServerProcess, serve_process
+from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -36,15 +36,6 @@ def scrape(url: str) -> Samples:
 
 def metric(url: str, name: str, **labels: str) -> float:
     return scrape(url).get((name, frozenset(labels.items())), 0.0)
-
-
-def until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not {what} after {timeout} s")
 
 
 def say(text: str) -> list[dict[str, Any]]:

@@ -9,10 +9,8 @@ import hashlib
 import json
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -22,7 +20,7 @@ from click.testing import CliRunner
 from missive.server.app import create_app
 from missive.cli.main import cli
 from missive.config import Config
-from missive.testing import ServerProcess, free_port, serve_process
+from missive.testing import ServerProcess, free_port, serve_process, until
 from missive_echo import script
 
 KEY = "sk-probes-test-key"
@@ -68,14 +66,6 @@ def server(backend_port: int) -> Iterator[ServerProcess]:
 
 def get(url: str, path: str, key: str | None = KEY) -> httpx.Response:
     return httpx.get(f"{url}{path}", headers={"x-api-key": key} if key else {}, timeout=10)
-
-
-def until(check: Callable[[], Any], what: str, limit: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + limit
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.05)
-    return result
 
 
 def test_livez_answers_while_the_process_serves(server: ServerProcess) -> None:

@@ -15,7 +15,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process
+from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 
 KEY = "sk-log-test-Zq81xWv3"
@@ -35,13 +35,9 @@ def access_lines(server: ServerProcess) -> list[str]:
 def wait_for(server: ServerProcess, fragment: str) -> str:
     """The first log line containing ``fragment`` (waits: a stream's line is
     written when its body ends, after the client has read it)."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        for line in server.log().splitlines():
-            if fragment in line:
-                return line
-        assert time.monotonic() < deadline, f"no log line with {fragment!r}:\n{server.log()}"
-        time.sleep(0.05)
+    found: str = until(lambda: next((line for line in server.log().splitlines() if fragment in line), None),
+                       f"a log line with {fragment!r}", DEADLINE, 0.05, detail=server.log)
+    return found
 
 
 def fields_of(line: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ from missive.server.admission import Admission
 from missive.server.app import create_app
 from missive.config import Config
 from missive.server.shutdown import Drain, serve_until_stopped
-from missive.testing import ServerProcess, serve_process, until as _until
+from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
@@ -42,9 +42,6 @@ def config(grace: float, **model: Any) -> dict[str, Any]:
         "models": {"echo": {"driver": "echo", "context_window": 1000, **model}},
     }
 
-
-def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE) -> Any:
-    return _until(check, what, deadline)
 
 
 def health(server: ServerProcess) -> dict[str, Any]:

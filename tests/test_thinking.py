@@ -17,6 +17,13 @@ ENABLED = {"type": "enabled", "budget_tokens": 1024}
 TOOL = {"name": "get_time", "description": "Current time", "input_schema": {"type": "object", "properties": {}}}
 
 
+@pytest.fixture(scope="session")
+def echo(echo_in_process: anthropic.Anthropic) -> anthropic.Anthropic:
+    """The SDK tests here need no socket: the echo app in process (the ``api``
+    tier); the raw-HTTP test reads the live server's bytes."""
+    return echo_in_process
+
+
 def user(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 

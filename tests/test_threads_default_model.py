@@ -21,6 +21,9 @@ from missive.testing import live_server
 
 from sdk_turns import assert_counted_whole, captured, prompt
 
+#: Test tier (docs/contributing.md): live_server with no [models]: the default model
+pytestmark = pytest.mark.model
+
 MODEL = "smollm2-135m"
 
 

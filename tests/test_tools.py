@@ -17,6 +17,14 @@ WEATHER = {
     "description": "Weather for a city",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
+
+
+@pytest.fixture(scope="session")
+def echo(echo_in_process: anthropic.Anthropic) -> anthropic.Anthropic:
+    """These tests need no socket: the echo app in process (the ``api`` tier)."""
+    return echo_in_process
+
+
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 🌧", "n": {"deep": [1, "}"]}}}\n</tool_call>'
 
 

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +28,12 @@ from click.testing import CliRunner
 from missive.server.admission import Admission
 from missive.cli.main import cli
 from missive.config import Config, ConfigError, ModelEntry
-from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until as _until
+from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until
 from missive.server.workers import check, settle_batches, share
 from missive_openai.testing import FakeChatServer
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
 
-
-def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE) -> Any:
-    return _until(check, what, deadline)
 
 
 def children(pid: int) -> set[int]:

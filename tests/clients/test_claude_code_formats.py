@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+#: Test tier (docs/contributing.md): a real model through model_missive (imported where it is used, so not read)
+pytestmark = pytest.mark.model
+
 if TYPE_CHECKING:
     from tests.clients.conftest import ClaudeCode, Missive
 

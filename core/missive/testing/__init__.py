@@ -7,16 +7,18 @@ loopback port, so tests talk to it through real clients (the official
     with live_server({"models": {"echo": {"driver": "echo"}}}) as url:
         client = anthropic.Anthropic(base_url=url, api_key="test")
 
-The helpers live in modules by job (:mod:`.servers`, :mod:`.poll`,
-:mod:`.processes`, :mod:`.generators`, :mod:`.contract`,
-:mod:`.driver_units`, :mod:`.templates`, :mod:`.hub`); every public name is
-importable from ``missive.testing`` itself.
+:func:`in_process_app` runs the same app in this process, for API tests
+that need no socket. The helpers live in modules by job (:mod:`.servers`,
+:mod:`.in_process`, :mod:`.poll`, :mod:`.processes`, :mod:`.generators`,
+:mod:`.contract`, :mod:`.driver_units`, :mod:`.templates`, :mod:`.hub`);
+every public name is importable from ``missive.testing`` itself.
 """
 
 from __future__ import annotations
 
 from .contract import DriverContract
 from .driver_units import check_order, collect_events, generation_request, text_of
+from .in_process import InProcessApp, in_process_app, sdk_http
 from .generators import FINALIZED_MARK, GENERATOR_ERRORS, finalized_generators, watch_async_generators
 from .poll import until, wait_until
 from .processes import open_fds, rss_mib, tcp_states
@@ -27,6 +29,9 @@ from .servers import (
 from .templates import HARMONY_FEWSHOT, THINKING_CHATML
 
 __all__ = [
+    "in_process_app",
+    "InProcessApp",
+    "sdk_http",
     "free_port",
     "dump_toml",
     "live_server",

@@ -1,0 +1,137 @@
+"""The app in process, for API tests that need no socket: the same Quart
+app ``missive serve`` runs (:func:`missive.server.app.create_app`), started
+with its lifespan (models loaded, closed at the end) on an event loop of
+its own in a thread, and reached through httpx transports, so the official
+SDK's clients talk to it unchanged (their ``http_client`` argument)::
+
+    with in_process_app({"models": {"echo": {"driver": "echo"}}}) as app:
+        client = anthropic.Anthropic(base_url=app.url, api_key="test", http_client=app.http_client())
+
+What it does not give: a socket (disconnects, keep-alive, Hypercorn's own
+behaviour), several workers, or a stream read as it is written: httpx's
+:class:`~httpx.ASGITransport` hands over a response once its body has ended,
+so a test of timing or of a client leaving mid-stream needs
+:func:`missive.testing.live_server`. Sources: httpx's transports API
+(``BaseTransport.handle_request``, ``ASGITransport``); Quart's
+``test_app()`` for the lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
+from types import ModuleType
+from typing import Any
+
+import httpx
+
+__all__ = ["InProcessApp", "in_process_app", "sdk_http"]
+
+#: The base URL the clients use; nothing listens there, the transport routes it to the app.
+BASE_URL = "http://missive.in-process"
+
+
+def sdk_http() -> ModuleType:
+    """The httpx package the installed ``anthropic`` SDK builds its clients
+    from (``httpx``; ``httpx2`` in releases that moved to it): its
+    ``http_client`` argument must be a client of that package."""
+    import anthropic
+
+    client_class = anthropic.DefaultHttpxClient.__mro__[1]
+    return sys.modules[client_class.__module__.split(".")[0]]
+
+
+def _transport(http: ModuleType, app: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """A synchronous transport of ``http`` (httpx or a package with its API)
+    that runs each request on the app's event loop, in its thread, through
+    that package's ``ASGITransport``."""
+
+    class SyncASGITransport(http.BaseTransport):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            self._inner = http.ASGITransport(app=app)
+
+        def handle_request(self, request: Any) -> Any:
+            body = request.read()
+
+            async def send() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+                copy = http.Request(request.method, request.url, headers=request.headers, content=body)
+                response = await self._inner.handle_async_request(copy)
+                content = await response.aread()
+                return response.status_code, response.headers.raw, content
+
+            status, headers, content = asyncio.run_coroutine_threadsafe(send(), loop).result()
+            return http.Response(status, headers=headers, content=content, request=request)
+
+    return SyncASGITransport()
+
+
+class InProcessApp:
+    """A started app (see :func:`in_process_app`).
+
+    Attributes:
+        app: the Quart app.
+        url: the base URL to give clients (only :meth:`http_client`'s transport reaches it).
+    """
+
+    def __init__(self, app: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.app = app
+        self.url = BASE_URL
+        self._loop = loop
+
+    def http_client(self, http: ModuleType | None = None, **options: Any) -> Any:
+        """A synchronous client bound to the app, of the httpx package
+        ``http`` (default: the one the SDK uses, :func:`sdk_http`), for
+        ``anthropic.Anthropic(http_client=...)`` or direct HTTP."""
+        http = http or sdk_http()
+        return http.Client(transport=_transport(http, self.app, self._loop), base_url=self.url, **options)
+
+    def async_http_client(self, **options: Any) -> httpx.AsyncClient:
+        """An async httpx client bound to the app, for use on the app's own loop only
+        (:meth:`run`); an ``AsyncAnthropic`` on another loop needs :meth:`http_client`'s sync form."""
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url=self.url, **options)
+
+    def run(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the app's event loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+
+@contextlib.contextmanager
+def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProcessApp]:
+    """Create the app for ``config`` (a configuration mapping; None: the
+    defaults, i.e. the default model), start it with its lifespan on a
+    thread's event loop, yield it, then shut it down (models closed).
+
+    Raises:
+        ConfigError: a configuration the app refuses (as ``missive serve`` would).
+    """
+    from ..config import Config
+    from ..server.app import create_app
+
+    app = create_app(Config.model_validate(dict(config or {})))
+    loop = asyncio.new_event_loop()
+    started: Future[None] = Future()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        try:
+            async with app.test_app():  # the lifespan: before_serving / after_serving
+                started.set_result(None)
+                await stop.wait()
+        except BaseException as exc:
+            if not started.done():
+                started.set_exception(exc)
+            raise
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), name="missive-in-process", daemon=True)
+    thread.start()
+    try:
+        started.result()
+        yield InProcessApp(app, loop)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join()
+        loop.close()
