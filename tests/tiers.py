@@ -9,14 +9,15 @@ and classes those name (transitively), and the module constants they name
 (``CONFIG``); Missive's core and installed packages are not read, so a
 call to ``live_server`` counts, its body does not:
 
-* ``packaging``: builds or installs distributions (``layered_venv``,
-  ``fresh_venv``, ``python -m build``, docker);
+* ``packaging``: builds or installs distributions (a virtual environment
+  made by ``venv(``-named helpers, ``python -m build``, docker);
 * ``model``: runs a real model engine (``live_server(None)``, the
   ``llamacpp`` or ``mlx`` driver, llama.cpp, ``llama_server``, the default
   model's fixtures);
 * ``live``: starts a Missive process (``live_server``, ``serve_process``,
-  the ``echo_url`` and ``contract_url`` fixtures, ``python -m missive`` or
-  ``python -m pytest`` in a subprocess);
+  the ``echo_url`` and ``contract_url`` fixtures, ``python -m missive``,
+  ``pytest`` or ``hypercorn`` in a subprocess, a benchmark's server through
+  ``load_bench``);
 * ``api``: the app in process (``in_process_app``, Quart's test client);
 * ``unit``: none of these.
 
@@ -44,12 +45,12 @@ TIERS = ("unit", "api", "live", "model", "packaging")
 
 #: Most expensive first: the first tier whose pattern the sources match.
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("packaging", re.compile(r"\b(layered_venv|fresh_venv)\(|\"-m\", \"build\"|\bdocker\b")),
+    ("packaging", re.compile(r"\b(layered_venv|fresh_venv|venv)\(|\"-m\", \"(build|venv)\"|\bdocker\b")),
     ("model", re.compile(
         r"\b(live_server|serve_process)\(\s*None\b|[\"'](llamacpp|mlx)[\"']|\bllama_cpp\b|\bmissive_llamacpp\b"
         r"|\bmlx_lm\b|\bllama_server\(|\bsmollm2_gguf\(|\bdefault_url\b|\bsmol\b")),
     ("live", re.compile(r"\b(live_server|serve_process)\(|\becho_url\b|\bcontract_url\b|\bmissive_server\b"
-                        r"|\"-m\", \"(missive|pytest)\"")),
+                        r"|\"-m\", \"(missive|pytest|hypercorn)\"|\bload_bench\(")),
     ("api", re.compile(r"\bin_process_app\(|\.test_client\(|\.test_app\(")),
 ]
 
