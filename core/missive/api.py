@@ -22,7 +22,8 @@ The names, grouped by what they are for:
   content blocks), images (:class:`ImageInput`, :func:`upright`, ...);
 * in-process drivers (llama.cpp, MLX): :class:`LocalDriver` and the runner
   protocol it drives (:class:`Runner`, :class:`Batched`,
-  :class:`ContextStates` and their value types), :func:`common_prefix`;
+  :class:`ContextStates`, :class:`SharedPool` and their value types),
+  :func:`common_prefix`, :func:`default_cache_bytes`;
 * remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
   failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
   :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`;
@@ -41,7 +42,7 @@ from .compat import API_VERSION
 from .config import ConfigError, ModelEntry
 from .conversation import Conversation, Turn
 from .driver import Driver, GenerationRequest, clamp_max_tokens
-from .engine.host_cache import common_prefix
+from .engine.host_cache import common_prefix, default_cache_bytes
 from .engine.local import LocalDriver
 from .engine.runner import (
     PENDING,
@@ -57,6 +58,7 @@ from .engine.runner import (
     Sampling,
     SavedContext,
     Sequence,
+    SharedPool,
 )
 from .errors import (
     ApiError,
@@ -142,7 +144,8 @@ __all__ = [
     "conversation_image_tokens", "estimate_image_tokens",
     # in-process drivers
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
-    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "common_prefix",
+    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "SharedPool", "common_prefix",
+    "default_cache_bytes",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
     "json_loads", "json_dumps",

@@ -75,9 +75,9 @@ from .batcher import Batcher
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
-from .host_cache import HostPromptCache, default_cache_bytes, restorable, swap_in
+from .host_cache import HostPromptCache, default_cache_bytes, park, restorable, swap_in
 from .host_cache import reusable as host_reusable
-from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence
+from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence, SharedPool
 from .scheduler import Scheduler
 
 __all__ = ["LocalDriver"]
@@ -205,7 +205,16 @@ class LocalDriver(Driver):
                 def elsewhere(prompt: Prompt) -> int:
                     return restorable(states, kept, prompt)
 
-        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere)
+        pool = runner if info.pool_tokens and isinstance(runner, SharedPool) else None
+        evict: Callable[[int], None] | None = None
+        if pool is not None and isinstance(runner, ContextStates) and cache is not None:
+            parked, store = runner, cache
+
+            def evict(slot: int) -> None:  # runs in the model's thread
+                park(parked, store, slot)
+
+        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere,
+                                pool=pool, evict=evict)
         self._scheduler = Scheduler(info.slots)
         self._info = info
 
@@ -255,6 +264,7 @@ class LocalDriver(Driver):
         return {
             "context_window": self._info.context_window,
             "slots": self._info.slots,
+            "kv_pool_tokens": self._info.pool_tokens or self._info.slots * self._info.context_window,
             "chat_template": template_family(self._template),
             "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
             "reasoning_format": self._reasoning or "none",
