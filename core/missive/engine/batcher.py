@@ -100,6 +100,9 @@ class Batcher:
         self._pool = pool
         self._evict = evict
         self._paused: list[tuple[Producer, SavedContext | None]] = []
+        #: Times the shared pool made a sequence wait to join, emptied an
+        #: idle slot, paused a running sequence (``status()``).
+        self.pool_events = {"waits": 0, "evictions": 0, "pauses": 0}
 
     @property
     def active(self) -> int:
@@ -179,6 +182,9 @@ class Batcher:
             if producer.cancelled():
                 producer.stop()
             elif blocked or waiting or not self._room_for(producer.seq.prompt):
+                if not producer.waited:
+                    producer.waited = True
+                    self.pool_events["waits"] += 1
                 waiting.append(producer)
             else:
                 self._join(producer)
@@ -210,6 +216,7 @@ class Batcher:
         if self._evict is not None:
             self._evict(slot)
         pool.clear_slot(slot)
+        self.pool_events["evictions"] += 1
         log.debug("emptied idle slot %d for room in the KV pool", slot)
         return True
 
@@ -231,6 +238,7 @@ class Batcher:
         assert self._pool is not None
         self._pool.clear_slot(slot)
         self._paused.append((producer, saved))
+        self.pool_events["pauses"] += 1
         log.debug("paused the sequence in slot %d (%d tokens saved) for room in the KV pool",
                   slot, len(saved.tokens) if saved is not None else 0)
 

@@ -241,12 +241,19 @@ class LocalDriver(Driver):
 
     async def status(self) -> dict[str, Any]:
         """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
-        together), ``slots_in_use``, and with a host-memory prompt cache
-        ``host_cache_bytes``, ``host_cache_entries``, ``host_cache_max_bytes``."""
+        together), ``slots_in_use``; with a KV pool the slots share,
+        ``kv_pool_tokens`` and how often it made a request wait
+        (``kv_pool_waits``), emptied an idle slot (``kv_pool_evictions``),
+        paused a running sequence (``kv_pool_pauses``); with a host-memory
+        prompt cache ``host_cache_bytes``, ``host_cache_entries``,
+        ``host_cache_max_bytes``."""
         out: dict[str, Any] = {"loaded": self._info is not None}
         if self._batcher is not None:
             out["slots"] = self._batcher.slots
             out["slots_in_use"] = self._batcher.active
+            if self._info is not None and self._info.pool_tokens:
+                out["kv_pool_tokens"] = self._info.pool_tokens
+                out.update({f"kv_pool_{k}": v for k, v in self._batcher.pool_events.items()})
         cache = self._host_cache
         if cache is not None:
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)

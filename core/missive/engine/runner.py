@@ -115,15 +115,10 @@ class Prompt(NamedTuple):
             hold a runner-specific synthetic id).
         media: the runner's media objects for these positions (libmtmd image
             chunks...), or None; released by :meth:`close`.
-        last_client: the position where the prompt's last client text
-            starts (the last user message or tool result: where an edited
-            turn parts from the cached prompt), None when unknown; a runner
-            may keep a checkpoint of its state there.
     """
 
     tokens: list[int]
     media: Any = None
-    last_client: int | None = None
 
     def close(self) -> None:
         """Release :attr:`media` now (idempotent; a no-op without media)."""

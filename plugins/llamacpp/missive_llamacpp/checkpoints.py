@@ -25,12 +25,13 @@ state, then ``seq_rm`` cuts the full-attention layers, which can be cut,
 after it) and reads only the rest. The runner takes them, as llama-server
 does, before the batch that starts at the checkpoint's position:
 
-* every ``checkpoint_interval`` tokens of a long prompt;
-* at the start of the prompt's last client text (the last user message or
-  tool result: what an edited turn or Claude Code's microcompact changes);
-* :data:`END_OFFSET` tokens before the prompt's end (llama-server's
-  offsets, ggml-org/llama.cpp#20288: the same prompt sent again, or one
-  that changes only its generation prompt, restores it).
+* every ``checkpoint_interval`` tokens of a long prompt (what Claude
+  Code's microcompact or a side request sharing the system prompt needs);
+* :data:`END_OFFSET` and ``END_OFFSET + n_ubatch`` tokens before the
+  prompt's end (llama-server's ``checkpoint_offsets``,
+  ggml-org/llama.cpp#20288): the same prompt sent again, or one whose last
+  turn is edited or replaced (up to ``n_ubatch`` tokens of it), restores
+  one of them.
 
 A slot keeps at most ``ctx_checkpoints`` of them, and at most its share of
 the host-memory cache's bytes, oldest dropped first (llama-server drops the
@@ -115,14 +116,12 @@ def plan_reuse(
     return 0, None
 
 
-def positions(n_prompt: int, start: int, *, interval: int, last_client: int | None, avoid: Sequence[tuple[int, int]] = ()) -> list[int]:
+def positions(n_prompt: int, start: int, *, interval: int, n_ubatch: int, avoid: Sequence[tuple[int, int]] = ()) -> list[int]:
     """Where to take checkpoints while a prompt of ``n_prompt`` tokens is read
     from ``start`` (module documentation), ascending; never inside a span of
     ``avoid`` (an image: ``(start, end)``), never at ``start`` or 0."""
     wanted = set(range(interval, n_prompt, interval))
-    if last_client is not None:
-        wanted.add(last_client)
-    wanted.add(n_prompt - END_OFFSET)
+    wanted.update((n_prompt - END_OFFSET, n_prompt - END_OFFSET - n_ubatch))
     return sorted(p for p in wanted if start < p < n_prompt and not any(a < p < b for a, b in avoid))
 
 

@@ -318,7 +318,6 @@ class LlamaCppRunner(SlotStates):
         tokens: list[int] = []
         media = MediaPrompt() if images else None
         rendered: set[int] = set()
-        last_client: int | None = None
         try:
             for text, client in pieces:
                 parts = Projector.split(text, marks.nonce) if media is not None and marks is not None and not client else (text,)
@@ -330,8 +329,6 @@ class LlamaCppRunner(SlotStates):
                         rendered.add(part)
                         self.projector.append_image(images[part], tokens, media)
                     elif part:
-                        if client:
-                            last_client = len(tokens)
                         # Client text is plain text: a typed "<|im_end|>" stays characters.
                         tokens += llm.tokenize(part.encode("utf-8"), add_bos=add_bos and not tokens, special=not client)
         except RuntimeError as exc:
@@ -357,7 +354,7 @@ class LlamaCppRunner(SlotStates):
         if media is not None and media.spans and media.spans[-1].end == len(tokens):
             media.close()
             raise ApiError("the chat template rendered a prompt ending with an image; nothing would sample after it")
-        return Prompt(tokens, media, last_client)
+        return Prompt(tokens, media)
 
     def encode_special(self, text: str) -> list[int]:
         return list(self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True))
@@ -409,7 +406,7 @@ class LlamaCppRunner(SlotStates):
             return []
         spans = [(span.start, span.end) for span in prompt.media.spans] if prompt.media is not None else []
         return checkpoints.positions(len(prompt.tokens), start, interval=s.checkpoint_interval,
-                                     last_client=prompt.last_client, avoid=spans)
+                                     n_ubatch=s.n_ubatch, avoid=spans)
 
     def _checkpoint(self, seq: Sequence) -> None:
         """Take the checkpoint due at ``seq``'s position (before the chunk

@@ -67,9 +67,9 @@ def test_plan_reuse_by_kind_of_model() -> None:
 
 
 def test_checkpoint_positions_and_bounds() -> None:
-    assert positions(1000, 0, interval=256, last_client=900) == [256, 512, 768, 900, 996]
-    assert positions(1000, 600, interval=256, last_client=None) == [768, 996]
-    assert positions(1000, 0, interval=4096, last_client=None, avoid=[(990, 998)]) == []
+    assert positions(1000, 0, interval=256, n_ubatch=100) == [256, 512, 768, 896, 996]
+    assert positions(1000, 600, interval=256, n_ubatch=512) == [768, 996]
+    assert positions(1000, 0, interval=4096, n_ubatch=512, avoid=[(990, 998)]) == [484]
     kept: list[Checkpoint] = []
     for n in (10, 20, 30, 20):
         keep(kept, ck(n), count=3, nbytes=100)
@@ -104,9 +104,9 @@ def runner(request: pytest.FixtureRequest, models: dict[str, Path]) -> Iterator[
     runner.close()
 
 
-def run(runner: Any, tokens: list[int], slot: int, *, last_client: int | None = None, n: int = 8) -> tuple[int, list[int]]:
+def run(runner: Any, tokens: list[int], slot: int, *, n: int = 8) -> tuple[int, list[int]]:
     """Greedy ``n`` tokens after ``tokens`` in ``slot``: (prompt tokens reused, tokens)."""
-    seq = Sequence(Prompt(list(tokens), None, last_client), n, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
+    seq = Sequence(Prompt(list(tokens)), n, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
     runner.begin(seq)
     out: list[int] = []
     try:
@@ -133,12 +133,13 @@ def test_reuse_and_checkpoints(runner: Any) -> None:
     system = [rng.randrange(200, 40000) for _ in range(900)]
     first = [*system, 11, 12, 13, 14, 15]
     runner.clear_slot(0)
-    reused, answer = run(runner, first, 0, last_client=880)
+    reused, answer = run(runner, first, 0)
     assert reused == 0
     held = runner.context_tokens(0)
     assert held == first + answer[:-1]  # the last sampled token is not decoded yet
     if runner._cut != "any":
-        assert [c.n_tokens for c in runner._slots[0].checkpoints] == [256, 512, 768, 880, len(first) - 4]
+        end = len(first) - 4  # and n_ubatch (512) before it
+        assert [c.n_tokens for c in runner._slots[0].checkpoints] == sorted({256, 512, 768, end, end - 512})
 
     # The next turn: what the slot holds is a prefix of the prompt, reused whole.
     second = [*held, 21, 22, 23]
@@ -147,9 +148,9 @@ def test_reuse_and_checkpoints(runner: Any) -> None:
     assert reused == len(held)
     same_as_fresh(runner, second, answer, "the next turn")
 
-    # The last turn edited: the prompt parts at 890, after the checkpoint at 880.
+    # The last turn edited: the prompt parts at 890, after the checkpoint at 768.
     edited = [*system[:890], 31, 32, 33]
-    expected = 890 if runner._cut == "window" else 880  # the window still holds 890 - 128 onwards
+    expected = 890 if runner._cut == "window" else 768  # the window still holds 890 - 128 onwards
     assert runner.reusable_in(Prompt(edited), 0) == expected
     reused, answer = run(runner, edited, 0)
     assert reused == expected
