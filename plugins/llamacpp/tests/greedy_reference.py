@@ -66,8 +66,34 @@ def assert_same_greedy_tokens(path: str, prompt: list[int], got: list[int], want
     return False
 
 
-def _tokens(text: str) -> list[int]:
-    return list(_model().tokenize(text.encode(), add_bos=False, special=False))
+def _tokens(text: str, llm: Any = None) -> list[int]:
+    return list((llm or _model()).tokenize(text.encode(), add_bos=False, special=False))
+
+
+def fresh_greedy(path: str, template: str, conversation: list[dict[str, Any]], max_tokens: int, *,
+                 bos_token: str = "", n_ctx: int = 8192) -> str:
+    """The greedy answer of the model at ``path`` alone (an empty context, one
+    sequence) to ``conversation`` rendered with ``template``: what a cached
+    or restored state must reproduce."""
+    llm = _model(path, n_ctx)
+    prompt = llm.tokenize(render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True)
+    llm.reset()
+    llm.eval(list(prompt))
+    out: list[int] = []
+    for _ in range(max_tokens):
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+        token = int(np.argmax(logits))
+        if llama_vocab_is_eog(llm, token):
+            break
+        out.append(token)
+        llm.eval([token])
+    return llm.detokenize(out).decode("utf-8", errors="ignore")
+
+
+def llama_vocab_is_eog(llm: Any, token: int) -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
 
 
 def assert_same_greedy_answer(
@@ -77,6 +103,11 @@ def assert_same_greedy_answer(
     system: str | None,
     prompt_tokens: int,
     what: str,
+    *,
+    path: str | None = None,
+    template: str | None = None,
+    bos_token: str = "",
+    n_ctx: int = 2048,
 ) -> bool:
     """Pass if ``got`` equals ``wanted``, or if they part where the model's
     two next tokens are tied within :data:`TIE_MARGIN` (module doc).
@@ -93,14 +124,14 @@ def assert_same_greedy_answer(
     """
     if got == wanted:
         return True
-    llm = _model()
+    llm = _model(path, n_ctx)
     conversation = ([{"role": "system", "content": system}] if system is not None else []) + messages
-    template = llm.metadata["tokenizer.chat_template"]
-    prompt = llm.tokenize(render_prompt(template, conversation).encode(), add_bos=False, special=True)
+    template = template or llm.metadata["tokenizer.chat_template"]
+    prompt = llm.tokenize(render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True)
     assert len(prompt) == prompt_tokens, (
         f"{what}: the reference renders {len(prompt)} prompt tokens, the server counts {prompt_tokens}"
     )
-    a, b = _tokens(got), _tokens(wanted)
+    a, b = _tokens(got, llm), _tokens(wanted, llm)
     k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     llm.reset()
     llm.eval(list(prompt) + a[:k])

@@ -85,7 +85,7 @@ def test_checkpoint_positions_and_bounds() -> None:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from missive_llamacpp.testing_gguf import write_tiny
+    from missive_llamacpp.testing_hybrid import write_tiny
 
     folder = tmp_path_factory.mktemp("tiny")
     return {arch: write_tiny(folder / f"{arch}.gguf", arch, n_swa=N_SWA) for arch in ("lfm2", "gemma3")}  # type: ignore[arg-type]

@@ -50,7 +50,7 @@ def words(n: int, tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from missive_llamacpp.testing_gguf import write_tiny
+    from missive_llamacpp.testing_hybrid import write_tiny
 
     return write_tiny(tmp_path_factory.mktemp("hybrid") / "lfm2.gguf", "lfm2")
 
