@@ -67,6 +67,8 @@ BASES: list[dict[str, Any]] = [
          {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1PX}},
          {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A note."}},
          {"type": "text", "text": "Describe.", "cache_control": {"type": "ephemeral"}}]}]},
+    {"model": "echo", "max_tokens": 16, "thread": {"type": "continue", "previous_message_id": "msg_unknown"},
+     "diagnostics": {"previous_message_id": "msg_unknown"}, "messages": [{"role": "user", "content": "Again"}]},
     {"model": "openai", "max_tokens": 16, "stop_sequences": ["there"], "temperature": 0.2,
      "tools": [TOOL], "tool_choice": {"type": "auto"},
      "messages": [{"role": "user", "content": "Hello there, how are you today"}]},

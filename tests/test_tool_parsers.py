@@ -559,7 +559,10 @@ def test_plugin_parsers_take_part_in_selection(registered: dict[str, ToolParserS
 
 
 def test_registered_factories_are_the_parsers(registered: dict[str, ToolParserSpec]) -> None:
-    assert list(registered) == ["hermes", "llama3", "mistral_v3", "mistral", "harmony"]
+    assert list(registered) == [
+        "seed_oss", "minimax_m2", "qwen3_xml", "glm45", "kimi_k2", "deepseek_v32", "deepseek_v31", "gemma4",
+        "nemotron", "llama4_pythonic", "hermes", "llama3", "mistral_v3", "mistral", "harmony",
+    ]
     for name, spec in registered.items():
         cls = load_object(spec.factory)
         assert issubclass(cls, ToolParser) and cls.name == name

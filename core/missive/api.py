@@ -118,6 +118,7 @@ from .tools.parsers.base import (
 )
 from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
+from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
 from .fastjson import dumps as json_dumps, loads as json_loads
 from .transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
@@ -152,6 +153,7 @@ __all__ = [
     # tool calls and reasoning in generated text
     "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",
     "build_parser", "parser_class", "parser_for_template", "hermes_messages", "template_supports_tools",
+    "allows_string",
     "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "reasoning_parser_class",
     # state kept between runs
     "state_dir", "read_json", "write_json",

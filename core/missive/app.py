@@ -39,6 +39,7 @@ from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
 from .shutdown import Drain
+from .threads.store import ResponseStore
 from .workers import PUBLISH_INTERVAL, WorkerInfo
 
 __all__ = ["create_app", "error_response"]
@@ -159,6 +160,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
         "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
+        "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
     }
     publishing: list[asyncio.Task[None]] = []
 

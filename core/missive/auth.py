@@ -8,13 +8,14 @@ only, see :meth:`missive.config.Config.check_bind`).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Sequence
 from typing import Protocol
 
 from .errors import AuthenticationError
 
-__all__ = ["check_api_key", "HeaderLookup"]
+__all__ = ["check_api_key", "key_identity", "HeaderLookup"]
 
 
 class HeaderLookup(Protocol):
@@ -53,3 +54,21 @@ def check_api_key(headers: HeaderLookup, keys: Sequence[str]) -> None:
             ok |= hmac.compare_digest(candidate.encode(), key.encode())
     if not ok:
         raise AuthenticationError("invalid x-api-key")
+
+
+def key_identity(headers: HeaderLookup, keys: Sequence[str]) -> str:
+    """Who a request is, for data kept per API key (message threads, cache
+    diagnostics: :mod:`missive.threads`): a SHA-256 digest of the configured
+    key it presented, never the key itself; ``""`` with no keys configured
+    (everyone is one identity). Call after :func:`check_api_key`.
+
+    Every presented key is compared with every configured one, as there, so
+    the time taken does not depend on which matched. With both headers
+    matching different keys, the ``x-api-key`` one counts.
+    """
+    found = ""
+    for candidate in reversed(_presented(headers)):
+        for key in keys:
+            if hmac.compare_digest(candidate.encode(), key.encode()):
+                found = hashlib.sha256(key.encode()).hexdigest()
+    return found

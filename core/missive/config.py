@@ -50,6 +50,13 @@ Shape (every key optional)::
     max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
     database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
 
+    [threads]                   # message threads and cache diagnostics (docs/configuration.md#threads)
+    enabled = true              # false: a request with `thread` gets 400 thread_unsupported_request
+    ttl = 300.0                 # seconds a thread is kept after its last response (the API's 5 minutes)
+    diagnostics_ttl = 3600.0    # seconds a cache diagnostics fingerprint is kept
+    max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
+    max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
+
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
     fetch_allow = ["10.1.2.0/24", "intranet.example"]   # internal hosts allowed anyway
@@ -87,7 +94,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
-    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig", "Config",
+    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
+    "ThreadsConfig", "Config",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -321,6 +329,31 @@ class BatchesConfig(_Strict):
         return max(1, int(value * limit))
 
 
+class ThreadsConfig(_Strict):
+    """``[threads]``: what the server keeps of its responses for message
+    threads and cache diagnostics (:mod:`missive.threads`).
+
+    Attributes:
+        enabled: hold threads (``thread`` in a request); false: such a
+            request is a 400 ``thread_unsupported_request``, which the SDKs'
+            tool runners answer by sending the whole conversation.
+        ttl: seconds a thread is kept after the response it ends with (the
+            API's 5 minutes; a continue restarts it with its new response).
+        diagnostics_ttl: seconds the fingerprint of a request that asked for
+            ``diagnostics`` is kept.
+        max_count: responses kept at once, threads and fingerprints together;
+            beyond it the oldest are dropped.
+        max_bytes: bytes of kept conversations (their JSON) at once; beyond
+            it the oldest are dropped. A thread larger than this is not kept.
+    """
+
+    enabled: StrictBool = True
+    ttl: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    diagnostics_ttl: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    max_count: int = Field(default=1024, ge=1)
+    max_bytes: int = Field(default=256 * MiB, ge=1024)
+
+
 class Config(_Strict):
     """The whole configuration. ``source``: the file it was read from (None:
     no file, only defaults, environment and overrides); not a key."""
@@ -331,6 +364,7 @@ class Config(_Strict):
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
+    threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
     source: str | None = Field(default=None, exclude=True)
 
     def check_bind(self) -> None:

@@ -67,6 +67,7 @@ from .stop_sequences import StopMatcher
 from .thinking.signing import Signer
 from .tools.definitions import choice_after_server_call
 from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
+from .tools.parsers.unparsed import UnparsedCallWatch
 from .tools.server import (
     MAX_SERVER_CALLS,
     UNAVAILABLE,
@@ -132,6 +133,7 @@ class MessageStream:
         self._resume: GenerationRequest | None = None
         self._round_stop: str | None = None
         self._round_text = ""
+        self._watch: UnparsedCallWatch | None = None
         self._usage_before = dict.fromkeys(
             ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), 0
         )
@@ -277,6 +279,8 @@ class MessageStream:
         tool: ToolParser | None = None
         if request.tools and request.tool_choice.mode != "none":
             tool = self.driver.tool_parser(request)
+            if tool is not None:
+                self._watch = UnparsedCallWatch(self.driver.model_id, tool, self.driver.tool_parser_specs)
         reasoning = None
         if tool is None or not tool.handles_reasoning:
             reasoning = self.driver.reasoning_parser(request)
@@ -289,7 +293,7 @@ class MessageStream:
         out: list[GenerationEvent] = []
         for piece in pieces:
             if isinstance(piece, Text) and tool is not None:
-                out += [self._from_parse(parsed) for parsed in tool.feed(piece.text)]
+                out += [self._from_tool(parsed) for parsed in tool.feed(piece.text)]
             else:
                 out.append(self._from_parse(piece))
         return out
@@ -297,8 +301,17 @@ class MessageStream:
     def _flush(self, reasoning: ReasoningParser | None, tool: ToolParser | None) -> list[GenerationEvent]:
         out = self._split(reasoning, tool, list(reasoning.finish())) if reasoning is not None else []
         if tool is not None:
-            out += [self._from_parse(parsed) for parsed in tool.finish()]
+            out += [self._from_tool(parsed) for parsed in tool.finish()]
+            if self._watch is not None:
+                self._watch.finish()
         return out
+
+    def _from_tool(self, parsed: object) -> GenerationEvent:
+        """A tool parser's event; its answer text is watched for calls in
+        another format (:class:`~missive.tools.parsers.unparsed.UnparsedCallWatch`)."""
+        if isinstance(parsed, Text) and self._watch is not None:
+            self._watch.feed(parsed.text)
+        return self._from_parse(parsed)
 
     async def _parsed(self) -> AsyncGenerator[GenerationEvent, None]:
         """The driver's events with reasoning and tool calls written as text

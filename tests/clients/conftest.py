@@ -32,6 +32,8 @@ from missive.testing import live_server
 #: Pinned client versions (``npm view <pkg> version`` when bumping).
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
 OPENCODE = ("opencode-ai", "1.18.33")
+#: The TypeScript SDK, for its tool runner (test_ts_tool_runner.py).
+TS_SDK = ("@anthropic-ai/sdk", "1.15.0")
 
 NPM_TIMEOUT = 600
 CLIENT_TIMEOUT = 120
@@ -96,6 +98,16 @@ def opencode_bin() -> Path:
                          env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")})
     assert out.stdout.strip() == OPENCODE[1], out.stdout + out.stderr
     return path
+
+
+@pytest.fixture(scope="session")
+def ts_sdk() -> Path:
+    """The pinned TypeScript SDK's package folder, installed once per machine."""
+    npm_install(*TS_SDK, binary="anthropic-ai-sdk")
+    folder = node_cache() / "node_modules" / TS_SDK[0]
+    version = json.loads((folder / "package.json").read_text())["version"]
+    assert version == TS_SDK[1], version
+    return folder
 
 
 @dataclass

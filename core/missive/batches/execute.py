@@ -31,6 +31,7 @@ from ..pipeline import MessageStream, accumulate
 from ..record import RequestRecord
 from ..schema.ignored import collect_ignored
 from ..schema.request import MessagesRequest
+from ..threads.errors import ThreadUnsupportedRequestError
 from ..validation import validate_body
 from .shapes import errored_result
 
@@ -61,8 +62,9 @@ class Checked:
 def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) -> Checked:
     """Check one request's ``params`` as ``POST /v1/messages`` checks a body,
     plus the batch's own rules: no ``stream: true`` (a batch's results are
-    whole messages) and ``max_tokens`` of at least 1 (the API's batch rule:
-    a cache warm-up would have nothing to warm).
+    whole messages), no ``thread`` (each request stands alone) and
+    ``max_tokens`` of at least 1 (the API's batch rule: a cache warm-up
+    would have nothing to warm).
 
     Raises:
         InvalidRequestError: the first problem, with its field path; in
@@ -71,6 +73,8 @@ def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) ->
     """
     if params.get("stream") is True:
         raise InvalidRequestError("stream: streaming is not supported in a Message Batch; leave it out or set it to false")
+    if params.get("thread") is not None:
+        raise ThreadUnsupportedRequestError("message threads are not supported in a Message Batch")
     req = validate_body(MessagesRequest, params)
     if req.max_tokens is not None and req.max_tokens < 1:
         raise InvalidRequestError("max_tokens: must be at least 1 in a Message Batch")

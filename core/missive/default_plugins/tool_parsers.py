@@ -2,8 +2,21 @@
 
 Order matters for :func:`missive.tools.parsers.selection.select_parser`: the
 first spec with a marker found in a chat template wins. Markers are literal
-strings from the published chat templates:
+strings from the published chat templates; formats whose templates also
+contain another format's marker come first (Qwen3-Coder's and GLM's
+templates contain Hermes' ``<tool_call>``, Seed-OSS's Qwen's ``<function=``):
 
+* seed_oss: ``<seed:tool_call>`` (ByteDance Seed-OSS);
+* minimax_m2: ``<minimax:tool_call>`` (MiniMax-M2);
+* qwen3_xml: ``<parameter=`` (Qwen3-Coder, Qwen3.5/3.6, Nemotron 3 Nano);
+* glm45: ``<arg_key>`` (GLM-4.5, 4.6, 4.7);
+* kimi_k2: ``<|tool_calls_section_begin|>`` (Kimi-K2, K2-Thinking);
+* deepseek_v32: ``｜DSML｜`` (DeepSeek-V3.2), before deepseek_v31:
+  ``<｜tool▁calls▁begin｜>`` (DeepSeek-V3.1, V3, R1);
+* gemma4: ``<|tool_call>`` (Gemma 4);
+* nemotron: ``<TOOLCALL>`` (Nemotron Nano v2, Llama-3.3-Nemotron-Super);
+* llama4_pythonic: ``[func_name1(`` (the pythonic Llama 4 template; Llama 4's
+  own template asks for Llama 3's JSON and selects llama3);
 * hermes: ``<tool_call>`` (Qwen2.5/Qwen3 and Hermes templates);
 * llama3: ``<|python_tag|>``, ``Environment: ipython`` and the instruction
   ``"parameters": dictionary of argument name`` (Llama 3.1/3.2/3.3 templates);
@@ -21,6 +34,66 @@ from ..specs import ToolParserSpec
 @hookimpl
 def register_tool_parsers() -> list[ToolParserSpec]:
     return [
+        ToolParserSpec(
+            name="seed_oss",
+            factory="missive.tools.parsers.xml:SeedOssParser",
+            description="Seed-OSS: <seed:tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></seed:tool_call>",
+            template_markers=("<seed:tool_call>",),
+        ),
+        ToolParserSpec(
+            name="minimax_m2",
+            factory="missive.tools.parsers.xml:MiniMaxM2Parser",
+            description='MiniMax-M2: <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke>',
+            template_markers=("<minimax:tool_call>",),
+        ),
+        ToolParserSpec(
+            name="qwen3_xml",
+            factory="missive.tools.parsers.xml:QwenXmlParser",
+            description="Qwen3-Coder, Qwen3.5/3.6, Nemotron 3: <tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>",
+            template_markers=("<parameter=",),
+        ),
+        ToolParserSpec(
+            name="glm45",
+            factory="missive.tools.parsers.xml:Glm45Parser",
+            description="GLM-4.5/4.6/4.7: <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>",
+            template_markers=("<arg_key>",),
+        ),
+        ToolParserSpec(
+            name="kimi_k2",
+            factory="missive.tools.parsers.sections:KimiK2Parser",
+            description="Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>",
+            template_markers=("<|tool_calls_section_begin|>",),
+        ),
+        ToolParserSpec(
+            name="deepseek_v32",
+            factory="missive.tools.parsers.xml:DeepSeekV32Parser",
+            description='DeepSeek-V3.2 DSML: <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>',
+            template_markers=("｜DSML｜",),
+        ),
+        ToolParserSpec(
+            name="deepseek_v31",
+            factory="missive.tools.parsers.sections:DeepSeekV31Parser",
+            description="DeepSeek-V3.1 (and V3/R1): <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>",
+            template_markers=("<｜tool▁calls▁begin｜>",),
+        ),
+        ToolParserSpec(
+            name="gemma4",
+            factory="missive.tools.parsers.gemma4:Gemma4Parser",
+            description='Gemma 4: <|tool_call>call:NAME{key:<|"|>value<|"|>,n:1}<tool_call|>',
+            template_markers=("<|tool_call>",),
+        ),
+        ToolParserSpec(
+            name="nemotron",
+            factory="missive.tools.parsers.sections:NemotronParser",
+            description='Nemotron: <TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>',
+            template_markers=("<TOOLCALL>",),
+        ),
+        ToolParserSpec(
+            name="llama4_pythonic",
+            factory="missive.tools.parsers.pythonic:Llama4PythonicParser",
+            description="Llama 4 pythonic: [NAME(key=value, ...)], optionally in <|python_start|>...<|python_end|>",
+            template_markers=("[func_name1(",),
+        ),
         ToolParserSpec(
             name="hermes",
             factory="missive.tools.parsers.hermes:HermesParser",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
@@ -19,6 +20,7 @@ from ..record import RequestRecord
 from ..schema.ignored import collect_ignored
 from ..shutdown import Drain
 from ..thinking.signing import Signer
+from ..threads import HANDLED_BETAS
 from ..validation import parse_json, validate_body
 
 __all__ = [
@@ -66,8 +68,11 @@ def authenticate() -> None:
     check_api_key(request.headers, config.server.api_keys)
 
 
-async def read_request(model: type[M]) -> M:
+async def read_request(model: type[M], expand: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> M:
     """Read, validate and police one request body.
+
+    ``expand``: applied to the parsed body before validation (a message
+    thread's continue becomes the whole conversation: :mod:`missive.threads`).
 
     Unknown fields and block types, and every ``anthropic-beta`` value, are
     recorded in ``g.ignored`` (sent as the ``missive-ignored`` header and
@@ -81,6 +86,8 @@ async def read_request(model: type[M]) -> M:
     config, _, _ = state()
     raw = await read_raw_body()
     body: Any = parse_json(raw)
+    if expand is not None:
+        body = expand(body)
     validated = validate_body(model, body)
     ignored = collect_ignored(validated)
     if ignored and config.server.strict:
@@ -107,8 +114,10 @@ def note_betas(ignored: list[str]) -> None:
     """Report ``ignored`` request parts and every ``anthropic-beta`` value
     (logged, and sent back in the ``missive-ignored`` header). Betas are
     reported but never rejected, even in strict mode: clients send new
-    ones with every release (contract section 1)."""
-    betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
+    ones with every release (contract section 1). Betas of features Missive
+    implements (:data:`missive.threads.HANDLED_BETAS`) are not reported."""
+    betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",")
+             if b.strip() and b.strip() not in HANDLED_BETAS]
     ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
     if ignored:
         log.info("ignored: %s", ", ".join(ignored))

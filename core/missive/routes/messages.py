@@ -49,6 +49,7 @@ from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
+from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
 from .common import (
     admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, signer, state,
@@ -155,17 +156,19 @@ class _StreamContext:
     facts: RequestRecord
     shutdown: Drain
     request_id: str
+    keeper: Keeper
 
 
 def _stream_context() -> _StreamContext:
     config, _, _ = state()
-    return _StreamContext(config.server, record(), drain(), g.request_id)
+    return _StreamContext(config.server, record(), drain(), g.request_id, keeper())
 
 
 async def _create_message() -> Response | dict[str, Any]:
     authenticate()
     _, _, models = state()
-    req = await read_request(MessagesRequest)
+    # A thread continue is rebuilt into the whole conversation before validation.
+    req = await read_request(MessagesRequest, expand=keeper().expand)
     model_id, _ = models.resolve(req.model)
     facts = record()
     facts.model = model_id
@@ -180,10 +183,12 @@ async def _create_message() -> Response | dict[str, Any]:
         shutdown = drain()
         try:
             events = [first]
+            kept = keeper()
             with shutdown.cut():
                 async with aclosing(stream.events()) as answer:
                     async for event in answer:
                         facts.note(event)
+                        kept.note(event)
                         events.append(event)
         finally:
             try:
@@ -240,6 +245,8 @@ async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[d
             except BaseException:
                 slot.release()
                 raise
+    # Cache diagnostics go into message_start; a thread's answer is collected.
+    keeper().start(req, model=model_id, system=prepared.conversation.system, first=first)
     facts.note(first)
     return first, stream, slot
 
@@ -326,6 +333,7 @@ async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _
                         if event["type"] == "message_stop":
                             slot.release()
                         facts.note(event)
+                        ctx.keeper.note(event)  # a thread is held before message_stop leaves
                         frames.append(frame(event))
                     yield b"".join(frames)  # one write for what was ready together
         except Exception as exc:

@@ -27,6 +27,7 @@ from .blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from .thread import Diagnostics, MessageThread
 
 __all__ = [
     "Message",
@@ -244,6 +245,9 @@ class MessagesRequest(CountTokensRequest):
     top_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)] | None = None
     top_k: Annotated[StrictInt, Field(ge=0)] | None = None
     metadata: Metadata | None = None
+    # Message threads and cache diagnostics (missive.threads; the SDK 2.15 types in .thread).
+    thread: MessageThread | None = None
+    diagnostics: Diagnostics | None = None
 
     @model_validator(mode="after")
     def _api_rules(self) -> MessagesRequest:

@@ -20,7 +20,7 @@ from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from missive.api import ToolChoice, ToolDefinition, ToolParser
+from missive.api import ToolChoice, ToolDefinition, ToolParser, allows_string
 
 __all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "MAX_PARALLEL_CALLS"]
 
@@ -148,6 +148,61 @@ def _converts(schema: dict[str, Any], name: str) -> bool:
         return False
 
 
+#: A value written as raw text inside a parameter's tags: anything but
+#: ``<``, which would start the closing tag (a forced call's string values
+#: hold no ``<``; free generation, which the parsers read, has no such limit).
+_RAW_TEXT = r'[^<\x00]*'
+
+
+def _parameters_rule(converter: SchemaConverter, parser: type[ToolParser], schema: dict[str, Any], name: str) -> str:
+    """The rule of one call's arguments in a ``"parameters"`` format
+    (Qwen3-Coder's ``<parameter=K>``, GLM's ``<arg_key>``, Gemma 4's
+    ``key:value``...): the required properties in schema order, then each
+    optional one or not; a property whose schema allows strings is raw text
+    (when the format writes strings raw), any other the JSON its schema
+    describes. Properties a schema leaves open (no ``properties``) are not
+    written: the call then has no arguments.
+    """
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = [k for k in schema.get("required", []) if k in properties]
+    optional = [k for k in properties if k not in required]
+    separator = converter._format_literal(parser.parameter_separator) if parser.parameter_separator else ""
+    raw_text = converter._add_rule(f"{name}-raw-text", _RAW_TEXT)
+
+    def item(index: int, key: str) -> str:
+        prop = properties[key]
+        string = parser.raw_string_values and allows_string(prop, schema)
+        prefix, suffix = parser.parameter_syntax(key, string)
+        if string:
+            value = _string_value(converter, prop, raw_text)
+        else:
+            value = converter.visit(prop if isinstance(prop, dict) else {}, f"{name}-p{index}")
+        return converter._add_rule(
+            f"{name}-p{index}-item",
+            f"{converter._format_literal(prefix)} {value} {converter._format_literal(suffix)}",
+        )
+
+    items = [item(i, k) for i, k in enumerate([*required, *optional])]
+    fixed, loose = items[: len(required)], items[len(required) :]
+    sep = f"{separator} " if separator else ""
+    if fixed:
+        body = f" {sep}".join(fixed) + "".join(f" ({sep}{x})?" for x in loose)
+    elif loose:
+        # No required argument: optional ones in order, each only after the previous.
+        body = "(" + loose[0] + "".join(f" ({sep}{x})?" for x in loose[1:]) + ")?"
+    else:
+        body = ""
+    return converter._add_rule(f"{name}-args", body or '""')
+
+
+def _string_value(converter: SchemaConverter, prop: Any, raw_text: str) -> str:
+    """A string argument written raw: one of its enum strings, else any text."""
+    enum = prop.get("enum") if isinstance(prop, dict) else None
+    if isinstance(enum, list) and enum and all(isinstance(v, str) and "<" not in v for v in enum):
+        return "(" + " | ".join(converter._format_literal(v) for v in enum) + ")"
+    return raw_text
+
+
 def tool_call_grammar(
     parser: type[ToolParser], tools: tuple[ToolDefinition, ...], choice: ToolChoice, relaxed: list[str] | None = None
 ) -> str:
@@ -174,7 +229,10 @@ def tool_call_grammar(
     alternatives = []
     for i, tool in enumerate(allowed):
         schema = converter.resolve_refs(_args_schema(tool, i, notes), f"tool{i}")
-        args_rule = converter.visit(schema, f"tool{i}-args")
+        if parser.arguments_format == "parameters":
+            args_rule = _parameters_rule(converter, parser, schema, f"tool{i}")
+        else:
+            args_rule = converter.visit(schema, f"tool{i}-args")
         prefix, suffix = parser.call_syntax(tool.name)
         body = f"{converter._format_literal(prefix)} {args_rule} {converter._format_literal(suffix)}"
         alternatives.append(converter._add_rule(f"tool{i}-call", body))

@@ -45,7 +45,7 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   ``n_decoded`` does count it);
 * **detokenizer**: token bytes through an incremental UTF-8 decoder (a
   character split across tokens is emitted whole, invalid bytes become
-  U+FFFD); bytes of a character cut off by ``max_tokens`` are dropped, not
+  U+FFFD), special tokens as their text (tool call and reasoning markers); bytes of a character cut off by ``max_tokens`` are dropped, not
   shown as U+FFFD: the API never returns half a character;
 * **append**: the tokens are queued after the last sampled one and decoded
   by the next step (the thinking budget's close);
@@ -122,14 +122,23 @@ class _SeqState:
 
 
 class _Utf8Text:
-    """Token bytes to text through an incremental UTF-8 decoder."""
+    """Token bytes to text through an incremental UTF-8 decoder.
+
+    Special tokens are written as their text (``special=True``): many
+    formats mark tool calls and reasoning with them (GLM's ``<arg_key>``,
+    Kimi's ``<|tool_call_begin|>``, MiniMax's ``<minimax:tool_call>``,
+    gpt-oss's ``<|channel|>``), and the parsers read text. llama.cpp's own
+    server keeps such tokens in its output for its parsers too
+    (``preserved_tokens`` in ``common/chat.cpp``). End-of-generation tokens
+    never reach this: they end the sequence.
+    """
 
     def __init__(self, llm: Any) -> None:
         self._detokenize = llm.detokenize
         self._decode = codecs.getincrementaldecoder("utf-8")(errors="replace").decode
 
     def add(self, token: int) -> str:
-        return self._decode(self._detokenize([token]))
+        return self._decode(self._detokenize([token], special=True))
 
     def flush(self) -> str:
         return ""  # a character cut off by max_tokens is dropped

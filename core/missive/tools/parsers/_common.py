@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent
+from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, ToolParser
 from .jsonscan import Key, ScanEvent, loads_strict
 
-__all__ = ["find_marker", "InvalidCall", "CallObject", "decode_arguments", "give_back"]
+__all__ = ["find_marker", "InvalidCall", "CallObject", "decode_arguments", "give_back", "SteppedParser"]
 
 
 def find_marker(buf: str, markers: Sequence[str]) -> tuple[int, str | None]:
@@ -188,3 +188,22 @@ def give_back(strict: bool, started: bool, raw: str, reason: str) -> list[ParseE
     if strict or started:
         raise MalformedToolCall(f"{reason}: {raw[:200]!r}")
     return [Text(raw)] if raw else []
+
+
+class SteppedParser(ToolParser):
+    """A parser that keeps unread text in ``_buf`` and reads it with
+    ``_step`` until a step cannot go on."""
+
+    _buf: str
+
+    def feed(self, text: str) -> list[ParseEvent]:
+        self._buf += text
+        out: list[ParseEvent] = []
+        while self._step(out):
+            pass
+        return out
+
+    def _step(self, out: list[ParseEvent]) -> bool:
+        """Read what the buffer allows, appending events to ``out``; True if
+        the state moved on (another step may read more)."""
+        raise NotImplementedError

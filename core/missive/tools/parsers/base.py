@@ -31,8 +31,9 @@ Rules every parser follows (issue 3, contract section 4):
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import Any, ClassVar, Literal, Union
 
 __all__ = [
     "Text",
@@ -86,6 +87,10 @@ class ToolParser(abc.ABC):
             given back as text (the model cannot call what it was not offered).
         stream_arguments: emit argument fragments as they arrive (see module doc).
         strict: raise on malformed calls instead of giving them back as text.
+        schemas: each offered tool's ``input_schema`` by name, for formats
+            that write argument values as text (XML parameters): a value is
+            typed from its property's schema (``"3"`` is the integer 3 for an
+            ``integer`` property, a string for a ``string`` one).
     """
 
     #: Registered name (``hermes``, ``llama3``...).
@@ -101,10 +106,37 @@ class ToolParser(abc.ABC):
     #: parser sees only the answer text.
     handles_reasoning: ClassVar[bool] = False
 
-    def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
+    #: How a call's arguments are written: ``"json"`` (one JSON object
+    #: between :meth:`call_syntax`'s prefix and suffix) or ``"parameters"``
+    #: (one tagged value per argument, :meth:`parameter_syntax`, joined by
+    #: :attr:`parameter_separator`: Qwen3-Coder's ``<parameter=K>``,
+    #: GLM's ``<arg_key>``...). Grammars that force a call follow it.
+    arguments_format: ClassVar[Literal["json", "parameters"]] = "json"
+
+    #: Text between two parameters of one call (``"parameters"`` formats).
+    parameter_separator: ClassVar[str] = ""
+
+    #: Whether a ``"parameters"`` format writes string values as raw text
+    #: (XML tags); False: every value is a literal (Llama 4's pythonic calls).
+    raw_string_values: ClassVar[bool] = True
+
+    #: Literal strings that, found in answer text this parser gave back, show
+    #: the model wrote a call in this format (the core warns when a model's
+    #: text holds another format's markers: its ``tool_parser`` is wrong).
+    output_markers: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        tool_names: frozenset[str],
+        *,
+        stream_arguments: bool = False,
+        strict: bool = False,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self.tool_names = tool_names
         self.stream_arguments = stream_arguments
         self.strict = strict
+        self.schemas: Mapping[str, Mapping[str, Any]] = schemas or {}
 
     @abc.abstractmethod
     def feed(self, text: str) -> list[ParseEvent]:
@@ -127,5 +159,17 @@ class ToolParser(abc.ABC):
         Used to build grammars for forced tool choice: a constrained call is
         ``prefix + <arguments JSON> + suffix``, e.g. for Hermes
         ``('<tool_call>\\n{"name": "get_weather", "arguments": ', '}\\n</tool_call>')``.
-        The parser must parse what this produces.
+        The parser must parse what this produces. For a ``"parameters"``
+        format the prefix and suffix surround the parameters instead.
         """
+
+    @classmethod
+    def parameter_syntax(cls, key: str, string: bool) -> tuple[str, str]:
+        """The literal text a ``"parameters"`` format writes before and after
+        the value of argument ``key``: the value is raw text when ``string``
+        (an argument whose schema allows strings), else JSON.
+
+        Raises:
+            NotImplementedError: a ``"json"`` format.
+        """
+        raise NotImplementedError(f"tool format {cls.name!r} writes arguments as one JSON object")

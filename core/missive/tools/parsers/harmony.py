@@ -32,6 +32,7 @@ The backend must render special tokens as text for this parser to see them.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ._common import find_marker, give_back
 from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Reasoning, Text, ToolParser
@@ -77,11 +78,12 @@ class HarmonyParser(ToolParser):
     """Streaming parser of harmony messages (gpt-oss)."""
 
     name = "harmony"
+    output_markers = ("<|channel|>",)
     call_separator = "<|start|>assistant"
     handles_reasoning = True  # analysis messages are Reasoning events
 
-    def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
-        super().__init__(tool_names, stream_arguments=stream_arguments, strict=strict)
+    def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
+        super().__init__(tool_names, **options)
         self._buf = ""
         self._at_start = True
         self._reset()

@@ -24,6 +24,7 @@ Rules (beyond :mod:`missive.tools.parsers.base`):
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ._common import CallObject, InvalidCall, find_marker, give_back
 from .base import ParseEvent, Text, ToolParser
@@ -39,13 +40,14 @@ class HermesParser(ToolParser):
     """Streaming parser of ``<tool_call>{...}</tool_call>`` calls."""
 
     name = "hermes"
+    output_markers = ("<tool_call>\n{", "<tool_call>{")
     call_separator = "\n"
     OPEN = "<tool_call>"
     CLOSE = "</tool_call>"
     ARGS_KEYS: tuple[str, ...] = ("arguments",)
 
-    def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
-        super().__init__(tool_names, stream_arguments=stream_arguments, strict=strict)
+    def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
+        super().__init__(tool_names, **options)
         self._buf = ""
         self._reset()
 

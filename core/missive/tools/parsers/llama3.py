@@ -23,6 +23,7 @@ Rules (beyond :mod:`missive.tools.parsers.base`):
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ._common import CallObject, InvalidCall, give_back
 from .base import ParseEvent, Text, ToolParser
@@ -38,12 +39,13 @@ class Llama3JsonParser(ToolParser):
     """Streaming parser of Llama 3.x JSON tool calls."""
 
     name = "llama3"
+    output_markers = ("<|python_tag|>",)
     call_separator = "; "
     PYTHON_TAG = "<|python_tag|>"
     ARGS_KEYS: tuple[str, ...] = ("parameters", "arguments")
 
-    def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
-        super().__init__(tool_names, stream_arguments=stream_arguments, strict=strict)
+    def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
+        super().__init__(tool_names, **options)
         self._buf = ""
         self._state = _START
         self._new_call("")

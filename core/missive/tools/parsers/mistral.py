@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ._common import CallObject, InvalidCall, find_marker, give_back
 from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Text, ToolParser
@@ -43,13 +44,14 @@ class MistralParser(ToolParser):
     """Streaming parser of Mistral ``[TOOL_CALLS]`` calls; grammars write the v11 form."""
 
     name = "mistral"
+    output_markers = ("[TOOL_CALLS]",)
     call_separator = ""
     BOT = "[TOOL_CALLS]"
     ARGS = "[ARGS]"
     CALL_ID = "[CALL_ID]"
 
-    def __init__(self, tool_names: frozenset[str], *, stream_arguments: bool = False, strict: bool = False) -> None:
-        super().__init__(tool_names, stream_arguments=stream_arguments, strict=strict)
+    def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
+        super().__init__(tool_names, **options)
         self._buf = ""
         self._reset()
 

@@ -34,4 +34,5 @@ def build_parser(
     arguments may be streamed as they come and malformed output is an error.
     """
     cls = parser_class(specs, name)
-    return cls(frozenset(t.name for t in tools), stream_arguments=constrained, strict=constrained)
+    schemas = {t.name: t.input_schema for t in tools}
+    return cls(frozenset(schemas), stream_arguments=constrained, strict=constrained, schemas=schemas)
