@@ -1,6 +1,6 @@
 """Prompt reuse on hybrid and sliding-window models, on the runner and its rules.
 
-Tiny random-weight models written by :mod:`missive_llamacpp.testing_gguf`
+Tiny random-weight models written by :mod:`missive_llamacpp.testing_hybrid`
 (LFM2: short convolutions + attention, a hybrid; Gemma 3: sliding-window
 attention) are loaded for real, and the runner is driven as the engine
 drives it (``begin``, ``step_many``, ``end``), with two slots of one

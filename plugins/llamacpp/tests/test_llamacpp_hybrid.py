@@ -1,7 +1,7 @@
 """A hybrid model served for real: prompt reuse, checkpoints and the shared KV pool, through the SDK.
 
 The model is a tiny random-weight LFM2 (short convolutions + attention,
-``llama_model_is_hybrid``) written by :mod:`missive_llamacpp.testing_gguf`:
+``llama_model_is_hybrid``) written by :mod:`missive_llamacpp.testing_hybrid`:
 its recurrent state cannot be cut, the case where the runner used to read
 the whole prompt again on every turn. Two live ``missive serve``:
 
