@@ -18,6 +18,7 @@ import pytest
 
 from missive.capabilities import Capabilities
 from missive.config import ModelEntry
+from missive.engine.host_cache import common_prefix
 from missive.engine.runner import ContextStates, ModelInfo, Prompt, SavedContext, Sequence, SharedPool
 from missive.events import Finished, Started
 from missive.testing import collect_events as collect, text_of
@@ -61,12 +62,7 @@ class PooledRunner(BatchedRunner):
         return list(self.slots[slot])
 
     def reusable_from(self, prompt: Prompt, saved: SavedContext) -> int:
-        n = 0
-        for a, b in zip(saved.tokens, prompt.tokens):
-            if a != b:
-                break
-            n += 1
-        return min(n, len(prompt.tokens) - 1)
+        return min(common_prefix(saved.tokens, prompt.tokens), len(prompt.tokens) - 1)
 
     def save_context(self, slot: int) -> SavedContext | None:
         tokens = list(self.slots[slot])

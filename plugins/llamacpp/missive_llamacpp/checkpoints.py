@@ -145,11 +145,11 @@ def restore(ctx: Any, seq_id: int, checkpoint: Checkpoint) -> bool:
     return int(llama_cpp.llama_state_seq_set_data_ext(ctx, checkpoint.data, checkpoint.size, seq_id, flags)) != 0
 
 
-def keep(checkpoints: list[Checkpoint], new: Checkpoint, *, count: int, nbytes: int) -> None:
-    """Add ``new`` (replacing one at the same position), then drop the oldest
-    while more than ``count`` or ``nbytes`` are kept."""
-    checkpoints[:] = [c for c in checkpoints if c.n_tokens != new.n_tokens]
-    checkpoints.append(new)
-    checkpoints.sort(key=lambda c: c.n_tokens)
-    while checkpoints and (len(checkpoints) > count or sum(c.size for c in checkpoints) > nbytes):
-        checkpoints.pop(0)
+def keep(checkpoints: Sequence[Checkpoint], new: Checkpoint, *, count: int, nbytes: int) -> list[Checkpoint]:
+    """``checkpoints`` with ``new`` added (replacing one at the same
+    position), the oldest dropped while more than ``count`` or ``nbytes``
+    are kept; a new list (other threads may be reading the old one)."""
+    kept = sorted([c for c in checkpoints if c.n_tokens != new.n_tokens] + [new], key=lambda c: c.n_tokens)
+    while kept and (len(kept) > count or sum(c.size for c in kept) > nbytes):
+        kept.pop(0)
+    return kept

@@ -430,7 +430,8 @@ class LlamaCppRunner(SlotStates):
         marks.pop(0)
         taken = checkpoints.take(self._ctx.ctx, seq.slot, pos)
         if taken is not None:
-            checkpoints.keep(slot.checkpoints, taken, count=self.settings.ctx_checkpoints, nbytes=self._checkpoint_bytes)
+            slot.checkpoints = checkpoints.keep(slot.checkpoints, taken, count=self.settings.ctx_checkpoints,
+                                                nbytes=self._checkpoint_bytes)
 
     def step_many(self, seqs: list[Sequence]) -> list[int | None | Pending]:
         """One ``llama_decode`` for all ``seqs`` (module documentation):

@@ -137,11 +137,12 @@ class LlamaCppSettings(BaseModel):
             sliding-window ones without ``swa_full``; llama-server's
             ``--ctx-checkpoints``): copies of the part of the state that
             cannot be cut (recurrent state, window cache), taken while a
-            prompt is read (every ``checkpoint_interval`` tokens, before the
-            last user message, a few tokens before the prompt's end), so a
+            prompt is read (every ``checkpoint_interval`` tokens, and
+            ``n_ubatch + 4`` and 4 tokens before the prompt's end), so a
             later prompt that parts from the cached one restores the nearest
             earlier checkpoint instead of reading everything again. 0: off.
-            They live in host memory, within the host cache's budget
+            They live in host memory and take at most a quarter of
+            ``cache_ram_mib``, shared by the slots, oldest dropped first
             (:mod:`missive_llamacpp.checkpoints`).
         checkpoint_interval: tokens between checkpoints inside a long prompt.
         cache_ram_mib: MiB of host memory for prompts that left the context
@@ -211,7 +212,7 @@ class LlamaCppSettings(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> LlamaCppSettings:
         # llama.cpp refuses a quantized V cache without flash attention
-        # ("V cache quantization requires flash_attn", llama_init_from_model).
+        # ("quantized V cache requires flash_attn to be enabled", llama_init_from_model).
         if self.flash_attn == "off" and self.cache_type_v not in ("f32", "f16", "bf16"):
             raise ValueError(
                 f"cache_type_v = {self.cache_type_v!r} needs flash attention: set flash_attn to \"auto\" or \"on\", "

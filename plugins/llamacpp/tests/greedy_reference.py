@@ -51,19 +51,28 @@ def assert_same_greedy_tokens(path: str, prompt: list[int], got: list[int], want
     tokens within :data:`TIE_MARGIN` of its best logit."""
     if got == wanted:
         return True
-    llm = _model(path, n_ctx)
-    k = next((i for i, (x, y) in enumerate(zip(got, wanted)) if x != y), min(len(got), len(wanted)))
+    _assert_near_tie(_model(path, n_ctx), list(prompt), got, wanted, what)
+    return False
+
+
+def _assert_near_tie(llm: Any, prompt: list[int], a: list[int], b: list[int], what: str) -> None:
+    """Token sequences ``a`` and ``b`` after ``prompt`` part at a near tie of ``llm``, read alone."""
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     llm.reset()
-    llm.eval(list(prompt) + got[:k])
+    llm.eval(prompt + a[:k])
+    # The last token's logits (``Llama.scores`` keeps them only with
+    # ``logits_all``, a row per context position).
     logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float64)
     end = llm.token_eos()
-    here, there = (got[k] if k < len(got) else end), (wanted[k] if k < len(wanted) else end)
+    here, there = (a[k] if k < len(a) else end), (b[k] if k < len(b) else end)
     best = float(logits.max())
     gaps = best - float(logits[here]), best - float(logits[there])
-    detail = f"{what}: the answers part at token {k} ({here} vs {there}, {gaps[0]:.3f} and {gaps[1]:.3f} below the best logit)"
+    detail = (
+        f"{what}: the answers part at token {k} ({llm.detokenize([here])!r} vs {llm.detokenize([there])!r}, "
+        f"{gaps[0]:.3f} and {gaps[1]:.3f} below the best logit)"
+    )
     assert max(gaps) <= TIE_MARGIN, detail + f"\nnot a near tie (margin {TIE_MARGIN})"
-    print(detail + "\na near tie: llama.cpp's rounding with another batch (accepted)")
-    return False
+    print(detail + "\na near tie: llama.cpp's rounding with another batch size (accepted)")
 
 
 def _tokens(text: str, llm: Any = None) -> list[int]:
@@ -131,21 +140,8 @@ def assert_same_greedy_answer(
     assert len(prompt) == prompt_tokens, (
         f"{what}: the reference renders {len(prompt)} prompt tokens, the server counts {prompt_tokens}"
     )
-    a, b = _tokens(got, llm), _tokens(wanted, llm)
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    llm.reset()
-    llm.eval(list(prompt) + a[:k])
-    # The last token's logits (``Llama.scores`` keeps them only with
-    # ``logits_all``, a row per context position).
-    logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float64)
-    end = llm.token_eos()
-    here, there = (a[k] if k < len(a) else end), (b[k] if k < len(b) else end)
-    best = float(logits.max())
-    gaps = best - float(logits[here]), best - float(logits[there])
-    detail = (
-        f"{what}: the answers part at token {k} ({llm.detokenize([here])!r} vs {llm.detokenize([there])!r}, "
-        f"{gaps[0]:.3f} and {gaps[1]:.3f} below the best logit)\n got:    {got!r}\n wanted: {wanted!r}"
-    )
-    assert max(gaps) <= TIE_MARGIN, detail + f"\nnot a near tie (margin {TIE_MARGIN})"
-    print(detail + "\na near tie: llama.cpp's rounding with another batch size (accepted)")
+    try:
+        _assert_near_tie(llm, list(prompt), _tokens(got, llm), _tokens(wanted, llm), what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n got:    {got!r}\n wanted: {wanted!r}") from None
     return False

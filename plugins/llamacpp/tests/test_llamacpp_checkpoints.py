@@ -72,11 +72,11 @@ def test_checkpoint_positions_and_bounds() -> None:
     assert positions(1000, 0, interval=4096, n_ubatch=512, avoid=[(990, 998)]) == [484]
     kept: list[Checkpoint] = []
     for n in (10, 20, 30, 20):
-        keep(kept, ck(n), count=3, nbytes=100)
+        kept = keep(kept, ck(n), count=3, nbytes=100)
     assert [c.n_tokens for c in kept] == [10, 20, 30]
-    keep(kept, ck(40), count=3, nbytes=100)
+    kept = keep(kept, ck(40), count=3, nbytes=100)
     assert [c.n_tokens for c in kept] == [20, 30, 40]  # the oldest dropped
-    keep(kept, ck(50, size=80), count=3, nbytes=95)
+    kept = keep(kept, ck(50, size=80), count=3, nbytes=95)
     assert [c.n_tokens for c in kept] == [40, 50]  # and within the bytes
 
 
