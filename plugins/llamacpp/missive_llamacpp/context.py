@@ -113,7 +113,7 @@ def _params(llm: Any, s: LlamaCppSettings, *, cells: int, seqs: int, unified: bo
 
 
 def _create(llm: Any, params: Any, model_id: str, what: str, verbose: bool) -> tuple[Any, Report]:
-    with LogCapture.capture() as lines:
+    with LogCapture.capture(forward=verbose) as lines:
         try:
             ctx = internals.LlamaContext(model=llm._model, params=params, verbose=verbose)
         except ValueError as exc:

@@ -105,6 +105,7 @@ class LogCapture:
 
     _lock = threading.Lock()
     _lines: list[str] | None = None
+    _forward = True
     _installed: Any = None
 
     @classmethod
@@ -120,23 +121,28 @@ class LogCapture:
             lines = cls._lines
             if lines is not None:
                 lines.append(text.decode("utf-8", "replace"))
-            forward(level, text, user_data)
+            if lines is None or cls._forward:
+                forward(level, text, user_data)
 
         cls._installed = callback  # kept alive: llama.cpp holds a raw pointer to it
         llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
 
     @classmethod
     @contextmanager
-    def capture(cls) -> Iterator[list[str]]:
-        """The lines logged inside the ``with`` block (one block at a time)."""
+    def capture(cls, *, forward: bool = False) -> Iterator[list[str]]:
+        """The lines logged inside the ``with`` block (one block at a time),
+        handed on to llama-cpp-python's logging too when ``forward`` (the
+        ``verbose`` setting): its warnings there are about sizes Missive
+        chose on purpose (a pool larger than the trained context: each
+        conversation still keeps to ``context_window``)."""
         with cls._lock:
             cls._install()
             lines: list[str] = []
-            cls._lines = lines
+            cls._lines, cls._forward = lines, forward
             try:
                 yield lines
             finally:
-                cls._lines = None
+                cls._lines, cls._forward = None, True
 
 
 @dataclass(frozen=True)

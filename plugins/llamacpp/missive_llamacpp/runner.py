@@ -205,6 +205,7 @@ class LlamaCppRunner(SlotStates):
                     n_threads=s.threads,
                     n_threads_batch=s.threads,
                     n_batch=STUB_CTX,
+                    swa_full=False,  # llama.cpp's default is a full-size window cache
                     n_gpu_layers=s.gpu_layers,
                     verbose=s.verbose,
                 )
