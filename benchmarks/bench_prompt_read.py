@@ -59,9 +59,9 @@ def model(name: str) -> tuple[Path, int, dict[str, Any]]:
 
 
 def text(tokens: int) -> str:
-    """About ``tokens`` tokens (SmolLM2 and Gemma tokenizers: ~9 per sentence), a fresh nonce first."""
+    """About ``tokens`` tokens (SmolLM2 and Gemma 3 tokenizers: ~19 a sentence), a fresh nonce first."""
     sentence = "The engineer checked item {i} of the release list and wrote down what she saw. "
-    return f"[{secrets.token_hex(4)}] " + "".join(sentence.format(i=i) for i in range(tokens // 15))
+    return f"[{secrets.token_hex(4)}] " + "".join(sentence.format(i=i) for i in range(tokens // 19))
 
 
 def missive_read(client: httpx.Client, model_id: str, prompt: str) -> tuple[float, int]:
