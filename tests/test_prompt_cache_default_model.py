@@ -9,7 +9,9 @@ the main prompt is restored from host memory and read from the cache.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,6 +19,9 @@ import pytest
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "llamacpp" / "tests"))
+from greedy_reference import assert_same_greedy_answer  # noqa: E402  (the llamacpp tests' near-tie rule)
 
 MODEL = "smollm2-135m"
 GREEDY = {"temperature": 0.0}
@@ -57,37 +62,19 @@ def test_interleaved_conversation_is_read_back_from_host_memory(smol: anthropic.
     assert again.content[0].text == other.content[0].text  # greedy, same prompt, restored state
 
 
-#: Exact equality of a restored and a fresh decode holds where a prompt's
-#: last token decoded alone (after a restore) computes as inside its prompt
-#: chunk: without flash attention, each slot in a KV stream of its own.
-#: Flash attention's kernels and a unified pool's cell order change the
-#: summation order (up to 0.87 on SmolLM2's ~30-wide logits, measured), so
-#: near ties may go either way there; the slot and checkpoint tests cover
-#: those layouts with the near-tie rule (greedy_reference.py).
-EXACT = {"flash_attn": "off", "kv_unified": False}
-
-
-def exact_server(**settings: Any) -> Iterator[anthropic.Anthropic]:
+@pytest.fixture(scope="module")
+def uncached() -> Iterator[anthropic.Anthropic]:
     config = {"models": {MODEL: {"driver": "llamacpp", "context_window": 8192,
-                                 "settings": {"model_path": str(default_model_path()), **EXACT, **settings}}}}
+                                 "settings": {"model_path": str(default_model_path()), "cache_ram_mib": 0}}}}
     with live_server(config) as url:
         yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def uncached() -> Iterator[anthropic.Anthropic]:
-    yield from exact_server(cache_ram_mib=0)
-
-
-@pytest.fixture(scope="module")
-def cached() -> Iterator[anthropic.Anthropic]:
-    yield from exact_server()
-
-
-def test_restored_state_answers_as_a_fresh_decode(cached: anthropic.Anthropic, uncached: anthropic.Anthropic) -> None:
+def test_restored_state_answers_as_a_fresh_decode(smol: anthropic.Anthropic, uncached: anthropic.Anthropic) -> None:
     """A conversation restored from host memory gives the greedy answer a
-    server without the cache gives after decoding the prompt from scratch;
-    with the cache off, the side request costs the main prompt its reuse."""
+    server without the cache gives after decoding the prompt from scratch
+    (up to a near tie, greedy_reference.py); with the cache off, the side
+    request costs the main prompt its reuse."""
     # A system prompt no earlier test used: both servers decode it from the
     # first position in the same batches, so their KV caches hold the same
     # values (a prefix restored from another entry would be decoded in other
@@ -96,16 +83,22 @@ def test_restored_state_answers_as_a_fresh_decode(cached: anthropic.Anthropic, u
     system = "Answer in one sentence. " + SYSTEM_MAIN
     conversation = [turn("What soil does a tomato like?")]
     answers = []
-    for client in (cached, uncached):
+    for client in (smol, uncached):
         client.messages.create(model=MODEL, max_tokens=4, system=system, messages=conversation, extra_body=GREEDY)
         side(client)
         reply = client.messages.create(model=MODEL, max_tokens=8, system=system, messages=conversation,
                                        extra_body=GREEDY)
         answers.append(reply)
-    restored, fresh = answers
-    assert restored.usage.cache_read_input_tokens > 400
+    cached, fresh = answers
+    assert cached.usage.cache_read_input_tokens > 400
     assert fresh.usage.cache_read_input_tokens < 10
-    assert restored.content[0].text == fresh.content[0].text
+    # Equal, or parting only at a near tie: a prompt's last token decoded
+    # alone after a restore sums in another order than inside its prompt
+    # chunk on CPUs whose kernels depend on the batch size (repacked
+    # AVX-512/AMX kernels: seen on CI, "has a mix" vs "includes a mix").
+    counted = uncached.messages.count_tokens(model=MODEL, system=system, messages=conversation).input_tokens
+    assert_same_greedy_answer(cached.content[0].text, fresh.content[0].text, conversation, system, counted,
+                              "restored vs fresh decode")
 
 
 def test_cache_never_serves_another_conversation(smol: anthropic.Anthropic) -> None:
