@@ -56,6 +56,9 @@ def test_appended_messages_are_no_divergence(client: anthropic.Anthropic, first:
     more = [*FIRST, as_param(first), {"role": "user", "content": "more"}]
     later = ask(client, first.id, stream=stream, messages=more)
     assert later.diagnostics is None
+    # A system message after the first turn stays where it stands: appended, it keeps the prefix.
+    noted = ask(client, first.id, stream=stream, messages=[*FIRST, {"role": "system", "content": "Now in French."}])
+    assert noted.diagnostics is None
     # An alias of the same configured model shares its cache: no model change.
     assert ask(client, first.id, model="claude-anything").diagnostics is None
 
@@ -66,8 +69,8 @@ def test_appended_messages_are_no_divergence(client: anthropic.Anthropic, first:
     ({"tools": [TOOL, OTHER_TOOL]}, "tools_changed"),
     ({"tools": []}, "tools_changed"),
     ({"system": "Answer at length."}, "system_changed"),
-    # A system message is folded into Missive's system prompt: it changes the prompt's head.
-    ({"messages": [*FIRST, {"role": "system", "content": "Now in French."}]}, "system_changed"),
+    # A system message before the first turn is folded into Missive's system prompt: it changes its head.
+    ({"messages": [{"role": "system", "content": "Now in French."}, *FIRST]}, "system_changed"),
     ({"messages": [{"role": "user", "content": "one two four"}]}, "messages_changed"),
 ])
 def test_each_changed_part_is_named(

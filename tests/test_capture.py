@@ -25,7 +25,7 @@ def test_capture_writes_requests_with_credentials_redacted(tmp_path: Path) -> No
         "model": "echo",
         "max_tokens": 10,
         "messages": [{"role": "user", "content": "hello there"}],
-        "context_management": {"edits": []},
+        "service_tier": "auto",
     }
     with live_server(config) as url:
         with httpx.Client(base_url=url, timeout=30) as http:
@@ -50,7 +50,7 @@ def test_capture_writes_requests_with_credentials_redacted(tmp_path: Path) -> No
     assert first["headers"]["x-api-key"] == "[redacted]"
     assert first["headers"]["authorization"] == "[redacted]"
     assert first["headers"]["anthropic-beta"] == "b1"
-    assert "context_management" in first["ignored"] and "anthropic-beta=b1" in first["ignored"]
+    assert "service_tier" in first["ignored"] and "anthropic-beta=b1" in first["ignored"]
     raw = "".join(p.read_text() for p in capture.glob("*.json"))
     assert "sk-secret" not in raw
     assert records[1]["body"] is None

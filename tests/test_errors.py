@@ -188,10 +188,10 @@ def test_strict_mode_rejects_unknown_fields(echo_config: dict) -> None:
     config = {**echo_config, "server": {"strict": True}}
     with live_server(config) as url:
         resp = httpx.post(
-            f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER, "context_management": {}}
+            f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER, "service_tier": "auto"}
         )
         body = assert_envelope(resp, 400, "invalid_request_error")
-        assert "context_management" in body["error"]["message"]
+        assert "service_tier" in body["error"]["message"]
         ok = httpx.post(
             f"{url}/v1/messages",
             json={"model": "echo", "max_tokens": 5, "messages": USER},

@@ -7,6 +7,7 @@ names the server exposes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
@@ -26,10 +27,12 @@ from missive_echo import script
 
 from media_files import b64, image_bytes
 
-KEY = "sk-metrics-test-key"
+KEY = "sk-metrics-test-key"  # an admin key: /metrics needs one
+USER_KEY = "sk-metrics-user-key"
 ONE_SLOT = {"capabilities": {"max_concurrency": 1}}
 CONFIG: dict[str, Any] = {
-    "server": {"api_keys": [KEY], "ping_interval": 0.3},
+    "server": {"api_keys": [USER_KEY], "ping_interval": 0.3},
+    "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
     "models": {
         "echo": {"driver": "echo", "context_window": 1000},
         "small": {"driver": "echo", "context_window": 12},
@@ -89,11 +92,14 @@ def ask(text: str, model: str = "echo", **extra: Any) -> dict[str, Any]:
 
 def test_metrics_need_a_key() -> None:
     """With API keys configured, /metrics answers 401 in the API's envelope
-    without one, and the exposition with one (x-api-key or Bearer)."""
+    without one, 403 to a user key, and the exposition with an admin key
+    (x-api-key or Bearer)."""
     with serve_process(CONFIG) as proc:
         refused = httpx.get(f"{proc.url}/metrics", timeout=10)
         assert refused.status_code == 401
         assert refused.json()["error"]["type"] == "authentication_error"
+        user = httpx.get(f"{proc.url}/metrics", headers={"x-api-key": USER_KEY}, timeout=10)
+        assert user.status_code == 403 and user.json()["error"]["type"] == "permission_error"
         bearer = httpx.get(f"{proc.url}/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=10)
         assert bearer.status_code == 200
         assert bearer.headers["content-type"].startswith("text/plain; version=0.0.4")

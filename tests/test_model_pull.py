@@ -156,6 +156,7 @@ def test_models_lists_the_cache_ollama_and_the_configured_models(hub: Hub, tmp_p
     for key in (("configured", "smol"), ("huggingface", f"hf://{SMOL_REPO}"), ("ollama", "smollm2:135m")):
         row = rows[key]
         assert (row["size"], row["quantization"], row["context_length"], row["template_family"]) == (size, "Q4_1", 8192, "chatml"), key
+        assert row["sampling"] == "api", key  # SmolLM2: no general.sampling.* keys, not in the family table
     assert rows["ollama", "smollm2:135m"]["path"].startswith(env["OLLAMA_MODELS"])
     assert rows["configured", "later"]["error"] == "hf://org/vision-GGUF: not downloaded yet (`missive pull hf://org/vision-GGUF` fetches it)"
     mlx = rows["huggingface", "hf://mlx-community/tiny-4bit"]
@@ -164,8 +165,8 @@ def test_models_lists_the_cache_ollama_and_the_configured_models(hub: Hub, tmp_p
     table = missive("models", "--config", str(config), env=env)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "SIZE", "QUANT", "CONTEXT", "TEMPLATE", "SOURCE"]
-    assert any(line.split()[:6] == ["smollm2:135m", "93.8", "MiB", "Q4_1", "8192", "chatml"] for line in lines)
+    assert lines[0].split() == ["NAME", "SIZE", "QUANT", "CONTEXT", "TEMPLATE", "SAMPLING", "SOURCE"]
+    assert any(line.split()[:7] == ["smollm2:135m", "93.8", "MiB", "Q4_1", "8192", "chatml", "api"] for line in lines)
     assert "later: hf://org/vision-GGUF: not downloaded yet" in table.stdout
     assert hub.requests[asked:] == []  # listing asks the Hub nothing
 

@@ -5,6 +5,7 @@ is down and then comes up, ``/readyz`` before the models have started,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -52,7 +53,7 @@ def backend_port() -> int:
 @pytest.fixture(scope="module")
 def server(backend_port: int) -> Iterator[ServerProcess]:
     config = {
-        "server": {"api_keys": [KEY]},
+        "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
         "models": {
             "echo": {"driver": "echo", "context_window": 1000,
                      "settings": {"capabilities": {"max_concurrency": 2}}},
@@ -232,8 +233,8 @@ def test_missive_ps_at_a_server_that_is_not_missive_fails() -> None:
 
 
 def test_local_driver_status_reports_slots_and_host_cache() -> None:
-    """LocalDriver.status() reads the batcher's slots in use and the host
-    cache's bytes and entries, and shows only the parts the engine has."""
+    """LocalDriver.status() reads the batcher's slots in use and states and
+    the host cache's bytes and entries, and shows only the parts the engine has."""
     import asyncio
 
     from missive.engine.local import LocalDriver
@@ -241,6 +242,9 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
 
     class Batcher:
         slots, active = 4, 1
+
+        def slot_states(self, held: object) -> list[dict[str, object]]:
+            return [{"slot": 0, "state": "generating", "session": None, "held": held}]
 
     class Cache:
         nbytes, max_bytes = 3 * 2**20, 64 * 2**20
@@ -251,8 +255,10 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
     driver = object.__new__(LocalDriver)
     driver._info = ModelInfo(8192, "", slots=4)
     driver._batcher, driver._host_cache = Batcher(), Cache()
+    driver.runner = object()  # holds no context it can tell: no tokens_cached
     assert asyncio.run(driver.status()) == {
         "loaded": True, "slots": 4, "slots_in_use": 1,
+        "slot_states": [{"slot": 0, "state": "generating", "session": None, "held": None}],
         "host_cache_bytes": 3 * 2**20, "host_cache_entries": 2, "host_cache_max_bytes": 64 * 2**20,
     }
     driver._info, driver._batcher, driver._host_cache = None, None, None

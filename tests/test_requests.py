@@ -12,7 +12,7 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
     body = {
         "model": "claude-sonnet-4-5",
         "max_tokens": 20,
-        "context_management": {"edits": []},
+        "service_tier": "auto",
         "metadata": {"user_id": '{"session": 1}', "extra_key": 1},
         "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral", "scope": "global"}}],
         "tools": [],
@@ -33,7 +33,7 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
     assert resp.status_code == 200, resp.text
     ignored = resp.headers["missive-ignored"]
     for expected in (
-        "context_management",
+        "service_tier",
         "metadata.extra_key",
         "system.0.cache_control.scope",
         'messages.0.content.1 (block type "future_block")',
@@ -68,10 +68,11 @@ def test_system_role_and_merging(echo: anthropic.Anthropic) -> None:
         {"role": "user", "content": [{"type": "text", "text": "two three"}]},
     ]
     msg = echo.messages.create(model="echo", max_tokens=20, system="sys prompt", messages=messages)
-    # consecutive user turns merge into one turn; echo answers with that turn's text
-    assert msg.content[0].text == "one two three"
-    # system prompt (2 words) + system message (4 words: "#", "Environment", "cwd:", "/tmp") + 3
-    assert msg.usage.input_tokens == 2 + 4 + 3
+    # consecutive user turns merge into one turn, the system message kept in its
+    # place as a marked note (missive.system_turns); echo answers with that turn's text
+    assert msg.content[0].text == "one <system_message> # Environment cwd: /tmp </system_message> two three"
+    # system prompt (2 words) + system message (4 words: "#", "Environment", "cwd:", "/tmp") + 2 tags + 3
+    assert msg.usage.input_tokens == 2 + 4 + 2 + 3
     counted = echo.messages.count_tokens(model="echo", system="sys prompt", messages=messages)
     assert counted.input_tokens == msg.usage.input_tokens
 

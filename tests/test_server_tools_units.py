@@ -88,7 +88,7 @@ def test_limit_fields_of_server_tools_are_honoured_not_reported() -> None:
             {**WEATHER, "max_uses": 3},  # meaningless on a custom tool: reported
         ],
     )
-    assert collect_ignored(body) == ["tools.0.defer_loading", "tools.2.max_uses"]
+    assert collect_ignored(body) == ["tools.2.max_uses"]  # defer_loading is honoured (missive.tools.deferred)
 
 
 def test_history_blocks_validate_as_typed_blocks() -> None:

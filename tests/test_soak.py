@@ -10,24 +10,13 @@ CLOSE-WAIT. The full run (64 clients, 600 s) is the benchmark's.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
+from bench_modules import load_bench
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_soak.py"
-
-
-def load_bench() -> object:
-    spec = importlib.util.spec_from_file_location("bench_soak", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_short_soak_stays_flat() -> None:
@@ -35,7 +24,7 @@ def test_short_soak_stays_flat() -> None:
     answers and leaving every 25th mid-stream: every answer read to its end
     is complete, and the server's descriptors, CLOSE-WAIT sockets and memory
     pass the benchmark's --check."""
-    bench = load_bench()
+    bench = load_bench("bench_soak")
     args = bench.parse_args(["--seconds", "15", "--clients", "16", "--warmup", "5", "--report-every", "0"])
     result = bench.run_soak(args)
     assert result.streams > 100, result

@@ -96,7 +96,8 @@ def test_tool_loop_history_is_accepted(echo: anthropic.Anthropic) -> None:
         },
     ]
     msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEATHER], messages=messages)
-    assert msg.content[0].text == "thanks"
+    # The system message stays where it was sent, a marked note before the result's turn.
+    assert msg.content[0].text == "<system_message> # Environment </system_message> thanks"
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -107,6 +108,9 @@ def test_the_wheels_carry_what_redistributors_need(wheelhouse: Path) -> None:
             assert "Description-Content-Type: text/markdown" in metadata, wheel.name
             if wheel.name.startswith("missive_server-"):
                 assert "missive/py.typed" in files and "missive/api.py" in files
+                # The web console's page: every file of its folder.
+                static = ROOT / "core" / "missive" / "console" / "static"
+                assert {f"missive/console/static/{p.name}" for p in static.iterdir()} <= set(files)
             else:
                 assert "Requires-Dist: missive-server==0.1.0" in metadata, wheel.name
 
@@ -133,6 +137,10 @@ def test_core_with_llamacpp_serves_the_default_model(llamacpp_venv: tuple[Path, 
         assert reply.content and reply.content[0].type == "text" and reply.content[0].text.strip()
         assert reply.usage.input_tokens > 0 and 0 < reply.usage.output_tokens <= 12
         assert reply.stop_reason in ("end_turn", "max_tokens")
+        # The web console is served from the installed package's files.
+        page = urllib.request.urlopen(f"{url}/console/", timeout=60).read().decode()
+        for src in re.findall(r'(?:src|href)="(static/[^"]+)"', page):
+            assert urllib.request.urlopen(f"{url}/console/{src}", timeout=60).status == 200, src
     finally:
         stop_process(proc, log_path)
     assert "no configuration file" in log_path.read_text()

@@ -23,10 +23,14 @@ The names, grouped by what they are for:
 * in-process drivers (llama.cpp, MLX): :class:`LocalDriver` and the runner
   protocol it drives (:class:`Runner`, :class:`Batched`,
   :class:`ContextStates`, :class:`SharedPool` and their value types),
-  :func:`common_prefix`, :func:`default_cache_bytes`;
+  :func:`common_prefix`, :func:`default_cache_bytes`, a model's default
+  sampling (:func:`model_sampling`, :func:`gguf_names`,
+  :func:`folder_sampling`, :class:`SamplingDefaults`);
 * remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
   failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
-  :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`;
+  :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`; the replica
+  policies: :class:`ReplicaRouting` (the settings), :func:`policy_for`,
+  :class:`RouteKey` (what a request is routed by);
 * tool calls and reasoning in generated text: :class:`ToolParser` and its
   events, :func:`build_parser`, :class:`ReasoningParser`, the template helpers;
 * state kept between runs: :func:`state_dir`, :func:`read_json`, :func:`write_json`.
@@ -93,6 +97,9 @@ from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTar
 from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
 from .reasoning.registry import reasoning_parser_class
 from .replicas import Replica, ReplicaPool
+from .routing.policy import ReplicaRouting, policy_for
+from .routing.prefix import RouteKey
+from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
 from .schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .specs import (
     DefaultModel,
@@ -100,6 +107,7 @@ from .specs import (
     DriverSpec,
     ImageProcessorSpec,
     ReasoningParserSpec,
+    SearchProviderSpec,
     TokenizerSpec,
     ToolParserSpec,
     load_object,
@@ -120,6 +128,7 @@ from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
 from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
+from .tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
 from .fastjson import dumps as json_dumps, loads as json_loads
 from .transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 
@@ -128,7 +137,9 @@ __all__ = [
     # declaring a plugin
     "hookimpl", "load_object",
     "DriverSpec", "DefaultModel", "ToolParserSpec", "ReasoningParserSpec", "TokenizerSpec",
-    "ImageProcessorSpec", "DocumentProcessorSpec",
+    "ImageProcessorSpec", "DocumentProcessorSpec", "SearchProviderSpec",
+    # search providers (the web_search server tool)
+    "SearchProvider", "SearchQuery", "SearchResult", "SearchError",
     # drivers
     "Driver", "GenerationRequest", "clamp_max_tokens", "Capabilities", "ToolChoiceMode", "check_request",
     "ModelEntry", "ConfigError",
@@ -146,9 +157,10 @@ __all__ = [
     # in-process drivers
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
     "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "SharedPool", "common_prefix",
-    "default_cache_bytes",
+    "default_cache_bytes", "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
+    "ReplicaRouting", "RouteKey", "policy_for",
     "json_loads", "json_dumps",
     # tool calls and reasoning in generated text
     "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",

@@ -22,6 +22,7 @@ from . import fastjson
 from .admission import Admission
 from .batches.service import Batches
 from .capture import write_capture
+from .console.history import History
 from .config import Config
 from .errors import (
     ApiError,
@@ -33,11 +34,14 @@ from .errors import (
 from .ids import request_id
 from .thinking.signing import load_signer
 from .kernel import Kernel
+from .keys.service import KeyServices
 from .logs import log_request, request_id_var
 from .media.pipeline import MediaPipeline
+from .tools.server_runner import ServerToolRunner, build_search_provider
 from .metrics import Metrics
 from .model_table import ModelTable
 from .record import RequestRecord, endpoint_label
+from .routing.rules import RoutingRules
 from .shutdown import Drain
 from .threads.store import ResponseStore
 from .workers import PUBLISH_INTERVAL, WorkerInfo
@@ -136,8 +140,13 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     """
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
+    routing = RoutingRules(config.routing, list(models.drivers),
+                           {model_id: entry.fallbacks for model_id, entry in models.entries.items()})
     signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
     media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
+    server_tools = ServerToolRunner(
+        config.server_tools, media.policy, build_search_provider(config.server_tools, kernel.search_providers)
+    )
 
     app = Quart("missive")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
@@ -149,29 +158,38 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     admission = Admission(config)
     metrics = Metrics(models, admission, shared_dir=metrics_dir)
     drain = Drain(config.server.shutdown_grace, admission)
+    # Built before any worker is forked: the limits' table is shared (missive.keys.buckets).
+    keys = KeyServices(config, metrics.registry)
 
     def observe_batch(record: RequestRecord) -> None:
         metrics.batches.observe(record)
+        keys.observe(record)
         log_request(record)
 
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
     metrics.batches.attach(batches)
+    history = History()  # what the web console shows of the past (missive.console)
     app.extensions["missive"] = {
         "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
-        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches,
+        "server_tools": server_tools, "routing": routing,
+        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
         "started_at": time.monotonic(), "worker": WorkerInfo(),
         "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
+        "history": history,
     }
     publishing: list[asyncio.Task[None]] = []
 
     def observe(record: RequestRecord) -> None:
         metrics.observe(record)
+        keys.observe(record)
+        history.observe(record)
         log_request(record)
 
     @app.before_serving
     async def _start() -> None:
         await models.start()
         await batches.start()
+        await keys.start()
         if metrics.shared_dir is not None:
             publishing.append(asyncio.ensure_future(_publish_load(metrics)))
 
@@ -180,9 +198,14 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         for task in publishing:
             task.cancel()
         try:
+            await keys.aclose()
             await batches.aclose()
         finally:
-            await models.aclose()
+            try:
+                await models.aclose()
+            finally:
+                if server_tools.provider is not None:
+                    await server_tools.provider.aclose()
 
     @app.before_request
     async def _identify() -> None:
@@ -225,6 +248,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
                 dropped_thinking=dropped,
             )
         record = getattr(g, "record", None)
+        if record is not None and ignored:
+            record.ignored = list(ignored)
         if record is not None and not record.stream:
             record.finish(response.status_code)  # a stream's body finishes it when it ends
         return response

@@ -127,7 +127,7 @@ def check_request(
             if media == "image" or media.startswith("image/"):
                 fail(f"input media type {media}", "text only")
     if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
-        fail('thinking {"type": "enabled"}', 'thinking "disabled" or "adaptive" (no reasoning)')
+        fail('thinking {"type": "enabled"}', 'thinking "disabled", "adaptive" or "between_tools" (no reasoning)')
     if request.output_format_schema() is not None and not caps.structured_output:
         fail("output_config.format (structured output)", "free-form text")
     for name in ("temperature", "top_p", "top_k"):

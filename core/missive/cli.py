@@ -1,5 +1,5 @@
 """The ``missive`` command line: ``serve``, ``pull``, ``models``, ``plugins``,
-``ps``, ``batches``, ``claude``, ``new-driver``, and plugin commands."""
+``ps``, ``batches``, ``claude``, ``keys``, ``usage``, ``new-driver``, and plugin commands."""
 
 from __future__ import annotations
 
@@ -308,6 +308,15 @@ def models_command(config_path: str | None, overrides: tuple[str, ...], as_json:
         click.echo(json.dumps(rows_json(rows), indent=2))
     else:
         click.echo(render_rows(rows), nl=False)
+        _echo_rules(config)
+
+
+def _echo_rules(config: Config) -> None:
+    """The ``[[routing.rules]]``, in order, one line each (``missive models``, ``missive plugins``)."""
+    if config.routing.rules:
+        click.echo("\nrouting rules (first match sends the request to its model):")
+        for rule in config.routing.rules:
+            click.echo(f"  {rule.name}: {rule.describe()}")
 
 
 def _report_native_crashes() -> None:
@@ -369,6 +378,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             for name, spec in kernel.document_processors.items()
         },
         "models": _model_capabilities(config, kernel, start),
+        "routing_rules": [{"name": rule.name, "to": rule.to, "when": rule.describe()} for rule in config.routing.rules],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -412,6 +422,7 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             if isinstance(value, list):
                 value = ", ".join(value) or "(none)"
             click.echo(f"  {key}: {value}")
+    _echo_rules(config)
 
 
 def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str, dict[str, object]]:
@@ -483,10 +494,7 @@ def ps(config_path: str | None, overrides: tuple[str, ...], url: str | None, api
     try:
         status = fetch_status(base, key)
     except ServerUnavailable as exc:
-        message = str(exc)
-        if exc.status == 401:
-            message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
-        raise click.ClickException(message) from None
+        raise _unavailable(exc) from None
     click.echo(json.dumps(status, indent=2) if as_json else render_status(status))
 
 
@@ -513,6 +521,9 @@ def _unavailable(exc: Exception) -> click.ClickException:
     message = str(exc)
     if getattr(exc, "status", None) == 401:
         message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
+    elif getattr(exc, "status", None) == 403:
+        message += ("\nthis needs an admin key: pass one with --api-key KEY (missive keys new NAME --scope admin "
+                    "makes one)")
     return click.ClickException(message)
 
 
@@ -638,6 +649,11 @@ def claude(
         raise click.ClickException("claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code")
     sys.stdout.flush()
     os.execve(binary, [binary, *claude_args], {**os.environ, **env})
+
+
+from .keys.cli import register as _register_keys  # noqa: E402  (after the helpers it uses)
+
+_register_keys(cli, _config_options, _load, _server, _unavailable)
 
 
 @cli.command("new-driver")

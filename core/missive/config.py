@@ -50,12 +50,34 @@ Shape (every key optional)::
     max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
     database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
 
+    [server_tools]              # web_fetch and web_search run by the server (docs/tools.md#server-tools)
+    web_fetch = true            # fetch pages for the model (media.fetch_allow rules); default false
+    web_search = "searxng"      # the search provider that runs web_search; unset: "unavailable"
+    [server_tools.search]       # that provider's settings
+    url = "http://127.0.0.1:8888"
+
     [threads]                   # message threads and cache diagnostics (docs/configuration.md#threads)
     enabled = true              # false: a request with `thread` gets 400 thread_unsupported_request
     ttl = 300.0                 # seconds a thread is kept after its last response (the API's 5 minutes)
     diagnostics_ttl = 3600.0    # seconds a cache diagnostics fingerprint is kept
     max_count = 1024            # responses kept at once (threads and fingerprints); the oldest go first
     max_bytes = 268435456       # 256 MiB of kept conversations; the oldest go first
+
+    [keys.alice]                # a named key (docs/configuration.md#keysname): missive keys new alice
+    key_sha256 = "..."          # the key's SHA-256: the file holds no secret
+    scope = "user"              # or "admin": all batches, /v1/status, /metrics, /v1/usage
+    models = ["qwen3-*"]        # configured model ids or globs it may use (default: all)
+    requests_per_minute = 60    # also input/output_tokens_per_minute/_per_day, concurrent_requests
+
+    [usage]                     # usage per key and model (GET /v1/usage, missive usage)
+    retention = 7776000.0       # seconds kept (90 days)
+
+    [routing]
+    default_fallbacks = true    # requests naming no `fallbacks` get their model's (models.NAME.fallbacks)
+    [[routing.rules]]           # routing by need (docs/deployment.md#routing-by-need)
+    name = "vision"
+    images = true               # or model = ["claude-haiku-*"], min_prompt_tokens = 32000, thinking = true
+    to = "qwen2.5-vl"
 
     [media]                     # image and document blocks (docs/media.md)
     fetch_urls = true           # fetch url sources (false: a 400 for them)
@@ -86,7 +108,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator,
+)
+
+from .keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
+
+from .routing.rules import RoutingConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,7 +123,7 @@ else:  # pragma: no cover
 
 __all__ = [
     "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "Config",
+    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig", "RoutingConfig",
     "load_config", "ConfigError", "config_search_path", "find_config", "SYSTEM_CONFIG",
 ]
 
@@ -130,6 +158,7 @@ class ServerConfig(_Strict):
     ``workers``: processes ``missive serve`` runs, sharing the listening
     socket; above 1 only for configurations whose models all run remotely
     (:mod:`missive.workers`).
+    ``console``: serve the web console at ``/console`` (:mod:`missive.console`).
     """
 
     host: str = "127.0.0.1"
@@ -143,6 +172,7 @@ class ServerConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     log_format: Literal["text", "json"] = "text"
     metrics_public: StrictBool = False
+    console: StrictBool = True
     capture_dir: str | None = None
     queue_depth: int = Field(default=16, ge=0)
     queue_timeout: float = Field(default=300.0, gt=0)
@@ -190,6 +220,19 @@ class ModelEntry(_Strict):
             None: the size of its files (weights and projector; a remote
             model's: 0).
         settings: driver-specific settings, validated by the driver.
+        fallbacks: the model's default fallback chain, used for a request's
+            ``fallbacks: "default"``, and for every request that names no
+            ``fallbacks`` with ``routing.default_fallbacks``: model ids, or
+            tables with the API's per-entry overrides (``{model = "x",
+            max_tokens = 512}``) (:mod:`missive.context.fallbacks`,
+            :mod:`missive.routing.fallbacks`).
+        capabilities: overrides of what ``GET /v1/models`` reports in
+            ``capabilities``, keyed by the API's dotted names
+            (``"pdf_input" = false``, ``"thinking.types.adaptive" = true``);
+            they change what clients are told, not what the model does
+            (:mod:`missive.context.capabilities`).
+        lifecycle, deprecated_at, retires_at: the model's ``lifecycle``
+            (``active`` or ``deprecated``) and its dates in ``GET /v1/models``.
     """
 
     driver: str
@@ -204,6 +247,23 @@ class ModelEntry(_Strict):
     idle_unload: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_mib: int | None = Field(default=None, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
+    # -- Issue 26 part B ----------------------------------------------------
+    fallbacks: list[str | dict[str, Any]] = Field(default_factory=list)
+    capabilities: dict[str, bool] = Field(default_factory=dict)
+    lifecycle: Literal["active", "deprecated"] = "active"
+    deprecated_at: datetime | None = None
+    retires_at: datetime | None = None
+
+    @field_validator("capabilities")
+    @classmethod
+    def _known_capabilities(cls, overrides: dict[str, bool]) -> dict[str, bool]:
+        from .context.capabilities import CAPABILITY_KEYS, unknown_keys
+
+        unknown = unknown_keys(overrides)
+        if unknown:
+            raise ValueError(f"unknown capability {', '.join(unknown)}; known: {', '.join(sorted(CAPABILITY_KEYS))}")
+        return overrides
+    # -- end of issue 26 part B --------------------------------------------
 
 
 class ThinkingConfig(_Strict):
@@ -275,6 +335,28 @@ class MediaConfig(_Strict):
 
         parse_allow_list(value)  # raises ValueError naming a bad entry
         return value
+
+
+class ServerToolsConfig(_Strict):
+    """``[server_tools]``: the API's server tools that Missive runs itself
+    (:mod:`missive.tools.server_runner`). Off by default: unconfigured, their
+    calls are answered with the API's ``unavailable`` error.
+
+    Attributes:
+        web_fetch: run ``web_fetch`` calls: the URL is fetched under the
+            media fetcher's rules (``media.fetch_allow``, timeout, redirects).
+        web_fetch_max_bytes: largest page or PDF read, in bytes.
+        web_search: the search provider (``register_search_providers``) that
+            runs ``web_search`` calls, e.g. ``"searxng"``; unset: none.
+        search: the provider's settings (``[server_tools.search]``).
+        max_results: most results a search returns to the model.
+    """
+
+    web_fetch: StrictBool = False
+    web_fetch_max_bytes: int = Field(default=10 * MiB, ge=1024)
+    web_search: str | None = None
+    search: dict[str, Any] = Field(default_factory=dict)
+    max_results: int = Field(default=5, ge=1, le=50)
 
 
 class BatchesConfig(_Strict):
@@ -363,9 +445,38 @@ class Config(_Strict):
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
+    server_tools: ServerToolsConfig = Field(default_factory=ServerToolsConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     threads: ThreadsConfig = Field(default_factory=ThreadsConfig)
+    keys: dict[str, KeyEntry] = Field(default_factory=dict)
+    usage: UsageConfig = Field(default_factory=UsageConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
     source: str | None = Field(default=None, exclude=True)
+
+    @field_validator("keys")
+    @classmethod
+    def _key_names(cls, keys: dict[str, KeyEntry]) -> dict[str, KeyEntry]:
+        for name in keys:
+            check_key_name(name)
+        return keys
+
+    @model_validator(mode="after")
+    def _one_name_per_key(self) -> Config:
+        """Two names for one key would make its owner ambiguous: refused."""
+        seen: dict[str, str] = {}
+        named = [(f"keys.{name}", entry.key_sha256) for name, entry in self.keys.items()]
+        plain = [(f"server.api_keys[{i}]", hash_key(key)) for i, key in enumerate(self.server.api_keys)]
+        for where, digest in named + plain:
+            if digest in seen:
+                raise ValueError(f"{where} is the same key as {seen[digest]}; a key has one name")
+            seen[digest] = where
+        return self
+
+    @property
+    def has_keys(self) -> bool:
+        """Some API key is configured (``server.api_keys`` or ``[keys.NAME]``):
+        requests must present one."""
+        return bool(self.server.api_keys or self.keys)
 
     def check_bind(self) -> None:
         """Refuse to listen beyond loopback without API keys, unless allowed.
@@ -374,10 +485,10 @@ class Config(_Strict):
             ConfigError: host is not loopback, no keys, no explicit permission.
         """
         s = self.server
-        if s.host not in LOOPBACK_HOSTS and not s.api_keys and not s.allow_unauthenticated_remote:
+        if s.host not in LOOPBACK_HOSTS and not self.has_keys and not s.allow_unauthenticated_remote:
             raise ConfigError(
-                f"refusing to listen on {s.host} without API keys: set server.api_keys "
-                "(or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
+                f"refusing to listen on {s.host} without API keys: add [keys.NAME] tables (missive keys new "
+                "NAME) or set server.api_keys (or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
             )
 
 

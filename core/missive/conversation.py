@@ -7,9 +7,12 @@ section 2):
 
 * Claude Code's ``x-anthropic-billing-header`` system block is dropped, as
   the real API does;
-* ``system`` and every ``role: "system"`` message are folded, in order, into the
-  one leading system prompt (most chat templates accept a single leading
-  system message; rendering them mid-conversation hurt tool calling in vLLM).
+* ``system`` and the ``role: "system"`` messages before the first user or
+  assistant message are the leading system prompt; a later system message
+  stays where it is, a :class:`~missive.system_turns.SystemNote` of a
+  user-side turn (rendered as a system turn where the chat template accepts
+  one there, else as a marked note: :mod:`missive.system_turns`), so a new
+  one moves no earlier token;
 * consecutive turns of the same role are merged, not rejected;
 * a final ``assistant`` message is a prefill: the answer continues it;
 * text blocks of one turn are joined with ``"\\n"``; ``search_result`` blocks
@@ -52,6 +55,7 @@ from .schema.blocks import (
 from .ids import backend_tool_id
 from .schema.request import CountTokensRequest
 from .media.types import ImageInput, ImageMarker
+from .system_turns import SystemNote, segments, system_note
 from .tools.server import is_server_block, split_server_blocks
 
 __all__ = ["Turn", "Conversation", "build_conversation", "continue_after", "unrendered_media"]
@@ -87,6 +91,11 @@ class Turn:
                 body = "\n".join(t.text for t in block.content)
                 parts.append(f"[{block.title}]({block.source})\n{body}")
         return "\n".join(parts)
+
+    def has_system_notes(self) -> bool:
+        """Whether the turn holds a mid-conversation system message
+        (:class:`~missive.system_turns.SystemNote`)."""
+        return any(isinstance(b, SystemNote) for b in self.blocks)
 
     def thinking(self) -> str:
         """The turn's kept (verified) thinking blocks' text, joined by newlines."""
@@ -125,7 +134,9 @@ class Conversation:
         """Whether any turn holds ``tool_use`` or ``tool_result`` blocks."""
         return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for t in self.turns for b in t.blocks)
 
-    def chat_messages(self, image_marker: ImageMarker | None = None) -> list[dict[str, str]]:
+    def chat_messages(
+        self, image_marker: ImageMarker | None = None, *, system_turns: bool = False
+    ) -> list[dict[str, str]]:
         """OpenAI/HF-style ``[{"role", "content"}]`` with the system first.
 
         An assistant turn with kept thinking also carries it as
@@ -134,12 +145,21 @@ class Conversation:
         render past reasoning ignore both.
         The prefill is not included; drivers render it (see
         :func:`missive.templating.render_prompt`). ``image_marker``: see
-        :meth:`Turn.text`.
+        :meth:`Turn.text`. ``system_turns``: mid-conversation system
+        messages as ``role: "system"`` messages in their place (else as
+        marked notes in the user turn: :mod:`missive.system_turns`).
         """
         messages: list[dict[str, str]] = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system})
         for turn in self.turns:
+            if system_turns and turn.role == "user" and turn.has_system_notes():
+                for role, blocks in segments(turn.blocks):
+                    if role == "system":
+                        messages.append({"role": "system", "content": blocks[0].system})
+                    else:
+                        messages.append({"role": "user", "content": Turn("user", blocks).text(image_marker)})
+                continue
             message = {"role": turn.role, "content": turn.text(image_marker)}
             messages.append(with_reasoning(message, turn))
         return messages
@@ -203,7 +223,11 @@ def build_conversation(
     for m, message in enumerate(request.messages):
         if message.role == "system":
             text = "\n".join(b.text for b in message.blocks() if isinstance(b, TextBlock))
-            if text:
+            if not text:
+                continue
+            if turns:  # after the first turn: kept in its place (missive.system_turns)
+                _append(turns, "user", [system_note(text)], server_tools=server_tools)
+            else:
                 system_parts.append(text)
             continue
         blocks: list[Any] = []

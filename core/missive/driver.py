@@ -62,6 +62,14 @@ class GenerationRequest:
             the client did not ask for.
         thinking_position: ``(assistant turn, first thinking block ordinal)``
             of the answer, for signatures (:mod:`missive.thinking.signing`).
+        server_call: ``(server tool name, input)`` of a call the server
+            makes and runs before the model answers (a forced ``web_search``
+            the driver cannot force: :mod:`missive.tools.server_runner`);
+            drivers ignore it (the pipeline sends them the conversation
+            with the call and its result).
+        session: the client's session id (``x-claude-code-session-id``, or
+            the one in ``metadata.user_id``), for drivers that prefer the
+            cache of the request's own session (:mod:`missive.session`).
     """
 
     request_id: str
@@ -77,6 +85,8 @@ class GenerationRequest:
     tool_choice: ToolChoice = ToolChoice()
     thinking: ThinkingPlan = ThinkingPlan()
     thinking_position: tuple[int, int] = (0, 0)
+    server_call: tuple[str, dict[str, Any]] | None = None
+    session: str | None = None
 
 
 class Driver(abc.ABC):

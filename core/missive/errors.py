@@ -42,11 +42,16 @@ class MissiveError(Exception):
         error_type: the envelope's ``error.type`` string.
         retry_after: seconds for a ``retry-after`` header (429/529), or None.
         should_retry: False adds ``x-should-retry: false`` (deterministic failures).
+        error_code: the envelope's ``error.details.error_code``, or None for
+            no ``details``. The SDKs map ``(status, error_code)`` to typed
+            exceptions (``anthropic/_error_classes.py``: thread and
+            compaction errors) and branch on it, not on the message.
     """
 
     status: ClassVar[int] = 500
     error_type: ClassVar[str] = "api_error"
     should_retry: ClassVar[bool | None] = None
+    error_code: str | None = None
 
     def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
@@ -55,10 +60,10 @@ class MissiveError(Exception):
 
     def envelope(self, request_id: str | None) -> dict[str, object]:
         """The Anthropic error body for this error."""
-        body: dict[str, object] = {
-            "type": "error",
-            "error": {"type": self.error_type, "message": self.message},
-        }
+        error: dict[str, object] = {"type": self.error_type, "message": self.message}
+        if self.error_code is not None:
+            error["details"] = {"error_code": self.error_code}
+        body: dict[str, object] = {"type": "error", "error": error}
         if request_id is not None:
             body["request_id"] = request_id
         return body

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ImageProcessorSpec,
         TokenizerSpec,
         ReasoningParserSpec,
+        SearchProviderSpec,
         ToolParserSpec,
     )
 
@@ -69,6 +70,11 @@ def register_image_processors() -> list[ImageProcessorSpec]:
 @hookspec
 def register_document_processors() -> list[DocumentProcessorSpec]:
     """Return processors for document content blocks."""
+
+
+@hookspec
+def register_search_providers() -> list[SearchProviderSpec]:
+    """Return search engines that can run the ``web_search`` server tool."""
 
 
 @hookspec

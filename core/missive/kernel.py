@@ -36,6 +36,7 @@ from .compat import API_VERSION, api_mismatch, declared_versions, import_failure
 from .specs import (
     DefaultModel,
     DocumentProcessorSpec,
+    SearchProviderSpec,
     DriverSpec,
     ImageProcessorSpec,
     TokenizerSpec,
@@ -53,6 +54,7 @@ DEFAULT_PLUGINS = (
     "missive.default_plugins.tool_parsers",
     "missive.default_plugins.reasoning_parsers",
     "missive.default_plugins.media",
+    "missive.default_plugins.searxng",
 )
 
 T = TypeVar("T")
@@ -122,6 +124,7 @@ class Kernel:
         self.tokenizers = self._collect("register_tokenizers", TokenizerSpec)
         self.image_processors = self._collect("register_image_processors", ImageProcessorSpec)
         self.document_processors = self._collect("register_document_processors", DocumentProcessorSpec)
+        self.search_providers = self._collect("register_search_providers", SearchProviderSpec)
 
     @property
     def hook(self) -> Any:

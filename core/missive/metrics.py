@@ -136,6 +136,15 @@ class Metrics:
             f"{PREFIX}media_processed", "Image and document blocks processed, by kind (image, document).",
             ["kind"], registry=r,
         )
+        self.routing_rules = Counter(
+            f"{PREFIX}routing_rule", "Requests sent to a model by a [[routing.rules]] rule, by rule and the "
+            "model it chose.", [MODEL, "rule"], registry=r,
+        )
+        self.fallbacks = Counter(
+            f"{PREFIX}fallbacks", "Requests a model could not start (529, 429) and passed to the next model of "
+            "its fallback chain, by model, fallback model and error type.",
+            [MODEL, "fallback", "error_type"], registry=r,
+        )
         self._load = LoadCollector(models, admission)
         if shared_dir is None:
             self.registry.register(self._load)
@@ -155,6 +164,10 @@ class Metrics:
             return
         model = record.model
         self.requests.labels(model, record.endpoint, str(record.status), record.error_type or "").inc()
+        for model_from, model_to, error_type in record.fallbacks:
+            self.fallbacks.labels(model_from, model_to, error_type).inc()
+        if record.rule is not None:
+            self.routing_rules.labels(model, record.rule).inc()
         for kind, count in record.media.items():
             self.media_processed.labels(kind).inc(count)
         if record.queue_seconds is not None:
@@ -226,6 +239,8 @@ class LoadCollector(Collector):
     queued, :mod:`missive.admission`), ``missive:replica_healthy`` per
     replica of a remote model (1 healthy, 0 out of rotation),
     ``missive:model_loaded`` per model (1 loaded, 0 not: lazy or unloaded);
+    counter ``missive:replica_routed_total`` per replica and reason
+    (:mod:`missive.routing.policy`);
     counters ``missive:model_loads_total`` (start-up and on demand) and
     ``missive:model_unloads_total`` by ``reason`` (``idle``, ``memory``)."""
 
@@ -233,7 +248,7 @@ class LoadCollector(Collector):
         self.models = models
         self.admission = admission
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
         return (
             GaugeMetricFamily(f"{PREFIX}num_requests_running", "Messages holding a slot of their model "
                               "(generating).", labels=[MODEL]),
@@ -241,6 +256,10 @@ class LoadCollector(Collector):
                               labels=[MODEL]),
             GaugeMetricFamily(f"{PREFIX}replica_healthy", "1 while a replica of a remote backend is in "
                               "rotation, 0 while it is out (failed, being probed).", labels=[MODEL, "replica"]),
+            CounterMetricFamily(f"{PREFIX}replica_routed", "Generation requests sent to a replica of a remote "
+                                "backend, by why its replica policy chose it: prefix (it held the longest "
+                                "prefix), session (the session's replica), least_outstanding.",
+                                labels=[MODEL, "replica", "route"]),
         )
 
     def _residency(self) -> tuple[GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily]:
@@ -267,7 +286,7 @@ class LoadCollector(Collector):
         yield loaded
         yield loads
         yield unloads
-        running, waiting, healthy = self._families()
+        running, waiting, healthy, routed = self._families()
         for model_id, driver in self.models.drivers.items():
             gate = self.admission.gates.get(model_id)
             running.add_metric([model_id], gate.running if gate else 0)
@@ -275,6 +294,9 @@ class LoadCollector(Collector):
             pool = driver.replica_pool()
             for replica in pool.replicas if pool is not None else ():
                 healthy.add_metric([model_id, redact_url(replica.url)], 1 if replica.healthy else 0)
+                for reason, count in sorted(replica.routed.items()):
+                    routed.add_metric([model_id, redact_url(replica.url), reason], count)
         yield running
         yield waiting
         yield healthy
+        yield routed

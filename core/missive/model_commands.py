@@ -127,7 +127,7 @@ def render_rows(rows: list[CatalogueRow]) -> str:
             "no models found: none configured, none in the Hugging Face cache, none in Ollama's store\n"
             "fetch one with: missive pull hf://OWNER/REPO[:QUANT]\n"
         )
-    header = ("NAME", "SIZE", "QUANT", "CONTEXT", "TEMPLATE", "SOURCE")
+    header = ("NAME", "SIZE", "QUANT", "CONTEXT", "TEMPLATE", "SAMPLING", "SOURCE")
     table: list[tuple[str, ...]] = [header]
     notes: list[str] = []
     for row in rows:
@@ -138,6 +138,7 @@ def render_rows(rows: list[CatalogueRow]) -> str:
             row.quantization or "-",
             str(row.context_length) if row.context_length else "-",
             row.template_family or "-",
+            row.sampling or "-",
             source,
         ))
         if row.error:

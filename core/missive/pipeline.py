@@ -25,11 +25,15 @@ Rules applied here, for every driver (contract sections 3 and 4):
 * ``stop_reason`` is ``tool_use`` whenever a tool call was emitted; with
   ``disable_parallel_tool_use`` generation stops after the first call;
 * a call of a server tool (``web_search``, ``web_fetch``) is a
-  ``server_tool_use`` block, answered at once by its result block with the
-  ``unavailable`` error; then the model goes on after the result, as with the
-  API's server-side loop: generation is restarted on the conversation plus
-  the answer so far (:func:`~missive.conversation.continue_after`), in the
-  same message (:mod:`missive.tools.server`);
+  ``server_tool_use`` block, answered at once by its result block: the
+  tool's results when the server runs it
+  (:class:`~missive.tools.server_runner.ServerToolRunner`), else the
+  ``unavailable`` error; then the model goes on after the result, as with
+  the API's server-side loop: generation is restarted on the conversation
+  plus the answer so far (:func:`~missive.conversation.continue_after`), in
+  the same message (:mod:`missive.tools.server`); a call the server makes
+  itself (``GenerationRequest.server_call``) comes first, before the model
+  answers;
 * ``message_delta`` carries cumulative usage, input and cache fields repeated
   (corrected by :class:`~missive.events.Finished` when the driver learned the
   exact prompt split only at the end).
@@ -64,8 +68,10 @@ from .ids import client_tool_id
 from .tools.validate import parsed, schema_violation
 from .reasoning.base import ReasoningParser
 from .stop_sequences import StopMatcher
+from .thinking.between_tools import progress_as_thinking
 from .thinking.signing import Signer
 from .tools.definitions import choice_after_server_call
+from .tools.server_runner import ServerToolRunner
 from .tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
 from .tools.parsers.unparsed import UnparsedCallWatch
 from .tools.server import (
@@ -104,10 +110,17 @@ class MessageStream:
         message_id: str,
         model: str,
         signer: Signer | None = None,
+        server_tools: ServerToolRunner | None = None,
     ) -> None:
         """``signer``: the server's thinking-block signer (a throwaway key when
-        None, for drivers exercised outside a server)."""
+        None, for drivers exercised outside a server). ``server_tools``: runs
+        ``web_fetch``/``web_search`` calls (None: every call is answered
+        ``unavailable``)."""
         self.driver = driver
+        self._runner = server_tools
+        self._results: list[dict[str, Any]] = []  # server tool results of this message
+        self._runs = {"web_search": 0, "web_fetch": 0}
+        self._prelude: list[Event] = []
         self.request = request
         self.message_id = message_id
         self.model = model
@@ -147,6 +160,8 @@ class MessageStream:
         Raises:
             MissiveError: from the driver (prompt too long, backend down...).
         """
+        if self.request.server_call is not None:
+            await self._server_first()
         self._source = self.driver.generate(self.request).__aiter__()
         try:
             first = await self._source.__anext__()
@@ -364,6 +379,8 @@ class MessageStream:
                 caller sends it as an SSE ``error`` event).
         """
         assert self._source is not None, "start() first"
+        for out in self._prelude:
+            yield out
         matcher = StopMatcher(self.request.stop_sequences)
         stop_reason: str = "end_turn"
         stop_sequence: str | None = None
@@ -382,7 +399,7 @@ class MessageStream:
                             break
                     elif isinstance(event, ThinkingDelta):
                         self._output_tokens += event.tokens
-                        if self.request.thinking.requested:
+                        if self.request.thinking.shows_blocks:
                             for out in self._thinking(event.thinking):
                                 yield out
                     elif isinstance(event, ToolCallStart):
@@ -408,7 +425,7 @@ class MessageStream:
                     elif isinstance(event, ToolCallEnd):
                         self._output_tokens += event.tokens
                         if self._open == "server_tool_use":
-                            for out in self._end_server_call():
+                            for out in await self._end_server_call():
                                 yield out
                             if self._round_stop is not None:
                                 break  # no continuation: pause_turn or max_tokens
@@ -451,8 +468,10 @@ class MessageStream:
         output_tokens = self._settled_tokens + round_tokens
         usage: dict[str, Any] = {**self._input_usage(), "output_tokens": output_tokens}
         if self._server_blocks:
-            # No search or fetch ran (every call was answered "unavailable").
-            usage["server_tool_use"] = {"web_search_requests": 0, "web_fetch_requests": 0}
+            # Searches and fetches that ran (calls answered with an error did not).
+            usage["server_tool_use"] = {
+                "web_search_requests": self._runs["web_search"], "web_fetch_requests": self._runs["web_fetch"]
+            }
         yield {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
@@ -502,11 +521,52 @@ class MessageStream:
         self._server_blocks += 1
         return self._open_block("server_tool_use", block)
 
-    def _end_server_call(self) -> list[Event]:
+    async def _answer(self, tool: ServerTool, call_id: str, call_input: dict[str, Any]) -> dict[str, Any]:
+        """The result block of one call: ``max_uses_exceeded`` beyond the
+        tool's ``max_uses``, the tool's results when the server runs it
+        (``_runs`` counts it), else ``unavailable``."""
+        self._server_answers += 1
+        self._server_uses[tool.name] = uses = self._server_uses.get(tool.name, 0) + 1
+        limit = max_uses_of(self.request.request, tool.name)
+        if limit is not None and uses > limit:
+            result = error_result(tool, call_id, "max_uses_exceeded")
+        elif self._runner is not None and self._runner.runs(tool.name):
+            result = await self._runner.run(tool, call_id, call_input, self.request.request, self._results)
+            content = result.get("content")
+            if not (isinstance(content, dict) and str(content.get("type", "")).endswith("_error")):
+                self._runs[tool.name] = self._runs.get(tool.name, 0) + 1
+        else:
+            result = error_result(tool, call_id, UNAVAILABLE)
+        self._results.append(result)
+        return result
+
+    async def _server_first(self) -> None:
+        """Run the request's ``server_call`` before the model answers: its
+        ``server_tool_use`` block and result become the first events
+        (``_prelude``), and the model is asked to go on after the result."""
+        request = self.request
+        assert request.server_call is not None
+        name, call_input = request.server_call
+        tool = next(t.server for t in request.tools if t.name == name and t.server is not None)
+        block = server_tool_use_block(name)
+        self._server_blocks += 1
+        events = self._open_block("server_tool_use", block)
+        events.append({"type": "content_block_delta", "index": self._index,
+                       "delta": {"type": "input_json_delta", "partial_json": json.dumps(call_input)}})
+        events += self._close_block()
+        result = await self._answer(tool, block["id"], call_input)
+        events += self._open_block(tool.result_type, result)
+        events += self._close_block()
+        self._prelude = events
+        call = {**block, "input": call_input}
+        conversation = continue_after(request.conversation, answer_blocks("", call, result))
+        self.request = replace(request, conversation=conversation, server_call=None)
+
+    async def _end_server_call(self) -> list[Event]:
         """Close a ``server_tool_use`` block and answer it.
 
         Its result block (whole, in ``content_block_start`` + ``_stop``)
-        carries the ``unavailable`` error; then either ``_resume`` holds the
+        carries the tool's results or an error (:meth:`_answer`); then either ``_resume`` holds the
         request that goes on after it, or ``_round_stop`` says why the turn
         ends here: ``pause_turn`` (:data:`MAX_SERVER_CALLS` answered, or the
         driver cannot go on without forcing a tool) or ``max_tokens`` (no
@@ -520,14 +580,10 @@ class MessageStream:
         events = self._close_block()
         if self._tool_calls:
             return events
-        self._server_answers += 1
-        self._server_uses[tool.name] = uses = self._server_uses.get(tool.name, 0) + 1
-        limit = max_uses_of(self.request.request, tool.name)
-        code = "max_uses_exceeded" if limit is not None and uses > limit else UNAVAILABLE
-        result = error_result(tool, block["id"], code)
+        call = {**block, "input": _input_object(self._server_args)}
+        result = await self._answer(tool, block["id"], call["input"])
         events += self._open_block(tool.result_type, result)
         events += self._close_block()
-        call = {**block, "input": json.loads(self._server_args) if self._server_args.strip() else {}}
         self._resume, self._round_stop = self._continuation(call, result)
         return events
 
@@ -555,7 +611,11 @@ class MessageStream:
         stage is one more generator every event passes through."""
         tools = self.request.tools
         source = self._rounds() if any(t.server for t in tools) else self._parsed()
-        return self._unrepeated(source) if tools else source
+        staged = self._unrepeated(source) if tools else source
+        if self.request.thinking.between_tools:
+            calls = bool(tools) and self.request.tool_choice.mode != "none"
+            return progress_as_thinking(staged, calls_possible=calls)
+        return staged
 
     async def _unrepeated(self, source: AsyncIterator[GenerationEvent]) -> AsyncGenerator[GenerationEvent, None]:
         """``source`` until the model repeats a tool call it already made.
@@ -717,6 +777,9 @@ def accumulate(events: list[Event]) -> dict[str, Any]:
                 block["signature"] = delta["signature"]
             elif dtype == "input_json_delta":
                 partial_json[event["index"]] = partial_json.get(event["index"], "") + delta["partial_json"]
+            elif dtype == "compaction_delta":  # whole, as the SDK's accumulator takes it
+                block["content"] = delta["content"]
+                block["encrypted_content"] = delta.get("encrypted_content")
         elif kind == "content_block_stop":
             index = event["index"]
             if index in partial_json:
@@ -726,4 +789,6 @@ def accumulate(events: list[Event]) -> dict[str, Any]:
             message["stop_reason"] = event["delta"]["stop_reason"]
             message["stop_sequence"] = event["delta"]["stop_sequence"]
             message["usage"] = dict(event["usage"])
+            if "context_management" in event:
+                message["context_management"] = event["context_management"]
     return message

@@ -70,6 +70,8 @@ def _details(info: dict[str, Any]) -> str:
     if info.get("memory_bytes"):
         parts.append(f"memory={_size(info['memory_bytes'])}")
     for key, value in (info.get("driver_status") or {}).items():
+        if isinstance(value, (list, dict)):
+            continue  # per-slot detail (slot_states): the web console shows it
         parts.append(f"{key}={_size(value) if key.endswith('_bytes') else value}")
     replicas = info.get("replicas")
     if replicas:

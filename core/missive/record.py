@@ -25,13 +25,17 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RequestRecord", "endpoint_label", "QUIET_PATHS", "CLIENT_GONE", "CLIENT_CLOSED"]
+__all__ = ["RequestRecord", "endpoint_label", "QUIET_PATHS", "QUIET_PREFIXES", "CLIENT_GONE", "CLIENT_CLOSED"]
 
 log = logging.getLogger("missive.record")
 
 #: Paths polled by machines (probes, scrapers): no request metrics, and their
 #: log line at ``debug``.
 QUIET_PATHS = frozenset({"/health", "/livez", "/readyz", "/metrics", "/api/hello"})
+#: Path prefixes treated the same way: the web console's page and its polling
+#: (:mod:`missive.console`), so watching the server does not fill its log,
+#: its metrics or the console's own list of recent requests.
+QUIET_PREFIXES = ("/console",)
 #: ``error_type`` of a request whose client went away before the answer ended.
 CLIENT_GONE = "client_disconnected"
 #: Status recorded when the client left before any response was sent (nginx's
@@ -62,6 +66,9 @@ class RequestRecord:
         started: ``time.monotonic()`` when it arrived.
         model: the configured id of the model serving it; ``""`` when it
             named none (a bad body, an unknown model).
+        key: the name of its API key (:mod:`missive.keys`), once it is
+            authenticated (``""``: no key configured); None before, or
+            refused with 401. Never the key, nor its hash.
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
         queue_seconds: time spent waiting for a slot (:mod:`missive.admission`).
@@ -72,9 +79,14 @@ class RequestRecord:
             when not known: no message, or a stream cut before its end).
         stop_reason: the answer's ``stop_reason``.
         media: image and document blocks processed, by kind.
+        rule: the ``[[routing.rules]]`` rule that chose the model, if one did.
+        fallbacks: ``(model, next model, error type)`` for each model that
+            could not start the answer (:mod:`missive.routing.fallbacks`).
         status: the HTTP status (set when finished).
         error_type: the error's ``error.type``, :data:`CLIENT_GONE`, or None.
         duration: seconds from arrival to the end of the answer (when finished).
+        ignored: what the server ignored of the request (the
+            ``missive-ignored`` header's items).
     """
 
     def __init__(
@@ -91,6 +103,7 @@ class RequestRecord:
         self.endpoint = endpoint
         self.started = time.monotonic()
         self.model = ""
+        self.key: str | None = None
         self.stream = False
         self.generated = False
         self.completed = False
@@ -103,16 +116,20 @@ class RequestRecord:
         self.output_tokens: int | None = None
         self.stop_reason: str | None = None
         self.media: Counter[str] = Counter()
+        self.rule: str | None = None
+        self.fallbacks: list[tuple[str, str, str]] = []
         self.status: int | None = None
         self.error_type: str | None = None
         self.duration: float | None = None
+        self.ignored: list[str] = []
         self._on_finish: Callable[[RequestRecord], None] | None = on_finish
         self._at_finish: list[Callable[[], None]] = []
 
     @property
     def quiet(self) -> bool:
-        """A probe, ``/health`` or ``/metrics`` request (see :data:`QUIET_PATHS`)."""
-        return self.path in QUIET_PATHS
+        """A probe, ``/health``, ``/metrics`` or console request (see
+        :data:`QUIET_PATHS`, :data:`QUIET_PREFIXES`)."""
+        return self.path in QUIET_PATHS or self.path.startswith(QUIET_PREFIXES)
 
     @property
     def finished(self) -> bool:
@@ -189,6 +206,8 @@ class RequestRecord:
             "status": self.status,
             "endpoint": self.endpoint,
             "model": self.model or None,
+            "key": self.key or None,
+            "rule": self.rule,
         }
         if self.generated:
             out["stream"] = self.stream
@@ -196,6 +215,8 @@ class RequestRecord:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
+        if self.fallbacks:
+            out["fallback"] = ",".join(f"{a}->{b}" for a, b, _ in self.fallbacks)
         if self.media:
             out["images"] = self.media.get("image", 0)
             out["documents"] = self.media.get("document", 0)

@@ -4,9 +4,11 @@ A model served by a remote backend (vLLM, llama-server, Ollama...) may list
 several base URLs, replicas of one deployment. :class:`ReplicaPool` spreads
 requests over them without a scheduler of its own:
 
-* **choice**: each request goes to the healthy replica with the fewest
-  outstanding requests (ties broken round-robin, so an idle fleet is used
-  evenly);
+* **choice**: by the model's replica policy (:mod:`missive.routing.policy`):
+  the healthy replica with the fewest outstanding requests (ties broken
+  round-robin, so an idle fleet is used evenly), or, with ``prefix``, the one
+  holding the longest prefix of the request's prompt, else its session's,
+  under a bound on load; a replica marked failed loses its prefix entries;
 * **failure**: a driver that gets a connection error, or a 5xx status before
   the first byte of the answer, calls :meth:`ReplicaPool.mark_failed`; the
   replica is skipped from then on;
@@ -37,15 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
 
 import anyio
 import httpx
 
 from .errors import OverloadedError
+from .routing.policy import LeastOutstanding
+from .routing.prefix import RouteKey
 
 __all__ = ["Replica", "ReplicaPool", "redact_url"]
 
@@ -72,6 +76,8 @@ class Replica:
         healthy: False from :meth:`ReplicaPool.mark_failed` until a probe succeeds.
         last_error: why it was last marked failed (for logs and error messages).
         next_probe_at: ``time.monotonic()`` of the next health probe, when unhealthy.
+        routed: requests with a route key sent here, by the policy's reason
+            (``prefix``, ``session``, ``least_outstanding``), for ``/metrics``.
     """
 
     def __init__(self, url: str) -> None:
@@ -81,6 +87,7 @@ class Replica:
         self.last_error: str | None = None
         self.next_probe_at: float | None = None
         self._probe_interval = 0.0
+        self.routed: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         state = "healthy" if self.healthy else f"unhealthy ({self.last_error})"
@@ -98,6 +105,7 @@ class ReplicaPool:
         probe_interval: seconds before the first probe of a failed replica.
         max_probe_interval: cap of the doubling interval, in seconds.
         probe_timeout: seconds a probe may take.
+        policy: how a replica is chosen (default: least outstanding).
 
     Raises:
         ValueError: no URL.
@@ -113,6 +121,7 @@ class ReplicaPool:
         probe_interval: float = 1.0,
         max_probe_interval: float = 30.0,
         probe_timeout: float = 5.0,
+        policy: LeastOutstanding | None = None,
     ) -> None:
         unique = list(dict.fromkeys(u.rstrip("/") for u in urls))
         if not unique:
@@ -124,7 +133,7 @@ class ReplicaPool:
         self.probe_interval = probe_interval
         self.max_probe_interval = max_probe_interval
         self.probe_timeout = probe_timeout
-        self._turn = itertools.count()
+        self.policy = policy or LeastOutstanding()
         self._probing: set[Replica] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._check: asyncio.Task[None] | None = None
@@ -134,18 +143,21 @@ class ReplicaPool:
         """Replicas currently accepting requests."""
         return [r for r in self.replicas if r.healthy]
 
-    def choose(self, exclude: Collection[Replica] = ()) -> Replica | None:
-        """The healthy replica with the fewest outstanding requests, not in ``exclude``
-        (ties: round-robin). None when there is none."""
+    def choose(self, exclude: Collection[Replica] = (), route: RouteKey | None = None) -> Replica | None:
+        """The healthy replica not in ``exclude`` that the policy picks for a
+        request keyed ``route`` (None: least outstanding, ties round-robin).
+        None when there is none."""
         candidates = [r for r in self.replicas if r.healthy and r not in exclude]
         if not candidates:
             return None
-        start = next(self._turn) % len(candidates)
-        rotated = candidates[start:] + candidates[:start]
-        return min(rotated, key=lambda r: r.outstanding)
+        replica, reason = self.policy.choose(candidates, route)
+        if route is not None:
+            replica.routed[reason] += 1
+        return replica
 
     @contextlib.asynccontextmanager
-    async def acquire(self, exclude: Collection[Replica] = ()) -> AsyncIterator[Replica]:
+    async def acquire(self, exclude: Collection[Replica] = (), route: RouteKey | None = None
+                      ) -> AsyncIterator[Replica]:
         """Hold the chosen replica for one request (its ``outstanding`` count is
         raised until the block exits, also on cancellation).
 
@@ -153,13 +165,13 @@ class ReplicaPool:
             OverloadedError: 529 with ``retry-after``: every replica is unhealthy
                 or already tried; the message names the last failure.
         """
-        replica = self.take(exclude)
+        replica = self.take(exclude, route)
         try:
             yield replica
         finally:
             self.release(replica)
 
-    def take(self, exclude: Collection[Replica] = ()) -> Replica:
+    def take(self, exclude: Collection[Replica] = (), route: RouteKey | None = None) -> Replica:
         """:meth:`choose` a replica and count one more request on it, until
         :meth:`release` (the synchronous half of :meth:`acquire`, for holders
         that outlive a ``with`` block, such as a stream opened in a task).
@@ -167,7 +179,7 @@ class ReplicaPool:
         Raises:
             OverloadedError: as :meth:`acquire`.
         """
-        replica = self.choose(exclude)
+        replica = self.choose(exclude, route)
         if replica is None:
             raise self._overloaded(exclude)
         replica.outstanding += 1
@@ -205,6 +217,7 @@ class ReplicaPool:
             return
         log.warning("replica %s of %s marked unhealthy: %s", replica.url, self.name, reason)
         replica.healthy = False
+        self.policy.forget(replica)  # its cache is gone, or will be stale when it is back
         replica._probe_interval = self.probe_interval
         replica.next_probe_at = time.monotonic() + replica._probe_interval
         self._start_probe(replica)

@@ -23,6 +23,7 @@ __all__ = [
     "TokenizerSpec",
     "ImageProcessorSpec",
     "DocumentProcessorSpec",
+    "SearchProviderSpec",
 ]
 
 
@@ -191,4 +192,20 @@ class DocumentProcessorSpec:
     name: str
     factory: str
     media_types: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SearchProviderSpec:
+    """A search engine that runs the ``web_search`` server tool.
+
+    ``factory`` names a :class:`~missive.tools.search.SearchProvider`
+    subclass, built once as ``cls(settings)`` with the
+    ``[server_tools.search]`` table when ``server_tools.web_search`` names
+    this provider; its ``search(query)`` returns
+    :class:`~missive.tools.search.SearchResult` objects.
+    """
+
+    name: str
+    factory: str
     description: str = ""

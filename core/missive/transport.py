@@ -81,6 +81,8 @@ import httpx
 from . import fastjson
 from .errors import BadGatewayError, MissiveError, OverloadedError, TimeoutError_
 from .replicas import Replica, ReplicaPool
+from .routing.policy import LeastOutstanding
+from .routing.prefix import RouteKey
 
 __all__ = ["Failover", "Classify", "Answer", "RemoteTransport", "RemoteStream", "describe", "sse_done",
            "END_GRACE"]
@@ -198,6 +200,8 @@ class RemoteTransport:
         headers: sent with every request (``authorization``...).
         retry_after: seconds the 529 suggests when no replica is left
             (None: until the next health probe of a replica that is down).
+        policy: the replica policy (:mod:`missive.routing.policy`; default
+            least outstanding); requests sent with a ``route`` key follow it.
     """
 
     def __init__(
@@ -212,6 +216,7 @@ class RemoteTransport:
         health_path: str,
         headers: Mapping[str, str] | None = None,
         retry_after: int | None = None,
+        policy: LeastOutstanding | None = None,
     ) -> None:
         self.name = name
         self.backend = backend
@@ -225,7 +230,7 @@ class RemoteTransport:
         # The replica probes (rare, off the request path) keep httpx, as the
         # media fetcher does: see missive.replicas.
         self.probe_client = httpx.AsyncClient(headers=dict(headers or {}))
-        self.pool = ReplicaPool(urls, client=self.probe_client, name=name, health_path=health_path)
+        self.pool = ReplicaPool(urls, client=self.probe_client, name=name, health_path=health_path, policy=policy)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -253,6 +258,13 @@ class RemoteTransport:
                 proxy = None
             self._proxies[url] = proxy or None
         return self._proxies[url]
+
+    def route_key(self, body: Mapping[str, Any], session: str | None) -> RouteKey:
+        """What the replica policy routes a chat ``body`` (``messages``,
+        ``tools``) of ``session`` by: pass it as ``route`` to :meth:`stream`
+        or :meth:`request` (the prompt's block hashes only under
+        ``replica_policy = "prefix"``)."""
+        return self.pool.policy.key(body, session)
 
     @property
     def base_url(self) -> str:
@@ -366,11 +378,12 @@ class RemoteTransport:
     # -- requests ---------------------------------------------------------------
 
     async def request(self, method: str, path: str, json: Any = None, *,
-                      classify: Classify | None = None) -> Answer:
-        """``method path`` with a JSON body, to the least busy healthy
-        replica, failing over by the policy: the first successful answer
-        (2xx, body read). ``classify`` replaces the transport's for this
-        call (a driver that needs the request's context to word an error).
+                      classify: Classify | None = None, route: RouteKey | None = None) -> Answer:
+        """``method path`` with a JSON body, to the healthy replica the
+        replica policy picks for ``route`` (None: the least busy), failing
+        over by the policy: the first successful answer (2xx, body read).
+        ``classify`` replaces the transport's for this call (a driver that
+        needs the request's context to word an error).
 
         Raises:
             OverloadedError: no replica could take it (529, ``retry-after``).
@@ -382,7 +395,7 @@ class RemoteTransport:
         skipped: list[tuple[Replica, Failover]] = []
         while True:
             try:
-                replica = self.pool.take(exclude=tried)
+                replica = self.pool.take(exclude=tried, route=route)
             except OverloadedError:
                 raise self._none_left(tried, skipped) from None
             try:
@@ -410,21 +423,23 @@ class RemoteTransport:
             ) from None
 
     def stream(self, method: str, path: str, json: Any = None, *,
-               classify: Classify | None = None) -> RemoteStream:
+               classify: Classify | None = None, route: RouteKey | None = None) -> RemoteStream:
         """Start a streaming request now, in a task (see :class:`RemoteStream`;
-        ``classify`` as in :meth:`request`). Must be called from the event loop."""
-        return RemoteStream(self, method, path, json, classify)
+        ``classify`` and ``route`` as in :meth:`request`). Must be called
+        from the event loop."""
+        return RemoteStream(self, method, path, json, classify, route)
 
 
 class RemoteStream:
     """One streaming request in flight.
 
-    The request starts at once in a task and goes to the least busy healthy
-    replica, failing over by the policy until a replica answers 2xx; the
-    replica counts it as outstanding until :meth:`aclose`. The driver may
-    start the message while the backend queues and prefills (some backends,
-    llama-server among them, send their headers only with the first token):
-    :meth:`wait_open` waits a bounded time for an early refusal.
+    The request starts at once in a task and goes to the healthy replica the
+    replica policy picks (the least busy, without a route key), failing over
+    by the policy until a replica answers 2xx; the replica counts it as
+    outstanding until :meth:`aclose`. The driver may start the message while
+    the backend queues and prefills (some backends, llama-server among them,
+    send their headers only with the first token): :meth:`wait_open` waits a
+    bounded time for an early refusal.
 
     Use as ``async with transport.stream(...) as stream`` or call
     :meth:`aclose` in a ``finally``: closing (idempotent; also while the
@@ -437,8 +452,9 @@ class RemoteStream:
     """
 
     def __init__(self, transport: RemoteTransport, method: str, path: str, json: Any,
-                 classify: Classify | None = None) -> None:
+                 classify: Classify | None = None, route: RouteKey | None = None) -> None:
         self._transport = transport
+        self._route = route
         self._classify = classify
         self._method = method
         self._path = path
@@ -468,7 +484,7 @@ class RemoteStream:
         skipped: list[tuple[Replica, Failover]] = []
         while True:
             try:
-                replica = transport.pool.take(exclude=tried)
+                replica = transport.pool.take(exclude=tried, route=self._route)
             except OverloadedError:
                 raise transport._none_left(tried, skipped) from None
             self._held = replica

@@ -140,17 +140,19 @@ class Missive:
 TOOL_CHOICES = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True}
 
 
-@pytest.fixture
-def missive(tmp_path: Path) -> Iterator[Missive]:
+@contextmanager
+def scripted_missive(tmp_path: Path, **tables: Any) -> Iterator[Missive]:
     """Missive with echo models scripted by ``tmp_path/script.json``:
     ``echo`` (200k words of context, ``claude-*`` alias), ``echo-100k`` and
-    ``echo-small`` (1000 words: Claude Code's prompt does not fit)."""
+    ``echo-small`` (1000 words: Claude Code's prompt does not fit); ``tables``:
+    more configuration tables (``server_tools=...``)."""
     script_file = tmp_path / "script.json"
     script_file.write_text("[]")
     capture_dir = tmp_path / "captures"
     settings = {"script_file": str(script_file), "capabilities": TOOL_CHOICES}
     config = {
         "server": {"capture_dir": str(capture_dir)},
+        **tables,
         "models": {
             "echo": {"driver": "echo", "context_window": 200_000, "aliases": ["claude-*"], "settings": settings},
             "echo-100k": {"driver": "echo", "context_window": 100_000, "settings": settings},
@@ -163,6 +165,13 @@ def missive(tmp_path: Path) -> Iterator[Missive]:
             yield server
         finally:
             print(f"requests captured in {capture_dir}:\n{server.summary()}")
+
+
+@pytest.fixture
+def missive(tmp_path: Path) -> Iterator[Missive]:
+    """:func:`scripted_missive` for one test."""
+    with scripted_missive(tmp_path) as server:
+        yield server
 
 
 @dataclass

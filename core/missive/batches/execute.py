@@ -23,6 +23,8 @@ import anyio
 from quart import Quart, g
 
 from ..admission import Gate, Slot
+from ..context.prepare import context_extras
+from ..context.response import finish_stream
 from ..errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
 from ..ids import message_id, request_id
 from ..logs import request_id_var
@@ -62,9 +64,9 @@ class Checked:
 def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) -> Checked:
     """Check one request's ``params`` as ``POST /v1/messages`` checks a body,
     plus the batch's own rules: no ``stream: true`` (a batch's results are
-    whole messages), no ``thread`` (each request stands alone) and
-    ``max_tokens`` of at least 1 (the API's batch rule: a cache warm-up
-    would have nothing to warm).
+    whole messages), no ``thread`` (each request stands alone), no
+    ``fallbacks`` (the API's) and ``max_tokens`` of at least 1 (the API's
+    batch rule: a cache warm-up would have nothing to warm).
 
     Raises:
         InvalidRequestError: the first problem, with its field path; in
@@ -75,6 +77,9 @@ def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) ->
         raise InvalidRequestError("stream: streaming is not supported in a Message Batch; leave it out or set it to false")
     if params.get("thread") is not None:
         raise ThreadUnsupportedRequestError("message threads are not supported in a Message Batch")
+    if params.get("fallbacks") is not None:
+        # The API: "not supported on the Message Batches API".
+        raise InvalidRequestError("fallbacks: not supported in a Message Batch; leave it out")
     req = validate_body(MessagesRequest, params)
     if req.max_tokens is not None and req.max_tokens < 1:
         raise InvalidRequestError("max_tokens: must be at least 1 in a Message Batch")
@@ -120,6 +125,7 @@ async def execute(
     token = request_id_var.set(rid)
     facts = RequestRecord(rid, "BATCH", f"{ENDPOINT}/{job.batch_id}/{job.custom_id}", ENDPOINT, observe)
     facts.model = job.model
+    facts.key = job.owner  # its usage is its batch's key's
     slot: Slot | None = None
     try:
         async with app.app_context():
@@ -139,7 +145,12 @@ async def execute(
                 checked = check_params(json.loads(job.params), models, strict=config.server.strict)
                 req = checked.request
                 prepared = await prepare_generation(req, job.model, driver)
-                stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer)
+                # Compaction and context editing answer as they would on their own.
+                stream = finish_stream(
+                    MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer,
+                                  server_tools=app.extensions["missive"].get("server_tools")),
+                    context_extras(), signer,
+                )
                 try:
                     if driver.capabilities.in_process:
                         # As for an interactive request: the prompt is

@@ -8,6 +8,12 @@ start when the file already exists, so a server that is never sent a batch
 writes nothing. One server at a time owns a database: it holds an exclusive
 lock on ``<database>.lock`` (another server on the same state directory
 answers the batch endpoints with a 500 naming the owner's lock).
+
+Every operation takes the request's key (:class:`~missive.keys.ring.Identity`):
+a batch is its creator's; another user key finds no such batch (404) and
+does not list it, admin keys see every batch (issue 32). A request of a
+batch naming a model its key may not use gets the ``errored`` result an
+absent model would (``not_found_error``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..errors import ApiError, InvalidRequestError, MissiveError, NotFoundError
+from ..errors import ApiError, InvalidRequestError, MissiveError, ModelNotFoundError, NotFoundError
 from ..ids import message_batch_id
 from ..state import state_dir
 from ..validation import parse_json
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
 
     from ..admission import Admission
     from ..config import Config
+    from ..keys.ring import Identity
     from ..model_table import ModelTable
     from ..record import RequestRecord
     from ..shutdown import Drain
@@ -229,8 +236,8 @@ class Batches:
 
     # -- the API's operations --------------------------------------------------
 
-    async def create(self, raw: bytes, base_url: str) -> dict[str, Any]:
-        """``POST /v1/messages/batches``: store the batch and start running it.
+    async def create(self, raw: bytes, base_url: str, identity: Identity) -> dict[str, Any]:
+        """``POST /v1/messages/batches``: store the batch of ``identity``'s key and start running it.
 
         Raises:
             InvalidRequestError: the body is not JSON or breaks the batch's
@@ -244,7 +251,10 @@ class Batches:
             new = []
             for custom_id, params in pairs:
                 try:
-                    model = check_params(params, self.models, strict=strict).model
+                    checked = check_params(params, self.models, strict=strict)
+                    model = checked.model
+                    if not identity.may_use(model):
+                        raise ModelNotFoundError(checked.request.model)
                 except MissiveError as exc:
                     new.append(NewRequest(custom_id, None, params, errored_result(exc.error_type, exc.message)))
                 else:
@@ -253,7 +263,8 @@ class Batches:
 
         requests = await anyio.to_thread.run_sync(prepare)
         now = time.time()
-        row = await self._db("create", message_batch_id(), now, now + self.settings.expiry, requests)
+        expires = now + self.settings.expiry
+        row = await self._db("create", message_batch_id(), now, expires, requests, identity.name)
         log.info("batch %s created: %d requests (%d errored at once)", row.id, row.total, row.errored)
         self.runner.wake({r.model for r in requests if r.model is not None})
         self._housekeeping.set()
@@ -270,26 +281,33 @@ class Batches:
             raise NotFoundError("message batches are disabled on this server (batches.enabled = false)")
         return self._store is None and not self.path.exists()
 
-    async def _row(self, batch: str) -> BatchRow:
+    async def _row(self, batch: str, identity: Identity) -> BatchRow:
+        """The batch, when ``identity`` may see it.
+
+        Raises:
+            NotFoundError: no such batch, or another key's (the same answer).
+        """
         if self._fresh():
             raise NotFoundError(f"message batch not found: {batch}")
         await self._open()
         row: BatchRow | None = await self._db("get", batch)
-        if row is None:
+        if row is None or not identity.owns(row.owner):
             raise NotFoundError(f"message batch not found: {batch}")
         return row
 
-    async def retrieve(self, batch: str, base_url: str) -> dict[str, Any]:
+    async def retrieve(self, batch: str, base_url: str, identity: Identity) -> dict[str, Any]:
         """``GET /v1/messages/batches/{id}``.
 
         Raises:
             NotFoundError: no such batch.
         """
-        return batch_object(await self._row(batch), base_url)
+        return batch_object(await self._row(batch, identity), base_url)
 
-    async def page(self, limit: int, after_id: str | None, before_id: str | None, base_url: str) -> dict[str, Any]:
+    async def page(self, limit: int, after_id: str | None, before_id: str | None, base_url: str,
+                   identity: Identity) -> dict[str, Any]:
         """``GET /v1/messages/batches``: newest first, the API's page shape
-        (``data``, ``has_more``, ``first_id``, ``last_id``).
+        (``data``, ``has_more``, ``first_id``, ``last_id``); ``identity``'s
+        own batches, or every batch for an admin key.
 
         Raises:
             InvalidRequestError: both cursors given.
@@ -300,7 +318,8 @@ class Batches:
             rows, more = [], False
         else:
             await self._open()
-            rows, more = await self._db("page", limit, after_id, before_id)
+            owner = None if identity.admin else identity.name  # an admin key lists every batch
+            rows, more = await self._db("page", limit, after_id, before_id, owner)
         data = [batch_object(row, base_url) for row in rows]
         return {
             "data": data,
@@ -309,7 +328,7 @@ class Batches:
             "last_id": data[-1]["id"] if data else None,
         }
 
-    async def cancel(self, batch: str, base_url: str) -> dict[str, Any]:
+    async def cancel(self, batch: str, base_url: str, identity: Identity) -> dict[str, Any]:
         """``POST /v1/messages/batches/{id}/cancel``: requests not started
         are ``canceled`` at once, running ones are stopped (``canceled``);
         the batch is ``canceling`` until the last of them has stopped, then
@@ -318,7 +337,7 @@ class Batches:
         Raises:
             NotFoundError: no such batch.
         """
-        row = await self._row(batch)
+        row = await self._row(batch, identity)
         if row.processing_status == "in_progress":
             now = time.time()
             await self._db("cancel", batch, now)
@@ -326,17 +345,17 @@ class Batches:
             count = await self._db("finish_pending", batch, "canceled", now, running)
             log.info("batch %s canceled: %d requests not started, %d running stopped", batch, count, len(running))
             self._housekeeping.set()
-            row = await self._row(batch)
+            row = await self._row(batch, identity)
         return batch_object(row, base_url)
 
-    async def delete(self, batch: str) -> dict[str, str]:
+    async def delete(self, batch: str, identity: Identity) -> dict[str, str]:
         """``DELETE /v1/messages/batches/{id}``: only once it has ended (the API's rule).
 
         Raises:
             NotFoundError: no such batch.
             InvalidRequestError: still in progress or canceling.
         """
-        row = await self._row(batch)
+        row = await self._row(batch, identity)
         if row.processing_status != "ended":
             raise InvalidRequestError(
                 f"message batch {batch} cannot be deleted while it is {row.processing_status}: "
@@ -345,7 +364,7 @@ class Batches:
         await self._db("delete", batch)
         return deleted_object(batch)
 
-    async def results(self, batch: str) -> AsyncIterator[bytes]:
+    async def results(self, batch: str, identity: Identity) -> AsyncIterator[bytes]:
         """``GET /v1/messages/batches/{id}/results``: the JSON Lines body
         (one ``{"custom_id", "result"}`` per request, in request order),
         read from the database page by page as it is sent.
@@ -354,7 +373,7 @@ class Batches:
             NotFoundError: no such batch, or its results were archived.
             InvalidRequestError: it has not ended.
         """
-        row = await self._row(batch)
+        row = await self._row(batch, identity)
         if row.archived_at is not None:
             raise NotFoundError(f"the results of message batch {batch} are no longer available (archived)")
         if row.ended_at is None:

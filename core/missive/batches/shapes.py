@@ -37,7 +37,7 @@ def rfc3339(seconds: float | None) -> str | None:
 @dataclass
 class BatchRow:
     """One batch as stored (times in Unix seconds; counts of requests with
-    a result, by type; ``total`` requests in all)."""
+    a result, by type; ``total`` requests in all; the ``owner`` key's name)."""
 
     id: str
     created_at: float
@@ -50,6 +50,7 @@ class BatchRow:
     errored: int
     canceled: int
     expired: int
+    owner: str | None = None  # the name of the key that created it (None: created before owners were kept)
 
     @property
     def processing(self) -> int:

@@ -7,7 +7,10 @@ it has one, its result. A request is ``pending`` until its result is written
 "running", so after a crash or a restart every request without a result is
 simply pending again and runs again. Counts per result type are kept on the
 batch row in the same transaction as the result, and the batch ends
-(``ended_at``) in the transaction that writes its last result.
+(``ended_at``) in the transaction that writes its last result. Each batch
+row holds its ``owner``, the name of the key that created it
+(:mod:`missive.keys`); a database from before owners were kept gets the
+column on opening, NULL in its rows (which admin keys alone see).
 
 The write-ahead log with ``synchronous = FULL`` makes each committed result
 survive a crash of the process or of the machine. :class:`BatchStore` is
@@ -45,7 +48,8 @@ CREATE TABLE IF NOT EXISTS batches (
     succeeded INTEGER NOT NULL DEFAULT 0,
     errored INTEGER NOT NULL DEFAULT 0,
     canceled INTEGER NOT NULL DEFAULT 0,
-    expired INTEGER NOT NULL DEFAULT 0
+    expired INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS requests (
     batch_seq INTEGER NOT NULL REFERENCES batches(seq) ON DELETE CASCADE,
@@ -62,7 +66,7 @@ CREATE INDEX IF NOT EXISTS requests_pending ON requests(model, batch_seq, idx) W
 
 _BATCH_COLUMNS = (
     "id, created_at, expires_at, ended_at, cancel_initiated_at, archived_at, total, "
-    "succeeded, errored, canceled, expired"
+    "succeeded, errored, canceled, expired, owner"
 )
 #: Results are read this many lines at a time.
 RESULT_PAGE = 500
@@ -91,6 +95,7 @@ class Job:
     custom_id: str
     model: str
     params: str  # JSON
+    owner: str | None = None  # the batch's key (its usage is counted for it)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -120,6 +125,10 @@ class BatchStore:
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.execute("PRAGMA busy_timeout = 5000")
         self._db.executescript(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(batches)")}
+        if "owner" not in columns:  # a database from before batches had owners (issue 32)
+            self._db.execute("ALTER TABLE batches ADD COLUMN owner TEXT")
+        self._db.execute("CREATE INDEX IF NOT EXISTS batches_owner ON batches(owner, seq)")
 
     def close(self) -> None:
         """Close the database."""
@@ -130,10 +139,11 @@ class BatchStore:
 
     # -- batches -------------------------------------------------------------
 
-    def create(self, batch_id: str, created_at: float, expires_at: float, requests: list[NewRequest]) -> BatchRow:
-        """Store a new batch and its requests in one transaction; requests
-        created with a result count at once (the batch ends at once when
-        every request has one)."""
+    def create(self, batch_id: str, created_at: float, expires_at: float, requests: list[NewRequest],
+               owner: str | None = None) -> BatchRow:
+        """Store a new batch of ``owner`` and its requests in one
+        transaction; requests created with a result count at once (the batch
+        ends at once when every request has one)."""
         counts = dict.fromkeys(RESULT_TYPES, 0)
         for item in requests:
             if item.result is not None:
@@ -141,10 +151,10 @@ class BatchStore:
         done = sum(counts.values())
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, canceled, expired) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, canceled, "
+                "expired, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (batch_id, created_at, expires_at, created_at if done == len(requests) else None, len(requests),
-                 counts["succeeded"], counts["errored"], counts["canceled"], counts["expired"]),
+                 counts["succeeded"], counts["errored"], counts["canceled"], counts["expired"], owner),
             )
             seq = cursor.lastrowid
             db.executemany(
@@ -165,30 +175,39 @@ class BatchStore:
         found = self._db.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = ?", (batch_id,)).fetchone()
         return _row(found) if found else None
 
-    def page(self, limit: int, after_id: str | None = None, before_id: str | None = None) -> tuple[list[BatchRow], bool]:
+    def page(self, limit: int, after_id: str | None = None, before_id: str | None = None,
+             owner: str | None = None) -> tuple[list[BatchRow], bool]:
         """A page of batches, newest first (the API's order), and whether
         more lie beyond it in the direction of travel: after ``after_id``
         (older ones), or before ``before_id`` (newer ones, still listed
-        newest first). An unknown cursor is an empty page."""
+        newest first). With ``owner``, only that key's batches (a cursor of
+        another's is unknown); None: every batch. An unknown cursor is an
+        empty page."""
+        mine, args = ("owner = ?", (owner,)) if owner is not None else ("1", ())
         if after_id is not None or before_id is not None:
             cursor_id = after_id if after_id is not None else before_id
-            found = self._db.execute("SELECT seq FROM batches WHERE id = ?", (cursor_id,)).fetchone()
+            found = self._db.execute(
+                f"SELECT seq FROM batches WHERE id = ? AND {mine}", (cursor_id, *args)
+            ).fetchone()
             if found is None:
                 return [], False
             seq = found[0]
         if after_id is not None:
             rows = self._db.execute(
-                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE seq < ? ORDER BY seq DESC LIMIT ?", (seq, limit + 1)
+                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE seq < ? AND {mine} ORDER BY seq DESC LIMIT ?",
+                (seq, *args, limit + 1),
             ).fetchall()
         elif before_id is not None:
             rows = self._db.execute(
-                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE seq > ? ORDER BY seq ASC LIMIT ?", (seq, limit + 1)
+                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE seq > ? AND {mine} ORDER BY seq ASC LIMIT ?",
+                (seq, *args, limit + 1),
             ).fetchall()
             more = len(rows) > limit
             return [_row(r) for r in reversed(rows[:limit])], more
         else:
             rows = self._db.execute(
-                f"SELECT {_BATCH_COLUMNS} FROM batches ORDER BY seq DESC LIMIT ?", (limit + 1,)
+                f"SELECT {_BATCH_COLUMNS} FROM batches WHERE {mine} ORDER BY seq DESC LIMIT ?",
+                (*args, limit + 1),
             ).fetchall()
         return [_row(r) for r in rows[:limit]], len(rows) > limit
 
@@ -215,7 +234,7 @@ class BatchStore:
         leaving out the keys in ``skip`` (those running)."""
         skip = set(skip)
         rows = self._db.execute(
-            "SELECT r.batch_seq, r.idx, b.id, r.custom_id, r.model, r.params FROM requests r "
+            "SELECT r.batch_seq, r.idx, b.id, r.custom_id, r.model, r.params, b.owner FROM requests r "
             "JOIN batches b ON b.seq = r.batch_seq "
             "WHERE r.model = ? AND r.state = 'pending' AND b.ended_at IS NULL AND b.cancel_initiated_at IS NULL "
             "ORDER BY r.batch_seq, r.idx LIMIT ?",

@@ -8,7 +8,9 @@ are literal strings of the published chat templates:
 * think: ``<think>`` (DeepSeek-R1, Qwen3, QwQ, GLM-4.5+, MiniMax-M2, SmolLM3);
 * mistral_think: ``[THINK]`` (Magistral);
 * seed_think: ``<seed:think>`` (Seed-OSS), checked before ``think`` would
-  not matter: ``<seed:think>`` does not contain ``<think>``.
+  not matter: ``<seed:think>`` does not contain ``<think>``;
+* gemma4_thought: ``<|channel>`` (Gemma 4's thought channel; not a
+  substring of harmony's ``<|channel|>``, nor the other way round).
 """
 
 from __future__ import annotations
@@ -43,5 +45,11 @@ def register_reasoning_parsers() -> list[ReasoningParserSpec]:
             factory="missive.reasoning.base:SeedThinkParser",
             description="<seed:think>...</seed:think> before the answer (Seed-OSS)",
             template_markers=("<seed:think>",),
+        ),
+        ReasoningParserSpec(
+            name="gemma4_thought",
+            factory="missive.reasoning.base:Gemma4ThinkParser",
+            description="<|channel>thought ...<channel|> before the answer (Gemma 4)",
+            template_markers=("<|channel>",),
         ),
     ]

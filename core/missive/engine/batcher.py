@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Any
 
 from .producer import Producer
 from .runner import Batched, ContextStates, Prompt, Runner, SavedContext, SharedPool
@@ -68,7 +69,8 @@ class Batcher:
         elsewhere: ``elsewhere(prompt)``, the prompt tokens another store
             (the host-memory prompt cache) would serve, whatever the slot.
         pool: the runner, when its slots share one KV pool (module documentation).
-        evict: ``evict(slot)`` saves an idle slot's state before the pool
+        evict: ``evict(slot, session)`` saves an idle slot's state (of
+            ``session``, the one whose tokens it holds) before the pool
             empties it (the host-memory prompt cache), or None.
     """
 
@@ -80,7 +82,7 @@ class Batcher:
         reuse: Callable[[Prompt, int], int] | None = None,
         elsewhere: Callable[[Prompt], int] | None = None,
         pool: SharedPool | None = None,
-        evict: Callable[[int], object] | None = None,
+        evict: Callable[[int, str | None], object] | None = None,
     ) -> None:
         self.runner = runner
         self.executor = executor
@@ -103,6 +105,7 @@ class Batcher:
         #: Times the shared pool made a sequence wait to join, emptied an
         #: idle slot, paused a running sequence (``status()``).
         self.pool_events = {"waits": 0, "evictions": 0, "pauses": 0}
+        self._session: list[str | None] = [None] * slots  # the session whose tokens each slot holds
 
     @property
     def active(self) -> int:
@@ -125,19 +128,59 @@ class Batcher:
                 self._incoming.remove(producer)
             producer.fail(exc)
 
-    def choose_slot(self, prompt: Prompt) -> int:
+    def slot_states(self, held: Callable[[int], int] | None = None) -> list[dict[str, Any]]:
+        """What each slot holds, for status: ``slot`` (its index), ``state``
+        (``generating`` or ``idle``), ``session`` (the first 8 characters of
+        the session whose tokens it holds, :mod:`missive.session`; None: none
+        known) and, with ``held`` (the tokens a slot's context holds),
+        ``tokens_cached``. Any thread: a snapshot."""
+        owners = dict(self._owner)
+        out = []
+        for slot in range(self.slots):
+            session = self._session[slot]
+            entry: dict[str, Any] = {"slot": slot, "state": "generating" if slot in owners else "idle",
+                                     "session": session[:8] if session else None}
+            if held is not None:
+                entry["tokens_cached"] = held(slot)
+            out.append(entry)
+        return out
+
+    def slot_session(self, slot: int) -> str | None:
+        """The session whose tokens ``slot`` holds (None: unknown)."""
+        return self._session[slot]
+
+    def choose_slot(self, prompt: Prompt, session: str | None = None) -> int:
         """A free slot for ``prompt``: the one whose cached tokens serve it
         best when that beats what the host-memory cache would restore,
         else the least recently used one (its tokens are worth least).
-        Model thread."""
+
+        Session affinity (``session``, :mod:`missive.session`) decides ties:
+        among slots that serve the prompt equally, one of the request's own
+        session comes first, then one of no other session, then the least
+        recently used; and a slot of another session that serves no more
+        than the host-memory cache would restore is left to its session
+        (the cache restores into the least recently used slot instead), so a
+        subagent sharing the main conversation's system prompt does not take
+        its slot. Model thread."""
         free = sorted(self._free, key=lambda s: self._last_used[s])
         if len(free) == 1 or self._reuse is None:
             return free[0]
+        owners = self._session
+
+        def rank(s: int) -> tuple[int, int]:
+            return (1 if session is not None and owners[s] == session else 0,
+                    1 if owners[s] is None or owners[s] == session else 0)
+
         scored = [(self._reuse(prompt, s), s) for s in free]
-        best, slot = max(scored, key=lambda item: item[0])  # max keeps the first (least recently used) of equals
-        if best > 0 and (self._elsewhere is None or best >= self._elsewhere(prompt)):
-            return slot
-        return free[0]
+        best = max(score for score, _ in scored)
+        tied = [s for score, s in scored if score == best]
+        slot = max(tied, key=rank)  # max keeps the first (least recently used) of equals
+        if best > 0:
+            elsewhere = self._elsewhere(prompt) if self._elsewhere is not None else 0
+            others = session is not None and owners[slot] not in (None, session)
+            if best > elsewhere or (best == elsewhere and not others):
+                return slot
+        return max(free, key=rank) if session is not None else free[0]
 
     # -- the model's thread ------------------------------------------------
 
@@ -181,7 +224,7 @@ class Batcher:
         for producer in joining:
             if producer.cancelled():
                 producer.stop()
-            elif blocked or waiting or not self._room_for(producer.seq.prompt):
+            elif blocked or waiting or not self._room_for(producer.seq.prompt, producer.seq.session):
                 if not producer.waited:
                     producer.waited = True
                     self.pool_events["waits"] += 1
@@ -192,12 +235,13 @@ class Batcher:
 
     # -- the shared KV pool (model thread) ---------------------------------
 
-    def _room_for(self, prompt: Prompt) -> bool:
-        """Whether the pool can take ``prompt`` whole in the slot it would
-        get, after emptying idle slots; always True when nothing runs."""
+    def _room_for(self, prompt: Prompt, session: str | None) -> bool:
+        """Whether the pool can take ``prompt`` (of ``session``) whole in the
+        slot it would get, after emptying idle slots; always True when
+        nothing runs."""
         pool = self._pool
         assert pool is not None
-        slot = self.choose_slot(prompt)
+        slot = self.choose_slot(prompt, session)
         need = len(prompt.tokens) + 1
         while pool.pool_free() + pool.held(slot) < need:
             if not self._evict_idle(keep=slot):
@@ -214,8 +258,9 @@ class Batcher:
             return False
         slot = min(idle, key=lambda s: self._last_used[s])
         if self._evict is not None:
-            self._evict(slot)
+            self._evict(slot, self._session[slot])
         pool.clear_slot(slot)
+        self._session[slot] = None  # it holds nobody's tokens now
         self.pool_events["evictions"] += 1
         log.debug("emptied idle slot %d for room in the KV pool", slot)
         return True
@@ -274,10 +319,12 @@ class Batcher:
         if producer.cancelled():
             producer.stop()  # gone while queued: it never takes a slot
             return
-        slot = self.choose_slot(producer.seq.prompt)
+        slot = self.choose_slot(producer.seq.prompt, producer.seq.session)
         self._free.discard(slot)
         self._owner[slot] = producer
-        if producer.start(slot):
+        started = producer.start(slot)  # its setup reads the slot's previous session
+        self._session[slot] = producer.seq.session
+        if started:
             self._active.append(producer)
         else:
             self._release(producer)

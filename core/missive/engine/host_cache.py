@@ -97,6 +97,7 @@ class HostPromptCache:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self._entries: OrderedDict[int, SavedContext] = OrderedDict()
+        self._sessions: dict[int, str | None] = {}  # the session each entry's tokens came from
         self._next = 0
         self._bytes = 0
         self._lock = threading.Lock()
@@ -109,16 +110,19 @@ class HostPromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def best(self, tokens: list[int]) -> tuple[SavedContext | None, int]:
+    def best(self, tokens: list[int], session: str | None = None) -> tuple[SavedContext | None, int]:
         """The entry sharing the longest prefix with ``tokens``, and that
-        prefix's length (``(None, 0)`` when none shares a token)."""
+        prefix's length (``(None, 0)`` when none shares a token); of equal
+        ones, the one saved from ``session`` (:mod:`missive.session`)."""
         with self._lock:
             found: SavedContext | None = None
             longest = 0
-            for entry in self._entries.values():
+            own = False
+            for key, entry in self._entries.items():
                 common = common_prefix(entry.tokens, tokens)
-                if common > longest:
-                    found, longest = entry, common
+                mine = session is not None and self._sessions.get(key) == session
+                if common > longest or (common == longest > 0 and mine and not own):
+                    found, longest, own = entry, common, mine
             return found, longest
 
     def touch(self, entry: SavedContext) -> None:
@@ -129,10 +133,11 @@ class HostPromptCache:
                     self._entries.move_to_end(key)
                     return
 
-    def put(self, saved: SavedContext) -> bool:
-        """Keep ``saved``; drop the entries it makes useless (a prefix of its
-        tokens) and the least recently used ones beyond ``max_bytes``.
-        Returns False when it alone is larger than ``max_bytes``."""
+    def put(self, saved: SavedContext, session: str | None = None) -> bool:
+        """Keep ``saved`` (from ``session``'s prompt); drop the entries it
+        makes useless (a prefix of its tokens) and the least recently used
+        ones beyond ``max_bytes``. Returns False when it alone is larger
+        than ``max_bytes``."""
         if saved.nbytes > self.max_bytes or not saved.tokens:
             return False
         with self._lock:
@@ -144,30 +149,41 @@ class HostPromptCache:
             ):
                 self._drop(next(iter(self._entries)))
             self._entries[self._next] = saved
+            self._sessions[self._next] = session
             self._next += 1
             self._bytes += saved.nbytes
         return True
 
     def _drop(self, key: int) -> None:
+        self._sessions.pop(key, None)
         entry = self._entries.pop(key)
         self._bytes -= entry.nbytes
 
 
-def swap_in(runner: ContextStates, cache: HostPromptCache, prompt: Prompt, slot: int = 0) -> int:
+def swap_in(
+    runner: ContextStates,
+    cache: HostPromptCache,
+    prompt: Prompt,
+    slot: int = 0,
+    session: str | None = None,
+    previous: str | None = None,
+) -> int:
     """Before a sequence of ``prompt`` begins in slot ``slot`` (model thread):
     save the slot's state if the prompt would discard enough of it, and
     restore the cached state that serves the prompt best when it beats what
     the slot holds. Returns the prompt tokens the slot can now reuse (what
-    ``begin`` will take from it)."""
+    ``begin`` will take from it). ``session``: the request's session (its
+    own saved states win ties); ``previous``: the session whose tokens the
+    slot holds (recorded with them when saved)."""
     live_tokens = runner.context_tokens(slot)
     live = runner.reusable_in(prompt, slot)
-    entry, _ = cache.best(prompt.tokens)
+    entry, _ = cache.best(prompt.tokens, session)
     restored = runner.reusable_from(prompt, entry) if entry is not None else 0
     # What the slot would lose: for a model whose state cannot be cut at any
     # position (recurrent, sliding-window), more than the tokens that differ.
     if len(live_tokens) - live >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
         saved = runner.save_context(slot)
-        if saved is not None and cache.put(saved):
+        if saved is not None and cache.put(saved, previous):
             log.debug("saved slot %d's %d tokens (%d bytes; cache: %d entries, %d bytes)",
                       slot, len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
     if entry is not None and restored > live and _room(runner, entry, slot):
@@ -188,21 +204,22 @@ def _room(runner: ContextStates, entry: SavedContext, slot: int) -> bool:
     return runner.pool_free() + runner.held(slot) >= len(entry.tokens)
 
 
-def park(runner: ContextStates, cache: HostPromptCache, slot: int) -> None:
+def park(runner: ContextStates, cache: HostPromptCache, slot: int, session: str | None = None) -> None:
     """Save slot ``slot``'s state into ``cache`` before its cells are taken
     from it (an idle slot emptied for room in a shared KV pool), when it
-    holds at least :data:`MIN_SAVED_TOKENS` tokens (model thread)."""
+    holds at least :data:`MIN_SAVED_TOKENS` tokens (model thread).
+    ``session``: the session whose tokens the slot holds."""
     if len(runner.context_tokens(slot)) < MIN_SAVED_TOKENS:
         return
     saved = runner.save_context(slot)
-    if saved is not None and cache.put(saved):
+    if saved is not None and cache.put(saved, session):
         log.debug("parked slot %d's %d tokens (%d bytes)", slot, len(saved.tokens), saved.nbytes)
 
 
-def restorable(runner: ContextStates, cache: HostPromptCache, prompt: Prompt) -> int:
+def restorable(runner: ContextStates, cache: HostPromptCache, prompt: Prompt, session: str | None = None) -> int:
     """The prompt tokens the best saved state would serve if restored (0
     when none shares a token); the slots are not looked at."""
-    entry, _ = cache.best(prompt.tokens)
+    entry, _ = cache.best(prompt.tokens, session)
     return runner.reusable_from(prompt, entry) if entry is not None else 0
 
 

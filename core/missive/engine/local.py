@@ -44,7 +44,10 @@ and :meth:`~missive.driver.Driver.aclose` the same way for every backend:
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
   more with them than with the slot it takes; restored tokens are cache reads;
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
-  models whose reasoning format has a closing text.
+  models whose reasoning format has a closing text;
+* sampling fields the request leaves unset take the model's defaults
+  (``ModelInfo.sampling``, :mod:`missive.sampling`; its thinking-mode values
+  when the request thinks), shown in :meth:`LocalDriver.choices`.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from ..driver import Driver, GenerationRequest, clamp_max_tokens
 from ..errors import ApiError, PromptTooLongError
 from ..events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from ..reasoning.base import ReasoningParser
+from ..sampling import NO_DEFAULTS
 from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from ..templating import compile_template
 from ..tools.parsers.base import ToolParser
@@ -206,12 +210,12 @@ class LocalDriver(Driver):
                     return restorable(states, kept, prompt)
 
         pool = runner if info.pool_tokens and isinstance(runner, SharedPool) else None
-        evict: Callable[[int], None] | None = None
+        evict: Callable[[int, str | None], None] | None = None
         if pool is not None and isinstance(runner, ContextStates) and cache is not None:
             parked, store = runner, cache
 
-            def evict(slot: int) -> None:  # runs in the model's thread
-                park(parked, store, slot)
+            def evict(slot: int, session: str | None) -> None:  # runs in the model's thread
+                park(parked, store, slot, session)
 
         self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere,
                                 pool=pool, evict=evict)
@@ -241,19 +245,25 @@ class LocalDriver(Driver):
 
     async def status(self) -> dict[str, Any]:
         """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
-        together), ``slots_in_use``; with a KV pool the slots share,
-        ``kv_pool_tokens`` and how often it made a request wait
-        (``kv_pool_waits``), emptied an idle slot (``kv_pool_evictions``),
-        paused a running sequence (``kv_pool_pauses``); with a host-memory
-        prompt cache ``host_cache_bytes``, ``host_cache_entries``,
+        together), ``slots_in_use``, ``slot_states``
+        (:meth:`~missive.engine.batcher.Batcher.slot_states`); with a KV
+        pool the slots share, ``kv_pool_tokens`` and how often it made a
+        request wait (``kv_pool_waits``), emptied an idle slot
+        (``kv_pool_evictions``), paused a running sequence
+        (``kv_pool_pauses``); with a host-memory prompt cache
+        ``host_cache_bytes``, ``host_cache_entries``,
         ``host_cache_max_bytes``."""
         out: dict[str, Any] = {"loaded": self._info is not None}
         if self._batcher is not None:
             out["slots"] = self._batcher.slots
             out["slots_in_use"] = self._batcher.active
-            if self._info is not None and self._info.pool_tokens:
-                out["kv_pool_tokens"] = self._info.pool_tokens
-                out.update({f"kv_pool_{k}": v for k, v in self._batcher.pool_events.items()})
+            if self._info is not None:
+                runner = self.runner
+                held = (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
+                out["slot_states"] = self._batcher.slot_states(held)
+                if self._info.pool_tokens:
+                    out["kv_pool_tokens"] = self._info.pool_tokens
+                    out.update({f"kv_pool_{k}": v for k, v in self._batcher.pool_events.items()})
         cache = self._host_cache
         if cache is not None:
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
@@ -261,9 +271,10 @@ class LocalDriver(Driver):
 
     def choices(self) -> dict[str, Any]:
         """The context window, slots, chat template family
-        (:func:`~missive.sources.gguf.template_family`), tool call format and
-        reasoning format (``none``: the model does not reason) of the loaded
-        model; ``{}`` before it is loaded."""
+        (:func:`~missive.sources.gguf.template_family`), tool call format,
+        reasoning format (``none``: the model does not reason) and default
+        sampling (:meth:`~missive.sampling.SamplingDefaults.describe`) of the
+        loaded model; ``{}`` before it is loaded."""
         if self._info is None:
             return {}
         from ..sources.gguf import template_family
@@ -275,6 +286,7 @@ class LocalDriver(Driver):
             "chat_template": template_family(self._template),
             "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
             "reasoning_format": self._reasoning or "none",
+            "sampling": self._info.sampling.describe(),
         }
 
     def _loaded(self) -> PromptPath:
@@ -341,11 +353,21 @@ class LocalDriver(Driver):
         try:
             opened = "" if constrained else prompts.opened(pieces)
             reusable = host_reusable(self.runner, self._host_cache, prompt)
-            sampling = Sampling(request.temperature, request.top_p, request.top_k, self.constraint(request))
+            sampling = self._sampling(request)
             return _Prepared(prompt, reusable, opened, sampling, self._budget(request, opened))
         except BaseException:
             prompt.close()
             raise
+
+    def _sampling(self, request: GenerationRequest) -> Sampling:
+        """The request's sampling: its own values, the model's defaults
+        (:attr:`ModelInfo.sampling`, the thinking-mode ones when the request
+        thinks) for what it leaves unset, and the constraint."""
+        info = self._info
+        defaults = info.sampling if info is not None else NO_DEFAULTS
+        thinking = request.thinking.requested and self._reasoning is not None
+        values = defaults.resolve(request.temperature, request.top_p, request.top_k, thinking=thinking)
+        return Sampling(values.temperature, values.top_p, values.top_k, self.constraint(request), values.min_p)
 
     def _budget(self, request: GenerationRequest, opened: str) -> ThinkingBudget | None:
         """How to end reasoning once ``thinking.budget_tokens`` are spent, or
@@ -407,12 +429,13 @@ class LocalDriver(Driver):
 
         assert self._batcher is not None
         async with self._scheduler.permit():
-            seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False)
-            cache, runner = self._host_cache, self.runner
+            seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False,
+                           session=request.session)
+            cache, runner, batcher = self._host_cache, self.runner, self._batcher
             setup = None
             if cache is not None and isinstance(runner, ContextStates):
                 def setup(slot: int) -> int:  # runs in the model's thread
-                    return swap_in(runner, cache, prepared.prompt, slot)
+                    return swap_in(runner, cache, prepared.prompt, slot, request.session, batcher.slot_session(slot))
             producer = Producer(self.runner, seq, prepared.budget, setup)
             self._batcher.submit(producer)
             try:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ..media.types import ImageInput
+from ..sampling import NO_DEFAULTS, SamplingDefaults
 
 __all__ = [
     "PENDING",
@@ -95,6 +96,9 @@ class ModelInfo:
         pool_tokens: cells of the KV pool the slots share when it is
             smaller than ``slots x context_window`` (the runner then
             implements :class:`SharedPool`); 0: each slot has its own.
+        sampling: the model's default sampling, for requests that leave
+            fields unset (:func:`missive.sampling.model_sampling` of what the
+            model's files say); the API's defaults when not given.
     """
 
     context_window: int
@@ -105,6 +109,7 @@ class ModelInfo:
     input_media: frozenset[str] = frozenset()
     slots: int = 1
     pool_tokens: int = 0
+    sampling: SamplingDefaults = NO_DEFAULTS
 
 
 class Prompt(NamedTuple):
@@ -147,18 +152,24 @@ class ImageMarks:
 class Sampling:
     """How a sequence samples; None means the API's default.
 
+    The engine fills in the model's defaults (:attr:`ModelInfo.sampling`)
+    for what the request leaves unset.
+
     Attributes:
         temperature: 1.0 by default; 0 is greedy.
         top_p: no nucleus cut by default.
         top_k: no top-k cut by default.
         constraint: a backend object constraining the output (a compiled
             llama.cpp grammar), or None.
+        min_p: no min-p cut by default (the API has no such field: only a
+            model's defaults set it).
     """
 
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     constraint: Any = None
+    min_p: float | None = None
 
 
 @dataclass
@@ -177,6 +188,9 @@ class Sequence:
         state: the runner's own per-sequence state (generator, KV cache...).
         slot: the slot it runs in, ``0 .. ModelInfo.slots - 1``, chosen by
             the engine before :meth:`Runner.begin` (llama.cpp: its ``seq_id``).
+        session: the client's session id (:mod:`missive.session`): among
+            slots and saved states that serve the prompt equally, the
+            engine prefers those of this session.
     """
 
     prompt: Prompt
@@ -187,6 +201,7 @@ class Sequence:
     reused: int = 0
     state: Any = None
     slot: int = 0
+    session: str | None = None
 
 
 class Detokenizer(Protocol):

@@ -26,7 +26,10 @@ from typing import ClassVar, Union
 
 from ..tools.parsers.base import Reasoning, Text
 
-__all__ = ["ReasoningParser", "TagReasoningParser", "ReasoningEvent"]
+__all__ = [
+    "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "ThinkParser", "MistralThinkParser",
+    "SeedThinkParser", "Gemma4ThinkParser",
+]
 
 ReasoningEvent = Union[Text, Reasoning]
 
@@ -72,6 +75,9 @@ class TagReasoningParser(ReasoningParser):
 
     OPEN: ClassVar[str] = "<think>"
     CLOSE: ClassVar[str] = "</think>"
+    #: Texts after :attr:`OPEN` a template may write at the end of the prompt,
+    #: still inside the reasoning (Seed-OSS's zero budget opens a reflection).
+    OPEN_CONTINUATIONS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         self._state = "start"  # start -> reasoning -> answer
@@ -84,7 +90,11 @@ class TagReasoningParser(ReasoningParser):
 
     @classmethod
     def prompt_prefix(cls, prompt: str) -> str:
-        return cls.OPEN if prompt.rstrip().endswith(cls.OPEN) else ""
+        end = prompt.rstrip()
+        for opening in (*(cls.OPEN + c for c in cls.OPEN_CONTINUATIONS), cls.OPEN):
+            if end.endswith(opening):
+                return opening
+        return ""
 
     @classmethod
     def close_text(cls) -> str:
@@ -161,7 +171,34 @@ class MistralThinkParser(TagReasoningParser):
 
 
 class SeedThinkParser(TagReasoningParser):
-    """``<seed:think>...</seed:think>``: ByteDance Seed-OSS."""
+    """``<seed:think>...</seed:think>``: ByteDance Seed-OSS.
+
+    Facts (Seed-OSS's chat template, ByteDance-Seed/Seed-OSS-36B-Instruct):
+    the template's ``thinking_budget`` (-1 unlimited, the default; 0 no
+    reasoning; N tokens) is announced in a system turn, and the model reports
+    its use inside the reasoning in ``<seed:cot_budget_reflect>`` tags (kept:
+    they are part of the chain of thought the template replays). With a
+    budget of 0 the generation prompt itself opens
+    ``<seed:think><seed:cot_budget_reflect>``: the output starts inside it.
+    """
 
     OPEN = "<seed:think>"
     CLOSE = "</seed:think>"
+    OPEN_CONTINUATIONS = ("<seed:cot_budget_reflect>",)
+
+
+class Gemma4ThinkParser(TagReasoningParser):
+    """Gemma 4's thought channel: ``<|channel>thought\n...<channel|>`` before
+    the answer.
+
+    Facts (Gemma 4's chat template, google/gemma-4 and llama.cpp
+    ``models/templates/gemma4.jinja``): ``enable_thinking`` puts ``<|think|>``
+    at the top of the system turn, and the model then writes its reasoning
+    in a ``thought`` channel; without it the generation prompt ends with an
+    empty ``<|channel>thought\n<channel|>``, so the model answers directly.
+    Past reasoning is stripped from model turns by the template
+    (``strip_thinking``), so none is replayed.
+    """
+
+    OPEN = "<|channel>thought"
+    CLOSE = "<channel|>"

@@ -1,11 +1,14 @@
 """HTTP routes. Paths are served under ``/v1`` and, for clients whose base URL
 already ends in ``/v1``, under ``/v1/v1`` (contract section 1); the probes
-and ``/metrics`` at the root."""
+and ``/metrics`` at the root, the web console under ``/console``
+(:mod:`missive.console`)."""
 
 from __future__ import annotations
 
 from quart import Quart
 
+from ..console import routes as console
+from ..keys import routes as keys
 from . import batches, health, messages, metrics, models, probes, status
 
 PREFIXES = ("/v1", "/v1/v1")
@@ -17,6 +20,9 @@ def register_routes(app: Quart) -> None:
         batches.register(app, prefix)
         models.register(app, prefix)
         status.register(app, prefix)
+        keys.register(app, prefix)
     health.register(app)
     probes.register(app)
     metrics.register(app)
+    keys.install(app)
+    console.register(app)

@@ -10,6 +10,9 @@
 
 ``results_url`` is built from the address the client used (its ``Host``),
 so it works through the same name or port the client reached.
+
+A batch belongs to the key that created it (issue 32): another user key
+gets 404 for it on every endpoint and does not list it; admin keys see all.
 """
 
 from __future__ import annotations
@@ -35,35 +38,37 @@ def _base_url() -> str:
 
 
 async def create_batch() -> dict[str, Any]:
-    authenticate()
+    identity = authenticate()
     raw = await read_raw_body()
     note_betas([])
-    return await batches().create(raw, _base_url())
+    return await batches().create(raw, _base_url(), identity)
 
 
 async def list_batches() -> dict[str, Any]:
-    authenticate()
-    return await batches().page(page_limit(), request.args.get("after_id"), request.args.get("before_id"), _base_url())
+    identity = authenticate()
+    return await batches().page(
+        page_limit(), request.args.get("after_id"), request.args.get("before_id"), _base_url(), identity
+    )
 
 
 async def retrieve_batch(batch_id: str) -> dict[str, Any]:
-    authenticate()
-    return await batches().retrieve(batch_id, _base_url())
+    identity = authenticate()
+    return await batches().retrieve(batch_id, _base_url(), identity)
 
 
 async def cancel_batch(batch_id: str) -> dict[str, Any]:
-    authenticate()
-    return await batches().cancel(batch_id, _base_url())
+    identity = authenticate()
+    return await batches().cancel(batch_id, _base_url(), identity)
 
 
 async def delete_batch(batch_id: str) -> dict[str, str]:
-    authenticate()
-    return await batches().delete(batch_id)
+    identity = authenticate()
+    return await batches().delete(batch_id, identity)
 
 
 async def batch_results(batch_id: str) -> Response:
-    authenticate()
-    lines = await batches().results(batch_id)
+    identity = authenticate()
+    lines = await batches().results(batch_id, identity)
     response = Response(lines, content_type="application/x-jsonl")
     response.timeout = None
     return response

@@ -10,22 +10,29 @@ from pydantic import BaseModel
 from quart import current_app, g, request
 
 from ..admission import Admission
-from ..auth import check_api_key
 from ..config import Config
 from ..errors import InvalidRequestError
 from ..kernel import Kernel
+from ..keys import access
+from ..keys.ring import Identity
 from ..media.pipeline import MediaPipeline
 from ..model_table import ModelTable
 from ..record import RequestRecord
+from ..schema.request import MessagesRequest
+from ..routing.fallbacks import with_model_chain
+from ..routing.rules import RoutingRules
 from ..schema.ignored import collect_ignored
 from ..shutdown import Drain
 from ..thinking.signing import Signer
-from ..threads import HANDLED_BETAS
+from ..context import HANDLED_BETAS as CONTEXT_BETAS
+from ..threads import HANDLED_BETAS as THREAD_BETAS
+from ..tools.server_runner import ServerToolRunner
 from ..validation import parse_json, validate_body
 
 __all__ = [
-    "state", "signer", "media_pipeline", "admission", "drain", "record", "authenticate", "read_request",
-    "read_raw_body", "note_ignored", "page_limit",
+    "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
+    "authenticate_admin", "resolve_for", "read_request",
+    "read_raw_body", "note_ignored", "page_limit", "routed_model", "with_default_fallbacks",
 ]
 
 log = logging.getLogger("missive.request")
@@ -48,6 +55,35 @@ def media_pipeline() -> MediaPipeline:
     return cast(MediaPipeline, current_app.extensions["missive"]["media"])
 
 
+def server_tools() -> ServerToolRunner:
+    """The app's :class:`~missive.tools.server_runner.ServerToolRunner`."""
+    return cast(ServerToolRunner, current_app.extensions["missive"]["server_tools"])
+
+
+def routed_model(req: Any, model_id: str, identity: Identity) -> str:
+    """The model that answers ``req``, whose model id resolved to
+    ``model_id``: the first ``[[routing.rules]]`` rule's whose target the
+    key ``identity`` may use (named in the request's record: its log line
+    and metrics), else ``model_id`` (:mod:`missive.routing.rules`)."""
+    rule = _routing().route(req, allowed=identity.may_use)
+    if rule is None:
+        return model_id
+    record().rule = rule.name
+    return rule.to
+
+
+def with_default_fallbacks(req: MessagesRequest, model_id: str) -> MessagesRequest:
+    """``req`` as it asks for fallbacks: with ``routing.default_fallbacks``,
+    a request that names none asks for its model's configured chain
+    (``fallbacks: "default"``, :mod:`missive.routing.fallbacks`)."""
+    _, _, models = state()
+    return with_model_chain(req, models.entries[model_id].fallbacks, _routing().default_fallbacks)
+
+
+def _routing() -> RoutingRules:
+    return cast(RoutingRules, current_app.extensions["missive"]["routing"])
+
+
 def drain() -> Drain:
     """The app's :class:`~missive.shutdown.Drain` (graceful shutdown)."""
     return cast(Drain, current_app.extensions["missive"]["drain"])
@@ -63,9 +99,37 @@ def record() -> RequestRecord:
     return cast(RequestRecord, g.record)
 
 
-def authenticate() -> None:
-    config, _, _ = state()
-    check_api_key(request.headers, config.server.api_keys)
+def authenticate() -> Identity:
+    """The request's key (:func:`missive.keys.access.authenticate`).
+
+    Raises:
+        AuthenticationError: 401, keys are configured and none matches.
+    """
+    return access.authenticate()
+
+
+def resolve_for(identity: Identity, requested: str) -> str:
+    """The configured model serving ``requested`` for the key ``identity``.
+
+    Raises:
+        ModelNotFoundError: 404, no served model matches, or the key may not use it.
+    """
+    _, _, models = state()
+    model_id, _ = models.resolve(requested)
+    access.check_model(identity, model_id, requested)
+    return model_id
+
+
+def authenticate_admin(what: str) -> Identity:
+    """The request's key, which must have the admin scope.
+
+    Raises:
+        AuthenticationError: 401.
+        PermissionDeniedError: 403, a user key.
+    """
+    identity = access.authenticate()
+    access.require_admin(identity, what)
+    return identity
 
 
 async def read_request(model: type[M], expand: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> M:
@@ -115,9 +179,11 @@ def note_betas(ignored: list[str]) -> None:
     (logged, and sent back in the ``missive-ignored`` header). Betas are
     reported but never rejected, even in strict mode: clients send new
     ones with every release (contract section 1). Betas of features Missive
-    implements (:data:`missive.threads.HANDLED_BETAS`) are not reported."""
+    implements (:data:`missive.threads.HANDLED_BETAS`,
+    :data:`missive.context.HANDLED_BETAS`) are not reported."""
+    handled = THREAD_BETAS | CONTEXT_BETAS
     betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",")
-             if b.strip() and b.strip() not in HANDLED_BETAS]
+             if b.strip() and b.strip() not in handled]
     ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
     if ignored:
         log.info("ignored: %s", ", ".join(ignored))

@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from quart import Quart, Response, g
+from quart import Quart, Response, g, has_request_context, request
 
 from ..admission import Slot
 from ..capabilities import check_request
+from ..context.fallbacks import TRIGGERS, Attempt, attempts
+from ..context.prepare import context_extras, count_tokens_body, prepare_in_context
+from ..context.response import Answer, finish_stream
 from ..config import ServerConfig
 from ..conversation import build_conversation, unrendered_media
 from ..driver import Driver, GenerationRequest
@@ -46,13 +49,19 @@ from ..schema.request import CountTokensRequest, MessagesRequest
 from ..shutdown import Drain
 from ..sse import PING, frame, paced_batches
 from ..tools.definitions import offered_tools, tool_choice_of
+from ..tools.deferred import expand_references
+from ..tools.server_runner import server_first
+from ..session import session_of
 from ..tools.history import check_tool_history
+from ..thinking.between_tools import as_text as between_tools_text
 from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..threads.keeper import Keeper, keeper
 from ..tools.server import server_block_paths
+from ..keys.access import admit
 from .common import (
-    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, signer, state,
+    admission, authenticate, drain, media_pipeline, note_ignored, read_request, record, resolve_for, routed_model,
+    server_tools, signer, state, with_default_fallbacks,
 )
 
 log = logging.getLogger("missive.messages")
@@ -62,15 +71,26 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Driver) -> GenerationRequest:
     """Everything the core checks and converts before a driver sees the request
-    (also for each request of a message batch, :mod:`missive.batches.execute`).
-    Runs in an app context whose ``g`` holds the request's id and record.
+    (also for each request of a message batch, :mod:`missive.batches.execute`):
+    conversation management first (compaction, context editing:
+    :mod:`missive.context.prepare`), then :func:`_prepare`. Runs in an app
+    context whose ``g`` holds the request's id and record.
 
     Raises:
         InvalidRequestError: tool history pairing, tool_choice naming an
-            unknown tool, duplicate tool names, strict-mode ignored tools.
+            unknown tool, duplicate tool names, strict-mode ignored tools,
+            compaction blocks the API refuses.
         CapabilityError: the driver lacks something the request needs.
         MediaError: an image or document block that cannot be used.
     """
+    return await prepare_in_context(req, model_id, driver, _prepare, signer=signer(), note_ignored=note_ignored)
+
+
+async def _prepare(
+    req: CountTokensRequest, model_id: str, driver: Driver, cleared_thinking: frozenset[int] = frozenset()
+) -> GenerationRequest:
+    """The core's checks and conversions (see :func:`prepare_generation`);
+    ``cleared_thinking``: messages whose thinking context editing left out."""
     # A model that cannot call tools is not offered server tools (reported as
     # ignored), unless tool_choice forces a call: check_request refuses that.
     can_call = bool(driver.capabilities.tool_choice)
@@ -81,6 +101,7 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
     note_ignored(skipped if can_call else [*skipped, *server_block_paths(req)])
     media = media_pipeline()
     caps = driver.capabilities
+    server_call, tools, choice = server_first(req, caps, tools, choice, server_tools())
     check_request(
         req, caps, model=model_id, driver=driver.name, tools=tools, tool_choice=choice,
         image_fallback=media.image_fallback is not None,
@@ -89,7 +110,12 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
     if replay.dropped:
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
         g.dropped_thinking = list(replay.dropped)
-    conversation = build_conversation(req, replay.kept, server_tools=can_call)
+    kept = {at: text for at, text in replay.kept.items() if at[0] not in cleared_thinking}
+    conversation = build_conversation(req, kept, server_tools=can_call)
+    expand_references(conversation, tools)
+    thinking = plan_thinking(req.thinking, req.output_config)
+    if thinking.between_tools:
+        between_tools_text(conversation)  # replayed progress updates are text the model wrote
     note_ignored(unrendered_media(req))
     if conversation.prefill is not None and req.messages[-1].role == "assistant":
         # The answer continues the prefill's text; reasoning before it is not rendered.
@@ -120,8 +146,10 @@ async def prepare_generation(req: CountTokensRequest, model_id: str, driver: Dri
         request=req,
         tools=tools,
         tool_choice=choice,
-        thinking=plan_thinking(req.thinking, req.output_config),
+        thinking=thinking,
         thinking_position=answer_position(req.messages),
+        server_call=server_call,
+        session=session_of(req, request.headers if has_request_context() else None),
     )
 
 
@@ -165,20 +193,24 @@ def _stream_context() -> _StreamContext:
 
 
 async def _create_message() -> Response | dict[str, Any]:
-    authenticate()
+    identity = authenticate()
+    admit(identity)  # the key's limits: 429 before the body is read
     _, _, models = state()
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=keeper().expand)
-    model_id, _ = models.resolve(req.model)
+    model_id = routed_model(req, resolve_for(identity, req.model), identity)
     facts = record()
     facts.model = model_id
+    # The model, then its fallbacks (each one the key may use); the model's
+    # own chain for a request that names none, with routing.default_fallbacks.
+    req = with_default_fallbacks(req, model_id)
+    chain = attempts(req, model_id, models, lambda requested: resolve_for(identity, requested))
     if req.stream and not models.loaded(model_id):
         # Loaded on demand: the stream starts now, with pings while it loads.
         # The task is created here, so it runs in this request's context.
-        started = asyncio.ensure_future(_load_and_begin(req, model_id))
+        started = asyncio.ensure_future(_begin_chain(chain))
         return _sse_response(_after_load(started, _stream_context()))
-    driver = await _hold(model_id)
-    first, stream, slot = await _begin(req, model_id, driver)
+    first, stream, slot = await _begin_chain(chain)
     if not req.stream:
         shutdown = drain()
         try:
@@ -199,13 +231,37 @@ async def _create_message() -> Response | dict[str, Any]:
     return _sse_response(_body(first, stream, slot, _stream_context()))
 
 
-async def _load_and_begin(req: MessagesRequest, model_id: str) -> tuple[dict[str, Any], MessageStream, Slot]:
-    return await _begin(req, model_id, await _hold(model_id))
+async def _begin_chain(chain: list[Attempt]) -> tuple[dict[str, Any], Answer, Slot]:
+    """:func:`_begin` on the requested model, then on each ``fallbacks``
+    entry in turn while the one before could not take the request (429,
+    529: :data:`missive.context.fallbacks.TRIGGERS`); nothing has been sent
+    then. The last model's error is the answer when every one fails.
+
+    Raises:
+        MissiveError: a refusal before anything is sent (400s, 529 queue full...).
+    """
+    for n, attempt in enumerate(chain):
+        try:
+            driver = await _hold(attempt.model_id)
+            record().model = attempt.model_id
+            return await _begin(attempt.request, attempt.model_id, driver, fallback=attempt.entry is not None)
+        except TRIGGERS as exc:
+            if n + 1 == len(chain):
+                raise
+            log.info("model %s cannot take the request (%s: %s); trying fallback %s",
+                     attempt.model_id, exc.error_type, exc.message, chain[n + 1].request.model)
+            # Named in the log line, counted in missive:fallbacks_total.
+            record().fallbacks.append((attempt.model_id, chain[n + 1].model_id, exc.error_type))
+    raise AssertionError("an empty fallback chain")  # attempts() always holds the requested model
 
 
-async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[dict[str, Any], MessageStream, Slot]:
+async def _begin(
+    req: MessagesRequest, model_id: str, driver: Driver, *, fallback: bool = False
+) -> tuple[dict[str, Any], Answer, Slot]:
     """Check and convert the request, take a slot of its model and start
     the answer: its first event (``message_start``), the stream, the slot.
+    ``fallback``: the model answers as a ``fallbacks`` entry (the answer
+    says so in ``usage.iterations``).
 
     Raises:
         MissiveError: a refusal before anything is sent (400s, 529 queue full...).
@@ -220,7 +276,11 @@ async def _begin(req: MessagesRequest, model_id: str, driver: Driver) -> tuple[d
         facts.queue_seconds = time.monotonic() - queued_at
         return slot
 
-    stream = MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer())
+    stream = finish_stream(
+        MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer(),
+                      server_tools=server_tools()),
+        context_extras(), signer(), fallback_model=req.model if fallback else None,
+    )
     shutdown = drain()
     # Nothing is sent before the answer starts: at the end of a shutdown's
     # grace, a request still here is cancelled and answered 529.
@@ -269,7 +329,7 @@ def _error_frame(exc: BaseException, ctx: _StreamContext) -> bytes:
     return frame(ApiError("internal server error; the server log has the details").envelope(ctx.request_id))
 
 
-async def _after_load(started: asyncio.Future[tuple[dict[str, Any], MessageStream, Slot]], ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
+async def _after_load(started: asyncio.Future[tuple[dict[str, Any], Answer, Slot]], ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
     """A stream whose model is loaded on demand (``started``: the load, then
     :func:`_begin`): ``ping`` events every ``server.ping_interval`` seconds
     while it runs, then the answer as :func:`_body` sends it. A failure to
@@ -304,7 +364,7 @@ async def _after_load(started: asyncio.Future[tuple[dict[str, Any], MessageStrea
         ctx.facts.finish(200, None if ctx.facts.completed else CLIENT_GONE)
 
 
-async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
+async def _body(first: dict[str, Any], stream: Answer, slot: Slot, ctx: _StreamContext) -> AsyncGenerator[bytes, None]:
     """The SSE frames of a started answer.
 
     The slot is freed before the last frame is sent (the driver has ended
@@ -350,18 +410,18 @@ async def _body(first: dict[str, Any], stream: MessageStream, slot: Slot, ctx: _
             facts.finish(200, None if facts.completed else CLIENT_GONE)
 
 
-async def count_tokens() -> dict[str, int]:
-    authenticate()
-    _, _, models = state()
+async def count_tokens() -> dict[str, Any]:
+    identity = authenticate()
     req = await read_request(CountTokensRequest)
-    model_id, _ = models.resolve(req.model)
+    model_id = routed_model(req, resolve_for(identity, req.model), identity)
     record().model = model_id
     driver = await _hold(model_id)
     if driver.capabilities.count_tokens == "none":
         raise CapabilityError(
             capability="count_tokens", model=model_id, driver=driver.name, supported="messages only"
         )
-    return {"input_tokens": await driver.count_tokens(await prepare_generation(req, model_id, driver))}
+    tokens = await driver.count_tokens(await prepare_generation(req, model_id, driver))
+    return count_tokens_body(tokens, req)
 
 
 def register(app: Quart, prefix: str) -> None:

@@ -1,7 +1,7 @@
 """``GET /metrics``: Prometheus' text format (:mod:`missive.metrics`).
 
-Behind the API keys, like ``/v1/*`` (Prometheus sends one with
-``authorization: {credentials: ...}``), unless ``server.metrics_public``.
+Behind an admin key (Prometheus sends one with ``authorization:
+{credentials: ...}``; a user key gets 403), unless ``server.metrics_public``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import cast
 from quart import Quart, Response, current_app
 
 from ..metrics import CONTENT_TYPE, Metrics
-from .common import authenticate, state
+from .common import authenticate_admin, state
 
 
 def metrics() -> Metrics:
@@ -24,6 +24,6 @@ def register(app: Quart) -> None:
     async def exposition() -> Response:
         config, _, _ = state()
         if not config.server.metrics_public:
-            authenticate()
+            authenticate_admin("GET /metrics")
         await current_app.extensions["missive"]["batches"].refresh_summary()
         return Response(metrics().exposition(), content_type=CONTENT_TYPE)

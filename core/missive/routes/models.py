@@ -4,6 +4,9 @@ The listing pages with ``limit`` (1-1000, default 20), ``after_id`` and
 ``before_id`` and always sends ``has_more``, ``first_id`` and ``last_id``
 (the SDK's auto-pagination stops only on ``has_more: false``).
 
+Each model carries ``capabilities`` and ``lifecycle`` as the API always
+sends them (:mod:`missive.context.capabilities`).
+
 Aliases written as plain ids (no glob characters), such as
 ``claude-local``, are listed too, after the configured models: Claude Code
 keeps only ids containing ``claude`` in its model picker (contract section 6).
@@ -15,12 +18,14 @@ from typing import Any
 
 from quart import Quart, request
 
+from ..context.capabilities import lifecycle_fields, model_capabilities
 from ..driver import Driver
 from ..errors import InvalidRequestError
-from .common import authenticate, page_limit, record, state
+from ..keys.ring import Identity
+from .common import authenticate, page_limit, record, resolve_for, state
 
 
-def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) -> dict[str, Any]:
+def _model_object(model_id: str, driver: Driver, identity: Identity, shown_id: str | None = None) -> dict[str, Any]:
     entry = driver.entry
     created = entry.created_at.isoformat().replace("+00:00", "Z")
     obj: dict[str, Any] = {
@@ -34,6 +39,14 @@ def _model_object(model_id: str, driver: Driver, shown_id: str | None = None) ->
         obj["max_input_tokens"] = context
     if entry.max_output_tokens is not None or context is not None:
         obj["max_tokens"] = entry.max_output_tokens or context
+    config, _, models = state()
+    obj["capabilities"] = model_capabilities(
+        driver.capabilities, entry, batches=config.batches.enabled, web_search=config.server_tools.web_search is not None,
+    )
+    obj.update(lifecycle_fields(entry))
+    obj["line"] = None  # no Claude model line (the API: "do not infer a line from the id")
+    # Any other served model the key may use can be a `fallbacks` entry (missive.context.fallbacks).
+    obj["allowed_fallback_models"] = [m for m in models.drivers if m != model_id and identity.may_use(m)]
     return obj
 
 
@@ -48,9 +61,10 @@ def _listed(models: Any) -> dict[str, str]:
 
 
 async def list_models() -> dict[str, Any]:
-    authenticate()
+    identity = authenticate()
     _, _, models = state()
-    listed = _listed(models)
+    # A key lists only the models it may use (issue 32).
+    listed = {shown: mid for shown, mid in _listed(models).items() if identity.may_use(mid)}
     ids = list(listed)
     limit = page_limit()
     after, before = request.args.get("after_id"), request.args.get("before_id")
@@ -64,7 +78,7 @@ async def list_models() -> dict[str, Any]:
     else:
         start = ids.index(after) + 1 if after is not None else 0
         page, has_more = ids[start : start + limit], start + limit < len(ids)
-    data = [_model_object(listed[mid], models.drivers[listed[mid]], shown_id=mid) for mid in page]
+    data = [_model_object(listed[mid], models.drivers[listed[mid]], identity, shown_id=mid) for mid in page]
     return {
         "data": data,
         "has_more": has_more,
@@ -74,11 +88,12 @@ async def list_models() -> dict[str, Any]:
 
 
 async def get_model(model_id: str) -> dict[str, Any]:
-    authenticate()
+    identity = authenticate()
     _, _, models = state()
-    resolved, driver = models.resolve(model_id)
+    resolved = resolve_for(identity, model_id)
+    driver = models.drivers[resolved]
     record().model = resolved
-    return _model_object(resolved, driver, shown_id=model_id)
+    return _model_object(resolved, driver, identity, shown_id=model_id)
 
 
 def register(app: Quart, prefix: str) -> None:

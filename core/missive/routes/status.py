@@ -1,4 +1,4 @@
-"""``GET /v1/status`` (behind the API keys): every model's state and load,
+"""``GET /v1/status`` (admin keys): every model's state and load,
 what ``missive ps`` shows (:func:`missive.status.model_status`)."""
 
 from __future__ import annotations
@@ -10,11 +10,16 @@ from quart import Quart, current_app
 
 from .. import __version__
 from ..status import model_status
-from .common import admission, authenticate, state
+from .common import admission, authenticate_admin, state
 
 
 async def get_status() -> dict[str, Any]:
-    authenticate()
+    authenticate_admin("GET /v1/status")
+    return await status_document()
+
+
+async def status_document() -> dict[str, Any]:
+    """The status of the server and of every model (also the web console's, :mod:`missive.console`)."""
     _, _, models = state()
     started = current_app.extensions["missive"]["started_at"]
     return {

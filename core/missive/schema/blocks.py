@@ -24,6 +24,7 @@ __all__ = [
     "ImageBlock",
     "DocumentBlock",
     "SearchResultBlock",
+    "ToolReferenceBlock",
     "ToolUseBlock",
     "ToolResultBlock",
     "ThinkingBlock",
@@ -32,6 +33,8 @@ __all__ = [
     "WebSearchToolResultBlock",
     "WebFetchToolResultBlock",
     "ServerToolBlock",
+    "CompactionBlock",
+    "FallbackBlock",
     "UnknownBlock",
     "ContentBlock",
     "ToolResultContentBlock",
@@ -118,6 +121,17 @@ class SearchResultBlock(_Block):
     citations: dict[str, Any] | None = None
 
 
+class ToolReferenceBlock(_Block):
+    """A deferred tool loaded by a tool search (Anthropic docs, "Tool search
+    tool"; ``BetaToolReferenceBlockParam``): ``{"type": "tool_reference",
+    "tool_name": "..."}`` in a ``tool_result``'s content. The tool it names is
+    offered from then on, its definition rendered where the block stands
+    (:mod:`missive.tools.deferred`)."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
 class ToolUseBlock(_Block):
     type: Literal["tool_use"]
     id: str
@@ -194,6 +208,29 @@ class ServerToolBlock(_Block):
     type: str
 
 
+class CompactionBlock(_Block):
+    """A conversation summary returned by a compaction request, sent back at
+    the head of ``messages`` (``BetaCompactionBlockParam``; checked and
+    rendered by :mod:`missive.context.compaction`). ``content`` None is a
+    failed compaction, which the API treats as a no-op."""
+
+    type: Literal["compaction"]
+    content: str | None = None
+    signature: str | None = None
+    encrypted_content: str | None = None
+    tool_changes: list[Any] | None = None
+
+
+class FallbackBlock(_Block):
+    """A ``fallback`` block echoed back from a response: accepted and never
+    rendered (``BetaFallbackBlockParam``: "not rendered into the prompt")."""
+
+    type: Literal["fallback"]
+    from_: dict[str, Any] = Field(alias="from")
+    to: dict[str, Any]
+    trigger: Any = None
+
+
 class UnknownBlock(_Block):
     """A block type this version of Missive does not know."""
 
@@ -225,10 +262,11 @@ ToolResultContentBlock = Annotated[
         Annotated[ImageBlock, Tag("image")],
         Annotated[DocumentBlock, Tag("document")],
         Annotated[SearchResultBlock, Tag("search_result")],
+        Annotated[ToolReferenceBlock, Tag("tool_reference")],
         Annotated[ServerToolBlock, Tag("server_tool")],
         Annotated[UnknownBlock, Tag("unknown")],
     ],
-    _tag(frozenset({"text", "image", "document", "search_result"})),
+    _tag(frozenset({"text", "image", "document", "search_result", "tool_reference"})),
 ]
 
 
@@ -252,12 +290,16 @@ ContentBlock = Annotated[
         Annotated[ServerToolUseBlock, Tag("server_tool_use")],
         Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")],
         Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")],
+        Annotated[CompactionBlock, Tag("compaction")],
+        Annotated[FallbackBlock, Tag("fallback")],
         Annotated[ServerToolBlock, Tag("server_tool")],
         Annotated[UnknownBlock, Tag("unknown")],
     ],
     _tag(
         frozenset(
             {
+                "compaction",
+                "fallback",
                 "text",
                 "image",
                 "document",

@@ -1,7 +1,8 @@
 """Find what a validated request carries that Missive does not act on.
 
 Reported paths look like ``context_management``, ``tools.0.defer_loading``,
-``messages.1.content.0 (block type "container_upload")``.  The app puts them in
+``messages.1.content.0 (block type "container_upload")``,
+``context_management.edits.0 (edit type "compact_20260112")``.  The app puts them in
 the ``missive-ignored`` response header and the log, or answers 400 in strict
 mode (contract section 2, "forward compatibility").
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .management import CompactEdit, UnknownEdit
 from .blocks import (
     ServerToolBlock,
     ServerToolUseBlock,
@@ -54,6 +56,10 @@ def _join(prefix: str, key: object) -> str:
 
 
 def _walk(value: Any, path: str, found: list[str], role: str | None = None) -> None:
+    if isinstance(value, (CompactEdit, UnknownEdit)):
+        # context_management edits Missive does not apply (missive.context.editing).
+        found.append(f'{path} (edit type "{value.type}")')
+        return
     if isinstance(value, (UnknownBlock, ServerToolBlock)) or (
         isinstance(value, _ASSISTANT_ONLY) and role != "assistant"
     ):

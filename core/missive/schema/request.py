@@ -17,6 +17,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from ..tools.validate import schema_error
 
+from .management import CompactionConfig, ContextManagement, FallbackEntry
 from .blocks import (
     CacheControl,
     ContentBlock,
@@ -60,6 +61,8 @@ class Tool(Open):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     cache_control: CacheControl | None = None
+    #: Not rendered until a ``tool_reference`` block loads it (:mod:`missive.tools.deferred`).
+    defer_loading: StrictBool | None = None
 
     @model_validator(mode="after")
     def _custom_needs_schema(self) -> Tool:
@@ -107,7 +110,9 @@ ToolChoice = Annotated[
 
 
 class Thinking(Open):
-    type: Literal["enabled", "disabled", "adaptive"]
+    # ``between_tools``: thinking off, text between tool calls returned as
+    # thinking blocks (:mod:`missive.thinking.between_tools`).
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = None
     display: str | None = None
 
@@ -165,6 +170,13 @@ class CountTokensRequest(Open):
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
     cache_control: CacheControl | None = None  # automatic prefix caching: nothing to do
+
+    # -- Issue 26 part B: conversation management (missive.context) --------
+    # context_management: edits applied before rendering (count_tokens too);
+    # compaction: a compaction request (count_tokens accepts and ignores it).
+    context_management: ContextManagement | None = None
+    compaction: CompactionConfig | None = None
+    # -- end of issue 26 part B ---------------------------------------------
 
     # Fields of MessagesRequest, absent here; declared for a shared interface.
     max_tokens: int | None = None
@@ -249,6 +261,16 @@ class MessagesRequest(CountTokensRequest):
     thread: MessageThread | None = None
     diagnostics: Diagnostics | None = None
 
+    # -- Issue 26 part B: fallbacks and request-routing fields -------------
+    # fallbacks: missive.context.fallbacks; speed, inference_geo:
+    # missive.context.routing (what cannot be honoured is reported as
+    # ignored, with the reason; the SDK sends user_profile_id and
+    # workspace_id as headers, handled there too).
+    fallbacks: list[FallbackEntry] | Literal["default"] | None = None
+    speed: Literal["standard", "fast"] | None = None
+    inference_geo: str | None = None
+    # -- end of issue 26 part B ---------------------------------------------
+
     @model_validator(mode="after")
     def _api_rules(self) -> MessagesRequest:
         if self.stop_sequences is not None:
@@ -267,4 +289,7 @@ class MessagesRequest(CountTokensRequest):
                 raise ValueError("`max_tokens` must be greater than `thinking.budget_tokens`")
             if self.tool_choice is not None and self.tool_choice.type in ("any", "tool"):
                 raise ValueError("Thinking may not be enabled when tool_choice forces tool use.")
+        if self.compaction is not None and self.context_management is not None:
+            # Issue 26 part B: the SDK's docstring of `compaction`.
+            raise ValueError("compaction: cannot be combined with `context_management`")
         return self

@@ -11,7 +11,7 @@ Three places, none of them asked over the network:
 * Ollama's store (:func:`missive.sources.ollama.list_ollama`).
 
 Each row carries what the files say (:func:`~missive.sources.local.model_facts`):
-size, quantization, training context, chat template family.
+size, quantization, training context, chat template family, default sampling.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class CatalogueRow:
         reference: the configured reference or path (configured rows).
         driver: the configured driver (configured rows).
         error: why a configured model's files are not available.
+        sampling: the default sampling of requests that leave it unset
+            (:meth:`missive.sampling.SamplingDefaults.describe`).
     """
 
     name: str
@@ -60,6 +62,7 @@ class CatalogueRow:
     reference: str | None = None
     driver: str | None = None
     error: str | None = None
+    sampling: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +79,7 @@ def _row(name: str, kind: str, local: LocalModel, **extra: Any) -> CatalogueRow:
         context_length=facts.context_length,
         template_family=facts.template_family,
         error=facts.error,
+        sampling=facts.sampling,
         **extra,
     )
 

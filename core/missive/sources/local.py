@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..sampling import folder_sampling, gguf_names, model_sampling
 from .gguf import GGUFError, read_gguf, template_family
 from .refs import ModelRef
 
@@ -65,6 +66,9 @@ class ModelFacts:
         chat_template: the Jinja chat template, or None.
         template_family: :func:`~missive.sources.gguf.template_family` of it.
         error: why the metadata could not be read (the other fields None then).
+        sampling: the default sampling requests get
+            (:meth:`missive.sampling.SamplingDefaults.describe`), None when
+            the metadata could not be read.
     """
 
     name: str | None
@@ -75,6 +79,7 @@ class ModelFacts:
     chat_template: str | None
     template_family: str
     error: str | None = None
+    sampling: str | None = None
 
 
 def human_size(n: int | None) -> str:
@@ -129,6 +134,7 @@ def _mlx_facts(folder: Path, size: int) -> ModelFacts:
         context_length=context if isinstance(context, int) else None,
         chat_template=template,
         template_family=template_family(template),
+        sampling=folder_sampling(folder).describe(),
     )
 
 
@@ -150,4 +156,5 @@ def model_facts(model: LocalModel) -> ModelFacts:
         context_length=info.context_length,
         chat_template=info.chat_template,
         template_family=info.template_family,
+        sampling=model_sampling(info.metadata, gguf_names(info.metadata, model.path.name)).describe(),
     )

@@ -25,7 +25,14 @@ read the reasoning; the HMAC only proves this server produced it there.
 * ``thinking``: the exact thinking text the client received (empty with
   ``display: "omitted"``).
 
-Each part is length-prefixed, so no two inputs encode alike. The key comes
+Each part is length-prefixed, so no two inputs encode alike. ``compaction``
+blocks (conversation summaries, :mod:`missive.context.compaction`) are
+signed with the same key under their own domain, so a thinking signature
+never passes for a summary's or the other way round:
+
+``signature = "msvc1." + base64url(HMAC(key, "missive-compaction-v1" | content))``
+
+The key comes
 from ``thinking.signing_key`` in the configuration, else from
 ``thinking.key_file`` (default ``thinking.key`` in the state directory,
 :func:`missive.state.state_dir`: ``$MISSIVE_STATE_DIR``, else
@@ -49,13 +56,17 @@ from pathlib import Path
 from ..config import ConfigError
 from ..state import state_dir
 
-__all__ = ["Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX", "SEALED_PREFIX"]
+__all__ = [
+    "Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX", "SEALED_PREFIX", "COMPACTION_PREFIX",
+]
 
 log = logging.getLogger("missive.thinking")
 
 SIGNATURE_PREFIX = "msv1."
 SEALED_PREFIX = "msv1z."
+COMPACTION_PREFIX = "msvc1."
 _DOMAIN = b"missive-thinking-v1"
+_COMPACTION_DOMAIN = b"missive-compaction-v1"
 _MAC_BYTES = 32
 #: Largest thinking text a sealed signature may expand to (bytes): a replayed
 #: signature must not be a decompression bomb.
@@ -125,6 +136,20 @@ class Signer:
     def verify(self, signature: str | None, thinking: str, *, turn: int, block: int) -> bool:
         """Whether ``signature`` is this server's for that block and position."""
         return self.open(signature, thinking, turn=turn, block=block) is not None
+
+    def sign_compaction(self, content: str) -> str:
+        """The signature of a ``compaction`` block's ``content``."""
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        for part in (_COMPACTION_DOMAIN, content.encode("utf-8", "surrogatepass")):
+            mac.update(len(part).to_bytes(8, "big"))
+            mac.update(part)
+        return COMPACTION_PREFIX + base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+
+    def verify_compaction(self, signature: str | None, content: str) -> bool:
+        """Whether ``signature`` is this server's for that ``content`` (constant time)."""
+        if not signature or not signature.isascii() or not signature.startswith(COMPACTION_PREFIX):
+            return False
+        return hmac.compare_digest(signature, self.sign_compaction(content))
 
 
 def _read_or_create(path: Path) -> bytes:

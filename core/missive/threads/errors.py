@@ -18,7 +18,6 @@ the SDK's types (``anthropic/types/thread_*_error_details.py``); the body is
 
 from __future__ import annotations
 
-from typing import ClassVar
 
 from ..errors import InvalidRequestError, MissiveError, NotFoundError
 
@@ -41,14 +40,7 @@ class ThreadError(MissiveError):
     """A thread error: the envelope's ``error.details`` holds its
     :attr:`error_code` (mixed in before the status class)."""
 
-    error_code: ClassVar[str]
-
-    def envelope(self, request_id: str | None) -> dict[str, object]:
-        body = super().envelope(request_id)
-        inner = body["error"]
-        assert isinstance(inner, dict)
-        inner["details"] = {"error_code": self.error_code}
-        return body
+    error_code: str
 
 
 class ThreadNotFoundError(ThreadError, NotFoundError):

@@ -13,11 +13,14 @@ the first place the two diverge, in the SDK's shapes
 * ``tools_changed``, ``system_changed``: checked in the order the prompt
   cache's prefix is built (tools, then system, then messages: Anthropic docs,
   "Prompt caching"). ``system`` is the system prompt Missive renders: the
-  top-level ``system`` without Claude Code's billing header, and every
-  ``role: "system"`` message, which Missive folds into it (so a changed
-  system message is ``system_changed``: it changes the head of the prompt);
-* ``messages_changed``: the other messages are not the previous request's
-  followed by new ones;
+  top-level ``system`` without Claude Code's billing header, and the
+  ``role: "system"`` messages before the first turn, which Missive folds into
+  it (so a changed one is ``system_changed``: it changes the head of the
+  prompt);
+* ``messages_changed``: the other messages, later ``role: "system"``
+  messages included (Missive renders them where they stand:
+  :mod:`missive.system_turns`), are not the previous request's followed by
+  new ones;
 * ``unavailable``: model, tools, system and messages match but another
   prompt-affecting parameter (``thinking``, ``tool_choice``,
   ``output_config``) differs;
@@ -101,9 +104,10 @@ def fingerprint_of(
             (:attr:`missive.conversation.Conversation.system`).
         prompt_tokens: its prompt's size (input + cache read + cache creation).
     """
-    messages = tuple(
-        _digest(_plain(_json(message))) for message in req.messages if message.role != "system"
-    )
+    leading = 0
+    while leading < len(req.messages) and req.messages[leading].role == "system":
+        leading += 1  # folded into ``system``
+    messages = tuple(_digest(_plain(_json(message))) for message in req.messages[leading:])
     params = {
         "thinking": _json(req.thinking),
         "tool_choice": _json(req.tool_choice),

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from quart import current_app, g, request
+from quart import current_app, g
 
-from ..auth import key_identity
+from ..keys.access import current_identity
 from ..config import Config, ThreadsConfig
 from ..pipeline import accumulate
 from ..schema.request import MessagesRequest
@@ -38,7 +38,7 @@ class Keeper:
     Args:
         store: the process's :class:`~missive.threads.store.ResponseStore`.
         config: ``[threads]``.
-        owner: the request's API key identity (:func:`missive.auth.key_identity`).
+        owner: the name of the request's API key (:mod:`missive.keys`).
     """
 
     def __init__(self, store: ResponseStore, config: ThreadsConfig, owner: str) -> None:
@@ -108,7 +108,7 @@ def keeper() -> Keeper:
     config = cast(Config, ext["config"])
     made = Keeper(
         cast(ResponseStore, ext["responses"]), config.threads,
-        key_identity(request.headers, config.server.api_keys),
+        current_identity().name,
     )
     g.keeper = made
     g.record.at_finish(made.close)

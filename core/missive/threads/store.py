@@ -13,7 +13,7 @@ Rules (Anthropic docs, "Message threads" and "Cache diagnostics"): a thread
 expires ``ttl`` seconds after the response it ends with (the API's 5
 minutes; each stored response starts the time again); a fingerprint is kept
 ``diagnostics_ttl`` seconds; data is kept per API key and never seen by
-another (:func:`missive.auth.key_identity`: another key's id is as absent);
+another (the key's name, :mod:`missive.keys`: another key's id is as absent);
 nothing is written to disk. A response can be continued once: when a
 continue completes, the response it continued keeps only that fact (its
 conversation now lives in the new response), so a thread's conversation is

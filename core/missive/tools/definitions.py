@@ -16,6 +16,9 @@
   (then the capability check refuses the request).
 * Other server tools (``code_execution_*``...) and unknown tool types are not
   offered and are reported as ignored (``missive-ignored``).
+* A tool with ``defer_loading: true`` is offered only once a
+  ``tool_reference`` block of the history has loaded it, marked
+  :attr:`ToolDefinition.deferred` (:mod:`missive.tools.deferred`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from ..capabilities import Capabilities
 from ..errors import InvalidRequestError
 from ..schema.request import CountTokensRequest
+from .deferred import is_deferred, loaded_names
 from .server import ServerTool, server_tool_of
 
 __all__ = ["ToolDefinition", "ToolChoice", "offered_tools", "tool_choice_of", "choice_after_server_call"]
@@ -70,6 +74,10 @@ class ToolDefinition:
         strict: the request asked for schema-exact arguments (``strict: true``).
         server: the server tool this is (``web_search``...), None for tools
             the client runs; its calls become ``server_tool_use`` blocks.
+        deferred: declared ``defer_loading: true`` and loaded by a
+            ``tool_reference``: callable, but its definition is rendered
+            where the reference stands, not in the prompt's tool list
+            (:mod:`missive.tools.deferred`).
     """
 
     name: str
@@ -77,6 +85,7 @@ class ToolDefinition:
     input_schema: dict[str, Any]
     strict: bool = False
     server: ServerTool | None = None
+    deferred: bool = False
 
     def openai_function(self) -> dict[str, Any]:
         """The OpenAI/Hugging Face ``{"type": "function", "function": {...}}`` form."""
@@ -111,20 +120,29 @@ def offered_tools(
             model that cannot call tools: they are reported as
             ``tools.N (tool type "...": this model cannot call tools)``).
 
+    Deferred tools (``defer_loading: true``) not loaded yet are left out,
+    not reported: the API does not show them to the model either.
+
     Raises:
-        InvalidRequestError: two tools share a name.
+        InvalidRequestError: two tools share a name; a ``tool_reference``
+            names no tool of the request.
     """
     offered: list[ToolDefinition] = []
     skipped: list[str] = []
     seen: set[str] = set()
+    loaded = loaded_names(request)
     for i, tool in enumerate(request.tools or []):
         if tool.name in seen:
             raise InvalidRequestError(f"tools: Tool names must be unique (duplicate: {tool.name!r})")
         seen.add(tool.name)
+        deferred = is_deferred(tool)
+        if deferred and tool.name not in loaded:
+            continue
         strict = bool((tool.model_extra or {}).get("strict"))
         if tool.type in (None, "custom"):
             assert tool.input_schema is not None  # checked by the schema
-            offered.append(ToolDefinition(tool.name, tool.description or "", tool.input_schema, strict))
+            offered.append(ToolDefinition(tool.name, tool.description or "", tool.input_schema, strict,
+                                          deferred=deferred))
             continue
         server = server_tool_of(tool.type)
         if server is not None:
@@ -132,14 +150,15 @@ def offered_tools(
                 skipped.append(f'tools.{i} (tool type "{tool.type}": this model cannot call tools)')
                 continue
             description = tool.description or server.description
-            offered.append(ToolDefinition(tool.name, description, server.input_schema, strict, server))
+            offered.append(ToolDefinition(tool.name, description, server.input_schema, strict, server, deferred))
             continue
         client = next((spec for prefix, spec in CLIENT_TOOLS.items() if tool.type.startswith(prefix)), None)
         if client is None:
             skipped.append(f'tools.{i} (tool type "{tool.type}": not available on this server)')
             continue
         description, schema = client
-        offered.append(ToolDefinition(tool.name, tool.description or description, schema, strict))
+        offered.append(ToolDefinition(tool.name, tool.description or description, schema, strict,
+                                      deferred=deferred))
     return tuple(offered), skipped
 
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..conversation import Conversation, with_reasoning
+from ..conversation import Conversation, Turn, with_reasoning
 from ..driver import GenerationRequest
 from ..media.types import ImageInput, ImageMarker
 from ..schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from ..system_turns import segments, template_accepts_system
 from .definitions import ToolDefinition
 
 __all__ = [
@@ -81,9 +82,38 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def native_messages(conversation: Conversation, image_marker: ImageMarker | None = None) -> list[dict[str, Any]]:
+def _user_side(turn: Turn, image_marker: ImageMarker | None, results: list[str] | None = None) -> list[dict[str, Any]]:
+    """A user turn holding mid-conversation system messages, after its tool
+    results, for a template that accepts system turns there: user and
+    system messages in the turn's order (:mod:`missive.system_turns`).
+    ``results``: texts put first in the first user message (the Hermes
+    rendering's ``<tool_response>`` blocks), or in one of their own before
+    a leading system message."""
+    pending = list(results or [])
+    messages: list[dict[str, Any]] = []
+    for role, blocks in segments(turn.blocks):
+        if role == "system":
+            if pending:
+                messages.append({"role": "user", "content": "\n".join(pending)})
+                pending = []
+            messages.append({"role": "system", "content": blocks[0].system})
+            continue
+        text = Turn("user", blocks).text(image_marker)
+        parts = [*pending, text] if text else pending
+        pending = []
+        if parts:
+            messages.append({"role": "user", "content": "\n".join(parts)})
+    if pending:
+        messages.append({"role": "user", "content": "\n".join(pending)})
+    return messages
+
+
+def native_messages(
+    conversation: Conversation, image_marker: ImageMarker | None = None, *, system_turns: bool = False
+) -> list[dict[str, Any]]:
     """Messages for a template with tool support (see module doc);
-    ``image_marker``: see :meth:`missive.conversation.Turn.text`."""
+    ``image_marker``: see :meth:`missive.conversation.Turn.text`;
+    ``system_turns``: see :meth:`missive.conversation.Conversation.chat_messages`."""
     names: dict[str, str] = {}
     messages: list[dict[str, Any]] = []
     if conversation.system is not None:
@@ -110,25 +140,32 @@ def native_messages(conversation: Conversation, image_marker: ImageMarker | None
                         "content": tool_result_text(block, image_marker),
                     }
                 )
-        text = turn.text(image_marker)
-        if text or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
+        # The turn's text is rendered once: each image marker records its
+        # image (ImageMarks.mark), so a second rendering would count it twice.
+        if system_turns and turn.has_system_notes():
+            messages += _user_side(turn, image_marker)
+        elif (text := turn.text(image_marker)) or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
             messages.append({"role": "user", "content": text})
     return messages
 
 
 def hermes_messages(
-    conversation: Conversation, tools: tuple[ToolDefinition, ...], image_marker: ImageMarker | None = None
+    conversation: Conversation,
+    tools: tuple[ToolDefinition, ...],
+    image_marker: ImageMarker | None = None,
+    *,
+    system_turns: bool = False,
 ) -> list[dict[str, Any]]:
     """Messages for a template without tool support (see module doc);
-    ``image_marker``: see :meth:`missive.conversation.Turn.text`."""
+    ``image_marker``: see :meth:`missive.conversation.Turn.text`;
+    ``system_turns``: see :meth:`missive.conversation.Conversation.chat_messages`."""
     instructions = HERMES_INSTRUCTIONS.format(tools="\n".join(_dumps(t.openai_function()) for t in tools))
     system = f"{conversation.system}\n\n{instructions}" if conversation.system else instructions
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for turn in conversation.turns:
         parts: list[str] = []
-        text = turn.text(image_marker)
         if turn.role == "assistant":
-            if text:
+            if text := turn.text(image_marker):
                 parts.append(text)
             for block in turn.blocks:
                 if isinstance(block, ToolUseBlock):
@@ -138,7 +175,11 @@ def hermes_messages(
             for block in turn.blocks:
                 if isinstance(block, ToolResultBlock):
                     parts.append(f"<tool_response>\n{tool_result_text(block, image_marker)}\n</tool_response>")
-            if text:
+            if system_turns and turn.has_system_notes():
+                messages += _user_side(turn, image_marker, parts)
+                continue
+            # Rendered once (see native_messages).
+            if text := turn.text(image_marker):
                 parts.append(text)
         messages.append(with_reasoning({"role": turn.role, "content": "\n".join(parts)}, turn))
     return messages
@@ -156,10 +197,14 @@ def template_messages(
     text it returns, in their place (see :meth:`missive.conversation.Turn.text`).
     """
     conversation = request.conversation
-    offered = request.tools if request.tool_choice.mode != "none" else ()
+    # Deferred tools are not in the list (their definitions stand where a
+    # tool_reference loaded them: missive.tools.deferred), so the top of
+    # the prompt does not change when one is loaded.
+    offered = tuple(t for t in request.tools if not t.deferred) if request.tool_choice.mode != "none" else ()
+    system_turns = any(t.has_system_notes() for t in conversation.turns) and template_accepts_system(template)
     if not offered and not conversation.has_tool_blocks():
-        return conversation.chat_messages(image_marker), {}
+        return conversation.chat_messages(image_marker, system_turns=system_turns), {}
     if template_supports_tools(template):
         extra = {"tools": [t.openai_function() for t in offered]} if offered else {}
-        return native_messages(conversation, image_marker), extra
-    return hermes_messages(conversation, offered, image_marker), {}
+        return native_messages(conversation, image_marker, system_turns=system_turns), extra
+    return hermes_messages(conversation, offered, image_marker, system_turns=system_turns), {}

@@ -1,10 +1,11 @@
-"""Server tools: ``web_search_*`` and ``web_fetch_*``, offered and answered ``unavailable``.
+"""Server tools: ``web_search_*`` and ``web_fetch_*``, offered and answered.
 
 The real API runs these tools itself (Anthropic docs, "Server tools", "Web
 search tool", "Web fetch tool"): the model's call arrives as a
 ``server_tool_use`` block (id ``srvtoolu_...``), the API runs it, the result
 block follows in the same assistant turn, and the model goes on reading it.
-Missive has no search engine and no fetcher, so every call gets the API's
+Missive runs them where the operator turned them on (``[server_tools]``:
+:mod:`missive.tools.server_runner`); every other call gets the API's
 tool-result error shape with ``error_code: "unavailable"``::
 
     {"type": "server_tool_use", "id": "srvtoolu_...", "name": "web_search", "input": {"query": "..."}}
@@ -40,6 +41,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..ids import server_tool_use_id
+from .search import decode_content
 from ..schema.request import CountTokensRequest
 from ..schema.blocks import (
     ContentBlock,
@@ -81,9 +83,12 @@ MAX_SERVER_CALLS = 5
 #: Fields of a server tool definition that only restrict what its searches
 #: or fetches may do (Anthropic docs, "Web search tool", "Web fetch tool"):
 #: ``max_uses``, domain lists, ``user_location``, ``max_content_tokens``,
-#: ``citations``. No search or fetch ever runs here, so each restriction
-#: holds; they are not reported as ignored. ``max_uses`` is also enforced on
-#: the calls: one beyond it is answered ``max_uses_exceeded``, as the API does.
+#: ``citations``. Honoured when the server runs the tool
+#: (:mod:`missive.tools.server_runner`: domain lists, ``max_content_tokens``,
+#: ``citations``, ``user_location`` passed to the search provider), and
+#: trivially when it answers ``unavailable``; not reported as ignored.
+#: ``max_uses`` is enforced on the calls: one beyond it is answered
+#: ``max_uses_exceeded``, as the API does.
 LIMIT_FIELDS = frozenset(
     {"max_uses", "allowed_domains", "blocked_domains", "user_location", "max_content_tokens", "citations"}
 )
@@ -185,7 +190,9 @@ def result_text(
 
     * no block (a call left unanswered): the ``unavailable`` error;
     * an error object: ``the web_search tool returned an error: unavailable``;
-    * web search results: one ``[title](url)`` line each (their encrypted
+    * web search results: one ``[title](url)`` line each, then the
+      result's snippet when Missive's own search wrote it
+      (:func:`missive.tools.search.decode_content`; the API's encrypted
       page content is opaque);
     * a web fetch result: the URL, the document's title and, for a text
       source, its text; other sources (PDF) are named, not shown.
@@ -196,11 +203,13 @@ def result_text(
     if isinstance(content, dict) and str(content.get("type", "")).endswith("_error"):
         return _error_text(name, content.get("error_code", "unknown")), True
     if isinstance(content, list):
-        lines = [
-            f"[{item.get('title', '')}]({item.get('url', '')})"
-            for item in content
-            if isinstance(item, dict) and item.get("type") == "web_search_result"
-        ]
+        lines = []
+        for item in content:
+            if isinstance(item, dict) and item.get("type") == "web_search_result":
+                lines.append(f"[{item.get('title', '')}]({item.get('url', '')})")
+                snippet = decode_content(item.get("encrypted_content"))
+                if snippet:
+                    lines.append(snippet)
         return "\n".join(lines) if lines else "no results", False
     if isinstance(content, dict):
         parts = [str(content.get("url", ""))]

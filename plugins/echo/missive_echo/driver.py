@@ -12,6 +12,7 @@ list; each step is one of::
     {"echo_thinking": true}          text: the verified thinking replayed in the conversation
     {"tool_call": {"name": "f", "arguments": ["{\\"a\\"", ": 1}"]}}
     {"sleep": 0.5}                   seconds of silence
+    {"wait_file": "/tmp/go"}         silence until that file exists (a test's go-ahead)
     {"error": {"type": "overloaded_error", "message": "..."}}   raise mid-stream
 
 and the object may also hold ``"stop_reason"`` (default ``end_turn``),
@@ -104,6 +105,10 @@ ERRORS: dict[str, type[MissiveError]] = {
         OverloadedError,
     )
 }
+
+
+#: Seconds between two looks for a ``wait_file`` step's file.
+WAIT_FILE_POLL = 0.02
 
 
 def _words(text: str) -> list[str]:
@@ -314,6 +319,11 @@ class EchoDriver(Driver):
         for step in script["script"]:
             if "sleep" in step:
                 await anyio.sleep(float(step["sleep"]))
+            elif "wait_file" in step:
+                # A test holds the stream here while it looks at what the
+                # client shows so far, then creates the file: no timing.
+                while not Path(step["wait_file"]).exists():
+                    await anyio.sleep(WAIT_FILE_POLL)
             elif "error" in step:
                 raise _error(step["error"])
             else:

@@ -53,12 +53,15 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   a slot's state saved to and restored from host memory, the cells each
   slot holds.
 
-Sampling (API defaults when unset), the chain ``Llama._init_sampler`` builds:
-temperature 1.0 (0 = greedy), ``top_p`` 1.0 and ``top_k`` 0 (both disable
-their cut in llama.cpp's samplers), no ``min_p`` (llama-cpp-python's 0.05
-default is not part of the API), no repetition penalty; the grammar of
-``Sampling.constraint`` first. The seed is ``settings.seed`` for every
-sequence, else a random one per sequence.
+Sampling, the chain ``Llama._init_sampler`` builds: what the request sets,
+else the model's defaults (``ModelInfo.sampling``: the GGUF's
+``general.sampling.*`` keys, else the family table of
+:mod:`missive.sampling`), else the API's: temperature 1.0 (0 = greedy),
+``top_p`` 1.0 and ``top_k`` 0 (both disable their cut in llama.cpp's
+samplers), no ``min_p`` (llama-cpp-python's 0.05 default is not part of the
+API); no repetition penalty; the grammar of ``Sampling.constraint`` first.
+The seed is ``settings.seed`` for every sequence, else a random one per
+sequence.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ from missive.api import (
     Sampling,
     Sequence,
     default_cache_bytes,
+    gguf_names,
+    model_sampling,
 )
 
 from . import checkpoints
@@ -292,6 +297,8 @@ class LlamaCppRunner(SlotStates):
             bos_text=self._bos_text,
             eos_text=_token_text(llm, llm.token_eos()),
             control_texts=_control_texts(llm),
+            # The GGUF's general.sampling.* keys, else the family table by its names.
+            sampling=model_sampling(llm.metadata, gguf_names(llm.metadata, self.settings.path.name)),
         )
 
     def close(self) -> None:
@@ -378,9 +385,9 @@ class LlamaCppRunner(SlotStates):
 
     def _sampler(self, sampling: Sampling) -> Any:
         """The sampler chain of one sequence, as ``Llama._init_sampler``
-        builds it for the API's parameters (no penalty, ``min_p`` 0): the
-        grammar, then greedy for temperature 0, else top-k, top-p,
-        temperature and a seeded draw."""
+        builds it for the API's parameters (no penalty): the grammar, then
+        greedy for temperature 0, else top-k, top-p, min-p (when the
+        model's defaults set it), temperature and a seeded draw."""
         chain = internals.LlamaSampler()
         if sampling.constraint is not None:
             chain.add_grammar(self.llm._model, sampling.constraint)
@@ -390,6 +397,8 @@ class LlamaCppRunner(SlotStates):
         else:
             chain.add_top_k(0 if sampling.top_k is None else sampling.top_k)
             chain.add_top_p(1.0 if sampling.top_p is None else sampling.top_p, 1)
+            if sampling.min_p:  # a model's default only (llama.cpp's order: top-k, top-p, min-p, temperature)
+                chain.add_min_p(sampling.min_p, 1)
             chain.add_temp(temp)
             chain.add_dist(llama_cpp.LLAMA_DEFAULT_SEED if self.settings.seed is None else self.settings.seed)
         return chain

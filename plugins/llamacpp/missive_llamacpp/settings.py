@@ -157,7 +157,7 @@ class LlamaCppSettings(BaseModel):
             ``llama3``, ``mistral``, ``harmony``); default: chosen from the chat
             template, Hermes when the template has no tool support.
         reasoning_parser: reasoning format (a registered reasoning parser:
-            ``think``, ``harmony``, ``mistral_think``, ``seed_think``) or
+            ``think``, ``harmony``, ``mistral_think``, ``seed_think``, ``gemma4_thought``) or
             ``"none"``; default: chosen from the chat template (none when the
             template shows no reasoning format: the model cannot think).
         verbose: let llama.cpp log to stderr.

@@ -29,7 +29,8 @@ Per request:
      ``json_schema`` grammar admitting one call (:mod:`.forced`);
    * ``none``: no tools offered (past calls and results are still rendered).
 
-   Sampling: the request's, with the API's defaults for the rest
+   Sampling: the request's; the rest is left to llama-server, which applies
+   the model's recommended values, or sent as the API's defaults
    (``settings.sampling_defaults``); ``cache_prompt``;
    ``reasoning_format: "deepseek"``; with ``settings.thinking`` the
    reasoning switches and budget (:meth:`~LlamaServerDriver.extra_fields`);
@@ -42,8 +43,9 @@ Per request:
    ``count_tokens`` and the ``input_tokens`` of ``message_start``; a prompt
    of ``n_ctx`` tokens or more is the 400 ``prompt is too long`` before
    anything is generated, and ``max_tokens`` is clamped to what is left.
-3. **Generation** (:meth:`.upstream.LlamaServerHTTP.chat`): streamed, to the least
-   busy healthy replica; ``message_start`` after the headers or
+3. **Generation** (:meth:`.upstream.LlamaServerHTTP.chat`): streamed, to the
+   healthy replica the model's ``replica_policy`` picks (the least busy, or
+   the one holding the conversation's prefix: :mod:`missive.routing.policy`); ``message_start`` after the headers or
    ``settings.start_wait`` seconds, whichever comes first (llama-server sends
    its headers with the first token). Chunks become events
    (:mod:`.chunks`); the final usage carries the exact split into
@@ -189,7 +191,8 @@ class LlamaServerDriver(OpenAIDriver):
         offered = request.tools if request.tool_choice.mode != "none" else ()
         if self.native_tools(info) or not (offered or conv.has_tool_blocks()):
             return chat_messages(conv, prefill=prefill), True
-        messages: list[dict[str, Any]] = list(hermes_messages(conv, offered))
+        # Deferred tools stand where a tool_reference loaded them, not in the list.
+        messages: list[dict[str, Any]] = list(hermes_messages(conv, tuple(t for t in offered if not t.deferred)))
         if prefill:
             messages.append({"role": "assistant", "content": conv.prefill})
         return messages, False
@@ -234,7 +237,7 @@ class LlamaServerDriver(OpenAIDriver):
         the core drops what the client did not ask for), and with
         ``settings.thinking`` the switches of :meth:`ThinkingPlan.template_kwargs
         <missive.thinking.plan.ThinkingPlan.template_kwargs>`
-        (``chat_template_kwargs.enable_thinking``/``thinking``,
+        (``chat_template_kwargs.enable_thinking``/``thinking``/``thinking_budget``,
         ``reasoning_effort``) and the budget as ``reasoning_budget_tokens``
         (enforced by llama-server's sampler for templates with thinking tags:
         ``reasoning_budget`` in ``oaicompat_chat_params_parse``)."""
@@ -242,8 +245,7 @@ class LlamaServerDriver(OpenAIDriver):
         kwargs = dict(self.settings.chat_template_kwargs)
         if self.settings.thinking:
             switches = request.thinking.template_kwargs()
-            kwargs["enable_thinking"] = switches["enable_thinking"]
-            kwargs["thinking"] = switches["thinking"]
+            kwargs.update((k, v) for k, v in switches.items() if k != "reasoning_effort")  # a top-level field
             fields["reasoning_effort"] = switches["reasoning_effort"]
             if request.thinking.budget_tokens is not None:
                 fields["reasoning_budget_tokens"] = request.thinking.budget_tokens
@@ -306,7 +308,7 @@ class LlamaServerDriver(OpenAIDriver):
             if forced else None,
             show_thinking=not warm_up,
         )
-        stream = self.http.chat(body, prompt=prompt)
+        stream = self.http.chat(body, prompt=prompt, route=self.transport.route_key(body, request.session))
         try:
             await stream.wait_open(self.settings.start_wait)
             yield Started(input_tokens=prompt)

@@ -45,12 +45,18 @@ class LlamaServerSettings(OpenAISettings):
             ``delta.reasoning_content`` (``reasoning_format: "deepseek"``).
         chat_template_kwargs: passed to the chat template on every request
             (and to ``/apply-template``, so counts match).
-        sampling_defaults: ``"api"`` sends the Messages API's defaults for
-            unset sampling parameters (temperature 1.0, ``top_p`` 1.0,
-            ``top_k`` 0 = off, ``min_p`` 0 = off), so a request samples the same
-            on every driver; ``"server"`` leaves them to llama-server's own
-            defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, or
-            its command line).
+        sampling_defaults: ``"model"`` (the default) leaves unset sampling
+            parameters to llama-server, which applies the model's
+            recommended values (the GGUF's ``general.sampling.*`` keys,
+            read by llama.cpp's ``common`` where its command line sets none),
+            then its command line (``--temp``, ``--top-k``...), then its own
+            defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05);
+            ``"server"`` is the same. ``"api"`` sends the Messages API's
+            defaults for them (temperature 1.0, ``top_p`` 1.0, ``top_k`` 0
+            = off, ``min_p`` 0 = off), so a request samples the same on every
+            driver, but Claude Code, which sends no ``temperature``, then
+            runs every model at 1.0 with no cut, whatever its authors
+            recommend.
         cache_prompt: send ``cache_prompt`` (llama-server reuses the KV cache of
             the longest matching prefix; reported as ``cache_read_input_tokens``).
         start_wait: seconds to wait for llama-server's response headers before
@@ -64,6 +70,6 @@ class LlamaServerSettings(OpenAISettings):
     prefill: Literal["refuse", "continue_final_message", "trailing_message"] = "trailing_message"
     thinking: bool = False
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
-    sampling_defaults: Literal["api", "server"] = "api"
+    sampling_defaults: Literal["model", "server", "api"] = "model"
     cache_prompt: bool = True
     start_wait: float = Field(default=0.25, ge=0)

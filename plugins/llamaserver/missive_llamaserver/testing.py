@@ -38,7 +38,7 @@ from typing import Any
 
 from missive.testing import free_port, start_http_server, stop_http_server, stop_process
 
-__all__ = ["COMMANDS", "llama_server_binary", "library_links", "smollm2_gguf", "llama_server", "FakeLlamaServer"]
+__all__ = ["COMMANDS", "PROCESSES", "llama_server_binary", "library_links", "smollm2_gguf", "llama_server", "FakeLlamaServer"]
 
 _VERSIONED = re.compile(r"^(lib.+\.so)((?:\.\d+)+)$")
 
@@ -101,6 +101,9 @@ def smollm2_gguf() -> Path | None:
 
 #: The command line of each server :func:`llama_server` is running, by base URL.
 COMMANDS: dict[str, list[str]] = {}
+#: The process of each server :func:`llama_server` is running, by base URL
+#: (a fault test kills one).
+PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
 
 #: ``(binary, model)`` pairs whose llama-server crashed with weight
 #: repacking: later servers of this test run start with ``--no-repack`` at once.
@@ -179,10 +182,11 @@ def llama_server(
                     if crashes:
                         _NO_REPACK.add(key)
                     COMMANDS[url] = cmd
+                    PROCESSES[url] = proc
                     try:
                         yield url
                     finally:
-                        del COMMANDS[url]
+                        del COMMANDS[url], PROCESSES[url]
                     return
                 crashes.append(crashed)
             finally:

@@ -1,7 +1,8 @@
 """HTTP to the llama-server replicas of one model: JSON calls and the streaming chat request.
 
 Both go through the model's :class:`missive.transport.RemoteTransport`
-(least busy healthy replica, the failover and timeout policy every remote
+(the replica its policy picks: the chat request by its prefix and session
+under ``replica_policy = "prefix"``, the others least busy; the failover and timeout policy every remote
 driver shares); what is llama-server's own is the reading of its error
 answers: :func:`.errors.is_replica_failure` (a 503 ``Loading model``, a
 proxy's 502/504, a 5xx outside llama-server's envelope) takes the replica
@@ -25,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from missive.api import Answer, BadGatewayError, Classify, Failover, MissiveError, RemoteStream, RemoteTransport
+from missive.api import (
+    Answer, BadGatewayError, Classify, Failover, MissiveError, RemoteStream, RemoteTransport, RouteKey,
+)
 from missive_openai.upstream_errors import parse_error_body, retry_after_header
 
 from .errors import is_replica_failure, translate_error
@@ -92,6 +95,8 @@ class LlamaServerHTTP:
         """:meth:`request`, then :meth:`decode` (same errors)."""
         return self.decode(await self.request(method, path, body, prompt=prompt), path)
 
-    def chat(self, body: dict[str, Any], *, prompt: int) -> RemoteStream:
-        """Start the streaming ``POST /v1/chat/completions`` of ``body`` now."""
-        return self.transport.stream("POST", CHAT_PATH, body, classify=self.classify(CHAT_PATH, prompt))
+    def chat(self, body: dict[str, Any], *, prompt: int, route: RouteKey | None = None) -> RemoteStream:
+        """Start the streaming ``POST /v1/chat/completions`` of ``body`` now,
+        on the replica the replica policy picks for ``route``."""
+        return self.transport.stream("POST", CHAT_PATH, body, classify=self.classify(CHAT_PATH, prompt),
+                                     route=route)

@@ -48,6 +48,7 @@ def client(fakes: dict[str, FakeLlamaServer]) -> Iterator[anthropic.Anthropic]:
             "down": model(dead, connect_timeout=1.0),
             "broken": model(fakes["broken"].url),
             "bigger": {**model(fakes["main"].url), "context_window": 4 * N_CTX},
+            "api-sampling": model(fakes["main"].url, sampling_defaults="api"),
         },
     }
     with live_server(config) as url:
@@ -63,14 +64,29 @@ def test_request_body_and_exact_usage(client: anthropic.Anthropic, fakes: dict[s
     assert fakes["main"].templated[-1]["messages"] == body["messages"]  # counted as it is generated
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["cache_prompt"] is True and body["max_tokens"] == 50 and "stop" not in body
-    assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (1.0, 1.0, 5, 0.0)
-    assert body["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False}
+    # sampling_defaults = "model": what the request leaves unset is llama-server's (the GGUF's recommended values)
+    assert body["top_k"] == 5 and not {"temperature", "top_p", "min_p"} & set(body)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False, "thinking_budget": 0,
+                                        "preserve_thinking": True, "clear_thinking": False}
     assert body["reasoning_format"] == "deepseek" and body["reasoning_effort"] == "low"
     assert "reasoning_budget_tokens" not in body
     assert message.content[0].text == "one two three four five"
     usage = message.usage
     assert usage.input_tokens + usage.cache_read_input_tokens == counted
     assert usage.output_tokens == 5
+
+
+def test_api_sampling_defaults_fill_what_the_request_leaves_unset(
+    client: anthropic.Anthropic, fakes: dict[str, FakeLlamaServer]
+) -> None:
+    client.messages.create(model="api-sampling", max_tokens=5, messages=[{"role": "user", "content": "a b"}],
+                           extra_body={"top_k": 5})
+    body = fakes["main"].requests[-1]
+    assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (1.0, 1.0, 5, 0.0)
+    client.messages.create(model="api-sampling", max_tokens=5, messages=[{"role": "user", "content": "a b"}],
+                           extra_body={"temperature": 0.2})
+    body = fakes["main"].requests[-1]
+    assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"]) == (0.2, 1.0, 0, 0.0)
 
 
 @pytest.mark.parametrize("model", ["main", "ik"])
@@ -93,7 +109,8 @@ def test_reasoning_shown_only_when_asked(client: anthropic.Anthropic, fakes: dic
     asked = client.messages.create(model="main", max_tokens=1100, messages=[{"role": "user", "content": content}],
                                    thinking={"type": "enabled", "budget_tokens": 1024})
     sent = fakes["main"].requests[-1]
-    assert sent["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True}
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True, "thinking_budget": 1024,
+                                        "preserve_thinking": True, "clear_thinking": False}
     assert sent["reasoning_budget_tokens"] == 1024
     assert [b.type for b in asked.content] == ["thinking", "text"]
     assert asked.content[0].thinking == "Let me think." and asked.content[1].text == "Done."

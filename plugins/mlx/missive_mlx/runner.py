@@ -29,8 +29,10 @@ sampling, cache copies) runs in the model's thread: mlx-lm's
 * **end**: the KV cache (prompt + generated tokens, EOS included) is stored
   for the next turn, unless the sequence failed or was stopped inside a prompt.
 
-Sampling (API defaults when unset): mlx-lm's ``make_sampler``, temperature 1.0
-(0 = greedy: argmax), ``top_p`` and ``top_k`` off; no min-p, no repetition
+Sampling: the request's values, else the model's defaults (the family table
+of :mod:`missive.sampling` by the folder's name, else its
+``generation_config.json``), else the API's: mlx-lm's ``make_sampler``,
+temperature 1.0 (0 = greedy: argmax), ``top_p``, ``top_k`` and min-p off; no repetition
 penalty; ``settings.seed`` set (``mx.random.seed``) before every sequence.
 """
 
@@ -43,7 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from missive.api import ApiError, Cancelled, ConfigError, ImageMarks, ModelInfo, Prompt, Sampling, Sequence
+from missive.api import (
+    ApiError,
+    Cancelled,
+    ConfigError,
+    ImageMarks,
+    ModelInfo,
+    Prompt,
+    Sampling,
+    Sequence,
+    folder_sampling,
+)
 
 from .detokenize import IncrementalDetokenizer
 from .prompt_cache import PromptCacheStore
@@ -146,6 +158,7 @@ class MlxRunner:
             bos_text=tokenizer.bos_token or "",
             eos_text=tokenizer.eos_token or "",
             control_texts=_control_texts(tokenizer),
+            sampling=folder_sampling(path),
         )
 
     def close(self) -> None:
@@ -287,6 +300,7 @@ def _sampler(sampling: Sampling) -> Callable[[Any], Any]:
     return make_sampler(
         temp=1.0 if sampling.temperature is None else sampling.temperature,
         top_p=0.0 if sampling.top_p is None else sampling.top_p,  # 0 and 1: no nucleus cut
+        min_p=0.0 if sampling.min_p is None else sampling.min_p,  # 0: no min-p cut
         top_k=0 if sampling.top_k is None else sampling.top_k,  # 0: no top-k cut
     )
 

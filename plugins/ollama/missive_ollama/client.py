@@ -44,7 +44,9 @@ from missive.api import (
     RemoteStream,
     RemoteTransport,
     ReplicaPool,
+    RouteKey,
     json_loads,
+    policy_for,
 )
 
 from .settings import OllamaSettings
@@ -86,7 +88,7 @@ class OllamaClient:
         self.transport = RemoteTransport(
             self.urls, name=settings.tag, backend="Ollama", classify=self.classify,
             connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout,
-            health_path=HEALTH_PATH, retry_after=settings.retry_after,
+            health_path=HEALTH_PATH, retry_after=settings.retry_after, policy=policy_for(settings),
         )
 
     @property
@@ -170,9 +172,10 @@ class OllamaClient:
         """``POST /api/show``: ``model_info``, ``capabilities``, ``template``, ``details``..."""
         return await self._json("POST", "/api/show", {"model": model})
 
-    def chat(self, body: dict[str, Any]) -> ChatStream:
-        """Start ``POST /api/chat`` (``body["stream"]`` must be true) in the background."""
-        return ChatStream(self, self.transport.stream("POST", "/api/chat", body))
+    def chat(self, body: dict[str, Any], route: RouteKey | None = None) -> ChatStream:
+        """Start ``POST /api/chat`` (``body["stream"]`` must be true) in the
+        background, on the replica the replica policy picks for ``route``."""
+        return ChatStream(self, self.transport.stream("POST", "/api/chat", body, route=route))
 
 
 def _done_line(line: str) -> bool:

@@ -268,7 +268,7 @@ class OllamaDriver(Driver):
         num_predict = max(1, budget)
         body["options"] = options(request, self.settings, num_ctx=ctx, num_predict=num_predict)
 
-        stream = self.client.chat(body)
+        stream = self.client.chat(body, self.client.transport.route_key(body, request.session))
         try:
             near_limit = ctx is not None and prompt >= self.settings.overflow_check * ctx
             try:

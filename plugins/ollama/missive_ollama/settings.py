@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from missive.api import ConfigError
+from missive.api import ConfigError, ReplicaRouting
 
 __all__ = ["OllamaSettings", "parse_settings", "DEFAULT_BASE_URL"]
 
@@ -27,7 +27,7 @@ __all__ = ["OllamaSettings", "parse_settings", "DEFAULT_BASE_URL"]
 DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 
 
-class OllamaSettings(BaseModel):
+class OllamaSettings(ReplicaRouting):
     """Validated driver settings.
 
     Attributes:
@@ -62,6 +62,8 @@ class OllamaSettings(BaseModel):
             the client up).
         preload: load the model in Ollama at start-up (``/api/chat`` with no
             messages, answered with ``done_reason: "load"``).
+        replica_policy, load_bound, prefix_cache_tokens: how a replica is
+            chosen among ``base_urls`` (:class:`missive.routing.policy.ReplicaRouting`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

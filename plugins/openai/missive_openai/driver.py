@@ -11,8 +11,10 @@ failover and timeout policy every remote driver shares). :meth:`OpenAIDriver.gen
    endpoint), exact in the vLLM subclass. An exact size over the context is
    the 400 ``prompt is too long`` before anything is sent, and clamps
    ``max_tokens`` to what the context leaves;
-3. sends ``stream: true`` with ``stream_options.include_usage`` to the least
-   busy healthy replica; a connection error or a 5xx answer marks it failed
+3. sends ``stream: true`` with ``stream_options.include_usage`` to the
+   healthy replica the model's ``replica_policy`` picks (least busy, or the
+   one holding the conversation's prefix: :mod:`missive.routing.policy`);
+   a connection error or a 5xx answer marks it failed
    and the request goes to the next one (nothing has reached the client
    yet); when none is left: 529 ``overloaded_error`` with ``retry-after``;
    no status line within ``read_timeout``: 504 ``timeout_error``.
@@ -32,7 +34,11 @@ streaming response, hence the connection: the server sees the disconnect and
 aborts the generation. Stop sequences are never sent upstream (the core
 matches them on the text and must know which one matched).
 
-``max_tokens: 0`` sends nothing: ``Started``, then ``Finished("max_tokens")``.
+``max_tokens: 0`` (the API's cache warm-up) asks the server for one token,
+so it evaluates the prompt into its prefix cache (vLLM's automatic prefix
+caching, llama.cpp's slots); the token is read and dropped, and the answer is
+the API's empty message: ``Started``, then ``Finished("max_tokens")`` with 0
+output tokens and the server's prompt usage (:meth:`OpenAIDriver.warm_up`).
 """
 
 from __future__ import annotations
@@ -61,10 +67,12 @@ from missive.api import (
     RemoteStream,
     RemoteTransport,
     ReplicaPool,
+    RouteKey,
     Started,
     clamp_max_tokens,
     conversation_image_tokens,
     json_loads,
+    policy_for,
 )
 
 from .chunks import ChunkTranslator
@@ -136,7 +144,7 @@ class OpenAIDriver(Driver):
         self.transport = RemoteTransport(
             self.settings.urls, name=model_id, backend=self.backend_name, classify=self.classify,
             connect_timeout=self.settings.connect_timeout, read_timeout=self.settings.read_timeout,
-            health_path=self.settings.health_path, headers=headers,
+            health_path=self.settings.health_path, headers=headers, policy=policy_for(self.settings),
         )
         self.pool = self.transport.pool
 
@@ -233,9 +241,10 @@ class OpenAIDriver(Driver):
             if prompt >= context:
                 raise PromptTooLongError(prompt, context - 1)  # one token must remain for the answer
             max_tokens = clamp_max_tokens(max_tokens, prompt, context)
+        route = self.transport.route_key(body, request.session)
         if max_tokens == 0:
-            yield Started(input_tokens=prompt)
-            yield Finished("max_tokens", output_tokens=0)
+            async for event in self.warm_up(body, prompt, route):
+                yield event
             return
         body["max_tokens"] = max_tokens
         # The core's tool_choice, not the request's: after a server tool's
@@ -245,11 +254,40 @@ class OpenAIDriver(Driver):
             tool_choice=choice.mode if choice is not None else None,
             forced_name=choice.name if choice is not None and choice.mode == "tool" else None,
         )
-        async with self._open_stream(body, prompt) as stream:
+        async with self._open_stream(body, prompt, route) as stream:
             yield Started(input_tokens=prompt)
             async with contextlib.aclosing(self._events(stream, translator)) as events:
                 async for event in events:
                     yield event
+
+    async def warm_up(self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
+                      ) -> AsyncIterator[GenerationEvent]:
+        """A ``max_tokens: 0`` request: the prompt sent with ``max_tokens: 1``
+        (no server generates nothing; one token is the least that makes it
+        evaluate, and cache, the prompt), its output dropped, the server's
+        prompt usage kept. A forced tool choice is sent as ``auto``: what it
+        constrains is the output, not the prompt, and a constrained call
+        cut at one token is no call."""
+        body = {**body, "max_tokens": 1}
+        if body.get("tool_choice") not in (None, "auto", "none"):
+            body["tool_choice"] = "auto"
+        translator = ChunkTranslator(tool_choice=None, forced_name=None)
+        async with self._open_stream(body, prompt, route) as stream:
+            yield Started(input_tokens=prompt)
+            async with contextlib.aclosing(stream.sse_data()) as payloads:
+                async for data in payloads:
+                    try:
+                        chunk = json_loads(data)
+                    except ValueError:
+                        continue  # the answer is dropped: only the usage is wanted
+                    if isinstance(chunk, dict):
+                        translator.feed(chunk)
+        usage = translator.usage
+        if usage is None:
+            yield Finished("max_tokens", output_tokens=0)
+        else:
+            yield Finished("max_tokens", output_tokens=0, input_tokens=usage.prompt_tokens - usage.cached_tokens,
+                           cache_read_input_tokens=usage.cached_tokens)
 
     # -- HTTP (policy: missive.transport) ------------------------------------------
 
@@ -286,9 +324,11 @@ class OpenAIDriver(Driver):
         return await self.transport.json(
             method, path, body, classify=lambda *a: self.classify(*a, prompt=prompt))
 
-    async def open_chat(self, body: dict[str, Any], prompt: int) -> RemoteStream:
+    async def open_chat(self, body: dict[str, Any], prompt: int, route: RouteKey | None = None) -> RemoteStream:
         """``POST /v1/chat/completions`` of ``body``, accepted (status line
-        received); the caller closes the stream. A context error about the
+        received), on the replica the replica policy picks for ``route``
+        (:meth:`RouteKey.of_chat <missive.routing.prefix.RouteKey.of_chat>`);
+        the caller closes the stream. A context error about the
         output budget only (``max_tokens is too large``) is retried once with
         the budget the server says is left (contract section 5: clamping
         preferred to a 400).
@@ -300,14 +340,14 @@ class OpenAIDriver(Driver):
         """
         path = "/v1/chat/completions"
         stream = self.transport.stream(
-            "POST", path, body, classify=lambda *a: self.classify(*a, prompt=prompt, budget_retry=True))
+            "POST", path, body, classify=lambda *a: self.classify(*a, prompt=prompt, budget_retry=True), route=route)
         try:
             await stream.wait_open(None)
             return stream
         except OutputBudgetTooLarge as exc:
             await stream.aclose()
             stream = self.transport.stream("POST", path, {**body, "max_tokens": exc.left},
-                                           classify=lambda *a: self.classify(*a, prompt=prompt))
+                                           classify=lambda *a: self.classify(*a, prompt=prompt), route=route)
         except BaseException:
             await stream.aclose()
             raise
@@ -319,9 +359,10 @@ class OpenAIDriver(Driver):
         return stream
 
     @contextlib.asynccontextmanager
-    async def _open_stream(self, body: dict[str, Any], prompt: int) -> AsyncIterator[RemoteStream]:
+    async def _open_stream(self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
+                           ) -> AsyncIterator[RemoteStream]:
         """:meth:`open_chat` as a context manager that closes the stream."""
-        stream = await self.open_chat(body, prompt)
+        stream = await self.open_chat(body, prompt, route)
         try:
             yield stream
         finally:

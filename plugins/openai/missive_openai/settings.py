@@ -12,6 +12,7 @@ Example::
     connect_timeout = 5.0               # seconds
     read_timeout = 600.0                # seconds of silence tolerated while streaming
     health_path = "/v1/models"          # probed on a failed replica
+    replica_policy = "prefix"           # or "least_outstanding" (default): docs/deployment.md#scaling-out
     prefill = "refuse"                  # or "continue_final_message", "trailing_message"
     capabilities = { tool_choice = ["auto", "any", "tool", "none"], input_media = ["image/png"] }
 
@@ -22,14 +23,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from missive.api import Capabilities, ConfigError
+from missive.api import Capabilities, ConfigError, ReplicaRouting
 
 __all__ = ["OpenAISettings", "parse_settings", "apply_capabilities"]
 
 
-class OpenAISettings(BaseModel):
+class OpenAISettings(ReplicaRouting):
     """Validated settings of a model served by an OpenAI-compatible server.
 
     Attributes:
@@ -52,6 +53,8 @@ class OpenAISettings(BaseModel):
         capabilities: overrides of the driver's declared capabilities (what
             this server can do: ``tool_choice`` modes, ``input_media``,
             ``sampling``, ``count_tokens``...).
+        replica_policy, load_bound, prefix_cache_tokens: how a replica is
+            chosen among ``base_urls`` (:class:`missive.routing.policy.ReplicaRouting`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -20,7 +20,8 @@ Source of each rule: vLLM's ``vllm/entrypoints/openai/protocol.py``
   with ``--reasoning-parser``), ``chat_template_kwargs.enable_thinking`` and
   ``thinking`` are true for ``thinking: enabled`` or ``adaptive`` and false
   otherwise (Qwen3, GLM and DeepSeek-R1 distills read ``enable_thinking``,
-  DeepSeek-V3.1 ``thinking``), and ``reasoning_effort`` carries the effort
+  DeepSeek-V3.1 ``thinking``), ``thinking_budget`` is the budget, -1 or 0
+  (Seed-OSS), and ``reasoning_effort`` carries the effort
   (gpt-oss; :mod:`missive.thinking.plan`); ``delta.reasoning_content``
   becomes the thinking block; replayed thinking whose signature verified is
   sent back as the assistant message's ``reasoning_content``. The budget is
@@ -117,8 +118,7 @@ class VLLMDriver(OpenAIDriver):
         kwargs = dict(self.settings.chat_template_kwargs)
         if self.settings.thinking:
             switches = request.thinking.template_kwargs()
-            kwargs["enable_thinking"] = switches["enable_thinking"]
-            kwargs["thinking"] = switches["thinking"]
+            kwargs.update((k, v) for k, v in switches.items() if k != "reasoning_effort")  # a top-level field
         return kwargs
 
     def extra_fields(self, request: GenerationRequest) -> dict[str, Any]:

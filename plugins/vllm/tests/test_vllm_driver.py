@@ -109,7 +109,8 @@ def test_text_stream_equals_non_stream_and_upstream_body(client: anthropic.Anthr
     assert sent["temperature"] == 0.0 and sent["top_k"] == 5 and sent["max_tokens"] == 50
     assert "stop" not in sent  # the core matches stop sequences itself
     # thinking absent: switched off (Qwen3/GLM read enable_thinking, DeepSeek-V3.1 thinking)
-    assert sent["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False}
+    assert sent["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False, "thinking_budget": 0,
+                                        "preserve_thinking": True, "clear_thinking": False}
     assert sent["reasoning_effort"] == "low"  # gpt-oss cannot switch reasoning off
     assert sent["messages"] == [{"role": "user", "content": "red orange yellow"}]
 
@@ -137,7 +138,9 @@ def test_cached_tokens_reported_as_cache_read(client: anthropic.Anthropic, fake:
                 start_usage = event.message.usage
         final = stream.get_final_message()
     total = len(render_tokens({"messages": [{"role": "user", "content": long_text}],
-                               "chat_template_kwargs": {"enable_thinking": False, "thinking": False}}))
+                               "chat_template_kwargs": {"enable_thinking": False, "thinking": False,
+                                                        "thinking_budget": 0, "preserve_thinking": True,
+                                                        "clear_thinking": False}}))
     assert start_usage is not None and start_usage.input_tokens == total  # the /tokenize count, before the split
     # vLLM reports whole cached blocks of 16, at least one token recomputed.
     assert final.usage.cache_read_input_tokens == ((total - 1) // 16) * 16 > 0
@@ -284,7 +287,9 @@ def test_reasoning_becomes_thinking_block(client: anthropic.Anthropic, fake: Fak
     kwargs: dict[str, Any] = dict(model="vllm", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1024},
                                   messages=[{"role": "user", "content": content}])
     plain = client.messages.create(**kwargs)
-    assert fake.requests[-1]["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True}
+    assert fake.requests[-1]["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True,
+                                                         "thinking_budget": 1024, "preserve_thinking": True,
+                                                         "clear_thinking": False}
     assert fake.requests[-1]["reasoning_effort"] == "low"  # budget 1024: gpt-oss "low"
     with client.messages.stream(**kwargs) as stream:
         final = stream.get_final_message()

@@ -1,0 +1,145 @@
+"""What conversation management adds to an answer.
+
+* ``context_management: {"applied_edits": [...]}`` when the request had
+  ``context_management`` (``BetaContextManagementResponse``): in the
+  streamed ``message_delta`` (where the SDK's accumulator reads it) and so
+  in the non-streaming message folded from it;
+* ``usage.iterations`` with a ``fallback_message`` entry when a fallback
+  model answered (:mod:`missive.context.fallbacks`);
+* the answer of a compaction request as one ``compaction`` block
+  (:class:`missive.context.compaction.CompactionStream`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..thinking.signing import Signer
+from .fallbacks import iteration
+
+__all__ = ["Answer", "ContextExtras", "AnswerStream", "CompactionStream", "finish_stream"]
+
+log = logging.getLogger("missive.compaction")
+
+Event = dict[str, Any]
+
+
+class Answer(Protocol):
+    """What the routes drive: a :class:`~missive.pipeline.MessageStream` or a wrapper of one."""
+
+    async def start(self) -> Event: ...
+
+    def events(self) -> AsyncGenerator[Event, None]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class ContextExtras:
+    """What the preparation of one request found (kept in ``g``).
+
+    Attributes:
+        applied_edits: the edits applied; None when the request had no
+            ``context_management`` (the response then has none either).
+        original_tokens: prompt tokens before the edits, when counted.
+        compaction: the request is a compaction request.
+    """
+
+    applied_edits: list[dict[str, Any]] | None = None
+    original_tokens: int | None = None
+    compaction: bool = False
+
+
+class _Wrapper:
+    """An :class:`Answer` that changes the events of another one."""
+
+    def __init__(self, inner: Answer) -> None:
+        self._inner = inner
+
+    async def start(self) -> Event:
+        first: Event = await self._inner.start()
+        return first
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class AnswerStream(_Wrapper):
+    """An answer whose ``message_delta`` gets ``context_management`` and
+    ``usage.iterations`` (see the module doc)."""
+
+    def __init__(self, inner: Answer, extras: ContextExtras, fallback_model: str | None) -> None:
+        super().__init__(inner)
+        self._extras = extras
+        self._fallback_model = fallback_model
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        async with aclosing(self._inner.events()) as inner:
+            async for event in inner:
+                if event["type"] == "message_delta":
+                    event = dict(event)
+                    if self._extras.applied_edits is not None:
+                        event["context_management"] = {"applied_edits": list(self._extras.applied_edits)}
+                    if self._fallback_model is not None:
+                        usage = dict(event["usage"])
+                        usage["iterations"] = [iteration(self._fallback_model, usage)]
+                        event["usage"] = usage
+                yield event
+
+
+class CompactionStream(_Wrapper):
+    """The answer of a compaction request (:mod:`missive.context.compaction`):
+    its content is one ``compaction`` block holding the model's text, signed
+    (:meth:`~missive.thinking.signing.Signer.sign_compaction`). It is sent
+    whole once the model has finished: ``content_block_start`` (``content``
+    null, the signature), one ``compaction_delta`` with the content,
+    ``content_block_stop`` (the SDK's accumulator sets ``content`` from the
+    delta, it does not append); ``stop_reason`` is ``compaction``, or
+    ``max_tokens`` for a summary cut short."""
+
+    def __init__(self, inner: Answer, signer: Signer) -> None:
+        super().__init__(inner)
+        self._signer = signer
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        text: list[str] = []
+        async with aclosing(self._inner.events()) as inner:
+            async for event in inner:
+                kind = event["type"]
+                if kind == "content_block_delta" and event["delta"]["type"] == "text_delta":
+                    text.append(event["delta"]["text"])
+                elif kind == "message_delta":
+                    summary = "".join(text).strip()
+                    content = summary or None
+                    signature = self._signer.sign_compaction(summary) if content else None
+                    if content is None:
+                        log.warning("compaction produced no summary")
+                    block = {"type": "compaction", "content": None, "signature": signature, "encrypted_content": None}
+                    yield {"type": "content_block_start", "index": 0, "content_block": block}
+                    yield {
+                        "type": "content_block_delta", "index": 0,
+                        "delta": {"type": "compaction_delta", "content": content, "encrypted_content": None},
+                    }
+                    yield {"type": "content_block_stop", "index": 0}
+                    stop = event["delta"]["stop_reason"]
+                    # A summary cut by max_tokens is incomplete: said so, as the API says of any answer.
+                    reason = "max_tokens" if stop == "max_tokens" else "compaction"
+                    yield {**event, "delta": {"stop_reason": reason, "stop_sequence": None}}
+                elif kind == "message_stop":
+                    yield event
+
+
+def finish_stream(
+    stream: Answer, extras: ContextExtras, signer: Signer, fallback_model: str | None = None
+) -> Answer:
+    """``stream`` wrapped for what ``extras`` and ``fallback_model`` add
+    (itself when there is nothing to add)."""
+    if extras.compaction:
+        stream = CompactionStream(stream, signer)
+    if extras.applied_edits is None and fallback_model is None:
+        return stream
+    return AnswerStream(stream, extras, fallback_model)
