@@ -11,6 +11,7 @@ answer must still be whole and its usage exact.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import anyio
@@ -101,9 +102,20 @@ async def test_requests_beyond_the_pool_pause_and_resume_whole() -> None:
         async def run(i: int) -> None:
             results[i] = await collect(d.generate(request(f"question number {i}", max_tokens=60)))
 
+        # The first step waits until the other two requests are queued, so
+        # that all three run together however fast or slow this machine is.
+        gate = runner.gate = threading.Event()
         async with anyio.create_task_group() as tg:
-            for i in range(3):
-                tg.start_soon(run, i)
+            tg.start_soon(run, 0)
+            with anyio.fail_after(10):
+                while not runner.calls:
+                    await anyio.sleep(0.005)
+            tg.start_soon(run, 1)
+            tg.start_soon(run, 2)
+            with anyio.fail_after(10):
+                while len(d._batcher._incoming) < 2:
+                    await anyio.sleep(0.005)
+            gate.set()
         for i in range(3):
             events = results[i]
             assert text_of(events) == SCRIPT, i
