@@ -31,12 +31,12 @@ Two policies, chosen per model by its ``replica_policy`` setting
        holding equally much, the session's replica, then the least
        **smoothed load** (below), then the fewest in flight;
     3. **session**: no prefix held anywhere, the replica the request's
-       session last used; a session seen for the first time goes to its
-       highest rendezvous hash (Thaler and Ravishankar's HRW hashing over the
-       replica URLs, stable across processes), so every Missive worker and
-       every Missive instance in front of the same fleet sends a new session
-       to the same pair of replicas (the less loaded of its two highest)
-       without sharing any state;
+       session last used; a session seen for the first time goes to the
+       less loaded (smoothed) of its two highest rendezvous hashes (Thaler
+       and Ravishankar's HRW hashing over the replica URLs, stable across
+       processes), so every Missive worker and every Missive instance in
+       front of the same fleet sends a new session to the same pair of
+       replicas without sharing any state;
     4. otherwise, least outstanding.
 
     **Smoothed load** places what has no affinity yet (a new conversation,
@@ -87,10 +87,10 @@ __all__ = ["ReplicaRouting", "ReplicaPolicy", "LeastOutstanding", "PrefixAffinit
 REASONS = ("prefix", "session", "least_outstanding")
 #: Sessions whose replica is remembered (least recently used forgotten first).
 MAX_SESSIONS = 65536
-#: Routing decisions per replica that the smoothed load averages over (64:
-#: about a minute at 16 replicas in the simulator; 16 and 4 balanced less
-#: well there).
-LOAD_SMOOTHING = 64
+#: Routing decisions per replica that the smoothed load averages over
+#: (about a minute of requests at 16 replicas in the simulator, where 2, 8
+#: and 64 kept fewer cache hits or less balance on its first seed).
+LOAD_SMOOTHING = 32
 
 
 class Loaded(Protocol):
