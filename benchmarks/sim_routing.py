@@ -343,8 +343,8 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
     args = parser.parse_args()
     print(f"cache {args.cache_tokens:,} tokens per replica, {args.sessions_per_replica:g} sessions per replica, "
-          f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, load_slack {args.load_slack:g}, "
-          f"seed {args.seed}\n")
+          f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, "
+          f"load_slack {args.load_slack:g}, seed {args.seed}\n")
     print("| policy | replicas | requests | later turns on their last replica | hit / ideal | "
           "hit / ideal past the shared prefix | queue p50 | queue p99 | max / mean load |")
     print("|---|---|---|---|---|---|---|---|---|")
