@@ -202,8 +202,9 @@ def _deepseek2(m: TinyModel, i: int) -> Shapes:
     return _mla(m) | ffn
 
 
-# DeepSeek-V3.2's lightning indexer (sparse attention's key selection), tiny:
-# 2 heads of 32 (16 of them with RoPE, as the MLA rope part).
+# DeepSeek-V3.2's lightning indexer (sparse attention's key selection): 2 heads
+# of 128, DeepSeek-V3.2's own index_head_dim (at 32, the graph's Hadamard
+# rotation of the indexer keys fails llama.cpp's matmul shape check).
 _INDEXER_HEADS, _INDEXER_DIM = 2, 128
 
 
@@ -269,18 +270,64 @@ def _nemotron_h(m: TinyModel, i: int) -> Shapes:
     }
 
 
+def _nemotron_h_moe(m: TinyModel, i: int) -> Shapes:
+    """Nemotron 3 Nano: Nemotron-H with the MLP blocks turned into squared-ReLU experts."""
+    if i < 2:
+        return _nemotron_h(m, i)
+    return {
+        "attn_norm.weight": (m.n_embd,),
+        "ffn_gate_inp.weight": (m.n_expert, m.n_embd),
+        "exp_probs_b.bias": (m.n_expert,),
+        "ffn_up_exps.weight": (m.n_expert, m.n_ff_exp, m.n_embd),
+        "ffn_down_exps.weight": (m.n_expert, m.n_embd, m.n_ff_exp),
+        "ffn_up_shexp.weight": (m.n_ff_exp, m.n_embd),
+        "ffn_down_shexp.weight": (m.n_embd, m.n_ff_exp),
+    }
+
+
 def _granitehybrid(m: TinyModel, i: int) -> Shapes:
     """Granite 4.0-H: Mamba-2 or attention, then experts and a shared expert (H-Tiny/Small)."""
     mixer = _mamba2(m) if i == 0 else _attention(m)
-    return mixer | _experts(m, n_ff=m.n_ff, shared=0) | _shared_expert(m)
+    return mixer | _experts(m, n_ff=m.n_ff, shared=1)
 
 
-def _shared_expert(m: TinyModel) -> Shapes:
-    # Granite's shared expert has its own width (``expert_shared_feed_forward_length``).
+# Qwen3.5's gated DeltaNet (linear attention), tiny: 2 key heads and 4 value
+# heads of 16 (``ssm.group_count``, ``ssm.time_step_rank``, ``ssm.state_size``).
+_DELTA_K_HEADS, _DELTA_V_HEADS, _DELTA_DIM = 2, 4, 16
+
+
+def _qwen35(m: TinyModel, i: int) -> Shapes:
+    """Qwen3.5: gated DeltaNet blocks, every second one (here) gated full attention."""
+    norms: Shapes = {"attn_norm.weight": (m.n_embd,), "post_attention_norm.weight": (m.n_embd,)}
+    ffn = {name: shape for name, shape in _ffn(m).items() if not name.startswith("ffn_norm")}
+    if i % 2:
+        q = m.n_head * m.head_dim
+        attention = _attention(m, qk_norm="head")
+        attention["attn_q.weight"] = (2 * q, m.n_embd)  # the query and its output gate
+        return norms | attention | ffn
+    key, value = _DELTA_K_HEADS * _DELTA_DIM, _DELTA_V_HEADS * _DELTA_DIM
+    return norms | ffn | {
+        "attn_qkv.weight": (2 * key + value, m.n_embd),
+        "attn_gate.weight": (value, m.n_embd),
+        "ssm_conv1d.weight": (2 * key + value, _SSM_CONV),
+        "ssm_dt.bias": (_DELTA_V_HEADS,),
+        "ssm_a": (_DELTA_V_HEADS,),
+        "ssm_beta.weight": (_DELTA_V_HEADS, m.n_embd),
+        "ssm_alpha.weight": (_DELTA_V_HEADS, m.n_embd),
+        "ssm_norm.weight": (_DELTA_DIM,),
+        "ssm_out.weight": (m.n_embd, value),
+    }
+
+
+def _qwen35_keys(m: TinyModel) -> dict[str, Any]:
     return {
-        "ffn_gate_shexp.weight": (m.n_ff, m.n_embd),
-        "ffn_up_shexp.weight": (m.n_ff, m.n_embd),
-        "ffn_down_shexp.weight": (m.n_embd, m.n_ff),
+        "full_attention_interval": 2,
+        "rope.dimension_sections": [m.head_dim // 4, m.head_dim // 8, m.head_dim // 8, 0],  # M-RoPE: half the head
+        "ssm.conv_kernel": _SSM_CONV,
+        "ssm.inner_size": _DELTA_V_HEADS * _DELTA_DIM,
+        "ssm.state_size": _DELTA_DIM,
+        "ssm.time_step_rank": _DELTA_V_HEADS,
+        "ssm.group_count": _DELTA_K_HEADS,
     }
 
 
@@ -294,7 +341,7 @@ def _gemma4(m: TinyModel, i: int) -> Shapes:
 
 def _llama4(m: TinyModel, i: int) -> Shapes:
     # Every block routed (``interleave_moe_layer_step`` 1) with one shared expert.
-    return _attention(m) | _experts(m, n_ff=m.n_ff, shared=1)
+    return _attention(m) | _experts(m, shared=1)
 
 
 ARCHS: dict[str, Arch] = {
@@ -312,6 +359,8 @@ ARCHS: dict[str, Arch] = {
         block=lambda m, i: _attention(m, qk_norm="head") | _experts(m),
         keys=lambda m: _expert_keys(m),
     ),
+    # Qwen3.5/3.6 dense (src/models/qwen35.cpp): a hybrid of gated DeltaNet and attention.
+    "qwen35": Arch(block=_qwen35, keys=_qwen35_keys),
     # Seed-OSS-36B (src/models/seed-oss.cpp): QKV biases, a post-attention norm before the FFN.
     "seed_oss": Arch(block=lambda m, i: _attention(m, bias=True) | _ffn(m, norm="post_attention_norm")),
     # MiniMax-M2 (src/models/minimax-m2.cpp): Q/K norms over all heads, sigmoid routing with a bias.
@@ -345,7 +394,7 @@ ARCHS: dict[str, Arch] = {
     "llama4": Arch(
         block=_llama4,
         n_layer=4,
-        keys=lambda m: _expert_keys(m, expert_feed_forward_length=m.n_ff, interleave_moe_layer_step=1),
+        keys=lambda m: _expert_keys(m, interleave_moe_layer_step=1),
     ),
     # Nemotron Nano 9B v2 (src/models/nemotron-h.cpp): a layer's kind from its
     # head_count_kv (0: no attention) and feed_forward_length (0: no MLP).
@@ -354,6 +403,13 @@ ARCHS: dict[str, Arch] = {
         n_layer=3,
         keys=lambda m: _ssm_keys([0, m.n_head_kv, 0])
         | {"feed_forward_length": [0, 0, m.n_ff], "attention.layer_norm_epsilon": 1e-5},  # read besides the RMS one
+    ),
+    # Nemotron 3 Nano 30B-A3B (the same loader, src/models/nemotron-h.cpp).
+    "nemotron_h_moe": Arch(
+        block=_nemotron_h_moe,
+        n_layer=3,
+        keys=lambda m: _ssm_keys([0, m.n_head_kv, 0]) | _expert_keys(m, expert_shared_feed_forward_length=m.n_ff_exp)
+        | {"feed_forward_length": [0, 0, m.n_ff], "attention.layer_norm_epsilon": 1e-5},
     ),
     # Granite 4.0-H (src/models/granite-hybrid.cpp).
     "granitehybrid": Arch(

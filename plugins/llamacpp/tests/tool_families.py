@@ -16,10 +16,11 @@ Qwen3-Coder's and Granite 4.0's model cards, and vLLM's
 ``examples/tool_chat_template_llama4_pythonic.jinja``. They are not copies:
 reasoning, images and each template's other branches are left out.
 
-``arch``: the family's own llama.cpp architecture where the tiny writer
-(:mod:`missive_llamacpp.testing_gguf`) has it; otherwise ``llama`` stands in
-(the weights are random either way; what the test checks is the vocabulary,
-the template, the grammar and the parser).
+``arch``: the family's own llama.cpp architecture, which the tiny writer
+(:mod:`missive_llamacpp.testing_gguf`, :mod:`missive_llamacpp.testing_archs`)
+writes and the installed llama.cpp loads: the weights are random, but the
+loader, the graph (mixtures of experts, latent attention, Mamba-2 hybrids,
+sliding windows) and its memory are the family's own.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ class Family:
     template: str
     specials: tuple[str, ...]  # control tokens of the vocabulary (the first EOS)
     eos: str
-    arch: str = "llama"
-    real_arch: str = ""  # the family's architecture when another stands in
+    arch: str  # llama.cpp's general.architecture of the family's models
 
 
 #: Tools declared the way most templates do (OpenAI functions as JSON).
@@ -63,6 +63,8 @@ _QWEN = (
     "{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
 )
+
+_QWEN_SPECIALS = ("<|im_end|>", "<|im_start|>", "<tool_call>", "</tool_call>")
 
 _SEED = (
     "{%- for message in messages -%}"
@@ -242,8 +244,10 @@ _GRANITE4 = (
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("qwen3-coder", "qwen3_xml", _QWEN, ("<|im_end|>", "<|im_start|>", "<tool_call>", "</tool_call>"),
-               "<|im_end|>", arch="qwen3moe"),
+        Family("qwen3-coder", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="qwen3moe"),
+        # The same format on the other architectures that write it.
+        Family("qwen3.5", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="qwen35"),
+        Family("nemotron-3-nano", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="nemotron_h_moe"),
         Family("seed-oss", "seed_oss", _SEED, ("<seed:eos>", "<seed:bos>", "<seed:tool_call>", "</seed:tool_call>"),
                "<seed:eos>", arch="seed_oss"),
         Family("minimax-m2", "minimax_m2", _MINIMAX, ("[e~[", "]~b]", "]~!b[", "<minimax:tool_call>", "</minimax:tool_call>"),
