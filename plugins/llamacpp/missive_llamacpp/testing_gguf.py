@@ -120,8 +120,12 @@ def write_tiny_gguf(
     writer.add_chat_template(chat_template)
 
     n_vocab = len(tokens)
-    tensors = {"token_embd.weight": (n_vocab, m.n_embd), "output_norm.weight": (m.n_embd,), "output.weight": (n_vocab, m.n_embd)}
-    tensors |= spec.tensors(m)
+    tensors = {
+        "token_embd.weight": (n_vocab, m.n_embd),
+        "output_norm.weight": (m.n_embd,),
+        "output.weight": (n_vocab, m.n_embd),
+        **spec.tensors(m),
+    }
     for i in range(n_layer):
         tensors |= {f"blk.{i}.{name}": shape for name, shape in spec.block(m, i).items()}
     for name, shape in tensors.items():
