@@ -1,10 +1,11 @@
 """Tiny random-weight GGUF language models, for tests.
 
-:func:`write_tiny_gguf` writes a model of a few hundred KiB that llama.cpp
-loads in well under a second: a decoder of ``n_layer`` blocks of width
-``n_embd`` with random weights (numpy, seeded), a byte-level BPE vocabulary
-(the 256 byte tokens of GPT-2's byte-to-unicode table, so any text can be
-tokenized and generated) plus the caller's special tokens as ``CONTROL``
+:func:`write_tiny_gguf` writes a model of at most a MiB or so that llama.cpp
+loads in well under a second: a decoder of ``n_layer`` blocks (more where
+the architecture needs them) of width ``n_embd`` with random weights
+(numpy, seeded), a byte-level BPE vocabulary (the 256 byte tokens of
+GPT-2's byte-to-unicode table, so any text can be tokenized and generated)
+plus the caller's special tokens as ``CONTROL``
 tokens (a family's ``<|im_end|>``, ``<tool_call>``...), and a chat template.
 Its answers are noise, but everything around the weights is real: the
 loader, the vocabulary, special-token tokenizing and detokenizing, the chat
@@ -13,12 +14,13 @@ writes exactly what the grammar allows).
 
 Architectures: :data:`ARCHS` (:mod:`missive_llamacpp.testing_archs`) maps
 a llama.cpp architecture name to its keys and the tensors of its blocks:
-``llama``, ``qwen2``, ``qwen3``, ``granite``, and the families' own
-``qwen3moe``, ``seed_oss``, ``minimax-m2``, ``glm4moe``, ``deepseek2``,
-``llama4``, ``nemotron_h``, ``granitehybrid`` and ``gemma4`` (mixtures of
-experts, latent attention, Mamba-2 hybrids). Another architecture is one
-more entry there. Needs the ``gguf`` package (llama.cpp's GGUF writer,
-``missive-llamacpp[test]``).
+``llama``, ``mistral3``, ``qwen2``, ``qwen3``, ``granite``, ``qwen3moe``,
+``qwen35``, ``seed_oss``, ``minimax-m2``, ``glm4moe``, ``deepseek2``,
+``deepseek32``, ``llama4``, ``nemotron_h``, ``nemotron_h_moe``,
+``granitehybrid`` and ``gemma4`` (mixtures of experts, latent attention,
+Mamba-2 and gated-DeltaNet hybrids, sliding windows). Another architecture
+is one more entry there. Needs the ``gguf`` package (llama.cpp's GGUF
+writer, ``missive-llamacpp[test]``).
 """
 
 from __future__ import annotations
