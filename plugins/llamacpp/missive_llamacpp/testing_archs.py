@@ -71,10 +71,10 @@ def _deepseek2(m: TinyModel, i: int) -> Shapes:
     return mla(m) | mlp
 
 
-# DeepSeek-V3.2's lightning indexer (sparse attention's key selection): 2 heads
-# of 128, DeepSeek-V3.2's own index_head_dim (at 32, the graph's Hadamard
-# rotation of the indexer keys fails llama.cpp's matmul shape check).
-_INDEXER_HEADS, _INDEXER_DIM = 2, 128
+# DeepSeek-V3.2's lightning indexer (sparse attention's key selection), tiny:
+# one head of 64 (DeepSeek-V3.2: 64 of 128). At 32 wide, llama.cpp's graph
+# fails a matmul shape check in the Hadamard rotation of the indexer keys.
+_INDEXER_HEADS, _INDEXER_DIM = 1, 64
 
 
 def _deepseek32(m: TinyModel, i: int) -> Shapes:

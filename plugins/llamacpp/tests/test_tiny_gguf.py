@@ -34,7 +34,7 @@ from missive_llamacpp.trial import model_params
 
 folder = Path(sys.argv[1])
 for arch in sys.argv[2:]:
-    print(json.dumps({"loading": arch}), flush=True)
+    print("@@", json.dumps({"loading": arch}), flush=True)
     print(f"=== {arch}", file=sys.stderr, flush=True)  # llama.cpp's log of this model follows
     path = write_tiny_gguf(folder / f"{arch}.gguf", arch=arch, chat_template="{{ messages[0].content }}",
                            special_tokens=["<|end|>"])
@@ -43,14 +43,14 @@ for arch in sys.argv[2:]:
         with model_params(use_extra_bufts=False):
             llm = llama_cpp.Llama(str(path), n_ctx=256, n_threads=1, verbose=True)
     except ValueError as error:  # llama.cpp refused the file (its reason is on stderr)
-        print(json.dumps({"arch": arch, "refused": str(error)}), flush=True)
+        print("@@", json.dumps({"arch": arch, "refused": str(error)}), flush=True)
         continue
     load_s = time.monotonic() - start
     tokens = llm.tokenize(b"Weather in Lyon?", add_bos=False)
     llm.eval(tokens[:-1])  # a prompt batch, then one token: the decode step
     llm.eval(tokens[-1:])
     logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(llm.n_vocab(),))
-    print(json.dumps({
+    print("@@", json.dumps({
         "arch": arch, "loaded_as": llm.metadata.get("general.architecture"), "load_s": load_s,
         "size": path.stat().st_size, "prompt_tokens": len(tokens), "n_tokens": llm.n_tokens,
         "logits_finite": bool(np.isfinite(logits).all()), "logits_spread": float(logits.max() - logits.min()),
@@ -70,7 +70,9 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     loading = None
     for line in run.stdout.splitlines():
-        record = json.loads(line)
+        if not line.startswith("@@ "):
+            continue  # llama.cpp's own output (a backtrace on an abort)
+        record = json.loads(line[3:])
         if "loading" in record:
             loading = record["loading"]
         else:
