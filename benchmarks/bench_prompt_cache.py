@@ -16,7 +16,14 @@ Reported: the median time to first token of the later turns (2..N) of each,
 and the ratios interleaved/alone. Target (issue 14): interleaved with the
 cache <= 1.3 x alone.
 
-    .venv/bin/python benchmarks/bench_prompt_cache.py [--turns 4] [--system-tokens 2400]
+``--model hybrid`` runs a tiny random-weight LFM2 (short convolutions and
+attention: a recurrent state that cannot be cut, written by
+:mod:`missive_llamacpp.testing_hybrid`) instead: before issue 28 such a
+model read its whole prompt again on every turn; the first turn's TTFT (the
+whole prompt read) is printed as that reference. Target (issue 28): later
+turns interleaved <= 1.3 x alone.
+
+    .venv/bin/python benchmarks/bench_prompt_cache.py [--turns 4] [--system-tokens 2400] [--model hybrid]
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -87,9 +96,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--system-tokens", type=int, default=2400)
+    parser.add_argument("--model", choices=("smollm2", "hybrid"), default="smollm2")
     args = parser.parse_args()
     system = system_prompt(args.system_tokens)
     model_path = str(default_model_path())
+    if args.model == "hybrid":
+        from missive_llamacpp.testing_hybrid import write_tiny
+
+        model_path = str(write_tiny(Path(tempfile.mkdtemp()) / "lfm2.gguf", "lfm2"))
 
     def config(cache: int | None) -> dict[str, Any]:
         settings: dict[str, Any] = {"model_path": model_path}
@@ -102,7 +116,8 @@ def main() -> None:
                                     ("interleaved, no cache", 0, True)):
         with live_server(config(cache), timeout=300) as url:
             runs[name] = conversation(url, system, args.turns, interleave)
-    print(f"main prompt: {runs['alone'][0][2]} tokens on turn 1; {args.turns} turns\n")
+    print(f"{args.model}: main prompt {runs['alone'][0][2]} tokens on turn 1 (read whole: {runs['alone'][0][0]:.2f} s);"
+          f" {args.turns} turns\n")
     print(f"{'':24}{'later-turn TTFT (median)':>26}{'cache reads per turn':>34}")
     medians = {}
     for name, results in runs.items():

@@ -58,7 +58,7 @@ tokens (``prefix_cache_tokens``) but sees only prompts, never answers, as in
 Missive.
 
     .venv/bin/python benchmarks/sim_routing.py [--replicas 4 16] [--sessions-per-replica 8]
-        [--cache-tokens 400000] [--minutes 30] [--load-bound 1.25] [--seed 1]
+        [--cache-tokens 400000] [--minutes 30] [--load-bound 1.25] [--load-slack 2] [--seed 1]
 """
 
 from __future__ import annotations
@@ -247,8 +247,8 @@ def simulate(policy_name: str, n: int, args: argparse.Namespace) -> Result:
     # settled (a fleet starting empty or draining is balanced by nothing).
     window = (args.minutes * 60 / 4, args.minutes * 60)
     replicas = [Replica(f"http://replica{i}:8000", PrefixIndex(capacity), window) for i in range(n)]
-    policy: LeastOutstanding = (PrefixAffinity(args.load_bound, capacity) if policy_name == "prefix"
-                                else LeastOutstanding())
+    policy: LeastOutstanding = (PrefixAffinity(args.load_bound, capacity, load_slack=args.load_slack)
+                                if policy_name == "prefix" else LeastOutstanding())
     ideal: set[int] = set()
     tokens = Tokens()
     result = Result(policy_name, n)
@@ -338,11 +338,13 @@ def main() -> None:
     parser.add_argument("--cache-tokens", type=int, default=400_000)
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--load-bound", type=float, default=1.25)
+    parser.add_argument("--load-slack", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
     args = parser.parse_args()
     print(f"cache {args.cache_tokens:,} tokens per replica, {args.sessions_per_replica:g} sessions per replica, "
-          f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, seed {args.seed}\n")
+          f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, "
+          f"load_slack {args.load_slack:g}, seed {args.seed}\n")
     print("| policy | replicas | requests | later turns on their last replica | hit / ideal | "
           "hit / ideal past the shared prefix | queue p50 | queue p99 | max / mean load |")
     print("|---|---|---|---|---|---|---|---|---|")

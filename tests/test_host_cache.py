@@ -61,8 +61,8 @@ class Runner:
         assert slot == 0
         return list(self.tokens)
 
-    def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
-        n = common_prefix(tokens, prompt.tokens)
+    def reusable_from(self, prompt: Prompt, saved: SavedContext) -> int:
+        n = common_prefix(saved.tokens, prompt.tokens)
         return n - 1 if n == len(prompt.tokens) else n
 
     def save_context(self, slot: int) -> SavedContext | None:

@@ -228,6 +228,7 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
     import asyncio
 
     from missive.engine.local import LocalDriver
+    from missive.engine.runner import ModelInfo
 
     class Batcher:
         slots, active = 4, 1
@@ -242,7 +243,7 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
             return 2
 
     driver = object.__new__(LocalDriver)
-    driver._info = object()
+    driver._info = ModelInfo(8192, "", slots=4)
     driver._batcher, driver._host_cache = Batcher(), Cache()
     driver.runner = object()  # holds no context it can tell: no tokens_cached
     assert asyncio.run(driver.status()) == {

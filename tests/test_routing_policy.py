@@ -99,23 +99,66 @@ def test_bounded_load_skips_an_affine_replica_over_the_mean() -> None:
     replicas, policy = fleet(4), PrefixAffinity(load_bound=1.25)
     key = chat(LONG, session="busy")
     home, _ = policy.choose(replicas, key)
-    home.outstanding = 2  # in flight: 2 of 2, this one makes 3; ceil(1.25 * 3 / 4) = 1
+    home.outstanding = 2  # in flight: 2 of 2, this one makes 3; max(ceil(1.25 * 3/4), floor(3/4 + 2)) = 2
     elsewhere, why = policy.choose(replicas, chat(LONG, "ok", "next", session="busy"))
     assert elsewhere is not home and why == "session"  # no other holds any of it: the next rendezvous pick
     for other in replicas:
-        other.outstanding = 2  # now 8 in flight + 1: ceil(1.25 * 9 / 4) = 3, any may take a third
+        other.outstanding = 2  # now 8 in flight + 1: max(ceil(1.25 * 9/4), floor(9/4 + 2)) = 4
     # The conversation now goes on where its latest turn went (the deepest prefix).
     assert policy.choose(replicas, chat(LONG, "ok", "next", "sure", session="busy")) == (elsewhere, "prefix")
     fresh = PrefixAffinity(load_bound=1.25)
     home, _ = fresh.choose(replicas, key)
     assert fresh.choose(replicas, chat(LONG, "ok", session="busy")) == (home, "prefix")
-    # With load_bound 1 balance comes first.
-    strict = PrefixAffinity(load_bound=1.0)
+    # With load_bound 1 and no slack balance comes first.
+    strict = PrefixAffinity(load_bound=1.0, load_slack=0)
     for r in replicas:
         r.outstanding = 0
     home, _ = strict.choose(replicas, key)
     home.outstanding = 1
     assert strict.choose(replicas, chat(LONG, "ok", session="busy"))[0] is not home
+
+
+def test_one_request_of_noise_keeps_the_affine_replica_and_real_excess_does_not() -> None:
+    """The cap is ``max(ceil(load_bound * mean), floor(mean + load_slack))``
+    with the request placed counted in: at 3 in flight per replica the
+    relative cap alone (4) would move a turn whose replica holds a fourth
+    request; the slack keeps it there until the fifth (3 + 1 + 2 = 6 > 5)."""
+    replicas = fleet(16)
+    for policy, keeps_at_4, keeps_at_5 in ((PrefixAffinity(load_bound=1.25, load_slack=0), False, False),
+                                            (PrefixAffinity(load_bound=1.25), True, False)):
+        home, _ = policy.choose(replicas, chat(LONG, session="s"))
+        for r in replicas:
+            r.outstanding = 3
+        for load, keeps in ((4, keeps_at_4), (5, keeps_at_5)):
+            home.outstanding = load  # the relative cap stays ceil(1.25 * 3.1...) = 4
+            chosen, _ = policy.choose(replicas, chat(LONG, "ok", f"turn at {load}", session="s"))
+            assert (chosen is home) is keeps, (policy.load_slack, load)
+            if chosen is not home:  # the conversation went on there: bring the next turn home again
+                policy.forget(chosen)
+        for r in replicas:
+            r.outstanding = 0
+    with pytest.raises(ValueError):
+        PrefixAffinity(load_slack=-1)
+
+
+def test_a_new_conversation_goes_where_the_load_was_lowest_not_where_it_is_now() -> None:
+    """A replica whose conversations are all between turns has nothing in
+    flight now; the smoothed load (averaged over the routing decisions) still
+    shows them, so a new conversation goes to the replica that was idle."""
+    replicas, policy = fleet(2), PrefixAffinity()
+    for i in range(3):  # the shared system prompt and tools are held by both
+        policy.index.insert(replicas[i % 2], chat(f"task {i} " * 40).blocks)
+    busy, idle = replicas
+    busy.outstanding = 6
+    for i in range(200):  # requests without affinity, sent while busy was busy (they go to idle)
+        policy.choose(replicas, RouteKey(session=f"side{i}"))
+    busy.outstanding = 0  # its conversations are between turns
+    idle.outstanding = 1
+    assert policy.smoothed_load(busy) > 2 > policy.smoothed_load(idle)
+    chosen, why = policy.choose(replicas, chat("A new session's task. " * 20, session="new"))
+    assert (chosen, why) == (idle, "prefix")  # least outstanding now would pick busy
+    policy.forget(busy)
+    assert policy.smoothed_load(busy) == 0
 
 
 def test_a_new_session_lands_on_the_same_replica_from_any_process() -> None:

@@ -22,8 +22,9 @@ The names, grouped by what they are for:
   content blocks), images (:class:`ImageInput`, :func:`upright`, ...);
 * in-process drivers (llama.cpp, MLX): :class:`LocalDriver` and the runner
   protocol it drives (:class:`Runner`, :class:`Batched`,
-  :class:`ContextStates` and their value types), :func:`common_prefix`,
-  a model's default sampling (:func:`model_sampling`, :func:`gguf_names`,
+  :class:`ContextStates`, :class:`SharedPool` and their value types),
+  :func:`common_prefix`, :func:`default_cache_bytes`, a model's default
+  sampling (:func:`model_sampling`, :func:`gguf_names`,
   :func:`folder_sampling`, :class:`SamplingDefaults`);
 * remote drivers: :class:`RemoteTransport` (HTTP to replicas with the shared
   failover and timeout policy), :class:`RemoteStream`, :class:`Failover`,
@@ -45,7 +46,7 @@ from .kernel.compat import API_VERSION
 from .config import ConfigError, ModelEntry
 from .messages.conversation import Conversation, Turn
 from .driver.interface import Driver, GenerationRequest, clamp_max_tokens
-from .engine.host_cache import common_prefix
+from .engine.host_cache import common_prefix, default_cache_bytes
 from .engine.local import LocalDriver
 from .engine.runner import (
     PENDING,
@@ -61,6 +62,7 @@ from .engine.runner import (
     Sampling,
     SavedContext,
     Sequence,
+    SharedPool,
 )
 from .protocol.errors import (
     ApiError,
@@ -154,8 +156,8 @@ __all__ = [
     "conversation_image_tokens", "estimate_image_tokens",
     # in-process drivers
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
-    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "common_prefix",
-    "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
+    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "SharedPool", "common_prefix",
+    "default_cache_bytes", "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
     "ReplicaRouting", "RouteKey", "policy_for",

@@ -17,7 +17,25 @@ while the model has work, and exits when it has none. Each turn of the loop:
 
 The core's admission and the engine's :class:`~missive.engine.scheduler.Scheduler`
 admit at most ``slots`` sequences, so a submitted sequence always finds a free
-slot. A failed step fails every sequence in it (each gets the error as an SSE
+slot.
+
+With a runner whose slots share one KV pool (:class:`~missive.engine.runner.SharedPool`,
+llama.cpp's unified KV cache), the loop also keeps every step within the
+pool, so a decode never fails for lack of cells:
+
+* a sequence joins only when the free cells (with those its slot holds)
+  can take its whole prompt; idle slots are emptied for it first, least
+  recently used first, their state saved to the host-memory cache
+  (``evict``); otherwise it waits, in arrival order, until running
+  sequences end;
+* before each step, if the step may need more cells than are free, idle
+  slots are emptied the same way, then the newest running sequences are
+  paused: their state is saved (``save_context``) and their cells freed; a
+  paused sequence resumes (``restore_context`` into its slot, which it
+  keeps) before any new one joins, as soon as its cells are free again.
+  One sequence alone always fits (``context_window`` is at most the pool),
+  so the oldest always makes progress (vLLM preempts the newest requests
+  the same way when its KV blocks run out). A failed step fails every sequence in it (each gets the error as an SSE
 ``error`` event); a bug in the loop itself fails every sequence it holds, so
 no request is ever left waiting for a loop that died.
 """
@@ -32,7 +50,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from .producer import Producer
-from .runner import Batched, Prompt, Runner
+from .runner import Batched, ContextStates, Prompt, Runner, SavedContext, SharedPool
 
 __all__ = ["Batcher"]
 
@@ -50,6 +68,10 @@ class Batcher:
             tokens would serve (None: every slot serves nothing).
         elsewhere: ``elsewhere(prompt)``, the prompt tokens another store
             (the host-memory prompt cache) would serve, whatever the slot.
+        pool: the runner, when its slots share one KV pool (module documentation).
+        evict: ``evict(slot, session)`` saves an idle slot's state (of
+            ``session``, the one whose tokens it holds) before the pool
+            empties it (the host-memory prompt cache), or None.
     """
 
     def __init__(
@@ -59,6 +81,8 @@ class Batcher:
         slots: int,
         reuse: Callable[[Prompt, int], int] | None = None,
         elsewhere: Callable[[Prompt], int] | None = None,
+        pool: SharedPool | None = None,
+        evict: Callable[[int, str | None], object] | None = None,
     ) -> None:
         self.runner = runner
         self.executor = executor
@@ -75,13 +99,19 @@ class Batcher:
         self._free = set(range(slots))
         self._owner: dict[int, Producer] = {}
         self._last_used = [0.0] * slots
+        self._pool = pool
+        self._evict = evict
+        self._paused: list[tuple[Producer, SavedContext | None]] = []
+        #: Times the shared pool made a sequence wait to join, emptied an
+        #: idle slot, paused a running sequence (``status()``).
+        self.pool_events = {"waits": 0, "evictions": 0, "pauses": 0}
         self._session: list[str | None] = [None] * slots  # the session whose tokens each slot holds
 
     @property
     def active(self) -> int:
         """Sequences running now (including those just submitted)."""
         with self._lock:
-            return len(self._active) + len(self._incoming)
+            return len(self._active) + len(self._incoming) + len(self._paused)
 
     def submit(self, producer: Producer) -> None:
         """Queue ``producer`` to join at the next step (any thread; never blocks)."""
@@ -159,22 +189,131 @@ class Batcher:
             while True:
                 with self._lock:
                     joining, self._incoming = self._incoming, []
-                    if not joining and not self._active:
+                    if not joining and not self._active and not self._paused:
                         self._running = False
                         return
-                for producer in joining:
-                    self._join(producer)
+                waiting = self._admit(joining)
+                if waiting:
+                    with self._lock:
+                        self._incoming[:0] = waiting  # they keep their place, ahead of later arrivals
                 self._drop_cancelled()
                 if self._active:
+                    if self._pool is not None:
+                        self._make_room()
                     self._step()
         except BaseException as exc:  # a bug in the loop: fail everyone rather than leave them waiting
             log.exception("the decode loop failed")
             with self._lock:
-                everyone, self._active, self._incoming = self._active + self._incoming, [], []
+                paused = [p for p, _ in self._paused]
+                everyone, self._active, self._incoming = self._active + paused + self._incoming, [], []
+                self._paused = []
                 self._running = False
             for producer in everyone:
                 producer.fail(exc)
                 self._release(producer)
+
+    def _admit(self, joining: list[Producer]) -> list[Producer]:
+        """Join what fits (paused sequences first, then arrivals in order);
+        the arrivals that must wait, in order."""
+        if self._pool is None:
+            for producer in joining:
+                self._join(producer)
+            return []
+        waiting: list[Producer] = []
+        blocked = not self._resume()
+        for producer in joining:
+            if producer.cancelled():
+                producer.stop()
+            elif blocked or waiting or not self._room_for(producer.seq.prompt, producer.seq.session):
+                if not producer.waited:
+                    producer.waited = True
+                    self.pool_events["waits"] += 1
+                waiting.append(producer)
+            else:
+                self._join(producer)
+        return waiting
+
+    # -- the shared KV pool (model thread) ---------------------------------
+
+    def _room_for(self, prompt: Prompt, session: str | None) -> bool:
+        """Whether the pool can take ``prompt`` (of ``session``) whole in the
+        slot it would get, after emptying idle slots; always True when
+        nothing runs."""
+        pool = self._pool
+        assert pool is not None
+        slot = self.choose_slot(prompt, session)
+        need = len(prompt.tokens) + 1
+        while pool.pool_free() + pool.held(slot) < need:
+            if not self._evict_idle(keep=slot):
+                return not self._active and not self._paused
+        return True
+
+    def _evict_idle(self, keep: int = -1) -> bool:
+        """Empty the least recently used idle slot holding cells (its state
+        saved by ``evict``), other than ``keep``; False when none is left."""
+        pool = self._pool
+        assert pool is not None
+        idle = [s for s in self._free if s != keep and pool.held(s) > 0]
+        if not idle:
+            return False
+        slot = min(idle, key=lambda s: self._last_used[s])
+        if self._evict is not None:
+            self._evict(slot, self._session[slot])
+        pool.clear_slot(slot)
+        self._session[slot] = None  # it holds nobody's tokens now
+        self.pool_events["evictions"] += 1
+        log.debug("emptied idle slot %d for room in the KV pool", slot)
+        return True
+
+    def _make_room(self) -> None:
+        """Before a step: free the cells it may need (idle slots first, then
+        the newest running sequences are paused)."""
+        pool = self._pool
+        assert pool is not None
+        while pool.pool_free() < pool.pool_need([p.seq for p in self._active]):
+            if self._evict_idle():
+                continue
+            if len(self._active) < 2:
+                return  # one sequence fits its window: the pool holds at least one
+            self._pause(self._active.pop())
+
+    def _pause(self, producer: Producer) -> None:
+        runner, slot = self.runner, producer.seq.slot
+        saved = runner.save_context(slot) if isinstance(runner, ContextStates) else None
+        assert self._pool is not None
+        self._pool.clear_slot(slot)
+        self._paused.append((producer, saved))
+        self.pool_events["pauses"] += 1
+        log.debug("paused the sequence in slot %d (%d tokens saved) for room in the KV pool",
+                  slot, len(saved.tokens) if saved is not None else 0)
+
+    def _resume(self) -> bool:
+        """Resume paused sequences in order while their cells fit; True when
+        none is left paused."""
+        pool, runner = self._pool, self.runner
+        assert pool is not None
+        while self._paused:
+            producer, saved = self._paused[0]
+            if producer.cancelled():
+                self._paused.pop(0)
+                producer.stop()
+                self._release(producer)
+                continue
+            need = (len(saved.tokens) if saved is not None else 0) + pool.pool_need([producer.seq])
+            while pool.pool_free() < need and self._evict_idle(keep=producer.seq.slot):
+                pass
+            if pool.pool_free() < need and self._active:
+                return False  # with nothing running it must fit: its window is at most the pool
+            self._paused.pop(0)
+            try:
+                if saved is not None and isinstance(runner, ContextStates):
+                    runner.restore_context(saved, producer.seq.slot)
+            except Exception as exc:  # noqa: BLE001 - this sequence fails, the others go on
+                producer.fail(exc)
+                self._release(producer)
+                continue
+            self._active.append(producer)
+        return True
 
     def _join(self, producer: Producer) -> None:
         if producer.cancelled():

@@ -35,7 +35,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from .runner import ContextStates, Prompt, Runner, SavedContext
+from .runner import ContextStates, Prompt, Runner, SavedContext, SharedPool
 
 __all__ = [
     "HostPromptCache",
@@ -43,6 +43,7 @@ __all__ = [
     "MIN_SAVED_TOKENS",
     "common_prefix",
     "default_cache_bytes",
+    "park",
     "restorable",
     "reusable",
     "swap_in",
@@ -177,14 +178,15 @@ def swap_in(
     live_tokens = runner.context_tokens(slot)
     live = runner.reusable_in(prompt, slot)
     entry, _ = cache.best(prompt.tokens, session)
-    restored = runner.reusable_from(prompt, entry.tokens) if entry is not None else 0
-    kept = common_prefix(live_tokens, prompt.tokens)
-    if len(live_tokens) - kept >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
+    restored = runner.reusable_from(prompt, entry) if entry is not None else 0
+    # What the slot would lose: for a model whose state cannot be cut at any
+    # position (recurrent, sliding-window), more than the tokens that differ.
+    if len(live_tokens) - live >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
         saved = runner.save_context(slot)
         if saved is not None and cache.put(saved, previous):
             log.debug("saved slot %d's %d tokens (%d bytes; cache: %d entries, %d bytes)",
                       slot, len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
-    if entry is not None and restored > live:
+    if entry is not None and restored > live and _room(runner, entry, slot):
         runner.restore_context(entry, slot)
         cache.touch(entry)
         log.debug("restored %d tokens into slot %d: %d of %d prompt tokens reused (the slot had %d)",
@@ -193,11 +195,32 @@ def swap_in(
     return live
 
 
+def _room(runner: ContextStates, entry: SavedContext, slot: int) -> bool:
+    """Whether a shared KV pool has the cells to restore ``entry`` into
+    ``slot`` (the batcher empties idle slots before a prompt joins; a state
+    longer than the prompt may still not fit: the prompt is then read)."""
+    if not isinstance(runner, SharedPool):
+        return True
+    return runner.pool_free() + runner.held(slot) >= len(entry.tokens)
+
+
+def park(runner: ContextStates, cache: HostPromptCache, slot: int, session: str | None = None) -> None:
+    """Save slot ``slot``'s state into ``cache`` before its cells are taken
+    from it (an idle slot emptied for room in a shared KV pool), when it
+    holds at least :data:`MIN_SAVED_TOKENS` tokens (model thread).
+    ``session``: the session whose tokens the slot holds."""
+    if len(runner.context_tokens(slot)) < MIN_SAVED_TOKENS:
+        return
+    saved = runner.save_context(slot)
+    if saved is not None and cache.put(saved, session):
+        log.debug("parked slot %d's %d tokens (%d bytes)", slot, len(saved.tokens), saved.nbytes)
+
+
 def restorable(runner: ContextStates, cache: HostPromptCache, prompt: Prompt, session: str | None = None) -> int:
     """The prompt tokens the best saved state would serve if restored (0
     when none shares a token); the slots are not looked at."""
     entry, _ = cache.best(prompt.tokens, session)
-    return runner.reusable_from(prompt, entry.tokens) if entry is not None else 0
+    return runner.reusable_from(prompt, entry) if entry is not None else 0
 
 
 def reusable(runner: Runner, cache: HostPromptCache | None, prompt: Prompt) -> int:

@@ -79,9 +79,9 @@ from .batcher import Batcher
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
-from .host_cache import HostPromptCache, default_cache_bytes, restorable, swap_in
+from .host_cache import HostPromptCache, default_cache_bytes, park, restorable, swap_in
 from .host_cache import reusable as host_reusable
-from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence
+from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence, SharedPool
 from .scheduler import Scheduler
 
 __all__ = ["LocalDriver"]
@@ -209,7 +209,16 @@ class LocalDriver(Driver):
                 def elsewhere(prompt: Prompt) -> int:
                     return restorable(states, kept, prompt)
 
-        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere)
+        pool = runner if info.pool_tokens and isinstance(runner, SharedPool) else None
+        evict: Callable[[int, str | None], None] | None = None
+        if pool is not None and isinstance(runner, ContextStates) and cache is not None:
+            parked, store = runner, cache
+
+            def evict(slot: int, session: str | None) -> None:  # runs in the model's thread
+                park(parked, store, slot, session)
+
+        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere,
+                                pool=pool, evict=evict)
         self._scheduler = Scheduler(info.slots)
         self._info = info
 
@@ -237,9 +246,13 @@ class LocalDriver(Driver):
     async def status(self) -> dict[str, Any]:
         """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
         together), ``slots_in_use``, ``slot_states``
-        (:meth:`~missive.engine.batcher.Batcher.slot_states`),
-        and with a host-memory prompt cache ``host_cache_bytes``,
-        ``host_cache_entries``, ``host_cache_max_bytes``."""
+        (:meth:`~missive.engine.batcher.Batcher.slot_states`); with a KV
+        pool the slots share, ``kv_pool_tokens`` and how often it made a
+        request wait (``kv_pool_waits``), emptied an idle slot
+        (``kv_pool_evictions``), paused a running sequence
+        (``kv_pool_pauses``); with a host-memory prompt cache
+        ``host_cache_bytes``, ``host_cache_entries``,
+        ``host_cache_max_bytes``."""
         out: dict[str, Any] = {"loaded": self._info is not None}
         if self._batcher is not None:
             out["slots"] = self._batcher.slots
@@ -248,6 +261,9 @@ class LocalDriver(Driver):
                 runner = self.runner
                 held = (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
                 out["slot_states"] = self._batcher.slot_states(held)
+                if self._info.pool_tokens:
+                    out["kv_pool_tokens"] = self._info.pool_tokens
+                    out.update({f"kv_pool_{k}": v for k, v in self._batcher.pool_events.items()})
         cache = self._host_cache
         if cache is not None:
             out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
@@ -266,6 +282,7 @@ class LocalDriver(Driver):
         return {
             "context_window": self._info.context_window,
             "slots": self._info.slots,
+            "kv_pool_tokens": self._info.pool_tokens or self._info.slots * self._info.context_window,
             "chat_template": template_family(self._template),
             "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
             "reasoning_format": self._reasoning or "none",

@@ -75,6 +75,7 @@ class Producer:
         seq.cancelled = self.channel.cancelled
         self._begun = False
         self._done = False
+        self.waited = False  # waited for cells of a shared KV pool (counted once)
         self._detok: Detokenizer | None = None
 
     @property

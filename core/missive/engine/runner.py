@@ -54,6 +54,7 @@ __all__ = [
     "Runner",
     "SavedContext",
     "Sampling",
+    "SharedPool",
     "Sequence",
 ]
 
@@ -90,8 +91,11 @@ class ModelInfo:
         input_media: media types the loaded model takes (images with a vision
             projector); empty: text only.
         slots: sequences the runner decodes together (>= 1; above 1 the
-            runner implements :class:`Batched`). Each has the whole
+            runner implements :class:`Batched`). Each may use the whole
             ``context_window``.
+        pool_tokens: cells of the KV pool the slots share when it is
+            smaller than ``slots x context_window`` (the runner then
+            implements :class:`SharedPool`); 0: each slot has its own.
         sampling: the model's default sampling, for requests that leave
             fields unset (:func:`missive.sampling.model_sampling` of what the
             model's files say); the API's defaults when not given.
@@ -104,6 +108,7 @@ class ModelInfo:
     control_texts: tuple[str, ...] = ()
     input_media: frozenset[str] = frozenset()
     slots: int = 1
+    pool_tokens: int = 0
     sampling: SamplingDefaults = NO_DEFAULTS
 
 
@@ -326,10 +331,10 @@ class ContextStates(Protocol):
         """The token ids slot ``slot`` of the live context holds now (any
         thread; a copy)."""
 
-    def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
+    def reusable_from(self, prompt: Prompt, saved: SavedContext) -> int:
         """Prompt tokens :meth:`Runner.begin` would take from a context
-        restored from a state holding ``tokens`` (the backend's reuse rules:
-        stale logits, whole images). Any thread."""
+        restored from ``saved`` (the backend's reuse rules: stale logits,
+        whole images, the positions its state can be cut at). Any thread."""
 
     def reusable_in(self, prompt: Prompt, slot: int) -> int:
         """Prompt tokens :meth:`Runner.begin` would take from slot ``slot``
@@ -345,6 +350,31 @@ class ContextStates(Protocol):
         Raises:
             ApiError: the backend refused the state.
         """
+
+
+@runtime_checkable
+class SharedPool(Protocol):
+    """A :class:`Batched` runner whose slots share one pool of KV cells
+    (llama.cpp's unified KV cache), smaller than ``slots x context_window``.
+
+    The engine keeps every step within the pool (:mod:`missive.engine.batcher`):
+    before a step it empties idle slots (least recently used first, saved to
+    the host-memory cache), then pauses the newest running sequences (their
+    state saved, resumed when cells are free again), so a decode never fails
+    for lack of room. Model thread, except :meth:`held`.
+    """
+
+    def pool_free(self) -> int:
+        """Cells of the pool no slot holds now."""
+
+    def pool_need(self, seqs: list[Sequence]) -> int:
+        """The most cells one :meth:`Batched.step_many` of ``seqs`` may add."""
+
+    def held(self, slot: int) -> int:
+        """Cells slot ``slot`` holds now (any thread)."""
+
+    def clear_slot(self, slot: int) -> None:
+        """Empty slot ``slot`` (its cells go back to the pool)."""
 
 
 @runtime_checkable

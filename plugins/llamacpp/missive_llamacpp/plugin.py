@@ -31,7 +31,7 @@ __all__ = [
 #: parameters, exact token counts (the model's own tokenizer on the rendered
 #: prompt), automatic KV-cache prefix reuse. ``max_concurrency`` is 1 until the model
 #: starts; start-up sets it to the slots the model got (``parallel``, or as
-#: many as fit: see ``runner.auto_slots``). Thinking: for models
+#: many as fit: see :mod:`missive_llamacpp.memory`). Thinking: for models
 #: whose chat template has a reasoning format (``<think>``, harmony...); each
 #: loaded model narrows it (the embedded SmolLM2 does not reason).
 CAPABILITIES = Capabilities(

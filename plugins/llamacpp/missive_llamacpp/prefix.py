@@ -12,7 +12,8 @@ them):
 * otherwise a prompt wholly inside the cache gives back its last token to be
   decoded again (to refresh the logits): ``longest - 1``; else ``longest``;
 * a partial reuse needs ``llama_memory_seq_rm`` to cut the cache, which fails
-  for recurrent and hybrid models; then the whole prompt is decoded again.
+  for recurrent and hybrid models (``partial_reuse=False``); the runner then
+  looks for a context checkpoint (:mod:`missive_llamacpp.checkpoints`).
 
 The result is what the API reports as ``cache_read_input_tokens``; the rest of
 the prompt is ``input_tokens`` (contract section 3).

@@ -9,29 +9,35 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   metadata); the grammar machinery is warmed up; with
   ``settings.mmproj_path`` the vision projector is loaded
   (:mod:`missive_llamacpp.vision`);
-* **slots** (``settings.parallel``; ``"auto"``: :func:`auto_slots`): one
-  llama.cpp context with ``n_seq_max = slots`` and a KV stream of its own
-  per sequence (``kv_unified = false``), each of the whole context window,
-  so the context holds ``slots x context_window`` tokens (Ollama sizes it so
-  for ``OLLAMA_NUM_PARALLEL``; llama-server's ``--parallel`` splits ``-c``
-  instead). A slot is a ``seq_id``; it keeps its tokens after its sequence
-  ends, for the next prompt that shares them;
+* **context** (:mod:`missive_llamacpp.context`): a probe measures the KV
+  bytes a token and a sequence take, :mod:`missive_llamacpp.memory` fits
+  ``context_window``, slots (``settings.parallel``) and the KV pool to the
+  free memory, then one llama.cpp context with ``n_seq_max = slots``: by
+  default one pool of cells the slots share (``kv_unified``, llama-server's
+  default), else a KV stream of a whole window per slot. A slot is a
+  ``seq_id``; it keeps its tokens after its sequence ends, for the next
+  prompt that shares them;
 * **tokenize**: each rendered piece with ``Llama.tokenize`` (client text with
   ``special=False``, the template's with ``special=True``); BOS is added when
   the vocabulary asks for it (``llama_vocab_get_add_bos``) unless the rendered
   text already starts with the BOS text, as llama.cpp's
   ``common_chat_templates_apply`` does: never two BOS, never none; images by
   the projector at their markers;
-* **reuse** (:meth:`LlamaCppRunner.reusable_in`): a slot's common prefix with
+* **reuse** (:mod:`missive_llamacpp.slots`): a slot's common prefix with
   the prompt, always leaving the prompt's last token to decode (fresh
-  logits), an image whole or not at all (:mod:`missive_llamacpp.prefix`);
+  logits), an image whole or not at all; for recurrent, hybrid and
+  sliding-window models, only where their state can be cut, else from the
+  nearest context checkpoint (:mod:`missive_llamacpp.checkpoints`);
 * **begin**: cuts the slot's KV cache after the reused prefix
-  (``llama_memory_seq_rm``) and queues the rest of the prompt;
+  (``llama_memory_seq_rm``, after restoring the checkpoint it needs) and
+  queues the rest of the prompt;
 * **step_many**: one ``llama_decode`` per step for every running sequence,
   built as llama-server's ``update_slots`` builds its batch: one token per
   generating sequence first, then prompt chunks while the batch has room
   (``n_batch`` tokens), logits only where a sequence samples next; an image
-  is encoded and decoded by libmtmd by itself at its position. Each sequence
+  is encoded and decoded by libmtmd by itself at its position; a prompt
+  chunk stops at each checkpoint position, and the checkpoint is taken
+  before the chunk that starts there is decoded. Each sequence
   then samples from its own logits (``llama_sampler_sample`` at its batch
   index) with its own sampler chain; an end-of-generation token
   (``llama_vocab_is_eog``) ends it, neither shown nor counted (as
@@ -43,8 +49,9 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   shown as U+FFFD: the API never returns half a character;
 * **append**: the tokens are queued after the last sampled one and decoded
   by the next step (the thinking budget's close);
-* **context states**: a slot's KV cache saved to and restored from host
-  memory (``llama_state_seq_get_data``/``set_data``, into any slot).
+* **context states** and the **shared pool** (:mod:`missive_llamacpp.slots`):
+  a slot's state saved to and restored from host memory, the cells each
+  slot holds.
 
 Sampling, the chain ``Llama._init_sampler`` builds: what the request sets,
 else the model's defaults (``ModelInfo.sampling``: the GGUF's
@@ -60,10 +67,8 @@ sequence.
 from __future__ import annotations
 
 import codecs
-import ctypes
 import dataclasses
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,15 +87,17 @@ from missive.api import (
     Pending,
     Prompt,
     Sampling,
-    SavedContext,
     Sequence,
+    default_cache_bytes,
     gguf_names,
     model_sampling,
 )
 
+from . import checkpoints
+from .context import Layout, make_context
 from .grammar import warm_up as warm_up_grammar
-from .prefix import reused_prefix
 from .settings import LlamaCppSettings
+from .slots import Slot, SlotStates
 from .trial import choose_extra_buffer_types, crash_point, model_params
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
@@ -101,22 +108,11 @@ log = logging.getLogger("missive.llamacpp")
 #: Threads per model that render and tokenize prompts at once
 #: (count_tokens and the preparation of queued generations).
 TOKENIZE_THREADS = 4
+#: Tokens of the context ``llama_cpp.Llama`` makes at load, replaced at once
+#: by the fitted one (:mod:`missive_llamacpp.context`); small, so that it
+#: and Llama's logits buffer (``n_batch x n_vocab`` floats) cost nothing.
+STUB_CTX = 64
 
-
-#: Most slots ``parallel = "auto"`` chooses.
-AUTO_MAX_SLOTS = 4
-#: Share of the machine's memory ``parallel = "auto"`` lets the slots' KV
-#: caches take.
-AUTO_MEMORY_SHARE = 8
-
-
-@dataclass
-class _Slot:
-    """One slot (a llama.cpp ``seq_id`` with its own KV stream): the token
-    ids its KV cache holds, positions ``0 .. len(tokens) - 1``. Changed in
-    place in the model's thread only, read (copied) from any thread."""
-
-    tokens: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -127,6 +123,7 @@ class _SeqState:
 
     pending: list[int]
     sampler: Any = None
+    marks: list[int] = field(default_factory=list)  # checkpoint positions still ahead
 
 
 class _Utf8Text:
@@ -152,7 +149,7 @@ class _Utf8Text:
         return ""  # a character cut off by max_tokens is dropped
 
 
-class LlamaCppRunner:
+class LlamaCppRunner(SlotStates):
     """One GGUF model (see the module documentation).
 
     Args:
@@ -173,12 +170,13 @@ class LlamaCppRunner:
         self.image_marker: Callable[[int, str], str] | None = None
         self._bos_text = ""
         self._add_bos = False
-        self._slots: list[_Slot] = []
+        self._slots: list[Slot] = []
         self._ctx: Any = None  # llama_cpp._internals.LlamaContext
         self._memory: Any = None
         self._batch: Any = None  # llama_batch of n_batch tokens
         self._n_batch = 0
-        self._partial_reuse = True
+        self._layout: Layout | None = None
+        self._checkpoint_bytes = 0  # per slot
 
     # -- load and close ----------------------------------------------------
 
@@ -205,12 +203,14 @@ class LlamaCppRunner:
         buffers = choose_extra_buffer_types(s, self.model_id)
         try:
             with model_params(use_extra_bufts=buffers.use_extra_bufts):
+                # A small context: make_context measures, fits and replaces it.
                 llm = llama_cpp.Llama(
                     model_path=str(path),
-                    n_ctx=self.requested_ctx or 0,  # 0: the model's n_ctx_train
+                    n_ctx=STUB_CTX,
                     n_threads=s.threads,
                     n_threads_batch=s.threads,
-                    n_batch=s.n_batch,
+                    n_batch=STUB_CTX,
+                    swa_full=False,  # llama.cpp's default is a full-size window cache
                     n_gpu_layers=s.gpu_layers,
                     verbose=s.verbose,
                 )
@@ -218,7 +218,7 @@ class LlamaCppRunner:
             raise ConfigError(f"model '{self.model_id}': llama.cpp could not load {path}: {exc}") from exc
         try:
             info = self._configure(llm)
-            info = dataclasses.replace(info, slots=self._make_slots(llm, info.context_window))
+            info = self._make_slots(llm, info)
             warm_up_grammar(llm)
             if s.mmproj is not None:
                 self.projector = load_projector(
@@ -237,15 +237,16 @@ class LlamaCppRunner:
             llm.close()
             raise
         self.llm = llm
+        assert self._layout is not None
         log.info(
-            "model %s loaded from %s: n_ctx=%d, %d slots (parallel=%s; KV cache %d MiB), %d threads, %s, %s, "
+            "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, "
             "bos=%r add_bos=%s, projector=%s",
             self.model_id,
             path,
             info.context_window,
             info.slots,
             s.parallel,
-            _kv_bytes(llm) * info.context_window * info.slots // 2**20,
+            self._layout.describe(s),
             s.threads,
             _offload(llm, s, self.model_id),
             buffers.describe(),
@@ -253,44 +254,35 @@ class LlamaCppRunner:
             self._add_bos,
             s.mmproj,
         )
+        log.info("model %s memory: %s", self.model_id, self._layout.fit.arithmetic)
         return info
 
-    def _make_slots(self, llm: Any, window: int) -> int:
-        """Give ``llm`` a context of ``slots`` KV streams of ``window`` tokens
-        each (replacing the one-sequence context ``Llama`` made), and the
-        batch :meth:`step_many` fills. Returns the number of slots.
+    def _make_slots(self, llm: Any, info: ModelInfo) -> ModelInfo:
+        """Give ``llm`` the context of :mod:`missive_llamacpp.context` and
+        the batch :meth:`step_many` fills; ``info`` with the window, slots
+        and pool it got.
 
         Raises:
-            ConfigError: llama.cpp could not allocate the context.
+            ConfigError: it does not fit the memory, or llama.cpp could not make it.
         """
         s = self.settings
-        slots = s.parallel if s.parallel != "auto" else auto_slots(_kv_bytes(llm) * window, s.gpu_layers)
-        if slots > 1:
-            params = type(llm.context_params).from_buffer_copy(llm.context_params)
-            params.n_ctx = window * slots
-            params.n_seq_max = slots
-            params.kv_unified = False  # a KV stream per sequence: each attends to its own tokens only
-            llm._ctx.close()
-            try:
-                llm._ctx = internals.LlamaContext(model=llm._model, params=params, verbose=s.verbose)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"model '{self.model_id}': llama.cpp could not make a context of {slots} slots x {window} tokens "
-                    f"(settings.parallel = {s.parallel}): {exc}; lower parallel or context_window"
-                ) from exc
-        self._ctx = llm._ctx
+        host_cache = default_cache_bytes() if s.cache_ram_mib is None else s.cache_ram_mib * 2**20
+        layout = make_context(llm, s, self.model_id, window=self.requested_ctx, host_cache_bytes=host_cache,
+                              model_bytes=s.path.stat().st_size)
+        slots = layout.fit.slots
+        self._layout = layout
+        self._ctx = layout.ctx
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
         self._n_batch = int(llama_cpp.llama_n_batch(self._ctx.ctx))
         self._batch = llama_cpp.llama_batch_init(self._n_batch, 0, 1)
-        self._slots = [_Slot() for _ in range(slots)]
-        self._partial_reuse = not (getattr(llm, "_is_recurrent", False) or getattr(llm, "_is_hybrid", False))
-        return slots
+        self._slots = [Slot() for _ in range(slots)]
+        # Checkpoints take at most a quarter of the host cache's budget, shared by the slots.
+        self._checkpoint_bytes = host_cache // 4 // slots
+        window = layout.fit.window
+        pool = layout.n_ctx if layout.unified and layout.n_ctx < slots * window else 0
+        return dataclasses.replace(info, context_window=window, slots=slots, pool_tokens=pool)
 
     def _configure(self, llm: Any) -> ModelInfo:
-        # llama.cpp may round n_ctx up (to a multiple of 256), but
-        # llama-cpp-python sizes its token buffer (input_ids) with the requested
-        # value, so the smaller of the two is the real limit.
-        n_ctx = min(llm.n_ctx(), len(llm.input_ids))
         template = self.settings.chat_template or llm.metadata.get("tokenizer.chat_template")
         if not template:
             raise ConfigError(
@@ -300,7 +292,7 @@ class LlamaCppRunner:
         self._bos_text = _token_text(llm, llm.token_bos())
         self._add_bos = llm.token_bos() != -1 and bool(llm._model.add_bos_token())
         return ModelInfo(
-            context_window=n_ctx,
+            context_window=STUB_CTX,  # until _make_slots fits it
             chat_template=template,
             bos_text=self._bos_text,
             eos_text=_token_text(llm, llm.token_eos()),
@@ -316,7 +308,7 @@ class LlamaCppRunner:
         batch, self._batch = self._batch, None
         if batch is not None:
             llama_cpp.llama_batch_free(batch)
-        self._ctx = self._memory = None
+        self._ctx = self._memory = self._layout = None
         if llm is not None:
             llm.close()  # frees the context (registered with its model) before the model
 
@@ -413,21 +405,43 @@ class LlamaCppRunner:
 
     def begin(self, seq: Sequence) -> None:
         """Plan ``seq`` in its slot: keep the slot's reusable prefix (cut
-        the rest from its KV cache), queue the remaining prompt tokens for
-        :meth:`step_many`, build the sampler."""
+        the rest, restoring a checkpoint first where the model needs one:
+        :mod:`missive_llamacpp.slots`), queue the remaining prompt tokens for
+        :meth:`step_many` with the positions to take checkpoints at, build
+        the sampler."""
         self._loaded()
         crash_point("decode")  # tests only: a native crash mid-request
-        slot = self._slots[seq.slot]
-        reuse = self.reusable_in(seq.prompt, seq.slot)
-        if reuse < len(slot.tokens):
-            if reuse == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, reuse, -1):
-                llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, -1, -1)
-                reuse = 0
-            del slot.tokens[reuse:]
+        reuse = self.cut(seq)
         seq.reused = reuse
-        seq.state = _SeqState(pending=seq.prompt.tokens[reuse:])
+        seq.state = _SeqState(pending=seq.prompt.tokens[reuse:], marks=self._marks(seq.prompt, reuse))
         if seq.max_new > 0:
             seq.state.sampler = self._sampler(seq.sampling)
+
+    def _marks(self, prompt: Prompt, start: int) -> list[int]:
+        """Checkpoint positions of ``prompt`` read from ``start`` (none for a
+        model whose state can be cut anywhere)."""
+        s = self.settings
+        if self._cut == "any" or s.ctx_checkpoints == 0:
+            return []
+        spans = [(span.start, span.end) for span in prompt.media.spans] if prompt.media is not None else []
+        return checkpoints.positions(len(prompt.tokens), start, interval=s.checkpoint_interval,
+                                     n_ubatch=s.n_ubatch, avoid=spans)
+
+    def _checkpoint(self, seq: Sequence) -> None:
+        """Take the checkpoint due at ``seq``'s position (before the chunk
+        that starts there is decoded), as llama-server does."""
+        marks: list[int] = seq.state.marks
+        slot = self._slots[seq.slot]
+        pos = len(slot.tokens)
+        while marks and marks[0] < pos:
+            marks.pop(0)
+        if not marks or marks[0] != pos:
+            return
+        marks.pop(0)
+        taken = checkpoints.take(self._ctx.ctx, seq.slot, pos)
+        if taken is not None:
+            slot.checkpoints = checkpoints.keep(slot.checkpoints, taken, count=self.settings.ctx_checkpoints,
+                                                nbytes=self._checkpoint_bytes)
 
     def step_many(self, seqs: list[Sequence]) -> list[int | None | Pending]:
         """One ``llama_decode`` for all ``seqs`` (module documentation):
@@ -444,8 +458,12 @@ class LlamaCppRunner:
             take = 0
             if room > 0:
                 self._decode_image(seq)
+                if state.marks:
+                    self._checkpoint(seq)
                 pos = len(slot.tokens)
                 limit = len(state.pending)
+                if state.marks:
+                    limit = min(limit, state.marks[0] - pos)  # the chunk stops at the next checkpoint
                 media = seq.prompt.media
                 if media is not None:
                     for span in media.spans:
@@ -480,6 +498,7 @@ class LlamaCppRunner:
             if take:
                 self._slots[seq.slot].tokens.extend(state.pending[:take])
                 del state.pending[:take]
+                self._note_pos_min(seq.slot)
             if state.pending:
                 results[id(seq)] = PENDING
             elif seq.max_new == 0:
@@ -538,102 +557,7 @@ class LlamaCppRunner:
             state.sampler.close()
             state.sampler = None
         if not ok and self.llm is not None:
-            llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, -1, -1)
-            self._slots[seq.slot].tokens.clear()
-
-    # -- prefix reuse and context states -----------------------------------
-
-    def reusable(self, prompt: Prompt) -> int:
-        """The most any slot would serve (:meth:`reusable_in`)."""
-        self._loaded()
-        return max(self.reusable_in(prompt, slot) for slot in range(len(self._slots)))
-
-    def reusable_in(self, prompt: Prompt, slot: int) -> int:
-        """Prompt tokens slot ``slot`` would serve: its common prefix with
-        the prompt, less the prompt's last token when the prompt lies wholly
-        inside it (it is decoded again for fresh logits: a slot's logits do
-        not survive other slots' steps); an image is reused whole or not at
-        all (:func:`~missive_llamacpp.prefix.reused_prefix`)."""
-        return self.reusable_from(prompt, list(self._slots[slot].tokens))
-
-    def context_tokens(self, slot: int) -> list[int]:
-        return list(self._slots[slot].tokens)
-
-    def reusable_from(self, prompt: Prompt, tokens: list[int]) -> int:
-        """Reuse from a state holding ``tokens`` (a slot, or a saved state
-        restored into one): the last prompt token is always decoded again
-        (:func:`~missive_llamacpp.prefix.reused_prefix`); an image is reused
-        whole or not at all."""
-        reuse = reused_prefix(tokens, prompt.tokens, requires_eval=True, partial_reuse=self._partial_reuse)
-        return prompt.media.image_start(reuse) if prompt.media is not None else reuse
-
-    def save_context(self, slot: int) -> SavedContext | None:
-        """The KV cache of slot ``slot`` (``llama_state_seq_get_data``: the
-        tokens' keys and values, about 23 KB a token for SmolLM2-135M) and its
-        token ids, or None for an empty slot."""
-        self._loaded()
-        tokens = list(self._slots[slot].tokens)
-        if not tokens:
-            return None
-        ctx = self._ctx.ctx
-        size = int(llama_cpp.llama_state_seq_get_size(ctx, slot))
-        buffer = (ctypes.c_uint8 * size)()
-        written = int(llama_cpp.llama_state_seq_get_data(ctx, buffer, size, slot))
-        if written == 0:
-            return None
-        return SavedContext(tokens, (buffer, written), size)
-
-    def restore_context(self, saved: SavedContext, slot: int) -> None:
-        """Put ``saved`` into slot ``slot`` (any slot: the state carries
-        positions, not the slot it came from).
-
-        Raises:
-            ApiError: llama.cpp refused the state (the slot is then empty).
-        """
-        self._loaded()
-        buffer, size = saved.state
-        llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
-        tokens = self._slots[slot].tokens
-        tokens.clear()
-        if int(llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buffer, size, slot)) == 0:
-            llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
-            raise ApiError("llama.cpp could not restore a saved prompt state")
-        tokens.extend(saved.tokens)
-
-
-def _kv_bytes(llm: Any) -> int:
-    """Bytes of KV cache one token takes (keys and values, f16, every
-    layer): ``2 x n_layer x n_head_kv x (n_embd / n_head) x 2``; 23,040 for
-    SmolLM2-135M. An estimate for models with sliding-window or recurrent
-    layers."""
-    model = llm.model
-    n_head = max(1, int(llama_cpp.llama_model_n_head(model)))
-    head_dim = int(llama_cpp.llama_model_n_embd(model)) // n_head
-    return 2 * int(llama_cpp.llama_model_n_layer(model)) * int(llama_cpp.llama_model_n_head_kv(model)) * head_dim * 2
-
-
-def auto_slots(slot_bytes: int, gpu_layers: int) -> int:
-    """``parallel = "auto"``: :data:`AUTO_MAX_SLOTS` (4) slots, fewer when
-    their KV caches (``slot_bytes`` each: a whole context window) would take
-    over 1/:data:`AUTO_MEMORY_SHARE` of the machine's memory, at least 1; 1
-    when layers go to a GPU (its memory is not measured here: set
-    ``parallel`` there).
-
-    Why 4 for the default model: Claude Code sends up to 3-4 requests at once
-    (the main turn, title and topic requests, Task subagents), and each slot
-    keeps a conversation's prompt live; SmolLM2-135M's 8,192-token window
-    takes 180 MiB of KV cache per slot. On 2 cores, decoding 4 sequences
-    together gains little throughput (llama-server: 70.7 tokens/s against
-    63.8 for one), but a short request no longer waits for a long answer.
-    """
-    if gpu_layers != 0 and llama_cpp.llama_supports_gpu_offload():
-        return 1
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1
-    fits = memory // AUTO_MEMORY_SHARE // max(1, slot_bytes)
-    return int(max(1, min(AUTO_MAX_SLOTS, fits)))
+            self.clear_slot(seq.slot)
 
 
 def _offload(llm: Any, settings: LlamaCppSettings, model_id: str) -> str:

@@ -10,9 +10,18 @@ Example::
     mmproj_path = "~/models/mmproj-f16.gguf"  # vision projector: the model takes images
     n_threads = 8                   # default: CPUs this process may use
     n_batch = 512                   # prompt tokens per decode call
+    n_ubatch = 512                  # tokens per compute pass inside a decode call
+    flash_attn = "auto"             # flash attention: "auto" (llama.cpp decides), "on", "off"
+    cache_type_k = "q8_0"           # KV cache types: f16 (default), q8_0 (half), q4_0...; quantized V needs flash attention
+    cache_type_v = "q8_0"
     n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU build; 0: CPU)
     extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
-    parallel = 4                    # slots: sequences decoded together; default "auto" (<= 4, by memory)
+    parallel = 4                    # slots: sequences decoded together; default "auto" (4, fewer if memory is short)
+    kv_unified = true               # one KV pool the slots share (default); false: a window of its own per slot
+    kv_pool_tokens = 32768          # the pool's size in tokens; default "auto": what fits, at most parallel x window
+    swa_full = false                # sliding-window models: keep the whole window (cuts anywhere) instead of checkpoints
+    ctx_checkpoints = 16            # context checkpoints per slot (hybrid, recurrent, sliding-window models); 0: off
+    checkpoint_interval = 4096      # tokens between checkpoints inside a long prompt
     cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
@@ -29,15 +38,19 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from missive.api import ConfigError
 
-__all__ = ["LlamaCppSettings", "available_cpus", "parse_settings"]
+__all__ = ["CACHE_TYPES", "LlamaCppSettings", "available_cpus", "parse_settings"]
 
 #: Most slots (llama.cpp's LLAMA_MAX_SEQ is 256; beyond a few dozen the
 #: per-step Python work of each sequence dominates).
 MAX_PARALLEL = 64
+
+#: KV cache types llama.cpp accepts for ``type_k``/``type_v`` (its
+#: ``--cache-type-k`` list, ``common/arg.cpp`` ``kv_cache_types``), by name.
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 # llama.cpp reserves 0xFFFFFFFF (LLAMA_DEFAULT_SEED) for "random seed".
 _MAX_SEED = 0xFFFFFFFF - 1
@@ -66,6 +79,22 @@ class LlamaCppSettings(BaseModel):
             :func:`available_cpus`.
         n_batch: maximum prompt tokens per ``llama_decode`` call (llama-cpp-python
             caps it at ``n_ctx``).
+        n_ubatch: tokens per compute pass inside one ``llama_decode`` call
+            (llama.cpp's ``--ubatch-size``), at most ``n_batch``. Larger
+            passes read long prompts faster on GPUs and cost a larger
+            compute buffer (and, for sliding-window models, ``n_ubatch``
+            more cells of window cache per pool).
+        flash_attn: llama.cpp's flash attention (``--flash-attn``):
+            ``"auto"`` (the default, llama.cpp's own: on where the backend
+            supports it for this model), ``"on"``, ``"off"``. It reads long
+            prompts faster on CPU and GPU alike, keeps the compute buffer
+            small, and a quantized V cache needs it.
+        cache_type_k, cache_type_v: types of the KV cache's keys and values
+            (llama.cpp's ``--cache-type-k``/``-v``): ``f16`` (the default),
+            ``q8_0`` (half the memory, a negligible loss), ``q4_0`` (a
+            quarter, a measurable loss), or another of :data:`CACHE_TYPES`.
+            A quantized ``cache_type_v`` needs flash attention (``"off"``
+            with one is a configuration error).
         n_gpu_layers: layers llama.cpp offloads to the GPU, -1 for all (its
             ``--n-gpu-layers``), 0 for none. None (the default): all of them
             when this llama-cpp-python was built with a GPU backend (CUDA,
@@ -82,11 +111,40 @@ class LlamaCppSettings(BaseModel):
             CPUs: ggml-org/llama.cpp #20824, ollama/ollama #17006.
         parallel: slots, the sequences decoded together (continuous batching;
             llama-server's ``--parallel``, Ollama's ``OLLAMA_NUM_PARALLEL``).
-            Each slot has a KV cache of the whole ``context_window``, so the
-            context holds ``parallel x context_window`` tokens, as Ollama
-            sizes it. ``"auto"`` (the default): 4, or fewer when 4 slots' KV
-            caches would take over 1/8 of the machine's memory, at least 1
-            (:func:`missive_llamacpp.slots.auto_parallel`).
+            ``"auto"`` (the default): 4, fewer when the memory cannot hold
+            them (:mod:`missive_llamacpp.memory`).
+        kv_unified: one KV pool of ``kv_pool_tokens`` cells that the slots
+            share (llama.cpp's ``kv_unified``; llama-server's default): a
+            conversation takes the cells it uses, up to ``context_window``.
+            When a step needs more cells than are free, idle slots are
+            saved to the host-memory cache and emptied, then the newest
+            running sequences are paused the same way and resumed when
+            cells are free again; a decode never fails for lack of room.
+            False: every slot has a KV cache of a whole ``context_window``
+            (``parallel x context_window`` cells, as Ollama sizes them).
+        kv_pool_tokens: the unified pool's size in tokens (cells), at least
+            ``context_window``. ``"auto"`` (the default): ``parallel x
+            context_window``, less when the free memory cannot hold it
+            (:mod:`missive_llamacpp.memory` logs the arithmetic).
+        swa_full: for sliding-window models (Gemma 3, gpt-oss): keep every
+            position in the window layers' cache too (llama.cpp's
+            ``--swa-full``), so a cached prompt can be cut anywhere, at the
+            cost of a full-size cache for those layers (6x the KV memory
+            for Gemma 3). False (the default): the window layers keep their
+            window only, and context checkpoints restore earlier states.
+        ctx_checkpoints: context checkpoints kept per slot for models whose
+            cache cannot be cut at any position (recurrent and hybrid models,
+            sliding-window ones without ``swa_full``; llama-server's
+            ``--ctx-checkpoints``): copies of the part of the state that
+            cannot be cut (recurrent state, window cache), taken while a
+            prompt is read (every ``checkpoint_interval`` tokens, and
+            ``n_ubatch + 4`` and 4 tokens before the prompt's end), so a
+            later prompt that parts from the cached one restores the nearest
+            earlier checkpoint instead of reading everything again. 0: off.
+            They live in host memory and take at most a quarter of
+            ``cache_ram_mib``, shared by the slots, oldest dropped first
+            (:mod:`missive_llamacpp.checkpoints`).
+        checkpoint_interval: tokens between checkpoints inside a long prompt.
         cache_ram_mib: MiB of host memory for prompts that left the context
             (llama-server's ``--cache-ram``): a conversation's KV state is
             kept there when another request takes the context, and restored
@@ -111,9 +169,18 @@ class LlamaCppSettings(BaseModel):
     mmproj_path: str | None = Field(default=None, min_length=1)
     n_threads: int | None = Field(default=None, ge=1)
     n_batch: int = Field(default=512, ge=1)
+    n_ubatch: int = Field(default=512, ge=1)
+    flash_attn: Literal["auto", "on", "off"] = "auto"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
     parallel: int | Literal["auto"] = "auto"
+    kv_unified: bool = True
+    kv_pool_tokens: int | Literal["auto"] = "auto"
+    swa_full: bool = False
+    ctx_checkpoints: int = Field(default=16, ge=0, le=256)
+    checkpoint_interval: int = Field(default=4096, ge=64)
     cache_ram_mib: int | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
@@ -127,6 +194,33 @@ class LlamaCppSettings(BaseModel):
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARALLEL):
             return value
         raise ValueError(f'must be "auto" or a whole number from 1 to {MAX_PARALLEL}, got {value!r}')
+
+    @field_validator("kv_pool_tokens", mode="before")
+    @classmethod
+    def _pool(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 256):
+            return value
+        raise ValueError(f'must be "auto" or a number of tokens of at least 256, got {value!r}')
+
+    @field_validator("cache_type_k", "cache_type_v")
+    @classmethod
+    def _cache_type(cls, value: str) -> str:
+        if value.lower() not in CACHE_TYPES:
+            raise ValueError(f"must be one of {', '.join(CACHE_TYPES)}, got {value!r}")
+        return value.lower()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LlamaCppSettings:
+        # llama.cpp refuses a quantized V cache without flash attention
+        # ("quantized V cache requires flash_attn to be enabled", llama_init_from_model).
+        if self.flash_attn == "off" and self.cache_type_v not in ("f32", "f16", "bf16"):
+            raise ValueError(
+                f"cache_type_v = {self.cache_type_v!r} needs flash attention: set flash_attn to \"auto\" or \"on\", "
+                "or cache_type_v to \"f16\""
+            )
+        if self.n_ubatch > self.n_batch:
+            raise ValueError(f"n_ubatch ({self.n_ubatch}) cannot exceed n_batch ({self.n_batch})")
+        return self
 
     @property
     def path(self) -> Path:

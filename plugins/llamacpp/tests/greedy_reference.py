@@ -34,17 +34,75 @@ from missive_llamacpp.trial import model_params
 TIE_MARGIN = 1.0
 
 
-@functools.lru_cache(maxsize=1)
-def _model() -> Any:
+@functools.lru_cache(maxsize=2)
+def _model(path: str | None = None, n_ctx: int = 2048) -> Any:
     import llama_cpp
 
     # Extra buffer types off: the reference must load on every CPU (AMX).
     with model_params(use_extra_bufts=False):
-        return llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=2048, verbose=False)
+        return llama_cpp.Llama(model_path=path or str(default_model_path()), n_ctx=n_ctx, verbose=False)
 
 
-def _tokens(text: str) -> list[int]:
-    return list(_model().tokenize(text.encode(), add_bos=False, special=False))
+def assert_same_greedy_tokens(path: str, prompt: list[int], got: list[int], wanted: list[int], what: str,
+                              *, n_ctx: int = 8192) -> bool:
+    """:func:`assert_same_greedy_answer` on token ids, for any GGUF model
+    (``path``): pass if ``got`` equals ``wanted``, or if they part where the
+    model, reading ``prompt`` and their common part alone, has its two next
+    tokens within :data:`TIE_MARGIN` of its best logit."""
+    if got == wanted:
+        return True
+    _assert_near_tie(_model(path, n_ctx), list(prompt), got, wanted, what)
+    return False
+
+
+def _assert_near_tie(llm: Any, prompt: list[int], a: list[int], b: list[int], what: str) -> None:
+    """Token sequences ``a`` and ``b`` after ``prompt`` part at a near tie of ``llm``, read alone."""
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    llm.reset()
+    llm.eval(prompt + a[:k])
+    # The last token's logits (``Llama.scores`` keeps them only with
+    # ``logits_all``, a row per context position).
+    logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float64)
+    end = llm.token_eos()
+    here, there = (a[k] if k < len(a) else end), (b[k] if k < len(b) else end)
+    best = float(logits.max())
+    gaps = best - float(logits[here]), best - float(logits[there])
+    detail = (
+        f"{what}: the answers part at token {k} ({llm.detokenize([here])!r} vs {llm.detokenize([there])!r}, "
+        f"{gaps[0]:.3f} and {gaps[1]:.3f} below the best logit)"
+    )
+    assert max(gaps) <= TIE_MARGIN, detail + f"\nnot a near tie (margin {TIE_MARGIN})"
+    print(detail + "\na near tie: llama.cpp's rounding with another batch size (accepted)")
+
+
+def _tokens(text: str, llm: Any = None) -> list[int]:
+    return list((llm or _model()).tokenize(text.encode(), add_bos=False, special=False))
+
+
+def fresh_greedy(path: str, template: str, conversation: list[dict[str, Any]], max_tokens: int, *,
+                 bos_token: str = "", n_ctx: int = 8192) -> str:
+    """The greedy answer of the model at ``path`` alone (an empty context, one
+    sequence) to ``conversation`` rendered with ``template``: what a cached
+    or restored state must reproduce."""
+    llm = _model(path, n_ctx)
+    prompt = llm.tokenize(render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True)
+    llm.reset()
+    llm.eval(list(prompt))
+    out: list[int] = []
+    for _ in range(max_tokens):
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+        token = int(np.argmax(logits))
+        if llama_vocab_is_eog(llm, token):
+            break
+        out.append(token)
+        llm.eval([token])
+    return llm.detokenize(out).decode("utf-8", errors="ignore")
+
+
+def llama_vocab_is_eog(llm: Any, token: int) -> bool:
+    import llama_cpp
+
+    return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, token))
 
 
 def assert_same_greedy_answer(
@@ -54,6 +112,11 @@ def assert_same_greedy_answer(
     system: str | None,
     prompt_tokens: int,
     what: str,
+    *,
+    path: str | None = None,
+    template: str | None = None,
+    bos_token: str = "",
+    n_ctx: int = 2048,
 ) -> bool:
     """Pass if ``got`` equals ``wanted``, or if they part where the model's
     two next tokens are tied within :data:`TIE_MARGIN` (module doc).
@@ -70,28 +133,15 @@ def assert_same_greedy_answer(
     """
     if got == wanted:
         return True
-    llm = _model()
+    llm = _model(path, n_ctx)
     conversation = ([{"role": "system", "content": system}] if system is not None else []) + messages
-    template = llm.metadata["tokenizer.chat_template"]
-    prompt = llm.tokenize(render_prompt(template, conversation).encode(), add_bos=False, special=True)
+    template = template or llm.metadata["tokenizer.chat_template"]
+    prompt = llm.tokenize(render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True)
     assert len(prompt) == prompt_tokens, (
         f"{what}: the reference renders {len(prompt)} prompt tokens, the server counts {prompt_tokens}"
     )
-    a, b = _tokens(got), _tokens(wanted)
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    llm.reset()
-    llm.eval(list(prompt) + a[:k])
-    # The last token's logits (``Llama.scores`` keeps them only with
-    # ``logits_all``, a row per context position).
-    logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float64)
-    end = llm.token_eos()
-    here, there = (a[k] if k < len(a) else end), (b[k] if k < len(b) else end)
-    best = float(logits.max())
-    gaps = best - float(logits[here]), best - float(logits[there])
-    detail = (
-        f"{what}: the answers part at token {k} ({llm.detokenize([here])!r} vs {llm.detokenize([there])!r}, "
-        f"{gaps[0]:.3f} and {gaps[1]:.3f} below the best logit)\n got:    {got!r}\n wanted: {wanted!r}"
-    )
-    assert max(gaps) <= TIE_MARGIN, detail + f"\nnot a near tie (margin {TIE_MARGIN})"
-    print(detail + "\na near tie: llama.cpp's rounding with another batch size (accepted)")
+    try:
+        _assert_near_tie(llm, list(prompt), _tokens(got, llm), _tokens(wanted, llm), what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n got:    {got!r}\n wanted: {wanted!r}") from None
     return False

@@ -549,18 +549,3 @@ async def test_load_log_says_where_the_layers_went(caplog: pytest.LogCaptureFixt
     else:
         assert "offload: none, CPU only (this llama.cpp build has no GPU backend)" in caplog.text
         assert "n_gpu_layers=3 ignored: this llama-cpp-python has no GPU backend" in caplog.text
-
-
-def test_auto_slots_follow_memory_and_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """parallel = "auto": 4 slots when their KV caches fit in 1/8 of RAM,
-    fewer for big ones, never 0; 1 when layers go to a GPU."""
-    import os
-
-    from missive_llamacpp.runner import AUTO_MAX_SLOTS, auto_slots
-
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    assert auto_slots(180 * 2**20, 0) == min(AUTO_MAX_SLOTS, memory // 8 // (180 * 2**20)) == 4
-    assert auto_slots(memory // 8 // 2, 0) == 2
-    assert auto_slots(memory, 0) == 1
-    monkeypatch.setattr(llama_cpp, "llama_supports_gpu_offload", lambda: True)
-    assert auto_slots(1, -1) == 1 and auto_slots(1, 0) == 4

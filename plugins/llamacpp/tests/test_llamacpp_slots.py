@@ -495,5 +495,13 @@ def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.
     assert use.name == "get_weather" and isinstance(use.input.get("city"), str), use
     for got, wanted, p in zip((first, second), alone, free):
         assert_same_greedy_answer(text_of(got), wanted, p["messages"], None, counted(client, p), "beside a grammar")
-    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop_at
-    assert alone[0].startswith(text_of(cut)) and stop_at not in text_of(cut)
+    if cut.stop_reason == "stop_sequence":
+        assert cut.stop_sequence == stop_at
+        assert alone[0].startswith(text_of(cut)) and stop_at not in text_of(cut)
+    else:
+        # Decoded beside others, it parted from its alone answer at a near
+        # tie before the stop word (assert_same_greedy_answer raises for any
+        # other parting), so the stop sequence never came.
+        assert stop_at not in text_of(cut)
+        assert not assert_same_greedy_answer(text_of(cut), alone[0], free[0]["messages"], None,
+                                             counted(client, free[0]), "the stopped answer")

@@ -6,7 +6,8 @@
   from the rendered prompt, with the family's parser, as the same calls
   (the model sees its past calls in its own syntax);
 * end to end on a live server: a tiny random-weight GGUF of the family
-  (its special tokens in the vocabulary, its template) answers a forced
+  (its llama.cpp architecture, its special tokens in the vocabulary, its
+  template) answers a forced
   ``tool_choice: any`` through the SDK, streamed and not; the grammar makes
   the random model write a call in the family's syntax, the driver renders
   the special tokens as text, the parser reads the call, and the SDK gets a

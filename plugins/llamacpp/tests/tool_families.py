@@ -16,10 +16,11 @@ Qwen3-Coder's and Granite 4.0's model cards, and vLLM's
 ``examples/tool_chat_template_llama4_pythonic.jinja``. They are not copies:
 reasoning, images and each template's other branches are left out.
 
-``arch``: the family's own llama.cpp architecture where the tiny writer
-(:mod:`missive_llamacpp.testing_gguf`) has it; otherwise ``llama`` stands in
-(the weights are random either way; what the test checks is the vocabulary,
-the template, the grammar and the parser).
+``arch``: the family's own llama.cpp architecture, which the tiny writer
+(:mod:`missive_llamacpp.testing_gguf`, :mod:`missive_llamacpp.testing_archs`)
+writes and the installed llama.cpp loads: the weights are random, but the
+loader, the graph (mixtures of experts, latent attention, Mamba-2 hybrids,
+sliding windows) and its memory are the family's own.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ class Family:
     template: str
     specials: tuple[str, ...]  # control tokens of the vocabulary (the first EOS)
     eos: str
-    arch: str = "llama"
-    real_arch: str = ""  # the family's architecture when another stands in
+    arch: str  # llama.cpp's general.architecture of the family's models
 
 
 #: Tools declared the way most templates do (OpenAI functions as JSON).
@@ -63,6 +63,8 @@ _QWEN = (
     "{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
 )
+
+_QWEN_SPECIALS = ("<|im_end|>", "<|im_start|>", "<tool_call>", "</tool_call>")
 
 _SEED = (
     "{%- for message in messages -%}"
@@ -242,40 +244,42 @@ _GRANITE4 = (
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("qwen3-coder", "qwen3_xml", _QWEN, ("<|im_end|>", "<|im_start|>", "<tool_call>", "</tool_call>"),
-               "<|im_end|>", arch="qwen3", real_arch="qwen3moe (Qwen3-Coder-30B-A3B), qwen35 (Qwen3.5)"),
+        Family("qwen3-coder", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="qwen3moe"),
+        # The same format on the other architectures that write it.
+        Family("qwen3.5", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="qwen35"),
+        Family("nemotron-3-nano", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="nemotron_h_moe"),
         Family("seed-oss", "seed_oss", _SEED, ("<seed:eos>", "<seed:bos>", "<seed:tool_call>", "</seed:tool_call>"),
-               "<seed:eos>", real_arch="seed_oss"),
+               "<seed:eos>", arch="seed_oss"),
         Family("minimax-m2", "minimax_m2", _MINIMAX, ("[e~[", "]~b]", "]~!b[", "<minimax:tool_call>", "</minimax:tool_call>"),
-               "[e~[", real_arch="minimax-m2"),
+               "[e~[", arch="minimax-m2"),
         Family("glm-4.5", "glm45", _GLM, ("<|user|>", "<|observation|>", "<|assistant|>", "<|system|>", "[gMASK]", "<sop>",
                                            "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
-               "<|user|>", real_arch="glm4moe"),
+               "<|user|>", arch="glm4moe"),
         Family("kimi-k2", "kimi_k2", _KIMI, ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
                                               "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                                               "<|tool_call_argument_begin|>", "<|tool_call_end|>"),
-               "<|im_end|>", real_arch="deepseek2"),
+               "<|im_end|>", arch="deepseek2"),  # Kimi-K2 is DeepSeek-V3's architecture
         Family("deepseek-v3.1", "deepseek_v31", _DEEPSEEK_V31,
                ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>",
                 "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
                 "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
-               "<｜end▁of▁sentence｜>", real_arch="deepseek2"),
+               "<｜end▁of▁sentence｜>", arch="deepseek2"),
         Family("deepseek-v3.2", "deepseek_v32", _DEEPSEEK_V32,
                ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>"),
-               "<｜end▁of▁sentence｜>", real_arch="deepseek32"),
+               "<｜end▁of▁sentence｜>", arch="deepseek32"),
         Family("gemma-4", "gemma4", _GEMMA4, ("<turn|>", "<|turn>", "<|tool_call>", "<tool_call|>", '<|"|>', "<|tool>", "<tool|>",
                                                "<|tool_response>", "<tool_response|>"),
-               "<turn|>", real_arch="gemma4"),
+               "<turn|>", arch="gemma4"),
         Family("nemotron", "nemotron", _NEMOTRON, ("<SPECIAL_12>", "<SPECIAL_10>", "<SPECIAL_11>", "<TOOLCALL>", "</TOOLCALL>"),
-               "<SPECIAL_12>", real_arch="nemotron_h (Nano v2), deci (Super 49B)"),
+               "<SPECIAL_12>", arch="nemotron_h"),  # Nano v2 (Llama-3.3-Nemotron-Super: deci)
         Family("llama-4", "llama4_pythonic", _LLAMA4_PYTHONIC, ("<|eot|>", "<|header_start|>", "<|header_end|>",
                                                                 "<|python_start|>", "<|python_end|>"),
-               "<|eot|>", real_arch="llama4"),
+               "<|eot|>", arch="llama4"),
         Family("devstral", "mistral", _MISTRAL, ("</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]", "[AVAILABLE_TOOLS]",
                                                  "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]",
                                                  "[/SYSTEM_PROMPT]"),
-               "</s>", real_arch="llama (Devstral Small), mistral3"),
+               "</s>", arch="mistral3"),  # Devstral 2, Ministral 3 (Devstral Small 1.x: llama)
         Family("granite-4", "hermes", _GRANITE4, ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>", "</tool_call>"),
-               "<|end_of_text|>", arch="granite", real_arch="granitehybrid (H models), granite (micro)"),
+               "<|end_of_text|>", arch="granitehybrid"),  # the H models (4.0 Micro: granite)
     )
 }
