@@ -121,7 +121,14 @@ async def _create_message() -> Response | dict[str, Any]:
             answer = await found.messages.answer(chain, caller)
         # Cache diagnostics go into message_start; a thread's answer is collected.
         prepared = answer.prepared
-        kept.start(req, model=prepared.model_id, system=prepared.generation.conversation.system, first=answer.first)
+        asked = prepared.request  # the fallback entry's request when a fallback answers
+        assert isinstance(asked, MessagesRequest)
+        try:
+            kept.start(asked, model=prepared.model_id, system=prepared.generation.conversation.system,
+                       first=answer.first)
+        except BaseException:
+            await answer.aclose()
+            raise
         answer.watch(kept.note)
         return answer
 
