@@ -126,14 +126,10 @@ def test_every_exception_still_exists() -> None:
     assert set(EXCEPTIONS) - set(upward_imports()) == set()
 
 
-#: Modules allowed over :data:`MAX_LINES` for now, with why: both are being
-#: changed on other branches of issue 29 (the stream's split) and of the
-#: engine's work.
-LONG_MODULES = {"messages/stream.py": "split by issue 29's serving seam", "engine/local.py": "changed by another branch"}
 MAX_LINES = 450
 
 
 def test_no_core_module_is_over_450_lines() -> None:
     long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert set(long) - set(LONG_MODULES) == set(), long
+    assert long == {}, long

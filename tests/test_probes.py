@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from missive.server.app import create_app
+from missive.server.services import services
 from missive.cli.main import cli
 from missive.config import Config
 from missive.testing import ServerProcess, free_port, serve_process, until
@@ -120,7 +121,7 @@ async def test_readyz_is_503_until_the_models_have_started() -> None:
     early = await client.get("/readyz")
     assert early.status_code == 503
     assert (await early.get_json())["models"] == {"echo": {"status": "starting"}, "echo-b": {"status": "starting"}}
-    models = app.extensions["missive"]["models"]
+    models = services(app).models
     await models.start()
     try:
         ready = await client.get("/readyz")

@@ -28,6 +28,7 @@ import pytest
 from missive.server import shutdown
 from missive.server.admission import Admission
 from missive.server.app import create_app
+from missive.server.services import services
 from missive.config import Config
 from missive.server.shutdown import Drain, serve_until_stopped
 from missive.testing import ServerProcess, serve_process, until
@@ -307,12 +308,12 @@ async def test_requests_reaching_the_app_while_draining_get_529() -> None:
     app = create_app(Config.model_validate({"models": {"echo": {"driver": "echo"}}}))
     test = app.test_client()
     body = {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-    models = app.extensions["missive"]["models"]
+    models = services(app).models
     await models.start()
     try:
         assert (await test.post("/v1/messages", json=body)).status_code == 200
         assert (await test.get("/readyz")).status_code == 200
-        app.extensions["missive"]["drain"].begin()
+        services(app).drain.begin()
         for method, path in [("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"),
                              ("GET", "/v1/models"), ("GET", "/v1/v1/models")]:
             answer = await test.open(path, method=method, json=body if method == "POST" else None)
@@ -325,7 +326,7 @@ async def test_requests_reaching_the_app_while_draining_get_529() -> None:
         assert ready.status_code == 503 and (await ready.get_json())["status"] == "shutting_down"
         assert (await test.get("/livez")).status_code == 200
     finally:
-        app.extensions["missive"]["drain"].expire()
+        services(app).drain.expire()
         await models.aclose()
 
 

@@ -20,6 +20,7 @@ import pytest
 from quart import g
 
 from missive.server.app import create_app
+from missive.server.services import services
 from missive.config import Config
 from missive.server.record import CLIENT_GONE
 from missive_echo import script
@@ -34,8 +35,8 @@ async def test_closing_the_body_mid_answer_stops_the_pump_then_the_driver() -> N
     its client."""
     config = Config.model_validate({"server": {"ping_interval": 60}, "models": {"echo": {"driver": "echo"}}})
     app = create_app(config)
-    models = app.extensions["missive"]["models"]
-    admission = app.extensions["missive"]["admission"]
+    models = services(app).models
+    admission = services(app).admission
     body: dict[str, Any] = {
         "model": "echo", "max_tokens": 20, "stream": True,
         "messages": [{"role": "user", "content": script({"text": "first"}, {"sleep": 30}, {"text": "late"})}],

@@ -4,37 +4,38 @@ run as ``POST /v1/messages`` with ``stream: false`` would run it, into a result.
 :func:`check_params` runs when the batch is created (a request that fails it
 gets its ``errored`` result at once, and never takes a slot); :func:`execute`
 when the runner gives it a slot. Both produce the same errors as the request
-sent on its own (the same validation, the same :func:`prepare_generation`,
-the same :class:`~missive.messages.stream.MessageStream` folded by
-:func:`~missive.messages.stream.accumulate`), so a result equals what the request
-would have been answered on its own.
+sent on its own (the same validation, the same
+:class:`~missive.messages.service.Messages` service, whose answer is folded
+by :func:`~missive.messages.stream.accumulate`), so a result equals what the
+request would have been answered on its own.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from quart import Quart, g
+from quart import Quart
 
-from ..server.admission import Gate, Slot
-from ..context.prepare import context_extras
-from ..context.response import finish_stream
-from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
-from ..protocol.ids import message_id, request_id
-from ..server.logs import request_id_var
+from ..messages.prepare import Notes
+from ..messages.service import Caller
+from ..messages.stream import accumulate
 from ..models.table import ModelTable
-from ..messages.stream import MessageStream, accumulate
-from ..server.record import RequestRecord
+from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
+from ..protocol.ids import request_id
 from ..protocol.schema.ignored import collect_ignored
 from ..protocol.schema.request import MessagesRequest
-from ..threads.errors import ThreadUnsupportedRequestError
 from ..protocol.validation import validate_body
+from ..server.admission import Gate, Permit
+from ..server.logs import request_id_var
+from ..server.record import RequestRecord
+from ..server.services import Services, services
+from ..threads.errors import ThreadUnsupportedRequestError
 from .shapes import errored_result
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ async def execute(
     the same request would have got on its own).
 
     Args:
-        app: the server's app (``prepare_generation`` needs its context).
+        app: the server's app (its :class:`~missive.server.services.Services`).
         job: the request (its ``model`` is the configured id).
         on_preempt: called when an interactive request needs the slot; the
             caller must then cancel this call (the slot is given back as it
@@ -119,80 +120,70 @@ async def execute(
     Raises:
         Stopped: the gate closed (shutdown) before the request got a slot.
     """
-    from ..server.routes.messages import prepare_generation
+    async def admit() -> Permit:
+        slot = await gate.admit_background(cap, on_preempt)
+        on_slot()
+        return slot
 
     rid = request_id()
     token = request_id_var.set(rid)
     facts = RequestRecord(rid, "BATCH", f"{ENDPOINT}/{job.batch_id}/{job.custom_id}", ENDPOINT, observe)
     facts.model = job.model
     facts.key = job.owner  # its usage is its batch's key's
-    slot: Slot | None = None
     try:
-        async with app.app_context():
-            g.request_id = rid
-            g.record = facts
-            g.ignored = []
-            g.dropped_thinking = []
-            config = app.extensions["missive"]["config"]
-            models: ModelTable = app.extensions["missive"]["models"]
-            signer = app.extensions["missive"]["signer"]
-            try:
-                if job.model not in models.drivers:
-                    raise InvalidRequestError(f"model '{job.model}' is no longer served")
-                # Held until the record finishes: a model in use is never unloaded.
-                facts.at_finish(models.use(job.model).release)
-                driver = await models.ensure_loaded(job.model)
-                checked = check_params(json.loads(job.params), models, strict=config.server.strict)
-                req = checked.request
-                prepared = await prepare_generation(req, job.model, driver)
-                # Compaction and context editing answer as they would on their own.
-                stream = finish_stream(
-                    MessageStream(driver, prepared, message_id=message_id(), model=req.model, signer=signer,
-                                  server_tools=app.extensions["missive"].get("server_tools")),
-                    context_extras(), signer,
-                )
-                try:
-                    if driver.capabilities.in_process:
-                        # As for an interactive request: the prompt is
-                        # rendered and tokenized before the slot is taken.
-                        first = await stream.start()
-                        slot = await gate.admit_background(cap, on_preempt)
-                        on_slot()
-                    else:
-                        slot = await gate.admit_background(cap, on_preempt)
-                        on_slot()
-                        first = await stream.start()
-                    facts.note(first)
-                    events = [first]
-                    async with aclosing(stream.events()) as answer:
-                        async for event in answer:
-                            facts.note(event)
-                            events.append(event)
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await stream.aclose()
-                facts.finish(200)
-                return {"type": "succeeded", "message": accumulate(events)}
-            except OverloadedError as exc:
-                if gate.closed:
-                    facts.finish(exc.status, exc.error_type)
-                    raise Stopped(exc.message) from None
+        try:
+            return await _succeeded(services(app), job, rid, facts, admit)
+        except OverloadedError as exc:
+            if gate.closed:
                 facts.finish(exc.status, exc.error_type)
-                return errored_result(exc.error_type, exc.message, rid)
-            except MissiveError as exc:
-                log.info("batch %s request %s errored: %s: %s", job.batch_id, job.custom_id, exc.error_type, exc.message)
-                facts.finish(exc.status, exc.error_type)
-                return errored_result(exc.error_type, exc.message, rid)
-            except (anyio.get_cancelled_exc_class(), Stopped):
-                facts.finish(499, "stopped")
-                raise
-            except Exception:
-                log.exception("batch %s request %s failed", job.batch_id, job.custom_id)
-                error = ApiError("internal server error; the server log has the details")
-                facts.finish(error.status, error.error_type)
-                return errored_result(error.error_type, error.message, rid)
+                raise Stopped(exc.message) from None
+            facts.finish(exc.status, exc.error_type)
+            return errored_result(exc.error_type, exc.message, rid)
+        except MissiveError as exc:
+            log.info("batch %s request %s errored: %s: %s", job.batch_id, job.custom_id, exc.error_type, exc.message)
+            facts.finish(exc.status, exc.error_type)
+            return errored_result(exc.error_type, exc.message, rid)
+        except (anyio.get_cancelled_exc_class(), Stopped):
+            facts.finish(499, "stopped")
+            raise
+        except Exception:
+            log.exception("batch %s request %s failed", job.batch_id, job.custom_id)
+            error = ApiError("internal server error; the server log has the details")
+            facts.finish(error.status, error.error_type)
+            return errored_result(error.error_type, error.message, rid)
     finally:
-        if slot is not None:
-            slot.release()
         on_slot()
         request_id_var.reset(token)
+
+
+async def _succeeded(
+    found: Services, job: Job, rid: str, facts: RequestRecord, admit: Callable[[], Awaitable[Permit]]
+) -> dict[str, Any]:
+    """The ``succeeded`` result of ``job``, answered by the
+    :class:`~missive.messages.service.Messages` service under the permit
+    ``admit`` takes.
+
+    Raises:
+        MissiveError: the error the same request would have got on its own.
+    """
+    if job.model not in found.models.drivers:
+        raise InvalidRequestError(f"model '{job.model}' is no longer served")
+    messages = found.messages
+    # Held until the record finishes: a model in use is never unloaded.
+    driver = await messages.hold(job.model, facts)
+    strict = found.config.server.strict
+    checked = check_params(json.loads(job.params), found.models, strict=strict)
+    caller = Caller(request_id=rid, record=facts, notes=Notes(strict=strict))
+    prepared = await messages.prepare(checked.request, job.model, driver, caller)
+    # As for an interactive request: an in-process driver's prompt is
+    # rendered and tokenized before the slot is taken (Messages.begin).
+    answer = await messages.begin(prepared, admit=admit)
+    events = [answer.first]
+    try:
+        async with aclosing(answer.events()) as rest:
+            async for event in rest:
+                events.append(event)
+    finally:
+        await answer.aclose()
+    facts.finish(200)
+    return {"type": "succeeded", "message": accumulate(events)}

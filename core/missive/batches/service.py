@@ -1,7 +1,7 @@
 """The Message Batches of one server: the store, the runner and the
 housekeeping (expiry, archiving), behind the operations the routes call.
 
-Built by :func:`missive.server.app.create_app` (``app.extensions["missive"]["batches"]``);
+Built by :func:`missive.server.app.create_app` (``services().batches``, :mod:`missive.server.services`);
 :meth:`Batches.start` runs after the models have started, :meth:`Batches.aclose`
 before they close. The database is opened on the first batch created, or at
 start when the file already exists, so a server that is never sent a batch

@@ -115,6 +115,7 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
     from ..server.app import create_app
     from ..server.connections import install as close_connections_promptly
     from ..server.logs import setup_logging
+    from ..server.services import services
     from ..server.shutdown import CLOSE_MARGIN, serve_until_stopped
     from ..server.workers import WorkerInfo, check, listening_sockets, settle_batches, supervise
 
@@ -132,7 +133,7 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
                               echo=_say(config.server.log_format))
         settle_batches(config)
         app = create_app(config, kernel=kernel, metrics_dir=metrics_dir)
-        check(count, app.extensions["missive"]["models"])
+        check(count, services(app).models)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     hc = HypercornConfig()
@@ -149,8 +150,7 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
     # On SIGTERM/SIGINT, Hypercorn waits this long for the connections; Missive
     # ends what still runs after the grace (missive.server.shutdown).
     hc.graceful_timeout = config.server.shutdown_grace + CLOSE_MARGIN
-    models = app.extensions["missive"]["models"]
-    drain = app.extensions["missive"]["drain"]
+    models, drain = services(app).models, services(app).drain
     address = f"http://{host_part}:{config.server.port}"
 
     async def run(control: int | None = None, index: int = 0) -> None:
@@ -188,8 +188,8 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
             if sock is not mine:
                 sock.close()  # another worker's: it must not outlive that worker
         hc.bind = [f"fd://{mine.detach()}"]  # Hypercorn owns the descriptor now
-        app.extensions["missive"]["worker"] = WorkerInfo(index, count)
-        app.extensions["missive"]["admission"].worker = (index, count)
+        services(app).worker = WorkerInfo(index, count)
+        services(app).admission.worker = (index, count)
         try:
             asyncio.run(run(control, index))
         except click.ClickException as exc:

@@ -38,16 +38,17 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio.to_thread
-from quart import Quart, Response, current_app, request, send_from_directory
+from quart import Quart, Response, request, send_from_directory
 
 from ..protocol.errors import InvalidRequestError, NotFoundError
 from ..keys.access import keys
 from ..keys.ring import Identity
 from ..server.routes.common import authenticate_admin, page_limit, config_kernel_models
 from ..server.routes.status import status_document
+from ..server.services import services
 from .history import BUCKET_SECONDS, WINDOW_SECONDS, History
 
 __all__ = ["register", "console_access", "STATIC", "SAMPLE_INTERVAL"]
@@ -87,7 +88,7 @@ def console_access() -> Identity:
 
 def history() -> History:
     """The app's :class:`~missive.console.history.History`."""
-    return cast(History, current_app.extensions["missive"]["history"])
+    return services().history
 
 
 def _with_page_headers(response: Response) -> Response:
@@ -219,8 +220,8 @@ async def series() -> dict[str, Any]:
 
 def sample_load(app: Quart) -> None:
     """Note each served model's waiting and running requests in the graphs' buckets."""
-    ext = app.extensions["missive"]
-    models, gates, hist = ext["models"], ext["admission"].gates, cast(History, ext["history"])
+    found = services(app)
+    models, gates, hist = found.models, found.admission.gates, found.history
     load = []
     for model_id in models.drivers:
         gate = gates.get(model_id)
@@ -240,7 +241,7 @@ async def _sample_forever(app: Quart) -> None:
 def register(app: Quart) -> None:
     """Add the console's routes and its load sampler to ``app`` (nothing
     when ``server.console`` is false)."""
-    config = app.extensions["missive"]["config"]
+    config = services(app).config
     if not config.server.console:
         return
     app.add_url_rule("/console", "console-redirect", to_page, methods=["GET"])

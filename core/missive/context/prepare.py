@@ -14,19 +14,19 @@
    conversation), given the edited request and the turns whose thinking the
    edits left out.
 
-What the steps found for the response is kept in ``g.context_extras``
-(:class:`.response.ContextExtras`).
+What the steps found for the response is returned with the driver's
+request (:class:`.response.ContextExtras`); what they ignore goes into the
+caller's :class:`~missive.messages.prepare.Notes`. Nothing here reads or
+writes Quart's request context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from quart import g, has_request_context, request
-
 from ..driver.interface import Driver, GenerationRequest
+from ..messages.prepare import Notes
 from ..protocol.errors import CapabilityError
 from ..protocol.schema.request import CountTokensRequest, MessagesRequest
 from ..thinking.signing import Signer
@@ -35,32 +35,11 @@ from .editing import apply_edits
 from .response import ContextExtras
 from .routing import ignored_routing
 
-__all__ = ["BasePrepare", "prepare_in_context", "context_extras"]
+__all__ = ["BasePrepare", "prepare_in_context", "count_tokens_body"]
 
-#: The core's preparation: ``(request, model id, driver, message indices
-#: whose thinking is left out) -> GenerationRequest``.
-BasePrepare = Callable[[CountTokensRequest, str, Driver, frozenset[int]], Awaitable[GenerationRequest]]
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """A preparation made only to count tokens reports nothing: what it
-    notes as ignored or dropped is noted again by the real one."""
-    ignored, dropped = getattr(g, "ignored", None), getattr(g, "dropped_thinking", None)
-    try:
-        yield
-    finally:
-        for name, value in (("ignored", ignored), ("dropped_thinking", dropped)):
-            if value is None:
-                g.pop(name, None)
-            else:
-                setattr(g, name, value)
-
-
-def context_extras() -> ContextExtras:
-    """What the preparation of this request found (empty before it ran)."""
-    extras = getattr(g, "context_extras", None)
-    return extras if isinstance(extras, ContextExtras) else ContextExtras()
+#: The core's preparation (:func:`missive.messages.prepare.prepare_generation`):
+#: ``(request, message indices whose thinking is left out, notes) -> GenerationRequest``.
+BasePrepare = Callable[[CountTokensRequest, frozenset[int], Notes], Awaitable[GenerationRequest]]
 
 
 async def prepare_in_context(
@@ -70,9 +49,17 @@ async def prepare_in_context(
     base: BasePrepare,
     *,
     signer: Signer,
-    note_ignored: Callable[[list[str]], None],
-) -> GenerationRequest:
-    """Run the steps of the module doc and return the driver's request.
+    notes: Notes,
+    headers: Mapping[str, str],
+) -> tuple[GenerationRequest, ContextExtras]:
+    """Run the steps of the module doc: the driver's request and what the
+    steps found for the response.
+
+    Args:
+        notes: receives what is ignored (a preparation made only to count
+            tokens notes into a scratch copy: the real one notes it again).
+        headers: the HTTP request's headers, names lowercased (empty for a
+            batch request).
 
     Raises:
         CompactionError: a compaction block or request the API refuses.
@@ -80,10 +67,8 @@ async def prepare_in_context(
             cannot count.
         MissiveError: whatever the core's preparation raises.
     """
-    headers = {k.lower(): v for k, v in request.headers.items()} if has_request_context() else {}
-    note_ignored(ignored_routing(req, headers))
+    notes.ignore(ignored_routing(req, headers))
     extras = ContextExtras()
-    g.context_extras = extras
     req = expand_compaction(req, signer)
     if isinstance(req, MessagesRequest) and req.compaction is not None:
         req = summarisation_request(req, can_choose="auto" in driver.capabilities.tool_choice)
@@ -95,24 +80,23 @@ async def prepare_in_context(
                 capability="context_management edits", model=model_id, driver=driver.name,
                 supported="no token counting (edits are measured in tokens)",
             )
-        with _quiet():
-            prepared = await base(edited, model_id, driver, cleared)
+        prepared = await base(edited, cleared, notes.scratch())
         return await driver.count_tokens(prepared)
 
     if req.context_management is not None:
         edited = await apply_edits(req, count)
         extras.applied_edits = edited.applied
         extras.original_tokens = edited.original_tokens
-        return await base(edited.request, model_id, driver, edited.cleared_thinking)
-    return await base(req, model_id, driver, frozenset())
+        return await base(edited.request, edited.cleared_thinking, notes), extras
+    return await base(req, frozenset(), notes), extras
 
 
-def count_tokens_body(input_tokens: int, req: CountTokensRequest) -> dict[str, Any]:
+def count_tokens_body(input_tokens: int, req: CountTokensRequest, extras: ContextExtras) -> dict[str, Any]:
     """The ``count_tokens`` answer: ``input_tokens`` after the edits, and
     with ``context_management``, the count before them
     (``BetaMessageTokensCount.context_management.original_input_tokens``)."""
     body: dict[str, Any] = {"input_tokens": input_tokens}
     if req.context_management is not None:
-        original = context_extras().original_tokens
+        original = extras.original_tokens
         body["context_management"] = {"original_input_tokens": input_tokens if original is None else original}
     return body

@@ -21,15 +21,16 @@ from typing import Any, Protocol
 from ..thinking.signing import Signer
 from .fallbacks import iteration
 
-__all__ = ["Answer", "ContextExtras", "AnswerStream", "CompactionStream", "finish_stream"]
+__all__ = ["EventStream", "ContextExtras", "AnswerStream", "CompactionStream", "finish_stream"]
 
 log = logging.getLogger("missive.compaction")
 
 Event = dict[str, Any]
 
 
-class Answer(Protocol):
-    """What the routes drive: a :class:`~missive.messages.stream.MessageStream` or a wrapper of one."""
+class EventStream(Protocol):
+    """What an :class:`~missive.messages.answer.Answer` drives: a
+    :class:`~missive.messages.stream.MessageStream` or a wrapper of one."""
 
     async def start(self) -> Event: ...
 
@@ -40,7 +41,8 @@ class Answer(Protocol):
 
 @dataclass
 class ContextExtras:
-    """What the preparation of one request found (kept in ``g``).
+    """What the preparation of one request found (part of its
+    :class:`~missive.messages.service.Prepared`).
 
     Attributes:
         applied_edits: the edits applied; None when the request had no
@@ -55,9 +57,9 @@ class ContextExtras:
 
 
 class _Wrapper:
-    """An :class:`Answer` that changes the events of another one."""
+    """An :class:`EventStream` that changes the events of another one."""
 
-    def __init__(self, inner: Answer) -> None:
+    def __init__(self, inner: EventStream) -> None:
         self._inner = inner
 
     async def start(self) -> Event:
@@ -72,7 +74,7 @@ class AnswerStream(_Wrapper):
     """An answer whose ``message_delta`` gets ``context_management`` and
     ``usage.iterations`` (see the module doc)."""
 
-    def __init__(self, inner: Answer, extras: ContextExtras, fallback_model: str | None) -> None:
+    def __init__(self, inner: EventStream, extras: ContextExtras, fallback_model: str | None) -> None:
         super().__init__(inner)
         self._extras = extras
         self._fallback_model = fallback_model
@@ -101,7 +103,7 @@ class CompactionStream(_Wrapper):
     delta, it does not append); ``stop_reason`` is ``compaction``, or
     ``max_tokens`` for a summary cut short."""
 
-    def __init__(self, inner: Answer, signer: Signer) -> None:
+    def __init__(self, inner: EventStream, signer: Signer) -> None:
         super().__init__(inner)
         self._signer = signer
 
@@ -134,8 +136,8 @@ class CompactionStream(_Wrapper):
 
 
 def finish_stream(
-    stream: Answer, extras: ContextExtras, signer: Signer, fallback_model: str | None = None
-) -> Answer:
+    stream: EventStream, extras: ContextExtras, signer: Signer, fallback_model: str | None = None
+) -> EventStream:
     """``stream`` wrapped for what ``extras`` and ``fallback_model`` add
     (itself when there is nothing to add)."""
     if extras.compaction:

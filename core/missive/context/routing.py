@@ -10,7 +10,7 @@ act on several). A Missive server runs its models where it runs, at the one
 speed they have, for one organisation and workspace: ``speed: "standard"``
 and a missing field are what it does anyway; anything else is accepted and
 reported as ignored with the reason (the ``missive-ignored`` header; a 400
-in strict mode, :func:`missive.server.routes.common.note_ignored`).
+in strict mode, :meth:`missive.messages.prepare.Notes.ignore`).
 """
 
 from __future__ import annotations

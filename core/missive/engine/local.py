@@ -79,6 +79,7 @@ from .batcher import Batcher
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
+from .report import engine_choices, engine_status
 from .host_cache import HostPromptCache, default_cache_bytes, park, restorable, swap_in
 from .host_cache import reusable as host_reusable
 from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence, SharedPool
@@ -244,50 +245,15 @@ class LocalDriver(Driver):
             self._executor.shutdown(wait=False)
 
     async def status(self) -> dict[str, Any]:
-        """``{"loaded": bool}``, and once loaded ``slots`` (sequences decoded
-        together), ``slots_in_use``, ``slot_states``
-        (:meth:`~missive.engine.batcher.Batcher.slot_states`); with a KV
-        pool the slots share, ``kv_pool_tokens`` and how often it made a
-        request wait (``kv_pool_waits``), emptied an idle slot
-        (``kv_pool_evictions``), paused a running sequence
-        (``kv_pool_pauses``); with a host-memory prompt cache
-        ``host_cache_bytes``, ``host_cache_entries``,
-        ``host_cache_max_bytes``."""
-        out: dict[str, Any] = {"loaded": self._info is not None}
-        if self._batcher is not None:
-            out["slots"] = self._batcher.slots
-            out["slots_in_use"] = self._batcher.active
-            if self._info is not None:
-                runner = self.runner
-                held = (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
-                out["slot_states"] = self._batcher.slot_states(held)
-                if self._info.pool_tokens:
-                    out["kv_pool_tokens"] = self._info.pool_tokens
-                    out.update({f"kv_pool_{k}": v for k, v in self._batcher.pool_events.items()})
-        cache = self._host_cache
-        if cache is not None:
-            out.update(host_cache_bytes=cache.nbytes, host_cache_entries=len(cache), host_cache_max_bytes=cache.max_bytes)
-        return out
+        """What :func:`~missive.engine.report.engine_status` reports."""
+        return engine_status(self.runner, self._info, self._batcher, self._host_cache)
 
     def choices(self) -> dict[str, Any]:
-        """The context window, slots, chat template family
-        (:func:`~missive.models.sources.gguf.template_family`), tool call format,
-        reasoning format (``none``: the model does not reason) and default
-        sampling (:meth:`~missive.sampling.SamplingDefaults.describe`) of the
-        loaded model; ``{}`` before it is loaded."""
+        """What :func:`~missive.engine.report.engine_choices` reports of the loaded model."""
         if self._info is None:
             return {}
-        from ..models.sources.gguf import template_family
-
-        return {
-            "context_window": self._info.context_window,
-            "slots": self._info.slots,
-            "kv_pool_tokens": self._info.pool_tokens or self._info.slots * self._info.context_window,
-            "chat_template": template_family(self._template),
-            "tool_format": parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting),
-            "reasoning_format": self._reasoning or "none",
-            "sampling": self._info.sampling.describe(),
-        }
+        tool_format = parser_for_template(self._template, self.tool_parser_specs, self._tool_parser_setting)
+        return engine_choices(self._info, self._template, tool_format, self._reasoning)
 
     def _loaded(self) -> PromptPath:
         if self._info is None or self._prompts is None:

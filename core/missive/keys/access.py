@@ -14,10 +14,9 @@ the admin scope, 404 for a model it may not use), and its limits (429).
 
 from __future__ import annotations
 
-from typing import cast
+from quart import Response, g, request
 
-from quart import Response, current_app, g, request
-
+from ..server.services import services
 from ..protocol.errors import ModelNotFoundError, PermissionDeniedError
 from .limits import RateLimited
 from .ring import Identity
@@ -29,7 +28,7 @@ __all__ = ["keys", "authenticate", "current_identity", "require_admin", "check_m
 
 def keys() -> KeyServices:
     """The app's :class:`~missive.keys.service.KeyServices`."""
-    return cast(KeyServices, current_app.extensions["missive"]["keys"])
+    return services().keys
 
 
 def authenticate() -> Identity:

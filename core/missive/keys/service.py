@@ -1,6 +1,6 @@
 """The keys of one app: the ring, the limits, the usage, the metrics.
 
-Built by :func:`missive.server.app.create_app` (``app.extensions["missive"]["keys"]``)
+Built by :func:`missive.server.app.create_app` (``services().keys``, :mod:`missive.server.services`)
 before the workers are forked, so the limits' shared table is every
 worker's (:mod:`.buckets`); :meth:`KeyServices.start` runs in each worker.
 """

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..driver.interface import Driver
 
-__all__ = ["Admission", "Gate", "Permit", "Slot", "DEFAULT_RETRY_AFTER"]
+__all__ = ["Admission", "Gate", "Permit", "DEFAULT_RETRY_AFTER"]
 
 log = logging.getLogger("missive.admission")
 
@@ -118,11 +118,6 @@ class Permit:
                 self._loop.call_soon_threadsafe(gate._release, held)
         except RuntimeError:  # the loop is closed: nothing waits any more
             pass
-
-
-# The old name, still imported by routes/messages.py and batches/execute.py,
-# which issue 29's serving seam (branch issue-29b) rewrites; remove once it lands.
-Slot = Permit
 
 
 class Gate:

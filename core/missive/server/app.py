@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from quart import Quart, Request, Response, g, request
@@ -37,14 +36,16 @@ from ..kernel.plugins import Kernel
 from ..keys.service import KeyServices
 from .logs import log_request, request_id_var
 from ..media.pipeline import MediaPipeline
+from ..messages.service import Messages
 from ..tools.server_runner import ServerToolRunner, build_search_provider
 from .metrics import Metrics
 from ..models.table import ModelTable
 from .record import RequestRecord, endpoint_label
 from ..routing.rules import RoutingRules
+from .services import EXTENSION, Services
 from .shutdown import Drain
 from ..threads.store import ResponseStore
-from .workers import PUBLISH_INTERVAL, WorkerInfo
+from .workers import PUBLISH_INTERVAL
 
 __all__ = ["create_app", "error_response"]
 
@@ -131,8 +132,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
 
     ``metrics_dir``: the directory the workers of one server share their
     metrics in (:mod:`missive.server.workers`, ``server.workers`` > 1); the app's
-    worker (``app.extensions["missive"]["worker"]``, a
-    :class:`~missive.server.workers.WorkerInfo`) is set by the worker after the fork.
+    worker (``services(app).worker``, a :class:`~missive.server.workers.WorkerInfo`)
+    is set by the worker after the fork. The app's services are one
+    :class:`~missive.server.services.Services` (:func:`~missive.server.services.services`).
 
     Raises:
         ConfigError: a configured model cannot be served (unknown driver,
@@ -169,14 +171,13 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
     metrics.batches.attach(batches)
     history = History()  # what the web console shows of the past (missive.console)
-    app.extensions["missive"] = {
-        "config": config, "kernel": kernel, "models": models, "signer": signer, "media": media,
-        "server_tools": server_tools, "routing": routing,
-        "admission": admission, "metrics": metrics, "drain": drain, "batches": batches, "keys": keys,
-        "started_at": time.monotonic(), "worker": WorkerInfo(),
-        "responses": ResponseStore(config.threads.max_count, config.threads.max_bytes),
-        "history": history,
-    }
+    messages = Messages(models=models, admission=admission, signer=signer, media=media, server_tools=server_tools)
+    app.extensions[EXTENSION] = Services(
+        config=config, kernel=kernel, models=models, signer=signer, media=media, server_tools=server_tools,
+        routing=routing, admission=admission, metrics=metrics, drain=drain, batches=batches, keys=keys,
+        responses=ResponseStore(config.threads.max_count, config.threads.max_bytes), history=history,
+        messages=messages,
+    )
     publishing: list[asyncio.Task[None]] = []
 
     def observe(record: RequestRecord) -> None:

@@ -12,37 +12,46 @@ __all__ = ['generation_request', 'collect_events', 'text_of', 'check_order']
 
 
 def generation_request(
-    messages: list[dict[str, Any]], *, model: str = "test-model", max_tokens: int = 16, **fields: Any
+    messages: list[dict[str, Any]], *, model: str = "test-model", max_tokens: int = 16, driver: Any = None,
+    **fields: Any,
 ) -> Any:
-    """A :class:`~missive.driver.interface.GenerationRequest` built as the core builds it
-    (conversation, offered tools, tool_choice), for calling a driver directly.
+    """A :class:`~missive.driver.interface.GenerationRequest` built by the
+    core's own builder (:func:`missive.messages.prepare.build_generation`:
+    offered tools, tool_choice, the checks, the conversation, the thinking
+    plan, the output cap), for calling a driver directly.
 
     ``fields`` are more Messages API body fields (``system``, ``tools``,
-    ``temperature``...). Raises pydantic's ValidationError on a bad body.
+    ``temperature``...). ``driver``: the driver the request is for: its
+    capabilities are checked (a ``CapabilityError`` as the server would
+    answer 400) and its model's ``max_output_tokens`` caps ``max_tokens``;
+    without one, a driver that can do everything is assumed. Image and
+    document blocks are left as they are (the server's media pipeline would
+    convert them). Raises pydantic's ValidationError on a bad body.
     """
-    from ..messages.conversation import build_conversation
-    from ..driver.interface import GenerationRequest
+    import secrets
+
+    from ..messages.prepare import Notes, Target, build_generation
     from ..protocol.schema.request import MessagesRequest
-    from ..thinking.plan import plan_thinking
-    from ..thinking.replay import answer_position
-    from ..tools.definitions import offered_tools, tool_choice_of
+    from ..thinking.signing import Signer
 
     body = MessagesRequest.model_validate({"model": model, "max_tokens": max_tokens, "messages": messages, **fields})
-    tools, _ = offered_tools(body)
-    return GenerationRequest(
-        request_id="req_test",
-        model=model,
-        conversation=build_conversation(body),
-        max_tokens=body.max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        stop_sequences=tuple(body.stop_sequences or ()),
-        request=body,
-        tools=tools,
-        tool_choice=tool_choice_of(body, tools),
-        thinking=plan_thinking(body.thinking, body.output_config),
-        thinking_position=answer_position(body.messages),
+    if driver is None:
+        target = Target(model, "test", _capable())
+    else:
+        target = Target(model, driver.name, driver.capabilities, driver.entry.max_output_tokens)
+    return build_generation(
+        body, target, request_id="req_test", signer=Signer(secrets.token_bytes(32)), notes=Notes()
+    )
+
+
+def _capable() -> Any:
+    """The capabilities of a driver that takes every request."""
+    from ..driver.capabilities import Capabilities, ToolChoiceMode
+
+    modes: frozenset[ToolChoiceMode] = frozenset({"auto", "any", "tool", "none"})
+    return Capabilities(
+        tool_choice=modes, strict_tools=modes, parallel_tool_calls=True, thinking=True, structured_output=True,
+        input_media=frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
     )
 
 

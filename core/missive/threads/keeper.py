@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from quart import current_app, g
+from quart import g
 
 from ..keys.access import current_identity
-from ..config import Config, ThreadsConfig
+from ..config import ThreadsConfig
 from ..messages.stream import accumulate
 from ..protocol.schema.request import MessagesRequest
+from ..server.services import services
 from .fingerprint import cache_miss_reason, fingerprint_of
 from .store import ResponseStore
 from .thread import ThreadTurn, begin_turn
@@ -104,12 +105,8 @@ def keeper() -> Keeper:
     existing = getattr(g, "keeper", None)
     if existing is not None:
         return cast(Keeper, existing)
-    ext = current_app.extensions["missive"]
-    config = cast(Config, ext["config"])
-    made = Keeper(
-        cast(ResponseStore, ext["responses"]), config.threads,
-        current_identity().name,
-    )
+    found = services()
+    made = Keeper(found.responses, found.config.threads, current_identity().name)
     g.keeper = made
     g.record.at_finish(made.close)
     return made

@@ -151,7 +151,7 @@ async def test_images_keep_their_places_in_tool_results_and_text(driver) -> None
         [
             {"role": "user", "content": "Look at a.png"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.png"}}]},
-            {"role": "user", "content": "x"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]},
         ],
         model="smol-vision",
         max_tokens=4,

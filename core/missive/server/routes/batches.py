@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Quart, Response, current_app, request
+from quart import Quart, Response, request
 
 from ...batches.service import Batches
+from ..services import services
 from .common import authenticate, note_betas, page_limit, read_raw_body
 
 __all__ = ["register"]
@@ -29,8 +30,7 @@ __all__ = ["register"]
 
 def batches() -> Batches:
     """The app's :class:`~missive.batches.service.Batches`."""
-    found: Batches = current_app.extensions["missive"]["batches"]
-    return found
+    return services().batches
 
 
 def _base_url() -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
-from quart import current_app, g, request
+from quart import g, request
 
 from ..admission import Admission
 from ...config import Config
@@ -15,24 +15,22 @@ from ...protocol.errors import InvalidRequestError
 from ...kernel.plugins import Kernel
 from ...keys import access
 from ...keys.ring import Identity
-from ...media.pipeline import MediaPipeline
 from ...models.table import ModelTable
 from ..record import RequestRecord
 from ...protocol.schema.request import MessagesRequest
 from ...routing.fallbacks import with_model_chain
 from ...routing.rules import RoutingRules
 from ...protocol.schema.ignored import collect_ignored
+from ..services import services
 from ..shutdown import Drain
-from ...thinking.signing import Signer
 from ...context import HANDLED_BETAS as CONTEXT_BETAS
 from ...threads import HANDLED_BETAS as THREAD_BETAS
-from ...tools.server_runner import ServerToolRunner
 from ...protocol.validation import parse_json, validate_body
 
 __all__ = [
-    "config_kernel_models", "state", "signer", "media_pipeline", "server_tools", "admission", "drain", "record", "authenticate",
+    "config_kernel_models", "admission", "drain", "record", "authenticate",
     "authenticate_admin", "resolve_for", "read_request",
-    "read_raw_body", "note_ignored", "page_limit", "routed_model", "with_default_fallbacks",
+    "read_raw_body", "page_limit", "routed_model", "with_default_fallbacks",
 ]
 
 log = logging.getLogger("missive.request")
@@ -42,28 +40,8 @@ M = TypeVar("M", bound=BaseModel)
 
 def config_kernel_models() -> tuple[Config, Kernel, ModelTable]:
     """The app's configuration, plugin kernel and model table."""
-    ext = current_app.extensions["missive"]
-    return ext["config"], ext["kernel"], ext["models"]
-
-
-# The old name, still imported by routes/messages.py, which issue 29's
-# serving seam (branch issue-29b) rewrites; remove once that lands.
-state = config_kernel_models
-
-
-def signer() -> Signer:
-    """The server's thinking-block :class:`~missive.thinking.signing.Signer`."""
-    return cast(Signer, current_app.extensions["missive"]["signer"])
-
-
-def media_pipeline() -> MediaPipeline:
-    """The app's :class:`~missive.media.pipeline.MediaPipeline`."""
-    return cast(MediaPipeline, current_app.extensions["missive"]["media"])
-
-
-def server_tools() -> ServerToolRunner:
-    """The app's :class:`~missive.tools.server_runner.ServerToolRunner`."""
-    return cast(ServerToolRunner, current_app.extensions["missive"]["server_tools"])
+    found = services()
+    return found.config, found.kernel, found.models
 
 
 def routed_model(req: Any, model_id: str, identity: Identity) -> str:
@@ -87,17 +65,17 @@ def with_default_fallbacks(req: MessagesRequest, model_id: str) -> MessagesReque
 
 
 def _routing() -> RoutingRules:
-    return cast(RoutingRules, current_app.extensions["missive"]["routing"])
+    return services().routing
 
 
 def drain() -> Drain:
     """The app's :class:`~missive.server.shutdown.Drain` (graceful shutdown)."""
-    return cast(Drain, current_app.extensions["missive"]["drain"])
+    return services().drain
 
 
 def admission() -> Admission:
     """The app's :class:`~missive.server.admission.Admission` (per-model permits and queues)."""
-    return cast(Admission, current_app.extensions["missive"]["admission"])
+    return services().admission
 
 
 def record() -> RequestRecord:
@@ -210,19 +188,3 @@ def page_limit() -> int:
     if not 1 <= limit <= 1000:
         raise InvalidRequestError("limit: Input should be between 1 and 1000")
     return limit
-
-
-def note_ignored(paths: list[str]) -> None:
-    """Report more ignored request parts (found after validation, e.g. server
-    tools); a 400 in strict mode.
-
-    Raises:
-        InvalidRequestError: strict mode.
-    """
-    if not paths:
-        return
-    config, _, _ = config_kernel_models()
-    if config.server.strict:
-        raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(paths))
-    log.info("ignored: %s", ", ".join(paths))
-    g.ignored = [*getattr(g, "ignored", []), *paths]

@@ -6,17 +6,16 @@ Behind an admin key (Prometheus sends one with ``authorization:
 
 from __future__ import annotations
 
-from typing import cast
-
-from quart import Quart, Response, current_app
+from quart import Quart, Response
 
 from ..metrics import CONTENT_TYPE, Metrics
+from ..services import services
 from .common import authenticate_admin, config_kernel_models
 
 
 def metrics() -> Metrics:
     """The app's :class:`~missive.server.metrics.Metrics`."""
-    return cast(Metrics, current_app.extensions["missive"]["metrics"])
+    return services().metrics
 
 
 def register(app: Quart) -> None:
@@ -25,5 +24,5 @@ def register(app: Quart) -> None:
         config, _, _ = config_kernel_models()
         if not config.server.metrics_public:
             authenticate_admin("GET /metrics")
-        await current_app.extensions["missive"]["batches"].refresh_summary()
+        await services().batches.refresh_summary()
         return Response(metrics().exposition(), content_type=CONTENT_TYPE)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from quart import Quart, current_app
+from quart import Quart
 
 from ... import __version__
 from ..model_status import model_status
+from ..services import services
 from .common import admission, authenticate_admin, config_kernel_models
 
 
@@ -21,13 +22,13 @@ async def get_status() -> dict[str, Any]:
 async def status_document() -> dict[str, Any]:
     """The status of the server and of every model (also the web console's, :mod:`missive.console`)."""
     _, _, models = config_kernel_models()
-    started = current_app.extensions["missive"]["started_at"]
+    started = services().started_at
     return {
         "version": __version__,  # the running code's, also when run from a source tree
         "uptime_s": round(time.monotonic() - started, 1),
         "models": await model_status(models, admission()),
         # several workers: this answer is the one worker's (missive.server.workers)
-        "worker": current_app.extensions["missive"]["worker"].summary(),
+        "worker": services().worker.summary(),
     }
 
 
