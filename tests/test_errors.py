@@ -88,6 +88,16 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"source": {"data": "x"}, "type": "image"}]}]},
             "messages.0.content.0.source.type: Field required",
         ),
+        # The API's prefill rule and wording, for string and block content.
+        ({"model": "echo", "max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": "1, 2, "}]},
+         "messages: final assistant content cannot end with trailing whitespace"),
+        ({"model": "echo", "max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": [{"type": "text", "text": "1,\n"}]}]},
+         "messages: final assistant content cannot end with trailing whitespace"),
+        # The API's pattern for tool call ids.
+        ({"model": "echo", "max_tokens": 5, "messages": [
+            *USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "bad id!", "name": "x", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "bad id!", "content": "r"}]}]},
+         "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'"),
     ],
 )
 def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
@@ -99,9 +109,11 @@ DEEP = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "conte
 SURROGATE = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi \\ud800"}]}'
 SURROGATE_MODEL = b'{"model": "x\\ud800", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
 HUGE_INT = b'{"model": "echo", "max_tokens": ' + b"9" * 5000 + b', "messages": [{"role": "user", "content": "hi"}]}'
+#: Python's json reads NaN and Infinity; they are not JSON (RFC 8259).
+NAN = b'{"model": "echo", "max_tokens": 5, "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}'
 
 
-@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL, HUGE_INT])
+@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL, HUGE_INT, NAN])
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
 def test_malformed_bodies(echo_url: str, raw: bytes, path: str) -> None:
     resp = httpx.post(f"{echo_url}{path}", content=raw, headers={"content-type": "application/json"})

@@ -245,3 +245,12 @@ def test_missive_keys_new_makes_a_new_key_each_time() -> None:
     first = CliRunner().invoke(cli, ["keys", "new", "a"]).stderr
     second = CliRunner().invoke(cli, ["keys", "new", "a"]).stderr
     assert first != second
+
+
+def test_missive_keys_list_says_when_no_key_is_configured(tmp_path: Path) -> None:
+    path = tmp_path / "missive.toml"
+    path.write_text('[models.echo]\ndriver = "echo"\n')
+    listed = CliRunner().invoke(cli, ["keys", "list", "--config", str(path)])
+    assert listed.exit_code == 0 and listed.stdout == ""
+    assert "no keys configured" in listed.stderr and "missive keys new" in listed.stderr
+    assert CliRunner().invoke(cli, ["keys", "list", "--json", "--config", str(path)]).stdout.strip() == "[]"

@@ -122,6 +122,10 @@ def register(
         if as_json:
             click.echo(json.dumps(found, indent=2))
             return
+        if not found:
+            # Said on stderr, so scripts reading the list still get an empty one.
+            click.echo("no keys configured: the server takes requests without a key (on loopback only); "
+                       "add one with `missive keys new NAME`", err=True)
         for key in found:
             limits = ", ".join(f"{n}={key['limits'][n]}" for n in LIMIT_FIELDS if n in key["limits"])
             models = ",".join(key["models"]) if key["models"] is not None else "*"

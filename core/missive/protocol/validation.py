@@ -15,6 +15,12 @@ __all__ = ["parse_json", "validate_body", "format_validation_error"]
 M = TypeVar("M", bound=BaseModel)
 
 
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are Python's extensions, not
+    JSON (RFC 8259, section 6): refused as invalid JSON, not read as numbers."""
+    raise ValueError(f"{name} is not a JSON value (RFC 8259 numbers are finite)")
+
+
 def parse_json(raw: bytes) -> Any:
     """Decode a JSON request body.
 
@@ -29,7 +35,7 @@ def parse_json(raw: bytes) -> Any:
             raise InvalidRequestError("request body must be a JSON object")
         return body
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequestError(f"request body is not valid JSON: {exc}") from None
     except RecursionError:

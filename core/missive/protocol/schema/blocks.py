@@ -134,7 +134,10 @@ class ToolReferenceBlock(_Block):
 
 class ToolUseBlock(_Block):
     type: Literal["tool_use"]
-    id: str
+    #: The API's pattern for tool call ids (its 400: ``messages.N.content.M.tool_use.id:
+    #: String should match pattern '^[a-zA-Z0-9_-]+$'``); Missive's own ids match it
+    #: (:func:`missive.protocol.ids.client_tool_id`).
+    id: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]+$")]
     name: str
     input: dict[str, Any]
 

@@ -157,6 +157,17 @@ def _check_text_block(block: Any, where: str) -> None:
         raise ValueError(f"{where}: text content blocks must contain non-whitespace text")
 
 
+def _ends_with_whitespace(content: Any) -> bool:
+    """Whether message content ends with whitespace: a string, or a list
+    whose last block is a text block."""
+    if isinstance(content, str):
+        return content != "" and content != content.rstrip()
+    if content:
+        text = getattr(content[-1], "text", None) if getattr(content[-1], "type", None) == "text" else None
+        return isinstance(text, str) and text != "" and text != text.rstrip()
+    return False
+
+
 class CountTokensRequest(Open):
     """Body of ``POST /v1/messages/count_tokens``; also the base of
     :class:`MessagesRequest`, so both render the same prompt."""
@@ -209,6 +220,11 @@ class CountTokensRequest(Open):
         if isinstance(self.system, list):
             for j, block in enumerate(self.system):
                 _check_text_block(block, f"system.{j}")
+        final = self.messages[last]
+        if final.role == "assistant" and _ends_with_whitespace(final.content):
+            # The API's rule and wording: a prefill the answer continues may
+            # not end with whitespace (tokenizers merge a space into the next word).
+            raise ValueError("messages: final assistant content cannot end with trailing whitespace")
         return self
 
     def output_format_schema(self) -> dict[str, Any] | None:
