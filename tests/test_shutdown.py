@@ -396,8 +396,8 @@ def test_a_client_gone_while_queued_is_recorded_when_it_leaves() -> None:
         until(lambda: health(server)["waiting"] == 1, "the second request queued")
         assert gone() == 0
         waiting.close()  # the client leaves while queued
-        until(lambda: gone() == 1, "the departed client counted", deadline=15.0)
-        line = until(lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", deadline=15.0)[-1]
+        until(lambda: gone() == 1, "the departed client counted", timeout=15.0)
+        line = until(lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", timeout=15.0)[-1]
         assert "client_disconnected" in line
         duration = float(re.search(r"duration_s=([0-9.]+)", line).group(1))
         assert duration < 15.0, line  # not the 20-45 s of a record dropped by the garbage collector
