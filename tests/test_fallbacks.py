@@ -159,7 +159,7 @@ def test_a_batch_request_with_fallbacks_is_errored(client: anthropic.Anthropic) 
         {"custom_id": "chained", "params": {**params, "fallbacks": [{"model": "other"}]}},  # type: ignore[typeddict-unknown-key]
     ])
     ended = until(lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b,
-                  "the batch ended", timeout=60)
+                  "the batch ended", timeout=300, interval=0.2)
     assert ended.request_counts.succeeded == 1 and ended.request_counts.errored == 1
     results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
     assert results["plain"].type == "succeeded"

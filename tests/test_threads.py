@@ -289,7 +289,9 @@ def test_a_message_batch_request_with_a_thread_is_errored(client: anthropic.Anth
     params = {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
               "thread": {"type": "create"}}
     batch = client.messages.batches.create(requests=[{"custom_id": "threaded", "params": params}])
-    until(lambda: client.messages.batches.retrieve(batch.id).processing_status == "ended", "the batch ended")
+    # Polled every 0.2 s: each poll is a request to the server running the batch.
+    until(lambda: client.messages.batches.retrieve(batch.id).processing_status == "ended", "the batch ended",
+          interval=0.2)
     [result] = list(client.messages.batches.results(batch.id))
     assert result.result.type == "errored"
     assert "message threads are not supported in a Message Batch" in result.result.error.error.message

@@ -11,12 +11,13 @@ __all__ = ["until", "wait_until"]
 
 
 def until(
-    condition: Callable[[], Any], what: str, timeout: float = 30.0, interval: float = 0.02,
+    condition: Callable[[], Any], what: str, timeout: float = 120.0, interval: float = 0.02,
     detail: Callable[[], Any] | None = None,
 ) -> Any:
     """Poll ``condition()`` until it returns something true, and return that.
     The one poll helper of the test suite: ``timeout`` only bounds a broken
-    run (a slow machine passes, later).
+    run (a slow machine passes, later: 120 s by default, as a CI machine
+    running other jobs has taken over 30 s to run a one-request batch).
 
     Args:
         condition: checked every ``interval`` seconds.
