@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -105,13 +107,29 @@ def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProces
     defaults, i.e. the default model), start it with its lifespan on a
     thread's event loop, yield it, then shut it down (models closed).
 
+    Its batch and usage databases are files of its own (in a temporary
+    folder) unless ``config`` names them: one server per database, and an
+    app kept for a whole test session must not hold the state directory's
+    files that the test run's servers open (their batches would answer
+    "in use by another Missive server").
+
     Raises:
         ConfigError: a configuration the app refuses (as ``missive serve`` would).
     """
     from ..config import Config
     from ..server.app import create_app
 
-    app = create_app(Config.model_validate(dict(config or {})))
+    own = tempfile.TemporaryDirectory(prefix="missive-in-process-")
+    settings = dict(config or {})
+    for section, file in (("batches", "batches.sqlite3"), ("usage", "usage.sqlite3")):
+        table = dict(settings.get(section) or {})
+        table.setdefault("database", str(Path(own.name) / file))
+        settings[section] = table
+    try:
+        app = create_app(Config.model_validate(settings))
+    except BaseException:
+        own.cleanup()
+        raise
     loop = asyncio.new_event_loop()
     started: Future[None] = Future()
     stop = asyncio.Event()
@@ -135,3 +153,4 @@ def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProces
         loop.call_soon_threadsafe(stop.set)
         thread.join()
         loop.close()
+        own.cleanup()
