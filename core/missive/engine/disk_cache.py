@@ -144,35 +144,39 @@ class DiskPromptCache:
             leftover.unlink(missing_ok=True)  # a write cut short by a crash
         found = []
         for path in self.folder.glob(f"*{SUFFIX}"):
-            entry = self._read_header(path)
-            if entry is not None:
-                found.append(entry)
+            try:
+                found.append(self._read_header(path))
+            except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+                self._refuse(path, str(exc))
         found.sort(key=lambda e: e.used)
         self._entries = found
         self._trim()
 
-    def _read_header(self, path: Path) -> OnDisk | None:
-        try:
-            with open(path, "rb") as f:
-                magic, length = _PREFIX.unpack(f.read(_PREFIX.size))
-                if magic != MAGIC:
-                    return self._refuse(path, "not a prompt-cache file of this format")
-                header = json.loads(f.read(length))
-                if header.get("format") != FORMAT or header.get("key") != self.key:
-                    return self._refuse(path, "written by another build, model or KV layout")
-                n_tokens, info_len, payload = int(header["tokens"]), int(header["info"]), int(header["payload"])
-                tokens = array("i")
-                tokens.frombytes(f.read(4 * n_tokens))
-                info = f.read(info_len)
-                size = os.fstat(f.fileno()).st_size
-            if len(tokens) != n_tokens or len(info) != info_len or size != f_end(length, n_tokens, info_len, payload):
-                return self._refuse(path, "truncated")
-            stub = self.states.state_from_bytes(tokens.tolist(), info, None)
-            return OnDisk(stub.tokens, stub.state, size, path=path, info=info, used=path.stat().st_mtime)
-        except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
-            return self._refuse(path, f"unreadable ({exc})")
+    def _read_header(self, path: Path) -> OnDisk:
+        """A file's index entry, from its header and tokens.
+
+        Raises:
+            ValueError: (or OSError, KeyError...) the file cannot be used (the message says why).
+        """
+        with open(path, "rb") as f:
+            magic, length = _PREFIX.unpack(f.read(_PREFIX.size))
+            if magic != MAGIC:
+                raise ValueError("not a prompt-cache file of this format")
+            header = json.loads(f.read(length))
+            if header.get("format") != FORMAT or header.get("key") != self.key:
+                raise ValueError("written by another build, model or KV layout")
+            n_tokens, info_len, payload = int(header["tokens"]), int(header["info"]), int(header["payload"])
+            tokens = array("i")
+            tokens.frombytes(f.read(4 * n_tokens))
+            info = f.read(info_len)
+            size = os.fstat(f.fileno()).st_size
+        if len(tokens) != n_tokens or len(info) != info_len or size != f_end(length, n_tokens, info_len, payload):
+            raise ValueError("truncated")
+        stub = self.states.state_from_bytes(tokens.tolist(), info, None)
+        return OnDisk(stub.tokens, stub.state, size, path=path, info=info, used=path.stat().st_mtime)
 
     def _refuse(self, path: Path, why: str) -> None:
+        """Delete a file that cannot be used, with a warning."""
         log.warning("prompt cache: dropped %s: %s", path, why)
         self.counters["corrupt"] += 1
         path.unlink(missing_ok=True)
@@ -203,6 +207,7 @@ class DiskPromptCache:
         """``entry``'s state read back and checked, ready to restore; None
         (the file deleted, a warning logged) when it is gone, truncated or
         its digest is wrong. Model thread."""
+        started = time.perf_counter()
         try:
             with open(entry.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -236,6 +241,8 @@ class DiskPromptCache:
             return None
         self.touch(entry)
         self.counters["hits"] += 1
+        log.debug("prompt cache: read back %d tokens (%d bytes) from %s in %.3f s",
+                  len(saved.tokens), size, entry.path, time.perf_counter() - started)
         return saved
 
     def touch(self, entry: OnDisk) -> None:
