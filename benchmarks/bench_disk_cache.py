@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 
 from missive.testing import serve_process
@@ -39,24 +40,21 @@ MODEL = "smollm2"
 
 
 def ttft(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, dict[str, int]]:
-    """Seconds to the first content delta of a streamed answer, and its final usage."""
+    """Seconds to the first content delta of an answer streamed through the
+    SDK (Claude Code's own client), and its final usage."""
+    sdk = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=7200)
+    fields = {k: v for k, v in body.items() if k not in ("temperature", "context_management", "output_config")}
+    extra = {k: body[k] for k in ("temperature", "context_management", "output_config") if k in body}
     start = time.perf_counter()
     first = None
-    usage: dict[str, int] = {}
-    with client.stream("POST", f"{url}/v1/messages", json={**body, "stream": True}) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[6:])
-            if event["type"] == "content_block_delta" and first is None:
+    with sdk.messages.stream(**fields, extra_body=extra) as stream:
+        for event in stream:
+            if event.type == "content_block_delta" and first is None:
                 first = time.perf_counter()
-            elif event["type"] == "message_start":
-                usage.update(event["message"]["usage"])
-            elif event["type"] == "message_delta":
-                usage.update({k: v for k, v in event["usage"].items() if v is not None})
+        usage = stream.get_final_message().usage
     assert first is not None, "no content streamed"
-    return first - start, usage
+    return first - start, {"input_tokens": usage.input_tokens,
+                           "cache_read_input_tokens": usage.cache_read_input_tokens or 0}
 
 
 def request(client: httpx.Client, url: str, tokens: int | None) -> dict[str, Any]:

@@ -58,17 +58,23 @@ def files(folder: Path) -> list[Path]:
     return sorted(folder.rglob(f"*{SUFFIX}"))
 
 
-MAIN = list(range(100, 100 + 2 * MIN_SAVED_TOKENS))
-
-
-def test_a_state_is_found_again_by_a_new_instance_and_restored(tmp_path: Path) -> None:
-    runner = Portable(list(MAIN))
-    assert isinstance(runner, PortableStates)
-    disk = tier(tmp_path, runner)
+def written(folder: Path, runner: Portable) -> Path:
+    """The file of the runner's slot, written by a tier that then closed."""
+    disk = tier(folder, runner)
     state = runner.save_context(0)
     assert state is not None
     disk.put(state)
     disk.close()
+    (path,) = files(folder)
+    return path
+
+
+MAIN = list(range(100, 100 + 2 * MIN_SAVED_TOKENS))
+
+
+def test_a_state_is_found_again_by_a_new_instance_and_restored(tmp_path: Path) -> None:
+    assert isinstance(Portable([]), PortableStates)
+    written(tmp_path, Portable(list(MAIN)))
     # A restart: a new process, an empty RAM tier, an empty slot.
     runner = Portable([])
     cache = HostPromptCache(max_bytes=10**6)
@@ -84,13 +90,7 @@ def test_a_state_is_found_again_by_a_new_instance_and_restored(tmp_path: Path) -
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "header"])
 def test_a_damaged_file_is_refused_and_deleted(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
-    runner = Portable(list(MAIN), scale=50)
-    disk = tier(tmp_path, runner)
-    saved = runner.save_context(0)
-    assert saved is not None
-    disk.put(saved)
-    disk.close()
-    path = files(tmp_path)[0]
+    path = written(tmp_path, Portable(list(MAIN), scale=50))
     data = bytearray(path.read_bytes())
     if damage == "flip":
         data[-100] ^= 0xFF
@@ -113,13 +113,7 @@ def test_a_damaged_file_is_refused_and_deleted(tmp_path: Path, damage: str, capl
 
 
 def test_a_file_of_another_key_is_refused(tmp_path: Path) -> None:
-    runner = Portable(list(MAIN), key="build-a")
-    disk = tier(tmp_path, runner)
-    state = runner.save_context(0)
-    assert state is not None
-    disk.put(state)
-    disk.close()
-    path = files(tmp_path)[0]
+    path = written(tmp_path, Portable(list(MAIN), key="build-a"))
     other = tmp_path / "build-b"
     other.mkdir()
     os.replace(path, other / path.name)  # a misplaced file

@@ -50,6 +50,7 @@ from typing import Any
 
 import xxhash
 
+from ..server.state_dir import lock_exclusive
 from .runner import PortableStates, SavedContext
 
 __all__ = ["FORMAT", "MAX_ENTRIES", "DiskPromptCache", "OnDisk", "default_disk_bytes"]
@@ -120,7 +121,7 @@ class DiskPromptCache:
         self._closed = False
         folder.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-        if not _flock(self._lock_fd):
+        if not lock_exclusive(self._lock_fd):
             os.close(self._lock_fd)
             raise OSError(f"{folder} is in use by another server (its lock file is held)")
         self._scan()
@@ -371,16 +372,4 @@ class DiskPromptCache:
 def f_end(header_len: int, n_tokens: int, info_len: int, payload: int) -> int:
     """A file's size from its header's figures."""
     return _PREFIX.size + header_len + 4 * n_tokens + info_len + payload
-
-
-def _flock(fd: int) -> bool:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    return True
 
