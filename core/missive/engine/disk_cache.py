@@ -340,12 +340,16 @@ class DiskPromptCache:
         name = f"{int(time.time() * 1000):x}-{secrets.token_hex(6)}"
         tmp = self.folder / f".{name}.tmp"
         path = self.folder / f"{name}{SUFFIX}"
-        with open(tmp, "wb") as f:
-            f.write(_PREFIX.pack(MAGIC, len(header)))
-            f.write(header)
-            for part in body:
-                f.write(part)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_PREFIX.pack(MAGIC, len(header)))
+                f.write(header)
+                for part in body:
+                    f.write(part)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk keeps no half file
+            raise
         size = path.stat().st_size
         stub = self.states.state_from_bytes(tokens, info, None)
         entry = OnDisk(tokens, stub.state, size, path=path, info=info, used=time.time())
