@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,6 +88,9 @@ def _no_developer_settings_in_session() -> Iterator[None]:
         for name in _developer_settings():
             patch.delenv(name)
         patch.setenv("XDG_STATE_HOME", str(tests_state_home()))
+        # In-process models' prompt-cache disk tier: per test (below); a
+        # module's or the session's model, started before, shares this one.
+        patch.setenv("MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home()))
         yield
 
 
@@ -96,6 +100,8 @@ def _no_developer_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     ``os.environ`` outside ``monkeypatch`` reaches the next one."""
     for name in _developer_settings():
         monkeypatch.delenv(name)
+    # A model a test starts in-process finds no state an earlier test saved.
+    monkeypatch.setenv("MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home()))
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,7 @@ import anyio.to_thread
 
 from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, ModelNotFoundError, NotFoundError
 from ..protocol.ids import message_batch_id
-from ..server.state_dir import state_dir
+from ..server.state_dir import lock_exclusive, state_dir
 from ..protocol.validation import parse_json
 from .execute import check_params
 from .runner import BatchRunner
@@ -166,7 +166,7 @@ class Batches:
             fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise ApiError(f"message batches unavailable: cannot open {self.path}: {exc}") from None
-        if not _lock(fd):
+        if not lock_exclusive(fd):
             os.close(fd)
             raise ApiError(
                 f"message batches unavailable: {self.path} is in use by another Missive server "
@@ -408,15 +408,3 @@ class Batches:
         return self._summary
 
 
-def _lock(fd: int) -> bool:
-    """An exclusive, non-blocking lock on ``fd`` (POSIX ``flock``; on a
-    platform without it, no lock is taken and True is returned)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    return True

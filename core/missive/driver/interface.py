@@ -139,6 +139,13 @@ class Driver(abc.ABC):
         JSON-able; called after :meth:`start`. Default: nothing."""
         return {}
 
+    def prompt_cache_disk(self) -> dict[str, int]:
+        """The counters of the model's prompt-cache disk tier
+        (:mod:`missive.engine.disk_cache`: ``hits``, ``misses``, ``writes``,
+        ``corrupt``, ``evictions``, ``bytes``, ``entries``) for ``/metrics``;
+        empty (the default) for a driver without one."""
+        return {}
+
     def replica_pool(self) -> ReplicaPool | None:
         """The :class:`~missive.remote.replicas.ReplicaPool` of a remote backend's
         replicas, None (the default) for a driver without one. ``/readyz``

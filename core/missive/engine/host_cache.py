@@ -25,6 +25,13 @@ serves everything it would). Restored tokens are cache reads:
 ``cache_read_input_tokens`` counts them, as it counts tokens the live context
 kept. The runner's own rules still apply to a restored state (its last token
 is decoded again for fresh logits; an image is reused whole or not at all).
+
+With a disk tier (:attr:`HostPromptCache.disk`, :mod:`missive.engine.disk_cache`)
+every state put here is also written to a file, and a lookup considers the
+files too (RAM wins a tie); a file chosen is read, checked and put here
+before it is restored. A file refused then (corrupt) leaves the prompt to be
+read: the sequence's ``reused`` says so, and the engine reports the exact
+split at the end (as when another request changed the slots meanwhile).
 """
 
 from __future__ import annotations
@@ -34,8 +41,13 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from ..protocol.errors import ApiError
 from .runner import ContextStates, Prompt, Runner, SavedContext, SharedPool
+
+if TYPE_CHECKING:
+    from .disk_cache import DiskPromptCache
 
 __all__ = [
     "HostPromptCache",
@@ -101,6 +113,8 @@ class HostPromptCache:
         self._next = 0
         self._bytes = 0
         self._lock = threading.Lock()
+        #: The disk tier, when the model has one (set once, before the first request).
+        self.disk: DiskPromptCache | None = None
 
     @property
     def nbytes(self) -> int:
@@ -123,7 +137,24 @@ class HostPromptCache:
                 mine = session is not None and self._sessions.get(key) == session
                 if common > longest or (common == longest > 0 and mine and not own):
                     found, longest, own = entry, common, mine
-            return found, longest
+        if self.disk is not None:
+            on_disk, common = self.disk.best(tokens, longest)
+            if on_disk is not None:
+                return on_disk, common
+        return found, longest
+
+    def from_disk(self, entry: SavedContext) -> SavedContext | None:
+        """``entry`` ready to restore: itself when in RAM; read back from
+        the disk tier (then kept in RAM too) when it is a file there; None
+        when that file was refused (model thread)."""
+        from .disk_cache import OnDisk
+
+        if not isinstance(entry, OnDisk) or self.disk is None:
+            return entry
+        loaded = self.disk.load(entry)
+        if loaded is not None:
+            self.put(loaded)
+        return loaded
 
     def touch(self, entry: SavedContext) -> None:
         """Mark ``entry`` as just used (last to be evicted)."""
@@ -137,7 +168,10 @@ class HostPromptCache:
         """Keep ``saved`` (from ``session``'s prompt); drop the entries it
         makes useless (a prefix of its tokens) and the least recently used
         ones beyond ``max_bytes``. Returns False when it alone is larger
-        than ``max_bytes``."""
+        than ``max_bytes``. With a disk tier, it is also queued to be
+        written there (whatever its size in RAM)."""
+        if self.disk is not None:
+            self.disk.put(saved)
         if saved.nbytes > self.max_bytes or not saved.tokens:
             return False
         with self._lock:
@@ -179,6 +213,8 @@ def swap_in(
     live = runner.reusable_in(prompt, slot)
     entry, _ = cache.best(prompt.tokens, session)
     restored = runner.reusable_from(prompt, entry) if entry is not None else 0
+    if cache.disk is not None:
+        cache.disk.count_lookup(entry)
     # What the slot would lose: for a model whose state cannot be cut at any
     # position (recurrent, sliding-window), more than the tokens that differ.
     if len(live_tokens) - live >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
@@ -187,12 +223,35 @@ def swap_in(
             log.debug("saved slot %d's %d tokens (%d bytes; cache: %d entries, %d bytes)",
                       slot, len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
     if entry is not None and restored > live and _room(runner, entry, slot):
+        chosen = cache.from_disk(entry)
+        if chosen is None:
+            return live  # a file refused: the prompt is read
+        if chosen is not entry:
+            return _restore_read(runner, cache, chosen, entry, prompt, slot)
         runner.restore_context(entry, slot)
         cache.touch(entry)
         log.debug("restored %d tokens into slot %d: %d of %d prompt tokens reused (the slot had %d)",
                   len(entry.tokens), slot, restored, len(prompt.tokens), live)
         return restored
     return live
+
+
+def _restore_read(runner: ContextStates, cache: HostPromptCache, state: SavedContext, entry: SavedContext,
+                  prompt: Prompt, slot: int) -> int:
+    """Restore a state read back from the disk tier; one the backend refuses
+    has its file deleted and the prompt is read (the slot is then empty)."""
+    from .disk_cache import OnDisk
+
+    try:
+        runner.restore_context(state, slot)
+    except ApiError as exc:
+        if cache.disk is not None and isinstance(entry, OnDisk):
+            cache.disk.drop(entry, f"refused by the backend ({exc})")
+        return 0
+    restored = runner.reusable_from(prompt, state)
+    log.debug("restored %d tokens from disk into slot %d: %d of %d prompt tokens reused",
+              len(state.tokens), slot, restored, len(prompt.tokens))
+    return restored
 
 
 def _room(runner: ContextStates, entry: SavedContext, slot: int) -> bool:

@@ -43,6 +43,10 @@ and :meth:`~missive.driver.interface.Driver.aclose` the same way for every backe
   prompts that leave a slot are kept in a host-memory prompt cache
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
   more with them than with the slot it takes; restored tokens are cache reads;
+  when the runner's states can be written out (:class:`~missive.engine.runner.PortableStates`),
+  they also go to a disk tier in the state directory (:mod:`missive.engine.disk_cache`),
+  with each slot's state when the model closes, and are found again after a
+  restart or an idle unload;
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
   models whose reasoning format has a closing text;
 * sampling fields the request leaves unset take the model's defaults
@@ -80,6 +84,8 @@ from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
 from .report import engine_choices, engine_status
+from .disk_cache import DiskPromptCache
+from .disk_tier import open_disk_tier, spill_slots
 from .host_cache import HostPromptCache, default_cache_bytes, park, restorable, swap_in
 from .host_cache import reusable as host_reusable
 from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence, SharedPool
@@ -130,6 +136,7 @@ class LocalDriver(Driver):
         tool_parser: str | None = None,
         reasoning_parser: str | None = None,
         host_cache_bytes: int | None = None,
+        disk_cache_bytes: int | None = None,
     ) -> None:
         super().__init__(model_id, entry, capabilities)
         self.runner = runner
@@ -141,6 +148,10 @@ class LocalDriver(Driver):
             HostPromptCache(host_cache_bytes) if host_cache_bytes > 0 and isinstance(runner, ContextStates) else None
         )
         self.log = logging.getLogger(f"missive.{self.name}")
+        # Their disk tier (opened once loaded: its folder depends on the
+        # runner's state key): None sizes it from the free disk, 0 turns it off.
+        self._disk_cache_bytes = disk_cache_bytes
+        self._disk: DiskPromptCache | None = None
         self._tool_parser_setting = tool_parser
         self._reasoning_setting = reasoning_parser
         self._info: ModelInfo | None = None
@@ -174,8 +185,12 @@ class LocalDriver(Driver):
         loop = asyncio.get_running_loop()
         info = await loop.run_in_executor(self._executor, self.runner.load)
         if self._host_cache is not None:
-            self.log.info("model %s: host-memory prompt cache of up to %d MiB", self.model_id,
-                          self._host_cache.max_bytes // 2**20)
+            self._disk = open_disk_tier(self.runner, self._host_cache, self._disk_cache_bytes, self.model_id)
+            tier = "" if self._disk is None else (
+                f", disk tier of up to {self._disk.max_bytes // 2**20} MiB in {self._disk.folder} "
+                f"({len(self._disk)} states found)")
+            self.log.info("model %s: host-memory prompt cache of up to %d MiB%s", self.model_id,
+                          self._host_cache.max_bytes // 2**20, tier)
         try:
             self._configure(info)
         except BaseException:
@@ -239,10 +254,29 @@ class LocalDriver(Driver):
             self.log.warning("model %s still generating at shutdown; not freed explicitly", self.model_id)
             return
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self.runner.close)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_model, info.slots)
         finally:
             self._scheduler.release_all()
             self._executor.shutdown(wait=False)
+
+    def _close_model(self, slots: int) -> None:
+        """Spill the slots' states to the disk tier, write them, free the model (model thread)."""
+        disk, self._disk = self._disk, None
+        if self._host_cache is not None:
+            self._host_cache.disk = None
+        try:
+            if disk is not None:
+                spill_slots(self.runner, disk, slots)
+                disk.close()
+        finally:
+            self.runner.close()
+
+    def prompt_cache_disk(self) -> dict[str, int]:
+        """The disk tier's counters, bytes and files (``{}`` without one)."""
+        disk = self._disk
+        if disk is None:
+            return {}
+        return {**disk.counters, "bytes": disk.nbytes, "entries": len(disk)}
 
     async def status(self) -> dict[str, Any]:
         """What :func:`~missive.engine.report.engine_status` reports."""

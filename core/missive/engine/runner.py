@@ -51,6 +51,7 @@ __all__ = [
     "ModelInfo",
     "Prompt",
     "ContextStates",
+    "PortableStates",
     "Runner",
     "SavedContext",
     "Sampling",
@@ -349,6 +350,33 @@ class ContextStates(Protocol):
 
         Raises:
             ApiError: the backend refused the state.
+        """
+
+
+@runtime_checkable
+class PortableStates(Protocol):
+    """A :class:`ContextStates` runner whose saved states can be written to
+    files and read back (the prompt cache's disk tier,
+    :mod:`missive.engine.disk_cache`). Any thread: a saved state is not
+    changed once saved."""
+
+    def state_key(self) -> str:
+        """A digest of everything a saved state's bytes depend on (the model
+        file, the backend's build, the settings that change the KV layout):
+        a state is only ever restored into a model of the same key."""
+
+    def state_bytes(self, saved: SavedContext) -> tuple[bytes, list[Any]]:
+        """``saved`` as ``(info, parts)``: a small description (what
+        :meth:`ContextStates.reusable_from` needs) and the state's buffers,
+        written one after the other."""
+
+    def state_from_bytes(self, tokens: list[int], info: bytes, payload: memoryview | None) -> SavedContext:
+        """The state :meth:`state_bytes` wrote, from ``info`` and the parts
+        read back as one writable ``payload``; with ``payload`` None, a
+        state that only plans reuse (it cannot be restored).
+
+        Raises:
+            ValueError: ``info`` or ``payload`` do not describe a state.
         """
 
 

@@ -242,7 +242,10 @@ class LoadCollector(Collector):
     counter ``missive:replica_routed_total`` per replica and reason
     (:mod:`missive.routing.policy`);
     counters ``missive:model_loads_total`` (start-up and on demand) and
-    ``missive:model_unloads_total`` by ``reason`` (``idle``, ``memory``)."""
+    ``missive:model_unloads_total`` by ``reason`` (``idle``, ``memory``);
+    the prompt cache's disk tier per model (:mod:`missive.engine.disk_cache`):
+    counters ``missive:prompt_cache_disk_{hits,misses,writes,corrupt,evictions}_total``,
+    gauges ``missive:prompt_cache_disk_bytes`` and ``_entries``."""
 
     def __init__(self, models: ModelTable, admission: Admission) -> None:
         self.models = models
@@ -300,3 +303,30 @@ class LoadCollector(Collector):
         yield waiting
         yield healthy
         yield routed
+        yield from self._disk_tier()
+
+    def _disk_tier(self) -> Iterator[Metric]:
+        """The prompt cache's disk tier of each model that has one now."""
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for name, what in _DISK_COUNTERS.items():
+            families[name] = CounterMetricFamily(f"{PREFIX}prompt_cache_disk_{name}", what, labels=[MODEL])
+        for name, what in _DISK_GAUGES.items():
+            families[name] = GaugeMetricFamily(f"{PREFIX}prompt_cache_disk_{name}", what, labels=[MODEL])
+        for model_id, driver in self.models.drivers.items():
+            for name, value in driver.prompt_cache_disk().items():
+                if name in families:
+                    families[name].add_metric([model_id], value)
+        yield from families.values()
+
+
+_DISK_COUNTERS = {
+    "hits": "Prompt states read back from the prompt cache's disk tier and restored.",
+    "misses": "Sequences for which the disk tier held no better state than the slots or RAM.",
+    "writes": "Prompt states written to the disk tier.",
+    "corrupt": "Disk-tier files dropped: bad header, another build or layout, truncated, or a wrong checksum.",
+    "evictions": "Disk-tier files deleted, least recently used first, to stay within its bytes or files.",
+}
+_DISK_GAUGES = {
+    "bytes": "Bytes of the prompt cache's disk-tier files.",
+    "entries": "Files in the prompt cache's disk tier.",
+}

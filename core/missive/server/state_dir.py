@@ -2,9 +2,11 @@
 
 Holds the generated thinking signing key (``thinking.key``), what drivers
 record about the machine (the llamacpp driver's trial results) and the
-message batches database (``batches.sqlite3``, :mod:`missive.batches.store`).
+message batches database (``batches.sqlite3``, :mod:`missive.batches.store`)
+and the prompt cache's disk tier (``prompt-cache/``, :mod:`missive.engine.disk_cache`).
 Deleting the first two costs a trial or a fresh key; deleting the database
-loses the stored batches and their results.
+loses the stored batches and their results; deleting the prompt cache, only
+cached prompts. One server per state directory: :func:`lock_exclusive`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_json", "state_dir", "write_json"]
+__all__ = ["lock_exclusive", "read_json", "state_dir", "write_json"]
 
 log = logging.getLogger("missive.state")
 
@@ -31,6 +33,21 @@ def state_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "missive"
+
+
+def lock_exclusive(fd: int) -> bool:
+    """An exclusive, non-blocking lock on ``fd`` (POSIX ``flock``; on a
+    platform without it, no lock is taken and True is returned); False when
+    another process holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
 
 
 def read_json(name: str) -> dict[str, Any]:

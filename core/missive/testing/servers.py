@@ -133,8 +133,10 @@ def serve_process(
     user configuration file is read), and ``XDG_STATE_HOME`` a folder of this
     test process (:func:`tests_state_home`: the servers of one test run share
     their state, the thinking key and the llama.cpp trial records, but not
-    the user's own ``~/.local/state/missive``); ``env`` adds or replaces
-    variables (``MISSIVE_STATE_DIR`` for a state of the test's own).
+    the user's own ``~/.local/state/missive``), the prompt cache's disk tier
+    is in a folder of this server only (``MISSIVE_PROMPT_CACHE_DIR``); ``env`` adds or replaces
+    variables (``MISSIVE_STATE_DIR`` for a state of the test's own, disk
+    tier included).
     ``python``: the interpreter that runs it (default: this one), e.g. that
     of a virtual environment a distribution was installed into. The server's log is in
     the error if it fails to start; it is stopped on exit (:func:`stop_process`).
@@ -152,7 +154,13 @@ def serve_process(
         # test, nor the user's state folder.
         full_env["XDG_CONFIG_HOME"] = tmp
         full_env["XDG_STATE_HOME"] = str(tests_state_home())
+        # The prompt cache's disk tier: the server's own (a state an earlier
+        # test's server saved must not serve this one), unless the test
+        # gives a state directory or the tier's folder.
+        full_env["MISSIVE_PROMPT_CACHE_DIR"] = str(Path(tmp) / "prompt-cache")
         full_env.update(env or {})
+        if "MISSIVE_STATE_DIR" in (env or {}) and "MISSIVE_PROMPT_CACHE_DIR" not in (env or {}):
+            del full_env["MISSIVE_PROMPT_CACHE_DIR"]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
         url = f"http://127.0.0.1:{port}"

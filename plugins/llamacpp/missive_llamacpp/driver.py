@@ -57,6 +57,7 @@ class LlamaCppDriver(LocalDriver):
             tool_parser=self.settings.tool_parser,
             reasoning_parser=self.settings.reasoning_parser,
             host_cache_bytes=None if self.settings.cache_ram_mib is None else self.settings.cache_ram_mib * 2**20,
+            disk_cache_bytes=None if self.settings.cache_disk_mib is None else self.settings.cache_disk_mib * 2**20,
         )
 
     # -- tools and structured output ---------------------------------------

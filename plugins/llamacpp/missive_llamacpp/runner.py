@@ -97,7 +97,8 @@ from . import checkpoints
 from .context import Layout, make_context
 from .grammar import warm_up as warm_up_grammar
 from .settings import LlamaCppSettings
-from .slots import Slot, SlotStates
+from .portable import PortableSlots
+from .slots import Slot
 from .trial import choose_extra_buffer_types, crash_point, model_params
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
@@ -149,7 +150,7 @@ class _Utf8Text:
         return ""  # a character cut off by max_tokens is dropped
 
 
-class LlamaCppRunner(SlotStates):
+class LlamaCppRunner(PortableSlots):
     """One GGUF model (see the module documentation).
 
     Args:

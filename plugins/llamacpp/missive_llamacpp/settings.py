@@ -23,6 +23,7 @@ Example::
     ctx_checkpoints = 16            # context checkpoints per slot (hybrid, recurrent, sliding-window models); 0: off
     checkpoint_interval = 4096      # tokens between checkpoints inside a long prompt
     cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
+    cache_disk_mib = 8192           # their disk tier in the state directory; default: 1/4 of the free disk, <= 8192; 0: off
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
     tool_parser = "hermes"          # tool call format; default: from the template
@@ -150,6 +151,11 @@ class LlamaCppSettings(BaseModel):
             kept there when another request takes the context, and restored
             on its next turn (:mod:`missive.engine.host_cache`). None: a
             quarter of the machine's memory, at most 8192; 0: off.
+        cache_disk_mib: MiB of disk for the same states, kept as files in
+            ``<state directory>/prompt-cache`` (``$MISSIVE_PROMPT_CACHE_DIR``)
+            and found again after a restart or an idle unload
+            (:mod:`missive.engine.disk_cache`). None: a quarter of the free
+            disk, at most 8192; 0: off (also off when ``cache_ram_mib`` is 0).
         seed: sampling seed, 0..4294967294, reused for every request so equal
             requests sample equally; None: a fresh random seed per request.
         chat_template: Jinja chat template replacing the GGUF's.
@@ -182,6 +188,7 @@ class LlamaCppSettings(BaseModel):
     ctx_checkpoints: int = Field(default=16, ge=0, le=256)
     checkpoint_interval: int = Field(default=4096, ge=64)
     cache_ram_mib: int | None = Field(default=None, ge=0)
+    cache_disk_mib: int | None = Field(default=None, ge=0)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)

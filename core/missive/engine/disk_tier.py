@@ -1,0 +1,70 @@
+"""Where a model's disk tier lives, and what goes into it when the model closes.
+
+The glue between :class:`~missive.engine.local.LocalDriver` and
+:mod:`missive.engine.disk_cache`: the tier's folder is
+``$MISSIVE_PROMPT_CACHE_DIR/<key>``, by default
+``<state directory>/prompt-cache/<key>`` (:func:`missive.server.state_dir.state_dir`),
+the key the runner's :meth:`~missive.engine.runner.PortableStates.state_key`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ..server.state_dir import state_dir
+from .disk_cache import DiskPromptCache, default_disk_bytes
+from .host_cache import MIN_SAVED_TOKENS, HostPromptCache
+from .runner import ContextStates, PortableStates, Runner
+
+__all__ = ["ENV", "open_disk_tier", "prompt_cache_root", "spill_slots"]
+
+log = logging.getLogger("missive.engine")
+
+#: The variable naming the disk tier's root folder (default: the state directory's ``prompt-cache``).
+ENV = "MISSIVE_PROMPT_CACHE_DIR"
+
+
+def prompt_cache_root() -> Path:
+    """``$MISSIVE_PROMPT_CACHE_DIR``, else ``<state directory>/prompt-cache``."""
+    explicit = os.environ.get(ENV)
+    return Path(explicit).expanduser() if explicit else state_dir() / "prompt-cache"
+
+
+def open_disk_tier(runner: Runner, cache: HostPromptCache, max_bytes: int | None,
+                   model_id: str) -> DiskPromptCache | None:
+    """The model's disk tier, attached to ``cache`` (its second tier), or
+    None: a runner whose states cannot be written, ``max_bytes`` 0, or a
+    folder another server holds or that cannot be made (a warning: the
+    server runs on without the tier)."""
+    if not isinstance(runner, PortableStates) or max_bytes == 0:
+        return None
+    root = prompt_cache_root()
+    size = default_disk_bytes(root) if max_bytes is None else max_bytes
+    if size <= 0:
+        return None
+    try:
+        disk = DiskPromptCache(root / runner.state_key(), runner.state_key(), runner, size)
+    except OSError as exc:
+        log.warning("model %s: no disk tier for the prompt cache: %s", model_id, exc)
+        return None
+    cache.disk = disk
+    return disk
+
+
+def spill_slots(runner: Runner, disk: DiskPromptCache, slots: int) -> int:
+    """Queue each slot's state (of at least :data:`~missive.engine.host_cache.MIN_SAVED_TOKENS`
+    tokens) for the disk tier, before the model closes (model thread); how many."""
+    if not isinstance(runner, ContextStates):
+        return 0
+    n = 0
+    for slot in range(slots):
+        if len(runner.context_tokens(slot)) < MIN_SAVED_TOKENS:
+            continue
+        saved = runner.save_context(slot)
+        if saved is not None:
+            disk.put(saved)
+            disk.flush()  # one state in RAM at a time, none dropped from a full queue
+            n += 1
+    return n

@@ -1,0 +1,128 @@
+"""The prompt cache's disk tier on the embedded default model, through the SDK.
+
+A long prompt is answered, the server stops (its slot's state is written to
+the state directory) and starts again on the same state directory: the same
+prompt is read from the disk tier, and answers as the first server did. A
+state file damaged in between is refused (deleted, a warning logged) and the
+prompt read again, with the usage saying so. An idle unload and the load
+after it find the state too.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from missive.testing import ServerProcess, serve_process, until
+from missive_llamacpp.plugin import default_model_path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "llamacpp" / "tests"))
+from greedy_reference import assert_same_greedy_answer  # noqa: E402  (the llamacpp tests' near-tie rule)
+
+MODEL = "smollm2-135m"
+GREEDY = {"temperature": 0.0}
+SYSTEM = "You are the archivist of a seed library. " + " ".join(
+    f"Shelf {i} holds seeds of the {kind} family, sorted by the year they were gathered."
+    for i, kind in enumerate(["bean", "squash", "tomato", "pepper", "onion", "lettuce", "carrot", "radish"] * 5)
+)
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Which shelf holds the tomato seeds?"}]
+
+
+def config(**extra: Any) -> dict[str, Any]:
+    return {"server": {"metrics_public": True},
+            "models": {MODEL: {"driver": "llamacpp", "context_window": 4096, **extra,
+                               "settings": {"model_path": str(default_model_path()), "parallel": 1}}}}
+
+
+def ask(server: ServerProcess) -> anthropic.types.Message:
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=600)
+    return client.messages.create(model=MODEL, max_tokens=16, system=SYSTEM, messages=MESSAGES, extra_body=GREEDY)
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels.get("model_name") == MODEL:
+                return float(sample.value)
+    return 0.0
+
+
+def state_files(state: Path) -> list[Path]:
+    return sorted((state / "prompt-cache").rglob("*.kv"))
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, anthropic.types.Message]]:
+    """A state directory holding the state of the first answer's prompt, and that answer."""
+    state = tmp_path_factory.mktemp("state")
+    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+        answer = ask(server)
+        assert answer.usage.cache_read_input_tokens == 0 and answer.usage.input_tokens > 500
+    assert len(state_files(state)) == 1  # written when the model closed
+    yield state, answer
+
+
+def copy_of(state: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "state"
+    shutil.copytree(state, target)
+    return target
+
+
+def test_a_restarted_server_reads_the_prompt_from_disk(first: tuple[Path, anthropic.types.Message],
+                                                      tmp_path: Path) -> None:
+    state, one = copy_of(first[0], tmp_path), first[1]
+    prompt = one.usage.input_tokens
+    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+        assert "(1 states found)" in server.log()
+        two = ask(server)
+        # The restored state's last token is decoded again for fresh logits.
+        assert two.usage.cache_read_input_tokens >= prompt - 1, two.usage
+        assert two.usage.input_tokens + two.usage.cache_read_input_tokens == prompt
+        assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 1
+        assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM, prompt,
+                                  "after a restart, read from the disk tier")
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_state_file_is_refused(first: tuple[Path, anthropic.types.Message], tmp_path: Path,
+                                         damage: str) -> None:
+    """A flipped byte in the state is found when the file is read back (the
+    reuse announced first is corrected in the final usage); a truncated
+    file when the index is read (nothing announced)."""
+    state, one = copy_of(first[0], tmp_path), first[1]
+    (path,) = state_files(state)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x5A
+    else:
+        del data[-4096:]
+    path.write_bytes(bytes(data))
+    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+        two = ask(server)
+        assert two.usage.cache_read_input_tokens == 0, two.usage  # what was truly read
+        assert two.usage.input_tokens == one.usage.input_tokens
+        assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM,
+                                  one.usage.input_tokens, "after a refused state file")
+        assert metric(server.url, "missive:prompt_cache_disk_corrupt_total") == 1
+        assert f"prompt cache: dropped {path}" in server.log()
+        assert not path.exists()
+
+
+def test_an_idle_unload_and_the_load_after_it_find_the_state(tmp_path: Path) -> None:
+    with serve_process(config(idle_unload=1.0), env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
+        one = ask(server)
+        until(lambda: metric(server.url, "missive:model_unloads_total") >= 1, "the model unloaded when idle")
+        assert len(state_files(tmp_path)) == 1
+        two = ask(server)
+        assert two.usage.cache_read_input_tokens >= one.usage.input_tokens - 1, two.usage
+        assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM,
+                                  one.usage.input_tokens, "after an idle unload")
