@@ -4,7 +4,7 @@ Example::
 
     [models.qwen]
     driver = "mlx"
-    context_window = 32768          # unset: config.json max_position_embeddings
+    context_window = 32768          # unset: what fits the free memory, up to max_position_embeddings
     [models.qwen.settings]
     model_path = "~/models/Qwen2.5-7B-Instruct-4bit"   # an MLX model folder
     prompt_cache_entries = 4        # cached prompt prefixes kept (LRU); 0: none
