@@ -61,10 +61,10 @@ def main() -> None:
         model, tokenizer = mlx_lm.load(str(convert_gguf(gguf, Path(tmp))))
     text = " ".join(f"word{i % 97} item{i // 97}" for i in range(args.prompt_tokens))
     tokens = tokenizer.encode(text)[: args.prompt_tokens]
-    print(f"prompt: {len(tokens)} tokens")
+    print(f"prompt: {len(tokens)} tokens", flush=True)
     _, plain, plain_peak = read_prompt(model, tokens)
     _, q8, q8_peak = read_prompt(model, tokens, kv_bits=8, kv_group_size=64, quantized_kv_start=0)
-    print(f"KV cache, model dtype: {plain / MIB:.1f} MiB (peak {plain_peak / MIB:.0f} MiB)")
+    print(f"KV cache, model dtype: {plain / MIB:.1f} MiB (peak {plain_peak / MIB:.0f} MiB)", flush=True)
     print(f"KV cache, kv_bits 8:   {q8 / MIB:.1f} MiB (peak {q8_peak / MIB:.0f} MiB); 8-bit / dtype: {q8 / plain:.3f}")
     times: dict[int, list[float]] = {512: [], 2048: []}
     for _ in range(args.repeats):

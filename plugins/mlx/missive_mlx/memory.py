@@ -133,9 +133,16 @@ def _host_memory() -> tuple[int, int]:
                 fields[key] = int(number[0]) * 1024
     except OSError:
         pass
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-    total = fields.get("MemTotal") or page * os.sysconf("SC_PHYS_PAGES")
-    available = fields.get("MemAvailable") or page * os.sysconf("SC_AVPHYS_PAGES")
+    total, available = fields.get("MemTotal", 0), fields.get("MemAvailable", 0)
+    if not total or not available:  # no /proc: the page counts (SC_AVPHYS_PAGES is Linux's; else half the RAM)
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            total = 8 * 1024**3
+        try:
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            available = total // 2
     try:  # a container's cgroup v2 limit bounds what this process may still take
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         if limit != "max":

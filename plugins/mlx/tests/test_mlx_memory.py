@@ -177,3 +177,12 @@ def test_checkpoints_are_evicted_only_by_checkpoints() -> None:
     s.put([7, 7], ["c2"], checkpoint=True)
     s.put([8, 8], ["c3"], checkpoint=True)  # a third checkpoint: the least recent one goes
     assert s.reusable([1, 2, 3, 4]) == 0 and s.reusable([8, 8, 1]) == 2 and len(s) == 4
+
+
+def test_host_memory_is_read() -> None:
+    from missive_mlx.memory import _host_memory, free_memory
+
+    total, available = _host_memory()
+    assert 0 < available <= total
+    budget = free_memory()
+    assert budget.nbytes <= available and "margin" in budget.where
