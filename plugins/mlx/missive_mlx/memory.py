@@ -282,7 +282,7 @@ def probe(model_id: str, model: Any, kv_bits: int | None, kv_group_size: int) ->
     if kv_bits is None:
         return costs, None
     try:
-        maybe_quantize_kv_cache(cache, quantized_kv_start=0, kv_group_size=kv_group_size, kv_bits=kv_bits)
+        maybe_quantize_kv_cache(cache, quantized_kv_start=0, kv_group_size=kv_group_size, kv_bits=kv_bits)  # type: ignore[no-untyped-call]
         mx.eval(model(token, cache=cache))
     except (NotImplementedError, ValueError) as exc:
         raise ConfigError(
