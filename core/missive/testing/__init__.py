@@ -10,7 +10,8 @@ loopback port, so tests talk to it through real clients (the official
 :func:`in_process_app` runs the same app in this process, for API tests
 that need no socket. The helpers live in modules by job (:mod:`.servers`,
 :mod:`.in_process`, :mod:`.poll`, :mod:`.processes`, :mod:`.generators`,
-:mod:`.contract`, :mod:`.driver_units`, :mod:`.templates`, :mod:`.hub`);
+:mod:`.contract`, :mod:`.driver_units`, :mod:`.templates`, :mod:`.hub`,
+:mod:`.usage`);
 every public name is importable from ``missive.testing`` itself.
 """
 
@@ -27,8 +28,10 @@ from .servers import (
     stop_process, tests_state_home,
 )
 from .templates import HARMONY_FEWSHOT, THINKING_CHATML
+from .usage import ask_counted
 
 __all__ = [
+    "ask_counted",
     "in_process_app",
     "InProcessApp",
     "sdk_http",

@@ -34,7 +34,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process
+from missive.testing import ServerProcess, ask_counted, serve_process
 
 pytest.importorskip("gguf", reason="the llamacpp plugin's test extra")
 
@@ -78,12 +78,7 @@ def sdk(server: ServerProcess) -> anthropic.Anthropic:
 
 def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 12) -> tuple[Any, int]:
     """The answer and the prompt's ``count_tokens``; usage is checked exact."""
-    message = client.messages.create(model=MODEL, max_tokens=max_tokens, system=system, messages=messages,  # type: ignore[arg-type]
-                                      extra_body=GREEDY)
-    counted = client.messages.count_tokens(model=MODEL, system=system, messages=messages).input_tokens  # type: ignore[arg-type]
-    usage = message.usage
-    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) == counted, (usage, counted)
-    return message, counted
+    return ask_counted(client, MODEL, messages, system, max_tokens, **GREEDY)
 
 
 def status(server: ServerProcess) -> dict[str, Any]:

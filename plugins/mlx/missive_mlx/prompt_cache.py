@@ -16,14 +16,23 @@ Rules (the same as mlx-lm's own server, ``mlx_lm/server.py`` +
 * an entry that is a prefix of the prompt is taken out of the store and
   extended in place (no copy); an entry that diverges from the prompt is
   copied and the copy trimmed to the common prefix (``trim_prompt_cache``), so
-  the entry still serves its own conversation. Caches that cannot be trimmed
-  (recurrent layers: ``can_trim_prompt_cache`` is False) are only reused when
-  they are a prefix of the prompt;
+  the entry still serves its own conversation;
+* caches that cannot be trimmed (recurrent layers, a sliding window that has
+  wrapped: ``can_trim_prompt_cache`` is False) are reused only when they are
+  a prefix of the prompt, as they are (nothing to cut), and are copied rather
+  than taken out (``copy.deepcopy``, as mlx-lm's ``LRUPromptCache.
+  fetch_nearest_cache`` does on every hit): the entry is the only state of
+  that prefix, and a prompt that diverges after it later (an edited last
+  turn) can start from it again. The runner adds checkpoints of such caches
+  at the end of each prompt (:meth:`missive_mlx.runner.MlxRunner._checkpoint`),
+  kept apart: up to ``capacity`` checkpoints besides ``capacity`` entries, so
+  a conversation's checkpoint is not evicted by the entries of the side
+  requests between its turns;
 * after a request its cache is stored under its tokens; entries that are a
-  prefix of it are dropped (it serves them too, by trimming); beyond
-  ``capacity`` entries the least recently used are evicted. Memory is thus at
-  most ``capacity`` caches plus the one in use, each at most the context
-  window.
+  prefix of it are dropped when it can be trimmed (it serves them too, by
+  trimming), kept otherwise; beyond ``capacity`` entries the least recently
+  used are evicted. Memory is thus at most ``capacity`` caches (twice that
+  with checkpoints) plus the one in use, each at most the context window.
 
 The store is locked: :meth:`PromptCacheStore.reusable` runs in tokenizing
 threads while the generation thread takes and puts entries.
@@ -44,10 +53,12 @@ __all__ = ["CachedPrefix", "PromptCacheStore", "common_prefix"]
 
 @dataclass
 class CachedPrefix:
-    """``tokens``: what ``cache`` (mlx-lm per-layer caches) holds, in order."""
+    """``tokens``: what ``cache`` (mlx-lm per-layer caches) holds, in order;
+    ``checkpoint``: a copy taken at the end of a prompt (evicted among its kind)."""
 
     tokens: list[int]
     cache: list[Any]
+    checkpoint: bool = False
 
 
 class PromptCacheStore:
@@ -108,17 +119,20 @@ class PromptCacheStore:
             if index < 0:
                 return fresh(), 0
             entry = self._entries[index]
-            if n == len(entry.tokens):
+            if n == len(entry.tokens) and self._can_trim(entry.cache):
                 del self._entries[index]  # extended in place, stored again afterwards
                 return entry.cache, n
             self._entries.append(self._entries.pop(index))  # used: most recent
             cache = copy.deepcopy(entry.cache)
+        if n == len(entry.tokens):
+            return cache, n  # an untrimmable prefix: the copy is extended, the entry kept
         if self._trim(cache, len(entry.tokens) - n) != len(entry.tokens) - n:
             return fresh(), 0
         return cache, n
 
-    def put(self, tokens: list[int], cache: list[Any]) -> None:
-        """Store ``cache`` (holding exactly ``tokens``) as the most recent entry."""
+    def put(self, tokens: list[int], cache: list[Any], *, checkpoint: bool = False) -> None:
+        """Store ``cache`` (holding exactly ``tokens``) as the most recent
+        entry, or checkpoint (evicted only by checkpoints)."""
         if self.capacity == 0 or not tokens:
             return
         trimmable = self._can_trim(cache)
@@ -131,8 +145,10 @@ class PromptCacheStore:
                     or (trimmable and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens)
                 )
             ]
-            kept.append(CachedPrefix(list(tokens), cache))
-            self._entries = kept[-self.capacity :]
+            kept.append(CachedPrefix(list(tokens), cache, checkpoint))
+            same = [e for e in kept if e.checkpoint == checkpoint]
+            evicted = {id(e) for e in same[: max(0, len(same) - self.capacity)]}  # least recent of its kind
+            self._entries = [e for e in kept if id(e) not in evicted]
 
     def clear(self) -> None:
         with self._lock:

@@ -7,9 +7,13 @@ sampling, cache copies) runs in the model's thread: mlx-lm's
 
 * **load**: ``mlx_lm.load`` of a folder holding ``config.json`` (checked
   first: ``mlx_lm.load`` would take a missing path for a hub repository and
-  try to download it); the context is the entry's ``context_window``, else
-  ``max_position_embeddings``; the chat template is ``settings.chat_template``
-  or the tokenizer's (``tokenizer_config.json`` / ``chat_template.jinja``);
+  try to download it); one token through a fresh cache measures what a
+  token costs (and, with ``kv_bits``, checks that mlx-lm can quantize it);
+  the context is the entry's ``context_window``, else the largest up to
+  ``max_position_embeddings`` that fits the free memory
+  (:mod:`missive_mlx.memory`, the arithmetic logged); the chat template is
+  ``settings.chat_template`` or the tokenizer's (``tokenizer_config.json`` /
+  ``chat_template.jinja``);
 * **tokenize**: ``tokenizer.encode(text, add_special_tokens=False)`` per
   rendered piece (the template writes the special tokens itself, as
   transformers' ``apply_chat_template(tokenize=True)``), client text with
@@ -19,7 +23,11 @@ sampling, cache copies) runs in the model's thread: mlx-lm's
 * **begin**: takes the best cached prefix and creates ``mlx_lm.generate_step``
   on the rest of the prompt, which evaluates it lazily at the first
   :meth:`MlxRunner.step`, checking the cancel flag between chunks of
-  ``prefill_step_size`` tokens;
+  ``prefill_step_size`` tokens; the KV cache settings (``kv_bits``...) are
+  ``generate_step``'s own arguments. For a model whose cache cannot always
+  be trimmed (recurrent or sliding-window layers), a copy of the cache at the
+  prompt's last token but one is kept as a checkpoint
+  (:meth:`MlxRunner._checkpoint`);
 * **step**: one token of ``generate_step``; a token in
   ``tokenizer.eos_token_ids`` (the tokenizer's EOS plus ``config.json``
   ``eos_token_id``, as mlx-lm's ``stream_generate`` stops) ends the sequence;
@@ -58,6 +66,7 @@ from missive.api import (
 )
 
 from .detokenize import IncrementalDetokenizer
+from .memory import always_trimmable, fit, free_memory, probe
 from .prompt_cache import PromptCacheStore
 from .settings import MlxSettings
 
@@ -108,6 +117,7 @@ class MlxRunner:
         self.model: Any = None
         self.tokenizer: Any = None
         self.store: PromptCacheStore | None = None
+        self.checkpoints = False  # set at load: the model's cache cannot always be trimmed
 
     # -- load and close ----------------------------------------------------
 
@@ -124,17 +134,26 @@ class MlxRunner:
                 f"model '{self.model_id}': not an MLX model folder (no config.json): {path} (settings.model_path)"
             )
         import mlx_lm
-        from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
         try:
             model, tokenizer = mlx_lm.load(str(path))
         except (ValueError, OSError, KeyError, json.JSONDecodeError) as exc:
             raise ConfigError(f"model '{self.model_id}': mlx-lm could not load {path}: {exc}") from exc
-        context = self.requested_context or _config_context(path)
-        if not context:
-            raise ConfigError(
-                f"model '{self.model_id}': config.json gives no max_position_embeddings; set context_window"
-            )
+        settings = self.settings
+        costs, quantized = probe(self.model_id, model, settings.kv_bits, settings.kv_group_size)
+        self.checkpoints = settings.prompt_cache_entries > 0 and not always_trimmable(make_prompt_cache(model))
+        sized = fit(
+            self.model_id,
+            costs,
+            free_memory(),
+            trained=_config_context(path),
+            window=self.requested_context,
+            entries=settings.prompt_cache_entries * (2 if self.checkpoints else 1),
+            quantized=quantized,
+            quantized_start=settings.quantized_kv_start,
+        )
+        context = sized.window
         template = self.settings.chat_template or _template_of(tokenizer)
         if not template:
             raise ConfigError(
@@ -144,14 +163,22 @@ class MlxRunner:
             self.settings.prompt_cache_entries, can_trim=can_trim_prompt_cache, trim=trim_prompt_cache
         )
         self.model, self.tokenizer = model, tokenizer
+        kv = "model dtype" if settings.kv_bits is None else (
+            f"{settings.kv_bits}-bit (group {settings.kv_group_size}) from {settings.quantized_kv_start} tokens"
+        )
         log.info(
-            "model %s loaded from %s: context %d, eos %s, %d cached prefixes",
+            "model %s loaded from %s: context %d, eos %s, %d cached prefixes, checkpoints %s, "
+            "KV cache %s, prefill_step_size %d",
             self.model_id,
             path,
             context,
             sorted(tokenizer.eos_token_ids),
-            self.settings.prompt_cache_entries,
+            settings.prompt_cache_entries,
+            "on" if self.checkpoints else "off",
+            kv,
+            settings.prefill_step_size,
         )
+        log.info("model %s memory: %s", self.model_id, sized.arithmetic)
         return ModelInfo(
             context_window=context,
             chat_template=template,
@@ -213,21 +240,28 @@ class MlxRunner:
         prompt = seq.prompt.tokens
         state.cache, seq.reused = self.store.take(prompt, lambda: make_prompt_cache(self.model))
         state.held = prompt[: seq.reused]
-        self._start(seq, prompt[seq.reused :], seq.max_new)
+        self._start(seq, prompt[seq.reused :], seq.max_new, checkpoint=self.checkpoints)
         if seq.max_new == 0:
             assert state.gen is not None
             next(state.gen, None)  # evaluate the prompt only (cache warm-up)
             state.held, state.pending = list(prompt), []
 
-    def _start(self, seq: Sequence, tokens: list[int], max_tokens: int) -> None:
+    def _start(self, seq: Sequence, tokens: list[int], max_tokens: int, checkpoint: bool = False) -> None:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
 
         state: _State = seq.state
+        settings = self.settings
 
-        def check_cancelled(*_: int) -> None:
+        def check_cancelled(processed: int, total: int) -> None:
             if seq.cancelled():
                 raise Cancelled
+            # generate_step calls this after each evaluated chunk of all but the
+            # prompt's last token, and first with 0: at total - 1 the cache holds
+            # everything but the last token (evaluated with the first sample).
+            # At 0 nothing was evaluated: the cache holds an entry's tokens (kept).
+            if checkpoint and 0 < processed == total - 1:
+                self._checkpoint(state.cache, state.held + state.pending[:processed])
 
         state.pending = list(tokens)
         state.gen = generate_step(
@@ -236,7 +270,10 @@ class MlxRunner:
             max_tokens=max_tokens,
             sampler=state.sampler,
             prompt_cache=state.cache,
-            prefill_step_size=self.settings.prefill_step_size,
+            prefill_step_size=settings.prefill_step_size,
+            kv_bits=settings.kv_bits,
+            kv_group_size=settings.kv_group_size,
+            quantized_kv_start=settings.quantized_kv_start,
             prompt_progress_callback=check_cancelled,
         )
 
@@ -277,11 +314,32 @@ class MlxRunner:
         if state.cache is not None and ok:
             self._keep(state.cache, state.held)
 
+    def _checkpoint(self, cache: list[Any] | None, held: list[int]) -> None:
+        """Keep a copy of ``cache`` (holding ``held``) as an entry of its own.
+
+        For caches that cannot be cut back, the entry kept after a request
+        (prompt and answer) serves only prompts it is a prefix of; a copy
+        taken at the end of the prompt also serves the same prompt sent again
+        (a retry, a regenerated answer) and a next turn that renders the
+        answer differently (thinking dropped by the template, a tool call
+        re-rendered). mlx-lm's own server keeps such copies (its
+        ``LRUPromptCache`` entries at the ends of the system prompt and the
+        prompt, ``copy.deepcopy`` on every fetch): a copy of every layer's
+        arrays, in memory and time the size of the cache.
+        """
+        import copy
+
+        assert self.store is not None
+        if cache is None or not held:
+            return
+        self.store.put(held, copy.deepcopy(cache), checkpoint=True)
+
     def _keep(self, cache: list[Any], held: list[int]) -> None:
         import mlx.core as mx
 
         assert self.store is not None
-        offset = getattr(cache[0], "offset", len(held)) if cache else 0
+        # A recurrent layer's ArraysCache has no offset: read an attention layer's.
+        offset = next((c.offset for c in cache if hasattr(c, "offset")), len(held))
         if offset != len(held):  # never store a cache whose content is unknown
             log.warning("prompt cache holds %d tokens, expected %d: not kept", offset, len(held))
             return

@@ -4,13 +4,16 @@ Example::
 
     [models.qwen]
     driver = "mlx"
-    context_window = 32768          # unset: config.json max_position_embeddings
+    context_window = 32768          # unset: what fits the free memory, up to max_position_embeddings
     [models.qwen.settings]
     model_path = "~/models/Qwen2.5-7B-Instruct-4bit"   # an MLX model folder
     prompt_cache_entries = 4        # cached prompt prefixes kept (LRU); 0: none
     seed = 42                       # fixed sampling seed (default: random)
     chat_template = "..."           # Jinja override of the tokenizer's chat template
     prefill_step_size = 512         # prompt tokens per forward pass
+    kv_bits = 8                     # quantized KV cache (mlx-lm's QuantizedKVCache)
+    kv_group_size = 64
+    quantized_kv_start = 0          # tokens before the cache is quantized
 
 Unknown keys are rejected (a typo must not silently fall back to a default).
 """
@@ -18,7 +21,7 @@ Unknown keys are rejected (a typo must not silently fall back to a default).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +54,18 @@ class MlxSettings(BaseModel):
         prefill_step_size: prompt tokens evaluated per forward pass
             (mlx-lm's ``generate_step`` default is 2048); lower bounds the
             memory peak of long prompts.
+        kv_bits: quantize the KV cache to this many bits (mlx-lm's
+            ``QuantizedKVCache``, ``mx.quantize``: 2, 3, 4, 5, 6 or 8);
+            None: the model's dtype (bf16/f16). 8 bits take about half the
+            memory of bf16 keys and values (plus a scale and a bias per
+            group), 4 about a quarter; the cost is some precision of
+            attention and a quantized matmul per layer.
+        kv_group_size: elements sharing one scale and bias (32, 64 or 128;
+            mlx-lm's default 64); it must divide the model's head dimension
+            (checked at load).
+        quantized_kv_start: the cache is quantized once it holds this many
+            tokens (mlx-lm's ``maybe_quantize_kv_cache``; its default 5000):
+            short conversations keep full precision.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +77,9 @@ class MlxSettings(BaseModel):
     tool_parser: str | None = Field(default=None, min_length=1)
     reasoning_parser: str | None = Field(default=None, min_length=1)
     prefill_step_size: int = Field(default=2048, ge=1)
+    kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
+    kv_group_size: Literal[32, 64, 128] = 64
+    quantized_kv_start: int = Field(default=5000, ge=0)
 
     @property
     def path(self) -> Path:

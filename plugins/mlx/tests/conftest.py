@@ -39,3 +39,21 @@ def mlx_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def hybrid_model_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight LFM2 (convolution + attention layers: a cache that
+    cannot be trimmed) with SmolLM2's tokenizer (see :mod:`tiny_models`)."""
+    from tiny_models import build_tiny
+
+    return build_tiny("lfm2", mlx_model_dir, tmp_path_factory.mktemp("lfm2-tiny"))
+
+
+@pytest.fixture(scope="session")
+def sliding_model_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight Gemma 3 text model with a 32-token sliding window on
+    half its layers (a ``RotatingKVCache``) and SmolLM2's tokenizer."""
+    from tiny_models import build_tiny
+
+    return build_tiny("gemma3_text", mlx_model_dir, tmp_path_factory.mktemp("gemma3-tiny"))
