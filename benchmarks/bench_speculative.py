@@ -30,17 +30,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from bench_slots import missive_stream as stream  # its SSE reading: first and last text delta, usage
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import available_cpus
@@ -79,35 +78,6 @@ def edit_prompt(lines: int) -> str:
 
 def story_prompt(i: int) -> str:
     return f"Write a long story about {STORIES[i % len(STORIES)]}, with many characters and a lot of detail."
-
-
-@dataclass
-class Stream:
-    first: float | None = None
-    end: float = 0.0
-    tokens: int = 0
-
-
-def stream(client: httpx.Client, text: str, max_tokens: int, timeout: float) -> Stream:
-    body = {"model": MODEL, "max_tokens": max_tokens, "stream": True, "temperature": 0.0,
-            "messages": [{"role": "user", "content": text}]}
-    out = Stream()
-    with client.stream("POST", "/v1/messages", json=body, timeout=timeout) as resp:
-        resp.raise_for_status()
-        for line in resp.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[6:])
-            kind = event["type"]
-            if kind == "content_block_delta" and event["delta"].get("type") == "text_delta":
-                now = time.perf_counter()
-                out.first = out.first if out.first is not None else now
-                out.end = now
-            elif kind == "message_delta":
-                out.tokens = event["usage"]["output_tokens"]
-            elif kind == "error":
-                raise RuntimeError(f"error event: {event}")
-    return out
 
 
 def decode_rate(client: httpx.Client, prompts: list[str], max_tokens: int, timeout: float) -> tuple[float, int]:

@@ -56,6 +56,8 @@ def write_config(path, settings):
 EDIT = ("Here is a Python file:\n\n```python\n" + SOURCE + "```\n\n"
         "Rewrite the whole file with the function read_config renamed to load_config. "
         "Answer with the complete file only.")
+#: Pieces of SOURCE its copy is expected to hold, the stop sequence's candidates.
+COPIED = ["sorted(settings.items())", "value.strip()", "settings[name]", 'open(path, "w")']
 PROSE = "Write a long story about a dragon."
 ECHO = "Repeat this sentence exactly, and nothing else: The quick brown fox jumps over the lazy dog."
 WEATHER = {
@@ -180,9 +182,12 @@ def test_a_stop_sequence_inside_a_copied_run_cuts_there(
     client: anthropic.Anthropic, plain_answers: dict[str, anthropic.types.Message]
 ) -> None:
     wanted = text_of(plain_answers[EDIT])
-    stop = "settings[name]"  # a line of the file the answer copies
-    if stop not in wanted:
-        pytest.fail(f"the plain answer does not copy the file's line with {stop!r}: {wanted!r}")
+    # A piece of the file the answer copies, past its first line (drafts are
+    # accepted by then).
+    copied = [piece for piece in COPIED if piece in wanted[20:]]
+    if not copied:
+        pytest.fail(f"the plain answer copies none of {COPIED}: {wanted!r}")
+    stop = copied[0]
     p = params("spec", EDIT, stop_sequences=[stop])
     got = client.messages.create(**p)
     plain = client.messages.create(**params("plain", EDIT, stop_sequences=[stop]))
