@@ -33,6 +33,7 @@ from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import parse_settings
 from missive_llamacpp.trial import choose_extra_buffer_types, model_params
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 TOPICS = ["a lighthouse", "a lost key", "the first snow", "a talking cat", "an old map", "a night train",
           "a clockmaker", "the moon garden", "a paper boat", "a quiet village"]
@@ -121,6 +122,8 @@ def main() -> None:
     print(f"{'TTFT ms':22}{med(direct, 0) * 1000:12.1f}{med(missive, 0) * 1000:12.1f}")
     print(f"{'output tokens':22}{med(direct, 2):12.0f}{med(missive, 2):12.0f}")
     print(f"tokens/s ratio (missive/direct): {med(missive, 1) / med(direct, 1):.3f}  (target >= 0.95)")
+    record("bench_llamacpp", "single-stream decode tokens/s, missive / llama-cpp-python direct",
+           med(missive, 1) / med(direct, 1), ">= 0.95")
     print(f"TTFT added by missive: {(med(missive, 0) - med(direct, 0)) * 1000:+.1f} ms  (target < 10 ms)")
 
 

@@ -40,6 +40,7 @@ import httpx
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 MODEL = "smollm2-135m"
 QUESTIONS = ["How often should I water a cactus?", "And a fern?", "What about orchids?", "And basil on a windowsill?",
@@ -127,6 +128,8 @@ def main() -> None:
         print(f"{name:24}{medians[name]:24.2f} s  {reads:>32}")
     print(f"\nratio interleaved / alone:           {medians['interleaved'] / medians['alone']:.2f} (target <= 1.3)")
     print(f"ratio interleaved, no cache / alone: {medians['interleaved, no cache'] / medians['alone']:.2f}")
+    record("bench_prompt_cache", f"{args.model}: later-turn TTFT interleaved / alone",
+           medians["interleaved"] / medians["alone"], "<= 1.3")
 
 
 if __name__ == "__main__":

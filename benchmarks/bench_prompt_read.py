@@ -39,6 +39,7 @@ import httpx
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import available_cpus
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 #: Gemma 3's chat format (the GGUF of the test extra has none).
 GEMMA3_TEMPLATE = (
@@ -153,10 +154,13 @@ def main() -> None:
         print(f"  {label:28} {value:8.1f} tokens/s{server_own}")
     on, off = median["missive flash_attn=on"], median["missive flash_attn=off"]
     print(f"  Missive flash_attn on / off: {on / off:.2f}")
+    record("bench_prompt_read", f"{args.model}: prompt read, missive flash_attn on / off", on / off)
     for flash in ("on", "off"):
         if f"llama-server -fa {flash}" in median:
-            print(f"  Missive / llama-server, flash attention {flash}: "
-                  f"{median[f'missive flash_attn={flash}'] / median[f'llama-server -fa {flash}']:.2f} (target >= 1.0)")
+            ratio = median[f"missive flash_attn={flash}"] / median[f"llama-server -fa {flash}"]
+            print(f"  Missive / llama-server, flash attention {flash}: {ratio:.2f} (target >= 1.0)")
+            record("bench_prompt_read", f"{args.model}: prompt read ~{args.prompt_tokens} tokens, "
+                   f"missive / llama-server, flash attention {flash}", ratio, ">= 1.0")
 
 
 if __name__ == "__main__":
