@@ -43,6 +43,7 @@ from bench_slots import missive_stream as stream  # its SSE reading: first and l
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import available_cpus
+from ratios import record  # benchmarks/ratios.py, beside this file: run_engine.py gathers the ratios
 
 MODEL = "smollm2-135m"
 STORIES = ["a dragon who collects old clocks", "a lighthouse keeper and a storm", "a cat who learns to sail",
@@ -159,6 +160,8 @@ def main() -> None:
         ratio = on / off
         verdict = "met" if ratio >= targets[task] else "NOT met"
         print(f"{task + ' x' + str(n):<12} {on:9.1f} {off:10.1f} {ratio:7.2f}  >= {targets[task]} {verdict}")
+        record("bench_speculative", f"{task} decode tokens/s, {n} stream(s), speculative / off", ratio,
+               f">= {targets[task]}")
 
 
 if __name__ == "__main__":
