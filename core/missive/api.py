@@ -63,6 +63,8 @@ from .engine.runner import (
     SavedContext,
     Sequence,
     SharedPool,
+    Speculative,
+    StepResult,
 )
 from .protocol.errors import (
     ApiError,
@@ -156,7 +158,8 @@ __all__ = [
     "conversation_image_tokens", "estimate_image_tokens",
     # in-process drivers
     "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
-    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "SharedPool", "common_prefix",
+    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "SharedPool", "Speculative", "StepResult",
+    "common_prefix",
     "default_cache_bytes", "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
     # remote drivers
     "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",

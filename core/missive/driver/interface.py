@@ -131,6 +131,13 @@ class Driver(abc.ABC):
         """
         return {}
 
+    def counters(self) -> dict[str, int]:
+        """Cumulative counts the driver keeps, for ``/metrics`` at scrape time
+        (default: none): ``spec_decode_draft_tokens`` and
+        ``spec_decode_accepted_tokens`` of a speculatively decoding engine.
+        Synchronous and cheap (no backend call)."""
+        return {}
+
     def choices(self) -> dict[str, Any]:
         """What the driver settled at start-up that the configuration left
         open, for the start-up log (``missive serve`` prints one line per

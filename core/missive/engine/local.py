@@ -83,9 +83,9 @@ from .batcher import Batcher
 from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
-from .report import engine_choices, engine_status
 from .disk_cache import DiskPromptCache
 from .disk_tier import open_disk_tier, spill_slots
+from .report import engine_choices, engine_status, speculation_counts
 from .host_cache import HostPromptCache, default_cache_bytes, park, restorable, swap_in
 from .host_cache import reusable as host_reusable
 from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence, SharedPool
@@ -281,6 +281,10 @@ class LocalDriver(Driver):
     async def status(self) -> dict[str, Any]:
         """What :func:`~missive.engine.report.engine_status` reports."""
         return engine_status(self.runner, self._info, self._batcher, self._host_cache)
+
+    def counters(self) -> dict[str, int]:
+        """Draft tokens verified and accepted, for a :class:`~missive.engine.runner.Speculative` runner."""
+        return speculation_counts(self.runner)
 
     def choices(self) -> dict[str, Any]:
         """What :func:`~missive.engine.report.engine_choices` reports of the loaded model."""

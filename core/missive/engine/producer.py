@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from .budget import ThinkingBudget
 from .channel import ThreadChannel
-from .runner import PENDING, Batched, Cancelled, Detokenizer, Pending, Runner, Sequence
+from .runner import PENDING, Batched, Cancelled, Detokenizer, Runner, Sequence, StepResult
 
 __all__ = ["Producer"]
 
@@ -73,6 +73,8 @@ class Producer:
         self.next_batch = self.channel.next_batch
         self.wait_closed = self.channel.wait_closed
         seq.cancelled = self.channel.cancelled
+        if budget is not None:
+            seq.draft = False  # the budget's close is appended between steps
         self._begun = False
         self._done = False
         self.waited = False  # waited for cells of a shared KV pool (counted once)
@@ -109,11 +111,14 @@ class Producer:
             return False
         return True
 
-    def accept(self, result: int | None | Pending) -> bool:
-        """Take one step's result (a token, None at the end of generation, or
-        :data:`~missive.engine.runner.PENDING`); False once the sequence ended."""
+    def accept(self, result: StepResult) -> bool:
+        """Take one step's result (a token, None at the end of generation,
+        :data:`~missive.engine.runner.PENDING`, or several of these from a
+        verified draft, handed over one by one); False once the sequence ended."""
         if result is PENDING:
             return True
+        if isinstance(result, list):
+            return all(self.accept(token) for token in result)  # stops at the first that ends it
         seq = self.seq
         if result is None:
             self.reached_eog = seq.max_new > 0

@@ -8,9 +8,9 @@ from typing import Any
 
 from .batcher import Batcher
 from .host_cache import HostPromptCache
-from .runner import ContextStates, ModelInfo, Runner
+from .runner import ContextStates, ModelInfo, Runner, Speculative
 
-__all__ = ["engine_status", "engine_choices"]
+__all__ = ["engine_status", "engine_choices", "speculation_counts"]
 
 
 def engine_status(
@@ -23,7 +23,9 @@ def engine_status(
     (``kv_pool_waits``), emptied an idle slot (``kv_pool_evictions``),
     paused a running sequence (``kv_pool_pauses``); with a host-memory
     prompt cache ``host_cache_bytes``, ``host_cache_entries``,
-    ``host_cache_max_bytes``."""
+    ``host_cache_max_bytes``; with speculative decoding
+    (:func:`speculation_counts`) ``spec_decode_draft_tokens`` and
+    ``spec_decode_accepted_tokens``."""
     out: dict[str, Any] = {"loaded": info is not None}
     if batcher is not None:
         out["slots"] = batcher.slots
@@ -37,7 +39,19 @@ def engine_status(
     if host_cache is not None:
         out.update(host_cache_bytes=host_cache.nbytes, host_cache_entries=len(host_cache),
                    host_cache_max_bytes=host_cache.max_bytes)
+    out.update(speculation_counts(runner))
     return out
+
+
+def speculation_counts(runner: Runner) -> dict[str, int]:
+    """``spec_decode_draft_tokens`` (draft tokens verified) and
+    ``spec_decode_accepted_tokens`` (those the model agreed with) of a
+    :class:`~missive.engine.runner.Speculative` runner since it was made;
+    ``{}`` for another runner."""
+    if not isinstance(runner, Speculative):
+        return {}
+    drafted, accepted = runner.draft_counts()
+    return {"spec_decode_draft_tokens": drafted, "spec_decode_accepted_tokens": accepted}
 
 
 def engine_choices(info: ModelInfo | None, template: str, tool_format: str, reasoning: str | None) -> dict[str, Any]:

@@ -57,6 +57,8 @@ __all__ = [
     "Sampling",
     "SharedPool",
     "Sequence",
+    "Speculative",
+    "StepResult",
 ]
 
 
@@ -69,6 +71,12 @@ class Pending(enum.Enum):
 #: What :meth:`Batched.step_many` gives for a sequence that sampled nothing in
 #: that step (its prompt, or tokens appended to it, are still being read).
 PENDING = Pending.PENDING
+
+#: What :meth:`Batched.step_many` gives for one sequence: the token it
+#: sampled, None at the end of generation, :data:`PENDING`, or several tokens
+#: at once (a runner that decodes speculatively verified a draft), in order,
+#: the last possibly None (the end of generation came inside the run).
+StepResult = int | None | Pending | list[int | None]
 
 
 class Cancelled(Exception):
@@ -192,6 +200,10 @@ class Sequence:
         session: the client's session id (:mod:`missive.messages.session`): among
             slots and saved states that serve the prompt equally, the
             engine prefers those of this session.
+        draft: whether a :class:`Batched` runner may give several tokens in
+            one step (speculative decoding); False when the engine may
+            :meth:`Runner.append` tokens between steps (the thinking budget),
+            whose place a verified run could not leave room for.
     """
 
     prompt: Prompt
@@ -203,6 +215,7 @@ class Sequence:
     state: Any = None
     slot: int = 0
     session: str | None = None
+    draft: bool = True
 
 
 class Detokenizer(Protocol):
@@ -414,14 +427,27 @@ class Batched(Protocol):
     (never :meth:`Runner.step`) with every running sequence, once per step.
     """
 
-    def step_many(self, seqs: list[Sequence]) -> list[int | None | Pending]:
+    def step_many(self, seqs: list[Sequence]) -> list[StepResult]:
         """One decode step for all ``seqs`` (each in its own slot): the
         prompts still being read advance by a chunk (all of them together at
-        most ``n_batch`` tokens), the others decode their last token. Returns,
-        per sequence in order, the token it sampled, None at the end of
-        generation (an end-of-generation token, or the prompt read when
-        ``max_new == 0``), or :data:`PENDING`. Model thread.
+        most ``n_batch`` tokens), the others decode their last token (and,
+        with speculative decoding, a draft after it). Returns, per sequence
+        in order, the token it sampled, None at the end of generation (an
+        end-of-generation token, or the prompt read when ``max_new == 0``),
+        :data:`PENDING`, or a list of tokens (a verified draft run, never
+        past ``max_new - len(output)`` tokens, only for ``Sequence.draft``;
+        its last item may be None). Model thread.
 
         Raises:
             ApiError: the backend failed the step (every sequence in it fails).
         """
+
+
+@runtime_checkable
+class Speculative(Protocol):
+    """A :class:`Batched` runner that decodes speculatively (drafts tokens
+    and verifies them in its step): its counters, for status and
+    ``/metrics``."""
+
+    def draft_counts(self) -> tuple[int, int]:
+        """Draft tokens verified and draft tokens accepted since load (any thread)."""

@@ -245,7 +245,10 @@ class LoadCollector(Collector):
     ``missive:model_unloads_total`` by ``reason`` (``idle``, ``memory``);
     the prompt cache's disk tier per model (:mod:`missive.engine.disk_cache`):
     counters ``missive:prompt_cache_disk_{hits,misses,writes,corrupt,evictions}_total``,
-    gauges ``missive:prompt_cache_disk_bytes`` and ``_entries``."""
+    gauges ``missive:prompt_cache_disk_bytes`` and ``_entries``;
+    counters ``missive:spec_decode_num_draft_tokens_total`` and
+    ``missive:spec_decode_num_accepted_tokens_total`` per model that decodes
+    speculatively (vLLM's names: draft tokens verified, and accepted)."""
 
     def __init__(self, models: ModelTable, admission: Admission) -> None:
         self.models = models
@@ -278,6 +281,7 @@ class LoadCollector(Collector):
     def describe(self) -> Iterator[Metric]:
         yield from self._families()
         yield from self._residency()
+        yield from self._speculation()
 
     def collect(self) -> Iterator[Metric]:
         loaded, loads, unloads = self._residency()
@@ -304,6 +308,20 @@ class LoadCollector(Collector):
         yield healthy
         yield routed
         yield from self._disk_tier()
+        yield from self._speculation()
+
+    def _speculation(self) -> Iterator[Metric]:
+        drafted = CounterMetricFamily(f"{PREFIX}spec_decode_num_draft_tokens", "Draft tokens a model verified "
+                                      "(speculative decoding).", labels=[MODEL])
+        accepted = CounterMetricFamily(f"{PREFIX}spec_decode_num_accepted_tokens", "Draft tokens the model "
+                                       "accepted (speculative decoding).", labels=[MODEL])
+        for model_id, driver in self.models.drivers.items():
+            counts = driver.counters()
+            if "spec_decode_draft_tokens" in counts:
+                drafted.add_metric([model_id], counts["spec_decode_draft_tokens"])
+                accepted.add_metric([model_id], counts.get("spec_decode_accepted_tokens", 0))
+        yield drafted
+        yield accepted
 
     def _disk_tier(self) -> Iterator[Metric]:
         """The prompt cache's disk tier of each model that has one now."""

@@ -43,6 +43,16 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   (``llama_vocab_is_eog``) ends it, neither shown nor counted (as
   ``create_completion``'s ``completion_tokens``; llama-server's
   ``n_decoded`` does count it);
+* **speculative decoding** (``settings.speculative``,
+  :mod:`missive_llamacpp.speculative`): a generating sequence's token is
+  followed in the same batch by a draft (prompt lookup over its prompt and
+  output, at most ``max_new`` left - 1 tokens, its adaptive length, the
+  batch's room), logits at each; its sampler chain samples at each position
+  and keeps the run while it matches the draft, the first differing sample
+  emitted too; the rejected positions leave the KV cache
+  (``llama_memory_seq_rm``) and the slot's tokens. The step then gives that
+  sequence a list of tokens. Only where the KV cache can be cut anywhere,
+  and never for a sequence with ``Sequence.draft`` False;
 * **detokenizer**: token bytes through an incremental UTF-8 decoder (a
   character split across tokens is emitted whole, invalid bytes become
   U+FFFD), special tokens as their text (tool call and reasoning markers); bytes of a character cut off by ``max_tokens`` are dropped, not
@@ -88,6 +98,7 @@ from missive.api import (
     Prompt,
     Sampling,
     Sequence,
+    StepResult,
     default_cache_bytes,
     gguf_names,
     model_sampling,
@@ -99,6 +110,7 @@ from .grammar import warm_up as warm_up_grammar
 from .settings import LlamaCppSettings
 from .portable import PortableSlots
 from .slots import Slot
+from .speculative import DraftLength, NgramDrafter, verify
 from .trial import choose_extra_buffer_types, crash_point, model_params
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
@@ -125,6 +137,8 @@ class _SeqState:
     pending: list[int]
     sampler: Any = None
     marks: list[int] = field(default_factory=list)  # checkpoint positions still ahead
+    drafter: NgramDrafter | None = None  # speculative decoding: its prompt and output, indexed
+    length: DraftLength | None = None
 
 
 class _Utf8Text:
@@ -178,6 +192,9 @@ class LlamaCppRunner(PortableSlots):
         self._n_batch = 0
         self._layout: Layout | None = None
         self._checkpoint_bytes = 0  # per slot
+        self._speculate = False  # settings.speculative, where the KV cache can drop a rejected draft
+        self._drafted = 0  # draft tokens verified since this runner was made (it outlives reloads)
+        self._accepted = 0
 
     # -- load and close ----------------------------------------------------
 
@@ -239,9 +256,10 @@ class LlamaCppRunner(PortableSlots):
             raise
         self.llm = llm
         assert self._layout is not None
+        self._speculate = s.speculative != "off" and self._cut == "any"
         log.info(
             "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, "
-            "bos=%r add_bos=%s, projector=%s",
+            "bos=%r add_bos=%s, projector=%s, %s",
             self.model_id,
             path,
             info.context_window,
@@ -254,9 +272,25 @@ class LlamaCppRunner(PortableSlots):
             self._bos_text,
             self._add_bos,
             s.mmproj,
+            self._describe_speculation(),
         )
         log.info("model %s memory: %s", self.model_id, self._layout.fit.arithmetic)
         return info
+
+    def _describe_speculation(self) -> str:
+        s = self.settings
+        if s.speculative == "off":
+            return "speculative=off"
+        if not self._speculate:
+            return (f"speculative=off (settings: {s.speculative}; this model's KV cache cannot drop a rejected "
+                    "draft: recurrent, hybrid or sliding-window)")
+        return (f"speculative={s.speculative} (draft {s.draft_min}..{s.draft_max}, "
+                f"n-grams {s.prompt_lookup_min}..{s.prompt_lookup_max})")
+
+    def draft_counts(self) -> tuple[int, int]:
+        """Draft tokens verified and accepted since this runner was made
+        (:class:`~missive.api.Speculative`)."""
+        return self._drafted, self._accepted
 
     def _make_slots(self, llm: Any, info: ModelInfo) -> ModelInfo:
         """Give ``llm`` the context of :mod:`missive_llamacpp.context` and
@@ -417,6 +451,21 @@ class LlamaCppRunner(PortableSlots):
         seq.state = _SeqState(pending=seq.prompt.tokens[reuse:], marks=self._marks(seq.prompt, reuse))
         if seq.max_new > 0:
             seq.state.sampler = self._sampler(seq.sampling)
+        s = self.settings
+        if self._speculate and seq.draft and seq.max_new > 1:
+            drafter = NgramDrafter(s.prompt_lookup_min, s.prompt_lookup_max)
+            drafter.extend(seq.prompt.tokens)
+            seq.state.drafter = drafter
+            seq.state.length = DraftLength(s.draft_min, s.draft_max)
+
+    def _draft_cap(self, seq: Sequence) -> int:
+        """The most tokens ``seq`` may draft in its next step: its adaptive
+        length, never past ``max_new`` (the verified run emits one more),
+        0 while it still reads its prompt or appended tokens."""
+        state: _SeqState | None = seq.state
+        if state is None or state.drafter is None or state.length is None or len(state.pending) != 1:
+            return 0
+        return max(0, min(state.length.n, seq.max_new - len(seq.output) - 1))
 
     def _marks(self, prompt: Prompt, start: int) -> list[int]:
         """Checkpoint positions of ``prompt`` read from ``start`` (none for a
@@ -444,7 +493,7 @@ class LlamaCppRunner(PortableSlots):
             slot.checkpoints = checkpoints.keep(slot.checkpoints, taken, count=self.settings.ctx_checkpoints,
                                                 nbytes=self._checkpoint_bytes)
 
-    def step_many(self, seqs: list[Sequence]) -> list[int | None | Pending]:
+    def step_many(self, seqs: list[Sequence]) -> list[StepResult]:
         """One ``llama_decode`` for all ``seqs`` (module documentation):
         first one token for each generating sequence, then prompt chunks in
         order while the batch has room (``n_batch`` tokens); an image next in
@@ -452,7 +501,7 @@ class LlamaCppRunner(PortableSlots):
         input is all decoded samples from its own logits."""
         ctx, batch, room = self._ctx.ctx, self._batch, self._n_batch
         n = 0
-        plans: list[tuple[Sequence, int, int]] = []  # (sequence, tokens added, logits index or -1)
+        plans: list[tuple[Sequence, int, int, list[int]]] = []  # (sequence, tokens added, logits index or -1, draft)
         for seq in sorted(seqs, key=lambda q: len(q.state.pending) > 1):  # stable: generating ones first
             state: _SeqState = seq.state
             slot = self._slots[seq.slot]
@@ -482,19 +531,24 @@ class LlamaCppRunner(PortableSlots):
                 n += take
                 room -= take
             index = -1
+            draft: list[int] = []
             if take and take == len(state.pending) and seq.max_new > 0:
                 index = n - 1
                 batch.logits[index] = 1
-            plans.append((seq, take, index))
+                if take == 1 and state.drafter is not None and room > 0:
+                    draft = state.drafter.propose(min(self._draft_cap(seq), room))
+                    n = self._add_draft(batch, n, draft, pos + 1, seq.slot)
+                    room -= len(draft)
+            plans.append((seq, take, index, draft))
         if n:
             batch.n_tokens = n
             rc = llama_cpp.llama_decode(ctx, batch)
             if rc != 0:
                 raise ApiError(f"llama.cpp could not decode a batch of {n} tokens for {len(seqs)} sequences "
                                f"(llama_decode returned {rc})")
-        results: dict[int, int | None | Pending] = {}
+        results: dict[int, StepResult] = {}
         vocab = self.llm._model.vocab
-        for seq, take, index in plans:
+        for seq, take, index, draft in plans:
             state = seq.state
             if take:
                 self._slots[seq.slot].tokens.extend(state.pending[:take])
@@ -504,14 +558,58 @@ class LlamaCppRunner(PortableSlots):
                 results[id(seq)] = PENDING
             elif seq.max_new == 0:
                 results[id(seq)] = None  # the prompt is in the cache (warm-up)
+            elif draft:
+                results[id(seq)] = self._verify(seq, index, draft)
             else:
                 token = int(llama_cpp.llama_sampler_sample(state.sampler.sampler, ctx, index))
                 if llama_cpp.llama_vocab_is_eog(vocab, token):
                     results[id(seq)] = None  # neither shown nor counted
                 else:
                     state.pending.append(token)
+                    if state.drafter is not None:
+                        state.drafter.extend([token])
                     results[id(seq)] = token
         return [results[id(seq)] for seq in seqs]
+
+    @staticmethod
+    def _add_draft(batch: Any, n: int, draft: list[int], pos: int, seq_id: int) -> int:
+        """Put ``draft`` in ``batch`` from index ``n`` at positions ``pos..``,
+        logits at each (each is verified); the batch's new length."""
+        for i, token in enumerate(draft):
+            batch.token[n + i] = token
+            batch.pos[n + i] = pos + i
+            batch.n_seq_id[n + i] = 1
+            batch.seq_id[n + i][0] = seq_id
+            batch.logits[n + i] = 1
+        return n + len(draft)
+
+    def _verify(self, seq: Sequence, index: int, draft: list[int]) -> list[int | None]:
+        """Sample at ``index`` and after each drafted token
+        (:func:`~missive_llamacpp.speculative.verify`); drop the rejected
+        positions from the KV cache and the slot; the emitted tokens."""
+        state: _SeqState = seq.state
+        assert state.drafter is not None and state.length is not None
+        ctx, chain, vocab = self._ctx.ctx, state.sampler.sampler, self.llm._model.vocab
+        emitted, accepted = verify(
+            lambda i: int(llama_cpp.llama_sampler_sample(chain, ctx, index + i)),
+            draft,
+            lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token)),
+        )
+        slot = self._slots[seq.slot]
+        slot.tokens.extend(draft)
+        keep = len(slot.tokens) - len(draft) + accepted  # the last input token and the accepted draft
+        if keep < len(slot.tokens):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, keep, -1):
+                raise ApiError(f"llama.cpp could not drop a rejected draft at position {keep}")
+            del slot.tokens[keep:]
+        self._drafted += len(draft)
+        self._accepted += accepted
+        state.length.update(len(draft), accepted)
+        tokens = [t for t in emitted if t is not None]
+        state.drafter.extend(tokens)
+        if emitted[-1] is not None:
+            state.pending.append(emitted[-1])
+        return emitted
 
     def _decode_image(self, seq: Sequence) -> None:
         """If the next position of ``seq``'s prompt starts an image, encode
@@ -535,17 +633,22 @@ class LlamaCppRunner(PortableSlots):
 
     def step(self, seq: Sequence) -> int | None:
         """:meth:`step_many` of ``seq`` alone until it samples (the engine
-        calls ``step_many``; this serves the :class:`Runner` protocol)."""
+        calls ``step_many``; this serves the :class:`Runner` protocol: one
+        token a step, so it never drafts)."""
+        if seq.state is not None:
+            seq.state.drafter = None
         while (result := self.step_many([seq])[0]) is PENDING:
             if seq.cancelled():
                 raise Cancelled
-        assert not isinstance(result, Pending)
+        assert not isinstance(result, (Pending, list))
         return result
 
     def append(self, seq: Sequence, tokens: list[int]) -> None:
         """Queue ``tokens`` after the last sampled one: the next step decodes
         them and samples after them (the thinking budget's close)."""
         seq.state.pending.extend(tokens)
+        if seq.state.drafter is not None:
+            seq.state.drafter.extend(tokens)
 
     def detokenizer(self, seq: Sequence) -> _Utf8Text:
         return _Utf8Text(self.llm)

@@ -24,6 +24,11 @@ Example::
     checkpoint_interval = 4096      # tokens between checkpoints inside a long prompt
     cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
     cache_disk_mib = 8192           # their disk tier in the state directory; default: 1/4 of the free disk, <= 8192; 0: off
+    speculative = "ngram"           # speculative decoding: "ngram" (prompt lookup, the default) or "off"
+    draft_max = 16                  # most tokens drafted a step (the length adapts per sequence)
+    draft_min = 1                   # fewest tokens a shrinking draft length goes down to
+    prompt_lookup_min = 2           # shortest n-gram looked up in the sequence's earlier tokens
+    prompt_lookup_max = 4           # longest
     seed = 42                       # fixed sampling seed (default: random per request)
     chat_template = "..."           # Jinja override of the GGUF's tokenizer.chat_template
     tool_parser = "hermes"          # tool call format; default: from the template
@@ -156,6 +161,26 @@ class LlamaCppSettings(BaseModel):
             and found again after a restart or an idle unload
             (:mod:`missive.engine.disk_cache`). None: a quarter of the free
             disk, at most 8192; 0: off (also off when ``cache_ram_mib`` is 0).
+        speculative: speculative decoding (:mod:`missive_llamacpp.speculative`):
+            ``"ngram"`` (the default) drafts tokens by prompt lookup (the
+            tokens that followed the last few tokens' most recent earlier
+            occurrence in the prompt or output: code edits and tool inputs
+            repeat text the prompt holds) and verifies them in the step's
+            one ``llama_decode``; greedy output is the same as without it,
+            sampled output keeps its distribution. ``"off"``: one token a
+            step. Only for models whose KV cache can be cut anywhere (plain
+            attention; a sliding-window model with ``swa_full``): recurrent,
+            hybrid and sliding-window models cannot drop a rejected draft,
+            and decode one token a step (the load line says which). Not for
+            a request with a thinking budget (its close is written between
+            steps).
+        draft_max: most tokens drafted for a sequence in one step (1..64;
+            llama-server's ``--draft-max``); each sequence's length adapts
+            between ``draft_min`` and this to how much of its drafts is
+            accepted.
+        draft_min: the shortest a sequence's draft length shrinks to.
+        prompt_lookup_min, prompt_lookup_max: the n-gram sizes looked up,
+            longest first (vLLM's settings of the same names).
         seed: sampling seed, 0..4294967294, reused for every request so equal
             requests sample equally; None: a fresh random seed per request.
         chat_template: Jinja chat template replacing the GGUF's.
@@ -189,6 +214,11 @@ class LlamaCppSettings(BaseModel):
     checkpoint_interval: int = Field(default=4096, ge=64)
     cache_ram_mib: int | None = Field(default=None, ge=0)
     cache_disk_mib: int | None = Field(default=None, ge=0)
+    speculative: Literal["ngram", "off"] = "ngram"
+    draft_max: int = Field(default=16, ge=1, le=64)
+    draft_min: int = Field(default=1, ge=1, le=64)
+    prompt_lookup_min: int = Field(default=2, ge=1, le=16)
+    prompt_lookup_max: int = Field(default=4, ge=1, le=16)
     seed: int | None = Field(default=None, ge=0, le=_MAX_SEED)
     chat_template: str | None = Field(default=None, min_length=1)
     tool_parser: str | None = Field(default=None, min_length=1)
@@ -225,6 +255,11 @@ class LlamaCppSettings(BaseModel):
                 f"cache_type_v = {self.cache_type_v!r} needs flash attention: set flash_attn to \"auto\" or \"on\", "
                 "or cache_type_v to \"f16\""
             )
+        if self.draft_min > self.draft_max:
+            raise ValueError(f"draft_min ({self.draft_min}) cannot exceed draft_max ({self.draft_max})")
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) cannot exceed "
+                             f"prompt_lookup_max ({self.prompt_lookup_max})")
         if self.n_ubatch > self.n_batch:
             raise ValueError(f"n_ubatch ({self.n_ubatch}) cannot exceed n_batch ({self.n_batch})")
         return self

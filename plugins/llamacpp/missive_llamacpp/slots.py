@@ -75,6 +75,10 @@ class SlotStates:
 
     def _loaded(self) -> Any: ...
 
+    def _draft_cap(self, seq: Sequence) -> int:
+        """Tokens ``seq`` may draft in its next step (the runner's speculative decoding)."""
+        return 0
+
     @property
     def _cut(self) -> Cut:
         return self._layout.cut if self._layout is not None else "any"
@@ -184,14 +188,14 @@ class SlotStates:
         return total - sum(len(s.tokens) for s in self._slots)
 
     def pool_need(self, seqs: list[Sequence]) -> int:
-        """At most ``n_batch`` tokens a step, or a whole image when one is next."""
+        """At most ``n_batch`` tokens a step (drafts included), or a whole image when one is next."""
         pending = 0
         images = 0
         for seq in seqs:
             state = seq.state
             if state is None:
                 continue
-            pending += len(state.pending)
+            pending += len(state.pending) + self._draft_cap(seq)
             media = seq.prompt.media
             span = media.span_at(len(self._slots[seq.slot].tokens)) if media is not None else None
             if span is not None:

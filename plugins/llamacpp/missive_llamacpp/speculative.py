@@ -1,0 +1,142 @@
+"""Speculative decoding's pure parts: n-gram drafting, the acceptance rule, the adaptive draft length.
+
+The runner (:meth:`~missive_llamacpp.runner.LlamaCppRunner.step_many`)
+decodes a generating sequence's last token and a draft after it in one
+``llama_decode``, then calls :func:`verify`; this module holds no llama.cpp
+state, so its rules are tested without a model.
+
+* **Drafting** (:class:`NgramDrafter`, prompt lookup): the last ``n``
+  tokens of the sequence (prompt and output), for ``n`` from
+  ``prompt_lookup_max`` down to ``prompt_lookup_min``, are looked up among
+  the earlier tokens; the tokens that followed the match are the draft.
+  The rule is vLLM's ``NgramProposer`` (``vllm/v1/spec_decode/ngram_proposer.py``:
+  the longest suffix n-gram between ``prompt_lookup_min`` and
+  ``prompt_lookup_max``, the tokens after its match, at most ``k``), with one
+  difference: vLLM scans the context for the earliest match at each step,
+  here a dictionary kept up to date token by token gives the most recent
+  one in constant time (a step must not rescan 12k tokens), which is also
+  the nearer text.
+* **Acceptance** (:func:`verify`): at each drafted position the sequence's
+  own sampler chain samples from the target model's logits; the run goes on
+  while the sampled token equals the draft, and the first one that differs
+  is emitted too (it came from the target model). This is llama.cpp's
+  ``common_sampler_sample_and_accept_n`` (``common/sampling.cpp``, used by
+  ``common/speculative.cpp`` and llama-server): for greedy sampling the
+  output is the one without speculation; for temperature > 0 each emitted
+  token is a draw of the target distribution given the emitted prefix (a
+  one-point draft is accepted with probability p(draft), and a rejected
+  position's draw is the sample itself), so sampled output keeps its
+  distribution. A grammar in the chain sees only emitted tokens.
+* **Draft length** (:class:`DraftLength`): per sequence, grows by 2 when a
+  whole draft was accepted and shrinks by 1 otherwise, between
+  ``draft_min`` and ``draft_max``: the "heuristic" schedule of Hugging Face
+  transformers' assisted generation (``num_assistant_tokens_schedule``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["DraftLength", "NgramDrafter", "verify"]
+
+
+class NgramDrafter:
+    """Prompt-lookup drafting over one sequence's tokens (module documentation).
+
+    Args:
+        min_n: the shortest suffix n-gram looked up (``prompt_lookup_min``).
+        max_n: the longest (``prompt_lookup_max``).
+    """
+
+    def __init__(self, min_n: int, max_n: int) -> None:
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= prompt_lookup_min ({min_n}) <= prompt_lookup_max ({max_n})")
+        self.min_n = min_n
+        self.max_n = max_n
+        self.tokens: list[int] = []
+        # n-gram -> the position right after its most recent occurrence that
+        # has a token after it (so a lookup never finds the suffix itself).
+        self._after: dict[tuple[int, ...], int] = {}
+
+    def extend(self, tokens: list[int]) -> None:
+        """Add ``tokens`` at the end of the sequence and index the n-grams
+        they complete (``zip`` over slices: a 12k-token prompt is indexed
+        without a Python loop per token)."""
+        seq = self.tokens
+        start = len(seq)
+        seq.extend(tokens)
+        size = len(seq)
+        index = self._after
+        for n in range(self.min_n, self.max_n + 1):
+            # The n-grams ending at first .. size - 1 now have a token after them.
+            first = max(start, n)
+            if first >= size:
+                continue
+            window = seq[first - n:size - 1]
+            index.update(zip(zip(*(window[i:] for i in range(n))), range(first, size)))
+
+    def propose(self, k: int) -> list[int]:
+        """At most ``k`` tokens that followed the most recent earlier
+        occurrence of the longest suffix n-gram found; [] when none is."""
+        seq = self.tokens
+        if k <= 0:
+            return []
+        size = len(seq)
+        for n in range(min(self.max_n, size), self.min_n - 1, -1):
+            at = self._after.get(tuple(seq[size - n:]))
+            if at is not None:
+                return seq[at:at + k]
+        return []
+
+
+class DraftLength:
+    """A sequence's draft length, adapted to how much of its drafts the
+    model accepts (module documentation).
+
+    Args:
+        low: ``draft_min``, the length it shrinks to at least.
+        high: ``draft_max``, the length it grows to at most.
+    """
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
+        self.n = min(high, max(low, 4))
+
+    def update(self, drafted: int, accepted: int) -> None:
+        """After a verified draft of ``drafted`` tokens, ``accepted`` of them kept."""
+        if drafted <= 0:
+            return
+        if accepted >= drafted:
+            self.n = min(self.high, self.n + 2)
+        else:
+            self.n = max(self.low, self.n - 1)
+
+
+def verify(sample: Callable[[int], int], draft: list[int], is_eog: Callable[[int], bool]) -> tuple[list[int | None], int]:
+    """The acceptance rule (module documentation).
+
+    Args:
+        sample: ``sample(i)`` draws the token at position ``i`` of the run
+            (0: after the last emitted token, ``i``: after ``draft[i - 1]``)
+            with the sequence's sampler chain, which then accepts it.
+        draft: the drafted tokens.
+        is_eog: whether a token ends generation.
+
+    Returns:
+        ``(emitted, accepted)``: the tokens to hand over in order, ending
+        with the first sampled token that differs from the draft (or the
+        one after a fully accepted draft), or with None where an
+        end-of-generation token was sampled; and how many draft tokens were
+        accepted.
+    """
+    emitted: list[int | None] = []
+    for i in range(len(draft) + 1):
+        token = sample(i)
+        if is_eog(token):
+            emitted.append(None)
+            return emitted, i
+        emitted.append(token)
+        if i == len(draft) or token != draft[i]:
+            return emitted, i
+    raise AssertionError("unreachable")  # pragma: no cover - the loop always returns
