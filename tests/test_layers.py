@@ -41,7 +41,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("config.schema", "context.capabilities"): "a model's capability overrides are checked against the known keys",
     ("config.schema", "media.addresses"): "media.fetch_allow is parsed when the config loads",
     ("kernel.specs", "driver.capabilities"): "a DriverSpec carries the driver's Capabilities",
-    ("thinking.signing", "server.state_dir"): "the signing key kept across restarts in the state directory",
 }
 
 

@@ -114,7 +114,7 @@ from .kernel.specs import (
     ToolParserSpec,
     load_object,
 )
-from .server.state_dir import read_json, state_dir, write_json
+from .config.state_dir import read_json, state_dir, write_json
 from .tools.definitions import ToolChoice, ToolDefinition
 from .tools.parsers.base import (
     CallArgs,

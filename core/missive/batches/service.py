@@ -33,7 +33,7 @@ import anyio.to_thread
 
 from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, ModelNotFoundError, NotFoundError
 from ..protocol.ids import message_batch_id
-from ..server.state_dir import lock_exclusive, state_dir
+from ..config.state_dir import lock_exclusive, state_dir
 from ..protocol.validation import parse_json
 from .execute import check_params
 from .runner import BatchRunner

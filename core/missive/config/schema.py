@@ -161,7 +161,7 @@ class ThinkingConfig(_Strict):
             set it when several servers must accept each other's blocks.
         key_file: where the generated key is kept when ``signing_key`` is
             unset; default ``thinking.key`` in the state directory
-            (:func:`missive.server.state_dir.state_dir`).
+            (:func:`missive.config.state_dir.state_dir`).
     """
 
     signing_key: str | None = Field(default=None, min_length=16)
@@ -264,7 +264,7 @@ class BatchesConfig(_Strict):
         max_requests: requests per batch (the API's 100,000).
         max_body_bytes: largest create body (the API's 256 MB); larger: 413.
         database: the SQLite file (default ``batches.sqlite3`` in the state
-            directory, :func:`missive.server.state_dir.state_dir`).
+            directory, :func:`missive.config.state_dir.state_dir`).
     """
 
     enabled: StrictBool = True

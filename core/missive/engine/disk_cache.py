@@ -50,7 +50,7 @@ from typing import Any
 
 import xxhash
 
-from ..server.state_dir import lock_exclusive
+from ..config.state_dir import lock_exclusive
 from .runner import PortableStates, SavedContext
 
 __all__ = ["FORMAT", "MAX_ENTRIES", "DiskPromptCache", "OnDisk", "default_disk_bytes"]

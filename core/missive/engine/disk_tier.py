@@ -3,7 +3,7 @@
 The glue between :class:`~missive.engine.local.LocalDriver` and
 :mod:`missive.engine.disk_cache`: the tier's folder is
 ``$MISSIVE_PROMPT_CACHE_DIR/<key>``, by default
-``<state directory>/prompt-cache/<key>`` (:func:`missive.server.state_dir.state_dir`),
+``<state directory>/prompt-cache/<key>`` (:func:`missive.config.state_dir.state_dir`),
 the key the runner's :meth:`~missive.engine.runner.PortableStates.state_key`.
 """
 
@@ -13,12 +13,12 @@ import logging
 import os
 from pathlib import Path
 
-from ..server.state_dir import state_dir
+from ..config.state_dir import state_dir
 from .disk_cache import DiskPromptCache, default_disk_bytes
 from .host_cache import MIN_SAVED_TOKENS, HostPromptCache
 from .runner import ContextStates, PortableStates, Runner
 
-__all__ = ["ENV", "open_disk_tier", "prompt_cache_root", "spill_slots"]
+__all__ = ["ENV", "close_tier", "describe_tier", "open_disk_tier", "prompt_cache_root", "spill_slots", "tier_report"]
 
 log = logging.getLogger("missive.engine")
 
@@ -68,3 +68,27 @@ def spill_slots(runner: Runner, disk: DiskPromptCache, slots: int) -> int:
             disk.flush()  # one state in RAM at a time, none dropped from a full queue
             n += 1
     return n
+
+
+def close_tier(runner: Runner, cache: HostPromptCache | None, disk: DiskPromptCache | None, slots: int) -> None:
+    """Before the model closes (model thread): detach ``disk`` from ``cache``,
+    spill the slots' states to it and write everything queued."""
+    if cache is not None:
+        cache.disk = None
+    if disk is not None:
+        spill_slots(runner, disk, slots)
+        disk.close()
+
+
+def describe_tier(disk: DiskPromptCache | None) -> str:
+    """The disk tier for the model's load line ("" without one)."""
+    if disk is None:
+        return ""
+    return f", disk tier of up to {disk.max_bytes // 2**20} MiB in {disk.folder} ({len(disk)} states found)"
+
+
+def tier_report(disk: DiskPromptCache | None) -> dict[str, int]:
+    """The disk tier's counters, bytes and files, for ``/metrics`` (``{}`` without one)."""
+    if disk is None:
+        return {}
+    return {**disk.counters, "bytes": disk.nbytes, "entries": len(disk)}

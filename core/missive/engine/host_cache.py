@@ -41,7 +41,8 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ApiError
 from .runner import ContextStates, Prompt, Runner, SavedContext, SharedPool
@@ -53,6 +54,7 @@ __all__ = [
     "HostPromptCache",
     "MAX_ENTRIES",
     "MIN_SAVED_TOKENS",
+    "batcher_hooks",
     "common_prefix",
     "default_cache_bytes",
     "park",
@@ -289,3 +291,21 @@ def reusable(runner: Runner, cache: HostPromptCache | None, prompt: Prompt) -> i
     if cache is None or not isinstance(runner, ContextStates):
         return live
     return max(live, restorable(runner, cache, prompt))
+
+
+def batcher_hooks(runner: Runner, cache: HostPromptCache | None, shared_pool: bool) -> dict[str, Any]:
+    """The :class:`~missive.engine.batcher.Batcher` arguments that tie it to
+    the runner's slots and ``cache``: ``reuse`` (what a slot serves),
+    ``elsewhere`` (what ``cache`` would restore), ``pool`` (the runner, when
+    its slots share one KV pool: ``shared_pool``) and ``evict`` (an idle
+    slot emptied for room in the pool is parked in ``cache`` first)."""
+    hooks: dict[str, Any] = {}
+    if shared_pool and isinstance(runner, SharedPool):
+        hooks["pool"] = runner
+    if isinstance(runner, ContextStates):
+        hooks["reuse"] = runner.reusable_in
+        if cache is not None:
+            hooks["elsewhere"] = partial(restorable, runner, cache)
+            if "pool" in hooks:
+                hooks["evict"] = partial(park, runner, cache)  # (slot, session), in the model's thread
+    return hooks

@@ -43,12 +43,9 @@ and :meth:`~missive.driver.interface.Driver.aclose` the same way for every backe
   prompts that leave a slot are kept in a host-memory prompt cache
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
   more with them than with the slot it takes; restored tokens are cache reads;
-  when the runner's states can be written out (:class:`~missive.engine.runner.PortableStates`),
-  they also go to a disk tier in the state directory (:mod:`missive.engine.disk_cache`),
-  with each slot's state when the model closes, and are found again after a
-  restart or an idle unload;
-* ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for
-  models whose reasoning format has a closing text;
+  with :class:`~missive.engine.runner.PortableStates`, also on disk
+  (:mod:`missive.engine.disk_tier`: after a restart or an idle unload too);
+* ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for models whose reasoning closes;
 * sampling fields the request leaves unset take the model's defaults
   (``ModelInfo.sampling``, :mod:`missive.sampling`; its thinking-mode values
   when the request thinks), shown in :meth:`LocalDriver.choices`.
@@ -58,7 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -84,11 +81,11 @@ from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
 from .disk_cache import DiskPromptCache
-from .disk_tier import open_disk_tier, spill_slots
+from .disk_tier import close_tier, describe_tier, open_disk_tier, tier_report
 from .report import engine_choices, engine_status, speculation_counts
-from .host_cache import HostPromptCache, default_cache_bytes, park, restorable, swap_in
+from .host_cache import HostPromptCache, batcher_hooks, default_cache_bytes, swap_in
 from .host_cache import reusable as host_reusable
-from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence, SharedPool
+from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence
 from .scheduler import Scheduler
 
 __all__ = ["LocalDriver"]
@@ -186,11 +183,8 @@ class LocalDriver(Driver):
         info = await loop.run_in_executor(self._executor, self.runner.load)
         if self._host_cache is not None:
             self._disk = open_disk_tier(self.runner, self._host_cache, self._disk_cache_bytes, self.model_id)
-            tier = "" if self._disk is None else (
-                f", disk tier of up to {self._disk.max_bytes // 2**20} MiB in {self._disk.folder} "
-                f"({len(self._disk)} states found)")
             self.log.info("model %s: host-memory prompt cache of up to %d MiB%s", self.model_id,
-                          self._host_cache.max_bytes // 2**20, tier)
+                          self._host_cache.max_bytes // 2**20, describe_tier(self._disk))
         try:
             self._configure(info)
         except BaseException:
@@ -214,27 +208,8 @@ class LocalDriver(Driver):
             update["input_media"] = info.input_media
         self.capabilities = self.capabilities.model_copy(update=update)
         self._prompts = PromptPath(self.runner, info, self._reasoning_class)
-        runner, cache = self.runner, self._host_cache
-        reuse: Callable[[Prompt, int], int] | None = None
-        elsewhere: Callable[[Prompt], int] | None = None
-        if isinstance(runner, ContextStates):
-            states, kept = runner, cache
-            reuse = states.reusable_in
-            if kept is not None:
-
-                def elsewhere(prompt: Prompt) -> int:
-                    return restorable(states, kept, prompt)
-
-        pool = runner if info.pool_tokens and isinstance(runner, SharedPool) else None
-        evict: Callable[[int, str | None], None] | None = None
-        if pool is not None and isinstance(runner, ContextStates) and cache is not None:
-            parked, store = runner, cache
-
-            def evict(slot: int, session: str | None) -> None:  # runs in the model's thread
-                park(parked, store, slot, session)
-
-        self._batcher = Batcher(runner, self._executor, info.slots, reuse=reuse, elsewhere=elsewhere,
-                                pool=pool, evict=evict)
+        self._batcher = Batcher(self.runner, self._executor, info.slots,
+                                **batcher_hooks(self.runner, self._host_cache, shared_pool=info.pool_tokens > 0))
         self._scheduler = Scheduler(info.slots)
         self._info = info
 
@@ -262,21 +237,14 @@ class LocalDriver(Driver):
     def _close_model(self, slots: int) -> None:
         """Spill the slots' states to the disk tier, write them, free the model (model thread)."""
         disk, self._disk = self._disk, None
-        if self._host_cache is not None:
-            self._host_cache.disk = None
         try:
-            if disk is not None:
-                spill_slots(self.runner, disk, slots)
-                disk.close()
+            close_tier(self.runner, self._host_cache, disk, slots)
         finally:
             self.runner.close()
 
     def prompt_cache_disk(self) -> dict[str, int]:
         """The disk tier's counters, bytes and files (``{}`` without one)."""
-        disk = self._disk
-        if disk is None:
-            return {}
-        return {**disk.counters, "bytes": disk.nbytes, "entries": len(disk)}
+        return tier_report(self._disk)
 
     async def status(self) -> dict[str, Any]:
         """What :func:`~missive.engine.report.engine_status` reports."""

@@ -34,7 +34,7 @@ import anyio.to_thread
 
 from ..batches.execute import ENDPOINT as BATCH_ENDPOINT
 from ..protocol.errors import InvalidRequestError
-from ..server.state_dir import state_dir
+from ..config.state_dir import state_dir
 
 if TYPE_CHECKING:
     from ..server.record import RequestRecord

@@ -35,7 +35,7 @@ never passes for a summary's or the other way round:
 The key comes
 from ``thinking.signing_key`` in the configuration, else from
 ``thinking.key_file`` (default ``thinking.key`` in the state directory,
-:func:`missive.server.state_dir.state_dir`: ``$MISSIVE_STATE_DIR``, else
+:func:`missive.config.state_dir.state_dir`: ``$MISSIVE_STATE_DIR``, else
 ``$XDG_STATE_HOME/missive``, i.e. ``~/.local/state/missive``), created with 32 random bytes and
 mode 0600 on first use, so signatures stay valid across restarts. Replicas
 behind one load balancer share the key: the same ``signing_key``, or the same
@@ -54,7 +54,7 @@ import zlib
 from pathlib import Path
 
 from ..config import ConfigError
-from ..server.state_dir import state_dir
+from ..config.state_dir import state_dir
 
 __all__ = [
     "Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX", "SEALED_PREFIX", "COMPACTION_PREFIX",
@@ -74,7 +74,7 @@ MAX_SEALED_BYTES = 4 * 1024 * 1024
 
 
 def default_key_file() -> Path:
-    """``thinking.key`` in the state directory (:func:`missive.server.state_dir.state_dir`:
+    """``thinking.key`` in the state directory (:func:`missive.config.state_dir.state_dir`:
     ``$MISSIVE_STATE_DIR``, else ``$XDG_STATE_HOME/missive``, else
     ``~/.local/state/missive``)."""
     return state_dir() / "thinking.key"

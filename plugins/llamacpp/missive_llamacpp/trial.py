@@ -63,7 +63,7 @@ __all__ = [
 
 log = logging.getLogger("missive.llamacpp")
 
-#: The state file of trial outcomes (in :func:`missive.server.state_dir.state_dir`).
+#: The state file of trial outcomes (in :func:`missive.config.state_dir.state_dir`).
 RECORD_FILE = "llamacpp-trials.json"
 #: Seconds one trial child may take (loading a large model from a cold disk
 #: included) before it is taken for hung.
