@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
 
-from missive.testing import InProcessApp, in_process_app, live_server, tests_state_home
+from missive.testing import InProcessApp, in_process_app, live_server
 
 #: The echo server's thinking-signature key, so tests can sign and verify blocks.
 SIGNING_KEY = "test-signing-key-0123456789"
@@ -61,47 +59,6 @@ ECHO_CONFIG: dict[str, Any] = {
         },
     },
 }
-
-
-#: The test suite's own switches (``MISSIVE_TEST_SHOW_LOGS``,
-#: ``MISSIVE_TEST_NODE_CACHE``, ``MISSIVE_FUZZ_EXAMPLES``) and the dev
-#: scripts' ``MISSIVE_VENV``: kept, they do not configure Missive.
-SUITE_VARIABLES = ("MISSIVE_TEST_", "MISSIVE_FUZZ_", "MISSIVE_VENV")
-
-
-def _developer_settings() -> list[str]:
-    """The ``MISSIVE*`` variables of this process that configure Missive."""
-    return [name for name in os.environ
-            if name.startswith("MISSIVE") and not name.startswith(SUITE_VARIABLES)]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_developer_settings_in_session() -> Iterator[None]:
-    """The developer's own Missive settings (``MISSIVE_API_KEY``,
-    ``MISSIVE_CONFIG``, ``MISSIVE_STATE_DIR``, ``MISSIVE__SERVER__...``,
-    ``MISSIVE_PLUGINS``) reach no in-process code, session and module
-    fixtures included (servers started by :func:`missive.testing.serve_process`
-    never see them anyway), and in-process state (a thinking key, llama.cpp
-    trial records) goes to the test run's state folder, like those servers',
-    not to the user's ``~/.local/state/missive``."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in _developer_settings():
-            patch.delenv(name)
-        patch.setenv("XDG_STATE_HOME", str(tests_state_home()))
-        # In-process models' prompt-cache disk tier: per test (below); a
-        # module's or the session's model, started before, shares this one.
-        patch.setenv("MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home()))
-        yield
-
-
-@pytest.fixture(autouse=True)
-def _no_developer_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same for each test: nothing a previous test left in
-    ``os.environ`` outside ``monkeypatch`` reaches the next one."""
-    for name in _developer_settings():
-        monkeypatch.delenv(name)
-    # A model a test starts in-process finds no state an earlier test saved.
-    monkeypatch.setenv("MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home()))
 
 
 @pytest.fixture(scope="session")
