@@ -77,7 +77,10 @@ class NgramDrafter:
 
     def propose(self, k: int) -> list[int]:
         """At most ``k`` tokens that followed the most recent earlier
-        occurrence of the longest suffix n-gram found; [] when none is."""
+        occurrence of the longest suffix n-gram found; [] when none is.
+        The draft stops before an image's position: those hold a negative
+        synthetic id (:func:`missive_llamacpp.vision.image_id`), no token
+        the model could sample or decode."""
         seq = self.tokens
         if k <= 0:
             return []
@@ -85,7 +88,11 @@ class NgramDrafter:
         for n in range(min(self.max_n, size), self.min_n - 1, -1):
             at = self._after.get(tuple(seq[size - n:]))
             if at is not None:
-                return seq[at:at + k]
+                draft = seq[at:at + k]
+                for i, token in enumerate(draft):
+                    if token < 0:
+                        return draft[:i]
+                return draft
         return []
 
 

@@ -44,6 +44,16 @@ def test_no_match_below_the_shortest_ngram_and_k_bounds_the_draft() -> None:
     assert drafter([1, 2, 3, 1, 2], low=2, high=2).propose(0) == []
 
 
+def test_a_draft_stops_before_an_image_position() -> None:
+    # Image positions hold a negative synthetic id (missive_llamacpp.vision):
+    # decoding one as a token failed the whole step (llama_decode -1, a 500
+    # on Claude Code's screenshot in a tool result).
+    image = -977
+    d = drafter([7, 8, 4, image, image, 5, 7, 8])
+    assert d.propose(4) == [4]
+    assert drafter([7, 8, image, image, 7, 8]).propose(3) == []
+
+
 def test_the_index_grows_with_the_output() -> None:
     d = drafter([3, 4, 5, 6])
     assert d.propose(2) == []
