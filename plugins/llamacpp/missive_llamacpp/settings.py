@@ -24,7 +24,7 @@ Example::
     checkpoint_interval = 4096      # tokens between checkpoints inside a long prompt
     cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
     cache_disk_mib = 8192           # their disk tier in the state directory; default: 1/4 of the free disk, <= 8192; 0: off
-    speculative = "ngram"           # speculative decoding: "ngram" (prompt lookup, the default) or "off"
+    speculative = "ngram"           # speculative decoding: "ngram" (prompt lookup) or "off" (the default)
     draft_max = 16                  # most tokens drafted a step (the length adapts per sequence)
     draft_min = 1                   # fewest tokens a shrinking draft length goes down to
     prompt_lookup_min = 2           # shortest n-gram looked up in the sequence's earlier tokens
@@ -162,13 +162,16 @@ class LlamaCppSettings(BaseModel):
             (:mod:`missive.engine.disk_cache`). None: a quarter of the free
             disk, at most 8192; 0: off (also off when ``cache_ram_mib`` is 0).
         speculative: speculative decoding (:mod:`missive_llamacpp.speculative`):
-            ``"ngram"`` (the default) drafts tokens by prompt lookup (the
+            ``"ngram"`` drafts tokens by prompt lookup (the
             tokens that followed the last few tokens' most recent earlier
             occurrence in the prompt or output: code edits and tool inputs
             repeat text the prompt holds) and verifies them in the step's
             one ``llama_decode``; greedy output is the same as without it,
-            sampled output keeps its distribution. ``"off"``: one token a
-            step. Only for models whose KV cache can be cut anywhere (plain
+            sampled output keeps its distribution. ``"off"`` (the
+            default): one token a step; on the embedded SmolLM2 on 2 CPU
+            cores ``"ngram"`` measured no gain on an edit task and a loss
+            on prose (benchmarks/README.md), so it is for a model and
+            machine where ``bench_speculative.py`` shows a gain. Only for models whose KV cache can be cut anywhere (plain
             attention; a sliding-window model with ``swa_full``): recurrent,
             hybrid and sliding-window models cannot drop a rejected draft,
             and decode one token a step (the load line says which). Not for
@@ -214,7 +217,7 @@ class LlamaCppSettings(BaseModel):
     checkpoint_interval: int = Field(default=4096, ge=64)
     cache_ram_mib: int | None = Field(default=None, ge=0)
     cache_disk_mib: int | None = Field(default=None, ge=0)
-    speculative: Literal["ngram", "off"] = "ngram"
+    speculative: Literal["ngram", "off"] = "off"
     draft_max: int = Field(default=16, ge=1, le=64)
     draft_min: int = Field(default=1, ge=1, le=64)
     prompt_lookup_min: int = Field(default=2, ge=1, le=16)

@@ -74,7 +74,7 @@ def entry(**settings: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with live_server({"models": {"spec": entry(), "plain": entry(speculative="off")}}) as base:
+    with live_server({"models": {"spec": entry(speculative="ngram"), "plain": entry()}}) as base:  # off: the default
         yield base
 
 
