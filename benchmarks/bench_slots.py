@@ -243,8 +243,9 @@ def concurrent_streams(stream: Streamer, r: int, tokens: int, timeout: float, ou
 # -- the run --------------------------------------------------------------------------
 
 
-def missive_config(model_path: str, threads: int, parallel: int, context: int) -> dict[str, Any]:
-    settings = {"model_path": model_path, "n_threads": threads, "parallel": parallel}
+def missive_config(model_path: str, threads: int, parallel: int, context: int,
+                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    settings = {"model_path": model_path, "n_threads": threads, "parallel": parallel, **(extra or {})}
     return {"models": {MODEL: {"driver": "llamacpp", "context_window": context, "settings": settings}}}
 
 
@@ -263,7 +264,11 @@ def main() -> None:
                         help="slots of the measured Missive and llama-server")
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per request")
+    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a llamacpp driver setting for the Missive servers, VALUE as JSON "
+                             "(e.g. cache_disk_mib=0 for an A/B run); repeatable")
     args = parser.parse_args()
+    extra = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.setting)}
 
     path = default_model_path()
     if path is None:
@@ -272,7 +277,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"model: {path.name}, threads: {args.threads}, repeats: {args.repeats}, long answer: "
           f"{args.long_tokens} tokens, {STREAMS} streams of {args.stream_tokens} tokens, "
-          f"context per slot: {context}, load average: {load:.1f}", flush=True)
+          f"context per slot: {context}, load average: {load:.1f}"
+          + (f", settings: {extra}" if extra else ""), flush=True)
     if load >= 1.0:
         # llama.cpp's threads spin while they wait for each other: with other
         # work on the CPUs both servers slow down many-fold, unevenly
@@ -300,7 +306,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         print("starting the servers...", flush=True)
         for parallel in parallels:
-            url = stack.enter_context(live_server(missive_config(str(path), args.threads, parallel, context),
+            url = stack.enter_context(live_server(missive_config(str(path), args.threads, parallel, context, extra),
                                                   timeout=300))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=args.timeout, limits=FRESH))
             missive_clients[parallel] = client

@@ -20,6 +20,14 @@ of a stream: its output tokens (the server's usage) / (its last text delta
 ``--repeats``; the four ratios (on / off) are printed last, with each
 server's drafted and accepted tokens (``/metrics``).
 
+First, before any server runs, the cost of verifying: one ``llama_decode``
+of 1, 2, 4, ... 17 tokens with logits at each, llama-cpp-python direct
+(:func:`verification_cost`). A fully accepted draft of ``n - 1`` tokens
+emits ``n`` tokens for ``cost(n) / cost(1)`` decodes, so the best speed-up
+any draft can give on the machine is the largest ``n / (cost(n)/cost(1))``;
+it is printed and recorded beside the ratios (on a compute-bound CPU it is
+below the edit target, and no drafting rule can meet it there).
+
     .venv/bin/python benchmarks/bench_speculative.py [--quick] [--repeats 3] [--lines 150]
         [--threads N] [--parallel 4]
 
@@ -101,6 +109,63 @@ def counters(url: str) -> tuple[float, float]:
     return values[0], values[1]
 
 
+def verification_cost(path: str, threads: int, draft_max: int, runs: int = 15) -> dict[int, float]:
+    """Seconds of one ``llama_decode`` of ``n`` tokens with logits at each
+    (a sequence's last token plus ``n - 1`` drafted ones: what a verifying
+    step decodes), medians at ``n`` = 1, 2, 4, ... ``draft_max + 1``, after a
+    1,024-token context; llama-cpp-python direct, loaded as the driver's
+    start-up trial decides (extra buffer types), before any server runs.
+
+    At full acceptance a step of ``n`` tokens emits ``n``: speculation can
+    speed decode up by at most ``n / (cost(n) / cost(1))``. Where reading
+    ``n`` tokens costs ``n`` times one (compute-bound: a small model on few
+    CPU cores) no draft can pay; where it costs little more than one
+    (memory-bound: a large model, a GPU) a long accepted draft nearly
+    multiplies the rate.
+    """
+    import llama_cpp
+    from missive_llamacpp.settings import parse_settings
+    from missive_llamacpp.trial import choose_extra_buffer_types, model_params
+
+    choice = choose_extra_buffer_types(parse_settings("bench", {"model_path": path, "n_threads": threads}), path)
+    with model_params(use_extra_bufts=choice.use_extra_bufts):
+        llm = llama_cpp.Llama(model_path=path, n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=threads,
+                              n_threads_batch=threads, flash_attn=True, verbose=False)
+    ctx, base = llm._ctx.ctx, 1024
+    batch = llama_cpp.llama_batch_init(512, 0, 1)
+    memory = llama_cpp.llama_get_memory(ctx)
+    tokens = [100 + (i * 37) % 20000 for i in range(base)]
+
+    def decode(chunk: list[int], pos: int, all_logits: bool) -> None:
+        for i, token in enumerate(chunk):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1 if all_logits or i == len(chunk) - 1 else 0
+        batch.n_tokens = len(chunk)
+        assert llama_cpp.llama_decode(ctx, batch) == 0, "llama_decode failed"
+
+    try:
+        for start in range(0, base, 512):
+            decode(tokens[start:start + 512], start, False)
+        sizes, n = [], 1
+        while n <= draft_max + 1:
+            sizes.append(n)
+            n *= 2
+        costs = {}
+        for n in sizes:
+            times = []
+            for _ in range(runs):
+                started = time.perf_counter()
+                decode(tokens[:n], base, True)
+                times.append(time.perf_counter() - started)
+                llama_cpp.llama_memory_seq_rm(memory, 0, base, -1)
+            costs[n] = statistics.median(times)
+        return costs
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llm.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a 40-line file, one repeat, shorter answers")
@@ -126,6 +191,14 @@ def main() -> None:
           f"context {context}, load average {load:.1f}", flush=True)
     if load >= 1.0:
         print("warning: other work is running on the CPUs; the figures may be far off", flush=True)
+
+    costs = verification_cost(str(path), args.threads, 16)
+    print("\nverification cost: one llama_decode of n tokens, logits at each, after 1,024 tokens (median)")
+    for n, cost in costs.items():
+        print(f"  n={n:2d}: {cost * 1000:7.2f} ms = {cost / costs[1]:5.2f} x n=1; "
+              f"a fully accepted draft: {n / (cost / costs[1]):.2f} x", flush=True)
+    ceiling = max(n / (cost / costs[1]) for n, cost in costs.items())
+    print(f"best speed-up any draft can give here: {ceiling:.2f} x\n", flush=True)
 
     def config(mode: str) -> dict[str, Any]:
         settings = {"model_path": str(path), "n_threads": args.threads, "parallel": args.parallel,
@@ -162,6 +235,9 @@ def main() -> None:
         print(f"{task + ' x' + str(n):<12} {on:9.1f} {off:10.1f} {ratio:7.2f}  >= {targets[task]} {verdict}")
         record("bench_speculative", f"{task} decode tokens/s, {n} stream(s), speculative / off", ratio,
                f">= {targets[task]}")
+    print(f"best speed-up any draft can give on this machine (verification cost): {ceiling:.2f} x")
+    record("bench_speculative", "best speed-up a fully accepted draft can give here (verification cost)",
+           ceiling, "-")
 
 
 if __name__ == "__main__":

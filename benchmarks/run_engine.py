@@ -52,7 +52,8 @@ class Step:
 STEPS = (
     Step("prompt_read", "bench_prompt_read.py", ("--model", "smollm2", "--prompt-tokens", "6800", "--repeats", "3"),
          ("--model", "smollm2", "--prompt-tokens", "1500", "--repeats", "1")),
-    Step("prompt_read_gemma3", "bench_prompt_read.py", ("--model", "gemma3", "--prompt-tokens", "12500", "--repeats", "1"),
+    Step("prompt_read_gemma3", "bench_prompt_read.py",
+         ("--model", "gemma3", "--prompt-tokens", "12500", "--repeats", "1", "--flash-attn", "on"),
          ("--model", "gemma3", "--prompt-tokens", "1500", "--repeats", "1")),
     Step("speculative", "bench_speculative.py", (), ("--quick",)),
     Step("disk_cache", "bench_disk_cache.py", (), ("--prompt-tokens", "2000")),

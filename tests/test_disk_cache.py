@@ -215,3 +215,43 @@ def test_one_server_per_folder(tmp_path: Path) -> None:
         tier(tmp_path, runner)
     disk.close()
     tier(tmp_path, runner).close()  # free again
+
+
+def test_the_slots_get_the_latest_states_back_at_load(tmp_path: Path) -> None:
+    """restore_slots: the most recently used file goes into the slot (not
+    counted as a request's hit); one longer than the window stays on disk;
+    a damaged one is deleted and skipped."""
+    from missive.engine.disk_tier import restore_slots
+    from missive.engine.runner import ModelInfo
+
+    older, latest = list(MAIN), [7, *MAIN[1:]]
+    disk = tier(tmp_path, Portable([]))
+    for tokens in (older, latest):
+        state = Portable(tokens).save_context(0)
+        assert state is not None
+        disk.put(state)
+        disk.flush()
+        os.utime(files(tmp_path)[-1], (1, 1) if tokens is older else None)  # mtimes in order on any clock
+    disk.close()
+
+    def load(window: int) -> tuple[Portable, DiskPromptCache, tuple[int, int]]:
+        runner = Portable([])
+        disk = tier(tmp_path, runner)
+        return runner, disk, restore_slots(runner, disk, ModelInfo(context_window=window, chat_template=""), "m")
+
+    runner, disk, got = load(window=4096)
+    assert got == (1, len(latest)) and runner.restored == [latest]
+    assert disk.counters["hits"] == 0
+    disk.close()
+    runner, disk, got = load(window=len(MAIN) - 1)
+    assert got == (0, 0) and runner.restored == [] and len(disk) == 2
+    disk.close()
+    newest = max(files(tmp_path), key=lambda p: p.stat().st_mtime)
+    data = bytearray(newest.read_bytes())
+    data[-3] ^= 0x5A
+    newest.write_bytes(bytes(data))
+    os.utime(newest, None)
+    runner, disk, got = load(window=4096)
+    assert got == (0, 0) and runner.restored == [] and not newest.exists()
+    assert disk.counters["corrupt"] == 1
+    disk.close()

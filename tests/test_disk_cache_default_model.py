@@ -1,11 +1,13 @@
 """The prompt cache's disk tier on the embedded default model, through the SDK.
 
 A long prompt is answered, the server stops (its slot's state is written to
-the state directory) and starts again on the same state directory: the same
-prompt is read from the disk tier, and answers as the first server did. A
-state file damaged in between is refused (deleted, a warning logged) and the
-prompt read again, with the usage saying so. An idle unload and the load
-after it find the state too.
+the state directory) and starts again on the same state directory: the slot
+gets its state back at load, the same prompt is read from it, and answers as
+the first server did. A state that was not in a slot when the server stopped
+is read from the disk tier by the request that needs it. A state file
+damaged in between is refused (deleted, a warning logged) and the prompt
+read again, with the usage saying so. An idle unload and the load after it
+find the state too.
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ def config(**extra: Any) -> dict[str, Any]:
                                "settings": {"model_path": str(default_model_path()), "parallel": 1}}}}
 
 
-def ask(server: ServerProcess) -> anthropic.types.Message:
+def ask(server: ServerProcess, system: str = SYSTEM) -> anthropic.types.Message:
     client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=600)
-    return client.messages.create(model=MODEL, max_tokens=16, system=SYSTEM, messages=MESSAGES, extra_body=GREEDY)
+    return client.messages.create(model=MODEL, max_tokens=16, system=system, messages=MESSAGES, extra_body=GREEDY)
 
 
 def metric(url: str, name: str) -> float:
@@ -83,21 +85,67 @@ def test_a_restarted_server_reads_the_prompt_from_disk(first: tuple[Path, anthro
     prompt = one.usage.input_tokens
     with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
         assert "(1 states found)" in server.log()
+        assert "1 slot(s) given back their states from the disk tier" in server.log()
         two = ask(server)
         # The restored state's last token is decoded again for fresh logits.
         assert two.usage.cache_read_input_tokens >= prompt - 1, two.usage
         assert two.usage.input_tokens + two.usage.cache_read_input_tokens == prompt
-        assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 1
+        assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 0  # the slot held it: no request read disk
         assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM, prompt,
-                                  "after a restart, read from the disk tier")
+                                  "after a restart, from the slot the disk tier filled at load")
+
+
+OTHER = SYSTEM.replace("archivist", "gardener")
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, anthropic.types.Message]]:
+    """Two prompts, one slot: the first leaves the slot for the second (the
+    host cache writes it through to disk), the second is in the slot at the
+    stop. The state directory, and the first prompt's answer."""
+    state = tmp_path_factory.mktemp("state")
+    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+        one = ask(server)
+        ask(server, OTHER)
+    assert len(state_files(state)) == 2
+    yield state, one
+
+
+@pytest.mark.parametrize("damage", [False, True])
+def test_a_state_not_in_a_slot_is_read_from_disk_after_a_restart(two: tuple[Path, anthropic.types.Message],
+                                                                 tmp_path: Path, damage: bool) -> None:
+    """After a restart the slot holds the second prompt; the first is read
+    from its file by the request that asks it again. Damaged after the
+    index was read, the file is refused only then: the reuse announced in
+    ``message_start`` is corrected in the final usage, the prompt read."""
+    state, one = copy_of(two[0], tmp_path), two[1]
+    older = min(state_files(state), key=lambda p: p.stat().st_mtime)
+    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+        assert "1 slot(s) given back their states from the disk tier" in server.log()
+        if damage:
+            data = bytearray(older.read_bytes())
+            data[len(data) // 2] ^= 0x5A
+            older.write_bytes(bytes(data))
+        again = ask(server)
+        if damage:
+            # only the few tokens the slot's other prompt shares with it ("<|im_start|>system\nYou are the")
+            assert again.usage.cache_read_input_tokens < 16, again.usage
+            assert metric(server.url, "missive:prompt_cache_disk_corrupt_total") == 1
+            assert not older.exists()
+        else:
+            assert again.usage.cache_read_input_tokens >= one.usage.input_tokens - 1, again.usage
+            assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 1
+        assert again.usage.input_tokens + again.usage.cache_read_input_tokens == one.usage.input_tokens
+        assert_same_greedy_answer(again.content[0].text, one.content[0].text, MESSAGES, SYSTEM,
+                                  one.usage.input_tokens, "after a restart, from the disk tier")
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_a_damaged_state_file_is_refused(first: tuple[Path, anthropic.types.Message], tmp_path: Path,
                                          damage: str) -> None:
-    """A flipped byte in the state is found when the file is read back (the
-    reuse announced first is corrected in the final usage); a truncated
-    file when the index is read (nothing announced)."""
+    """A flipped byte in the state is found when the file is read back to
+    fill the slot at load; a truncated file when the index is read. Either
+    way the request reads the whole prompt and says so."""
     state, one = copy_of(first[0], tmp_path), first[1]
     (path,) = state_files(state)
     data = bytearray(path.read_bytes())

@@ -204,10 +204,16 @@ class DiskPromptCache:
         if not isinstance(chosen, OnDisk):
             self.counters["misses"] += 1
 
-    def load(self, entry: OnDisk) -> SavedContext | None:
+    def recent(self, n: int) -> list[OnDisk]:
+        """The ``n`` most recently used files, the latest first."""
+        with self._lock:
+            return self._entries[::-1][:n]
+
+    def load(self, entry: OnDisk, count: bool = True) -> SavedContext | None:
         """``entry``'s state read back and checked, ready to restore; None
         (the file deleted, a warning logged) when it is gone, truncated or
-        its digest is wrong. Model thread."""
+        its digest is wrong; ``count`` False: not a request's hit (the
+        slots filled at load). Model thread."""
         started = time.perf_counter()
         try:
             with open(entry.path, "rb") as f:
@@ -241,7 +247,7 @@ class DiskPromptCache:
             self._refuse(entry.path, str(exc))
             return None
         self.touch(entry)
-        self.counters["hits"] += 1
+        self.counters["hits"] += count
         log.debug("prompt cache: read back %d tokens (%d bytes) from %s in %.3f s",
                   len(saved.tokens), size, entry.path, time.perf_counter() - started)
         return saved

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from ..config.state_dir import state_dir
 from .disk_cache import DiskPromptCache, default_disk_bytes
 from .host_cache import MIN_SAVED_TOKENS, HostPromptCache
-from .runner import ContextStates, PortableStates, Runner
+from ..protocol.errors import ApiError
+from .runner import ContextStates, ModelInfo, PortableStates, Runner, SharedPool
 
-__all__ = ["ENV", "close_tier", "describe_tier", "open_disk_tier", "prompt_cache_root", "spill_slots", "tier_report"]
+__all__ = ["ENV", "close_tier", "describe_tier", "open_disk_tier", "prompt_cache_root", "restore_slots",
+           "spill_slots", "tier_report"]
 
 log = logging.getLogger("missive.engine")
 
@@ -37,7 +40,14 @@ def open_disk_tier(runner: Runner, cache: HostPromptCache, max_bytes: int | None
     """The model's disk tier, attached to ``cache`` (its second tier), or
     None: a runner whose states cannot be written, ``max_bytes`` 0, or a
     folder another server holds or that cannot be made (a warning: the
-    server runs on without the tier)."""
+    server runs on without the tier). Both tiers are logged."""
+    disk = _open(runner, cache, max_bytes, model_id)
+    log.info("model %s: host-memory prompt cache of up to %d MiB%s", model_id, cache.max_bytes // 2**20,
+             describe_tier(disk))
+    return disk
+
+
+def _open(runner: Runner, cache: HostPromptCache, max_bytes: int | None, model_id: str) -> DiskPromptCache | None:
     if not isinstance(runner, PortableStates) or max_bytes == 0:
         return None
     root = prompt_cache_root()
@@ -68,6 +78,41 @@ def spill_slots(runner: Runner, disk: DiskPromptCache, slots: int) -> int:
             disk.flush()  # one state in RAM at a time, none dropped from a full queue
             n += 1
     return n
+
+
+def restore_slots(runner: Runner, disk: DiskPromptCache, info: ModelInfo, model_id: str) -> tuple[int, int]:
+    """After the model loads (model thread): put the most recently used
+    states on disk back into the slots, the latest into slot 0, so a
+    restart or an idle unload gives back what the slots held when the model
+    closed (:func:`spill_slots` wrote them last) and the next request on
+    that conversation is an in-memory hit (logged). States longer than the
+    context window are left on disk; with a shared KV pool the states restored hold at most
+    half its cells (the batcher clears an idle slot when a request needs
+    its cells). A state that fails its check or that llama.cpp refuses is
+    skipped (and a bad file deleted). ``(states, tokens)`` restored.
+    """
+    if not isinstance(runner, ContextStates):
+        return 0, 0
+    started = time.perf_counter()
+    room = runner.pool_free() // 2 if isinstance(runner, SharedPool) else None
+    restored = tokens = 0
+    for entry in disk.recent(info.slots):
+        if len(entry.tokens) > info.context_window or (room is not None and tokens + len(entry.tokens) > room):
+            continue
+        saved = disk.load(entry, count=False)
+        if saved is None:
+            continue
+        try:
+            runner.restore_context(saved, restored)
+        except ApiError as exc:
+            disk.drop(entry, str(exc))
+            continue
+        restored += 1
+        tokens += len(saved.tokens)
+    if restored:
+        log.info("model %s: %d slot(s) given back their states from the disk tier (%d tokens) in %.2f s",
+                 model_id, restored, tokens, time.perf_counter() - started)
+    return restored, tokens
 
 
 def close_tier(runner: Runner, cache: HostPromptCache | None, disk: DiskPromptCache | None, slots: int) -> None:

@@ -43,12 +43,11 @@ and :meth:`~missive.driver.interface.Driver.aclose` the same way for every backe
   prompts that leave a slot are kept in a host-memory prompt cache
   (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
   more with them than with the slot it takes; restored tokens are cache reads;
-  with :class:`~missive.engine.runner.PortableStates`, also on disk
-  (:mod:`missive.engine.disk_tier`: after a restart or an idle unload too);
+  with :class:`~missive.engine.runner.PortableStates`, also on disk (:mod:`missive.engine.disk_tier`:
+  after a restart or an idle unload too; the slots get their states back at load);
 * ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for models whose reasoning closes;
-* sampling fields the request leaves unset take the model's defaults
-  (``ModelInfo.sampling``, :mod:`missive.sampling`; its thinking-mode values
-  when the request thinks), shown in :meth:`LocalDriver.choices`.
+* sampling fields the request leaves unset take the model's defaults (``ModelInfo.sampling``,
+  :mod:`missive.sampling`; thinking-mode values when it thinks), shown in :meth:`LocalDriver.choices`.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ from .budget import ThinkingBudget
 from .producer import Producer
 from .prompt import PromptPath
 from .disk_cache import DiskPromptCache
-from .disk_tier import close_tier, describe_tier, open_disk_tier, tier_report
+from .disk_tier import close_tier, open_disk_tier, restore_slots, tier_report
 from .report import engine_choices, engine_status, speculation_counts
 from .host_cache import HostPromptCache, batcher_hooks, default_cache_bytes, swap_in
 from .host_cache import reusable as host_reusable
@@ -183,8 +182,8 @@ class LocalDriver(Driver):
         info = await loop.run_in_executor(self._executor, self.runner.load)
         if self._host_cache is not None:
             self._disk = open_disk_tier(self.runner, self._host_cache, self._disk_cache_bytes, self.model_id)
-            self.log.info("model %s: host-memory prompt cache of up to %d MiB%s", self.model_id,
-                          self._host_cache.max_bytes // 2**20, describe_tier(self._disk))
+        if self._disk is not None:
+            await loop.run_in_executor(self._executor, restore_slots, self.runner, self._disk, info, self.model_id)
         try:
             self._configure(info)
         except BaseException:

@@ -38,6 +38,7 @@ from .logs import log_request, request_id_var
 from ..media.pipeline import MediaPipeline
 from ..messages.service import Messages
 from ..tools.server_runner import ServerToolRunner, build_search_provider
+from ..tools.warm import warm_up
 from .metrics import Metrics
 from ..models.table import ModelTable
 from .record import RequestRecord, endpoint_label
@@ -189,6 +190,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     @app.before_serving
     async def _start() -> None:
         await models.start()
+        await asyncio.to_thread(warm_up, kernel.tool_parsers)  # not in the first request's time
         await batches.start()
         await keys.start()
         if metrics.shared_dir is not None:

@@ -170,3 +170,28 @@ def make_context(
     llm._ctx = ctx
     n_ctx = int(llama_cpp.llama_n_ctx(ctx.ctx))
     return Layout(ctx, chosen, unified, n_ctx, cut, n_swa, costs, report)
+
+
+def warm_up(llm: Any, ctx: Any) -> None:
+    """An empty run before the first request, as llama.cpp's own tools make
+    (``common_init_from_params`` in ``common/common.cpp``, on unless
+    ``--no-warmup``): BOS and EOS (whichever the vocabulary has; token 0
+    without either) decoded once with ``llama_set_warmup`` on, then the
+    memory cleared and the context synchronised. The first request then pays
+    no one-time costs (the weights' pages mapped in, compute buffers and the
+    thread pool made): a hit in a restored slot after a restart answers as
+    fast as one before it.
+    """
+    model = llm.model
+    if not llama_cpp.llama_model_has_decoder(model):
+        return
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    tokens = [t for t in (llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_eos(vocab)) if t != -1] or [0]
+    array = (llama_cpp.llama_token * len(tokens))(*tokens)
+    llama_cpp.llama_set_warmup(ctx, True)
+    try:
+        llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(array, len(tokens)))
+    finally:
+        llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
+        llama_cpp.llama_synchronize(ctx)
+        llama_cpp.llama_set_warmup(ctx, False)

@@ -6,7 +6,8 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
 
 * **load**: the start-up trial in a child process (``settings.extra_buffer_types``,
   :mod:`missive_llamacpp.trial`), then ``llama_cpp.Llama`` (model, vocabulary,
-  metadata); the grammar machinery is warmed up; with
+  metadata); an empty run warms the context up (:func:`missive_llamacpp.context.warm_up`)
+  and the grammar machinery is warmed up; with
   ``settings.mmproj_path`` the vision projector is loaded
   (:mod:`missive_llamacpp.vision`);
 * **context** (:mod:`missive_llamacpp.context`): a probe measures the KV
@@ -105,7 +106,7 @@ from missive.api import (
 )
 
 from . import checkpoints
-from .context import Layout, make_context
+from .context import Layout, make_context, warm_up
 from .grammar import warm_up as warm_up_grammar
 from .settings import LlamaCppSettings
 from .portable import PortableSlots
@@ -237,6 +238,7 @@ class LlamaCppRunner(PortableSlots):
         try:
             info = self._configure(llm)
             info = self._make_slots(llm, info)
+            warm_up(llm, self._ctx.ctx)
             warm_up_grammar(llm)
             if s.mmproj is not None:
                 self.projector = load_projector(
