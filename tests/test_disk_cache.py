@@ -227,11 +227,14 @@ def test_the_slots_get_the_latest_states_back_at_load(tmp_path: Path) -> None:
     older, latest = list(MAIN), [7, *MAIN[1:]]
     disk = tier(tmp_path, Portable([]))
     for tokens in (older, latest):
+        before = set(files(tmp_path))
         state = Portable(tokens).save_context(0)
         assert state is not None
         disk.put(state)
         disk.flush()
-        os.utime(files(tmp_path)[-1], (1, 1) if tokens is older else None)  # mtimes in order on any clock
+        (new,) = set(files(tmp_path)) - before
+        if tokens is older:
+            os.utime(new, (1, 1))  # used long ago, on any clock
     disk.close()
 
     def load(window: int) -> tuple[Portable, DiskPromptCache, tuple[int, int]]:
