@@ -107,11 +107,12 @@ from missive.api import (
 
 from . import checkpoints
 from .context import Layout, make_context, warm_up
+from .step_cost import step_costs
 from .grammar import warm_up as warm_up_grammar
 from .settings import LlamaCppSettings
 from .portable import PortableSlots
 from .slots import Slot
-from .speculative import DraftLength, NgramDrafter, verify
+from .speculative import AUTO_ACCEPTANCE, AUTO_MIN_SPEEDUP, AUTO_STEP, DraftLength, NgramDrafter, auto_decision, verify
 from .trial import choose_extra_buffer_types, crash_point, model_params
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
@@ -194,6 +195,7 @@ class LlamaCppRunner(PortableSlots):
         self._layout: Layout | None = None
         self._checkpoint_bytes = 0  # per slot
         self._speculate = False  # settings.speculative, where the KV cache can drop a rejected draft
+        self._speculation = "speculative=off"  # what the load line says of it
         self._drafted = 0  # draft tokens verified since this runner was made (it outlives reloads)
         self._accepted = 0
 
@@ -258,7 +260,7 @@ class LlamaCppRunner(PortableSlots):
             raise
         self.llm = llm
         assert self._layout is not None
-        self._speculate = s.speculative != "off" and self._cut == "any"
+        self._speculate, self._speculation = self._choose_speculation(llm)
         log.info(
             "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, "
             "bos=%r add_bos=%s, projector=%s, %s",
@@ -274,20 +276,32 @@ class LlamaCppRunner(PortableSlots):
             self._bos_text,
             self._add_bos,
             s.mmproj,
-            self._describe_speculation(),
+            self._speculation,
         )
         log.info("model %s memory: %s", self.model_id, self._layout.fit.arithmetic)
         return info
 
-    def _describe_speculation(self) -> str:
+    def _choose_speculation(self, llm: Any) -> tuple[bool, str]:
+        """Whether sequences draft (``settings.speculative``; ``"auto"``
+        times a verifying step here first: :mod:`missive_llamacpp.speculative`),
+        and what the load line says of it."""
         s = self.settings
+        drafts = f"draft {s.draft_min}..{s.draft_max}, n-grams {s.prompt_lookup_min}..{s.prompt_lookup_max}"
         if s.speculative == "off":
-            return "speculative=off"
-        if not self._speculate:
-            return (f"speculative=off (settings: {s.speculative}; this model's KV cache cannot drop a rejected "
-                    "draft: recurrent, hybrid or sliding-window)")
-        return (f"speculative={s.speculative} (draft {s.draft_min}..{s.draft_max}, "
-                f"n-grams {s.prompt_lookup_min}..{s.prompt_lookup_max})")
+            return False, "speculative=off"
+        if self._cut != "any":
+            return False, (f"speculative=off (settings: {s.speculative}; this model's KV cache cannot drop a "
+                           "rejected draft: recurrent, hybrid or sliding-window)")
+        if s.speculative == "ngram":
+            return True, f"speculative=ngram ({drafts})"
+        try:
+            one, step = step_costs(self._ctx.ctx, self._batch, llm.n_vocab(), AUTO_STEP)
+        except RuntimeError as exc:
+            return False, f"speculative=auto: off (timing a verifying step failed: {exc})"
+        on, expected = auto_decision(one, step)
+        return on, (f"speculative=auto: {'ngram' if on else 'off'} (a {AUTO_STEP}-token step costs "
+                    f"{step / one:.1f}x one token, {one * 1000:.1f} ms: drafting would give ~{expected:.2f}x at "
+                    f"{AUTO_ACCEPTANCE:.0%} acceptance, on from {AUTO_MIN_SPEEDUP}x{'; ' + drafts if on else ''})")
 
     def draft_counts(self) -> tuple[int, int]:
         """Draft tokens verified and accepted since this runner was made

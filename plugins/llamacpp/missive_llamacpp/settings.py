@@ -24,7 +24,7 @@ Example::
     checkpoint_interval = 4096      # tokens between checkpoints inside a long prompt
     cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
     cache_disk_mib = 8192           # their disk tier in the state directory; default: 1/4 of the free disk, <= 8192; 0: off
-    speculative = "ngram"           # speculative decoding: "ngram" (prompt lookup) or "off" (the default)
+    speculative = "ngram"           # speculative decoding: "auto" (default: where a timed step says it pays), "ngram", "off"
     draft_max = 16                  # most tokens drafted a step (the length adapts per sequence)
     draft_min = 1                   # fewest tokens a shrinking draft length goes down to
     prompt_lookup_min = 2           # shortest n-gram looked up in the sequence's earlier tokens
@@ -167,11 +167,14 @@ class LlamaCppSettings(BaseModel):
             occurrence in the prompt or output: code edits and tool inputs
             repeat text the prompt holds) and verifies them in the step's
             one ``llama_decode``; greedy output is the same as without it,
-            sampled output keeps its distribution. ``"off"`` (the
-            default): one token a step; on the embedded SmolLM2 on 2 CPU
-            cores ``"ngram"`` measured no gain on an edit task and a loss
-            on prose (benchmarks/README.md), so it is for a model and
-            machine where ``bench_speculative.py`` shows a gain. Only for models whose KV cache can be cut anywhere (plain
+            sampled output keeps its distribution. ``"off"``: one token
+            a step. ``"auto"`` (the default): ``"ngram"`` where it can pay,
+            else ``"off"``, decided at load by timing a 9-token
+            ``llama_decode`` against a 1-token one (drafting pays where
+            decode is memory-bound: a GPU, a large model; on the embedded
+            SmolLM2 on 2 CPU cores a 9-token step costs ~7 one-token steps,
+            so it stays off there: benchmarks/README.md); the load line
+            gives the figures and the choice. Only for models whose KV cache can be cut anywhere (plain
             attention; a sliding-window model with ``swa_full``): recurrent,
             hybrid and sliding-window models cannot drop a rejected draft,
             and decode one token a step (the load line says which). Not for
@@ -217,7 +220,7 @@ class LlamaCppSettings(BaseModel):
     checkpoint_interval: int = Field(default=4096, ge=64)
     cache_ram_mib: int | None = Field(default=None, ge=0)
     cache_disk_mib: int | None = Field(default=None, ge=0)
-    speculative: Literal["ngram", "off"] = "off"
+    speculative: Literal["auto", "ngram", "off"] = "auto"
     draft_max: int = Field(default=16, ge=1, le=64)
     draft_min: int = Field(default=1, ge=1, le=64)
     prompt_lookup_min: int = Field(default=2, ge=1, le=16)

@@ -27,6 +27,21 @@ state, so its rules are tested without a model.
   one-point draft is accepted with probability p(draft), and a rejected
   position's draw is the sample itself), so sampled output keeps its
   distribution. A grammar in the chain sees only emitted tokens.
+* **"auto"** (the default, :func:`auto_decision`): drafting is on where
+  it can pay on this machine and model. At load the runner times one
+  ``llama_decode`` of 1 token and of :data:`AUTO_STEP` tokens
+  (:mod:`missive_llamacpp.step_cost`), their ratio ``r``. A step drafting
+  ``g`` tokens of which each is accepted with probability ``a`` emits
+  ``(1 - a^(g+1)) / (1 - a)`` tokens on average (Leviathan, Kalman and
+  Matias, "Fast Inference from Transformers via Speculative Decoding",
+  ICML 2023, equation 1) for ``r`` plain steps' time (their cost
+  coefficient ``c`` is ~0 for prompt lookup, and their verification is
+  assumed free: here it is measured). Drafting is on when that expected
+  speed-up, at ``g = AUTO_STEP - 1`` and ``a =`` :data:`AUTO_ACCEPTANCE`
+  (0.68 of drafted tokens were accepted on the edit task of
+  ``bench_speculative.py``), is at least :data:`AUTO_MIN_SPEEDUP`: on a
+  GPU or a memory-bound large model ``r`` is near 1 (speed-up ~3), on
+  SmolLM2 on 2 CPU cores ``r`` is ~7 (0.46: off).
 * **Draft length** (:class:`DraftLength`): per sequence, grows by 2 when a
   whole draft was accepted and shrinks by 1 otherwise, between
   ``draft_min`` and ``draft_max``: the "heuristic" schedule of Hugging Face
@@ -37,7 +52,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["DraftLength", "NgramDrafter", "verify"]
+__all__ = ["AUTO_ACCEPTANCE", "AUTO_MIN_SPEEDUP", "AUTO_STEP", "DraftLength", "NgramDrafter", "auto_decision", "verify"]
+
+#: Tokens of the step ``"auto"`` times against one token: the last token and 8 drafted ones.
+AUTO_STEP = 9
+#: The acceptance rate ``"auto"`` assumes of each drafted token.
+AUTO_ACCEPTANCE = 0.7
+#: The least expected speed-up for ``"auto"`` to draft.
+AUTO_MIN_SPEEDUP = 1.25
+
+
+def auto_decision(cost_one: float, cost_step: float, step: int = AUTO_STEP,
+                  acceptance: float = AUTO_ACCEPTANCE) -> tuple[bool, float]:
+    """Whether ``speculative = "auto"`` drafts (module documentation), given
+    the seconds of a 1-token and a ``step``-token ``llama_decode``; and the
+    expected speed-up: tokens a step emits on average,
+    ``(1 - a^step) / (1 - a)``, over the step's cost in plain steps."""
+    if cost_one <= 0 or cost_step <= 0:
+        return False, 0.0
+    emitted = (1 - acceptance**step) / (1 - acceptance)
+    expected = emitted / (cost_step / cost_one)
+    return expected >= AUTO_MIN_SPEEDUP, expected
 
 
 class NgramDrafter:

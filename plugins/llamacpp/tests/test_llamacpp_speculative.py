@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from greedy_reference import assert_same_greedy_answer
-from missive.testing import live_server
+from missive.testing import live_server, serve_process
 from missive_llamacpp.plugin import default_model_path
 
 DEADLINE = 600.0  # seconds; a hang guard only
@@ -74,7 +74,7 @@ def entry(**settings: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with live_server({"models": {"spec": entry(speculative="ngram"), "plain": entry()}}) as base:  # off: the default
+    with live_server({"models": {"spec": entry(speculative="ngram"), "plain": entry(speculative="off")}}) as base:
         yield base
 
 
@@ -230,3 +230,26 @@ def test_the_status_reports_the_counters(url: str) -> None:
     models = httpx.get(f"{url}/v1/status", timeout=30).json()
     text = str(models)
     assert "spec_decode_draft_tokens" in text and "spec_decode_accepted_tokens" in text, models
+
+
+def test_auto_times_a_verifying_step_and_says_what_it_chose() -> None:
+    """``speculative = "auto"`` (the default): the load line gives the timed
+    cost ratio, the expected speed-up and the choice, consistent with
+    :func:`~missive_llamacpp.speculative.auto_decision`; and the server
+    drafts exactly when it said so."""
+    from missive_llamacpp.speculative import AUTO_MIN_SPEEDUP
+
+    config = {"server": {"metrics_public": True}, "models": {"auto": entry()}}
+    with serve_process(config) as server:
+        line = re.search(r"speculative=auto: (ngram|off) \(a 9-token step costs ([\d.]+)x one token, ([\d.]+) ms: "
+                         r"drafting would give ~([\d.]+)x", server.log())
+        assert line, server.log()[-3000:]
+        chose, ratio, one_ms, expected = line.group(1), float(line.group(2)), float(line.group(3)), float(line.group(4))
+        assert ratio > 0 and one_ms > 0
+        assert (chose == "ngram") == (expected >= AUTO_MIN_SPEEDUP)
+        client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+        client.messages.create(**params("auto", ECHO, max_tokens=40))
+        body = httpx.get(f"{server.url}/metrics", timeout=30).text
+        match = re.search(r'^missive:spec_decode_num_draft_tokens_total\{model_name="auto"\} (\S+)$', body, re.M)
+        assert match, body[-2000:]
+        assert (float(match.group(1)) > 0) == (chose == "ngram"), (chose, match.group(1))

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from missive_llamacpp.speculative import DraftLength, NgramDrafter, verify
+from missive_llamacpp.speculative import AUTO_MIN_SPEEDUP, DraftLength, NgramDrafter, auto_decision, verify
 
 pytestmark = pytest.mark.unit
 
@@ -148,3 +148,16 @@ def test_sampled_runs_keep_the_target_distribution() -> None:
     for counts in (plain, drafted):
         chi2 = sum((counts[key] - e) ** 2 / e for key, e in expected.items())
         assert chi2 < 16.3, (counts, expected)  # p = 0.001 with 3 degrees of freedom
+
+
+def test_auto_drafts_where_a_verifying_step_costs_little_more_than_one_token() -> None:
+    """Leviathan et al.'s expected tokens a step, (1 - a^9) / (1 - a) = 3.20
+    at a = 0.7, over the measured cost ratio: a GPU-like 1.05x drafts, the
+    2-core CPU's ~7x does not, and the line falls between 2.5x and 2.6x."""
+    on, expected = auto_decision(0.010, 0.0105)
+    assert on and expected == pytest.approx(3.20 / 1.05, rel=0.01)
+    on, expected = auto_decision(0.023, 0.161)
+    assert not on and expected == pytest.approx(3.20 / 7, rel=0.01)
+    assert auto_decision(1.0, 2.5)[0] and not auto_decision(1.0, 2.6)[0]
+    assert auto_decision(1.0, 2.5)[1] >= AUTO_MIN_SPEEDUP > auto_decision(1.0, 2.6)[1]
+    assert auto_decision(0.0, 1.0) == (False, 0.0)  # a clock that read nothing decides nothing
