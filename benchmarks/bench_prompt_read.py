@@ -3,8 +3,9 @@
 One long prompt per request (``--prompt-tokens``, default: most of the
 model's window), a fresh one each time (a nonce first, so no cache serves
 any of it), ``max_tokens`` 1. Four servers run for the whole benchmark
-(idle ones take no CPU) and the requests alternate between them, so noise
-on a shared machine hits all alike; the figures are medians over
+(idle ones take no CPU) and the requests alternate between them, each
+repeat starting with the next one, so noise on a shared machine and the
+order hit all alike; the figures are medians over
 ``--repeats``:
 
 * Missive, ``flash_attn = "on"`` and ``"off"`` (one slot, ``n_batch`` /
@@ -143,8 +144,10 @@ def main() -> None:
                 readers[f"llama-server -fa {flash}"] = read
         for label, reader in readers.items():  # warm-up
             reader(text(64))
+        order = list(readers.items())
         for r in range(args.repeats):
-            for label, reader in readers.items():
+            # Each repeat starts with another server: no side always runs first after the others.
+            for label, reader in order[r % len(order):] + order[:r % len(order)]:
                 seconds, tokens = reader(text(args.prompt_tokens))
                 rates.setdefault(label, []).append(tokens / seconds)
                 print(f"repeat {r + 1}: {label}: {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.1f}/s)", flush=True)

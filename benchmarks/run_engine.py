@@ -82,12 +82,28 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, {' '.join(isa) or 'no AVX2'}, {memory:.0f} GiB RAM"
 
 
+def settle(limit: float) -> None:
+    """Wait (at most ``limit`` seconds) for the 1-minute load average to fall
+    to :data:`QUIET_LOAD`: the previous benchmark's own work lifts it for a
+    minute or two after it ends, and a step must not start on that."""
+    deadline = time.monotonic() + limit
+    load = os.getloadavg()[0]
+    if load > QUIET_LOAD and limit > 0:
+        print(f"  waiting for the load average ({load:.1f}) to fall to {QUIET_LOAD}...", flush=True)
+    while load > QUIET_LOAD and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short prompts and one repeat each")
     parser.add_argument("--only", nargs="+", choices=[s.name for s in STEPS], help="run these benchmarks only")
     parser.add_argument("--out", type=Path, default=None, help="folder for each benchmark's output (default: a temp folder)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--settle", type=float, default=300.0,
+                        help="seconds to wait at most, before each benchmark, for the load average to fall to "
+                             f"{QUIET_LOAD} (0: do not wait)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="missive-bench-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -101,6 +117,7 @@ def main() -> None:
             outcomes[step.name] = "not written yet"
             continue
         cmd = [sys.executable, str(script), *(step.quick if args.quick else step.full)]
+        settle(args.settle)
         start_load, started = os.getloadavg()[0], time.monotonic()
         print(f"{step.name}: {' '.join(cmd[1:])} (load {start_load:.1f})...", flush=True)
         ratios_file = out / f"{step.name}.ratios.jsonl"

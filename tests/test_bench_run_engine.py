@@ -29,7 +29,7 @@ def fake_step(run_engine, tmp_path: Path, name: str, value: float, target: str):
 
 def run(run_engine, monkeypatch: pytest.MonkeyPatch, steps, *args: str) -> None:
     monkeypatch.setattr(run_engine, "STEPS", tuple(steps))
-    monkeypatch.setattr(sys, "argv", ["run_engine.py", *args])
+    monkeypatch.setattr(sys, "argv", ["run_engine.py", "--settle", "0", *args])  # the suite keeps the CPUs busy
     run_engine.main()
 
 
@@ -66,3 +66,22 @@ def test_every_step_names_a_benchmark_script() -> None:
     scripts = {step.script for step in run_engine.STEPS}
     missing = {s for s in scripts if not (here / s).is_file()}
     assert not missing
+
+
+def test_each_step_waits_for_the_load_to_fall(monkeypatch) -> None:
+    """settle: sleeps while the 1-minute load average is above QUIET_LOAD,
+    returns once it falls, and gives up at its limit."""
+    load_bench("ratios")
+    run_engine = load_bench("run_engine")
+    loads = iter([2.0, 2.0, 1.2, 0.5])
+    naps: list[float] = []
+    monkeypatch.setattr(run_engine.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    monkeypatch.setattr(run_engine.time, "sleep", naps.append)
+    run_engine.settle(300)
+    assert naps == [5, 5, 5]  # 2.0, 2.0 and 1.2 waited for; 0.5 started
+    monkeypatch.setattr(run_engine.os, "getloadavg", lambda: (3.0, 0.0, 0.0))
+    clock = iter(range(0, 1000, 100))
+    monkeypatch.setattr(run_engine.time, "monotonic", lambda: float(next(clock)))
+    naps.clear()
+    run_engine.settle(250)  # busy for good: gives up after the limit
+    assert 1 <= len(naps) <= 3

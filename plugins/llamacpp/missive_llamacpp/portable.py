@@ -8,7 +8,7 @@ A mixin of :class:`~missive_llamacpp.runner.LlamaCppRunner`, the
 * **key** (:meth:`PortableSlots.state_key`): what the bytes of
   ``llama_state_seq_get_data`` depend on: the model file (path, size,
   mtime; a file replaced in place is another model), the vision projector,
-  llama.cpp's build (llama-cpp-python's version and ``llama_print_system_info``),
+  llama.cpp's build (llama-cpp-python's version, ``llama_print_system_info``, the ``libllama`` file),
   and the KV layout: ``cache_type_k`` / ``cache_type_v`` (the cells' types),
   flash attention as it was resolved (without it llama.cpp stores V
   transposed: ``llama_kv_cache::state_write_data`` writes ``v_trans`` in
@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import os
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -39,13 +40,23 @@ __all__ = ["PortableSlots"]
 
 
 def _build() -> str:
-    """llama-cpp-python's version and what the library says of its build."""
+    """llama-cpp-python's version, what the library says of its build, and
+    the loaded ``libllama`` file itself (path, size, modification time): a
+    rebuilt wheel of the same version, or another build's libraries loaded
+    through llama-cpp-python's ``LLAMA_CPP_LIB_PATH``, may write states of
+    another layout (``LLAMA_STATE_SEQ_VERSION`` changes between builds)."""
     try:
         package = version("llama_cpp_python")
     except PackageNotFoundError:
         package = getattr(llama_cpp, "__version__", "?")
     system = llama_cpp.llama_print_system_info()
-    return f"{package} {system.decode(errors='replace') if isinstance(system, bytes) else system}"
+    library = getattr(getattr(llama_cpp.llama_cpp, "_lib", None), "_name", None) or "?"
+    try:
+        st = os.stat(library)
+        library = f"{os.path.realpath(library)} {st.st_size} {st.st_mtime_ns}"
+    except OSError:
+        pass
+    return f"{package} {system.decode(errors='replace') if isinstance(system, bytes) else system} {library}"
 
 
 class PortableSlots(SlotStates):
