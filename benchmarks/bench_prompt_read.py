@@ -105,7 +105,11 @@ def main() -> None:
     parser.add_argument("--ubatch", type=int, default=512)
     parser.add_argument("--flash-attn", choices=("on", "off", "both"), default="both",
                         help="the flash attention settings compared (on: half the servers, half the time)")
+    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a llamacpp driver setting for the Missive servers, VALUE as JSON "
+                             "(e.g. ctx_checkpoints=0 for an A/B run); repeatable")
     args = parser.parse_args()
+    chosen = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.setting)}
     flashes = ("on", "off") if args.flash_attn == "both" else (args.flash_attn,)
     path, window, extra = model(args.model)
 
@@ -115,7 +119,7 @@ def main() -> None:
         readers: dict[str, Any] = {}
         for flash in flashes:
             settings = {"model_path": str(path), "n_threads": args.threads, "n_batch": args.batch,
-                        "n_ubatch": args.ubatch, "flash_attn": flash, "parallel": 1, **extra}
+                        "n_ubatch": args.ubatch, "flash_attn": flash, "parallel": 1, **extra, **chosen}
             config = {"models": {"m": {"driver": "llamacpp", "context_window": window, "settings": settings}}}
             url = stack.enter_context(live_server(config, timeout=300))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=3600))
@@ -153,7 +157,7 @@ def main() -> None:
                 print(f"repeat {r + 1}: {label}: {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.1f}/s)", flush=True)
 
     print(f"\n{args.model}, ~{args.prompt_tokens} prompt tokens, {args.threads} threads, -b {args.batch} -ub {args.ubatch}, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats}" + (f", Missive settings {chosen}" if chosen else ""))
     median = {label: statistics.median(values) for label, values in rates.items()}
     for label, value in median.items():
         server_own = f"  (its own count: {statistics.median(own[label]):.1f}/s)" if label in own else ""

@@ -35,7 +35,9 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
 * **step_many**: one ``llama_decode`` per step for every running sequence,
   built as llama-server's ``update_slots`` builds its batch: one token per
   generating sequence first, then prompt chunks while the batch has room
-  (``n_batch`` tokens), logits only where a sequence samples next; an image
+  (``n_batch`` tokens), each part in slot order (with a KV stream per slot
+  llama.cpp puts only consecutive sequence ids in one micro-batch,
+  ``split_equal`` in src/llama-batch.cpp), logits only where a sequence samples next; an image
   is encoded and decoded by libmtmd by itself at its position; a prompt
   chunk stops at each checkpoint position, and the checkpoint is taken
   before the chunk that starts there is decoded. Each sequence
@@ -518,7 +520,7 @@ class LlamaCppRunner(PortableSlots):
         ctx, batch, room = self._ctx.ctx, self._batch, self._n_batch
         n = 0
         plans: list[tuple[Sequence, int, int, list[int]]] = []  # (sequence, tokens added, logits index or -1, draft)
-        for seq in sorted(seqs, key=lambda q: len(q.state.pending) > 1):  # stable: generating ones first
+        for seq in sorted(seqs, key=lambda q: (len(q.state.pending) > 1, q.slot)):  # generating ones first
             state: _SeqState = seq.state
             slot = self._slots[seq.slot]
             take = 0

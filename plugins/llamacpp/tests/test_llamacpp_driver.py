@@ -405,6 +405,45 @@ async def test_a_long_prompt_is_read_one_batch_per_step(driver) -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("unified", [True, False])
+async def test_a_step_batches_sequences_in_slot_order(monkeypatch, unified: bool) -> None:
+    """Each step's batch holds the generating sequences in slot order, whatever
+    order they joined in, as llama-server's ``update_slots`` builds it. With a
+    KV stream per slot (``kv_unified = false``) llama.cpp splits a batch into
+    micro-batches of consecutive sequence ids only (``split_equal``, "accept
+    only increasing sequence ids", src/llama-batch.cpp): joined in the order
+    2, 0, 3, 1, four sequences took four compute passes a step (4-stream
+    decode 93 tok/s against 149 in slot order, benchmarks/bench_slots.py)."""
+    from missive.engine.runner import PENDING, Prompt, Sampling, Sequence
+
+    d = await make_driver(context_window=512, settings={"parallel": 4, "kv_unified": unified})
+    try:
+        runner = d.runner
+        tokens = runner.llm.tokenize(b"Once upon a time", add_bos=True, special=False)
+        seqs = [Sequence(Prompt(tokens), 3, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
+                for slot in (2, 0, 3, 1)]
+        for seq in seqs:
+            runner.begin(seq)
+        batches: list[list[int]] = []
+        decode = llama_cpp.llama_decode
+
+        def recording(ctx: Any, batch: Any) -> int:
+            batches.append([batch.seq_id[i][0] for i in range(batch.n_tokens)])
+            return decode(ctx, batch)
+
+        monkeypatch.setattr(llama_cpp, "llama_decode", recording)
+        while any(r is PENDING for r in runner.step_many(seqs)):
+            pass
+        for _ in range(2):  # every sequence generates: one token each a step
+            assert all(isinstance(r, int) for r in runner.step_many(seqs))
+        assert batches[-2:] == [[0, 1, 2, 3]] * 2, batches
+        for seq in seqs:
+            runner.end(seq, True)
+    finally:
+        await d.aclose()
+
+
+@pytest.mark.anyio
 async def test_typed_special_tokens_stay_text(driver) -> None:
     """A user typing <|im_end|> cannot close their turn (the API treats it as text)."""
     llm = driver.runner.llm
