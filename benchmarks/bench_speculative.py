@@ -41,7 +41,6 @@ import contextlib
 import os
 import re
 import statistics
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -125,6 +124,7 @@ def verification_cost(path: str, threads: int, draft_max: int, runs: int = 15) -
     """
     import llama_cpp
     from missive_llamacpp.settings import parse_settings
+    from missive_llamacpp.step_cost import decode_costs
     from missive_llamacpp.trial import choose_extra_buffer_types, model_params
 
     choice = choose_extra_buffer_types(parse_settings("bench", {"model_path": path, "n_threads": threads}), path)
@@ -133,34 +133,24 @@ def verification_cost(path: str, threads: int, draft_max: int, runs: int = 15) -
                               n_threads_batch=threads, flash_attn=True, verbose=False)
     ctx, base = llm._ctx.ctx, 1024
     batch = llama_cpp.llama_batch_init(512, 0, 1)
-    memory = llama_cpp.llama_get_memory(ctx)
     tokens = [100 + (i * 37) % 20000 for i in range(base)]
 
-    def decode(chunk: list[int], pos: int, all_logits: bool) -> None:
+    def read(chunk: list[int], pos: int) -> None:
         for i, token in enumerate(chunk):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos + i, 1
             batch.seq_id[i][0] = 0
-            batch.logits[i] = 1 if all_logits or i == len(chunk) - 1 else 0
+            batch.logits[i] = 1 if i == len(chunk) - 1 else 0
         batch.n_tokens = len(chunk)
         assert llama_cpp.llama_decode(ctx, batch) == 0, "llama_decode failed"
 
     try:
         for start in range(0, base, 512):
-            decode(tokens[start:start + 512], start, False)
+            read(tokens[start:start + 512], start)
         sizes, n = [], 1
         while n <= draft_max + 1:
             sizes.append(n)
             n *= 2
-        costs = {}
-        for n in sizes:
-            times = []
-            for _ in range(runs):
-                started = time.perf_counter()
-                decode(tokens[:n], base, True)
-                times.append(time.perf_counter() - started)
-                llama_cpp.llama_memory_seq_rm(memory, 0, base, -1)
-            costs[n] = statistics.median(times)
-        return costs
+        return decode_costs(ctx, batch, tokens, sizes, start=base, runs=runs)
     finally:
         llama_cpp.llama_batch_free(batch)
         llm.close()

@@ -120,7 +120,8 @@ class LlamaCppSettings(BaseModel):
             ``"auto"`` (the default): 4, fewer when the memory cannot hold
             them (:mod:`missive_llamacpp.memory`).
         kv_unified: one KV pool of ``kv_pool_tokens`` cells that the slots
-            share (llama.cpp's ``kv_unified``; llama-server's default): a
+            share (llama.cpp's ``kv_unified``; llama-server's default when
+            ``--parallel`` is not given, its server.cpp): a
             conversation takes the cells it uses, up to ``context_window``.
             When a step needs more cells than are free, idle slots are
             saved to the host-memory cache and emptied, then the newest
