@@ -425,3 +425,36 @@ async def test_a_failed_step_fails_every_sequence_in_it_and_frees_the_slots() ->
     finally:
         gate.set()
         await d.aclose()
+
+
+class DraftingRunner(BatchedRunner):
+    """Hands the whole script over in the first generating step, as one
+    list (what a verified speculative draft gives the engine)."""
+
+    def step_many(self, seqs: list[Sequence]) -> list[Any]:
+        out = super().step_many(seqs)
+        for i, seq in enumerate(seqs):
+            if isinstance(out[i], int):
+                out[i] = [out[i], *seq.state["script"]]  # the rest of the script; EOG next step
+        return out
+
+
+@pytest.mark.anyio
+async def test_with_stop_sequences_each_token_is_a_delta_of_its_own() -> None:
+    """Tokens handed over together (a verified draft, or a busy event loop)
+    still reach the core one delta each when the request has stop sequences,
+    so ``output_tokens`` stops at the token that completes a match, as it does
+    when tokens come one a step (seen live: 32 output tokens with drafting
+    against 31 without, same text, test_llamacpp_speculative.py)."""
+    runner = DraftingRunner("Hello!")
+    driver = ScriptedDriver("m", ModelEntry(driver="scripted"), Capabilities(max_concurrency=1), runner)
+    await driver.start()
+    try:
+        events = await collect(driver.generate(request(stop_sequences=["lo"])))
+        deltas = [(e.text, e.tokens) for e in events if isinstance(e, TextDelta)]
+        assert deltas == [(c, 1) for c in "Hello!"], deltas
+        plain = await collect(driver.generate(request()))
+        assert text_of(plain) == "Hello!"
+        assert sum(e.tokens for e in plain if isinstance(e, TextDelta)) == 6
+    finally:
+        await driver.aclose()

@@ -414,11 +414,12 @@ class LocalDriver(Driver):
                 while True:
                     pieces, ended = await producer.next_batch()
                     produced += len(pieces)
-                    pending += len(pieces)
-                    text = "".join(pieces)
-                    if text:
-                        yield TextDelta(text, tokens=pending)
-                        pending = 0
+                    # Stop sequences: a token a delta, counted up to the one completing a match (not batching)
+                    for text in pieces if request.stop_sequences else ["".join(pieces)]:
+                        pending += 1 if request.stop_sequences else len(pieces)
+                        if text:
+                            yield TextDelta(text, tokens=pending)
+                            pending = 0
                     if ended:
                         break
                 if producer.tail:
