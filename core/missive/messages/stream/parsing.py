@@ -18,7 +18,9 @@ from ...driver.events import Finished, GenerationEvent, TextDelta, ThinkingDelta
 from ...driver.interface import Driver, GenerationRequest
 from ...protocol.errors import BadGatewayError
 from ...reasoning.base import ReasoningParser
-from ...tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, Reasoning, Text, ToolParser
+from ...tools.parsers.base import (
+    CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Reasoning, Text, ToolParser,
+)
 from ...tools.parsers.unparsed import UnparsedCallWatch
 
 __all__ = ["parsed_events"]
@@ -38,6 +40,7 @@ class _Parsers:
             self.tool = driver.tool_parser(request)
             if self.tool is not None:
                 self.watch = UnparsedCallWatch(driver.model_id, self.tool, driver.tool_parser_specs)
+        self._space = ""  # whitespace held before a possible call (_from_tool)
         self.reasoning: ReasoningParser | None = None
         if self.tool is None or not self.tool.handles_reasoning:
             self.reasoning = driver.reasoning_parser(request)
@@ -49,7 +52,8 @@ class _Parsers:
     def finish(self) -> list[GenerationEvent]:
         out = self._split(list(self.reasoning.finish())) if self.reasoning is not None else []
         if self.tool is not None:
-            out += [self._from_tool(parsed) for parsed in self.tool.finish()]
+            out += self._from_tool(self.tool.finish())
+            out += self._flush_space()
             if self.watch is not None:
                 self.watch.finish()
         return out
@@ -59,15 +63,41 @@ class _Parsers:
         out: list[GenerationEvent] = []
         for piece in pieces:
             if isinstance(piece, Text) and self.tool is not None:
-                out += [self._from_tool(parsed) for parsed in self.tool.feed(piece.text)]
+                out += self._from_tool(self.tool.feed(piece.text))
             else:
+                out += self._flush_space()
                 out.append(_from_parse(piece))
         return out
 
-    def _from_tool(self, parsed: object) -> GenerationEvent:
-        if isinstance(parsed, Text) and self.watch is not None:
-            self.watch.feed(parsed.text)
-        return _from_parse(parsed)
+    def _from_tool(self, parsed: list[ParseEvent]) -> list[GenerationEvent]:
+        """Tool parser events as generation events. Where the format writes
+        whitespace before a call as part of its markup
+        (:attr:`~missive.tools.parsers.base.ToolParser.space_before_call`),
+        trailing whitespace of the text is held until more text follows,
+        and dropped when a call comes next."""
+        out: list[GenerationEvent] = []
+        trims = self.tool is not None and self.tool.space_before_call
+        for event in parsed:
+            if isinstance(event, Text):
+                if self.watch is not None:
+                    self.watch.feed(event.text)
+                if trims:
+                    text = self._space + event.text
+                    body = text.rstrip()
+                    self._space = text[len(body):]
+                    if body:
+                        out.append(TextDelta(body, tokens=0))
+                    continue
+            elif isinstance(event, CallStart):
+                self._space = ""
+            else:
+                out += self._flush_space()
+            out.append(_from_parse(event))
+        return out
+
+    def _flush_space(self) -> list[GenerationEvent]:
+        space, self._space = self._space, ""
+        return [TextDelta(space, tokens=0)] if space else []
 
 
 async def parsed_events(

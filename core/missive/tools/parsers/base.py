@@ -120,6 +120,14 @@ class ToolParser(abc.ABC):
     #: (XML tags); False: every value is a literal (Llama 4's pythonic calls).
     raw_string_values: ClassVar[bool] = True
 
+    #: Whether whitespace the model writes right before a call belongs to the
+    #: format's markup rather than the answer (Qwen's templates render
+    #: ``content + '\n<tool_call>'``, DeepSeek-V3.2's ``'\n\n<｜DSML｜...'``):
+    #: the core then drops the text's trailing whitespace before a call.
+    #: False where the template writes the call right after the content
+    #: (Kimi-K2's ``<|tool_calls_section_begin|>``), so a space there is text.
+    space_before_call: ClassVar[bool] = True
+
     #: Literal strings that, found in answer text this parser gave back, show
     #: the model wrote a call in this format (the core warns when a model's
     #: text holds another format's markers: its ``tool_parser`` is wrong).

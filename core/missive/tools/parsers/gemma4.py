@@ -141,6 +141,7 @@ class Gemma4Parser(BlockParser):
     """``<|tool_call>call:NAME{key:value,...}<tool_call|>``."""
 
     name = "gemma4"
+    space_before_call = False  # the template writes the call right after the content
     BLOCKS = {"<|tool_call>": "<tool_call|>"}
     CALL_END = None
     arguments_format = "parameters"

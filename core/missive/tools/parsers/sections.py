@@ -61,6 +61,7 @@ class KimiK2Parser(BlockParser):
     """``<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...``."""
 
     name = "kimi_k2"
+    space_before_call = False  # the template writes the call right after the content
     BLOCKS = {"<|tool_calls_section_begin|>": "<|tool_calls_section_end|>"}
     CALL_END = "<|tool_call_end|>"
     _HEAD = re.compile(r"<\|tool_call_begin\|>\s*(?:functions\.)?(?P<name>[A-Za-z0-9_\-]{1,64})(?::\d+)?\s*<\|tool_call_argument_begin\|>")
