@@ -83,6 +83,12 @@ class TagReasoningParser(ReasoningParser):
         self._state = "start"  # start -> reasoning -> answer
         self._buffer = ""  # held back: possible tag start, or trailing whitespace
         self._fresh = False  # strip whitespace at the start of the current section
+        #: Markers that end the reasoning as the closing tag does, kept as
+        #: answer text: the opening markers of the model's tool calls (the
+        #: core sets them, :mod:`missive.messages.stream.parsing`). Qwen3.5
+        #: may write a call inside a ``<think>`` it never closes; llama.cpp's
+        #: Qwen3.5 parser reads the call there too.
+        self.interrupts: tuple[str, ...] = ()
 
     @property
     def in_reasoning(self) -> bool:
@@ -123,6 +129,14 @@ class TagReasoningParser(ReasoningParser):
                         return out
                     self._fresh = False
                 end = self._buffer.find(self.CLOSE)
+                cut = min((i for m in self.interrupts if (i := self._buffer.find(m)) >= 0), default=-1)
+                if cut >= 0 and (end < 0 or cut < end):
+                    body = self._buffer[:cut].rstrip()
+                    if body:
+                        out.append(Reasoning(body))
+                    self._buffer = self._buffer[cut:]
+                    self._state, self._fresh = "answer", False
+                    continue
                 if end >= 0:
                     body = self._buffer[:end].rstrip()
                     if body:
@@ -130,7 +144,7 @@ class TagReasoningParser(ReasoningParser):
                     self._buffer = self._buffer[end + len(self.CLOSE) :]
                     self._state, self._fresh = "answer", True
                     continue
-                keep = _partial_suffix(self._buffer, self.CLOSE)
+                keep = max(_partial_suffix(self._buffer, m) for m in (self.CLOSE, *self.interrupts))
                 body = self._buffer[: len(self._buffer) - keep]
                 trailing = len(body) - len(body.rstrip())  # whitespace waits for what follows
                 emit = body[: len(body) - trailing]

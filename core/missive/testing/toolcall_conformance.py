@@ -83,7 +83,7 @@ BEST: dict[str, tuple[str, str | None]] = {
     "moonshotai/Kimi-K2.6": ("kimi_k2", "think"),
     "moonshotai/Kimi-K3": ("kimi_k3", "think"),
     "meta-llama/Llama-3.3-70B-Instruct": ("llama3", None),
-    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("llama3", None),
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("llama4_pythonic", None),
     "mistralai/Mistral-7B-Instruct-v0.3": ("mistral_v3", None),
     "mistralai/Devstral-Small-2507": ("mistral", None),
     "mistralai/Magistral-Small-2506": ("mistral", "mistral_think"),

@@ -44,15 +44,20 @@ class _Parsers:
         self.reasoning: ReasoningParser | None = None
         if self.tool is None or not self.tool.handles_reasoning:
             self.reasoning = driver.reasoning_parser(request)
+            if self.tool is not None and self.reasoning is not None and hasattr(self.reasoning, "interrupts"):
+                self.reasoning.interrupts = self.tool.call_openers
 
     def feed(self, text: str) -> list[GenerationEvent]:
         pieces: list[object] = list(self.reasoning.feed(text)) if self.reasoning else [Text(text)]
         return self._split(pieces)
 
-    def finish(self) -> list[GenerationEvent]:
+    def finish(self, cut: bool = False) -> list[GenerationEvent]:
+        """Events for what the parsers hold at the end; ``cut``: the
+        generation was cut by ``max_tokens`` (an unfinished call is dropped:
+        :meth:`~missive.tools.parsers.base.ToolParser.finish_cut`)."""
         out = self._split(list(self.reasoning.finish())) if self.reasoning is not None else []
         if self.tool is not None:
-            out += self._from_tool(self.tool.finish())
+            out += self._from_tool(self.tool.finish_cut() if cut else self.tool.finish())
             out += self._flush_space()
             if self.watch is not None:
                 self.watch.finish()
@@ -139,7 +144,7 @@ async def parsed_events(
 def _flush_at_end(parsers: _Parsers, finished: Finished) -> list[GenerationEvent]:
     """What the parsers still hold when the driver says it finished."""
     try:
-        flushed = parsers.finish()
+        flushed = parsers.finish(cut=finished.stop_reason == "max_tokens")
     except MalformedToolCall as exc:
         if finished.stop_reason != "max_tokens":
             raise

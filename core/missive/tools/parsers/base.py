@@ -120,6 +120,12 @@ class ToolParser(abc.ABC):
     #: (XML tags); False: every value is a literal (Llama 4's pythonic calls).
     raw_string_values: ClassVar[bool] = True
 
+    #: Markers that can only start a call of this format (``<tool_call>``):
+    #: one of them inside reasoning the model never closed ends the
+    #: reasoning there (see :class:`~missive.reasoning.base.TagReasoningParser`).
+    #: Empty: the format's calls are not looked for inside reasoning.
+    call_openers: tuple[str, ...] = ()
+
     #: Whether whitespace the model writes right before a call belongs to the
     #: format's markup rather than the answer (Qwen's templates render
     #: ``content + '\n<tool_call>'``, DeepSeek-V3.2's ``'\n\n<｜DSML｜...'``):
@@ -153,7 +159,23 @@ class ToolParser(abc.ABC):
     @abc.abstractmethod
     def finish(self) -> list[ParseEvent]:
         """End of generation: flush held text; an unfinished call becomes text
-        (or raises :class:`MalformedToolCall` when ``strict``)."""
+        (or raises :class:`MalformedToolCall` when ``strict``); when
+        :attr:`_cut` is set (:meth:`finish_cut`) it is dropped instead."""
+
+    #: True while :meth:`finish_cut` runs :meth:`finish`.
+    _cut: bool = False
+
+    def finish_cut(self) -> list[ParseEvent]:
+        """End of a generation cut by ``max_tokens``: as :meth:`finish`, but
+        a call the model had begun and not finished is dropped, never given
+        back as text (its markup is not answer text) nor completed (the
+        model never made it). Calls finished before stay. Parsers honour
+        :attr:`_cut` in :meth:`finish`."""
+        self._cut = True
+        try:
+            return self.finish()
+        finally:
+            self._cut = False
 
     #: Text between two consecutive calls when a grammar writes several.
     call_separator: str = "\n"

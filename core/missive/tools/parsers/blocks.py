@@ -54,6 +54,14 @@ class BlockParser(SteppedParser):
     #: Marker that ends one call inside a block; None: the closing marker ends
     #: the block's only call.
     CALL_END: ClassVar[str | None] = None
+    #: What may follow a call's end marker (after whitespace) for it to end
+    #: the call: the block's closing marker, the next call's opening one.
+    #: An end marker followed by other text is taken to sit inside a value
+    #: (a model writing about the format: ``</function>`` in a file's
+    #: content) while a later one ends the call; if none does, the first
+    #: end marker before which the call parses is used at the end of the
+    #: generation. Empty: the first end marker ends the call.
+    FOLLOWERS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
         super().__init__(tool_names, **options)
@@ -61,6 +69,11 @@ class BlockParser(SteppedParser):
         self._opener: str | None = None
         self._pending = ""  # raw text of the block read but not yet part of an emitted call
         self._calls = 0  # calls emitted from the current block
+        self._final = False  # finish() is reading: nothing more will come
+
+    def call_end(self, opener: str) -> str:
+        """The marker ending a call in the block ``opener`` opened."""
+        return self.CALL_END or self.BLOCKS[opener]
 
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
         """The call(s) written as ``text`` (between the previous call's end,
@@ -74,6 +87,15 @@ class BlockParser(SteppedParser):
 
     def finish(self) -> list[ParseEvent]:
         out: list[ParseEvent] = []
+        if self._cut and self._opener is not None:
+            # Cut by max_tokens inside a block: the unfinished call is dropped.
+            self._buf = ""
+            self._reset()
+            return out
+        self._final = True
+        while self._step(out):
+            pass
+        self._final = False
         buf, self._buf = self._buf, ""
         if self._opener is None:
             if buf:
@@ -81,7 +103,7 @@ class BlockParser(SteppedParser):
             return out
         opener = self._opener
         body = buf.strip(_WS)
-        for marker in (self.CALL_END, self.BLOCKS[opener]):
+        for marker in (self.call_end(opener), self.BLOCKS[opener]):
             # A closing marker cut off by the end of the generation.
             if marker and body:
                 for k in range(len(marker), 0, -1):
@@ -150,30 +172,74 @@ class BlockParser(SteppedParser):
         if not buf:
             return False
         if self._calls and not close:
-            self._reset()  # a one-call block is over
+            # A one-call block is over. A closing marker right after it is
+            # the model's, written without its opening marker (Qwen3-Coder's
+            # bare <function=...></function></tool_call>): not text.
+            stray = [c for c in self.BLOCKS.values() if c]
+            if any(c.startswith(buf) and c != buf for c in stray) and not self._final:
+                return False
+            for c in stray:
+                if buf.startswith(c):
+                    self._buf = buf[len(c) :]
+                    break
+            self._reset()
             return True
         if close and buf.startswith(close):
+            # A block without calls (Kimi-K2 writes one) says nothing: dropped.
             self._buf = buf[len(close) :]
-            if not self._calls:
-                out += self._fail("empty tool call block", self._pending + close)
-            else:
-                self._reset()
+            self._reset()
             return True
         if close and close.startswith(buf):
             return False
-        end = self.CALL_END or close
-        j = buf.find(end)
-        if j < 0:
+        found = self._find_call(buf, opener)
+        if found is None:
             return False
-        consumed = j + len(end)
-        try:
-            calls = self._checked(buf[:j], opener)
-        except InvalidCall as exc:
-            self._buf = buf[consumed:]
-            out += self._fail(str(exc), self._pending + buf[:consumed])
-            return True
+        consumed, calls, error = found
         self._buf = buf[consumed:]
+        if calls is None:
+            out += self._fail(error, self._pending + buf[:consumed])
+            return True
         out += self._emit(calls)
         if self.CALL_END is None:
             self._reset()  # the closing marker ended the block's only call
         return True
+
+    def _follows(self, rest: str) -> bool | None:
+        """Whether ``rest``, the text after an end marker, lets it end the
+        call (see :attr:`FOLLOWERS`); None: not known yet."""
+        if not self.FOLLOWERS:
+            return True
+        rest = rest.lstrip(_WS)
+        if not rest:
+            return True if self._final else None
+        if any(rest.startswith(f) for f in self.FOLLOWERS):
+            return True
+        if any(f.startswith(rest) for f in self.FOLLOWERS):
+            return True if self._final else None
+        return False
+
+    def _find_call(self, buf: str, opener: str) -> tuple[int, list[ParsedCall] | None, str] | None:
+        """The first call in ``buf``: ``(characters consumed, calls, "")``,
+        ``(consumed, None, reason)`` for a call that does not parse, or None
+        until more text arrives (see :attr:`FOLLOWERS`)."""
+        end = self.call_end(opener)
+        fallback: tuple[int, list[ParsedCall] | None, str] | None = None
+        start = 0
+        while (j := buf.find(end, start)) >= 0:
+            consumed = j + len(end)
+            follows = self._follows(buf[consumed:])
+            if follows is None:
+                return None
+            try:
+                calls = self._checked(buf[:j], opener)
+            except InvalidCall as exc:
+                if follows:
+                    return consumed, None, str(exc)
+                start = j + 1
+                continue
+            if follows:
+                return consumed, calls, ""
+            if fallback is None:
+                fallback = (consumed, calls, "")
+            start = j + 1
+        return fallback if self._final else None

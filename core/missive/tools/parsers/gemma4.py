@@ -147,6 +147,7 @@ class Gemma4Parser(BlockParser):
     arguments_format = "parameters"
     parameter_separator = ","
     call_separator = ""
+    FOLLOWERS = ("<|tool_call>",)
     output_markers = ("<|tool_call>",)
 
     @classmethod

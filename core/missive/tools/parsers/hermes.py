@@ -76,6 +76,8 @@ class HermesParser(ToolParser):
         if self._state == _TEXT:
             if self._buf:
                 out.append(Text(self._buf))
+        elif self._cut:
+            pass  # cut by max_tokens inside a call: dropped (finish_cut)
         elif self._state == _CLOSING and self.CLOSE.startswith(self._buf.strip(_WS)):
             # Complete object, closing tag cut off by the end of generation.
             self._raw += self._buf

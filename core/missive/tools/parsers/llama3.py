@@ -75,6 +75,8 @@ class Llama3JsonParser(ToolParser):
         if self._state in (_START, _TEXT):
             if self._buf:
                 out.append(Text(self._buf))
+        elif self._cut:
+            self._new_call("")  # cut by max_tokens inside a call: dropped (finish_cut)
         elif self._state in (_BEFORE_OBJ, _JSON):
             out += self._fail("unfinished tool call", self._raw + self._buf)
         # _AFTER: trailing whitespace and separators are dropped.

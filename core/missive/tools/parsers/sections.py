@@ -64,6 +64,7 @@ class KimiK2Parser(BlockParser):
     space_before_call = False  # the template writes the call right after the content
     BLOCKS = {"<|tool_calls_section_begin|>": "<|tool_calls_section_end|>"}
     CALL_END = "<|tool_call_end|>"
+    FOLLOWERS = ("<|tool_call_begin|>", "<|tool_calls_section_end|>")
     _HEAD = re.compile(r"<\|tool_call_begin\|>\s*(?:functions\.)?(?P<name>[A-Za-z0-9_\-]{1,64})(?::\d+)?\s*<\|tool_call_argument_begin\|>")
     call_separator = ""
     output_markers = ("<|tool_call_begin|>",)
@@ -76,7 +77,8 @@ class KimiK2Parser(BlockParser):
         )
 
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
-        head = self._HEAD.match(text)
+        # vLLM's kimi_k2 parser skips text between the section and call markers.
+        head = self._HEAD.search(text)
         if head is None:
             raise InvalidCall("no <|tool_call_begin|>NAME<|tool_call_argument_begin|>")
         return [(head.group("name"), _object(text[head.end() :]))]
@@ -88,6 +90,7 @@ class DeepSeekV31Parser(BlockParser):
     name = "deepseek_v31"
     BLOCKS = {"<｜tool▁calls▁begin｜>": "<｜tool▁calls▁end｜>"}
     CALL_END = "<｜tool▁call▁end｜>"
+    FOLLOWERS = ("<｜tool▁call▁begin｜>", "<｜tool▁calls▁end｜>")
     _HEAD = re.compile(r"<｜tool▁call▁begin｜>\s*(?P<name>[A-Za-z0-9_\-]{1,64})\s*<｜tool▁sep｜>")
     _V3 = re.compile(r"\s*(?P<name>[A-Za-z0-9_\-]{1,64})\s*```json\s*(?P<args>.*?)\s*```\s*$", re.DOTALL)
     call_separator = ""

@@ -116,8 +116,9 @@ class _ParameterParser(BlockParser):
         header = self.HEADER.match(text)
         if header is None:
             raise InvalidCall("no tool name")
-        name = header.group("name")
+        name = self._unescape(header.group("name"))
         schema = self.schemas.get(name)
+        properties = (schema or {}).get("properties") or {}
         pairs: list[tuple[str, Any]] = []
         pos = header.end()
         while True:
@@ -128,16 +129,55 @@ class _ParameterParser(BlockParser):
             tag = self.PARAM.match(text, pos)
             if tag is None:
                 raise InvalidCall(f"unexpected text in a call: {text[pos:pos + 40]!r}")
-            end = text.find(self.VALUE_END, tag.end())
-            if end < 0:
-                raise InvalidCall("parameter without its closing tag")
+            key = self._unescape(tag.group("key").strip())
+            seen = {k for k, _ in pairs} | {key}
+            end, pos = self._value_end(text, tag.end(), properties, seen)
             raw = text[tag.end() : end]
             if self.VALUE_NEWLINES:
                 raw = strip_value_newlines(raw)
-            key = tag.group("key").strip()
             pairs.append((key, self._value(raw, key, tag, schema)))
-            pos = end + len(self.VALUE_END)
         return [(name, arguments_json(pairs))]
+
+    @staticmethod
+    def _unescape(name: str) -> str:
+        """A name as the format writes it in an attribute (Kimi-K3 escapes
+        ``&`` and ``"``); as it is elsewhere."""
+        return name
+
+    def _value_end(self, text: str, start: int, properties: Any, seen: set[str]) -> tuple[int, int]:
+        """Where the value starting at ``start`` ends, and where the next
+        parameter may start.
+
+        Rules (what llama.cpp's parsers recover; the formats' own templates
+        write every closing tag): a closing tag ends the value only where
+        whitespace and then the next parameter or the end of the call
+        follow it (a closing tag inside a value, in code a model writes
+        about the format, is text); a parameter opening tag for another
+        of the tool's properties, not given yet, ends a value whose closing
+        tag is missing (at the start of a line in a layout with newlines);
+        the value of the last parameter may run to the end of the call."""
+        at = start
+        close = -1
+        while (k := text.find(self.VALUE_END, at)) >= 0:
+            after = k + len(self.VALUE_END)
+            rest = after
+            while rest < len(text) and text[rest] in " \t\r\n":
+                rest += 1
+            if rest == len(text) or self.PARAM.match(text, rest):
+                close = k
+                break
+            at = k + 1
+        limit = close if close >= 0 else len(text)
+        for tag in self.PARAM.finditer(text, start, limit):
+            key = self._unescape(tag.group("key").strip())
+            if key in seen or key not in properties:
+                continue
+            if self.VALUE_NEWLINES and text[tag.start() - 1 : tag.start()] != "\n":
+                continue
+            return tag.start(), tag.start()
+        if close >= 0:
+            return close, close + len(self.VALUE_END)
+        return len(text), len(text)
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
         return typed_value(raw, property_schema(schema, key), schema)
@@ -150,6 +190,7 @@ class QwenXmlParser(_ParameterParser):
     BLOCKS = {"<tool_call>": "</tool_call>", "<function=": ""}
     KEEP_OPENER = frozenset({"<function="})
     CALL_END = "</function>"
+    FOLLOWERS = ("</tool_call>", "<tool_call>", "<function=")
     HEADER = re.compile(rf"<function=(?P<name>{_NAME})>")
     PARAM = re.compile(r"<parameter=(?P<key>[^>\n]{1,200})>")
     VALUE_END = "</parameter>"
@@ -160,6 +201,7 @@ class QwenXmlParser(_ParameterParser):
     PARAM_SUFFIX = "\n</parameter>\n"
     call_separator = "\n"
     output_markers = ("<function=",)
+    call_openers = ("<tool_call>\n<function=", "<tool_call><function=")
 
 
 class SeedOssParser(QwenXmlParser):
@@ -168,6 +210,7 @@ class SeedOssParser(QwenXmlParser):
     name = "seed_oss"
     BLOCKS = {"<seed:tool_call>": "</seed:tool_call>"}
     KEEP_OPENER = frozenset()
+    FOLLOWERS = ("</seed:tool_call>", "<seed:tool_call>", "<function=")
     VALUE_NEWLINES = False
     CALL_PREFIX = "<seed:tool_call>\n<function={name}>\n"
     CALL_SUFFIX = "</function>\n</seed:tool_call>"
@@ -182,6 +225,7 @@ class MiniMaxM2Parser(_ParameterParser):
     name = "minimax_m2"
     BLOCKS = {"<minimax:tool_call>": "</minimax:tool_call>"}
     CALL_END = "</invoke>"
+    FOLLOWERS = ("</minimax:tool_call>", "<invoke", "<minimax:tool_call>")
     HEADER = re.compile(rf"<invoke name=\"?(?P<name>{_NAME})\"?>")
     PARAM = re.compile(r"<parameter name=\"?(?P<key>[^\">\n]{1,200})\"?>")
     VALUE_END = "</parameter>"
@@ -199,6 +243,7 @@ class Glm45Parser(_ParameterParser):
     name = "glm45"
     BLOCKS = {"<tool_call>": "</tool_call>"}
     CALL_END = None
+    FOLLOWERS = ("<tool_call>",)
     HEADER = re.compile(rf"(?P<name>{_NAME})")
     PARAM = re.compile(r"<arg_key>(?P<key>[^<\n]{1,200})</arg_key>\s*<arg_value>")
     VALUE_END = "</arg_value>"
@@ -220,6 +265,7 @@ class DeepSeekV32Parser(_ParameterParser):
     name = "deepseek_v32"
     BLOCKS = {"<｜DSML｜function_calls>": "</｜DSML｜function_calls>"}
     CALL_END = "</｜DSML｜invoke>"
+    FOLLOWERS = ("</｜DSML｜function_calls>", "<｜DSML｜invoke")
     HEADER = re.compile(rf"<｜DSML｜invoke name=\"(?P<name>{_NAME})\">")
     PARAM = re.compile(r"<｜DSML｜parameter name=\"(?P<key>[^\">\n]{1,200})\"(?: string=\"(?P<string>true|false)\")?>")
     VALUE_END = "</｜DSML｜parameter>"
