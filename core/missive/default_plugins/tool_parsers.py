@@ -11,7 +11,9 @@ templates contain Hermes' ``<tool_call>``, Seed-OSS's Qwen's ``<function=``):
 * qwen3_xml: ``<parameter=`` (Qwen3-Coder, Qwen3.5/3.6, Nemotron 3 Nano);
 * glm45: ``<arg_key>`` (GLM-4.5, 4.6, 4.7);
 * kimi_k2: ``<|tool_calls_section_begin|>`` (Kimi-K2, K2-Thinking);
-* deepseek_v32: ``｜DSML｜`` (DeepSeek-V3.2), before deepseek_v31:
+* deepseek_v41: ``<｜DSML｜ calls>`` (DeepSeek-V4.1), deepseek_v4:
+  ``<｜DSML｜tool_calls>`` (DeepSeek-V4), deepseek_v32: ``｜DSML｜``
+  (DeepSeek-V3.2; each reads the others' calls too), before deepseek_v31:
   ``<｜tool▁calls▁begin｜>`` (DeepSeek-V3.1, V3, R1);
 * gemma4: ``<|tool_call>`` (Gemma 4);
 * nemotron: ``<TOOLCALL>`` (Nemotron Nano v2, Llama-3.3-Nemotron-Super);
@@ -63,6 +65,18 @@ def register_tool_parsers() -> list[ToolParserSpec]:
             factory="missive.tools.parsers.sections:KimiK2Parser",
             description="Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>",
             template_markers=("<|tool_calls_section_begin|>",),
+        ),
+        ToolParserSpec(
+            name="deepseek_v41",
+            factory="missive.tools.parsers.xml:DeepSeekV41Parser",
+            description='DeepSeek-V4.1 DSML: <｜DSML｜ calls><｜DSML｜ invoke name="NAME"><｜DSML｜ parameter name="KEY" string="true">VALUE</｜DSML｜ parameter>',
+            template_markers=("<｜DSML｜ calls>", "dsml_token }} calls>", "dsml_token + ' calls>"),
+        ),
+        ToolParserSpec(
+            name="deepseek_v4",
+            factory="missive.tools.parsers.xml:DeepSeekV4Parser",
+            description='DeepSeek-V4 DSML: <｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>',
+            template_markers=("<｜DSML｜tool_calls>", "dsml_token }}tool_calls>", "dsml_token + 'tool_calls>"),
         ),
         ToolParserSpec(
             name="deepseek_v32",

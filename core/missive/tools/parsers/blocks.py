@@ -242,4 +242,16 @@ class BlockParser(SteppedParser):
             if fallback is None:
                 fallback = (consumed, calls, "")
             start = j + 1
-        return fallback if self._final else None
+        if not self._final:
+            return None
+        close = self.BLOCKS[opener]
+        c = buf.find(close) if self.CALL_END and close else -1
+        if fallback is None and c >= 0 and end not in buf[:c]:
+            # The generation ended with the block closed before the call's
+            # end marker: a call written without it (DeepSeek-V4's
+            # self-closing <｜DSML｜invoke name="f"/>) ends there, if it parses.
+            try:
+                return c, self._checked(buf[:c].rstrip(_WS), opener), ""
+            except InvalidCall:
+                pass
+        return fallback

@@ -9,8 +9,8 @@ prompt format docs; vLLM's ``llama3_json`` parser accepts the same, and also
 
 Rules (beyond :mod:`missive.tools.parsers.base`):
 
-* the reply is parsed as calls only when it *starts* (after whitespace) with
-  ``{`` or ``<|python_tag|>``; otherwise all of it is :class:`Text`;
+* the reply is parsed as calls when it *starts* (after whitespace) with
+  ``{``, or wherever ``<|python_tag|>`` stands; other text is :class:`Text`;
 * whitespace around and between calls is dropped; after the last call,
   anything but whitespace (and ``;`` separators) is given back as Text;
 * a malformed call or one to a name not offered gives its raw text back as
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._common import CallObject, InvalidCall, give_back
+from ._common import CallObject, InvalidCall, find_marker, give_back
 from .base import ParseEvent, Text, ToolParser
 from .jsonscan import JsonScanner, JsonSyntaxError
 
@@ -94,10 +94,18 @@ class Llama3JsonParser(ToolParser):
         buf = self._buf
         state = self._state
         if state == _TEXT:
-            if buf:
-                out.append(Text(buf))
-                self._buf = ""
-            return False
+            # <|python_tag|> (a special token) starts calls after text too
+            # (SGLang's llama3 detector; Llama 3.3 writes "text <|python_tag|>{...}").
+            i, marker = find_marker(buf, (self.PYTHON_TAG,))
+            if i:
+                out.append(Text(buf[:i]))
+            if marker is None:
+                self._buf = buf[i:]
+                return False
+            self._buf = buf[i + len(marker) :]
+            self._new_call(marker)
+            self._state = _BEFORE_OBJ
+            return True
         if state == _START:
             stripped = buf.lstrip(_WS)
             if not stripped:

@@ -77,7 +77,10 @@ from ._common import InvalidCall
 from .blocks import BlockParser, ParsedCall
 from .values import arguments_json, property_schema, strip_value_newlines, typed_value
 
-__all__ = ["QwenXmlParser", "SeedOssParser", "MiniMaxM2Parser", "Glm45Parser", "DeepSeekV32Parser"]
+__all__ = [
+    "QwenXmlParser", "SeedOssParser", "MiniMaxM2Parser", "Glm45Parser", "DeepSeekV32Parser", "DeepSeekV4Parser",
+    "DeepSeekV41Parser",
+]
 
 _NAME = r"[A-Za-z0-9_.:\-]{1,64}"
 
@@ -256,25 +259,45 @@ class Glm45Parser(_ParameterParser):
 
 
 class DeepSeekV32Parser(_ParameterParser):
-    """DeepSeek-V3.2 DSML: ``<｜DSML｜function_calls><｜DSML｜invoke name="NAME">
+    """DeepSeek DSML: ``<｜DSML｜function_calls><｜DSML｜invoke name="NAME">
     <｜DSML｜parameter name="KEY" string="true|false">VALUE</｜DSML｜parameter>...``.
 
     ``string="true"``: the value is the raw text; ``"false"``: JSON (typed
-    from the schema when it is not JSON)."""
+    from the schema when it is not JSON).
+
+    Every DSML generation is read, whichever model writes it: V3.2's
+    ``function_calls`` block, V4's ``tool_calls`` and V4.1's, whose tags
+    have a space after the ``｜DSML｜`` token (``<｜DSML｜ calls>``,
+    ``<｜DSML｜ invoke ...>``; DeepSeek's ``encoding/encoding_dsv4.py`` and
+    ``encoding/encoding.py`` of the V4 and V4.1 repositories, as the
+    canitoolcall corpus records them). A forced call is written in the
+    parser's own generation (:attr:`CALL_PREFIX`)."""
 
     name = "deepseek_v32"
-    BLOCKS = {"<｜DSML｜function_calls>": "</｜DSML｜function_calls>"}
+    BLOCKS = {
+        "<｜DSML｜function_calls>": "</｜DSML｜function_calls>",
+        "<｜DSML｜tool_calls>": "</｜DSML｜tool_calls>",
+        "<｜DSML｜ calls>": "</｜DSML｜ calls>",
+    }
     CALL_END = "</｜DSML｜invoke>"
-    FOLLOWERS = ("</｜DSML｜function_calls>", "<｜DSML｜invoke")
-    HEADER = re.compile(rf"<｜DSML｜invoke name=\"(?P<name>{_NAME})\">")
-    PARAM = re.compile(r"<｜DSML｜parameter name=\"(?P<key>[^\">\n]{1,200})\"(?: string=\"(?P<string>true|false)\")?>")
+    FOLLOWERS = (*BLOCKS.values(), "<｜DSML｜invoke", "<｜DSML｜ invoke")
+    HEADER = re.compile(rf"<｜DSML｜ ?invoke name=\"(?P<name>{_NAME})\"/?>")
+    PARAM = re.compile(r"<｜DSML｜ ?parameter name=\"(?P<key>[^\">\n]{1,200})\"(?: string=\"(?P<string>true|false)\")?>")
     VALUE_END = "</｜DSML｜parameter>"
     CALL_PREFIX = '<｜DSML｜function_calls>\n<｜DSML｜invoke name="{name}">\n'
     CALL_SUFFIX = "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
     PARAM_PREFIX = '<｜DSML｜parameter name="{key}" string="{string}">'
     PARAM_SUFFIX = "</｜DSML｜parameter>\n"
     call_separator = "\n"
-    output_markers = ("｜DSML｜invoke",)
+    output_markers = ("｜DSML｜invoke", "｜DSML｜ invoke")
+
+    def call_end(self, opener: str) -> str:
+        return "</｜DSML｜ invoke>" if opener.startswith("<｜DSML｜ ") else "</｜DSML｜invoke>"
+
+    def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
+        spaced = opener.startswith("<｜DSML｜ ")
+        self.VALUE_END = "</｜DSML｜ parameter>" if spaced else "</｜DSML｜parameter>"
+        return super().parse_call(text, opener)
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
         if tag.group("string") == "true":
@@ -285,3 +308,22 @@ class DeepSeekV32Parser(_ParameterParser):
             except ValueError:
                 pass
         return super()._value(raw, key, tag, schema)
+
+
+class DeepSeekV4Parser(DeepSeekV32Parser):
+    """DeepSeek-V4's DSML: the V3.2 syntax in a ``<｜DSML｜tool_calls>`` block."""
+
+    name = "deepseek_v4"
+    CALL_PREFIX = '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{name}">\n'
+    CALL_SUFFIX = "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
+
+
+class DeepSeekV41Parser(DeepSeekV32Parser):
+    """DeepSeek-V4.1's DSML: a space after each ``｜DSML｜`` token,
+    ``<｜DSML｜ calls><｜DSML｜ invoke name="NAME"><｜DSML｜ parameter ...>``."""
+
+    name = "deepseek_v41"
+    CALL_PREFIX = '<｜DSML｜ calls>\n<｜DSML｜ invoke name="{name}">\n'
+    CALL_SUFFIX = "</｜DSML｜ invoke>\n</｜DSML｜ calls>"
+    PARAM_PREFIX = '<｜DSML｜ parameter name="{key}" string="{string}">'
+    PARAM_SUFFIX = "</｜DSML｜ parameter>\n"
