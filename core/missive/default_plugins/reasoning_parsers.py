@@ -9,6 +9,8 @@ are literal strings of the published chat templates:
 * mistral_think: ``[THINK]`` (Magistral);
 * seed_think: ``<seed:think>`` (Seed-OSS), checked before ``think`` would
   not matter: ``<seed:think>`` does not contain ``<think>``;
+* kimi_k3: ``open_tag('think'`` or ``<|open|>think<|sep|>`` (Kimi-K3's XTML
+  ``think`` and ``response`` elements);
 * gemma4_thought: ``<|channel>`` (Gemma 4's thought channel; not a
   substring of harmony's ``<|channel|>``, nor the other way round).
 """
@@ -51,5 +53,11 @@ def register_reasoning_parsers() -> list[ReasoningParserSpec]:
             factory="missive.reasoning.base:Gemma4ThinkParser",
             description="<|channel>thought ...<channel|> before the answer (Gemma 4)",
             template_markers=("<|channel>",),
+        ),
+        ReasoningParserSpec(
+            name="kimi_k3",
+            factory="missive.reasoning.xtml:KimiK3ThinkParser",
+            description="Kimi-K3: the think element is reasoning, the response element the answer",
+            template_markers=("open_tag('think'", "<|open|>think<|sep|>"),
         ),
     ]

@@ -11,6 +11,7 @@ templates contain Hermes' ``<tool_call>``, Seed-OSS's Qwen's ``<function=``):
 * qwen3_xml: ``<parameter=`` (Qwen3-Coder, Qwen3.5/3.6, Nemotron 3 Nano);
 * glm45: ``<arg_key>`` (GLM-4.5, 4.6, 4.7);
 * kimi_k2: ``<|tool_calls_section_begin|>`` (Kimi-K2, K2-Thinking);
+* kimi_k3: ``open_tag('call'`` or ``<|open|>call tool="`` (Kimi-K3's XTML);
 * deepseek_v41: ``<｜DSML｜ calls>`` (DeepSeek-V4.1), deepseek_v4:
   ``<｜DSML｜tool_calls>`` (DeepSeek-V4), deepseek_v32: ``｜DSML｜``
   (DeepSeek-V3.2; each reads the others' calls too), before deepseek_v31:
@@ -65,6 +66,12 @@ def register_tool_parsers() -> list[ToolParserSpec]:
             factory="missive.tools.parsers.sections:KimiK2Parser",
             description="Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>",
             template_markers=("<|tool_calls_section_begin|>",),
+        ),
+        ToolParserSpec(
+            name="kimi_k3",
+            factory="missive.tools.parsers.xtml:KimiK3Parser",
+            description='Kimi-K3 XTML: <|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|><|open|>argument key="KEY" type="string"<|sep|>VALUE<|close|>argument<|sep|>...',
+            template_markers=("open_tag('call'", '<|open|>call tool="'),
         ),
         ToolParserSpec(
             name="deepseek_v41",

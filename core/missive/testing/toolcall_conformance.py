@@ -81,7 +81,7 @@ BEST: dict[str, tuple[str, str | None]] = {
     "deepseek-ai/DeepSeek-V4.1-Flash": ("deepseek_v41", "think"),
     "moonshotai/Kimi-K2-Instruct-0905": ("kimi_k2", "think"),
     "moonshotai/Kimi-K2.6": ("kimi_k2", "think"),
-    "moonshotai/Kimi-K3": ("kimi_k3", "think"),
+    "moonshotai/Kimi-K3": ("kimi_k3", "kimi_k3"),
     "meta-llama/Llama-3.3-70B-Instruct": ("llama3", None),
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("llama4_pythonic", None),
     "mistralai/Mistral-7B-Instruct-v0.3": ("mistral_v3", None),
@@ -187,11 +187,7 @@ class _Driver:
 
         if self.reasoning_name is None:
             return None
-        parser = reasoning_parser_class({}, self.reasoning_name)()
-        if self.opened:
-            # What the rendered prompt opened is fed first (missive.engine.prompt).
-            parser.feed(self.opened)
-        return parser
+        return reasoning_parser_class({}, self.reasoning_name)()
 
 
 def parsers_for(model: str, mode: str, generation_prompt: str | None) -> tuple[str, str | None, str]:
@@ -227,9 +223,13 @@ def _tool_definitions(tools: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-async def _events(deltas: Sequence[str], truncated: bool) -> AsyncIterator[Any]:
+async def _events(opened: str, deltas: Sequence[str], truncated: bool) -> AsyncIterator[Any]:
     from ..driver.events import Finished, TextDelta
 
+    if opened:
+        # What the rendered prompt left open comes first, as the in-process
+        # engine sends it (missive.engine.local).
+        yield TextDelta(opened, tokens=0)
     for text in deltas:
         yield TextDelta(text, tokens=1)
     yield Finished(stop_reason="max_tokens" if truncated else "end_turn")
@@ -264,7 +264,7 @@ def parse_deltas(
 
     async def run() -> None:
         nonlocal index
-        async for event in parsed_events(driver, request, _events(deltas, truncated), lambda n: None):  # type: ignore[arg-type]
+        async for event in parsed_events(driver, request, _events(driver.opened, deltas, truncated), lambda n: None):  # type: ignore[arg-type]
             if isinstance(event, TextDelta):
                 text(blocks.text(event.text))
             elif isinstance(event, ThinkingDelta):

@@ -70,6 +70,10 @@ class BlockParser(SteppedParser):
         self._pending = ""  # raw text of the block read but not yet part of an emitted call
         self._calls = 0  # calls emitted from the current block
         self._final = False  # finish() is reading: nothing more will come
+        #: The call text handed to parse_call ended at an end marker (a
+        #: closing tag missing inside it may be recovered), not at the end
+        #: of the generation.
+        self._bounded = True
 
     def call_end(self, opener: str) -> str:
         """The marker ending a call in the block ``opener`` opened."""
@@ -112,9 +116,14 @@ class BlockParser(SteppedParser):
                         break
         if body:
             try:
+                # Not bounded by an end marker: a value cut by the end of
+                # the generation is not run to the end (never completed).
+                self._bounded = False
                 calls = self._checked(body, opener)
             except InvalidCall as exc:
                 return out + self._fail(str(exc), self._pending + buf)
+            finally:
+                self._bounded = True
             out += self._emit(calls)
         elif not self._calls:
             return out + self._fail("empty tool call block", self._pending + buf)

@@ -158,7 +158,9 @@ class _ParameterParser(BlockParser):
         about the format, is text); a parameter opening tag for another
         of the tool's properties, not given yet, ends a value whose closing
         tag is missing (at the start of a line in a layout with newlines);
-        the value of the last parameter may run to the end of the call."""
+        the value of the last parameter may run to the end of a call that
+        ended at its end marker (not at the end of the generation: a value
+        cut there is never completed)."""
         at = start
         close = -1
         while (k := text.find(self.VALUE_END, at)) >= 0:
@@ -180,6 +182,8 @@ class _ParameterParser(BlockParser):
             return tag.start(), tag.start()
         if close >= 0:
             return close, close + len(self.VALUE_END)
+        if not self._bounded:
+            raise InvalidCall("parameter without its closing tag")
         return len(text), len(text)
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
