@@ -7,7 +7,8 @@ its ``format_argument`` macro) and vLLM's ``gemma4_tool_parser.py``::
 
 * one call per ``<|tool_call>`` ... ``<tool_call|>`` block (several blocks in
   a row for parallel calls);
-* the arguments are an object in Gemma's own notation: keys unquoted,
+* the arguments are an object in Gemma's own notation: keys unquoted (and
+  written as they are, spaces included),
   strings between ``<|"|>`` tokens (no escaping inside), numbers, ``true``,
   ``false`` and nested objects and arrays as in JSON; the template writes
   keys in sorted order;
@@ -32,7 +33,9 @@ __all__ = ["Gemma4Parser", "parse_gemma_value"]
 
 _QUOTE = '<|"|>'
 _HEAD = re.compile(r"call:(?P<name>[A-Za-z0-9_\-.]{1,64})\s*\{")
-_KEY = re.compile(r"\s*(?P<key>[A-Za-z0-9_\-.$]+)\s*:")
+#: An unquoted key runs to its colon and may hold spaces (the template
+#: writes keys as they are: ``Basic LLM Chain:{...}``, ollama/ollama#18390).
+_KEY = re.compile(r"\s*(?P<key>[^\s:{}\[\],\"<>][^:{}\[\],\"<>]*?)\s*:")
 _SCALAR = re.compile(r"\s*(?P<tok>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|None|True|False)")
 _WORDS: dict[str, Any] = {"true": True, "false": False, "True": True, "False": False, "null": None, "None": None}
 

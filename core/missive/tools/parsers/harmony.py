@@ -19,12 +19,15 @@ Rules (beyond :mod:`missive.tools.parsers.base`):
   :class:`Reasoning` (the CoT, "not intended to be shown to end-users");
   headers and markers are never shown; text before any header is Text;
 * a message to ``functions.NAME`` for an offered NAME is a call; its content
-  must be one JSON object (whitespace around it allowed). A message to any
-  other recipient (a tool not offered, the built-in ``python``/``browser``),
-  from another role, or with malformed JSON is given back whole as Text;
-* ``<|call|>``, ``<|return|>`` and ``<|end|>`` all end a message, and so does the
-  end of the generation (backends stop on ``<|call|>`` and may not show it);
-  a ``<|start|>`` also ends the message before it.
+  must be one JSON object (whitespace around it allowed). A message to a
+  function not offered, from another role, or with malformed JSON is given
+  back whole as Text; one to a built-in tool (``python``, ``browser.*``:
+  no ``functions.`` prefix) is dropped;
+* ``<|call|>``, ``<|return|>`` and ``<|end|>`` all end a message where the
+  next header or the end of the generation follows them (elsewhere they are
+  text the model quoted), and so does the end of the generation (backends
+  stop on ``<|call|>`` and may not show it); a ``<|start|>`` also ends the
+  message before it.
 
 The backend must render special tokens as text for this parser to see them.
 """
@@ -52,7 +55,7 @@ _RECIPIENT = re.compile(r"(?:^|\s)to=([^\s<]+)")
 
 _TEXT, _HEADER, _CONTENT = range(3)
 # Message kinds.
-_K_TEXT, _K_REASONING, _K_CALL, _K_RAW = range(4)
+_K_TEXT, _K_REASONING, _K_CALL, _K_RAW, _K_BUILTIN = range(5)
 
 
 def parse_header(header: str) -> tuple[str, str | None, str | None]:
@@ -86,6 +89,7 @@ class HarmonyParser(ToolParser):
         super().__init__(tool_names, **options)
         self._buf = ""
         self._at_start = True
+        self._final = False  # finish() is reading: nothing more will come
         self._reset()
 
     def _reset(self) -> None:
@@ -110,6 +114,12 @@ class HarmonyParser(ToolParser):
 
     def finish(self) -> list[ParseEvent]:
         out: list[ParseEvent] = []
+        self._final = True
+        try:
+            while self._step(out):
+                pass
+        finally:
+            self._final = False
         if self._state == _TEXT:
             if self._buf:
                 out.append(Text(self._buf))
@@ -182,7 +192,7 @@ class HarmonyParser(ToolParser):
             if not self._json_done() and self._kind == _K_CALL:
                 return False
             return True
-        i, marker = find_marker(buf, TERMINATORS + (START,))
+        i, marker = self._message_end(buf)
         self._take_content(buf[:i], out)
         self._buf = buf[i:]
         if marker is None:
@@ -192,6 +202,28 @@ class HarmonyParser(ToolParser):
             self._buf = self._buf[len(marker) :]
         out += self._end_message()
         return True
+
+    def _message_end(self, buf: str) -> tuple[int, str | None]:
+        """Where the content in ``buf`` ends: ``(i, marker)``, or ``(safe, None)``
+        when ``buf[:safe]`` is content and the rest must wait.
+
+        A terminator ends the message where the next message's header, or
+        the end of the generation, follows it; one followed by other text
+        was written inside the content (a model quoting the format in its
+        reasoning: those are ordinary text tokens there, not the special
+        token), and is content."""
+        at = 0
+        while True:
+            i, marker = find_marker(buf[at:], TERMINATORS + (START,))
+            i += at
+            if marker is None or marker == START:
+                return i, marker
+            rest = buf[i + len(marker) :].lstrip(_WS)
+            if rest.startswith((START, CHANNEL)):
+                return i, marker
+            if not rest or START.startswith(rest) or CHANNEL.startswith(rest):
+                return (i, marker) if self._final else (i, None)
+            at = i + len(marker)
 
     def _json_done(self) -> bool:
         return self._scanner is not None and self._scanner.done
@@ -225,7 +257,9 @@ class HarmonyParser(ToolParser):
             self._kind = _K_RAW
         elif recipient is None:
             self._kind = _K_REASONING if channel == "analysis" else _K_TEXT
-        elif recipient.startswith("functions.") and recipient[len("functions.") :] in self.tool_names:
+        elif not recipient.startswith("functions."):
+            self._kind = _K_BUILTIN
+        elif recipient[len("functions.") :] in self.tool_names:
             self._kind = _K_CALL
             self._name = recipient[len("functions.") :]
             self._scanner = JsonScanner("{", track_levels=0)
@@ -254,6 +288,12 @@ class HarmonyParser(ToolParser):
     def _end_message(self) -> list[ParseEvent]:
         kind, raw = self._kind, self._raw
         if kind in (_K_TEXT, _K_REASONING):
+            self._reset()
+            return []
+        if kind == _K_BUILTIN:
+            # A call to a built-in tool (python, browser): not a function
+            # the client offered or can run, and not answer text (llama.cpp
+            # drops it too).
             self._reset()
             return []
         if kind == _K_RAW:

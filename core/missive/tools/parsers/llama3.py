@@ -39,6 +39,7 @@ class Llama3JsonParser(ToolParser):
     """Streaming parser of Llama 3.x JSON tool calls."""
 
     name = "llama3"
+    space_before_call = False  # "text <|python_tag|>{...}": the space is the text's
     output_markers = ("<|python_tag|>",)
     call_separator = "; "
     PYTHON_TAG = "<|python_tag|>"
