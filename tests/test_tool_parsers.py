@@ -414,8 +414,12 @@ def test_harmony_recipient_in_role_and_call_token_not_rendered(stream: bool) -> 
 
 
 def test_harmony_calls_to_tools_not_offered_and_malformed_calls_are_text() -> None:
+    """A function not offered and malformed JSON come back as text; a call
+    to a built-in tool (python) is dropped: it is neither a call the client
+    can run nor answer text (llama.cpp's gpt-oss parser drops it too)."""
     python = "<|channel|>analysis to=python code<|message|>print(1)<|call|>"
-    assert_parses(HarmonyParser, python, [Text(python)])
+    assert_parses(HarmonyParser, python, [])
+    assert_parses(HarmonyParser, "Hi" + python + "<|start|>assistant<|channel|>final<|message|>ok", [Text("Hiok")])
     unknown = "<|channel|>commentary to=functions.rm <|constrain|>json<|message|>{}<|call|>"
     assert_parses(HarmonyParser, unknown, [Text(unknown)])
     bad = HARMONY_CALL + '{"city": "Paris"' + "<|call|>"
@@ -560,8 +564,8 @@ def test_plugin_parsers_take_part_in_selection(registered: dict[str, ToolParserS
 
 def test_registered_factories_are_the_parsers(registered: dict[str, ToolParserSpec]) -> None:
     assert list(registered) == [
-        "seed_oss", "minimax_m2", "qwen3_xml", "glm45", "kimi_k2", "deepseek_v32", "deepseek_v31", "gemma4",
-        "nemotron", "llama4_pythonic", "hermes", "llama3", "mistral_v3", "mistral", "harmony",
+        "seed_oss", "minimax_m2", "qwen3_xml", "glm45", "kimi_k2", "kimi_k3", "deepseek_v41", "deepseek_v4",
+        "deepseek_v32", "deepseek_v31", "gemma4", "nemotron", "llama4_pythonic", "hermes", "llama3", "mistral_v3", "mistral", "harmony",
     ]
     for name, spec in registered.items():
         cls = load_object(spec.factory)

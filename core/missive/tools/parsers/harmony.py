@@ -216,7 +216,9 @@ class HarmonyParser(ToolParser):
         while True:
             i, marker = find_marker(buf[at:], TERMINATORS + (START,))
             i += at
-            if marker is None or marker == START:
+            if marker is None or marker == START or self._kind == _K_CALL:
+                # After a call's complete arguments object a terminator is
+                # the call's end.
                 return i, marker
             rest = buf[i + len(marker) :].lstrip(_WS)
             if rest.startswith((START, CHANNEL)):
@@ -290,12 +292,14 @@ class HarmonyParser(ToolParser):
         if kind in (_K_TEXT, _K_REASONING):
             self._reset()
             return []
-        if kind == _K_BUILTIN:
+        if kind == _K_BUILTIN and not self.strict:
             # A call to a built-in tool (python, browser): not a function
             # the client offered or can run, and not answer text (llama.cpp
             # drops it too).
             self._reset()
             return []
+        if kind == _K_BUILTIN:
+            return self._fail("message to a built-in tool", raw)
         if kind == _K_RAW:
             return self._fail("message to a recipient that was not offered", raw)
         if not self._json_done():
