@@ -29,6 +29,7 @@ from ..media.types import ImageInput, ImageMarker
 from ..protocol.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from ..messages.system_turns import segments, template_accepts_system
 from .definitions import ToolDefinition
+from .parsers.base import ToolParser
 
 __all__ = [
     "tool_result_text",
@@ -36,6 +37,7 @@ __all__ = [
     "hermes_messages",
     "template_messages",
     "template_supports_tools",
+    "system_prompt_format",
     "HERMES_INSTRUCTIONS",
 ]
 
@@ -57,6 +59,26 @@ For each function call, return a json object with function name and arguments wi
 def template_supports_tools(template: str) -> bool:
     """Whether a chat template renders ``tools`` and assistant ``tool_calls`` itself."""
     return "tools" in template and "tool_calls" in template
+
+
+def system_prompt_format(template: str) -> type[ToolParser] | None:
+    """The built-in tool format whose declarations go into the system prompt,
+    for a template that renders past ``tool_calls`` in a format of its own
+    (its markers select the parser) but takes no ``tools`` list
+    (DeepSeek-V3 and V3.1); None for any other template, or a format with no
+    :meth:`~missive.tools.parsers.base.ToolParser.tool_instructions`."""
+    if "tool_calls" not in template or template_supports_tools(template):
+        return None
+    from ..default_plugins.tool_parsers import register_tool_parsers
+    from .parsers.registry import parser_class
+    from .parsers.selection import select_parser
+
+    specs = {s.name: s for s in register_tool_parsers()}
+    name = select_parser(template, specs)
+    if name is None:
+        return None
+    cls = parser_class(specs, name)
+    return cls if cls.tool_instructions([]) is not None else None
 
 
 def tool_result_text(block: ToolResultBlock, image_marker: ImageMarker | None = None) -> str:
@@ -192,8 +214,11 @@ def template_messages(
 
     Tools are offered unless ``tool_choice`` is ``none`` (then the model is not
     told about them, so it cannot call them; past calls and results are still
-    rendered). A template with tool support gets them natively (``tools=``),
-    any other the Hermes convention. ``image_marker``: images rendered as the
+    rendered). A template with tool support gets them natively (``tools=``);
+    one that renders past calls in a known format but takes no tool list
+    (:func:`system_prompt_format`) gets its history natively and the tools
+    declared in the system prompt in that format's words; any other the
+    Hermes convention. ``image_marker``: images rendered as the
     text it returns, in their place (see :meth:`missive.messages.conversation.Turn.text`).
     """
     conversation = request.conversation
@@ -207,4 +232,13 @@ def template_messages(
     if template_supports_tools(template):
         extra = {"tools": [t.openai_function() for t in offered]} if offered else {}
         return native_messages(conversation, image_marker, system_turns=system_turns), extra
+    if (fmt := system_prompt_format(template)) is not None:
+        messages = native_messages(conversation, image_marker, system_turns=system_turns)
+        if offered:
+            declared = fmt.tool_instructions([t.openai_function()["function"] for t in offered]) or ""
+            if messages and messages[0]["role"] == "system":
+                messages[0] = {**messages[0], "content": f"{messages[0]['content']}\n\n{declared}"}
+            else:
+                messages.insert(0, {"role": "system", "content": declared})
+        return messages, {}
     return hermes_messages(conversation, offered, image_marker, system_turns=system_turns), {}

@@ -31,7 +31,7 @@ Rules every parser follows (issue 3, contract section 4):
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
@@ -192,6 +192,17 @@ class ToolParser(abc.ABC):
         The parser must parse what this produces. For a ``"parameters"``
         format the prefix and suffix surround the parameters instead.
         """
+
+    @classmethod
+    def tool_instructions(cls, functions: Sequence[Mapping[str, Any]]) -> str | None:
+        """System-prompt text declaring ``functions`` (OpenAI
+        ``{"name", "description", "parameters"}`` objects) and this format's
+        call syntax, for a chat template that renders past calls in this
+        format but takes no ``tools`` list itself (DeepSeek-V3/V3.1: the
+        model card gives the system prompt); None: the format has none, and
+        such a template gets the Hermes convention
+        (:func:`missive.tools.render.template_messages`)."""
+        return None
 
     @classmethod
     def parameter_syntax(cls, key: str, string: bool) -> tuple[str, str]:

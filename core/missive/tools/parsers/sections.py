@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ._common import InvalidCall, decode_arguments
 from .blocks import BlockParser, ParsedCall
@@ -99,6 +101,26 @@ class DeepSeekV31Parser(BlockParser):
     @classmethod
     def call_syntax(cls, name: str) -> tuple[str, str]:
         return f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>", "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+
+    @classmethod
+    def tool_instructions(cls, functions: Sequence[Mapping[str, Any]]) -> str | None:
+        """DeepSeek-V3.1's template renders past calls but no tool list: its
+        model card declares tools in the system prompt (a ``## Tools``
+        section, one ``### NAME`` with ``Description:`` and ``Parameters:``
+        per tool, then the call syntax with its markers)."""
+        parts = ["## Tools", "You have access to the following tools:", ""]
+        for fn in functions:
+            parts += [f"### {fn['name']}", f"Description: {fn.get('description') or ''}", "",
+                      f"Parameters: {json.dumps(fn.get('parameters') or {}, ensure_ascii=False)}", ""]
+        parts += [
+            "IMPORTANT: to use a tool, write exactly:",
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+            "<｜tool▁call▁end｜>{additional_tool_calls}<｜tool▁calls▁end｜>",
+            "",
+            "where `tool_call_name` is exactly one of the tools above, `tool_call_arguments` is a JSON object "
+            "that follows the tool's Parameters schema, and further calls follow directly, with no separator.",
+        ]
+        return "\n".join(parts)
 
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
         head = self._HEAD.match(text)

@@ -38,14 +38,16 @@ def select_parser(
 def parser_for_template(template: str, specs: Any, override: str | None = None) -> str:
     """The tool call format for a model rendered with ``template``.
 
-    ``override`` (a driver setting) wins; else the format the template uses;
+    ``override`` (a driver setting) wins; else the format the template uses
+    (one that takes ``tools``, or one whose calls it renders in a format
+    declared in the system prompt: :func:`missive.tools.render.system_prompt_format`);
     else ``hermes``, the convention :func:`missive.tools.render.template_messages`
     teaches models whose template has no tool support.
     """
     if override:
         return override
-    from ..render import template_supports_tools
+    from ..render import system_prompt_format, template_supports_tools
 
-    if template_supports_tools(template):
+    if template_supports_tools(template) or system_prompt_format(template) is not None:
         return select_parser(template, specs) or "hermes"
     return "hermes"
