@@ -83,7 +83,7 @@ BEST: dict[str, tuple[str, str | None]] = {
     "moonshotai/Kimi-K2.6": ("kimi_k2", "think"),
     "moonshotai/Kimi-K3": ("kimi_k3", "kimi_k3"),
     "meta-llama/Llama-3.3-70B-Instruct": ("llama3", None),
-    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("llama4_pythonic", None),
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("llama3", None),
     "mistralai/Mistral-7B-Instruct-v0.3": ("mistral_v3", None),
     "mistralai/Devstral-Small-2507": ("mistral", None),
     "mistralai/Magistral-Small-2506": ("mistral", "think"),
@@ -199,8 +199,10 @@ def parsers_for(model: str, mode: str, generation_prompt: str | None) -> tuple[s
     if mode == "best":
         tool, reasoning = BEST[model]
     else:
+        from ..default_plugins.tool_parsers import register_tool_parsers
+
         template = TEMPLATES[model]
-        tool = parser_for_template(template, {})
+        tool = parser_for_template(template, {s.name: s for s in register_tool_parsers()})
         reasoning = reasoning_parser_for_template(template, {})
     opened = ""
     if reasoning is not None and generation_prompt:

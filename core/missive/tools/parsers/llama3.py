@@ -11,6 +11,9 @@ Rules (beyond :mod:`missive.tools.parsers.base`):
 
 * the reply is parsed as calls when it *starts* (after whitespace) with
   ``{``, or wherever ``<|python_tag|>`` stands; other text is :class:`Text`;
+* a reply starting with ``[`` or ``<|python_start|>`` is read by the
+  ``llama4_pythonic`` parser: Llama 4 writes ``[f(x=1)]`` when prompted as its
+  model card does, and JSON when prompted as its Hugging Face template does;
 * whitespace around and between calls is dropped; after the last call,
   anything but whitespace (and ``;`` separators) is given back as Text;
 * a malformed call or one to a name not offered gives its raw text back as
@@ -32,6 +35,7 @@ from .jsonscan import JsonScanner, JsonSyntaxError
 __all__ = ["Llama3JsonParser"]
 
 _START, _TEXT, _BEFORE_OBJ, _JSON, _AFTER = range(5)
+_PYTHON_START = "<|python_start|>"
 _WS = " \t\r\n"
 
 
@@ -51,6 +55,9 @@ class Llama3JsonParser(ToolParser):
         self._state = _START
         self._new_call("")
         self._held = ""  # whitespace / separators after a call, given back if text follows
+        #: The pythonic reader, once the reply turned out to be a pythonic
+        #: call list (Llama 4 prompted as Meta's docs prompt it).
+        self._pythonic: ToolParser | None = None
 
     def _new_call(self, raw: str) -> None:
         self._raw = raw
@@ -63,6 +70,8 @@ class Llama3JsonParser(ToolParser):
         return f'{{"name": {json.dumps(name)}, "parameters": ', "}"
 
     def feed(self, text: str) -> list[ParseEvent]:
+        if self._pythonic is not None:
+            return self._pythonic.feed(text)
         self._buf += text
         out: list[ParseEvent] = []
         while self._step(out):
@@ -72,6 +81,9 @@ class Llama3JsonParser(ToolParser):
         return out
 
     def finish(self) -> list[ParseEvent]:
+        if self._pythonic is not None:
+            self._pythonic._cut = self._cut
+            return self._pythonic.finish()
         out: list[ParseEvent] = []
         if self._state in (_START, _TEXT):
             if self._buf:
@@ -118,7 +130,18 @@ class Llama3JsonParser(ToolParser):
                 self._buf = stripped[len(self.PYTHON_TAG) :]
                 self._new_call(self.PYTHON_TAG)
                 self._state = _BEFORE_OBJ
-            elif self.PYTHON_TAG.startswith(stripped):
+            elif stripped.startswith(("[", _PYTHON_START)):
+                # Llama 4 writes pythonic calls when prompted with Meta's
+                # format (its model card): read by the pythonic parser.
+                from .pythonic import Llama4PythonicParser
+
+                self._pythonic = Llama4PythonicParser(
+                    self.tool_names, stream_arguments=self.stream_arguments, strict=self.strict, schemas=self.schemas
+                )
+                self._buf = ""
+                out += self._pythonic.feed(buf)
+                return False
+            elif self.PYTHON_TAG.startswith(stripped) or _PYTHON_START.startswith(stripped):
                 return False
             else:
                 self._state = _TEXT
