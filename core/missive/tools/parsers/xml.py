@@ -106,6 +106,8 @@ class _ParameterParser(BlockParser):
     PARAM_PREFIX: ClassVar[str]
     PARAM_SUFFIX: ClassVar[str]
 
+    _close = ""  # the value's closing tag in the call being read (value_close)
+
     @classmethod
     def call_syntax(cls, name: str) -> tuple[str, str]:
         return cls.CALL_PREFIX.format(name=name), cls.CALL_SUFFIX
@@ -120,6 +122,7 @@ class _ParameterParser(BlockParser):
         if header is None:
             raise InvalidCall("no tool name")
         name = self._unescape(header.group("name"))
+        self._close = self.value_close(opener)
         schema = self.schemas.get(name)
         properties = (schema or {}).get("properties") or {}
         pairs: list[tuple[str, Any]] = []
@@ -140,6 +143,10 @@ class _ParameterParser(BlockParser):
                 raw = strip_value_newlines(raw)
             pairs.append((key, self._value(raw, key, tag, schema)))
         return [(name, arguments_json(pairs))]
+
+    def value_close(self, opener: str) -> str:
+        """The tag closing a value in the block ``opener`` opened."""
+        return self.VALUE_END
 
     @staticmethod
     def _unescape(name: str) -> str:
@@ -163,8 +170,9 @@ class _ParameterParser(BlockParser):
         cut there is never completed)."""
         at = start
         close = -1
-        while (k := text.find(self.VALUE_END, at)) >= 0:
-            after = k + len(self.VALUE_END)
+        end_tag = self._close
+        while (k := text.find(end_tag, at)) >= 0:
+            after = k + len(end_tag)
             rest = after
             while rest < len(text) and text[rest] in " \t\r\n":
                 rest += 1
@@ -181,7 +189,7 @@ class _ParameterParser(BlockParser):
                 continue
             return tag.start(), tag.start()
         if close >= 0:
-            return close, close + len(self.VALUE_END)
+            return close, close + len(end_tag)
         if not self._bounded:
             raise InvalidCall("parameter without its closing tag")
         return len(text), len(text)
@@ -298,10 +306,8 @@ class DeepSeekV32Parser(_ParameterParser):
     def call_end(self, opener: str) -> str:
         return "</｜DSML｜ invoke>" if opener.startswith("<｜DSML｜ ") else "</｜DSML｜invoke>"
 
-    def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
-        spaced = opener.startswith("<｜DSML｜ ")
-        self.VALUE_END = "</｜DSML｜ parameter>" if spaced else "</｜DSML｜parameter>"
-        return super().parse_call(text, opener)
+    def value_close(self, opener: str) -> str:
+        return "</｜DSML｜ parameter>" if opener.startswith("<｜DSML｜ ") else "</｜DSML｜parameter>"
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
         if tag.group("string") == "true":
