@@ -127,6 +127,7 @@ from .tools.parsers.base import (
     ToolParser,
 )
 from .tools.parsers.registry import build_parser, parser_class
+from .tools.parsers.raw_values import RawValueLanguage
 from .tools.parsers.selection import parser_for_template
 from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
@@ -167,7 +168,7 @@ __all__ = [
     "json_loads", "json_dumps",
     # tool calls and reasoning in generated text
     "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",
-    "build_parser", "parser_class", "parser_for_template", "hermes_messages", "template_supports_tools",
+    "build_parser", "parser_class", "parser_for_template", "RawValueLanguage", "hermes_messages", "template_supports_tools",
     "allows_string",
     "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "reasoning_parser_class",
     # state kept between runs

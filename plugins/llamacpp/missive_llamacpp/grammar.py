@@ -20,7 +20,7 @@ from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from missive.api import ToolChoice, ToolDefinition, ToolParser, allows_string
+from missive.api import RawValueLanguage, ToolChoice, ToolDefinition, ToolParser, allows_string
 
 __all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "MAX_PARALLEL_CALLS"]
 
@@ -148,10 +148,32 @@ def _converts(schema: dict[str, Any], name: str) -> bool:
         return False
 
 
-#: A value written as raw text inside a parameter's tags: anything but
-#: ``<``, which would start the closing tag (a forced call's string values
-#: hold no ``<``; free generation, which the parsers read, has no such limit).
-_RAW_TEXT = r'[^<\x00]*'
+def _class_char(ch: str) -> str:
+    """``ch`` escaped for a GBNF character class."""
+    if ch.isascii() and ch.isalnum():
+        return ch
+    return f"\\u{ord(ch):04X}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08X}"
+
+
+def _raw_text_rule(converter: SchemaConverter, parser: type[ToolParser], name: str) -> tuple[str, RawValueLanguage]:
+    """The rule of a value written as raw text inside a parameter's tags:
+    any text but what the parser would read as the end of the value or
+    the call (:meth:`~missive.api.ToolParser.value_forbids`: code holding
+    ``<``, ``</parameter>`` or ``]]>`` is written as it is), as one rule per
+    state of :class:`~missive.api.RawValueLanguage`'s automaton."""
+    language = RawValueLanguage.build(parser.value_forbids())
+    names = [f"{name}-raw{k}" for k in range(len(language.transitions))]
+    others = "".join(_class_char(c) for c in sorted(language.alphabet))
+    for k, moves in enumerate(language.transitions):
+        by_target: dict[int, list[str]] = {}
+        for ch, target in moves.items():
+            if ch:
+                by_target.setdefault(target, []).append(ch)
+        alternatives = [f"[{''.join(_class_char(c) for c in chars)}] {names[t]}" for t, chars in by_target.items()]
+        if "" in moves:
+            alternatives.append(f"[^{others}\\x00] {names[moves['']]}")
+        converter._add_rule(names[k], f"({' | '.join(alternatives)})?" if alternatives else '""')
+    return names[0], language
 
 
 def _parameters_rule(converter: SchemaConverter, parser: type[ToolParser], schema: dict[str, Any], name: str) -> str:
@@ -167,14 +189,14 @@ def _parameters_rule(converter: SchemaConverter, parser: type[ToolParser], schem
     required = [k for k in schema.get("required", []) if k in properties]
     optional = [k for k in properties if k not in required]
     separator = converter._format_literal(parser.parameter_separator) if parser.parameter_separator else ""
-    raw_text = converter._add_rule(f"{name}-raw-text", _RAW_TEXT)
+    raw_text, language = _raw_text_rule(converter, parser, name)
 
     def item(index: int, key: str) -> str:
         prop = properties[key]
         string = parser.raw_string_values and allows_string(prop, schema)
         prefix, suffix = parser.parameter_syntax(key, string)
         if string:
-            value = _string_value(converter, prop, raw_text)
+            value = _string_value(converter, prop, raw_text, language)
         else:
             value = converter.visit(prop if isinstance(prop, dict) else {}, f"{name}-p{index}")
         return converter._add_rule(
@@ -195,10 +217,11 @@ def _parameters_rule(converter: SchemaConverter, parser: type[ToolParser], schem
     return converter._add_rule(f"{name}-args", body or '""')
 
 
-def _string_value(converter: SchemaConverter, prop: Any, raw_text: str) -> str:
-    """A string argument written raw: one of its enum strings, else any text."""
+def _string_value(converter: SchemaConverter, prop: Any, raw_text: str, language: RawValueLanguage) -> str:
+    """A string argument written raw: one of its enum strings, else any text
+    the parser reads back."""
     enum = prop.get("enum") if isinstance(prop, dict) else None
-    if isinstance(enum, list) and enum and all(isinstance(v, str) and "<" not in v for v in enum):
+    if isinstance(enum, list) and enum and all(isinstance(v, str) and language.accepts(v) for v in enum):
         return "(" + " | ".join(converter._format_literal(v) for v in enum) + ")"
     return raw_text
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, ToolParser
 from .jsonscan import Key, ScanEvent, loads_strict
 
-__all__ = ["find_marker", "InvalidCall", "CallObject", "decode_arguments", "give_back", "SteppedParser"]
+__all__ = ["find_marker", "InvalidCall", "InvalidCallHeader", "CallObject", "decode_arguments", "give_back", "SteppedParser"]
 
 
 def find_marker(buf: str, markers: Sequence[str]) -> tuple[int, str | None]:
@@ -38,6 +38,12 @@ def find_marker(buf: str, markers: Sequence[str]) -> tuple[int, str | None]:
 
 class InvalidCall(Exception):
     """A complete call object that is not a usable call (the reason is the message)."""
+
+
+class InvalidCallHeader(InvalidCall):
+    """A call whose head (its name) is not a call to an offered tool: no
+    later end marker can make it one (:meth:`~missive.tools.parsers.blocks.BlockParser._find_call`
+    gives it back at once)."""
 
 
 def decode_arguments(raw_value: str) -> str:

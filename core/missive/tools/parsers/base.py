@@ -194,6 +194,16 @@ class ToolParser(abc.ABC):
         """
 
     @classmethod
+    def value_forbids(cls) -> tuple[tuple[str, ...], ...]:
+        """What a string argument written as raw text (``raw_string_values``
+        in a ``"parameters"`` format) must not hold for this parser to read
+        it back whole: each a tuple of literal parts with any whitespace
+        allowed between them (:mod:`missive.tools.parsers.raw_values`).
+        Grammars that force a call let a value hold anything else: code
+        with ``<`` and the format's own closing tags. Empty: no limit."""
+        return ()
+
+    @classmethod
     def tool_instructions(cls, functions: Sequence[Mapping[str, Any]]) -> str | None:
         """System-prompt text declaring ``functions`` (OpenAI
         ``{"name", "description", "parameters"}`` objects) and this format's

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from ._common import InvalidCall, SteppedParser, find_marker, give_back
+from ._common import InvalidCall, InvalidCallHeader, SteppedParser, find_marker, give_back
 from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text
 
 __all__ = ["BlockParser", "ParsedCall"]
@@ -56,11 +56,12 @@ class BlockParser(SteppedParser):
     CALL_END: ClassVar[str | None] = None
     #: What may follow a call's end marker (after whitespace) for it to end
     #: the call: the block's closing marker, the next call's opening one.
-    #: An end marker followed by other text is taken to sit inside a value
-    #: (a model writing about the format: ``</function>`` in a file's
-    #: content) while a later one ends the call; if none does, the first
-    #: end marker before which the call parses is used at the end of the
-    #: generation. Empty: the first end marker ends the call.
+    #: An end marker followed by other text, before which the call parses
+    #: only by recovering a missing closing tag or not at all, is taken to
+    #: sit inside a value (a model writing about the format: ``</function>``
+    #: in a file's content) while a later one ends the call; if none does,
+    #: the first end marker before which the call parses is used at the end
+    #: of the generation. Empty: the first end marker ends the call.
     FOLLOWERS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, tool_names: frozenset[str], **options: Any) -> None:
@@ -74,6 +75,8 @@ class BlockParser(SteppedParser):
         #: closing tag missing inside it may be recovered), not at the end
         #: of the generation.
         self._bounded = True
+        #: parse_call recovered a missing closing tag in the call it read.
+        self._lenient = False
 
     def call_end(self, opener: str) -> str:
         """The marker ending a call in the block ``opener`` opened."""
@@ -147,7 +150,7 @@ class BlockParser(SteppedParser):
             raise InvalidCall("no call")
         for name, _ in calls:
             if name not in self.tool_names:
-                raise InvalidCall(f"tool {name!r} was not offered")
+                raise InvalidCallHeader(f"tool {name!r} was not offered")
         return calls
 
     def _emit(self, calls: list[ParsedCall]) -> list[ParseEvent]:
@@ -239,14 +242,17 @@ class BlockParser(SteppedParser):
             follows = self._follows(buf[consumed:])
             if follows is None:
                 return None
+            self._lenient = False
             try:
                 calls = self._checked(buf[:j], opener)
             except InvalidCall as exc:
-                if follows:
+                if follows or isinstance(exc, InvalidCallHeader):
                     return consumed, None, str(exc)
                 start = j + 1
                 continue
-            if follows:
+            if follows or not self._lenient:
+                # A call that parses without recovering a missing closing tag
+                # ends here even with text after it.
                 return consumed, calls, ""
             if fallback is None:
                 fallback = (consumed, calls, "")

@@ -25,7 +25,7 @@ import json
 import re
 from typing import Any
 
-from ._common import InvalidCall
+from ._common import InvalidCall, InvalidCallHeader
 from .blocks import BlockParser, ParsedCall
 from .values import arguments_json
 
@@ -154,6 +154,11 @@ class Gemma4Parser(BlockParser):
     output_markers = ("<|tool_call>",)
 
     @classmethod
+    def value_forbids(cls) -> tuple[tuple[str, ...], ...]:
+        """A string ends at the next ``<|"|>``: the template has no escaping."""
+        return ((_QUOTE,),)
+
+    @classmethod
     def call_syntax(cls, name: str) -> tuple[str, str]:
         return f"<|tool_call>call:{name}{{", "}<tool_call|>"
 
@@ -164,7 +169,7 @@ class Gemma4Parser(BlockParser):
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
         head = _HEAD.match(text)
         if head is None:
-            raise InvalidCall("expected call:NAME{")
+            raise InvalidCallHeader("expected call:NAME{")
         reader = _Reader(text)
         reader.pos = head.end() - 1
         args = reader.members()

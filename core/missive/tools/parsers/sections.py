@@ -40,7 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._common import InvalidCall, decode_arguments
+from ._common import InvalidCall, InvalidCallHeader, decode_arguments
 from .blocks import BlockParser, ParsedCall
 from .jsonscan import loads_strict
 
@@ -82,7 +82,7 @@ class KimiK2Parser(BlockParser):
         # vLLM's kimi_k2 parser skips text between the section and call markers.
         head = self._HEAD.search(text)
         if head is None:
-            raise InvalidCall("no <|tool_call_begin|>NAME<|tool_call_argument_begin|>")
+            raise InvalidCallHeader("no <|tool_call_begin|>NAME<|tool_call_argument_begin|>")
         return [(head.group("name"), _object(text[head.end() :]))]
 
 
@@ -125,7 +125,7 @@ class DeepSeekV31Parser(BlockParser):
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
         head = self._HEAD.match(text)
         if head is None:
-            raise InvalidCall("no <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>")
+            raise InvalidCallHeader("no <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>")
         rest = text[head.end() :]
         if head.group("name") == "function" and (v3 := self._V3.match(rest)):
             return [(v3.group("name"), _object(v3.group("args")))]

@@ -73,7 +73,7 @@ import json
 import re
 from typing import Any, ClassVar
 
-from ._common import InvalidCall
+from ._common import InvalidCall, InvalidCallHeader
 from .blocks import BlockParser, ParsedCall
 from .values import arguments_json, property_schema, strip_value_newlines, typed_value
 
@@ -117,10 +117,26 @@ class _ParameterParser(BlockParser):
         flag = "true" if string else "false"
         return cls.PARAM_PREFIX.format(key=key, string=flag), cls.PARAM_SUFFIX
 
+    @classmethod
+    def value_forbids(cls) -> tuple[tuple[str, ...], ...]:
+        """A value ends where its closing tag is followed by the next
+        parameter, or where a parameter opens (a missing closing tag: at a
+        line start in Qwen's layout); the call ends where its end marker is
+        followed by what may follow a call (:meth:`_value_end`,
+        :attr:`FOLLOWERS`). Nothing else ends a value."""
+        return cls._forbids(cls.VALUE_END, cls.CALL_END or next(iter(cls.BLOCKS.values())))
+
+    @classmethod
+    def _forbids(cls, value_end: str, call_end: str) -> tuple[tuple[str, ...], ...]:
+        param_open = cls.PARAM_PREFIX.split("{", 1)[0]
+        out: list[tuple[str, ...]] = [(value_end, param_open), ("\n" + param_open,) if cls.VALUE_NEWLINES else (param_open,)]
+        out += [(call_end, follower) for follower in cls.FOLLOWERS]
+        return tuple(out)
+
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
         header = self.HEADER.match(text)
         if header is None:
-            raise InvalidCall("no tool name")
+            raise InvalidCallHeader("no tool name")
         name = self._unescape(header.group("name"))
         self._close = self.value_close(opener)
         schema = self.schemas.get(name)
@@ -187,11 +203,13 @@ class _ParameterParser(BlockParser):
                 continue
             if self.VALUE_NEWLINES and text[tag.start() - 1 : tag.start()] != "\n":
                 continue
+            self._lenient = True
             return tag.start(), tag.start()
         if close >= 0:
             return close, close + len(end_tag)
         if not self._bounded:
             raise InvalidCall("parameter without its closing tag")
+        self._lenient = True
         return len(text), len(text)
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
@@ -308,6 +326,13 @@ class DeepSeekV32Parser(_ParameterParser):
 
     def value_close(self, opener: str) -> str:
         return "</｜DSML｜ parameter>" if opener.startswith("<｜DSML｜ ") else "</｜DSML｜parameter>"
+
+    @classmethod
+    def value_forbids(cls) -> tuple[tuple[str, ...], ...]:
+        # Every DSML generation is read: the spaced tags end a value too.
+        spaced = (("</｜DSML｜ parameter>", "<｜DSML｜ parameter"), ("<｜DSML｜ parameter name=",))
+        spaced += tuple(("</｜DSML｜ invoke>", f) for f in cls.FOLLOWERS)
+        return cls._forbids("</｜DSML｜parameter>", "</｜DSML｜invoke>") + spaced
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
         if tag.group("string") == "true":
