@@ -21,9 +21,12 @@ from test_tool_parsers import merge, splits
 from missive.tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Text, ToolParser
 from missive.tools.parsers.gemma4 import Gemma4Parser, parse_gemma_value
 from missive.tools.parsers.pythonic import Llama4PythonicParser
-from missive.tools.parsers.sections import DeepSeekV31Parser, KimiK2Parser, NemotronParser
+from missive.tools.parsers.sections import DeepSeekV31Parser, GraniteParser, KimiK2Parser, NemotronParser
 from missive.tools.parsers.values import typed_value
-from missive.tools.parsers.xml import DeepSeekV32Parser, Glm45Parser, MiniMaxM2Parser, QwenXmlParser, SeedOssParser
+from missive.tools.parsers.xml import (
+    DeepSeekV4Parser, DeepSeekV32Parser, DeepSeekV41Parser, Glm45Parser, MiniMaxM2Parser, QwenXmlParser, SeedOssParser,
+)
+from missive.tools.parsers.xtml import KimiK3Parser
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "get_weather": {
@@ -114,8 +117,7 @@ def glm_call(name: str, args: dict[str, Any], newline: str = "\n") -> str:
     return f"<tool_call>{name}{newline}{pairs}</tool_call>"
 
 
-def dsml_block(*calls: tuple[str, dict[str, Any]]) -> str:
-    d = "｜DSML｜"
+def dsml_block(*calls: tuple[str, dict[str, Any]], block: str = "function_calls", d: str = "｜DSML｜") -> str:
     invokes = "".join(
         f'\n<{d}invoke name="{name}">\n'
         + "\n".join(
@@ -126,7 +128,36 @@ def dsml_block(*calls: tuple[str, dict[str, Any]]) -> str:
         + f"\n</{d}invoke>"
         for name, args in calls
     )
-    return f"<{d}function_calls>{invokes}\n</{d}function_calls>"
+    return f"<{d}{block}>{invokes}\n</{d}{block}>"
+
+
+def xtml_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "string" if isinstance(value, str) else "object" if isinstance(value, dict) else "array"
+
+
+def kimi_k3_tools(*calls: tuple[str, dict[str, Any]]) -> str:
+    """Kimi-K3's tools element (its template's render_assistant)."""
+    body = "".join(
+        f'<|open|>call tool="{name}" index="{i + 1}"<|sep|>'
+        + "".join(
+            f'<|open|>argument key="{k}" type="{xtml_type(v)}"<|sep|>{v if isinstance(v, str) else json.dumps(v)}'
+            "<|close|>argument<|sep|>"
+            for k, v in args.items()
+        )
+        + "<|close|>call<|sep|>"
+        for i, (name, args) in enumerate(calls)
+    )
+    return f"<|open|>tools<|sep|>{body}<|close|>tools<|sep|>"
+
+
+def granite_calls(*calls: tuple[str, dict[str, Any]]) -> str:
+    return "<|tool_call|>" + json.dumps([{"name": n, "arguments": a} for n, a in calls])
 
 
 def kimi_block(*calls: tuple[str, dict[str, Any]]) -> str:
@@ -179,6 +210,10 @@ FAMILIES: dict[str, tuple[type[ToolParser], Any]] = {
     "glm45": (Glm45Parser, lambda *calls: "\n".join(glm_call(n, a) for n, a in calls)),
     "glm47": (Glm45Parser, lambda *calls: "".join(glm_call(n, a, newline="") for n, a in calls)),
     "deepseek_v32": (DeepSeekV32Parser, dsml_block),
+    "deepseek_v4": (DeepSeekV4Parser, lambda *calls: dsml_block(*calls, block="tool_calls")),
+    "deepseek_v41": (DeepSeekV41Parser, lambda *calls: dsml_block(*calls, block="calls", d="｜DSML｜ ")),
+    "kimi_k3": (KimiK3Parser, kimi_k3_tools),
+    "granite": (GraniteParser, granite_calls),
     "kimi_k2": (KimiK2Parser, kimi_block),
     "deepseek_v31": (DeepSeekV31Parser, deepseek_block),
     "gemma4": (Gemma4Parser, lambda *calls: "".join(gemma_call(n, a) for n, a in calls)),
@@ -218,7 +253,7 @@ def test_a_generation_cut_inside_a_call_keeps_the_complete_calls(family: str) ->
     whole = write(("get_weather", WEATHER), ("Edit", EDIT))
     cut = whole[: whole.index("print('y')")]
     got = parse(cls, list(cut))
-    if family in ("nemotron", "llama4_pythonic"):
+    if family in ("nemotron", "llama4_pythonic", "granite"):
         # One array for all calls: all or nothing.
         assert got == [Text(cut)]
     else:
@@ -329,7 +364,10 @@ def test_pythonic_tags_and_text_after() -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [QwenXmlParser, SeedOssParser, MiniMaxM2Parser, Glm45Parser, DeepSeekV32Parser, Gemma4Parser, Llama4PythonicParser],
+    [
+        QwenXmlParser, SeedOssParser, MiniMaxM2Parser, Glm45Parser, DeepSeekV32Parser, DeepSeekV4Parser, DeepSeekV41Parser,
+        KimiK3Parser, Gemma4Parser, Llama4PythonicParser,
+    ],
 )
 def test_parameter_syntax_round_trip(cls: type[ToolParser]) -> None:
     """What a grammar writes from ``call_syntax`` and ``parameter_syntax``
@@ -349,13 +387,13 @@ def test_parameter_syntax_round_trip(cls: type[ToolParser]) -> None:
     assert parse(cls, [text]) == expected
 
 
-@pytest.mark.parametrize("cls", [KimiK2Parser, DeepSeekV31Parser, NemotronParser])
+@pytest.mark.parametrize("cls", [KimiK2Parser, DeepSeekV31Parser, NemotronParser, GraniteParser])
 def test_json_call_syntax_round_trip(cls: type[ToolParser]) -> None:
     args = '{"city": "東京", "days": 2}'
     prefix, suffix = cls.call_syntax("get_weather")
     text = prefix + args + suffix + cls.call_separator + prefix + args + suffix
     assert parse(cls, list(text), strict=True, stream_arguments=True) == [
-        CallStart("get_weather"), CallArgs(args if cls is not NemotronParser else json.dumps(json.loads(args), ensure_ascii=False)), CallEnd()
+        CallStart("get_weather"), CallArgs(args if cls not in (NemotronParser, GraniteParser) else json.dumps(json.loads(args), ensure_ascii=False)), CallEnd()
     ] * 2
 
 

@@ -565,7 +565,7 @@ def test_plugin_parsers_take_part_in_selection(registered: dict[str, ToolParserS
 def test_registered_factories_are_the_parsers(registered: dict[str, ToolParserSpec]) -> None:
     assert list(registered) == [
         "seed_oss", "minimax_m2", "qwen3_xml", "glm45", "kimi_k2", "kimi_k3", "deepseek_v41", "deepseek_v4",
-        "deepseek_v32", "deepseek_v31", "gemma4", "nemotron", "llama4_pythonic", "hermes", "llama3", "mistral_v3", "mistral", "harmony",
+        "deepseek_v32", "deepseek_v31", "gemma4", "nemotron", "granite", "llama4_pythonic", "hermes", "llama3", "mistral_v3", "mistral", "harmony",
     ]
     for name, spec in registered.items():
         cls = load_object(spec.factory)

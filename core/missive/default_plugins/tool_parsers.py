@@ -18,6 +18,8 @@ templates contain Hermes' ``<tool_call>``, Seed-OSS's Qwen's ``<function=``):
   ``<｜tool▁calls▁begin｜>`` (DeepSeek-V3.1, V3, R1);
 * gemma4: ``<|tool_call>`` (Gemma 4);
 * nemotron: ``<TOOLCALL>`` (Nemotron Nano v2, Llama-3.3-Nemotron-Super);
+* granite: ``<|tool_call|>`` (Granite 3.x; Granite 4.0 writes Hermes'
+  ``<tool_call>``, a different string);
 * llama4_pythonic: ``[func_name1(`` (the pythonic Llama 4 template; Llama 4's
   own template asks for Llama 3's JSON and selects llama3);
 * hermes: ``<tool_call>`` (Qwen2.5/Qwen3 and Hermes templates);
@@ -108,6 +110,12 @@ def register_tool_parsers() -> list[ToolParserSpec]:
             factory="missive.tools.parsers.sections:NemotronParser",
             description='Nemotron: <TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>',
             template_markers=("<TOOLCALL>",),
+        ),
+        ToolParserSpec(
+            name="granite",
+            factory="missive.tools.parsers.sections:GraniteParser",
+            description='Granite 3.x: <|tool_call|>[{"name": ..., "arguments": {...}}]',
+            template_markers=("<|tool_call|>",),
         ),
         ToolParserSpec(
             name="llama4_pythonic",

@@ -42,9 +42,9 @@ from typing import Any
 
 from ._common import InvalidCall, InvalidCallHeader, decode_arguments
 from .blocks import BlockParser, ParsedCall
-from .jsonscan import loads_strict
+from .jsonscan import JsonScanner, JsonSyntaxError, loads_strict
 
-__all__ = ["KimiK2Parser", "DeepSeekV31Parser", "NemotronParser"]
+__all__ = ["KimiK2Parser", "DeepSeekV31Parser", "NemotronParser", "GraniteParser"]
 
 
 def _object(text: str) -> str:
@@ -162,3 +162,36 @@ class NemotronParser(BlockParser):
             raw = json.dumps(args, ensure_ascii=False) if not isinstance(args, str) else json.dumps(args)
             calls.append((item["name"], decode_arguments(raw)))
         return calls
+
+
+class GraniteParser(NemotronParser):
+    """IBM Granite 3.x: ``<|tool_call|>[{"name": ..., "arguments": {...}}, ...]``.
+
+    Facts (the Granite 3.1-3.3 chat templates and model cards; vLLM's
+    ``granite_tool_parser.py``): the special token ``<|tool_call|>`` is
+    followed by a JSON array of calls and no closing marker, so the array's
+    own closing bracket ends the calls; text may come before it. Granite 4.0
+    writes Hermes' ``<tool_call>`` instead (``hermes``).
+    """
+
+    name = "granite"
+    BLOCKS = {"<|tool_call|>": ""}
+    output_markers = ("<|tool_call|>",)
+
+    @classmethod
+    def call_syntax(cls, name: str) -> tuple[str, str]:
+        return f'<|tool_call|>[{{"name": {json.dumps(name)}, "arguments": ', "}]"
+
+    def _find_call(self, buf: str, opener: str) -> tuple[int, list[ParsedCall] | None, str] | None:
+        """The array's closing bracket ends the calls (no closing marker)."""
+        scanner = JsonScanner("[{", track_levels=0)
+        try:
+            n = scanner.feed(buf)
+        except JsonSyntaxError as exc:
+            return len(buf), None, f"not a JSON array of calls ({exc})"
+        if not scanner.done:
+            return None
+        try:
+            return n, self._checked(buf[:n], opener), ""
+        except InvalidCall as exc:
+            return n, None, str(exc)
