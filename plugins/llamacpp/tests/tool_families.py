@@ -37,7 +37,12 @@ class Family:
     template: str
     specials: tuple[str, ...]  # control tokens of the vocabulary (the first EOS)
     eos: str
-    arch: str  # llama.cpp's general.architecture of the family's models
+    #: llama.cpp's general.architecture of the family's models; None: the
+    #: tiny writer has no writer for it yet (no end-to-end test).
+    arch: str | None
+    #: The template takes a ``tools`` list; False: it renders past calls
+    #: only, and the tools are declared in the system prompt.
+    tool_list: bool = True
 
 
 #: Tools declared the way most templates do (OpenAI functions as JSON).
@@ -241,6 +246,66 @@ _GRANITE4 = (
     "{%- if add_generation_prompt -%}<|start_of_role|>assistant<|end_of_role|>{%- endif -%}"
 )
 
+# DeepSeek-V3.1's published template (llama.cpp models/templates/deepseek-ai-DeepSeek-V3.1.jinja):
+# past calls are rendered, but the template takes no tool list (the word is absent).
+_DEEPSEEK_V31_CARD = (
+    "{{ bos_token }}{% for message in messages if message.role == 'system' %}{{ message.content }}{% endfor %}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'user' -%}<｜User｜>{{ message.content }}"
+    "{%- elif message.role == 'assistant' -%}<｜Assistant｜></think>{{ message.content }}"
+    "{%- if message['tool_calls'] is defined and message['tool_calls'] is not none -%}<｜tool▁calls▁begin｜>"
+    "{%- for tc in message['tool_calls'] -%}<｜tool▁call▁begin｜>{{ tc['function']['name'] }}<｜tool▁sep｜>"
+    "{{ tc['function']['arguments'] | tojson }}<｜tool▁call▁end｜>{%- endfor -%}<｜tool▁calls▁end｜>{%- endif -%}<｜end▁of▁sentence｜>"
+    "{%- elif message.role == 'tool' -%}<｜tool▁output▁begin｜>{{ message.content }}<｜tool▁output▁end｜>"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<｜Assistant｜></think>{%- endif -%}"
+)
+
+
+def _dsml(block: str, d: str) -> str:
+    """DeepSeek-V4 (``tool_calls``) and V4.1 (``calls``, a space after each
+    ``｜DSML｜`` token): V3.2's layout with their block names, as their
+    Python encoders (encoding_dsv4.py, encoding.py) write it."""
+    return _DEEPSEEK_V32.replace("｜DSML｜", d).replace(f"{d}function_calls>", f"{d}{block}>")
+
+
+# Kimi-K3's XTML (llama.cpp models/templates/Kimi-K3.jinja): elements written
+# with the <|open|>, <|close|> and <|sep|> control tokens.
+_KIMI_K3 = (
+    "{% if tools %}<|open|>message role=\"system\" type=\"tool-declare\"<|sep|># Tools\n"
+    "{{ tools | tojson }}<|close|>message<|sep|><|end_of_msg|>{% endif %}"
+    "{%- for message in messages -%}"
+    "{%- if message.role in ('system', 'user') -%}<|open|>message role=\"{{ message.role }}\"<|sep|>{{ message.content }}"
+    "<|close|>message<|sep|><|end_of_msg|>"
+    "{%- elif message.role == 'assistant' -%}<|open|>message role=\"assistant\"<|sep|><|open|>response<|sep|>"
+    "{{ message.content }}<|close|>response<|sep|>"
+    "{%- if message.tool_calls -%}<|open|>tools<|sep|>"
+    "{%- for tc in message.tool_calls -%}<|open|>call tool=\"{{ tc.function.name }}\" index=\"{{ loop.index }}\"<|sep|>"
+    "{%- for k, v in tc.function.arguments.items() -%}<|open|>argument key=\"{{ k }}\" type=\""
+    "{{ 'string' if v is string else ('boolean' if v is boolean else ('number' if v is number else 'object')) }}\"<|sep|>"
+    + _VALUE + "<|close|>argument<|sep|>{%- endfor -%}<|close|>call<|sep|>{%- endfor -%}<|close|>tools<|sep|>{%- endif -%}"
+    "<|close|>message<|sep|><|end_of_msg|>"
+    "{%- elif message.role == 'tool' -%}<|open|>message role=\"tool\" tool=\"{{ message.name }}\"<|sep|>"
+    "{{ message.content }}<|close|>message<|sep|><|end_of_msg|>"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|open|>message role=\"assistant\"<|sep|>"
+    "{{ '<|open|>think<|sep|>' if thinking else '<|open|>response<|sep|>' }}{%- endif -%}"
+)
+
+# Granite 3.1-3.3: <|tool_call|> and a JSON array of calls (the model cards).
+_GRANITE3 = _GRANITE4.replace(
+    "For each tool call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    "To call tools, write <|tool_call|> and a JSON list of {\"name\": ..., \"arguments\": {...}} objects.",
+).replace(
+    "{%- for tc in message.tool_calls or [] -%}<tool_call>\n{\"name\": \"{{ tc.function.name }}\", \"arguments\": "
+    "{{ tc.function.arguments | tojson }}}\n</tool_call>{%- endfor -%}",
+    "{%- if message.tool_calls -%}<|tool_call|>[{%- for tc in message.tool_calls -%}{\"name\": \"{{ tc.function.name }}\", "
+    "\"arguments\": {{ tc.function.arguments | tojson }}}{{ ', ' if not loop.last }}{%- endfor -%}]{%- endif -%}",
+)
+
+_DSML_SPECIALS = ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>")
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -279,6 +344,19 @@ FAMILIES: dict[str, Family] = {
                                                  "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]",
                                                  "[/SYSTEM_PROMPT]"),
                "</s>", arch="mistral3"),  # Devstral 2, Ministral 3 (Devstral Small 1.x: llama)
+        Family("deepseek-v3.1-card", "deepseek_v31", _DEEPSEEK_V31_CARD,
+               ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>",
+                "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
+                "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
+               "<｜end▁of▁sentence｜>", arch="deepseek2", tool_list=False),
+        # DeepSeek-V4's own architecture (llama.cpp's deepseek4: hyper-connections,
+        # compressed KV, hash routing) has no tiny writer yet.
+        Family("deepseek-v4", "deepseek_v4", _dsml("tool_calls", "｜DSML｜"), _DSML_SPECIALS, "<｜end▁of▁sentence｜>", arch=None),
+        Family("deepseek-v4.1", "deepseek_v41", _dsml("calls", "｜DSML｜ "), _DSML_SPECIALS, "<｜end▁of▁sentence｜>", arch=None),
+        Family("kimi-k3", "kimi_k3", _KIMI_K3, ("<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"), "<|end_of_msg|>",
+               arch=None),  # K3's llama.cpp architecture is not identified here
+        Family("granite-3", "granite", _GRANITE3, ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"),
+               "<|end_of_text|>", arch="granite"),
         Family("granite-4", "hermes", _GRANITE4, ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>", "</tool_call>"),
                "<|end_of_text|>", arch="granitehybrid"),  # the H models (4.0 Micro: granite)
     )

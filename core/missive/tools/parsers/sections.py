@@ -47,6 +47,13 @@ from .jsonscan import JsonScanner, JsonSyntaxError, loads_strict
 __all__ = ["KimiK2Parser", "DeepSeekV31Parser", "NemotronParser", "GraniteParser"]
 
 
+def _offered(parser: BlockParser, name: str) -> None:
+    """A call's name, read before its arguments: one not offered is
+    given back at once, whatever follows."""
+    if name not in parser.tool_names:
+        raise InvalidCallHeader(f"tool {name!r} was not offered")
+
+
 def _object(text: str) -> str:
     """The arguments object text (validated, kept byte for byte)."""
     text = text.strip()
@@ -83,6 +90,7 @@ class KimiK2Parser(BlockParser):
         head = self._HEAD.search(text)
         if head is None:
             raise InvalidCallHeader("no <|tool_call_begin|>NAME<|tool_call_argument_begin|>")
+        _offered(self, head.group("name"))
         return [(head.group("name"), _object(text[head.end() :]))]
 
 
@@ -128,7 +136,9 @@ class DeepSeekV31Parser(BlockParser):
             raise InvalidCallHeader("no <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>")
         rest = text[head.end() :]
         if head.group("name") == "function" and (v3 := self._V3.match(rest)):
+            _offered(self, v3.group("name"))
             return [(v3.group("name"), _object(v3.group("args")))]
+        _offered(self, head.group("name"))
         return [(head.group("name"), _object(rest))]
 
 
@@ -188,7 +198,7 @@ class GraniteParser(NemotronParser):
         try:
             n = scanner.feed(buf)
         except JsonSyntaxError as exc:
-            return len(buf), None, f"not a JSON array of calls ({exc})"
+            return exc.pos, None, f"not a JSON array of calls ({exc})"
         if not scanner.done:
             return None
         try:

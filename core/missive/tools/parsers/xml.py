@@ -138,6 +138,8 @@ class _ParameterParser(BlockParser):
         if header is None:
             raise InvalidCallHeader("no tool name")
         name = self._unescape(header.group("name"))
+        if name not in self.tool_names:
+            raise InvalidCallHeader(f"tool {name!r} was not offered")
         self._close = self.value_close(opener)
         schema = self.schemas.get(name)
         properties = (schema or {}).get("properties") or {}
