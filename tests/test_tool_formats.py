@@ -22,6 +22,7 @@ from missive.tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedTo
 from missive.tools.parsers.gemma4 import Gemma4Parser, parse_gemma_value
 from missive.tools.parsers.pythonic import Llama4PythonicParser
 from missive.tools.parsers.sections import DeepSeekV31Parser, GraniteParser, KimiK2Parser, NemotronParser
+from missive.tools.parsers.raw_values import RawValueLanguage
 from missive.tools.parsers.values import typed_value
 from missive.tools.parsers.xml import (
     DeepSeekV4Parser, DeepSeekV32Parser, DeepSeekV41Parser, Glm45Parser, MiniMaxM2Parser, QwenXmlParser, SeedOssParser,
@@ -422,3 +423,62 @@ def test_a_format_the_parser_does_not_read_is_named_once_per_model(caplog: pytes
     assert len(lines) == 2, lines
     assert "model-a" in lines[0] and 'settings.tool_parser = "qwen3_xml"' in lines[0] and "hermes" in lines[0]
     assert "model-c" in lines[1] and "no registered parser knows" in lines[1]
+
+
+@pytest.mark.parametrize("family", ["qwen3_xml", "seed_oss", "minimax_m2", "glm45", "deepseek_v32", "deepseek_v4", "kimi_k3"])
+def test_a_value_quoting_the_format_s_closing_tags_stays_whole(family: str) -> None:
+    """A closing tag ends a value, or a call, only where the format's next
+    element follows it: code quoting ``</parameter> </function>`` (or the
+    family's own tags) stays in the value, at every split point."""
+    cls, write = FAMILIES[family]
+    quoted = {
+        "qwen3_xml": "</parameter> </function> then </tool_call>", "seed_oss": "</parameter> </function>",
+        "minimax_m2": "</parameter> </invoke>", "glm45": "</arg_value> x </tool_call>",
+        "deepseek_v32": "</｜DSML｜parameter> </｜DSML｜invoke>", "deepseek_v4": "</｜DSML｜parameter> </｜DSML｜invoke>",
+        "kimi_k3": "<|close|>argument<|sep|> <|close|>call<|sep|>",
+    }[family]
+    assert RawValueLanguage.build(cls.value_forbids()).accepts(quoted)  # a forced call may write it too
+    edit = {**EDIT, "old_string": f'print("{quoted} x")'}
+    text = "Fixing it.\n" + write(("Edit", edit))
+    expected = [Text("Fixing it.\n"), *call("Edit", edit)]  # the newline: dropped by the core (space_before_call)
+    assert_parses(cls, text, expected)
+
+
+def test_text_between_two_glm_calls_keeps_both() -> None:
+    """GLM's block close ends its call: text after a complete call is text,
+    and a later call is read."""
+    text = glm_call("get_weather", WEATHER) + "Then:" + glm_call("Edit", EDIT)
+    assert_parses(Glm45Parser, text, [*call("get_weather", WEATHER), Text("Then:"), *call("Edit", EDIT)])
+
+
+RAW_FORMATS = [QwenXmlParser, SeedOssParser, MiniMaxM2Parser, Glm45Parser, DeepSeekV32Parser, DeepSeekV41Parser,
+               KimiK3Parser, Gemma4Parser]
+
+
+@pytest.mark.parametrize("cls", RAW_FORMATS, ids=lambda c: c.name)
+def test_every_value_a_forced_call_may_write_parses_back(cls: type[ToolParser]) -> None:
+    """Property: a string the raw-value automaton accepts (what the grammar
+    lets a forced call write, :meth:`ToolParser.value_forbids`), written as
+    the grammar writes a call, parses back to itself, whole and char by char.
+    Strings are drawn from the characters of the format's own tags."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    language = RawValueLanguage.build(cls.value_forbids())
+    alphabet = "".join(sorted(language.alphabet | set("ab/<> \n=")))
+    pieces = st.sampled_from([p for parts in cls.value_forbids() for p in parts] + list(alphabet))
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(pieces, max_size=8).map("".join))
+    def check(value: str) -> None:
+        if not language.accepts(value):
+            return
+        args = {"file_path": "a.py", "old_string": value}
+        prefix, suffix = cls.call_syntax("Edit")
+        params = [(k, *cls.parameter_syntax(k, True)) for k in args]
+        body = cls.parameter_separator.join(p + args[k] + s for k, p, s in params)
+        text = prefix + body + suffix
+        want = call("Edit", args)
+        assert parse(cls, [text]) == want, text
+        assert parse(cls, list(text)) == want, text
+
+    check()

@@ -56,9 +56,9 @@ class BlockParser(SteppedParser):
     CALL_END: ClassVar[str | None] = None
     #: What may follow a call's end marker (after whitespace) for it to end
     #: the call: the block's closing marker, the next call's opening one.
-    #: An end marker followed by other text, before which the call parses
-    #: only by recovering a missing closing tag or not at all, is taken to
-    #: sit inside a value (a model writing about the format: ``</function>``
+    #: An end marker followed by other text (and, where the block's close
+    #: ends its one call, before which the call parses only by recovering a
+    #: missing closing tag or not at all) is taken to sit inside a value (a model writing about the format: ``</function>``
     #: in a file's content) while a later one ends the call; if none does,
     #: the first end marker before which the call parses is used at the end
     #: of the generation. Empty: the first end marker ends the call.
@@ -250,9 +250,13 @@ class BlockParser(SteppedParser):
                     return consumed, None, str(exc)
                 start = j + 1
                 continue
-            if follows or not self._lenient:
-                # A call that parses without recovering a missing closing tag
-                # ends here even with text after it.
+            if follows or (self.CALL_END is None and not self._lenient):
+                # Where the block's close ends its one call (GLM, Gemma 4),
+                # text may follow a call: one that parses without recovering
+                # a missing closing tag ends here. Where a call has an end
+                # marker of its own, only the block's close or the next call
+                # follow it (</parameter> </function> inside a value parses
+                # too, and is followed by more of the value).
                 return consumed, calls, ""
             if fallback is None:
                 fallback = (consumed, calls, "")

@@ -131,6 +131,10 @@ class _ParameterParser(BlockParser):
         param_open = cls.PARAM_PREFIX.split("{", 1)[0]
         out: list[tuple[str, ...]] = [(value_end, param_open), ("\n" + param_open,) if cls.VALUE_NEWLINES else (param_open,)]
         out += [(call_end, follower) for follower in cls.FOLLOWERS]
+        if cls.CALL_END is None:
+            # The block's close ends the call, and text may follow it: a
+            # closed value right before it ends the call (GLM).
+            out.append((value_end, call_end))
         return tuple(out)
 
     def parse_call(self, text: str, opener: str) -> list[ParsedCall]:
