@@ -596,3 +596,22 @@ def test_harmony_text_quoting_call_markup_stays_text() -> None:
     text = "<|channel|>analysis<|message|>Explain.<|end|><|start|>assistant<|channel|>final<|message|>Write " + quoted
     for stream in (False, True):
         assert_parses(HarmonyParser, text, [Reasoning("Explain."), Text("Write " + quoted)], stream_arguments=stream)
+
+
+def test_a_template_rendering_calls_without_a_tool_list_selects_its_format(registered: dict[str, ToolParserSpec]) -> None:
+    """DeepSeek-V3.1's template renders past calls but never mentions a tool
+    list: its markers select its parser (not Hermes), and the tools are
+    declared in the system prompt in the format's own words."""
+    from missive.testing.toolcall_templates import TEMPLATES
+    from missive.tools.parsers.selection import parser_for_template
+    from missive.tools.render import system_prompt_format, template_supports_tools
+
+    for model in ("deepseek-ai/DeepSeek-V3.1", "deepseek-ai/DeepSeek-V3-0324"):
+        template = TEMPLATES[model]
+        assert not template_supports_tools(template)
+        assert parser_for_template(template, registered) == "deepseek_v31"
+        fmt = system_prompt_format(template)
+        assert fmt is not None and fmt.name == "deepseek_v31"
+    assert system_prompt_format(CHATML_TEMPLATE) is None  # no calls rendered: the Hermes convention
+    assert parser_for_template(CHATML_TEMPLATE, registered) == "hermes"
+    assert system_prompt_format(QWEN25_TEMPLATE) is None  # takes a tool list: native
