@@ -615,3 +615,17 @@ def test_a_template_rendering_calls_without_a_tool_list_selects_its_format(regis
     assert system_prompt_format(CHATML_TEMPLATE) is None  # no calls rendered: the Hermes convention
     assert parser_for_template(CHATML_TEMPLATE, registered) == "hermes"
     assert system_prompt_format(QWEN25_TEMPLATE) is None  # takes a tool list: native
+
+
+def test_a_call_cut_by_max_tokens_is_dropped_unless_constrained() -> None:
+    """``finish_cut``: free generation cut inside a call drops the call (its
+    markup is not text, and the model never finished it); a constrained
+    parser keeps a call whose closing tag alone was cut (the grammar wrote
+    its structure; it was streamed already)."""
+    whole = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    free = HermesParser(TOOLS)
+    events = free.feed("Sure. " + whole) + free.finish_cut()
+    assert events == [Text("Sure. ")]
+    forced = HermesParser(TOOLS, stream_arguments=True, strict=True)
+    events = forced.feed(whole) + forced.finish_cut()
+    assert merge(events) == call("get_weather", '{"city": "Paris"}')

@@ -170,7 +170,11 @@ class ToolParser(abc.ABC):
         a call the model had begun and not finished is dropped, never given
         back as text (its markup is not answer text) nor completed (the
         model never made it). Calls finished before stay. Parsers honour
-        :attr:`_cut` in :meth:`finish`."""
+        :attr:`_cut` in :meth:`finish`. A constrained parser (``strict``)
+        finishes as :meth:`finish` does: its calls' structure is the
+        grammar's, a call whose closing markers alone were cut is complete,
+        and one whose start was streamed cannot be taken back (the API's
+        answer keeps the incomplete ``tool_use`` block)."""
         self._cut = True
         try:
             return self.finish()

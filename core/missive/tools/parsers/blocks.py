@@ -94,7 +94,7 @@ class BlockParser(SteppedParser):
 
     def finish(self) -> list[ParseEvent]:
         out: list[ParseEvent] = []
-        if self._cut and self._opener is not None:
+        if self._cut and self._opener is not None and not self.strict:
             # Cut by max_tokens inside a block: the unfinished call is dropped.
             self._buf = ""
             self._reset()

@@ -123,7 +123,7 @@ class HarmonyParser(ToolParser):
         if self._state == _TEXT:
             if self._buf:
                 out.append(Text(self._buf))
-        elif self._state == _HEADER and self._cut:
+        elif self._state == _HEADER and self._cut and not self.strict:
             pass  # cut by max_tokens in a header: dropped (finish_cut)
         elif self._state == _HEADER:
             out += self._fail("unfinished message header", self._raw + self._buf)

@@ -76,7 +76,7 @@ class HermesParser(ToolParser):
         if self._state == _TEXT:
             if self._buf:
                 out.append(Text(self._buf))
-        elif self._cut:
+        elif self._cut and not self.strict:
             pass  # cut by max_tokens inside a call: dropped (finish_cut)
         elif self._state == _CLOSING and self.CLOSE.startswith(self._buf.strip(_WS)):
             # Complete object, closing tag cut off by the end of generation.

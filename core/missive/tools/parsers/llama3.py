@@ -88,7 +88,7 @@ class Llama3JsonParser(ToolParser):
         if self._state in (_START, _TEXT):
             if self._buf:
                 out.append(Text(self._buf))
-        elif self._cut:
+        elif self._cut and not self.strict:
             self._new_call("")  # cut by max_tokens inside a call: dropped (finish_cut)
         elif self._state in (_BEFORE_OBJ, _JSON):
             out += self._fail("unfinished tool call", self._raw + self._buf)

@@ -87,7 +87,7 @@ class MistralParser(ToolParser):
         if self._state == _TEXT:
             if self._buf:
                 out.append(Text(self._buf))
-        elif not self._cut:  # cut by max_tokens inside a call: dropped (finish_cut)
+        elif not self._cut or self.strict:  # cut by max_tokens inside a call: dropped (finish_cut)
             out += self._fail("unfinished tool call", self._raw + self._buf)
         self._buf = ""
         self._reset()

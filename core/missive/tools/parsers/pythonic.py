@@ -129,7 +129,7 @@ class Llama4PythonicParser(SteppedParser):
 
     def finish(self) -> list[ParseEvent]:
         buf, self._buf = self._buf, ""
-        if self._state == _CALLS and self._cut:
+        if self._state == _CALLS and self._cut and not self.strict:
             return []  # cut by max_tokens inside the call list: dropped (finish_cut)
         if self._state == _CALLS:
             return give_back(self.strict, False, buf, "unfinished call list")

@@ -336,8 +336,10 @@ class DeepSeekV32Parser(_ParameterParser):
     @classmethod
     def value_forbids(cls) -> tuple[tuple[str, ...], ...]:
         # Every DSML generation is read: the spaced tags end a value too.
-        spaced = (("</｜DSML｜ parameter>", "<｜DSML｜ parameter"), ("<｜DSML｜ parameter name=",))
-        spaced += tuple(("</｜DSML｜ invoke>", f) for f in cls.FOLLOWERS)
+        spaced: tuple[tuple[str, ...], ...] = (
+            ("</｜DSML｜ parameter>", "<｜DSML｜ parameter"), ("<｜DSML｜ parameter name=",),
+            *(("</｜DSML｜ invoke>", f) for f in cls.FOLLOWERS),
+        )
         return cls._forbids("</｜DSML｜parameter>", "</｜DSML｜invoke>") + spaced
 
     def _value(self, raw: str, key: str, tag: re.Match[str], schema: Any) -> Any:
