@@ -37,6 +37,14 @@ ReasoningEvent = Union[Text, Reasoning]
 class ReasoningParser(abc.ABC):
     """Splits generated text into reasoning and answer (see module doc)."""
 
+    #: Markers that end the reasoning as its closing tag does, kept as
+    #: answer text: the opening markers of the model's tool calls (the core
+    #: sets them from the tool parser's ``call_openers``,
+    #: :mod:`missive.messages.stream.parsing`). Qwen3.5 may write a call
+    #: inside a ``<think>`` it never closes; llama.cpp's Qwen3.5 parser reads
+    #: the call there too. Parsers whose reasoning has no such case ignore it.
+    interrupts: tuple[str, ...] = ()
+
     @abc.abstractmethod
     def feed(self, text: str) -> list[ReasoningEvent]:
         """Events for the next piece of generated text."""
@@ -83,12 +91,6 @@ class TagReasoningParser(ReasoningParser):
         self._state = "start"  # start -> reasoning -> answer
         self._buffer = ""  # held back: possible tag start, or trailing whitespace
         self._fresh = False  # strip whitespace at the start of the current section
-        #: Markers that end the reasoning as the closing tag does, kept as
-        #: answer text: the opening markers of the model's tool calls (the
-        #: core sets them, :mod:`missive.messages.stream.parsing`). Qwen3.5
-        #: may write a call inside a ``<think>`` it never closes; llama.cpp's
-        #: Qwen3.5 parser reads the call there too.
-        self.interrupts: tuple[str, ...] = ()
 
     @property
     def in_reasoning(self) -> bool:

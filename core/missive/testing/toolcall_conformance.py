@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .toolcall_templates import TEMPLATES as _TEMPLATES
+
 __all__ = [
     "BEST",
     "TEMPLATES",
@@ -90,26 +92,8 @@ BEST: dict[str, tuple[str, str | None]] = {
 }
 
 
-def _templates() -> Mapping[str, str]:
-    from .toolcall_templates import TEMPLATES as table
-
-    return table
-
-
-class _LazyTemplates(Mapping[str, str]):
-    def __getitem__(self, key: str) -> str:
-        return _templates()[key]
-
-    def __iter__(self) -> Any:
-        return iter(_templates())
-
-    def __len__(self) -> int:
-        return len(_templates())
-
-
-#: Reference model -> the chat template a served GGUF of it carries
-#: (:mod:`missive.testing.toolcall_templates`).
-TEMPLATES: Mapping[str, str] = _LazyTemplates()
+#: Reference model -> the chat template a served GGUF of it carries.
+TEMPLATES: Mapping[str, str] = _TEMPLATES
 
 # ---------------------------------------------------------------- units
 
@@ -322,8 +306,6 @@ class MissiveAdapter:
                 "prompt_opened": driver.opened}
 
     def _units(self, raw: Any) -> tuple[list[str], list[bool]]:
-        from canitoolcall.fixtures import load_fixtures  # noqa: F401  (the corpus is installed)
-
         return units_of(raw.text, _family_markers(raw.family))
 
     def units(self, raw: Any) -> list[int]:
@@ -352,10 +334,7 @@ def _family_markers(family: str) -> tuple[str, ...]:
     if family not in _MARKERS:
         import json
 
-        from canitoolcall.fixtures import repo_root  # noqa: F401
-
-        root = _fixtures_root()
-        path = root / family / "family.json"
+        path = _fixtures_root() / family / "family.json"
         _MARKERS[family] = tuple(json.loads(path.read_text("utf-8")).get("markers", ())) if path.is_file() else ()
     return _MARKERS[family]
 

@@ -44,7 +44,7 @@ class _Parsers:
         self.reasoning: ReasoningParser | None = None
         if self.tool is None or not self.tool.handles_reasoning:
             self.reasoning = driver.reasoning_parser(request)
-            if self.tool is not None and self.reasoning is not None and hasattr(self.reasoning, "interrupts"):
+            if self.tool is not None and self.reasoning is not None:
                 self.reasoning.interrupts = self.tool.call_openers
 
     def feed(self, text: str) -> list[GenerationEvent]:

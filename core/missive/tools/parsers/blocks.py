@@ -58,8 +58,9 @@ class BlockParser(SteppedParser):
     #: the call: the block's closing marker, the next call's opening one.
     #: An end marker followed by other text (and, where the block's close
     #: ends its one call, before which the call parses only by recovering a
-    #: missing closing tag or not at all) is taken to sit inside a value (a model writing about the format: ``</function>``
-    #: in a file's content) while a later one ends the call; if none does,
+    #: missing closing tag or not at all) is taken to sit inside a value (a
+    #: model writing about the format: ``</function>`` in a file's content)
+    #: while a later one ends the call; if none does,
     #: the first end marker before which the call parses is used at the end
     #: of the generation. Empty: the first end marker ends the call.
     FOLLOWERS: ClassVar[tuple[str, ...]] = ()
