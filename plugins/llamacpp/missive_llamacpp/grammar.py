@@ -16,6 +16,7 @@ loop on calls until ``max_tokens``.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
@@ -155,14 +156,23 @@ def _class_char(ch: str) -> str:
     return f"\\u{ord(ch):04X}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08X}"
 
 
-def _raw_text_rule(converter: SchemaConverter, parser: type[ToolParser], name: str) -> tuple[str, RawValueLanguage]:
+@functools.cache
+def _raw_language(parser: type[ToolParser]) -> RawValueLanguage:
+    """The raw-value automaton of a format, built once per parser class."""
+    return RawValueLanguage.build(parser.value_forbids())
+
+
+def _raw_text_rule(converter: SchemaConverter, parser: type[ToolParser]) -> tuple[str, RawValueLanguage]:
     """The rule of a value written as raw text inside a parameter's tags:
     any text but what the parser would read as the end of the value or
     the call (:meth:`~missive.api.ToolParser.value_forbids`: code holding
     ``<``, ``</parameter>`` or ``]]>`` is written as it is), as one rule per
-    state of :class:`~missive.api.RawValueLanguage`'s automaton."""
-    language = RawValueLanguage.build(parser.value_forbids())
-    names = [f"{name}-raw{k}" for k in range(len(language.transitions))]
+    state of :class:`~missive.api.RawValueLanguage`'s automaton. The rules
+    are the grammar's, shared by every tool's string values."""
+    language = _raw_language(parser)
+    names = [f"raw-text{k}" for k in range(len(language.transitions))]
+    if names[0] in converter._rules:
+        return names[0], language
     others = "".join(_class_char(c) for c in sorted(language.alphabet))
     for k, moves in enumerate(language.transitions):
         by_target: dict[int, list[str]] = {}
@@ -189,7 +199,7 @@ def _parameters_rule(converter: SchemaConverter, parser: type[ToolParser], schem
     required = [k for k in schema.get("required", []) if k in properties]
     optional = [k for k in properties if k not in required]
     separator = converter._format_literal(parser.parameter_separator) if parser.parameter_separator else ""
-    raw_text, language = _raw_text_rule(converter, parser, name)
+    raw_text, language = _raw_text_rule(converter, parser)
 
     def item(index: int, key: str) -> str:
         prop = properties[key]
