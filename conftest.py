@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.tiers import tier_of
 
 from missive.testing import tests_state_home
-from tests.tiers import tier_of
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -44,8 +44,9 @@ SUITE_VARIABLES = ("MISSIVE_TEST_", "MISSIVE_FUZZ_", "MISSIVE_VENV")
 
 def _developer_settings() -> list[str]:
     """The ``MISSIVE*`` variables of this process that configure Missive."""
-    return [name for name in os.environ
-            if name.startswith("MISSIVE") and not name.startswith(SUITE_VARIABLES)]
+    return [
+        name for name in os.environ if name.startswith("MISSIVE") and not name.startswith(SUITE_VARIABLES)
+    ]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,7 +64,9 @@ def _no_developer_settings_in_session() -> Iterator[None]:
         patch.setenv("XDG_STATE_HOME", str(tests_state_home()))
         # In-process models' prompt-cache disk tier: per test (below); a
         # module's or the session's model, started before, shares this one.
-        patch.setenv("MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home()))
+        patch.setenv(
+            "MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home())
+        )
         yield
 
 
@@ -74,4 +77,6 @@ def _no_developer_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _developer_settings():
         monkeypatch.delenv(name)
     # A model a test starts in-process finds no state an earlier test saved.
-    monkeypatch.setenv("MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home()))
+    monkeypatch.setenv(
+        "MISSIVE_PROMPT_CACHE_DIR", tempfile.mkdtemp(prefix="prompt-cache-", dir=tests_state_home())
+    )

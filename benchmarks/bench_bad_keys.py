@@ -78,14 +78,18 @@ class FloodResult:
         if self.counted_401 != self.requests:
             found.append(f"/metrics counted {self.counted_401:g} 401s, not {self.requests}")
         if self.messages_started or self.prompt_tokens:
-            found.append(f"model work: {self.messages_started:g} messages, {self.prompt_tokens:g} prompt tokens")
+            found.append(
+                f"model work: {self.messages_started:g} messages, {self.prompt_tokens:g} prompt tokens"
+            )
         if self.key_series_added:
             found.append(f"key series made by bad keys: {self.key_series_added[:5]}")
         if self.keys_in_log:
             found.append(f"{self.keys_in_log} wrong keys written to the log")
         if self.rss_after - self.rss_before > rss_slack:
-            found.append(f"resident memory grew from {self.rss_before:.1f} to {self.rss_after:.1f} MiB "
-                         f"(over {rss_slack:g} MiB)")
+            found.append(
+                f"resident memory grew from {self.rss_before:.1f} to {self.rss_after:.1f} MiB "
+                f"(over {rss_slack:g} MiB)"
+            )
         return found
 
 
@@ -98,16 +102,20 @@ def cpu_seconds(pid: int) -> float:
 
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     text = httpx.get(f"{url}/metrics", headers={"x-api-key": ADMIN}, timeout=30).text
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def total(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls)
 
 
-async def _load(url: str, count: int, concurrency: int, make: Any, statuses: Counter[str],
-                envelopes: list[int]) -> None:
+async def _load(
+    url: str, count: int, concurrency: int, make: Any, statuses: Counter[str], envelopes: list[int]
+) -> None:
     """``count`` requests (``make(i) -> (method, path, headers, body)``) over
     ``concurrency`` keep-alive HTTP/1.1 connections, written and read with
     asyncio streams: a client far lighter than the server, so the flood's
@@ -123,8 +131,11 @@ async def _load(url: str, count: int, concurrency: int, make: Any, statuses: Cou
                 method, path, headers, body = make(i)
                 payload = b"" if body is None else json.dumps(body).encode()
                 head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-                writer.write(f"{method} {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-                             f"content-length: {len(payload)}\r\n{head}\r\n".encode() + payload)
+                writer.write(
+                    f"{method} {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(payload)}\r\n{head}\r\n".encode()
+                    + payload
+                )
                 status = int((await reader.readline()).split()[1])
                 length = None
                 while (line := await reader.readline()) not in (b"\r\n", b""):
@@ -147,7 +158,10 @@ async def _load(url: str, count: int, concurrency: int, make: Any, statuses: Cou
 
 
 async def _timed(
-    server: ServerProcess, count: int, concurrency: int, make: Any,
+    server: ServerProcess,
+    count: int,
+    concurrency: int,
+    make: Any,
 ) -> tuple[float, float, Counter[str], int]:
     """CPU ms per request, wall seconds, statuses and bad envelopes of one load."""
     statuses: Counter[str] = Counter()
@@ -173,36 +187,57 @@ async def flood(server: ServerProcess, args: argparse.Namespace) -> FloodResult:
     before = scrape(server.url)
     result.rss_before = rss_mib(pid)
     result.cpu_ms_bad_key, result.seconds, statuses, result.bad_envelopes = await _timed(
-        server, args.requests, args.concurrency, _bad)
+        server, args.requests, args.concurrency, _bad
+    )
     await asyncio.sleep(0.5)
     result.rss_after = rss_mib(pid)
     after = scrape(server.url)
     result.statuses = dict(statuses)
-    result.counted_401 = (total(after, "missive:requests_total", status="401")
-                          - total(before, "missive:requests_total", status="401"))
-    result.messages_started = (total(after, "missive:e2e_request_latency_seconds_count")
-                               - total(before, "missive:e2e_request_latency_seconds_count"))
-    result.prompt_tokens = total(after, "missive:prompt_tokens_total") - total(before, "missive:prompt_tokens_total")
-    result.key_series_added = sorted({dict(ls).get("key_name", "") for (n, ls) in after
-                                      if n.startswith("missive:key_") and (n, ls) not in before})
+    result.counted_401 = total(after, "missive:requests_total", status="401") - total(
+        before, "missive:requests_total", status="401"
+    )
+    result.messages_started = total(after, "missive:e2e_request_latency_seconds_count") - total(
+        before, "missive:e2e_request_latency_seconds_count"
+    )
+    result.prompt_tokens = total(after, "missive:prompt_tokens_total") - total(
+        before, "missive:prompt_tokens_total"
+    )
+    result.key_series_added = sorted(
+        {
+            dict(ls).get("key_name", "")
+            for (n, ls) in after
+            if n.startswith("missive:key_") and (n, ls) not in before
+        }
+    )
     result.keys_in_log = len(set(WRONG.findall(server.log())))
     if args.baseline:  # after the measurement (they start messages)
-        result.cpu_ms_livez, _, _, _ = await _timed(server, args.baseline, args.concurrency,
-                                                    lambda i: ("GET", "/livez", {}, None))
+        result.cpu_ms_livez, _, _, _ = await _timed(
+            server, args.baseline, args.concurrency, lambda i: ("GET", "/livez", {}, None)
+        )
         result.cpu_ms_valid_message, _, _, _ = await _timed(
-            server, args.baseline, args.concurrency, lambda i: ("POST", "/v1/messages", {"x-api-key": USER}, BODY))
+            server,
+            args.baseline,
+            args.concurrency,
+            lambda i: ("POST", "/v1/messages", {"x-api-key": USER}, BODY),
+        )
     return result
 
 
 def run_flood(args: argparse.Namespace) -> FloodResult:
     """Start a ``missive serve`` on the echo driver with keys and :func:`flood` it."""
     keys: dict[str, Any] = {
-        f"user{i}": {"key_sha256": hashlib.sha256(f"sk-bench-{i}".encode()).hexdigest(), "requests_per_minute": 60}
+        f"user{i}": {
+            "key_sha256": hashlib.sha256(f"sk-bench-{i}".encode()).hexdigest(),
+            "requests_per_minute": 60,
+        }
         for i in range(args.keys)
     }
     keys["ops"] = {"key_sha256": hashlib.sha256(ADMIN.encode()).hexdigest(), "scope": "admin"}
-    config = {"server": {"api_keys": [USER]}, "keys": keys,
-              "models": {"echo": {"driver": "echo", "context_window": 4096}}}
+    config = {
+        "server": {"api_keys": [USER]},
+        "keys": keys,
+        "models": {"echo": {"driver": "echo", "context_window": 4096}},
+    }
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(serve_process(config))
         return asyncio.run(flood(server, args))
@@ -214,7 +249,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=10_000, help="bad-key requests (10000)")
     parser.add_argument("--concurrency", type=int, default=16, help="keep-alive connections (16)")
     parser.add_argument("--warmup", type=int, default=500, help="bad-key requests before 'before' (500)")
-    parser.add_argument("--baseline", type=int, default=1000, help="requests of each baseline (1000; 0: none)")
+    parser.add_argument(
+        "--baseline", type=int, default=1000, help="requests of each baseline (1000; 0: none)"
+    )
     parser.add_argument("--keys", type=int, default=50, help="named keys configured (50)")
     parser.add_argument("--rss-slack", type=float, default=64.0, help="MiB resident memory may grow (64)")
     parser.add_argument("--check", action="store_true", help="exit 1 if the run breaks a limit (module doc)")
@@ -231,17 +268,28 @@ def main() -> None:
         print(json.dumps({**asdict(result), "problems": problems}, indent=2))
     else:
         r = result
-        print(f"{r.requests} bad-key requests in {r.seconds:.1f} s ({r.requests / r.seconds:.0f}/s, "
-              f"{args.concurrency} connections): {r.statuses}")
-        print(f"resident memory: before {r.rss_before:.1f} MiB, after {r.rss_after:.1f} MiB "
-              f"({r.rss_after - r.rss_before:+.1f} MiB)")
-        print(f"server CPU per request: bad key {r.cpu_ms_bad_key:.3f} ms" + (
-            f", GET /livez {r.cpu_ms_livez:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_livez:.2f}x), valid-key echo "
-            f"message {r.cpu_ms_valid_message:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_valid_message:.2f}x)"
-            if args.baseline else ""))
-        print(f"/metrics: {r.counted_401:g} 401s counted, {r.messages_started:g} messages started, "
-              f"{r.prompt_tokens:g} prompt tokens, key series made: {r.key_series_added or 'none'}; "
-              f"wrong keys in the log: {r.keys_in_log}")
+        print(
+            f"{r.requests} bad-key requests in {r.seconds:.1f} s ({r.requests / r.seconds:.0f}/s, "
+            f"{args.concurrency} connections): {r.statuses}"
+        )
+        print(
+            f"resident memory: before {r.rss_before:.1f} MiB, after {r.rss_after:.1f} MiB "
+            f"({r.rss_after - r.rss_before:+.1f} MiB)"
+        )
+        print(
+            f"server CPU per request: bad key {r.cpu_ms_bad_key:.3f} ms"
+            + (
+                f", GET /livez {r.cpu_ms_livez:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_livez:.2f}x), valid-key echo "
+                f"message {r.cpu_ms_valid_message:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_valid_message:.2f}x)"
+                if args.baseline
+                else ""
+            )
+        )
+        print(
+            f"/metrics: {r.counted_401:g} 401s counted, {r.messages_started:g} messages started, "
+            f"{r.prompt_tokens:g} prompt tokens, key series made: {r.key_series_added or 'none'}; "
+            f"wrong keys in the log: {r.keys_in_log}"
+        )
         print("check: " + ("; ".join(problems) if problems else "ok"))
     if args.check and problems:
         sys.exit(1)

@@ -53,8 +53,13 @@ TOPICS = ["a lighthouse keeper", "a dragon who collects clocks", "a girl who sai
 
 def stream_once(client: httpx.Client, prompt: str, tokens: int) -> dict[str, float]:
     """One streaming request: TTFT, end-to-end seconds, output tokens."""
-    body = {"model": MODEL, "max_tokens": tokens, "temperature": 0, "stream": True,
-            "messages": [{"role": "user", "content": prompt}]}
+    body = {
+        "model": MODEL,
+        "max_tokens": tokens,
+        "temperature": 0,
+        "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+    }
     start = time.perf_counter()
     first = None
     output = 0
@@ -72,8 +77,13 @@ def stream_once(client: httpx.Client, prompt: str, tokens: int) -> dict[str, flo
                 output = json.loads(line[6:])["usage"]["output_tokens"]
     end = time.perf_counter()
     first = first or end
-    return {"ttft": first - start, "e2e": end - start, "tokens": output, "read": read,
-            "decode": (output - 1) / (end - first) if output > 1 and end > first else float("nan")}
+    return {
+        "ttft": first - start,
+        "e2e": end - start,
+        "tokens": output,
+        "read": read,
+        "decode": (output - 1) / (end - first) if output > 1 and end > first else float("nan"),
+    }
 
 
 def rounds(url: str, concurrency: int, iterations: int, tokens: int) -> list[dict[str, float]]:
@@ -98,9 +108,14 @@ def summary(samples: list[dict[str, float]]) -> dict[str, float]:
         values = sorted(s[key] for s in samples if s[key] == s[key])
         return values[min(len(values) - 1, int(p * len(values)))] if values else float("nan")
 
-    return {"ttft_p50": q("ttft", 0.5), "ttft_p90": q("ttft", 0.9), "e2e_p50": q("e2e", 0.5),
-            "e2e_p90": q("e2e", 0.9), "decode_p50": q("decode", 0.5),
-            "read_mean": sum(s["read"] for s in samples) / len(samples) if samples else float("nan")}
+    return {
+        "ttft_p50": q("ttft", 0.5),
+        "ttft_p90": q("ttft", 0.9),
+        "e2e_p50": q("e2e", 0.5),
+        "e2e_p90": q("e2e", 0.9),
+        "decode_p50": q("decode", 0.5),
+        "read_mean": sum(s["read"] for s in samples) / len(samples) if samples else float("nan"),
+    }
 
 
 def main() -> None:
@@ -117,20 +132,39 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-batches-") as state:
         config = {
             "batches": {"max_slots": args.max_slots},
-            "models": {MODEL: {"driver": "llamacpp", "context_window": 2048,
-                               "settings": {"model_path": str(default_model_path()), "parallel": args.parallel}}},
+            "models": {
+                MODEL: {
+                    "driver": "llamacpp",
+                    "context_window": 2048,
+                    "settings": {"model_path": str(default_model_path()), "parallel": args.parallel},
+                }
+            },
         }
         with live_server(config, env={"MISSIVE_STATE_DIR": state}, timeout=300) as url:
             rounds(url, 1, 1, 4)  # warm-up
-            print(f"SmolLM2-135M, parallel={args.parallel}, batches.max_slots={args.max_slots}, "
-                  f"interactive max_tokens={args.tokens}, batch {args.batch_requests} x {args.batch_tokens} tokens")
+            print(
+                f"SmolLM2-135M, parallel={args.parallel}, batches.max_slots={args.max_slots}, "
+                f"interactive max_tokens={args.tokens}, batch {args.batch_requests} x {args.batch_tokens} tokens"
+            )
             for concurrency in levels:
                 idle = summary(rounds(url, concurrency, args.iterations, args.tokens))
-                requests = [{"custom_id": f"r{i}", "params": {
-                    "model": MODEL, "max_tokens": args.batch_tokens, "temperature": 0,
-                    "messages": [{"role": "user", "content": f"Write a very long story about {TOPICS[i % 4]}."}]}}
-                    for i in range(args.batch_requests)]
-                batch = httpx.post(f"{url}/v1/messages/batches", json={"requests": requests}, timeout=600).json()
+                requests = [
+                    {
+                        "custom_id": f"r{i}",
+                        "params": {
+                            "model": MODEL,
+                            "max_tokens": args.batch_tokens,
+                            "temperature": 0,
+                            "messages": [
+                                {"role": "user", "content": f"Write a very long story about {TOPICS[i % 4]}."}
+                            ],
+                        },
+                    }
+                    for i in range(args.batch_requests)
+                ]
+                batch = httpx.post(
+                    f"{url}/v1/messages/batches", json={"requests": requests}, timeout=600
+                ).json()
                 deadline = time.monotonic() + 300
                 while metric(url, "batch_requests_running") < 1 and time.monotonic() < deadline:
                     time.sleep(0.05)
@@ -138,8 +172,12 @@ def main() -> None:
                 during = summary(rounds(url, concurrency, args.iterations, args.tokens))
                 preemptions = metric(url, "batch_preemptions_total") - preempted
                 httpx.post(f"{url}/v1/messages/batches/{batch['id']}/cancel", timeout=60)
-                while httpx.get(f"{url}/v1/messages/batches/{batch['id']}", timeout=60).json()[
-                        "processing_status"] != "ended":
+                while (
+                    httpx.get(f"{url}/v1/messages/batches/{batch['id']}", timeout=60).json()[
+                        "processing_status"
+                    ]
+                    != "ended"
+                ):
                     time.sleep(0.05)
                 # The batch's useful output: tokens of the requests that ended
                 # (a preempted request starts again, and a canceled one keeps
@@ -152,15 +190,21 @@ def main() -> None:
                 finished = [r for r in finished if r["type"] == "succeeded"]
                 batch_rate = sum(r["message"]["usage"]["output_tokens"] for r in finished) / elapsed
                 print(f"\ninteractive concurrency {concurrency} ({args.iterations} rounds)")
-                print(f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} {'decode tok/s':>13} "
-                      f"{'prompt read':>12}")
+                print(
+                    f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} {'decode tok/s':>13} "
+                    f"{'prompt read':>12}"
+                )
                 for name, s in (("idle", idle), ("batch", during)):
-                    print(f"  {name:8} {s['ttft_p50']:9.3f} {s['ttft_p90']:9.3f} {s['e2e_p50']:9.3f} "
-                          f"{s['e2e_p90']:9.3f} {s['decode_p50']:13.1f} {s['read_mean']:12.1f}")
+                    print(
+                        f"  {name:8} {s['ttft_p50']:9.3f} {s['ttft_p90']:9.3f} {s['e2e_p50']:9.3f} "
+                        f"{s['e2e_p90']:9.3f} {s['decode_p50']:13.1f} {s['read_mean']:12.1f}"
+                    )
                 ratio = during["ttft_p50"] / idle["ttft_p50"] if idle["ttft_p50"] else float("nan")
-                print(f"  TTFT p50 batch/idle {ratio:.2f} (target <= 1.5 at the slot count); decode speed "
-                      f"batch/idle {during['decode_p50'] / idle['decode_p50']:.2f}; batch output "
-                      f"{batch_rate:.1f} tokens/s ({len(finished)} requests finished); {preemptions:.0f} preemptions")
+                print(
+                    f"  TTFT p50 batch/idle {ratio:.2f} (target <= 1.5 at the slot count); decode speed "
+                    f"batch/idle {during['decode_p50'] / idle['decode_p50']:.2f}; batch output "
+                    f"{batch_rate:.1f} tokens/s ({len(finished)} requests finished); {preemptions:.0f} preemptions"
+                )
 
 
 if __name__ == "__main__":

@@ -33,23 +33,33 @@ from browser import LOAD_FIGURES_JS, browser, missing, wait_for  # noqa: E402
 
 from missive.testing import serve_process  # noqa: E402
 
-NAVIGATION_JS = "const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"
+NAVIGATION_JS = (
+    "const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"
+)
 
 
 def load_console(driver: Any, url: str) -> dict[str, Any]:
     driver.get("about:blank")  # the same URL again would be a fragment navigation, not a load
     driver.get(f"{url}/console/#now")
-    wait_for(driver, lambda d: d.execute_script(
-        "return performance.getEntriesByName('missive-first-data').length > 0"
-        " && performance.getEntriesByType('navigation')[0].loadEventEnd > 0"), "the console's first data")
+    wait_for(
+        driver,
+        lambda d: d.execute_script(
+            "return performance.getEntriesByName('missive-first-data').length > 0"
+            " && performance.getEntriesByType('navigation')[0].loadEventEnd > 0"
+        ),
+        "the console's first data",
+    )
     figures: dict[str, Any] = driver.execute_script(LOAD_FIGURES_JS)
     return figures
 
 
 def load_baseline(driver: Any, url: str) -> float:
     driver.get(f"{url}/livez")
-    wait_for(driver, lambda d: d.execute_script("return performance.getEntriesByType('navigation')[0].loadEventEnd > 0"),
-             "the baseline page")
+    wait_for(
+        driver,
+        lambda d: d.execute_script("return performance.getEntriesByType('navigation')[0].loadEventEnd > 0"),
+        "the baseline page",
+    )
     return float(driver.execute_script(NAVIGATION_JS))
 
 
@@ -58,7 +68,9 @@ def median(values: list[float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
     args = parser.parse_args()
@@ -82,10 +94,12 @@ def main() -> None:
     print(f"runs: {args.runs}; medians; baseline GET /livez page load {base:.1f} ms")
     for name, runs in (("cold", cold), ("warm", warm)):
         load, first = median([r["load_ms"] for r in runs]), median([r["first_data_ms"] for r in runs])
-        print(f"{name}: {runs[0]['files']} files, {median([r['transfer_bytes'] for r in runs]):.0f} bytes transferred "
-              f"({median([r['decoded_bytes'] for r in runs]):.0f} decoded), first data calls "
-              f"{median([r['data_transfer_bytes'] for r in runs]):.0f} bytes; load event {load:.1f} ms "
-              f"({load / base:.2f}x baseline), first data shown {first:.1f} ms ({first / base:.2f}x baseline)")
+        print(
+            f"{name}: {runs[0]['files']} files, {median([r['transfer_bytes'] for r in runs]):.0f} bytes transferred "
+            f"({median([r['decoded_bytes'] for r in runs]):.0f} decoded), first data calls "
+            f"{median([r['data_transfer_bytes'] for r in runs]):.0f} bytes; load event {load:.1f} ms "
+            f"({load / base:.2f}x baseline), first data shown {first:.1f} ms ({first / base:.2f}x baseline)"
+        )
 
 
 if __name__ == "__main__":

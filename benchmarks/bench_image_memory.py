@@ -48,7 +48,9 @@ with ThreadPoolExecutor(2) as pool:
 def run(side: int, count: int, release: bool) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(side), str(count), "1" if release else "0"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(done.stdout)
 
@@ -60,12 +62,18 @@ def main() -> None:
     args = parser.parse_args()
     baseline = run(args.side, args.images, release=False)
     missive = run(args.side, args.images, release=True)
-    print(f"{args.images} lossless WebPs of {args.side}x{args.side} ({missive['bytes']} bytes each), 2 threads")
+    print(
+        f"{args.images} lossless WebPs of {args.side}x{args.side} ({missive['bytes']} bytes each), 2 threads"
+    )
     for name, r in (("baseline (no release)", baseline), ("missive", missive)):
-        print(f"  {name:22} resident before {r['before']:7.0f} MB, after {r['after']:7.0f} MB ({r['after'] / r['before']:.1f}x)")
+        print(
+            f"  {name:22} resident before {r['before']:7.0f} MB, after {r['after']:7.0f} MB ({r['after'] / r['before']:.1f}x)"
+        )
     ratio = missive["after"] / baseline["after"]
-    print(f"resident after, missive / baseline: {ratio:.3f} (target: after <= 1.5x before: "
-          f"{'met' if missive['after'] <= 1.5 * missive['before'] else 'NOT met'})")
+    print(
+        f"resident after, missive / baseline: {ratio:.3f} (target: after <= 1.5x before: "
+        f"{'met' if missive['after'] <= 1.5 * missive['before'] else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

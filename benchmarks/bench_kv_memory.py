@@ -33,14 +33,19 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 def main() -> None:
     sizes = {}
     for label, settings in CASES:
-        runner = LlamaCppRunner("smol", parse_settings("smol", {"model_path": str(default_model_path()), "parallel": 4,
-                                                                 **settings}), 8192)
+        runner = LlamaCppRunner(
+            "smol",
+            parse_settings("smol", {"model_path": str(default_model_path()), "parallel": 4, **settings}),
+            8192,
+        )
         info = runner.load()
         layout = runner._layout
         assert layout is not None
         sizes[label] = layout.report.kv_bytes
-        print(f"{label:26} {info.slots} slots, {layout.n_ctx} cells: KV {layout.report.kv_bytes / MIB:7.1f} MiB "
-              f"(llama.cpp's report), compute buffers {layout.report.compute_bytes / MIB:.1f} MiB")
+        print(
+            f"{label:26} {info.slots} slots, {layout.n_ctx} cells: KV {layout.report.kv_bytes / MIB:7.1f} MiB "
+            f"(llama.cpp's report), compute buffers {layout.report.compute_bytes / MIB:.1f} MiB"
+        )
         runner.close()
     before = sizes[CASES[0][0]]
     for label, _ in CASES[1:]:

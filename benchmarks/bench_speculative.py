@@ -45,16 +45,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-
 from bench_slots import missive_stream as stream  # its SSE reading: first and last text delta, usage
+from ratios import record  # benchmarks/ratios.py, beside this file: run_engine.py gathers the ratios
+
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import available_cpus
-from ratios import record  # benchmarks/ratios.py, beside this file: run_engine.py gathers the ratios
 
 MODEL = "smollm2-135m"
-STORIES = ["a dragon who collects old clocks", "a lighthouse keeper and a storm", "a cat who learns to sail",
-           "the last library on the moon"]
+STORIES = [
+    "a dragon who collects old clocks",
+    "a lighthouse keeper and a storm",
+    "a cat who learns to sail",
+    "the last library on the moon",
+]
 
 
 def source_file(lines: int) -> str:
@@ -79,16 +83,20 @@ def source_file(lines: int) -> str:
 
 
 def edit_prompt(lines: int) -> str:
-    return ("Here is a Python file:\n\n```python\n" + source_file(lines) + "```\n\n"
-            "Rewrite the whole file, changing only the module docstring's first word 'Helpers' to 'Functions'. "
-            "Answer with the complete file in one code block and nothing else.")
+    return (
+        "Here is a Python file:\n\n```python\n" + source_file(lines) + "```\n\n"
+        "Rewrite the whole file, changing only the module docstring's first word 'Helpers' to 'Functions'. "
+        "Answer with the complete file in one code block and nothing else."
+    )
 
 
 def story_prompt(i: int) -> str:
     return f"Write a long story about {STORIES[i % len(STORIES)]}, with many characters and a lot of detail."
 
 
-def decode_rate(client: httpx.Client, prompts: list[str], max_tokens: int, timeout: float) -> tuple[float, int]:
+def decode_rate(
+    client: httpx.Client, prompts: list[str], max_tokens: int, timeout: float
+) -> tuple[float, int]:
     """Decode tokens/s of ``prompts`` streamed at once, and their tokens."""
     with ThreadPoolExecutor(len(prompts)) as pool:
         streams = list(pool.map(lambda p: stream(client, p, max_tokens, timeout), prompts))
@@ -123,14 +131,25 @@ def verification_cost(path: str, threads: int, draft_max: int, runs: int = 15) -
     multiplies the rate.
     """
     import llama_cpp
+
     from missive_llamacpp.settings import parse_settings
     from missive_llamacpp.step_cost import decode_costs
     from missive_llamacpp.trial import choose_extra_buffer_types, model_params
 
-    choice = choose_extra_buffer_types(parse_settings("bench", {"model_path": path, "n_threads": threads}), path)
+    choice = choose_extra_buffer_types(
+        parse_settings("bench", {"model_path": path, "n_threads": threads}), path
+    )
     with model_params(use_extra_bufts=choice.use_extra_bufts):
-        llm = llama_cpp.Llama(model_path=path, n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=threads,
-                              n_threads_batch=threads, flash_attn=True, verbose=False)
+        llm = llama_cpp.Llama(
+            model_path=path,
+            n_ctx=4096,
+            n_batch=512,
+            n_ubatch=512,
+            n_threads=threads,
+            n_threads_batch=threads,
+            flash_attn=True,
+            verbose=False,
+        )
     ctx, base = llm._ctx.ctx, 1024
     batch = llama_cpp.llama_batch_init(512, 0, 1)
     tokens = [100 + (i * 37) % 20000 for i in range(base)]
@@ -145,7 +164,7 @@ def verification_cost(path: str, threads: int, draft_max: int, runs: int = 15) -
 
     try:
         for start in range(0, base, 512):
-            read(tokens[start:start + 512], start)
+            read(tokens[start : start + 512], start)
         sizes, n = [], 1
         while n <= draft_max + 1:
             sizes.append(n)
@@ -176,23 +195,33 @@ def main() -> None:
     edit_tokens = 14 * args.lines + 64  # enough for the whole file (SmolLM2: ~9 tokens a line here)
     context = 2 * edit_tokens + 1024
     load = os.getloadavg()[0]
-    print(f"model: {path.name}, threads {args.threads}, parallel {args.parallel}, repeats {args.repeats}, "
-          f"edit: {args.lines}-line file (max_tokens {edit_tokens}), prose: max_tokens {args.prose_tokens}, "
-          f"context {context}, load average {load:.1f}", flush=True)
+    print(
+        f"model: {path.name}, threads {args.threads}, parallel {args.parallel}, repeats {args.repeats}, "
+        f"edit: {args.lines}-line file (max_tokens {edit_tokens}), prose: max_tokens {args.prose_tokens}, "
+        f"context {context}, load average {load:.1f}",
+        flush=True,
+    )
     if load >= 1.0:
         print("warning: other work is running on the CPUs; the figures may be far off", flush=True)
 
     costs = verification_cost(str(path), args.threads, 16)
     print("\nverification cost: one llama_decode of n tokens, logits at each, after 1,024 tokens (median)")
     for n, cost in costs.items():
-        print(f"  n={n:2d}: {cost * 1000:7.2f} ms = {cost / costs[1]:5.2f} x n=1; "
-              f"a fully accepted draft: {n / (cost / costs[1]):.2f} x", flush=True)
+        print(
+            f"  n={n:2d}: {cost * 1000:7.2f} ms = {cost / costs[1]:5.2f} x n=1; "
+            f"a fully accepted draft: {n / (cost / costs[1]):.2f} x",
+            flush=True,
+        )
     ceiling = max(n / (cost / costs[1]) for n, cost in costs.items())
     print(f"best speed-up any draft can give here: {ceiling:.2f} x\n", flush=True)
 
     def config(mode: str) -> dict[str, Any]:
-        settings = {"model_path": str(path), "n_threads": args.threads, "parallel": args.parallel,
-                    "speculative": mode}
+        settings = {
+            "model_path": str(path),
+            "n_threads": args.threads,
+            "parallel": args.parallel,
+            "speculative": mode,
+        }
         return {"models": {MODEL: {"driver": "llamacpp", "context_window": context, "settings": settings}}}
 
     measures = [("edit", 1), ("prose", 1), ("edit", args.streams), ("prose", args.streams)]
@@ -200,22 +229,29 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         print("starting the servers...", flush=True)
         urls = {mode: stack.enter_context(live_server(config(mode))) for mode in ("ngram", "off")}
-        clients = {mode: stack.enter_context(httpx.Client(base_url=url, timeout=args.timeout))
-                   for mode, url in urls.items()}
+        clients = {
+            mode: stack.enter_context(httpx.Client(base_url=url, timeout=args.timeout))
+            for mode, url in urls.items()
+        }
         for client in clients.values():  # warm-up: the first request pays one-time costs
             stream(client, "Hi!", 8, args.timeout)
         for r in range(args.repeats):
             for task, n in measures:
-                for mode in (("ngram", "off") if r % 2 == 0 else ("off", "ngram")):
+                for mode in ("ngram", "off") if r % 2 == 0 else ("off", "ngram"):
                     prompts = [edit] * n if task == "edit" else [story_prompt(i) for i in range(n)]
                     tokens = edit_tokens if task == "edit" else args.prose_tokens
                     rate, got = decode_rate(clients[mode], prompts, tokens, args.timeout)
                     rates.setdefault((task, n, mode), []).append(rate)
-                    print(f"  repeat {r + 1}: {task} x{n} speculative={mode}: {rate:.1f} tokens/s "
-                          f"({got} tokens)", flush=True)
+                    print(
+                        f"  repeat {r + 1}: {task} x{n} speculative={mode}: {rate:.1f} tokens/s "
+                        f"({got} tokens)",
+                        flush=True,
+                    )
         drafted, accepted = counters(urls["ngram"])
-    print(f"\ndraft tokens verified {drafted:.0f}, accepted {accepted:.0f} "
-          f"({accepted / drafted if drafted else 0:.2f})")
+    print(
+        f"\ndraft tokens verified {drafted:.0f}, accepted {accepted:.0f} "
+        f"({accepted / drafted if drafted else 0:.2f})"
+    )
     targets = {"edit": 1.5, "prose": 0.95}
     print(f"{'measure':<12} {'on tok/s':>9} {'off tok/s':>10} {'ratio':>7}  target")
     for task, n in measures:
@@ -223,11 +259,19 @@ def main() -> None:
         ratio = on / off
         verdict = "met" if ratio >= targets[task] else "NOT met"
         print(f"{task + ' x' + str(n):<12} {on:9.1f} {off:10.1f} {ratio:7.2f}  >= {targets[task]} {verdict}")
-        record("bench_speculative", f"{task} decode tokens/s, {n} stream(s), speculative / off", ratio,
-               f">= {targets[task]}")
+        record(
+            "bench_speculative",
+            f"{task} decode tokens/s, {n} stream(s), speculative / off",
+            ratio,
+            f">= {targets[task]}",
+        )
     print(f"best speed-up any draft can give on this machine (verification cost): {ceiling:.2f} x")
-    record("bench_speculative", "best speed-up a fully accepted draft can give here (verification cost)",
-           ceiling, "-")
+    record(
+        "bench_speculative",
+        "best speed-up a fully accepted draft can give here (verification cost)",
+        ceiling,
+        "-",
+    )
 
 
 if __name__ == "__main__":

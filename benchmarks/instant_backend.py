@@ -49,15 +49,26 @@ def _usage(words: int) -> dict[str, int]:
 
 
 def _response(status: str, content_type: str, body: bytes) -> bytes:
-    return (f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n"
-            "connection: keep-alive\r\n\r\n").encode() + body
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n"
+        "connection: keep-alive\r\n\r\n"
+    ).encode() + body
 
 
 def _completion(words: int) -> bytes:
     body = {
-        "id": "chatcmpl-instant", "object": "chat.completion", "created": 1, "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer_text(words)},
-                     "logprobs": None, "finish_reason": "stop"}],
+        "id": "chatcmpl-instant",
+        "object": "chat.completion",
+        "created": 1,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": answer_text(words)},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
         "usage": _usage(words),
     }
     return _response("200 OK", "application/json", json.dumps(body).encode())
@@ -65,17 +76,34 @@ def _completion(words: int) -> bytes:
 
 def _stream(words: int) -> bytes:
     def chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
-        return {"id": "chatcmpl-instant", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        return {
+            "id": "chatcmpl-instant",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
 
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": piece}) for piece in _pieces(words)]
     events.append(chunk({"content": ""}, "stop"))
-    events.append({"id": "chatcmpl-instant", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-                   "choices": [], "usage": _usage(words)})
-    datas = [f"data: {json.dumps(e, separators=(',', ':'))}\n\n".encode() for e in events] + [b"data: [DONE]\n\n"]
-    head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-            b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n")
+    events.append(
+        {
+            "id": "chatcmpl-instant",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": MODEL,
+            "choices": [],
+            "usage": _usage(words),
+        }
+    )
+    datas = [f"data: {json.dumps(e, separators=(',', ':'))}\n\n".encode() for e in events] + [
+        b"data: [DONE]\n\n"
+    ]
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+    )
     return head + b"".join(b"%x\r\n%s\r\n" % (len(d), d) for d in datas) + b"0\r\n\r\n"
 
 
@@ -83,8 +111,13 @@ class _Answers:
     def __init__(self, words: int) -> None:
         self.completion = _completion(words)
         self.stream = _stream(words)
-        self.models = _response("200 OK", "application/json", json.dumps(
-            {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "bench"}]}).encode())
+        self.models = _response(
+            "200 OK",
+            "application/json",
+            json.dumps(
+                {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "bench"}]}
+            ).encode(),
+        )
         self.health = _response("200 OK", "text/plain", b"ok")
         self.not_found = _response("404 Not Found", "application/json", b'{"error":{"message":"not found"}}')
 
@@ -110,13 +143,13 @@ class _Connection(asyncio.Protocol):
             at = head.find(b"content-length:")
             if at >= 0:
                 stop = head.find(b"\r\n", at)
-                length = int(head[at + 15:stop if stop >= 0 else None])
+                length = int(head[at + 15 : stop if stop >= 0 else None])
             total = end + 4 + length
             if len(self.buffer) < total:
                 break
-            body = self.buffer[end + 4:total]
+            body = self.buffer[end + 4 : total]
             self.buffer = self.buffer[total:]
-            line = head[:head.find(b"\r\n")]
+            line = head[: head.find(b"\r\n")]
             if line.startswith(b"post /v1/chat/completions"):
                 streamed = b'"stream":true' in body or b'"stream": true' in body
                 out.append(self.answers.stream if streamed else self.answers.completion)
@@ -134,7 +167,9 @@ async def serve(host: str, port: int, words: int = WORDS) -> None:
     """Serve until cancelled."""
     answers = _Answers(words)
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Connection(answers), host, port, backlog=1024, reuse_address=True)
+    server = await loop.create_server(
+        lambda: _Connection(answers), host, port, backlog=1024, reuse_address=True
+    )
     async with server:
         await server.serve_forever()
 

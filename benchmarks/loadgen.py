@@ -51,8 +51,16 @@ def generator_name(force_python: bool = False) -> str:
     return "wrk" if shutil.which("wrk") and not force_python else "python"
 
 
-def run_load(url: str, body: bytes, headers: dict[str, str], *, connections: int, seconds: float,
-             force_python: bool = False, processes: int = 2) -> LoadResult:
+def run_load(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    connections: int,
+    seconds: float,
+    force_python: bool = False,
+    processes: int = 2,
+) -> LoadResult:
     """``POST url`` with ``body`` and ``headers`` for ``seconds`` over ``connections``."""
     if generator_name(force_python) == "wrk":
         return _wrk(url, body, headers, connections, seconds)
@@ -86,10 +94,25 @@ def _wrk(url: str, body: bytes, headers: dict[str, str], connections: int, secon
         lines = "\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items())
         script = Path(tmp) / "post.lua"
         script.write_text(_LUA.format(headers=lines))
-        cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script),
-               "--timeout", "10s", url]
-        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "BENCH_BODY_FILE": str(body_file)},
-                             check=True).stdout
+        cmd = [
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            "-s",
+            str(script),
+            "--timeout",
+            "10s",
+            url,
+        ]
+        out = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "BENCH_BODY_FILE": str(body_file)},
+            check=True,
+        ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     p50 = re.search(r"^\s+50%\s+(\S+)", out, re.M)
@@ -100,8 +123,9 @@ def _wrk(url: str, body: bytes, headers: dict[str, str], connections: int, secon
     sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     if sockets:
         errors += sum(int(n) for n in sockets.groups())
-    return LoadResult(rps=rps, p50_ms=_duration_ms(p50.group(1)) if p50 else float("nan"),
-                      requests=requests, errors=errors)
+    return LoadResult(
+        rps=rps, p50_ms=_duration_ms(p50.group(1)) if p50 else float("nan"), requests=requests, errors=errors
+    )
 
 
 # -- Python ---------------------------------------------------------------------
@@ -122,7 +146,7 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     lower = head.lower()
     at = lower.find(b"content-length:")
     if at >= 0:
-        length = int(lower[at + 15:lower.find(b"\r\n", at)])
+        length = int(lower[at + 15 : lower.find(b"\r\n", at)])
         await reader.readexactly(length)
         return status
     while True:  # chunked
@@ -157,12 +181,15 @@ async def _connection(host: str, port: int, request: bytes, deadline: float, lat
     return errors
 
 
-def _worker(host: str, port: int, request: bytes, connections: int, seconds: float, queue: multiprocessing.Queue) -> None:
+def _worker(
+    host: str, port: int, request: bytes, connections: int, seconds: float, queue: multiprocessing.Queue
+) -> None:
     async def main() -> tuple[list[float], int]:
         latencies: list[float] = []
         deadline = time.monotonic() + seconds
-        errors = await asyncio.gather(*(_connection(host, port, request, deadline, latencies)
-                                        for _ in range(connections)))
+        errors = await asyncio.gather(
+            *(_connection(host, port, request, deadline, latencies) for _ in range(connections))
+        )
         return latencies, sum(errors)
 
     try:
@@ -174,8 +201,9 @@ def _worker(host: str, port: int, request: bytes, connections: int, seconds: flo
     queue.put((latencies, errors))
 
 
-def _python(url: str, body: bytes, headers: dict[str, str], connections: int, seconds: float,
-            processes: int) -> LoadResult:
+def _python(
+    url: str, body: bytes, headers: dict[str, str], connections: int, seconds: float, processes: int
+) -> LoadResult:
     host, port, request = _request_bytes(url, body, headers)
     processes = max(1, min(processes, connections))
     shares = [connections // processes + (1 if i < connections % processes else 0) for i in range(processes)]
@@ -189,6 +217,9 @@ def _python(url: str, body: bytes, headers: dict[str, str], connections: int, se
         w.join()
     latencies = [x for lats, _ in results for x in lats]
     errors = sum(e for _, e in results)
-    return LoadResult(rps=len(latencies) / seconds,
-                      p50_ms=statistics.median(latencies) * 1e3 if latencies else float("nan"),
-                      requests=len(latencies), errors=errors)
+    return LoadResult(
+        rps=len(latencies) / seconds,
+        p50_ms=statistics.median(latencies) * 1e3 if latencies else float("nan"),
+        requests=len(latencies),
+        errors=errors,
+    )

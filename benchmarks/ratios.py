@@ -56,4 +56,6 @@ def read(path: Path) -> list[Ratio]:
     """The ratios recorded in ``path`` (none when it does not exist)."""
     if not path.is_file():
         return []
-    return [Ratio(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        Ratio(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]

@@ -50,18 +50,34 @@ class Step:
 
 
 STEPS = (
-    Step("prompt_read", "bench_prompt_read.py", ("--model", "smollm2", "--prompt-tokens", "6800", "--repeats", "3"),
-         ("--model", "smollm2", "--prompt-tokens", "1500", "--repeats", "1")),
-    Step("prompt_read_gemma3", "bench_prompt_read.py",
-         ("--model", "gemma3", "--prompt-tokens", "12500", "--repeats", "1", "--flash-attn", "on"),
-         ("--model", "gemma3", "--prompt-tokens", "1500", "--repeats", "1")),
+    Step(
+        "prompt_read",
+        "bench_prompt_read.py",
+        ("--model", "smollm2", "--prompt-tokens", "6800", "--repeats", "3"),
+        ("--model", "smollm2", "--prompt-tokens", "1500", "--repeats", "1"),
+    ),
+    Step(
+        "prompt_read_gemma3",
+        "bench_prompt_read.py",
+        ("--model", "gemma3", "--prompt-tokens", "12500", "--repeats", "1", "--flash-attn", "on"),
+        ("--model", "gemma3", "--prompt-tokens", "1500", "--repeats", "1"),
+    ),
     Step("speculative", "bench_speculative.py", (), ("--quick",)),
     Step("disk_cache", "bench_disk_cache.py", (), ("--prompt-tokens", "2000")),
-    Step("slots", "bench_slots.py", ("--parallel", "4", "--repeats", "3"), ("--parallel", "4", "--repeats", "1")),
+    Step(
+        "slots",
+        "bench_slots.py",
+        ("--parallel", "4", "--repeats", "3"),
+        ("--parallel", "4", "--repeats", "1"),
+    ),
     Step("decode", "bench_llamacpp.py", ("--runs", "5"), ("--runs", "2")),
     Step("prompt_cache", "bench_prompt_cache.py", (), ("--system-tokens", "800", "--turns", "3")),
-    Step("prompt_cache_hybrid", "bench_prompt_cache.py", ("--model", "hybrid"),
-         ("--model", "hybrid", "--system-tokens", "800", "--turns", "3")),
+    Step(
+        "prompt_cache_hybrid",
+        "bench_prompt_cache.py",
+        ("--model", "hybrid"),
+        ("--model", "hybrid", "--system-tokens", "800", "--turns", "3"),
+    ),
 )
 
 
@@ -98,12 +114,20 @@ def settle(limit: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short prompts and one repeat each")
-    parser.add_argument("--only", nargs="+", choices=[s.name for s in STEPS], help="run these benchmarks only")
-    parser.add_argument("--out", type=Path, default=None, help="folder for each benchmark's output (default: a temp folder)")
+    parser.add_argument(
+        "--only", nargs="+", choices=[s.name for s in STEPS], help="run these benchmarks only"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for each benchmark's output (default: a temp folder)"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--settle", type=float, default=300.0,
-                        help="seconds to wait at most, before each benchmark, for the load average to fall to "
-                             f"{QUIET_LOAD} (0: do not wait)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=300.0,
+        help="seconds to wait at most, before each benchmark, for the load average to fall to "
+        f"{QUIET_LOAD} (0: do not wait)",
+    )
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="missive-bench-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -123,10 +147,17 @@ def main() -> None:
         ratios_file = out / f"{step.name}.ratios.jsonl"
         ratios_file.unlink(missing_ok=True)
         with open(out / f"{step.name}.log", "w", encoding="utf-8") as log:
-            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE.parent,
-                                 env={**os.environ, RATIOS_ENV: str(ratios_file), "PYTHONUNBUFFERED": "1"})
+            rc = subprocess.call(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=HERE.parent,
+                env={**os.environ, RATIOS_ENV: str(ratios_file), "PYTHONUNBUFFERED": "1"},
+            )
         loads[step.name] = (start_load, os.getloadavg()[0])
-        outcomes[step.name] = f"exit {rc} after {time.monotonic() - started:.0f} s" + ("" if rc == 0 else f", see {out / step.name}.log")
+        outcomes[step.name] = f"exit {rc} after {time.monotonic() - started:.0f} s" + (
+            "" if rc == 0 else f", see {out / step.name}.log"
+        )
         print(f"  {outcomes[step.name]}", flush=True)
 
     print(f"\nmachine: {machine()}{' (quick run)' if args.quick else ''}")
@@ -136,14 +167,22 @@ def main() -> None:
         for r in read(out / f"{step.name}.ratios.jsonl"):
             ok = met(r.value, r.target)
             missed += ok is False
-            print(f"{step.name:22}{r.name[:77]:78}{r.value:8.2f}{r.target:>9}  {'-' if ok is None else 'yes' if ok else 'NO'}")
+            print(
+                f"{step.name:22}{r.name[:77]:78}{r.value:8.2f}{r.target:>9}  {'-' if ok is None else 'yes' if ok else 'NO'}"
+            )
     print()
     for name, outcome in outcomes.items():
         before, after = loads.get(name, (0.0, 0.0))
-        quiet = "" if name not in loads else f"; load {before:.1f} -> {after:.1f}" + (
-            "" if before <= QUIET_LOAD else " (NOT QUIET: other work was running)")
+        quiet = (
+            ""
+            if name not in loads
+            else f"; load {before:.1f} -> {after:.1f}"
+            + ("" if before <= QUIET_LOAD else " (NOT QUIET: other work was running)")
+        )
         print(f"{name:22}{outcome}{quiet}")
-    if args.check and (missed or any(not o.startswith("exit 0") for o in outcomes.values() if o != "not written yet")):
+    if args.check and (
+        missed or any(not o.startswith("exit 0") for o in outcomes.values() if o != "not written yet")
+    ):
         sys.exit(1)
 
 

@@ -131,7 +131,7 @@ class Conversation:
         tail = self._tail + tokens
         whole = len(tail) - len(tail) % BLOCK
         last = self.blocks[-1] if self.blocks else 0
-        chunks = (tuple(tail[i:i + BLOCK]) for i in range(0, whole, BLOCK))
+        chunks = (tuple(tail[i : i + BLOCK]) for i in range(0, whole, BLOCK))
         return _chain_from(last, chunks), tail[whole:]
 
 
@@ -235,10 +235,12 @@ class Result:
         depths = sorted(self.depths)
         p50 = depths[len(depths) // 2]
         p99 = depths[min(len(depths) - 1, int(len(depths) * 0.99))]
-        return (f"| {self.policy} | {self.replicas} | {self.requests:,} | "
-                f"{self.same_replica / max(1, self.later_turns):.3f} | {self.hit / self.ideal:.3f} | "
-                f"{self.hit_beyond_shared / max(1, self.ideal_beyond_shared):.3f} | {p50} | {p99} | "
-                f"{self.max_over_mean:.2f} |")
+        return (
+            f"| {self.policy} | {self.replicas} | {self.requests:,} | "
+            f"{self.same_replica / max(1, self.later_turns):.3f} | {self.hit / self.ideal:.3f} | "
+            f"{self.hit_beyond_shared / max(1, self.ideal_beyond_shared):.3f} | {p50} | {p99} | "
+            f"{self.max_over_mean:.2f} |"
+        )
 
 
 def simulate(policy_name: str, n: int, args: argparse.Namespace) -> Result:
@@ -247,8 +249,11 @@ def simulate(policy_name: str, n: int, args: argparse.Namespace) -> Result:
     # settled (a fleet starting empty or draining is balanced by nothing).
     window = (args.minutes * 60 / 4, args.minutes * 60)
     replicas = [Replica(f"http://replica{i}:8000", PrefixIndex(capacity), window) for i in range(n)]
-    policy: LeastOutstanding = (PrefixAffinity(args.load_bound, capacity, load_slack=args.load_slack)
-                                if policy_name == "prefix" else LeastOutstanding())
+    policy: LeastOutstanding = (
+        PrefixAffinity(args.load_bound, capacity, load_slack=args.load_slack)
+        if policy_name == "prefix"
+        else LeastOutstanding()
+    )
     ideal: set[int] = set()
     tokens = Tokens()
     result = Result(policy_name, n)
@@ -342,11 +347,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
     args = parser.parse_args()
-    print(f"cache {args.cache_tokens:,} tokens per replica, {args.sessions_per_replica:g} sessions per replica, "
-          f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, "
-          f"load_slack {args.load_slack:g}, seed {args.seed}\n")
-    print("| policy | replicas | requests | later turns on their last replica | hit / ideal | "
-          "hit / ideal past the shared prefix | queue p50 | queue p99 | max / mean load |")
+    print(
+        f"cache {args.cache_tokens:,} tokens per replica, {args.sessions_per_replica:g} sessions per replica, "
+        f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, "
+        f"load_slack {args.load_slack:g}, seed {args.seed}\n"
+    )
+    print(
+        "| policy | replicas | requests | later turns on their last replica | hit / ideal | "
+        "hit / ideal past the shared prefix | queue p50 | queue p99 | max / mean load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     failed = []
     for n in args.replicas:

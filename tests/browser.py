@@ -20,8 +20,14 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrom
 #: Flags that work in containers and offline (no sandbox as root, no GPU,
 #: no calls home).
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--disable-dev-shm-usage",
 )
 #: Seconds a page may take to show what a test waits for (a hang guard on a
@@ -74,9 +80,13 @@ def browser(downloads: Path | None = None, width: int = 1400, height: int = 900)
         options.binary_location = binary
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         if downloads is not None:
-            options.add_experimental_option("prefs", {
-                "download.default_directory": str(downloads), "download.prompt_for_download": False,
-            })
+            options.add_experimental_option(
+                "prefs",
+                {
+                    "download.default_directory": str(downloads),
+                    "download.prompt_for_download": False,
+                },
+            )
         driver = webdriver.Chrome(options=options, service=Service(driver_path))
         try:
             yield driver
@@ -104,25 +114,37 @@ def wait_for(driver: Any, condition: Any, what: str, timeout: float = WAIT) -> A
 
 def text_of(driver: Any, selector: str) -> str:
     """The text of the first element ``selector`` matches (``""``: none), read at once."""
-    return str(driver.execute_script(
-        "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''", selector))
+    return str(
+        driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''", selector
+        )
+    )
 
 
 def rows(driver: Any, selector: str) -> list[list[str]]:
     """The texts of the cells of each table row ``selector`` matches, read at once."""
-    return list(driver.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].map((r) => [...r.cells].map((c) => c.textContent))",
-        selector))
+    return list(
+        driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map((r) => [...r.cells].map((c) => c.textContent))",
+            selector,
+        )
+    )
 
 
 def choose(driver: Any, select_id: str, value: str) -> None:
     """Choose ``value`` in the ``<select>`` ``select_id`` as a user does
     (its ``change`` event), once the option is there."""
-    wait_for(driver, lambda d: d.execute_script(
-        "const s = document.getElementById(arguments[0]);"
-        "if (![...s.options].some((o) => o.value === arguments[1])) return false;"
-        "s.value = arguments[1]; s.dispatchEvent(new Event('change', {bubbles: true})); return true;",
-        select_id, value), f"option {value!r} of #{select_id}")
+    wait_for(
+        driver,
+        lambda d: d.execute_script(
+            "const s = document.getElementById(arguments[0]);"
+            "if (![...s.options].some((o) => o.value === arguments[1])) return false;"
+            "s.value = arguments[1]; s.dispatchEvent(new Event('change', {bubbles: true})); return true;",
+            select_id,
+            value,
+        ),
+        f"option {value!r} of #{select_id}",
+    )
 
 
 def click(driver: Any, selector: str, what: str) -> None:

@@ -30,7 +30,10 @@ ECHO_CONFIG: dict[str, Any] = {
         "echo-hermes": {
             "driver": "echo",
             "context_window": 1000,
-            "settings": {"tool_parser": "hermes", "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}},
+            "settings": {
+                "tool_parser": "hermes",
+                "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]},
+            },
         },
         "echo-serial": {"driver": "echo", "context_window": 1000, "settings": {"serialize": True}},
         "echo-think": {
@@ -102,8 +105,9 @@ def echo_app() -> Iterator[InProcessApp]:
 def echo_in_process(echo_app: InProcessApp) -> anthropic.Anthropic:
     """An SDK client of :func:`echo_app`; a module whose tests need no socket
     overrides ``echo`` with it."""
-    return anthropic.Anthropic(base_url=echo_app.url, api_key="unused", max_retries=0,
-                               http_client=echo_app.http_client())
+    return anthropic.Anthropic(
+        base_url=echo_app.url, api_key="unused", max_retries=0, http_client=echo_app.http_client()
+    )
 
 
 @pytest.fixture(scope="session")
@@ -115,4 +119,6 @@ def default_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def smol(default_url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=600)  # a hang guard
+    return anthropic.Anthropic(
+        base_url=default_url, api_key="unused", max_retries=0, timeout=600
+    )  # a hang guard

@@ -19,13 +19,20 @@ from missive.testing import start_http_server, stop_http_server
 __all__ = ["image_bytes", "b64", "png_header_only", "make_pdf", "FileServer"]
 
 
-def image_bytes(fmt: str = "PNG", size: tuple[int, int] = (40, 20), color: Any = (200, 30, 30), mode: str = "RGB",
-                frames: int = 1) -> bytes:
+def image_bytes(
+    fmt: str = "PNG",
+    size: tuple[int, int] = (40, 20),
+    color: Any = (200, 30, 30),
+    mode: str = "RGB",
+    frames: int = 1,
+) -> bytes:
     """An image of one colour in ``fmt`` (PNG, JPEG, GIF, WEBP); ``frames`` > 1: animated."""
     img = Image.new(mode, size, color)
     out = io.BytesIO()
     if frames > 1:
-        others = [Image.new(mode, size, (i * 40 % 256, 0, 0) if mode == "RGB" else color) for i in range(1, frames)]
+        others = [
+            Image.new(mode, size, (i * 40 % 256, 0, 0) if mode == "RGB" else color) for i in range(1, frames)
+        ]
         img.save(out, format=fmt, save_all=True, append_images=others, duration=100, loop=0)
     else:
         img.save(out, format=fmt)

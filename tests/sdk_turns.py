@@ -18,12 +18,17 @@ def captured(captures: Path, since: int = 0) -> list[dict[str, Any]]:
 def prompt(message: Any) -> int:
     """A reply's whole prompt: input, cache read and cache creation tokens."""
     usage = message.usage
-    return usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    return (
+        usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    )
 
 
 def as_param(message: Any) -> dict[str, Any]:
     """A reply as the assistant message a client sends back."""
-    return {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in message.content]}
+    return {
+        "role": "assistant",
+        "content": [block.model_dump(exclude_none=True) for block in message.content],
+    }
 
 
 def whole_conversations(bodies: list[dict[str, Any]], replies: list[Any]) -> list[list[Any]]:
@@ -39,8 +44,9 @@ def whole_conversations(bodies: list[dict[str, Any]], replies: list[Any]) -> lis
     return conversations
 
 
-def assert_counted_whole(client: Any, records: list[dict[str, Any]], replies: list[Any], *, cached: bool = False,
-                         **count: Any) -> None:
+def assert_counted_whole(
+    client: Any, records: list[dict[str, Any]], replies: list[Any], *, cached: bool = False, **count: Any
+) -> None:
     """Each of one thread's requests (``records``, captured) was answered
     with ``replies`` costing what ``count_tokens`` says of the whole
     conversation it stood for (``count``: the other count_tokens fields);

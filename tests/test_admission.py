@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import select
 import socket
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -24,7 +23,8 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process, until as poll
+from missive.testing import ServerProcess, serve_process
+from missive.testing import until as poll
 from missive_echo import script
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1}}
@@ -77,15 +77,20 @@ class Raw:
     """One ``POST /v1/messages`` on its own socket."""
 
     def __init__(self, url: str, model: str, steps: list[dict[str, Any]], *, stream: bool = True) -> None:
-        body = json.dumps({
-            "model": model, "max_tokens": 50, "stream": stream,
-            "messages": [{"role": "user", "content": script(*steps)}],
-        }).encode()
+        body = json.dumps(
+            {
+                "model": model,
+                "max_tokens": 50,
+                "stream": stream,
+                "messages": [{"role": "user", "content": script(*steps)}],
+            }
+        ).encode()
         parsed = urlparse(url)
         self.sock = socket.create_connection((parsed.hostname, parsed.port), timeout=DEADLINE)
         self.sock.sendall(
             b"POST /v1/messages HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
         )
 
         self.received = b""
@@ -186,7 +191,9 @@ def test_a_full_queue_answers_529_with_retry_after(
     assert health(server.url) == {"status": "ok", "generating": 1, "waiting": 2}  # not queued
 
 
-def test_queue_timeout_answers_529(server: ServerProcess, client: anthropic.Anthropic, raw: Callable[..., Raw]) -> None:
+def test_queue_timeout_answers_529(
+    server: ServerProcess, client: anthropic.Anthropic, raw: Callable[..., Raw]
+) -> None:
     hold(raw, "brief")  # holds its slot for 120 s; the queue_timeout is 1 s
     with pytest.raises(anthropic.OverloadedError) as caught:
         client.messages.create(**simple("brief"))
@@ -210,7 +217,9 @@ def test_waiters_are_served_in_arrival_order(server: ServerProcess, raw: Callabl
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_waiter_whose_client_left_is_dropped(server: ServerProcess, raw: Callable[..., Raw], stream: bool) -> None:
+def test_a_waiter_whose_client_left_is_dropped(
+    server: ServerProcess, raw: Callable[..., Raw], stream: bool
+) -> None:
     holder = hold(raw, "busy")
     gone, stays = queue(raw, server.url, "busy", 2, steps=[{"text": "served"}], stream=stream)
     gone.close()
@@ -222,33 +231,47 @@ def test_a_waiter_whose_client_left_is_dropped(server: ServerProcess, raw: Calla
     assert b"served" in stays.read_all()
 
 
-def test_count_tokens_never_waits(server: ServerProcess, client: anthropic.Anthropic, raw: Callable[..., Raw]) -> None:
+def test_count_tokens_never_waits(
+    server: ServerProcess, client: anthropic.Anthropic, raw: Callable[..., Raw]
+) -> None:
     hold(raw, "busy")
     queue(raw, server.url, "busy", 2)
     with pytest.raises(anthropic.OverloadedError):  # the model is busy and its queue full
         client.messages.create(**simple("busy"))
-    counted = client.messages.count_tokens(model="busy", messages=[{"role": "user", "content": "one two three"}])
+    counted = client.messages.count_tokens(
+        model="busy", messages=[{"role": "user", "content": "one two three"}]
+    )
     assert counted.input_tokens == 3
 
 
-def _after_error_before_start(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
+def _after_error_before_start(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
     with pytest.raises(anthropic.InternalServerError):
         client.messages.create(**simple("one", script(error_before_start={"type": "api_error"})))
 
 
-def _after_prompt_too_long(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
+def _after_prompt_too_long(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
     with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
         client.messages.create(**simple("one", "word " * 1200))
 
 
-def _after_error_mid_generation(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
+def _after_error_mid_generation(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
     with pytest.raises(anthropic.InternalServerError):
         client.messages.create(**simple("one", script({"text": "a"}, {"error": {"type": "api_error"}})))
 
 
-def _after_error_mid_stream(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
+def _after_error_mid_stream(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
     with pytest.raises(anthropic.APIStatusError):
-        with client.messages.stream(**simple("one", script({"text": "a"}, {"error": {"type": "api_error"}}))) as s:
+        with client.messages.stream(
+            **simple("one", script({"text": "a"}, {"error": {"type": "api_error"}}))
+        ) as s:
             s.get_final_message()
 
 
@@ -257,17 +280,25 @@ def _after_a_stream(client: anthropic.Anthropic, server: ServerProcess, raw: Cal
         assert s.get_final_message().content[0].text == "a b c d"
 
 
-def _after_a_stop_sequence(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
-    with client.messages.stream(**simple("one", script({"text": "a STOP"}, {"sleep": 120})), stop_sequences=["STOP"]) as s:
+def _after_a_stop_sequence(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
+    with client.messages.stream(
+        **simple("one", script({"text": "a STOP"}, {"sleep": 120})), stop_sequences=["STOP"]
+    ) as s:
         assert s.get_final_message().stop_reason == "stop_sequence"
 
 
-def _after_hanging_up_mid_stream(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
+def _after_hanging_up_mid_stream(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
     hold(raw, "one").close()
     until(server.url, lambda h: h["generating"] == 0, "the slot freed after the client hung up")
 
 
-def _after_hanging_up_mid_answer(client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]) -> None:
+def _after_hanging_up_mid_answer(
+    client: anthropic.Anthropic, server: ServerProcess, raw: Callable[..., Raw]
+) -> None:
     request = raw("one", stream=False)
     until(server.url, lambda h: h["generating"] == 1, "the request generating")
     request.close()
@@ -277,9 +308,14 @@ def _after_hanging_up_mid_answer(client: anthropic.Anthropic, server: ServerProc
 @pytest.mark.parametrize(
     "before",
     [
-        _after_error_before_start, _after_prompt_too_long, _after_error_mid_generation,
-        _after_error_mid_stream, _after_a_stream, _after_a_stop_sequence,
-        _after_hanging_up_mid_stream, _after_hanging_up_mid_answer,
+        _after_error_before_start,
+        _after_prompt_too_long,
+        _after_error_mid_generation,
+        _after_error_mid_stream,
+        _after_a_stream,
+        _after_a_stop_sequence,
+        _after_hanging_up_mid_stream,
+        _after_hanging_up_mid_answer,
     ],
     ids=lambda f: f.__name__.removeprefix("_after_"),
 )

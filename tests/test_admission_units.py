@@ -11,8 +11,8 @@ import gc
 
 import pytest
 
-from missive.server.admission import DEFAULT_RETRY_AFTER, Gate
 from missive.protocol.errors import OverloadedError
+from missive.server.admission import DEFAULT_RETRY_AFTER, Gate
 
 pytestmark = pytest.mark.anyio
 
@@ -143,9 +143,9 @@ async def test_slot_dropped_unreleased_is_freed() -> None:
 
 
 async def test_model_keys_override_the_server_defaults() -> None:
-    from missive.server.admission import Admission
-    from missive.driver.capabilities import Capabilities
     from missive.config import Config, ModelEntry
+    from missive.driver.capabilities import Capabilities
+    from missive.server.admission import Admission
 
     class Stub:
         def __init__(self, entry: ModelEntry, limit: int | None) -> None:
@@ -164,9 +164,9 @@ async def test_close_refuses_the_waiting_and_the_new_but_not_the_running() -> No
     """``Admission.close`` (a shutdown) answers every waiter 529 at once,
     refuses later requests even with a slot free, leaves held slots alone,
     and applies to a gate built after it too."""
-    from missive.server.admission import Admission
-    from missive.driver.capabilities import Capabilities
     from missive.config import Config, ModelEntry
+    from missive.driver.capabilities import Capabilities
+    from missive.server.admission import Admission
 
     class Stub:
         def __init__(self, limit: int | None) -> None:

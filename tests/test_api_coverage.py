@@ -24,7 +24,11 @@ import pytest
 from anthropic.types import message_count_tokens_params, message_create_params
 from anthropic.types.beta import (
     beta_context_management_config_param,
+)
+from anthropic.types.beta import (
     message_count_tokens_params as beta_count_params,
+)
+from anthropic.types.beta import (
     message_create_params as beta_create_params,
 )
 
@@ -69,19 +73,40 @@ B = anthropic.types.beta
 SDK: dict[str, tuple[set[str], dict[str, cov.Row]]] = {
     "request fields": (
         typed_dict_keys(
-            message_create_params.MessageCreateParamsNonStreaming, message_create_params.MessageCreateParamsStreaming,
-            beta_create_params.MessageCreateParamsNonStreaming, beta_create_params.MessageCreateParamsStreaming,
-            message_count_tokens_params.MessageCountTokensParams, beta_count_params.MessageCountTokensParams,
+            message_create_params.MessageCreateParamsNonStreaming,
+            message_create_params.MessageCreateParamsStreaming,
+            beta_create_params.MessageCreateParamsNonStreaming,
+            beta_create_params.MessageCreateParamsStreaming,
+            message_count_tokens_params.MessageCountTokensParams,
+            beta_count_params.MessageCountTokensParams,
         ),
         cov.REQUEST_FIELDS,
     ),
-    "content block types": (type_literals(B.BetaContentBlockParam) | type_literals(anthropic.types.ContentBlockParam), cov.BLOCK_TYPES),
-    "thinking types": (type_literals(B.BetaThinkingConfigParam) | type_literals(anthropic.types.ThinkingConfigParam), cov.THINKING_TYPES),
+    "content block types": (
+        type_literals(B.BetaContentBlockParam) | type_literals(anthropic.types.ContentBlockParam),
+        cov.BLOCK_TYPES,
+    ),
+    "thinking types": (
+        type_literals(B.BetaThinkingConfigParam) | type_literals(anthropic.types.ThinkingConfigParam),
+        cov.THINKING_TYPES,
+    ),
     "edit types": (type_literals(beta_context_management_config_param.Edit), cov.EDIT_TYPES),
-    "response fields": (set(B.BetaMessage.model_fields) | set(anthropic.types.Message.model_fields), cov.RESPONSE_FIELDS),
-    "usage fields": (set(B.BetaUsage.model_fields) | set(B.BetaMessageDeltaUsage.model_fields), cov.USAGE_FIELDS),
-    "response block types": (type_literals(B.BetaContentBlock) | type_literals(anthropic.types.ContentBlock), cov.RESPONSE_BLOCK_TYPES),
-    "model fields": (set(anthropic.types.ModelInfo.model_fields) | set(B.BetaModelInfo.model_fields), cov.MODEL_FIELDS),
+    "response fields": (
+        set(B.BetaMessage.model_fields) | set(anthropic.types.Message.model_fields),
+        cov.RESPONSE_FIELDS,
+    ),
+    "usage fields": (
+        set(B.BetaUsage.model_fields) | set(B.BetaMessageDeltaUsage.model_fields),
+        cov.USAGE_FIELDS,
+    ),
+    "response block types": (
+        type_literals(B.BetaContentBlock) | type_literals(anthropic.types.ContentBlock),
+        cov.RESPONSE_BLOCK_TYPES,
+    ),
+    "model fields": (
+        set(anthropic.types.ModelInfo.model_fields) | set(B.BetaModelInfo.model_fields),
+        cov.MODEL_FIELDS,
+    ),
 }
 
 
@@ -103,7 +128,9 @@ def test_handlers_exist() -> None:
                 importlib.import_module(row.where)  # raises: a stale handler name
             assert row.what, name
             if row.kind == "ignored":
-                assert row.example is not None, f"{name}: an ignored row needs an example that triggers its report"
+                assert row.example is not None, (
+                    f"{name}: an ignored row needs an example that triggers its report"
+                )
 
 
 def test_docs_hold_the_generated_tables() -> None:
@@ -115,8 +142,15 @@ def test_docs_hold_the_generated_tables() -> None:
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    config = {"models": {"m": {"driver": "echo", "context_window": 10_000,
-                               "settings": {"capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}}}}}
+    config = {
+        "models": {
+            "m": {
+                "driver": "echo",
+                "context_window": 10_000,
+                "settings": {"capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}},
+            }
+        }
+    }
     with live_server(config) as url:
         yield url
 

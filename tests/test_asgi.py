@@ -25,13 +25,27 @@ def test_hypercorn_entry_point(tmp_path: Path, echo_config: dict) -> None:
     # Nothing of the developer's Missive settings (MISSIVE_*, their config
     # and state folders) reaches this server.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
-    env.update({"MISSIVE_CONFIG": str(config), "MISSIVE_API_KEY": "sk-asgi",
-                "MISSIVE_STATE_DIR": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    env.update(
+        {
+            "MISSIVE_CONFIG": str(config),
+            "MISSIVE_API_KEY": "sk-asgi",
+            "MISSIVE_STATE_DIR": str(tmp_path / "state"),
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        }
+    )
     log_path = tmp_path / "hypercorn.log"
     with open(log_path, "wb") as log:  # a file, not a pipe nobody reads (a full pipe blocks the server)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hypercorn", "missive.asgi:app", "--bind", f"127.0.0.1:{port}",
-             "--keep-alive", "75"],
+            [
+                sys.executable,
+                "-m",
+                "hypercorn",
+                "missive.asgi:app",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--keep-alive",
+                "75",
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -45,10 +59,14 @@ def test_hypercorn_entry_point(tmp_path: Path, echo_config: dict) -> None:
                 break
             except httpx.TransportError:
                 assert proc.poll() is None, log_path.read_text(errors="replace")
-                assert time.monotonic() < deadline, "hypercorn never answered:\n" + log_path.read_text(errors="replace")
+                assert time.monotonic() < deadline, "hypercorn never answered:\n" + log_path.read_text(
+                    errors="replace"
+                )
                 time.sleep(0.1)
         client = anthropic.Anthropic(base_url=url, api_key="sk-asgi", max_retries=0)
-        msg = client.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": "via asgi"}])
+        msg = client.messages.create(
+            model="echo", max_tokens=5, messages=[{"role": "user", "content": "via asgi"}]
+        )
         assert msg.content[0].text == "via asgi"
         assert httpx.post(f"{url}/v1/messages", json={}).status_code == 401
         assert httpx.head(f"{url}/api/hello").status_code == 200
@@ -57,7 +75,9 @@ def test_hypercorn_entry_point(tmp_path: Path, echo_config: dict) -> None:
         children = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
         worker = next(c for c in children if tcp_states(c).get("LISTEN"))
         sockets = lambda: tcp_states(worker)  # noqa: E731
-        assert wait_until(lambda: not {"ESTABLISHED", "CLOSE_WAIT"} & set(sockets()), 20), sockets()  # not 75 s
+        assert wait_until(lambda: not {"ESTABLISHED", "CLOSE_WAIT"} & set(sockets()), 20), (
+            sockets()
+        )  # not 75 s
     finally:
         proc.terminate()
         proc.wait(timeout=10)

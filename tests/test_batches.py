@@ -55,7 +55,12 @@ def client(server: ServerProcess) -> anthropic.Anthropic:
 def request(custom_id: str, text: str, model: str = "echo", **params: Any) -> dict[str, Any]:
     return {
         "custom_id": custom_id,
-        "params": {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": text}], **params},
+        "params": {
+            "model": model,
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": text}],
+            **params,
+        },
     }
 
 
@@ -90,9 +95,12 @@ BAD = {
     "no-messages": {"custom_id": "no-messages", "params": {"model": "echo", "max_tokens": 5, "messages": []}},
     "unknown-model": request("unknown-model", "x", model="no-such-model"),
     "streamed": request("streamed", "x", stream=True),
-    "too-long": request("too-long", "one two three four five six seven eight nine ten eleven twelve",
-                        model="echo-small"),
-    "scripted-error": request("scripted-error", script({"text": "a"}, {"error": {"type": "api_error", "message": "boom"}})),
+    "too-long": request(
+        "too-long", "one two three four five six seven eight nine ten eleven twelve", model="echo-small"
+    ),
+    "scripted-error": request(
+        "scripted-error", script({"text": "a"}, {"error": {"type": "api_error", "message": "boom"}})
+    ),
     "bad-temperature": request("bad-temperature", "x", temperature=7),
 }
 
@@ -120,7 +128,9 @@ def test_mixed_batch_results_equal_the_requests_alone(client: anthropic.Anthropi
     ended = wait_ended(client, created.id)
     assert ended.request_counts.succeeded == len(GOOD)
     assert ended.request_counts.errored == len(BAD)
-    assert ended.request_counts.processing == ended.request_counts.canceled == ended.request_counts.expired == 0
+    assert (
+        ended.request_counts.processing == ended.request_counts.canceled == ended.request_counts.expired == 0
+    )
     assert ended.ended_at is not None and ended.ended_at >= ended.created_at
     assert ended.results_url.endswith(f"/v1/messages/batches/{created.id}/results")
 
@@ -185,7 +195,11 @@ def test_list_pages_newest_first(client: anthropic.Anthropic) -> None:
 
 def test_unknown_batch_is_404(client: anthropic.Anthropic) -> None:
     missing = "msgbatch_nothinghere000000000000"
-    for call in (client.messages.batches.retrieve, client.messages.batches.cancel, client.messages.batches.delete):
+    for call in (
+        client.messages.batches.retrieve,
+        client.messages.batches.cancel,
+        client.messages.batches.delete,
+    ):
         with pytest.raises(anthropic.NotFoundError) as caught:
             call(missing)
         assert caught.value.body["error"]["type"] == "not_found_error"
@@ -218,7 +232,10 @@ def test_results_before_the_end_are_refused(client: anthropic.Anthropic, server:
     ("requests", "message"),
     [
         ([], "requests: List should have at least 1 item"),
-        ([request("bad id!", "x")], "requests.0.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'"),
+        (
+            [request("bad id!", "x")],
+            "requests.0.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'",
+        ),
         ([request("x" * 65, "x")], "requests.0.custom_id: String should match pattern"),
         ([request("same", "a"), request("same", "b")], "requests.1.custom_id: Duplicate custom_id 'same'"),
         ([{"custom_id": "no-params"}], "requests.0.params: Field required"),
@@ -254,7 +271,11 @@ def test_batch_body_limit_is_its_own(client: anthropic.Anthropic, server: Server
 def test_cancel_a_queued_batch(client: anthropic.Anthropic) -> None:
     # The echo model runs one batch request at a time (max_slots 0.5 of no
     # limit: 1), so this one's second and third requests are queued.
-    items = [request("first", script({"sleep": 30}, {"text": "late"})), request("second", "b"), request("third", "c")]
+    items = [
+        request("first", script({"sleep": 30}, {"text": "late"})),
+        request("second", "b"),
+        request("third", "c"),
+    ]
     batch = client.messages.batches.create(requests=items)
     deadline = time.monotonic() + DEADLINE
     canceled = client.messages.batches.cancel(batch.id)
@@ -269,7 +290,9 @@ def test_cancel_a_queued_batch(client: anthropic.Anthropic) -> None:
 
 
 def test_status_and_metrics(client: anthropic.Anthropic, server: ServerProcess) -> None:
-    batch = wait_ended(client, client.messages.batches.create(requests=[request("m1", "x"), BAD["no-messages"]]).id)
+    batch = wait_ended(
+        client, client.messages.batches.create(requests=[request("m1", "x"), BAD["no-messages"]]).id
+    )
     assert batch.request_counts.succeeded == 1
     metrics = httpx.get(f"{server.url}/metrics", timeout=DEADLINE).text
     assert 'missive:batch_requests_total{model_name="echo",result="succeeded"}' in metrics
@@ -287,8 +310,11 @@ def test_expiry_and_archiving(tmp_path: Path) -> None:
     }
     with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
         client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
-        items = [request("quick", "done"), request("slow", script({"sleep": 60}, {"text": "late"})),
-                 request("queued", "never")]
+        items = [
+            request("quick", "done"),
+            request("slow", script({"sleep": 60}, {"text": "late"})),
+            request("queued", "never"),
+        ]
         batch = client.messages.batches.create(requests=items)
         assert (batch.expires_at - batch.created_at).total_seconds() == pytest.approx(2.0, abs=0.01)
         ended = wait_ended(client, batch.id, timeout=30)
@@ -309,18 +335,30 @@ def test_expiry_and_archiving(tmp_path: Path) -> None:
 
 def missive_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
-    return subprocess.run([sys.executable, "-m", "missive", *args], capture_output=True, text=True, env=env,
-                          timeout=DEADLINE)
+    return subprocess.run(
+        [sys.executable, "-m", "missive", *args], capture_output=True, text=True, env=env, timeout=DEADLINE
+    )
 
 
 def test_missive_batches_cli(client: anthropic.Anthropic, server: ServerProcess) -> None:
     older = [client.messages.batches.create(requests=[request("old", "x")]).id for _ in range(2)]
-    batch = wait_ended(client, client.messages.batches.create(
-        requests=[request("cli-good", "from the cli"), BAD["no-messages"]]).id)
+    batch = wait_ended(
+        client,
+        client.messages.batches.create(requests=[request("cli-good", "from the cli"), BAD["no-messages"]]).id,
+    )
     listed = missive_cli("batches", "list", "--url", server.url, "--limit", "3")
     assert listed.returncode == 0, listed.stderr
     header, first, *rest = listed.stdout.splitlines()
-    assert header.split() == ["ID", "STATUS", "CREATED", "PROCESSING", "SUCCEEDED", "ERRORED", "CANCELED", "EXPIRED"]
+    assert header.split() == [
+        "ID",
+        "STATUS",
+        "CREATED",
+        "PROCESSING",
+        "SUCCEEDED",
+        "ERRORED",
+        "CANCELED",
+        "EXPIRED",
+    ]
     assert first.split()[0] == batch.id and first.split()[1] == "ended"
     assert first.split()[-5:] == ["0", "1", "1", "0", "0"]
     assert [line.split()[0] for line in rest] == older[::-1]  # --limit 3
@@ -332,7 +370,10 @@ def test_missive_batches_cli(client: anthropic.Anthropic, server: ServerProcess)
     out = missive_cli("batches", "results", batch.id, "--url", server.url)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [(x["custom_id"], x["result"]["type"]) for x in lines] == [("cli-good", "succeeded"), ("no-messages", "errored")]
+    assert [(x["custom_id"], x["result"]["type"]) for x in lines] == [
+        ("cli-good", "succeeded"),
+        ("no-messages", "errored"),
+    ]
     missing = missive_cli("batches", "show", "msgbatch_nothinghere000000000000", "--url", server.url)
     assert missing.returncode == 1 and "404" in missing.stderr and "not found" in missing.stderr
 
@@ -350,14 +391,19 @@ def test_disabled_and_fresh(tmp_path: Path) -> None:
         assert (tmp_path / "batches.sqlite3").exists()
         # One server per database: a second one on the same state directory says so.
         with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as other:
-            second = anthropic.Anthropic(base_url=other.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+            second = anthropic.Anthropic(
+                base_url=other.url, api_key="unused", max_retries=0, timeout=DEADLINE
+            )
             with pytest.raises(anthropic.InternalServerError) as caught:
                 second.messages.batches.list()
             assert "in use by another Missive server" in caught.value.body["error"]["message"]
     off = {**config, "batches": {"enabled": False}}
     with serve_process(off, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
         client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
-        for call in (client.messages.batches.list, lambda: client.messages.batches.create(requests=[request("a", "b")])):
+        for call in (
+            client.messages.batches.list,
+            lambda: client.messages.batches.create(requests=[request("a", "b")]),
+        ):
             with pytest.raises(anthropic.NotFoundError) as caught:
                 call()
             assert "batches.enabled = false" in caught.value.body["error"]["message"]

@@ -55,8 +55,13 @@ def client(server: ServerProcess) -> anthropic.Anthropic:
 
 
 def params(text: str, max_tokens: int = 24, **extra: Any) -> dict[str, Any]:
-    return {"model": MODEL, "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": text}], **extra}
+    return {
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": text}],
+        **extra,
+    }
 
 
 GOOD = {
@@ -84,7 +89,9 @@ def alone(client: anthropic.Anthropic, body: dict[str, Any]) -> Any:
 
 def wait_ended(client: anthropic.Anthropic, batch_id: str) -> Any:
     assert wait_until(
-        lambda: client.messages.batches.retrieve(batch_id).processing_status == "ended", DEADLINE, interval=0.2
+        lambda: client.messages.batches.retrieve(batch_id).processing_status == "ended",
+        DEADLINE,
+        interval=0.2,
     )
     return client.messages.batches.retrieve(batch_id)
 
@@ -133,9 +140,14 @@ def test_an_interactive_request_waits_one_step_for_a_batch_slot(
     # Greedy output differs by CPU: "count from one to one thousand" ended within
     # a few tokens on an AVX-512 CPU; this prompt (the long answer of
     # benchmarks/bench_slots.py) ran to max_tokens there.
-    long = params("Write a very long story about a lighthouse keeper and the storm of the century, with many "
-                  "chapters, many characters and a lot of detail. Do not stop early.", max_tokens=400)
-    batch = client.messages.batches.create(requests=[{"custom_id": f"long{i}", "params": long} for i in range(2)])
+    long = params(
+        "Write a very long story about a lighthouse keeper and the storm of the century, with many "
+        "chapters, many characters and a lot of detail. Do not stop early.",
+        max_tokens=400,
+    )
+    batch = client.messages.batches.create(
+        requests=[{"custom_id": f"long{i}", "params": long} for i in range(2)]
+    )
     assert wait_until(lambda: metric(server.url, "batch_requests_running") == 1, 120, interval=0.05)
     holder = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=DEADLINE)
     steps: list[float] = []
@@ -143,15 +155,18 @@ def test_an_interactive_request_waits_one_step_for_a_batch_slot(
     def hold() -> None:
         # Greedy, like the batch requests: sampled, the model may stop after a
         # few tokens, and the stream must outlast the measure.
-        with holder.messages.stream(model=MODEL, max_tokens=400, messages=long["messages"],
-                                    extra_body={"temperature": 0}) as stream:
+        with holder.messages.stream(
+            model=MODEL, max_tokens=400, messages=long["messages"], extra_body={"temperature": 0}
+        ) as stream:
             for event in stream:
                 if event.type == "content_block_delta":
                     steps.append(time.monotonic())
 
     thread = threading.Thread(target=hold)
     thread.start()
-    assert wait_until(lambda: metric(server.url, "num_requests_running") == 2 and len(steps) > 2, 300, interval=0.05), (
+    assert wait_until(
+        lambda: metric(server.url, "num_requests_running") == 2 and len(steps) > 2, 300, interval=0.05
+    ), (
         f"{metric(server.url, 'num_requests_running')} running, {len(steps)} streamed, "
         f"{metric(server.url, 'batch_requests_running')} batch\n"
         + "\n".join(line for line in server.log().splitlines() if " GET " not in line)
@@ -162,8 +177,12 @@ def test_an_interactive_request_waits_one_step_for_a_batch_slot(
     for _ in range(5):
         before = metric(server.url, "batch_preemptions_total")
         sent = time.monotonic()
-        answer = client.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "Hi"}],
-                                        extra_body={"temperature": 0})
+        answer = client.messages.create(
+            model=MODEL,
+            max_tokens=5,
+            messages=[{"role": "user", "content": "Hi"}],
+            extra_body={"temperature": 0},
+        )
         answered = time.monotonic()
         assert answer.content
         if metric(server.url, "batch_preemptions_total") == before + 1:

@@ -58,8 +58,10 @@ def client(server: ServerProcess) -> anthropic.Anthropic:
 
 def request(custom_id: str, model: str, *steps: dict[str, Any]) -> dict[str, Any]:
     text = script(*steps) if steps else custom_id
-    return {"custom_id": custom_id, "params": {"model": model, "max_tokens": 50,
-                                               "messages": [{"role": "user", "content": text}]}}
+    return {
+        "custom_id": custom_id,
+        "params": {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": text}]},
+    }
 
 
 def gauge(url: str, name: str, model: str) -> float:
@@ -81,7 +83,11 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = DEADLINE
 
 
 def wait_ended(client: anthropic.Anthropic, batch_id: str, timeout: float = DEADLINE) -> Any:
-    wait_for(lambda: client.messages.batches.retrieve(batch_id).processing_status == "ended", "batch ended", timeout)
+    wait_for(
+        lambda: client.messages.batches.retrieve(batch_id).processing_status == "ended",
+        "batch ended",
+        timeout,
+    )
     return client.messages.batches.retrieve(batch_id)
 
 
@@ -105,14 +111,18 @@ def test_batches_take_at_most_max_slots(client: anthropic.Anthropic, server: Ser
     assert [got[f"r{i}"].message.content[0].text for i in range(6)] == [f"done {i}" for i in range(6)]
 
 
-def test_interactive_request_preempts_a_batch_request(client: anthropic.Anthropic, server: ServerProcess) -> None:
+def test_interactive_request_preempts_a_batch_request(
+    client: anthropic.Anthropic, server: ServerProcess
+) -> None:
     before = gauge(server.url, "batch_preemptions_total", "one")
     # Each batch request holds the one slot for 8 s.
     items = [request(f"b{i}", "one", {"text": "a"}, {"sleep": 8}, {"text": "b"}) for i in range(2)]
     batch = client.messages.batches.create(requests=items)
     wait_for(lambda: gauge(server.url, "batch_requests_running", "one") == 1, "a batch request running")
     started = time.monotonic()
-    answer = client.messages.create(model="one", max_tokens=20, messages=[{"role": "user", "content": "me first"}])
+    answer = client.messages.create(
+        model="one", max_tokens=20, messages=[{"role": "user", "content": "me first"}]
+    )
     waited = time.monotonic() - started
     assert answer.content[0].text == "me first"
     assert waited < 6, f"the interactive request waited {waited:.1f} s behind a batch request (8 s)"
@@ -131,13 +141,17 @@ def test_no_batch_request_starts_while_an_interactive_one_waits(
 
     def interactive(text: str, sleep: float) -> None:
         message = holder.messages.create(
-            model="busy", max_tokens=20, messages=[{"role": "user", "content": script({"sleep": sleep}, {"text": text})}]
+            model="busy",
+            max_tokens=20,
+            messages=[{"role": "user", "content": script({"sleep": sleep}, {"text": text})}],
         )
         done.append(message.content[0].text)
 
     first = threading.Thread(target=interactive, args=("first", 1.5))
     first.start()
-    wait_for(lambda: gauge(server.url, "num_requests_running", "busy") == 1, "the interactive request running")
+    wait_for(
+        lambda: gauge(server.url, "num_requests_running", "busy") == 1, "the interactive request running"
+    )
     second = threading.Thread(target=interactive, args=("second", 1.5))
     second.start()
     wait_for(lambda: gauge(server.url, "num_requests_waiting", "busy") == 1, "the second one waiting")
@@ -148,8 +162,12 @@ def test_no_batch_request_starts_while_an_interactive_one_waits(
     # second has ended, before this thread has seen its answer).
     seen = 0
     while second.is_alive():
-        now = gauges(server.url, "busy", "num_requests_running", "num_requests_waiting", "batch_requests_running")
-        interactive = now["num_requests_running"] - now["batch_requests_running"] + now["num_requests_waiting"]
+        now = gauges(
+            server.url, "busy", "num_requests_running", "num_requests_waiting", "batch_requests_running"
+        )
+        interactive = (
+            now["num_requests_running"] - now["batch_requests_running"] + now["num_requests_waiting"]
+        )
         if interactive >= 1:
             seen += 1
             assert now["batch_requests_running"] == 0, now
@@ -161,10 +179,15 @@ def test_no_batch_request_starts_while_an_interactive_one_waits(
 
 
 def test_cancel_mid_way(client: anthropic.Anthropic, server: ServerProcess) -> None:
-    items = [request("quick", "busy", {"text": "fast"}), request("slow", "busy", {"sleep": 30}, {"text": "late"}),
-             request("queued", "busy", {"text": "never"})]
+    items = [
+        request("quick", "busy", {"text": "fast"}),
+        request("slow", "busy", {"sleep": 30}, {"text": "late"}),
+        request("queued", "busy", {"text": "never"}),
+    ]
     batch = client.messages.batches.create(requests=items)
-    wait_for(lambda: client.messages.batches.retrieve(batch.id).request_counts.succeeded == 1, "the first done")
+    wait_for(
+        lambda: client.messages.batches.retrieve(batch.id).request_counts.succeeded == 1, "the first done"
+    )
     wait_for(lambda: gauge(server.url, "batch_requests_running", "busy") == 1, "the slow one running")
     started = time.monotonic()
     canceled = client.messages.batches.cancel(batch.id)
@@ -207,7 +230,9 @@ def test_restart_mid_way_loses_nothing(tmp_path: Path, stop: str) -> None:
 
 
 def test_a_lazy_model_loads_for_its_batch_and_stays_while_it_runs(tmp_path: Path) -> None:
-    config = {"models": {"later": {"driver": "echo", "context_window": 1000, "lazy": True, "idle_unload": 0.5}}}
+    config = {
+        "models": {"later": {"driver": "echo", "context_window": 1000, "lazy": True, "idle_unload": 0.5}}
+    }
     with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
         client = make_client(proc.url)
         assert gauge(proc.url, "model_loaded", "later") == 0
@@ -218,7 +243,7 @@ def test_a_lazy_model_loads_for_its_batch_and_stays_while_it_runs(tmp_path: Path
             seen.append(gauge(proc.url, "model_loaded", "later"))
             time.sleep(0.1)
         # Loaded on demand for the batch, never unloaded under it (idle_unload 0.5 s < each request).
-        assert seen and 1.0 in seen and seen[seen.index(1.0):].count(0.0) == 0, seen
+        assert seen and 1.0 in seen and seen[seen.index(1.0) :].count(0.0) == 0, seen
         got = results(client, batch.id)
         assert [got[f"r{i}"].message.content[0].text for i in range(3)] == ["done 0", "done 1", "done 2"]
         assert gauge(proc.url, "model_loads_total", "later") == 1

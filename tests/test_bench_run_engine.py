@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bench_modules import load_bench
 
 SCRIPT = """
@@ -29,20 +28,30 @@ def fake_step(run_engine, tmp_path: Path, name: str, value: float, target: str):
 
 def run(run_engine, monkeypatch: pytest.MonkeyPatch, steps, *args: str) -> None:
     monkeypatch.setattr(run_engine, "STEPS", tuple(steps))
-    monkeypatch.setattr(sys, "argv", ["run_engine.py", "--settle", "0", *args])  # the suite keeps the CPUs busy
+    monkeypatch.setattr(
+        sys, "argv", ["run_engine.py", "--settle", "0", *args]
+    )  # the suite keeps the CPUs busy
     run_engine.main()
 
 
 def test_ratios_of_every_step_are_printed_with_their_targets(tmp_path: Path, monkeypatch, capsys) -> None:
     load_bench("ratios")
     run_engine = load_bench("run_engine")
-    steps = [fake_step(run_engine, tmp_path, "first", 1.25, ">= 1.0"),
-             fake_step(run_engine, tmp_path, "second", 1.4, "<= 1.3"),
-             run_engine.Step("unwritten", "bench_that_does_not_exist.py", (), ())]
+    steps = [
+        fake_step(run_engine, tmp_path, "first", 1.25, ">= 1.0"),
+        fake_step(run_engine, tmp_path, "second", 1.4, "<= 1.3"),
+        run_engine.Step("unwritten", "bench_that_does_not_exist.py", (), ()),
+    ]
     run(run_engine, monkeypatch, steps, "--out", str(tmp_path / "out"))
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("first ", "second ")) and " ratio " in line}
-    assert "first ratio" in rows["first"] and "1.25" in rows["first"] and rows["first"].rstrip().endswith("yes")
+    rows = {
+        line.split()[0]: line
+        for line in out.splitlines()
+        if line.startswith(("first ", "second ")) and " ratio " in line
+    }
+    assert (
+        "first ratio" in rows["first"] and "1.25" in rows["first"] and rows["first"].rstrip().endswith("yes")
+    )
     assert "1.40" in rows["second"] and rows["second"].rstrip().endswith("NO")
     assert "not written yet" in out
     assert (tmp_path / "out" / "first.log").is_file()
@@ -51,11 +60,23 @@ def test_ratios_of_every_step_are_printed_with_their_targets(tmp_path: Path, mon
 def test_check_exits_1_on_a_missed_target_only(tmp_path: Path, monkeypatch) -> None:
     load_bench("ratios")
     run_engine = load_bench("run_engine")
-    run(run_engine, monkeypatch, [fake_step(run_engine, tmp_path, "good", 1.1, ">= 1.0")], "--check",
-        "--out", str(tmp_path / "a"))
+    run(
+        run_engine,
+        monkeypatch,
+        [fake_step(run_engine, tmp_path, "good", 1.1, ">= 1.0")],
+        "--check",
+        "--out",
+        str(tmp_path / "a"),
+    )
     with pytest.raises(SystemExit) as exc:
-        run(run_engine, monkeypatch, [fake_step(run_engine, tmp_path, "bad", 0.8, ">= 1.0")], "--check",
-            "--out", str(tmp_path / "b"))
+        run(
+            run_engine,
+            monkeypatch,
+            [fake_step(run_engine, tmp_path, "bad", 0.8, ">= 1.0")],
+            "--check",
+            "--out",
+            str(tmp_path / "b"),
+        )
     assert exc.value.code == 1
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import anthropic
 import pytest
+from sdk_turns import as_param, prompt
 
 from missive.testing import live_server
-from sdk_turns import as_param, prompt
 
 CAPS = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True}
 TOOL = {"name": "lookup", "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}}}
@@ -26,8 +26,12 @@ FIRST = [{"role": "user", "content": "one two three"}]
 @pytest.fixture(scope="module")
 def client() -> Iterator[anthropic.Anthropic]:
     models = {
-        "echo": {"driver": "echo", "context_window": 5000, "aliases": ["claude-*"],
-                 "settings": {"capabilities": CAPS}},
+        "echo": {
+            "driver": "echo",
+            "context_window": 5000,
+            "aliases": ["claude-*"],
+            "settings": {"capabilities": CAPS},
+        },
         "echo-b": {"driver": "echo", "context_window": 5000, "settings": {"capabilities": CAPS}},
     }
     with live_server({"models": models}) as url:
@@ -35,8 +39,15 @@ def client() -> Iterator[anthropic.Anthropic]:
 
 
 def ask(client: anthropic.Anthropic, previous: str | None, *, stream: bool = False, **changes: Any) -> Any:
-    kwargs: dict[str, Any] = {"model": "echo", "max_tokens": 20, "system": SYSTEM, "tools": [TOOL],
-                              "messages": FIRST, "diagnostics": {"previous_message_id": previous}, **changes}
+    kwargs: dict[str, Any] = {
+        "model": "echo",
+        "max_tokens": 20,
+        "system": SYSTEM,
+        "tools": [TOOL],
+        "messages": FIRST,
+        "diagnostics": {"previous_message_id": previous},
+        **changes,
+    }
     if stream:
         with client.beta.messages.stream(**kwargs) as events:
             return events.get_final_message()
@@ -57,24 +68,33 @@ def test_appended_messages_are_no_divergence(client: anthropic.Anthropic, first:
     later = ask(client, first.id, stream=stream, messages=more)
     assert later.diagnostics is None
     # A system message after the first turn stays where it stands: appended, it keeps the prefix.
-    noted = ask(client, first.id, stream=stream, messages=[*FIRST, {"role": "system", "content": "Now in French."}])
+    noted = ask(
+        client, first.id, stream=stream, messages=[*FIRST, {"role": "system", "content": "Now in French."}]
+    )
     assert noted.diagnostics is None
     # An alias of the same configured model shares its cache: no model change.
     assert ask(client, first.id, model="claude-anything").diagnostics is None
 
 
 @pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize("change, reason", [
-    ({"model": "echo-b"}, "model_changed"),
-    ({"tools": [TOOL, OTHER_TOOL]}, "tools_changed"),
-    ({"tools": []}, "tools_changed"),
-    ({"system": "Answer at length."}, "system_changed"),
-    # A system message before the first turn is folded into Missive's system prompt: it changes its head.
-    ({"messages": [{"role": "system", "content": "Now in French."}, *FIRST]}, "system_changed"),
-    ({"messages": [{"role": "user", "content": "one two four"}]}, "messages_changed"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"model": "echo-b"}, "model_changed"),
+        ({"tools": [TOOL, OTHER_TOOL]}, "tools_changed"),
+        ({"tools": []}, "tools_changed"),
+        ({"system": "Answer at length."}, "system_changed"),
+        # A system message before the first turn is folded into Missive's system prompt: it changes its head.
+        ({"messages": [{"role": "system", "content": "Now in French."}, *FIRST]}, "system_changed"),
+        ({"messages": [{"role": "user", "content": "one two four"}]}, "messages_changed"),
+    ],
+)
 def test_each_changed_part_is_named(
-    client: anthropic.Anthropic, first: Any, stream: bool, change: dict[str, Any], reason: str,
+    client: anthropic.Anthropic,
+    first: Any,
+    stream: bool,
+    change: dict[str, Any],
+    reason: str,
 ) -> None:
     later = ask(client, first.id, stream=stream, **change)
     assert later.diagnostics.cache_miss_reason.type == reason
@@ -84,15 +104,22 @@ def test_each_changed_part_is_named(
 def test_model_is_checked_before_tools_and_system(client: anthropic.Anthropic, first: Any) -> None:
     later = ask(client, first.id, model="echo-b", system="other", tools=[])
     assert later.diagnostics.cache_miss_reason.type == "model_changed"
-    assert ask(client, first.id, system="other", tools=[]).diagnostics.cache_miss_reason.type == "tools_changed"
+    assert (
+        ask(client, first.id, system="other", tools=[]).diagnostics.cache_miss_reason.type == "tools_changed"
+    )
 
 
-@pytest.mark.parametrize("change", [
-    {"tool_choice": {"type": "any"}},
-    {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tool_choice": {"type": "any"}},
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000},
+    ],
+)
 def test_other_prompt_parameters_are_unavailable(
-    client: anthropic.Anthropic, first: Any, change: dict[str, Any],
+    client: anthropic.Anthropic,
+    first: Any,
+    change: dict[str, Any],
 ) -> None:
     later = ask(client, first.id, **change)
     assert later.diagnostics.cache_miss_reason.type == "unavailable"
@@ -100,7 +127,9 @@ def test_other_prompt_parameters_are_unavailable(
 
 
 def test_unknown_previous_messages_are_not_found(client: anthropic.Anthropic) -> None:
-    assert ask(client, "msg_never_answered").diagnostics.cache_miss_reason.type == "previous_message_not_found"
+    assert (
+        ask(client, "msg_never_answered").diagnostics.cache_miss_reason.type == "previous_message_not_found"
+    )
     # A request without diagnostics keeps nothing to compare with.
     plain = client.messages.create(model="echo", max_tokens=5, messages=FIRST)
     assert "diagnostics" not in plain.to_dict()
@@ -109,9 +138,16 @@ def test_unknown_previous_messages_are_not_found(client: anthropic.Anthropic) ->
 
 
 def test_the_non_beta_client_reads_diagnostics_too(client: anthropic.Anthropic, first: Any) -> None:
-    later = client.messages.create(model="echo-b", max_tokens=20, system=SYSTEM, tools=[TOOL], messages=FIRST,
-                                   diagnostics={"previous_message_id": first.id})
+    later = client.messages.create(
+        model="echo-b",
+        max_tokens=20,
+        system=SYSTEM,
+        tools=[TOOL],
+        messages=FIRST,
+        diagnostics={"previous_message_id": first.id},
+    )
     assert later.diagnostics.cache_miss_reason.type == "model_changed"
-    raw = client.messages.with_raw_response.create(model="echo", max_tokens=5, messages=FIRST,
-                                                   diagnostics={"previous_message_id": None})
+    raw = client.messages.with_raw_response.create(
+        model="echo", max_tokens=5, messages=FIRST, diagnostics={"previous_message_id": None}
+    )
     assert "missive-ignored" not in raw.headers

@@ -32,7 +32,11 @@ def test_capture_writes_requests_with_credentials_redacted(tmp_path: Path) -> No
             ok = http.post(
                 "/v1/messages?beta=true",
                 json=body,
-                headers={"x-api-key": "sk-secret-1", "authorization": "Bearer sk-secret-2", "anthropic-beta": "b1"},
+                headers={
+                    "x-api-key": "sk-secret-1",
+                    "authorization": "Bearer sk-secret-2",
+                    "anthropic-beta": "b1",
+                },
             )
             listing = http.get("/v1/models")
             missing = http.post("/v1/nothing", content=b"not json")

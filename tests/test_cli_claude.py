@@ -15,7 +15,12 @@ from missive.testing import dump_toml, free_port, live_server
 CONFIG: dict[str, Any] = {
     "server": {"api_keys": ["sk-k1"]},
     "models": {
-        "echo-big": {"driver": "echo", "context_window": 262144, "max_output_tokens": 8000, "aliases": ["claude-*"]},
+        "echo-big": {
+            "driver": "echo",
+            "context_window": 262144,
+            "max_output_tokens": 8000,
+            "aliases": ["claude-*"],
+        },
         "echo-32k": {"driver": "echo", "context_window": 32768},
     },
 }
@@ -35,7 +40,10 @@ def _missive_claude(
         full_env.update(env or {})
         return subprocess.run(
             [sys.executable, "-m", "missive", "claude", *config, *args],
-            capture_output=True, text=True, timeout=60, env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=full_env,
         )
 
 
@@ -91,7 +99,9 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
         unknown = _missive_claude(good, "--model", "nope")
     assert refused.returncode == 1 and "answered 401" in refused.stderr, refused.stderr
     assert "--api-key KEY" in refused.stderr and "MISSIVE_API_KEY" in refused.stderr
-    assert unknown.returncode == 1 and "answered 404" in unknown.stderr and "nope" in unknown.stderr, unknown.stderr
+    assert unknown.returncode == 1 and "answered 404" in unknown.stderr and "nope" in unknown.stderr, (
+        unknown.stderr
+    )
     assert refused.stdout == unknown.stdout == ""
 
 
@@ -114,12 +124,14 @@ def test_readme_sequence_without_config_takes_the_key_from_the_option_or_environ
 def test_warns_when_the_context_is_too_small_for_claude_code(tmp_path: Path) -> None:
     """On stderr (stdout stays the exports): below 20,000 tokens Claude
     Code's first request does not fit; below 32,768 a session soon fills it."""
-    config: dict[str, Any] = {"models": {
-        "echo-8k": {"driver": "echo", "context_window": 8192},
-        "echo-24k": {"driver": "echo", "context_window": 24000},
-        "echo-32k": {"driver": "echo", "context_window": 32768},
-        "echo-unknown": {"driver": "echo"},
-    }}
+    config: dict[str, Any] = {
+        "models": {
+            "echo-8k": {"driver": "echo", "context_window": 8192},
+            "echo-24k": {"driver": "echo", "context_window": 24000},
+            "echo-32k": {"driver": "echo", "context_window": 32768},
+            "echo-unknown": {"driver": "echo"},
+        }
+    }
     with live_server(config) as url:
         config_file = tmp_path / "missive.toml"
         config_file.write_text(dump_toml({**config, "server": {"port": int(url.rsplit(":", 1)[1])}}))
@@ -127,7 +139,15 @@ def test_warns_when_the_context_is_too_small_for_claude_code(tmp_path: Path) -> 
     for model, run in runs.items():
         assert run.returncode == 0, run.stderr
         assert _exports(run.stdout)["ANTHROPIC_MODEL"] == model
-    assert "warning: model 'echo-8k' has 8192 tokens of context, too few for Claude Code" in runs["echo-8k"].stderr
-    assert "Prompt is too long" in runs["echo-8k"].stderr and "--context-window 65536" in runs["echo-8k"].stderr
-    assert "warning: model 'echo-24k' has 24000 tokens of context: Claude Code's first request" in runs["echo-24k"].stderr
+    assert (
+        "warning: model 'echo-8k' has 8192 tokens of context, too few for Claude Code"
+        in runs["echo-8k"].stderr
+    )
+    assert (
+        "Prompt is too long" in runs["echo-8k"].stderr and "--context-window 65536" in runs["echo-8k"].stderr
+    )
+    assert (
+        "warning: model 'echo-24k' has 24000 tokens of context: Claude Code's first request"
+        in runs["echo-24k"].stderr
+    )
     assert "warning" not in runs["echo-32k"].stderr and "warning" not in runs["echo-unknown"].stderr

@@ -18,8 +18,13 @@ def _plugins(config: dict[str, Any], tmp_path: Path, *args: str) -> subprocess.C
     path = tmp_path / "missive.toml"
     path.write_text(dump_toml(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
-    return subprocess.run([sys.executable, "-m", "missive", "plugins", "--config", str(path), *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "missive", "plugins", "--config", str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_effective_capabilities_per_model_before_and_after_start_up(tmp_path: Path) -> None:
@@ -36,7 +41,9 @@ def test_effective_capabilities_per_model_before_and_after_start_up(tmp_path: Pa
         text = _plugins(config, tmp_path)
     assert before.returncode == 0, before.stderr
     models = json.loads(before.stdout)["models"]
-    assert models["narrow"]["capabilities"]["tool_choice"] == ["auto"]  # settings.capabilities narrowed echo's
+    assert models["narrow"]["capabilities"]["tool_choice"] == [
+        "auto"
+    ]  # settings.capabilities narrowed echo's
     assert models["narrow"]["started"] is False and models["narrow"]["driver"] == "echo"
     assert models["bare"]["capabilities"]["tool_choice"] == ["any", "auto", "none", "tool"]  # the spec's
     assert "no loaded plugin provides" in models["ghost"]["error"]
@@ -54,8 +61,13 @@ def test_a_plugin_that_fails_to_load_is_reported_once(tmp_path: Path) -> None:
     path.write_text(dump_toml({"models": {"echo": {"driver": "echo"}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
     env["MISSIVE_PLUGINS"] = "no_such_missive_plugin_module"
-    run = subprocess.run([sys.executable, "-m", "missive", "plugins", "--config", str(path)],
-                         capture_output=True, text=True, timeout=120, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "missive", "plugins", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stderr.count("plugin no_such_missive_plugin_module not loaded") == 1, run.stderr
     assert run.stdout.count("no_such_missive_plugin_module (MISSIVE_PLUGINS): FAILED") == 1, run.stdout

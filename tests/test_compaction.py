@@ -27,15 +27,27 @@ KEY = "compaction-test-key-0123456789"
 SUMMARY_SCRIPT = [
     {"match": SUMMARY_PROMPT[:40], "script": [{"text": "Ada "}, {"text": "likes tea."}]},
     {"match": SUMMARY_HEADER, "script": [{"text": "Continuing from the summary."}]},
-    {"match": "Tell me about tea.", "script": [{"tool_call": {"name": "lookup", "id": "call_1", "arguments": ['{"q": "tea"}']}}]},
+    {
+        "match": "Tell me about tea.",
+        "script": [{"tool_call": {"name": "lookup", "id": "call_1", "arguments": ['{"q": "tea"}']}}],
+    },
 ]
 CONFIG: dict[str, Any] = {
     "thinking": {"signing_key": KEY},
     "models": {
-        "echo": {"driver": "echo", "context_window": 10_000,
-                 "settings": {"script_file": "SCRIPT", "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}}},
-        "report": {"driver": "echo", "context_window": 10_000,
-                   "settings": {"report": True, "capabilities": {"tool_choice": ["auto", "none"]}}},
+        "echo": {
+            "driver": "echo",
+            "context_window": 10_000,
+            "settings": {
+                "script_file": "SCRIPT",
+                "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]},
+            },
+        },
+        "report": {
+            "driver": "echo",
+            "context_window": 10_000,
+            "settings": {"report": True, "capabilities": {"tool_choice": ["auto", "none"]}},
+        },
     },
 }
 SUMMARIZE = {"type": "summarize"}
@@ -63,7 +75,9 @@ def conversation(last: str) -> list[dict[str, Any]]:
 def test_compaction_returns_one_signed_block_stream_and_not(client: anthropic.Anthropic) -> None:
     summary = "Ada likes tea."
     messages = conversation("What do you know about me?")
-    kwargs: dict[str, Any] = dict(model="echo", max_tokens=100, messages=messages, compaction=SUMMARIZE, betas=BETA)
+    kwargs: dict[str, Any] = dict(
+        model="echo", max_tokens=100, messages=messages, compaction=SUMMARIZE, betas=BETA
+    )
     plain = client.beta.messages.create(**kwargs)
     with client.beta.messages.stream(**kwargs) as stream:
         streamed = stream.get_final_message()
@@ -76,9 +90,15 @@ def test_compaction_returns_one_signed_block_stream_and_not(client: anthropic.An
     assert streamed.model_dump(exclude={"id"}) == plain.model_dump(exclude={"id"})
 
 
-def test_summarisation_prompt_and_the_next_request_continue_from_the_block(client: anthropic.Anthropic) -> None:
+def test_summarisation_prompt_and_the_next_request_continue_from_the_block(
+    client: anthropic.Anthropic,
+) -> None:
     first = client.beta.messages.create(
-        model="report", max_tokens=100, messages=conversation("Please summarise."), compaction=SUMMARIZE, betas=BETA,
+        model="report",
+        max_tokens=100,
+        messages=conversation("Please summarise."),
+        compaction=SUMMARIZE,
+        betas=BETA,
     )
     [block] = first.content
     assert block.type == "compaction" and block.content
@@ -87,10 +107,15 @@ def test_summarisation_prompt_and_the_next_request_continue_from_the_block(clien
     assert last["role"] == "user" and last["blocks"][-1]["text"].endswith(SUMMARY_PROMPT)
     # Custom instructions replace the server's prompt; blank ones count as absent.
     custom = client.beta.messages.create(
-        model="report", max_tokens=100, messages=conversation("Go."), betas=BETA,
+        model="report",
+        max_tokens=100,
+        messages=conversation("Go."),
+        betas=BETA,
         compaction={"type": "summarize", "instructions": "Only list names."},
     )
-    assert json.loads(custom.content[0].content)["turns"][-1]["blocks"][-1]["text"].endswith("Only list names.")  # type: ignore[union-attr]
+    assert json.loads(custom.content[0].content)["turns"][-1]["blocks"][-1]["text"].endswith(
+        "Only list names."
+    )  # type: ignore[union-attr]
     # Continue: the block first, in place of what it summarises.
     follow = [first.to_param(), {"role": "user", "content": "And now?"}]
     kwargs: dict[str, Any] = dict(model="report", messages=follow, betas=BETA)
@@ -101,15 +126,26 @@ def test_summarisation_prompt_and_the_next_request_continue_from_the_block(clien
     counted = client.beta.messages.count_tokens(**kwargs)
     assert nxt.usage.input_tokens == counted.input_tokens
     # count_tokens accepts `compaction` and ignores it.
-    assert client.beta.messages.count_tokens(**kwargs, compaction=SUMMARIZE).input_tokens == counted.input_tokens
+    assert (
+        client.beta.messages.count_tokens(**kwargs, compaction=SUMMARIZE).input_tokens == counted.input_tokens
+    )
 
 
 def test_blocks_the_api_refuses(client: anthropic.Anthropic) -> None:
     signer = Signer(KEY.encode())
-    good = {"type": "compaction", "content": "Ada likes tea.", "signature": signer.sign_compaction("Ada likes tea.")}
+    good = {
+        "type": "compaction",
+        "content": "Ada likes tea.",
+        "signature": signer.sign_compaction("Ada likes tea."),
+    }
     cases = {
         "compaction_signature_invalid": [
-            {"role": "assistant", "content": [{**good, "signature": Signer(b"another-server-key-000").sign_compaction("Ada likes tea.")}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {**good, "signature": Signer(b"another-server-key-000").sign_compaction("Ada likes tea.")}
+                ],
+            },
             {"role": "user", "content": "hi"},
         ],
         "compaction_block_misplaced": [
@@ -127,21 +163,36 @@ def test_blocks_the_api_refuses(client: anthropic.Anthropic) -> None:
             client.beta.messages.create(model="echo", max_tokens=10, messages=messages, betas=BETA)
         assert raised.value.body["error"]["details"]["error_code"] == code, raised.value.body  # type: ignore[index]
     # Content changed after signing: the signature no longer verifies.
-    changed = [{"role": "assistant", "content": [{**good, "content": "Ada likes coffee."}]}, {"role": "user", "content": "hi"}]
+    changed = [
+        {"role": "assistant", "content": [{**good, "content": "Ada likes coffee."}]},
+        {"role": "user", "content": "hi"},
+    ]
     with pytest.raises(anthropic.BadRequestError, match="Invalid `signature` in `compaction` block"):
         client.beta.messages.create(model="echo", max_tokens=10, messages=changed, betas=BETA)
     # A compaction request that ends with unanswered tool calls.
-    pending = [{"role": "user", "content": "go"},
-               {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]}]
+    pending = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}]},
+    ]
     with pytest.raises(anthropic.BadRequestError) as raised:
         client.beta.messages.create(
-            model="echo", max_tokens=10, messages=pending, compaction=SUMMARIZE, betas=BETA,
+            model="echo",
+            max_tokens=10,
+            messages=pending,
+            compaction=SUMMARIZE,
+            betas=BETA,
             tools=[{"name": "f", "input_schema": {"type": "object"}}],
         )
     assert raised.value.body["error"]["details"]["error_code"] == "compaction_incomplete_turn"  # type: ignore[index]
     # A failed compaction (content null) is a no-op.
-    noop = [{"role": "assistant", "content": [{"type": "compaction", "content": None}]}, {"role": "user", "content": "hi there"}]
-    assert client.beta.messages.create(model="echo", max_tokens=10, messages=noop, betas=BETA).content[0].text == "hi there"  # type: ignore[union-attr]
+    noop = [
+        {"role": "assistant", "content": [{"type": "compaction", "content": None}]},
+        {"role": "user", "content": "hi there"},
+    ]
+    assert (
+        client.beta.messages.create(model="echo", max_tokens=10, messages=noop, betas=BETA).content[0].text
+        == "hi there"
+    )  # type: ignore[union-attr]
 
 
 def test_the_sdk_tool_runner_compacts_and_carries_on(client: anthropic.Anthropic) -> None:
@@ -156,7 +207,11 @@ def test_the_sdk_tool_runner_compacts_and_carries_on(client: anthropic.Anthropic
         return f"{q} is a drink"
 
     runner = client.beta.messages.tool_runner(
-        model="echo", max_tokens=100, tools=[lookup], thread=False, betas=BETA,
+        model="echo",
+        max_tokens=100,
+        tools=[lookup],
+        thread=False,
+        betas=BETA,
         messages=[{"role": "user", "content": "Tell me about tea."}],
     )
     seen = []
@@ -180,9 +235,15 @@ def test_compaction_round_trip_on_the_default_model(smol: anthropic.Anthropic) -
         {"role": "assistant", "content": "How wonderful! The violin is a beautiful instrument."},
     ]
     # The conversation as the client last sent it: its prompt is in the model's cache...
-    smol.beta.messages.create(model="smollm2-135m", max_tokens=0, messages=[*talk, {"role": "user", "content": "ok"}], betas=BETA)
+    smol.beta.messages.create(
+        model="smollm2-135m", max_tokens=0, messages=[*talk, {"role": "user", "content": "ok"}], betas=BETA
+    )
     first = smol.beta.messages.create(
-        model="smollm2-135m", max_tokens=120, messages=talk, compaction=SUMMARIZE, betas=BETA,
+        model="smollm2-135m",
+        max_tokens=120,
+        messages=talk,
+        compaction=SUMMARIZE,
+        betas=BETA,
         extra_body=GREEDY,
     )
     # ...and the summarisation prompt starts with it: the prefix is reused.
@@ -195,5 +256,7 @@ def test_compaction_round_trip_on_the_default_model(smol: anthropic.Anthropic) -
     nxt = smol.beta.messages.create(max_tokens=30, extra_body=GREEDY, **kwargs)
     assert nxt.stop_reason in ("end_turn", "max_tokens") and nxt.content
     usage = nxt.usage
-    total = usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    total = (
+        usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    )
     assert total == smol.beta.messages.count_tokens(**kwargs).input_tokens

@@ -79,8 +79,10 @@ def test_operations_keys(tmp_path: Path) -> None:
     read from the file (log_format in any case) and from the environment."""
     defaults = load_config(None, environ={}).server
     assert (defaults.log_format, defaults.metrics_public) == ("text", False)
-    config = load_config(write(tmp_path, "[server]\nlog_format = 'JSON'\n"), environ={
-        "MISSIVE__SERVER__METRICS_PUBLIC": "true"})
+    config = load_config(
+        write(tmp_path, "[server]\nlog_format = 'JSON'\n"),
+        environ={"MISSIVE__SERVER__METRICS_PUBLIC": "true"},
+    )
     assert (config.server.log_format, config.server.metrics_public) == ("json", True)
 
 
@@ -94,7 +96,9 @@ def test_bind_rule() -> None:
     with pytest.raises(ConfigError, match="without API keys"):
         load_config(None, environ={}, overrides=["server.host=0.0.0.0"]).check_bind()
     load_config(None, environ={}, overrides=["server.host=0.0.0.0", 'server.api_keys=["k"]']).check_bind()
-    load_config(None, environ={}, overrides=["server.host=::", "server.allow_unauthenticated_remote=true"]).check_bind()
+    load_config(
+        None, environ={}, overrides=["server.host=::", "server.allow_unauthenticated_remote=true"]
+    ).check_bind()
 
 
 # --- where the file is found ------------------------------------------------
@@ -108,10 +112,14 @@ def test_search_path_follows_xdg(tmp_path: Path) -> None:
     assert SYSTEM_CONFIG == Path("/etc/missive/missive.toml")
     xdg = tmp_path / "xdg"
     assert config_search_path({"XDG_CONFIG_HOME": str(xdg), "HOME": "/home/u"}) == [
-        xdg / "missive" / "missive.toml", SYSTEM_CONFIG]
+        xdg / "missive" / "missive.toml",
+        SYSTEM_CONFIG,
+    ]
     for unset in ({}, {"XDG_CONFIG_HOME": ""}, {"XDG_CONFIG_HOME": "relative/dir"}):
         assert config_search_path({**unset, "HOME": "/home/u"}) == [
-            Path("/home/u/.config/missive/missive.toml"), SYSTEM_CONFIG]
+            Path("/home/u/.config/missive/missive.toml"),
+            SYSTEM_CONFIG,
+        ]
 
 
 def _model_file(folder: Path, model: str) -> Path:
@@ -128,8 +136,12 @@ def test_search_order(tmp_path: Path) -> None:
     env_file = _model_file(tmp_path / "env", "from-env")
     both = [user, system]
 
-    def served(path: Path | None = None, environ: dict[str, str] | None = None,
-               search_path: list[Path] = both, search: bool = True) -> tuple[list[str], str | None]:
+    def served(
+        path: Path | None = None,
+        environ: dict[str, str] | None = None,
+        search_path: list[Path] = both,
+        search: bool = True,
+    ) -> tuple[list[str], str | None]:
         config = load_config(path, environ=environ or {}, search=search, search_path=search_path)
         return list(config.models), config.source
 

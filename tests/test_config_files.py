@@ -25,8 +25,13 @@ def _user_config(home: Path, model: str) -> Path:
 
 def _plugins(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
-    return subprocess.run([sys.executable, "-m", "missive", "plugins", *args], capture_output=True, text=True,
-                          timeout=120, env={**base, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "missive", "plugins", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, **env},
+    )
 
 
 def test_missive_plugins_reads_the_user_file_unless_one_is_given(tmp_path: Path) -> None:
@@ -55,7 +60,8 @@ def test_serve_uses_the_user_file_and_says_so(tmp_path: Path) -> None:
     with serve_process(None, env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")}) as server:
         client = anthropic.Anthropic(base_url=server.url, api_key="unused")
         assert [m.id for m in client.models.list().data] == ["from-user-file"]
-        reply = client.messages.create(model="from-user-file", max_tokens=10,
-                                       messages=[{"role": "user", "content": "hello there"}])
+        reply = client.messages.create(
+            model="from-user-file", max_tokens=10, messages=[{"role": "user", "content": "hello there"}]
+        )
         assert reply.content[0].type == "text" and reply.content[0].text == "hello there"
         assert f"configuration file {found}" in server.log()

@@ -49,7 +49,12 @@ def stream_body(slow: bool = False) -> dict[str, Any]:
     content = WORDS
     if slow:
         content = json.dumps({"script": [{"text": "a"}, {"sleep": 0.2}] * 20 + [{"text": "end"}]})
-    return {"model": "echo", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": content}]}
+    return {
+        "model": "echo",
+        "max_tokens": 64,
+        "stream": True,
+        "messages": [{"role": "user", "content": content}],
+    }
 
 
 def read_until(sock: socket.socket, marker: bytes, limit: int = 1 << 20) -> bytes:

@@ -37,9 +37,14 @@ def capture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(capture_dir: Path) -> Iterator[ServerProcess]:
     config: dict[str, Any] = {
         "server": {"capture_dir": str(capture_dir)},
-        "keys": {"ops": {"key_sha256": sha256(KEY), "scope": "admin"}, "bob": {"key_sha256": sha256(USER_KEY)}},
-        "models": {"echo": {"driver": "echo", "context_window": 1000},
-                   "echo-b": {"driver": "echo", "context_window": 1000}},
+        "keys": {
+            "ops": {"key_sha256": sha256(KEY), "scope": "admin"},
+            "bob": {"key_sha256": sha256(USER_KEY)},
+        },
+        "models": {
+            "echo": {"driver": "echo", "context_window": 1000},
+            "echo-b": {"driver": "echo", "context_window": 1000},
+        },
     }
     with serve_process(config) as proc:
         yield proc
@@ -86,15 +91,22 @@ def test_the_data_calls_need_an_admin_key(server: ServerProcess) -> None:
     """Every JSON call but ``api/config`` answers 401 in the envelope without
     a key or with a wrong one, 403 with a user key (as ``/v1/status``)."""
     assert get(server, "/console/api/config", api_key=None).json() == {"api_key_required": True}
-    for path in ("/console/api/status", "/console/api/requests", "/console/api/series",
-                 "/console/api/requests/req_abc"):
+    for path in (
+        "/console/api/status",
+        "/console/api/requests",
+        "/console/api/series",
+        "/console/api/requests/req_abc",
+    ):
         for key in (None, "sk-wrong"):
             response = get(server, path, api_key=key)
             assert response.status_code == 401, path
             assert response.json()["error"]["type"] == "authentication_error"
         refused = get(server, path, api_key=USER_KEY)
         assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error", path
-        assert "the web console needs an admin key; key 'bob' has the user scope" in refused.json()["error"]["message"]
+        assert (
+            "the web console needs an admin key; key 'bob' has the user scope"
+            in refused.json()["error"]["message"]
+        )
 
 
 def test_status_is_the_v1_status(server: ServerProcess) -> None:
@@ -108,13 +120,20 @@ def test_a_request_is_listed_with_its_facts_and_ignored_fields(server: ServerPro
     """A streamed request shows with its model, status, usage, times, stop
     reason and the ``missive-ignored`` items, newest first."""
     with sdk(server).messages.with_streaming_response.create(
-        model="echo", max_tokens=20, stream=True,
-        messages=[{"role": "user", "content": script({"text": "a b", "tokens": 2}, cache_read_input_tokens=1)}],
-        extra_body={"surprise_field": True}, extra_headers={"anthropic-beta": "future-2099"},
+        model="echo",
+        max_tokens=20,
+        stream=True,
+        messages=[
+            {"role": "user", "content": script({"text": "a b", "tokens": 2}, cache_read_input_tokens=1)}
+        ],
+        extra_body={"surprise_field": True},
+        extra_headers={"anthropic-beta": "future-2099"},
     ) as response:
         rid = response.headers["request-id"]
         response.read()
-    entry = until(lambda: next((e for e in recent(server)["data"] if e["request_id"] == rid), None), "the entry")
+    entry = until(
+        lambda: next((e for e in recent(server)["data"] if e["request_id"] == rid), None), "the entry"
+    )
     assert entry["model"] == "echo" and entry["status"] == 200 and entry["stream"] is True
     assert entry["endpoint"] == "/v1/messages" and entry["method"] == "POST"
     assert entry["output_tokens"] == 2 and entry["cache_read_input_tokens"] == 1 and entry["input_tokens"] > 0
@@ -129,21 +148,31 @@ def test_filters_and_paging(server: ServerProcess) -> None:
     client = sdk(server)
     client.messages.create(model="echo-b", max_tokens=5, messages=[{"role": "user", "content": "bee"}])
     with pytest.raises(anthropic.NotFoundError):
-        client.messages.create(model="no-such-model", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        client.messages.create(
+            model="no-such-model", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
     client.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "count me"}])
     assert {e["model"] for e in recent(server, model="echo-b")["data"]} == {"echo-b"}
     assert {e["model"] for e in recent(server, model="")["data"]} == {""}  # requests naming no served model
     assert {e["endpoint"] for e in recent(server, endpoint="/v1/messages/count_tokens")["data"]} == {
-        "/v1/messages/count_tokens"}
+        "/v1/messages/count_tokens"
+    }
     errors = recent(server, status="4xx")["data"]
     assert errors and all(400 <= e["status"] < 500 for e in errors)
     failed = recent(server, status="error")["data"]
     assert failed and all(e.get("error_type") for e in failed)
-    assert {e["error_type"] for e in recent(server, error_type="not_found_error")["data"]} == {"not_found_error"}
+    assert {e["error_type"] for e in recent(server, error_type="not_found_error")["data"]} == {
+        "not_found_error"
+    }
     assert recent(server, status="404")["data"] == [e for e in errors if e["status"] == 404]
     everything = recent(server)
-    assert {"echo", "echo-b", ""} <= set(everything["models"]) and "not_found_error" in everything["error_types"]
-    first, second = recent(server, limit=1)["data"], recent(server, limit=1, before=everything["data"][0]["seq"])["data"]
+    assert {"echo", "echo-b", ""} <= set(everything["models"]) and "not_found_error" in everything[
+        "error_types"
+    ]
+    first, second = (
+        recent(server, limit=1)["data"],
+        recent(server, limit=1, before=everything["data"][0]["seq"])["data"],
+    )
     assert first == everything["data"][:1] and second == everything["data"][1:2]
     for bad in ({"limit": 0}, {"limit": "many"}, {"before": "x"}):
         response = get(server, "/console/api/requests", **bad)
@@ -156,14 +185,18 @@ def test_detail_shows_the_captured_body_to_an_admin_key(server: ServerProcess) -
     batch, missive.keys); the user key that sent it may not use the console.
     An id the server does not keep is a 404."""
     raw = sdk(server, USER_KEY).messages.with_raw_response.create(
-        model="echo", max_tokens=5, messages=[{"role": "user", "content": "Zanzibar91 secret"}])
+        model="echo", max_tokens=5, messages=[{"role": "user", "content": "Zanzibar91 secret"}]
+    )
     rid = raw.headers["request-id"]
     until(lambda: any(e["request_id"] == rid for e in recent(server)["data"]), "the entry")
     detail = get(server, f"/console/api/requests/{rid}").json()
     assert detail["request_id"] == rid and detail["status"] == 200 and detail["key"] == "bob"
     assert detail["capture"]["body"]["messages"][0]["content"] == "Zanzibar91 secret"
     headers = detail["capture"]["headers"]
-    assert USER_KEY not in str(detail) and "[redacted]" in (headers.get("x-api-key"), headers.get("authorization"))
+    assert USER_KEY not in str(detail) and "[redacted]" in (
+        headers.get("x-api-key"),
+        headers.get("authorization"),
+    )
     assert get(server, f"/console/api/requests/{rid}", api_key=USER_KEY).status_code == 403
     assert [e["request_id"] for e in recent(server, key="bob")["data"]][0] == rid
     assert "bob" in recent(server)["keys"]
@@ -176,24 +209,35 @@ def test_series_counts_requests_and_tokens_per_model(server: ServerProcess) -> N
     """The graphs' points add each finished request's tokens into its
     model's bucket; all models together is the sum; the load sampler fills
     the waiting and running maxima."""
+
     def totals(model: str | None) -> dict[str, float]:
         params = {} if model is None else {"model": model}
         points = get(server, "/console/api/series", **params).json()["points"]
         return {k: sum(p[k] or 0 for p in points) for k in ("requests_per_s", "output_tokens_per_s")}
 
     before = totals("echo-b")
-    sdk(server).messages.create(model="echo-b", max_tokens=10,
-                                messages=[{"role": "user", "content": script({"text": "x", "tokens": 4})}])
-    after = until(lambda: (t := totals("echo-b"))["requests_per_s"] > before["requests_per_s"] and t, "the count")
+    sdk(server).messages.create(
+        model="echo-b",
+        max_tokens=10,
+        messages=[{"role": "user", "content": script({"text": "x", "tokens": 4})}],
+    )
+    after = until(
+        lambda: (t := totals("echo-b"))["requests_per_s"] > before["requests_per_s"] and t, "the count"
+    )
     data = get(server, "/console/api/series").json()
     assert data["bucket_s"] == 10 and len(data["points"]) == data["window_s"] // data["bucket_s"]
     assert after["output_tokens_per_s"] * data["bucket_s"] == pytest.approx(
-        before["output_tokens_per_s"] * data["bucket_s"] + 4)
+        before["output_tokens_per_s"] * data["bucket_s"] + 4
+    )
     assert {"echo", "echo-b"} <= set(data["models"])
     everyone, each = totals(None), [totals(m) for m in data["models"]]
     assert everyone["requests_per_s"] == pytest.approx(sum(t["requests_per_s"] for t in each))
-    until(lambda: any(p["running_max"] is not None for p in get(server, "/console/api/series").json()["points"]),
-          "a load sample")
+    until(
+        lambda: any(
+            p["running_max"] is not None for p in get(server, "/console/api/series").json()["points"]
+        ),
+        "a load sample",
+    )
 
 
 def test_console_calls_stay_out_of_the_log_metrics_and_list(server: ServerProcess) -> None:
@@ -225,8 +269,13 @@ def test_status_shows_what_each_slot_holds_on_the_default_model(default_url: str
 
     session = "5e55104a-slot-states"
     client = anthropic.Anthropic(base_url=default_url, api_key="unused", max_retries=0, timeout=600)
-    client.messages.create(model="smollm2-135m", max_tokens=3, messages=[{"role": "user", "content": "Hello"}],
-                           extra_body={"temperature": 0}, extra_headers={"x-claude-code-session-id": session})
+    client.messages.create(
+        model="smollm2-135m",
+        max_tokens=3,
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_body={"temperature": 0},
+        extra_headers={"x-claude-code-session-id": session},
+    )
     status = httpx.get(f"{default_url}/v1/status").json()
     driver_status = next(iter(status["models"].values()))["driver_status"]
     states = driver_status["slot_states"]

@@ -20,7 +20,6 @@ from typing import Any
 
 import anthropic
 import pytest
-
 from browser import LOAD_FIGURES_JS, browser, choose, click, errors, missing, rows, text_of, wait_for
 
 if missing():
@@ -35,8 +34,13 @@ from missive_llamacpp.plugin import default_model_path  # noqa: E402
 KEY = "sk-console-browser-5Rk2"  # an admin key: the console needs one
 SMOL = "smollm2-135m"
 ECHO = "echo"
-TOOLS = [{"name": "get_weather", "description": "The weather of a city",
-          "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "The weather of a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +49,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "server": {"capture_dir": str(tmp_path_factory.mktemp("capture"))},
         "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
         "models": {
-            SMOL: {"driver": "llamacpp", "context_window": 1024,
-                   "settings": {"model_path": str(default_model_path()), "parallel": 2}},
-            ECHO: {"driver": "echo", "context_window": 4000,
-                   "settings": {"capabilities": {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True}}},
+            SMOL: {
+                "driver": "llamacpp",
+                "context_window": 1024,
+                "settings": {"model_path": str(default_model_path()), "parallel": 2},
+            },
+            ECHO: {
+                "driver": "echo",
+                "context_window": 4000,
+                "settings": {
+                    "capabilities": {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True}
+                },
+            },
         },
     }
     state = tmp_path_factory.mktemp("state")
@@ -75,7 +87,11 @@ def driver(downloads: Path) -> Iterator[Any]:
 def open_console(driver: Any, server: ServerProcess, view: str) -> None:
     """Load the console on ``view``, entering the key when it asks for one."""
     driver.get(f"{server.url}/console#{view}")
-    wait_for(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true", "the page")
+    wait_for(
+        driver,
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true",
+        "the page",
+    )
     if driver.find_element(By.ID, "key-dialog").get_attribute("open") is not None:
         field = driver.find_element(By.ID, "key-input")
         field.clear()
@@ -100,12 +116,20 @@ def test_page_loads_asks_for_the_key_and_shows_every_model_without_console_error
     key before calling anything (no 401 in the console), then shows both
     models loaded; the browser logs no error at all."""
     driver.get(f"{server.url}/console")
-    wait_for(driver, lambda d: d.find_element(By.ID, "key-dialog").get_attribute("open") is not None, "the key dialog")
+    wait_for(
+        driver,
+        lambda d: d.find_element(By.ID, "key-dialog").get_attribute("open") is not None,
+        "the key dialog",
+    )
     assert driver.current_url == f"{server.url}/console/"
     set_value(driver, "key-input", KEY)
     driver.find_element(By.ID, "key-save").click()
     for model in (SMOL, ECHO):
-        wait_for(driver, lambda d, m=model: text_of(d, f'.card[data-model="{m}"] .badge') == "loaded", f"{model} loaded")
+        wait_for(
+            driver,
+            lambda d, m=model: text_of(d, f'.card[data-model="{m}"] .badge') == "loaded",
+            f"{model} loaded",
+        )
     assert "llamacpp" in text_of(driver, f'.card[data-model="{SMOL}"]')
     assert errors(driver) == []
     figures = driver.execute_script(LOAD_FIGURES_JS)
@@ -113,12 +137,19 @@ def test_page_loads_asks_for_the_key_and_shows_every_model_without_console_error
     assert figures["files"] >= 8 and figures["transfer_bytes"] >= figures["decoded_bytes"] > 0
 
 
-def test_now_shows_what_each_slot_holds(server: ServerProcess, driver: Any, client: anthropic.Anthropic) -> None:
+def test_now_shows_what_each_slot_holds(
+    server: ServerProcess, driver: Any, client: anthropic.Anthropic
+) -> None:
     """After a request of a Claude Code session, the model's slot table shows
     a slot holding that session's tokens (its first 8 characters), idle."""
     session = "c0ffee42-console-test"
-    client.messages.create(model=SMOL, max_tokens=4, messages=[{"role": "user", "content": "Hi"}],
-                           extra_body={"temperature": 0}, extra_headers={"x-claude-code-session-id": session})
+    client.messages.create(
+        model=SMOL,
+        max_tokens=4,
+        messages=[{"role": "user", "content": "Hi"}],
+        extra_body={"temperature": 0},
+        extra_headers={"x-claude-code-session-id": session},
+    )
     open_console(driver, server, "now")
     row = f'.card[data-model="{SMOL}"] table.slots tbody tr'
 
@@ -133,14 +164,18 @@ def test_now_shows_what_each_slot_holds(server: ServerProcess, driver: Any, clie
     assert errors(driver) == []
 
 
-def test_requests_view_shows_a_request_just_made(server: ServerProcess, driver: Any,
-                                                  client: anthropic.Anthropic) -> None:
+def test_requests_view_shows_a_request_just_made(
+    server: ServerProcess, driver: Any, client: anthropic.Anthropic
+) -> None:
     """A request made through the SDK appears in the list with its model,
     status, tokens and stop reason; its detail shows the ``missive-ignored``
     items and, capture being on and the key the same, the captured body."""
     raw = client.messages.with_raw_response.create(
-        model=ECHO, max_tokens=20, messages=[{"role": "user", "content": "Quixotic7 pears"}],
-        extra_body={"console_probe": 1}, extra_headers={"anthropic-beta": "console-beta-2099"},
+        model=ECHO,
+        max_tokens=20,
+        messages=[{"role": "user", "content": "Quixotic7 pears"}],
+        extra_body={"console_probe": 1},
+        extra_headers={"anthropic-beta": "console-beta-2099"},
     )
     rid = raw.headers["request-id"]
     open_console(driver, server, "requests")
@@ -149,7 +184,9 @@ def test_requests_view_shows_a_request_just_made(server: ServerProcess, driver: 
     cells = rows(driver, row)[0]
     assert cells[2:5] == ["POST /v1/messages", ECHO, "200"] and cells[10] == "end_turn" and cells[12] == "2"
     click(driver, row, "the request's row")
-    wait_for(driver, lambda d: "console_probe" in text_of(d, "#rq-detail ul.ignored"), "the detail's ignored list")
+    wait_for(
+        driver, lambda d: "console_probe" in text_of(d, "#rq-detail ul.ignored"), "the detail's ignored list"
+    )
     assert "anthropic-beta=console-beta-2099" in text_of(driver, "#rq-detail ul.ignored")
     wait_for(driver, lambda d: "Quixotic7" in text_of(d, "#rq-detail pre.capture"), "the captured body")
     choose(driver, "rq-status", "4xx")
@@ -157,8 +194,15 @@ def test_requests_view_shows_a_request_just_made(server: ServerProcess, driver: 
     assert errors(driver) == []
 
 
-def playground(driver: Any, server: ServerProcess, message: str, *, tools: str = "", thinking: str = "",
-               max_tokens: int = 200) -> None:
+def playground(
+    driver: Any,
+    server: ServerProcess,
+    message: str,
+    *,
+    tools: str = "",
+    thinking: str = "",
+    max_tokens: int = 200,
+) -> None:
     """Fill the playground's form for the echo model and send it."""
     open_console(driver, server, "playground")
     choose(driver, "pg-model", ECHO)
@@ -173,27 +217,37 @@ def answer_state(driver: Any) -> str:
     return str(driver.find_element(By.ID, "pg-answer").get_attribute("data-state"))
 
 
-def test_playground_streams_the_answer_token_by_token(server: ServerProcess, driver: Any, tmp_path: Path) -> None:
+def test_playground_streams_the_answer_token_by_token(
+    server: ServerProcess, driver: Any, tmp_path: Path
+) -> None:
     """The answer's first token shows while the stream is held open by the
     server (the echo script waits for a file), the rest once it goes on."""
     go = tmp_path / "go"
-    playground(driver, server, script({"text": "Hello"}, {"wait_file": str(go)}, {"text": " world"}, {"text": "!"}))
+    playground(
+        driver, server, script({"text": "Hello"}, {"wait_file": str(go)}, {"text": " world"}, {"text": "!"})
+    )
     wait_for(driver, lambda d: text_of(d, "#pg-answer .block.text .body") == "Hello", "the first token")
     assert answer_state(driver) == "streaming"
     go.touch()
     wait_for(driver, lambda d: answer_state(d) == "done", "the end of the stream")
     assert text_of(driver, "#pg-answer .block.text .body") == "Hello world!"
-    assert "stop_reason end_turn" in text_of(driver, "#pg-usage") and "output 3 tokens" in text_of(driver, "#pg-usage")
+    assert "stop_reason end_turn" in text_of(driver, "#pg-usage") and "output 3 tokens" in text_of(
+        driver, "#pg-usage"
+    )
     assert errors(driver) == []
 
 
-def test_playground_renders_thinking_and_a_tool_call_and_writes_its_code(server: ServerProcess, driver: Any) -> None:
+def test_playground_renders_thinking_and_a_tool_call_and_writes_its_code(
+    server: ServerProcess, driver: Any
+) -> None:
     """Thinking and a tool call (its input streamed in fragments) render as
     blocks; the curl and Python code hold the same request, the curl body
     as JSON and the Python as valid code."""
-    message = script({"thinking": "The user wants weather."},
-                     {"tool_call": {"name": "get_weather", "arguments": ['{"ci', 'ty": "Par', 'is"}']}},
-                     stop_reason="tool_use")
+    message = script(
+        {"thinking": "The user wants weather."},
+        {"tool_call": {"name": "get_weather", "arguments": ['{"ci', 'ty": "Par', 'is"}']}},
+        stop_reason="tool_use",
+    )
     playground(driver, server, message, tools=json.dumps(TOOLS), thinking="enabled", max_tokens=2048)
     wait_for(driver, lambda d: answer_state(d) == "done", "the end of the stream")
     assert text_of(driver, "#pg-answer .block.thinking .body") == "The user wants weather."
@@ -213,22 +267,26 @@ def test_playground_renders_thinking_and_a_tool_call_and_writes_its_code(server:
     # assistant message and a tool_result for the call is offered; sent with
     # a result filled in, the server takes the whole conversation.
     click(driver, "#pg-status button", "Continue the conversation")
-    texts = driver.execute_script("return [...document.querySelectorAll('#pg-messages textarea')].map((t) => t.value)")
+    texts = driver.execute_script(
+        "return [...document.querySelectorAll('#pg-messages textarea')].map((t) => t.value)"
+    )
     assert len(texts) == 3
     blocks, results = json.loads(texts[1]), json.loads(texts[2])
     assert [b["type"] for b in blocks] == ["thinking", "tool_use"] and blocks[0]["signature"]
     assert results == [{"type": "tool_result", "tool_use_id": blocks[1]["id"], "content": ""}]
     results[0]["content"] = "18 C and sunny"
-    driver.execute_script("document.querySelectorAll('#pg-messages textarea')[2].value = arguments[0]",
-                          json.dumps(results))
+    driver.execute_script(
+        "document.querySelectorAll('#pg-messages textarea')[2].value = arguments[0]", json.dumps(results)
+    )
     driver.find_element(By.ID, "pg-send").click()
     wait_for(driver, lambda d: answer_state(d) == "done", "the answer to the tool result")
     assert "stop_reason end_turn" in text_of(driver, "#pg-usage")
     assert errors(driver) == []
 
 
-def test_invalid_tools_json_shows_the_api_error_and_the_page_keeps_working(server: ServerProcess,
-                                                                            driver: Any) -> None:
+def test_invalid_tools_json_shows_the_api_error_and_the_page_keeps_working(
+    server: ServerProcess, driver: Any
+) -> None:
     """Tools that are not JSON go to the server as typed; the page shows its
     400 ``invalid_request_error`` message, then answers once they are fixed."""
     playground(driver, server, "still alive", tools='[{"name": "broken",')
@@ -242,7 +300,10 @@ def test_invalid_tools_json_shows_the_api_error_and_the_page_keeps_working(serve
     assert text_of(driver, "#pg-answer .block.text .body") == "still alive"
     # The browser logs the 400 itself (a failed load), and nothing else.
     logged = [e["message"] for e in errors(driver)]
-    assert len(logged) == 1 and "/v1/messages - Failed to load resource: the server responded with a status of 400" in logged[0]
+    assert (
+        len(logged) == 1
+        and "/v1/messages - Failed to load resource: the server responded with a status of 400" in logged[0]
+    )
 
 
 def test_graphs_draw_the_last_hour(server: ServerProcess, driver: Any, client: anthropic.Anthropic) -> None:
@@ -257,15 +318,24 @@ def test_graphs_draw_the_last_hour(server: ServerProcess, driver: Any, client: a
     assert errors(driver) == []
 
 
-def test_batches_list_progress_and_results_download(server: ServerProcess, driver: Any,
-                                                    client: anthropic.Anthropic, downloads: Path) -> None:
+def test_batches_list_progress_and_results_download(
+    server: ServerProcess, driver: Any, client: anthropic.Anthropic, downloads: Path
+) -> None:
     """A batch made through the SDK is listed with its progress; once ended,
     its results download as JSON Lines, one line per request."""
-    batch = client.messages.batches.create(requests=[
-        {"custom_id": f"q{i}", "params": {"model": ECHO, "max_tokens": 10,
-                                          "messages": [{"role": "user", "content": f"batch answer {i}"}]}}
-        for i in range(3)
-    ])
+    batch = client.messages.batches.create(
+        requests=[
+            {
+                "custom_id": f"q{i}",
+                "params": {
+                    "model": ECHO,
+                    "max_tokens": 10,
+                    "messages": [{"role": "user", "content": f"batch answer {i}"}],
+                },
+            }
+            for i in range(3)
+        ]
+    )
     open_console(driver, server, "batches")
     row = f'tr[data-batch-id="{batch.id}"]'
     wait_for(driver, lambda d: css(d, f'{row}[data-status="ended"]'), "the batch to end")
@@ -279,8 +349,9 @@ def test_batches_list_progress_and_results_download(server: ServerProcess, drive
     assert errors(driver) == []
 
 
-def test_screenshots_for_the_docs(server: ServerProcess, driver: Any, client: anthropic.Anthropic,
-                                  tmp_path: Path) -> None:
+def test_screenshots_for_the_docs(
+    server: ServerProcess, driver: Any, client: anthropic.Anthropic, tmp_path: Path
+) -> None:
     """A picture of each view, after some traffic (into
     ``$MISSIVE_TEST_SCREENSHOTS`` when set: docs/images)."""
     from PIL import Image
@@ -288,16 +359,26 @@ def test_screenshots_for_the_docs(server: ServerProcess, driver: Any, client: an
     target = Path(os.environ.get("MISSIVE_TEST_SCREENSHOTS") or tmp_path)
     target.mkdir(parents=True, exist_ok=True)
     for text in ("What is the capital of France?", "Name a colour."):
-        client.messages.create(model=SMOL, max_tokens=12, messages=[{"role": "user", "content": text}],
-                               extra_body={"temperature": 0})
-    message = script({"text": "Let me check the weather. "},
-                     {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Paris"}']}}, stop_reason="tool_use")
+        client.messages.create(
+            model=SMOL,
+            max_tokens=12,
+            messages=[{"role": "user", "content": text}],
+            extra_body={"temperature": 0},
+        )
+    message = script(
+        {"text": "Let me check the weather. "},
+        {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Paris"}']}},
+        stop_reason="tool_use",
+    )
     playground(driver, server, message, tools=json.dumps(TOOLS))
     wait_for(driver, lambda d: answer_state(d) == "done", "the playground's answer")
     shots = {"playground": None}
     driver.save_screenshot(str(target / "console-playground.png"))
-    for view, ready in (("now", f'.card[data-model="{SMOL}"] table.slots'), ("requests", "#rq-table tbody tr"),
-                        ("graphs", '#charts[data-window="300"] [data-chart="tokens"] polyline')):
+    for view, ready in (
+        ("now", f'.card[data-model="{SMOL}"] table.slots'),
+        ("requests", "#rq-table tbody tr"),
+        ("graphs", '#charts[data-window="300"] [data-chart="tokens"] polyline'),
+    ):
         open_console(driver, server, view)
         if view == "graphs":
             choose(driver, "gr-window", "300")

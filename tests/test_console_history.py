@@ -9,23 +9,54 @@ from typing import Any
 import pytest
 
 from missive.console.history import (
-    BUCKET_SECONDS, IGNORED_CHARS, IGNORED_ITEMS, PATH_CHARS, TTFT_SAMPLES, History, RecentRequests, Series, quantile,
+    BUCKET_SECONDS,
+    IGNORED_CHARS,
+    IGNORED_ITEMS,
+    PATH_CHARS,
+    TTFT_SAMPLES,
+    History,
+    RecentRequests,
+    Series,
+    quantile,
 )
 from missive.server.record import RequestRecord
 
 T0 = 1_800_000_000.0  # a bucket boundary (divisible by 10)
 
 
-def record(model: str = "m", *, path: str = "/v1/messages", ttft: float | None = 0.5, error: str | None = None,
-           usage: tuple[int, int, int, int] | None = (10, 30, 0, 5), ignored: tuple[str, ...] = ()) -> RequestRecord:
+def record(
+    model: str = "m",
+    *,
+    path: str = "/v1/messages",
+    ttft: float | None = 0.5,
+    error: str | None = None,
+    usage: tuple[int, int, int, int] | None = (10, 30, 0, 5),
+    ignored: tuple[str, ...] = (),
+) -> RequestRecord:
     """A finished record as a request to ``model`` leaves it."""
     rec = RequestRecord("req_" + "x" * 24, "POST", path, path, lambda r: None)
     rec.model = model
     if usage is not None:
-        rec.note({"type": "message_start", "message": {"usage": {
-            "input_tokens": usage[0], "cache_read_input_tokens": usage[1], "cache_creation_input_tokens": usage[2],
-            "output_tokens": 0}}})
-        rec.note({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": usage[3]}})
+        rec.note(
+            {
+                "type": "message_start",
+                "message": {
+                    "usage": {
+                        "input_tokens": usage[0],
+                        "cache_read_input_tokens": usage[1],
+                        "cache_creation_input_tokens": usage[2],
+                        "output_tokens": 0,
+                    }
+                },
+            }
+        )
+        rec.note(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": usage[3]},
+            }
+        )
     if ttft is not None:
         rec.first_token_at = rec.started + ttft
     rec.ignored = list(ignored)
@@ -68,10 +99,16 @@ def test_buckets_count_per_model_and_roll_over_the_window() -> None:
     assert len(points) == 6 and points[-2]["t"] == T0 and points[-1]["t"] == T0 + 10
     first = points[-2]
     assert first["requests_per_s"] == pytest.approx(2 / 10) and first["errors_per_s"] == pytest.approx(1 / 10)
-    assert first["input_tokens_per_s"] == pytest.approx(60 / 10) and first["output_tokens_per_s"] == pytest.approx(1.2)
+    assert first["input_tokens_per_s"] == pytest.approx(60 / 10) and first[
+        "output_tokens_per_s"
+    ] == pytest.approx(1.2)
     assert first["cache_hit_ratio"] == pytest.approx(0.5)
     assert first["waiting_max"] == 2 and first["running_max"] == 3
-    assert points[-1]["requests_per_s"] == 0 and points[-1]["cache_hit_ratio"] is None and points[-1]["waiting_max"] is None
+    assert (
+        points[-1]["requests_per_s"] == 0
+        and points[-1]["cache_hit_ratio"] is None
+        and points[-1]["waiting_max"] is None
+    )
     both = series.points(None, T0 + 15)
     assert both[-1]["requests_per_s"] == pytest.approx(0.1)  # b's request, no usage
     # All models' load: the sums at each sample, their maximum over the interval.

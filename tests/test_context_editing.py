@@ -24,13 +24,22 @@ CONFIG: dict[str, Any] = {
     "thinking": {"signing_key": KEY},
     "models": {
         "report": {
-            "driver": "echo", "context_window": 100_000,
+            "driver": "echo",
+            "context_window": 100_000,
             "settings": {"report": True, "capabilities": {"tool_choice": TOOLS4, "thinking": True}},
         },
     },
 }
-READ = {"name": "read", "description": "Read a file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
-NOTE = {"name": "note", "description": "Keep a note", "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+READ = {
+    "name": "read",
+    "description": "Read a file",
+    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+NOTE = {
+    "name": "note",
+    "description": "Keep a note",
+    "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
 BETA = ["context-management-2025-06-27"]
 
 
@@ -46,11 +55,21 @@ def tool_history(rounds: int, *, names: tuple[str, ...] = ("read",), words: int 
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Read the files one by one."}]
     for i in range(rounds):
         name = names[i % len(names)]
-        messages.append({"role": "assistant", "content": [
-            {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {"path": f"file{i}.txt"}},
-        ]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {"path": f"file{i}.txt"}},
+                ],
+            }
+        )
         body = " ".join(f"line{i}word{j}" for j in range(words))
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": body}]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": body}],
+            }
+        )
     return messages
 
 
@@ -72,14 +91,20 @@ def results_and_inputs(report: dict[str, Any]) -> tuple[list[Any], list[Any]]:
 
 
 def test_clear_tool_uses_keeps_latest_and_reports_the_edit(client: anthropic.Anthropic) -> None:
-    management = edits({
-        "type": "clear_tool_uses_20250919",
-        "trigger": {"type": "tool_uses", "value": 3},
-        "keep": {"type": "tool_uses", "value": 2},
-    })
+    management = edits(
+        {
+            "type": "clear_tool_uses_20250919",
+            "trigger": {"type": "tool_uses", "value": 3},
+            "keep": {"type": "tool_uses", "value": 2},
+        }
+    )
     msg = client.beta.messages.create(
-        model="report", max_tokens=50, tools=[READ], messages=tool_history(5),
-        context_management=management, betas=BETA,
+        model="report",
+        max_tokens=50,
+        tools=[READ],
+        messages=tool_history(5),
+        context_management=management,
+        betas=BETA,
     )
     results, inputs = results_and_inputs(reported(msg))
     assert results[:3] == [PLACEHOLDER] * 3
@@ -98,8 +123,12 @@ def test_trigger_not_reached_leaves_prompt_and_reports_no_edit(client: anthropic
         if trigger:
             edit["trigger"] = trigger
         msg = client.beta.messages.create(
-            model="report", max_tokens=50, tools=[READ], messages=tool_history(5),
-            context_management=edits(edit), betas=BETA,
+            model="report",
+            max_tokens=50,
+            tools=[READ],
+            messages=tool_history(5),
+            context_management=edits(edit),
+            betas=BETA,
         )
         results, _ = results_and_inputs(reported(msg))
         assert PLACEHOLDER not in results
@@ -116,8 +145,12 @@ def test_exclude_tools_and_clear_tool_inputs(client: anthropic.Anthropic) -> Non
         "clear_tool_inputs": True,
     }
     msg = client.beta.messages.create(
-        model="report", max_tokens=50, tools=[READ, NOTE], messages=history,
-        context_management=edits(edit), betas=BETA,
+        model="report",
+        max_tokens=50,
+        tools=[READ, NOTE],
+        messages=history,
+        context_management=edits(edit),
+        betas=BETA,
     )
     results, inputs = results_and_inputs(reported(msg))
     cleared = [i for i, r in enumerate(results) if r == PLACEHOLDER]
@@ -128,8 +161,12 @@ def test_exclude_tools_and_clear_tool_inputs(client: anthropic.Anthropic) -> Non
     edit["clear_tool_inputs"] = ["note"]
     edit["exclude_tools"] = []
     msg = client.beta.messages.create(
-        model="report", max_tokens=50, tools=[READ, NOTE], messages=history,
-        context_management=edits(edit), betas=BETA,
+        model="report",
+        max_tokens=50,
+        tools=[READ, NOTE],
+        messages=history,
+        context_management=edits(edit),
+        betas=BETA,
     )
     results, inputs = results_and_inputs(reported(msg))
     assert [i for i, r in enumerate(results) if r == PLACEHOLDER] == [0, 1, 2, 3, 4]
@@ -143,26 +180,43 @@ def signed_thinking_history(signer: Signer, turns: int) -> list[dict[str, Any]]:
     for turn in range(turns):
         thought = f"thinking about question {turn} now"
         messages.append({"role": "user", "content": f"question {turn}"})
-        messages.append({"role": "assistant", "content": [
-            {"type": "thinking", "thinking": thought, "signature": signer.sign(thought, turn=turn, block=0)},
-            {"type": "text", "text": f"answer {turn}"},
-        ]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "thinking",
+                        "thinking": thought,
+                        "signature": signer.sign(thought, turn=turn, block=0),
+                    },
+                    {"type": "text", "text": f"answer {turn}"},
+                ],
+            }
+        )
     messages.append({"role": "user", "content": "last question"})
     return messages
 
 
-def test_clear_thinking_keeps_the_latest_turns_and_counts_what_it_cleared(client: anthropic.Anthropic) -> None:
+def test_clear_thinking_keeps_the_latest_turns_and_counts_what_it_cleared(
+    client: anthropic.Anthropic,
+) -> None:
     signer = Signer(KEY.encode())
     history = signed_thinking_history(signer, 4)
     thinking = {"type": "adaptive"}
     full = client.beta.messages.count_tokens(model="report", messages=history, thinking=thinking, betas=BETA)
-    for keep, cleared_turns in (({"type": "thinking_turns", "value": 1}, 3), (None, 3),
-                                ({"type": "thinking_turns", "value": 3}, 1), ("all", 0), ({"type": "all"}, 0)):
+    for keep, cleared_turns in (
+        ({"type": "thinking_turns", "value": 1}, 3),
+        (None, 3),
+        ({"type": "thinking_turns", "value": 3}, 1),
+        ("all", 0),
+        ({"type": "all"}, 0),
+    ):
         edit: dict[str, Any] = {"type": "clear_thinking_20251015"}
         if keep is not None:
             edit["keep"] = keep
-        kwargs: dict[str, Any] = dict(model="report", messages=history, thinking=thinking,
-                                      context_management=edits(edit), betas=BETA)
+        kwargs: dict[str, Any] = dict(
+            model="report", messages=history, thinking=thinking, context_management=edits(edit), betas=BETA
+        )
         msg = client.beta.messages.create(max_tokens=50, **kwargs)
         counted = client.beta.messages.count_tokens(**kwargs)
         # The echo model counts each kept thinking block's five words.
@@ -180,9 +234,21 @@ def test_clear_thinking_keeps_the_latest_turns_and_counts_what_it_cleared(client
 
 
 def test_streamed_answer_carries_applied_edits(client: anthropic.Anthropic) -> None:
-    management = edits({"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 0}, "keep": {"type": "tool_uses", "value": 0}})
-    kwargs: dict[str, Any] = dict(model="report", max_tokens=50, tools=[READ], messages=tool_history(2),
-                                  context_management=management, betas=BETA)
+    management = edits(
+        {
+            "type": "clear_tool_uses_20250919",
+            "trigger": {"type": "tool_uses", "value": 0},
+            "keep": {"type": "tool_uses", "value": 0},
+        }
+    )
+    kwargs: dict[str, Any] = dict(
+        model="report",
+        max_tokens=50,
+        tools=[READ],
+        messages=tool_history(2),
+        context_management=management,
+        betas=BETA,
+    )
     with client.beta.messages.stream(**kwargs) as stream:
         streamed = stream.get_final_message()
     plain = client.beta.messages.create(**kwargs)
@@ -194,18 +260,33 @@ def test_streamed_answer_carries_applied_edits(client: anthropic.Anthropic) -> N
 def test_invalid_edits_are_the_apis_400s(client: anthropic.Anthropic) -> None:
     both = edits({"type": "clear_tool_uses_20250919"}, {"type": "clear_thinking_20251015"})
     with pytest.raises(anthropic.BadRequestError, match="clear_thinking_20251015 must be the first edit"):
-        client.beta.messages.create(model="report", max_tokens=5, messages=tool_history(1), tools=[READ],
-                                    context_management=both, betas=BETA)
+        client.beta.messages.create(
+            model="report",
+            max_tokens=5,
+            messages=tool_history(1),
+            tools=[READ],
+            context_management=both,
+            betas=BETA,
+        )
     with pytest.raises(anthropic.BadRequestError, match="compaction: cannot be combined"):
-        client.beta.messages.create(model="report", max_tokens=5, messages=tool_history(1), tools=[READ],
-                                    context_management=edits({"type": "clear_tool_uses_20250919"}),
-                                    compaction={"type": "summarize"}, betas=BETA)
+        client.beta.messages.create(
+            model="report",
+            max_tokens=5,
+            messages=tool_history(1),
+            tools=[READ],
+            context_management=edits({"type": "clear_tool_uses_20250919"}),
+            compaction={"type": "summarize"},
+            betas=BETA,
+        )
 
 
 def test_compact_edit_is_reported_as_ignored(client: anthropic.Anthropic) -> None:
     raw = client.beta.messages.with_raw_response.create(
-        model="report", max_tokens=5, messages=[{"role": "user", "content": "hi"}],
-        context_management={"edits": [{"type": "compact_20260112"}]}, betas=BETA,
+        model="report",
+        max_tokens=5,
+        messages=[{"role": "user", "content": "hi"}],
+        context_management={"edits": [{"type": "compact_20260112"}]},
+        betas=BETA,
     )
     assert 'context_management.edits.0 (edit type "compact_20260112")' in raw.headers["missive-ignored"]
 
@@ -217,14 +298,19 @@ def test_clearing_frees_real_tokens_and_count_tokens_agrees(smol: anthropic.Anth
     """With SmolLM2's tokenizer, cleared results free tokens: ``usage``,
     ``count_tokens`` and ``cleared_input_tokens`` all agree."""
     history = tool_history(4, words=30)
-    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 50},
-            "keep": {"type": "tool_uses", "value": 1}}
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 50},
+        "keep": {"type": "tool_uses", "value": 1},
+    }
     base: dict[str, Any] = dict(model="smollm2-135m", messages=history, tools=[READ], betas=BETA)
     full = smol.beta.messages.count_tokens(**base)
     counted = smol.beta.messages.count_tokens(**base, context_management=edits(edit))
     msg = smol.beta.messages.create(max_tokens=0, **base, context_management=edits(edit))
     usage = msg.usage
-    total = usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    total = (
+        usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0)
+    )
     assert total == counted.input_tokens < full.input_tokens
     assert counted.context_management is not None
     assert counted.context_management.original_input_tokens == full.input_tokens
@@ -237,4 +323,7 @@ def test_clearing_frees_real_tokens_and_count_tokens_agrees(smol: anthropic.Anth
     assert untouched.input_tokens == full.input_tokens
     # A trigger above the prompt's size: nothing is cleared.
     high = {**edit, "trigger": {"type": "input_tokens", "value": full.input_tokens}}
-    assert smol.beta.messages.count_tokens(**base, context_management=edits(high)).input_tokens == full.input_tokens
+    assert (
+        smol.beta.messages.count_tokens(**base, context_management=edits(high)).input_tokens
+        == full.input_tokens
+    )

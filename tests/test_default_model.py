@@ -33,14 +33,20 @@ def test_stream_matches_non_stream_and_count_tokens(smol: anthropic.Anthropic) -
     assert final.usage.output_tokens == plain.usage.output_tokens
     counted = smol.messages.count_tokens(model=MODEL, messages=QUESTION).input_tokens
     for usage in (plain.usage, final.usage):
-        assert counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        assert (
+            counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        )
 
 
 def test_second_turn_reuses_the_prompt_prefix(smol: anthropic.Anthropic) -> None:
     system = "You are a terse assistant. Answer in one short sentence."
     first = [{"role": "user", "content": "What is the capital of Italy?"}]
     one = smol.messages.create(model=MODEL, max_tokens=20, system=system, messages=first, extra_body=GREEDY)
-    second = [*first, {"role": "assistant", "content": one.content[0].text}, {"role": "user", "content": "And of Spain?"}]
+    second = [
+        *first,
+        {"role": "assistant", "content": one.content[0].text},
+        {"role": "user", "content": "And of Spain?"},
+    ]
     two = smol.messages.create(model=MODEL, max_tokens=20, system=system, messages=second, extra_body=GREEDY)
     assert two.usage.cache_read_input_tokens > 0
     first_prompt = one.usage.input_tokens + one.usage.cache_read_input_tokens
@@ -51,7 +57,10 @@ def test_second_turn_reuses_the_prompt_prefix(smol: anthropic.Anthropic) -> None
 
 def test_max_tokens(smol: anthropic.Anthropic) -> None:
     msg = smol.messages.create(
-        model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Tell me a long story."}], extra_body=GREEDY
+        model=MODEL,
+        max_tokens=3,
+        messages=[{"role": "user", "content": "Tell me a long story."}],
+        extra_body=GREEDY,
     )
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 3
 
@@ -163,8 +172,9 @@ def test_model_discovery_finds_a_claude_named_id(smol: anthropic.Anthropic) -> N
     claude_ids = [i for i in ids if i.startswith(("claude", "anthropic"))]
     assert claude_ids == ["claude-smollm2-135m"]
     assert smol.models.retrieve(claude_ids[0]).display_name
-    reply = smol.messages.create(model=claude_ids[0], max_tokens=3, messages=[{"role": "user", "content": "Hi"}],
-                                 extra_body=GREEDY)
+    reply = smol.messages.create(
+        model=claude_ids[0], max_tokens=3, messages=[{"role": "user", "content": "Hi"}], extra_body=GREEDY
+    )
     assert reply.model == claude_ids[0] and reply.usage.output_tokens > 0
 
 
@@ -179,15 +189,20 @@ def test_a_huge_prompt_does_not_hold_the_model(default_url: str, smol: anthropic
     outcome: dict[str, int] = {}
 
     def huge() -> None:
-        body = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "lorem ipsum " * 500_000}]}
+        body = {
+            "model": MODEL,
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": "lorem ipsum " * 500_000}],
+        }
         outcome["status"] = httpx.post(f"{default_url}/v1/messages", json=body, timeout=600).status_code
 
     thread = threading.Thread(target=huge)
     thread.start()
     try:
         time.sleep(1.0)  # the huge body is sent and being tokenized (it takes several seconds)
-        reply = smol.messages.create(model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}],
-                                     extra_body=GREEDY)
+        reply = smol.messages.create(
+            model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}], extra_body=GREEDY
+        )
         assert reply.usage.output_tokens > 0
         assert thread.is_alive(), "the small request waited for the huge one's tokenization"
     finally:

@@ -14,8 +14,8 @@ import anthropic
 import pytest
 
 from missive.config import ConfigError, ModelEntry
-from missive.models.defaults import choose_default_model
 from missive.kernel.specs import DefaultModel
+from missive.models.defaults import choose_default_model
 from missive.testing import serve_process
 
 TESTS = Path(__file__).parent
@@ -36,11 +36,15 @@ def test_the_rule() -> None:
         assert choose_default_model(offer(*order), None).id == "a"
     assert choose_default_model(offer(("low", -5), ("zero", 0)), None).id == "zero"
     # an explicit setting wins over any priority
-    assert choose_default_model(offer(("smollm2-135m", 0), ("vendor", 10)), "smollm2-135m").id == "smollm2-135m"
+    assert (
+        choose_default_model(offer(("smollm2-135m", 0), ("vendor", 10)), "smollm2-135m").id == "smollm2-135m"
+    )
 
 
 def test_an_unknown_choice_names_what_is_offered() -> None:
-    with pytest.raises(ConfigError, match=r"'nope', which no plugin offers \(offered: vendor, smollm2-135m\)"):
+    with pytest.raises(
+        ConfigError, match=r"'nope', which no plugin offers \(offered: vendor, smollm2-135m\)"
+    ):
         choose_default_model(offer(("smollm2-135m", 0), ("vendor", 10)), "nope")
     with pytest.raises(ConfigError, match="none installed"):
         choose_default_model({}, "nope")
@@ -55,8 +59,13 @@ def test_missive_plugins_shows_the_ranking_and_the_choice(tmp_path: Path) -> Non
     base = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
 
     def plugins(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "missive", "plugins", "--config", os.devnull, *args],
-                              capture_output=True, text=True, timeout=120, env={**base, **_env(**env)})
+        return subprocess.run(
+            [sys.executable, "-m", "missive", "plugins", "--config", os.devnull, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**base, **_env(**env)},
+        )
 
     data = json.loads(plugins("--json").stdout)
     assert data["default_models"][:2] == ["vendor-tuned", "a-generic"]  # then smollm2-135m, when installed
@@ -71,8 +80,11 @@ def test_serve_serves_only_the_chosen_default() -> None:
     with serve_process(None, env=_env()) as server:
         client = anthropic.Anthropic(base_url=server.url, api_key="unused")
         assert [m.id for m in client.models.list().data] == ["vendor-tuned"]
-        reply = client.messages.create(model="vendor-tuned", max_tokens=5,
-                                       messages=[{"role": "user", "content": "tuned for this machine"}])
+        reply = client.messages.create(
+            model="vendor-tuned",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "tuned for this machine"}],
+        )
         assert reply.content[0].text == "tuned for this machine"
 
 

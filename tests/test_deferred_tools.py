@@ -17,6 +17,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+
 from missive_echo import script
 
 READ = {
@@ -44,17 +45,29 @@ GREP = {
 }
 DEFERRED_GREP = {**GREP, "defer_loading": True}
 QUESTION = {"role": "user", "content": "Where is the word tide used in this project?"}
-SEARCHED = {"role": "assistant", "content": [
-    {"type": "tool_use", "id": "toolu_search1", "name": "tool_search", "input": {"query": "grep"}}]}
-LOADED = {"role": "user", "content": [
-    {"type": "tool_result", "tool_use_id": "toolu_search1",
-     "content": [{"type": "tool_reference", "tool_name": "grep"}]}]}
+SEARCHED = {
+    "role": "assistant",
+    "content": [
+        {"type": "tool_use", "id": "toolu_search1", "name": "tool_search", "input": {"query": "grep"}}
+    ],
+}
+LOADED = {
+    "role": "user",
+    "content": [
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_search1",
+            "content": [{"type": "tool_reference", "tool_name": "grep"}],
+        }
+    ],
+}
 
 
 def test_deferred_tool_costs_nothing_until_loaded(smol: anthropic.Anthropic) -> None:
     eager = smol.messages.count_tokens(model="smollm2-135m", tools=[READ, SEARCH, GREP], messages=[QUESTION])
-    deferred = smol.messages.count_tokens(model="smollm2-135m", tools=[READ, SEARCH, DEFERRED_GREP],
-                                          messages=[QUESTION])
+    deferred = smol.messages.count_tokens(
+        model="smollm2-135m", tools=[READ, SEARCH, DEFERRED_GREP], messages=[QUESTION]
+    )
     without = smol.messages.count_tokens(model="smollm2-135m", tools=[READ, SEARCH], messages=[QUESTION])
     assert deferred.input_tokens == without.input_tokens < eager.input_tokens
 
@@ -82,10 +95,14 @@ def test_loading_a_tool_keeps_the_cached_prefix(smol: anthropic.Anthropic) -> No
 
 def test_loaded_tool_is_offered_and_called(echo: anthropic.Anthropic) -> None:
     call = '<tool_call>\n{"name": "grep", "arguments": {"pattern": "tide"}}\n</tool_call>'
-    history = [QUESTION, SEARCHED, {"role": "user", "content": [
-        *LOADED["content"], {"type": "text", "text": script({"text": call})}]}]
-    raw = echo.messages.with_raw_response.create(model="echo-hermes", max_tokens=50,
-                                                 tools=[READ, SEARCH, DEFERRED_GREP], messages=history)
+    history = [
+        QUESTION,
+        SEARCHED,
+        {"role": "user", "content": [*LOADED["content"], {"type": "text", "text": script({"text": call})}]},
+    ]
+    raw = echo.messages.with_raw_response.create(
+        model="echo-hermes", max_tokens=50, tools=[READ, SEARCH, DEFERRED_GREP], messages=history
+    )
     msg = raw.parse()
     assert [(b.type, getattr(b, "name", None)) for b in msg.content] == [("tool_use", "grep")]
     assert msg.content[0].input == {"pattern": "tide"} and msg.stop_reason == "tool_use"
@@ -94,10 +111,20 @@ def test_loaded_tool_is_offered_and_called(echo: anthropic.Anthropic) -> None:
 
 
 def test_reference_to_an_unknown_tool_is_a_400(echo: anthropic.Anthropic) -> None:
-    bad = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_search1",
-                                        "content": [{"type": "tool_reference", "tool_name": "nope"}]}]}
+    bad = {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_search1",
+                "content": [{"type": "tool_reference", "tool_name": "nope"}],
+            }
+        ],
+    }
     with pytest.raises(anthropic.BadRequestError) as caught:
-        echo.messages.create(model="echo-tools", max_tokens=5, tools=[SEARCH], messages=[QUESTION, SEARCHED, bad])
+        echo.messages.create(
+            model="echo-tools", max_tokens=5, tools=[SEARCH], messages=[QUESTION, SEARCHED, bad]
+        )
     message = caught.value.body["error"]["message"]
     assert message.startswith("messages.2.content.0.content.0: tool_reference names the tool 'nope'")
 
@@ -107,18 +134,40 @@ def test_reference_renders_the_definition_where_it_stands(echo_url: str) -> None
     the loaded tool's definition, in the JSON function form of a tool list."""
     from missive.testing import live_server
 
-    config = {"models": {"echo": {"driver": "echo", "context_window": 4000, "settings": {
-        "report": True, "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}}}}}
+    config = {
+        "models": {
+            "echo": {
+                "driver": "echo",
+                "context_window": 4000,
+                "settings": {
+                    "report": True,
+                    "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]},
+                },
+            }
+        }
+    }
     with live_server(config) as url:
-        response = httpx.post(f"{url}/v1/messages", json={
-            "model": "echo", "max_tokens": 5, "tools": [READ, SEARCH, DEFERRED_GREP],
-            "messages": [QUESTION, SEARCHED, {"role": "user", "content": [
-                *LOADED["content"], {"type": "text", "text": "go on"}]}]}, timeout=30)
+        response = httpx.post(
+            f"{url}/v1/messages",
+            json={
+                "model": "echo",
+                "max_tokens": 5,
+                "tools": [READ, SEARCH, DEFERRED_GREP],
+                "messages": [
+                    QUESTION,
+                    SEARCHED,
+                    {"role": "user", "content": [*LOADED["content"], {"type": "text", "text": "go on"}]},
+                ],
+            },
+            timeout=30,
+        )
     assert response.status_code == 200, response.text
     report = json.loads(response.json()["content"][0]["text"])
     result = next(b for t in report["turns"] for b in t["blocks"] if b["type"] == "tool_result")
     text = result["content"][0]["text"]
     assert text.startswith("<tools>\n") and text.endswith("\n</tools>")
     definition = json.loads(text.removeprefix("<tools>\n").removesuffix("\n</tools>"))
-    assert definition == {"type": "function", "function": {
-        "name": "grep", "description": GREP["description"], "parameters": GREP["input_schema"]}}
+    assert definition == {
+        "type": "function",
+        "function": {"name": "grep", "description": GREP["description"], "parameters": GREP["input_schema"]},
+    }

@@ -33,7 +33,12 @@ DOCKERFILES = ["Dockerfile", "Dockerfile.cuda"]
 DEPLOYMENT = ROOT / "docs" / "deployment.md"
 #: What the images hold: the core, llamacpp with the default model, the remote drivers.
 DISTRIBUTIONS = {
-    "missive-server", "missive-llamacpp", "missive-openai", "missive-vllm", "missive-llamaserver", "missive-ollama",
+    "missive-server",
+    "missive-llamacpp",
+    "missive-openai",
+    "missive-vllm",
+    "missive-llamaserver",
+    "missive-ollama",
 }
 #: Seconds ``missive serve`` may take after SIGTERM, beyond the grace (missive.server.shutdown).
 AFTER_GRACE = 2 * CLOSE_MARGIN
@@ -72,7 +77,8 @@ def stages(name: str) -> list[list[tuple[str, str]]]:
 def arg_defaults(name: str) -> dict[str, str]:
     return {
         key: shlex.split(value)[0] if value else ""
-        for keyword, rest in instructions(name) if keyword == "ARG" and "=" in rest
+        for keyword, rest in instructions(name)
+        if keyword == "ARG" and "=" in rest
         for key, _, value in [rest.partition("=")]
     }
 
@@ -83,7 +89,7 @@ def expand(text: str, args: dict[str, str]) -> str:
 
 def exec_form(rest: str) -> list[str]:
     """The JSON array of a CMD (or of a HEALTHCHECK after its options)."""
-    return json.loads(rest[rest.index("["):])
+    return json.loads(rest[rest.index("[") :])
 
 
 def dockerignore() -> list[str]:
@@ -99,9 +105,9 @@ def _pattern(pattern: str) -> re.Pattern[str]:
         if part == "**":
             regex += ".*" if last else "(?:[^/]+/)*"
             continue
-        regex += "".join(
-            "[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part
-        ) + ("" if last else "/")
+        regex += "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in part) + (
+            "" if last else "/"
+        )
     return re.compile(regex + r"\Z")
 
 
@@ -174,9 +180,12 @@ def test_the_pip_line_installs_the_repository_distributions(name: str) -> None:
     requires is on the same line (plain pip needs it, README)."""
     [run] = [rest for keyword, rest in instructions(name) if keyword == "RUN" and "pip install" in rest]
     words = shlex.split(run)
-    targets = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
-    copied = {Path(dest, Path(src).name if dest.endswith("/") else "").as_posix().removeprefix("./")
-              for sources, dest in copies(name) for src in sources}
+    targets = [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
+    copied = {
+        Path(dest, Path(src).name if dest.endswith("/") else "").as_posix().removeprefix("./")
+        for sources, dest in copies(name)
+        for src in sources
+    }
     installed: dict[str, set[str]] = {}
     required: list[tuple[str, set[str]]] = []
     for target in targets:
@@ -229,6 +238,7 @@ def test_the_base_images() -> None:
     """The CPU image is built on python:3.12-slim; the CUDA one on
     nvidia/cuda (devel to build, runtime to run) with llama-cpp-python's
     CUDA build flag."""
+
     def bases(name: str) -> list[str]:
         args = arg_defaults(name)
         return [expand(rest.split()[0], args) for keyword, rest in instructions(name) if keyword == "FROM"]
@@ -276,7 +286,9 @@ def test_every_stop_timeout_leaves_room_for_the_grace() -> None:
     pages = [DEPLOYMENT, ROOT / "docs" / "configuration.md", ROOT / "README.md"]
     text = "\n".join(page.read_text() for page in pages)
     patterns = [
-        r"TimeoutStopSec=(\d+)", r"--stop-timeout (\d+)", r"docker stop -t (\d+)",
+        r"TimeoutStopSec=(\d+)",
+        r"--stop-timeout (\d+)",
+        r"docker stop -t (\d+)",
         r"stop_grace_period: (\d+)s",
     ]
     found = [int(n) for pattern in patterns for n in re.findall(pattern, text)]

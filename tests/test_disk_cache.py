@@ -10,12 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_host_cache import Runner
 
 from missive.engine.disk_cache import SUFFIX, DiskPromptCache, OnDisk
 from missive.engine.host_cache import MIN_SAVED_TOKENS, HostPromptCache, reusable, swap_in
 from missive.engine.runner import PortableStates, Prompt, SavedContext
-
-from test_host_cache import Runner
 
 
 class Portable(Runner):
@@ -89,7 +88,9 @@ def test_a_state_is_found_again_by_a_new_instance_and_restored(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "header"])
-def test_a_damaged_file_is_refused_and_deleted(tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_file_is_refused_and_deleted(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
     path = written(tmp_path, Portable(list(MAIN), scale=50))
     data = bytearray(path.read_bytes())
     if damage == "flip":
@@ -240,7 +241,11 @@ def test_the_slots_get_the_latest_states_back_at_load(tmp_path: Path) -> None:
     def load(window: int) -> tuple[Portable, DiskPromptCache, tuple[int, int]]:
         runner = Portable([])
         disk = tier(tmp_path, runner)
-        return runner, disk, restore_slots(runner, disk, ModelInfo(context_window=window, chat_template=""), "m")
+        return (
+            runner,
+            disk,
+            restore_slots(runner, disk, ModelInfo(context_window=window, chat_template=""), "m"),
+        )
 
     runner, disk, got = load(window=4096)
     assert got == (1, len(latest)) and runner.restored == [latest]

@@ -33,20 +33,32 @@ MODEL = "smollm2-135m"
 GREEDY = {"temperature": 0.0}
 SYSTEM = "You are the archivist of a seed library. " + " ".join(
     f"Shelf {i} holds seeds of the {kind} family, sorted by the year they were gathered."
-    for i, kind in enumerate(["bean", "squash", "tomato", "pepper", "onion", "lettuce", "carrot", "radish"] * 5)
+    for i, kind in enumerate(
+        ["bean", "squash", "tomato", "pepper", "onion", "lettuce", "carrot", "radish"] * 5
+    )
 )
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Which shelf holds the tomato seeds?"}]
 
 
 def config(**extra: Any) -> dict[str, Any]:
-    return {"server": {"metrics_public": True},
-            "models": {MODEL: {"driver": "llamacpp", "context_window": 4096, **extra,
-                               "settings": {"model_path": str(default_model_path()), "parallel": 1}}}}
+    return {
+        "server": {"metrics_public": True},
+        "models": {
+            MODEL: {
+                "driver": "llamacpp",
+                "context_window": 4096,
+                **extra,
+                "settings": {"model_path": str(default_model_path()), "parallel": 1},
+            }
+        },
+    }
 
 
 def ask(server: ServerProcess, system: str = SYSTEM) -> anthropic.types.Message:
     client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=600)
-    return client.messages.create(model=MODEL, max_tokens=16, system=system, messages=MESSAGES, extra_body=GREEDY)
+    return client.messages.create(
+        model=MODEL, max_tokens=16, system=system, messages=MESSAGES, extra_body=GREEDY
+    )
 
 
 def metric(url: str, name: str) -> float:
@@ -79,8 +91,9 @@ def copy_of(state: Path, tmp_path: Path) -> Path:
     return target
 
 
-def test_a_restarted_server_reads_the_prompt_from_disk(first: tuple[Path, anthropic.types.Message],
-                                                      tmp_path: Path) -> None:
+def test_a_restarted_server_reads_the_prompt_from_disk(
+    first: tuple[Path, anthropic.types.Message], tmp_path: Path
+) -> None:
     state, one = copy_of(first[0], tmp_path), first[1]
     prompt = one.usage.input_tokens
     with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
@@ -90,9 +103,17 @@ def test_a_restarted_server_reads_the_prompt_from_disk(first: tuple[Path, anthro
         # The restored state's last token is decoded again for fresh logits.
         assert two.usage.cache_read_input_tokens >= prompt - 1, two.usage
         assert two.usage.input_tokens + two.usage.cache_read_input_tokens == prompt
-        assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 0  # the slot held it: no request read disk
-        assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM, prompt,
-                                  "after a restart, from the slot the disk tier filled at load")
+        assert (
+            metric(server.url, "missive:prompt_cache_disk_hits_total") == 0
+        )  # the slot held it: no request read disk
+        assert_same_greedy_answer(
+            two.content[0].text,
+            one.content[0].text,
+            MESSAGES,
+            SYSTEM,
+            prompt,
+            "after a restart, from the slot the disk tier filled at load",
+        )
 
 
 OTHER = SYSTEM.replace("archivist", "gardener")
@@ -112,8 +133,9 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, anthro
 
 
 @pytest.mark.parametrize("damage", [False, True])
-def test_a_state_not_in_a_slot_is_read_from_disk_after_a_restart(two: tuple[Path, anthropic.types.Message],
-                                                                 tmp_path: Path, damage: bool) -> None:
+def test_a_state_not_in_a_slot_is_read_from_disk_after_a_restart(
+    two: tuple[Path, anthropic.types.Message], tmp_path: Path, damage: bool
+) -> None:
     """After a restart the slot holds the second prompt; the first is read
     from its file by the request that asks it again. Damaged after the
     index was read, the file is refused only then: the reuse announced in
@@ -136,13 +158,20 @@ def test_a_state_not_in_a_slot_is_read_from_disk_after_a_restart(two: tuple[Path
             assert again.usage.cache_read_input_tokens >= one.usage.input_tokens - 1, again.usage
             assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 1
         assert again.usage.input_tokens + again.usage.cache_read_input_tokens == one.usage.input_tokens
-        assert_same_greedy_answer(again.content[0].text, one.content[0].text, MESSAGES, SYSTEM,
-                                  one.usage.input_tokens, "after a restart, from the disk tier")
+        assert_same_greedy_answer(
+            again.content[0].text,
+            one.content[0].text,
+            MESSAGES,
+            SYSTEM,
+            one.usage.input_tokens,
+            "after a restart, from the disk tier",
+        )
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
-def test_a_damaged_state_file_is_refused(first: tuple[Path, anthropic.types.Message], tmp_path: Path,
-                                         damage: str) -> None:
+def test_a_damaged_state_file_is_refused(
+    first: tuple[Path, anthropic.types.Message], tmp_path: Path, damage: str
+) -> None:
     """A flipped byte in the state is found when the file is read back to
     fill the slot at load; a truncated file when the index is read. Either
     way the request reads the whole prompt and says so."""
@@ -158,8 +187,14 @@ def test_a_damaged_state_file_is_refused(first: tuple[Path, anthropic.types.Mess
         two = ask(server)
         assert two.usage.cache_read_input_tokens == 0, two.usage  # what was truly read
         assert two.usage.input_tokens == one.usage.input_tokens
-        assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM,
-                                  one.usage.input_tokens, "after a refused state file")
+        assert_same_greedy_answer(
+            two.content[0].text,
+            one.content[0].text,
+            MESSAGES,
+            SYSTEM,
+            one.usage.input_tokens,
+            "after a refused state file",
+        )
         assert metric(server.url, "missive:prompt_cache_disk_corrupt_total") == 1
         assert f"prompt cache: dropped {path}" in server.log()
         assert not path.exists()
@@ -172,5 +207,11 @@ def test_an_idle_unload_and_the_load_after_it_find_the_state(tmp_path: Path) -> 
         assert len(state_files(tmp_path)) == 1
         two = ask(server)
         assert two.usage.cache_read_input_tokens >= one.usage.input_tokens - 1, two.usage
-        assert_same_greedy_answer(two.content[0].text, one.content[0].text, MESSAGES, SYSTEM,
-                                  one.usage.input_tokens, "after an idle unload")
+        assert_same_greedy_answer(
+            two.content[0].text,
+            one.content[0].text,
+            MESSAGES,
+            SYSTEM,
+            one.usage.input_tokens,
+            "after an idle unload",
+        )

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import anthropic
 import httpx
+from venvs import fresh_venv, pip
 
 from missive.testing import serve_process
-from venvs import fresh_venv, pip
 
 ROOT = Path(__file__).parent.parent
 #: What the wheels are built from, besides the repository's top-level files.
@@ -43,8 +43,16 @@ def copy_sources(dest: Path) -> Path:
 def test_missive_cpu_installs_from_wheels_with_pip_alone_and_serves(tmp_path: Path) -> None:
     src = copy_sources(tmp_path / "src")
     wheelhouse = tmp_path / "wheelhouse"
-    pip(Path(sys.executable), "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheelhouse),
-        *(str(src / s) for s in ("", *SOURCES[1:])), timeout=300)
+    pip(
+        Path(sys.executable),
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--wheel-dir",
+        str(wheelhouse),
+        *(str(src / s) for s in ("", *SOURCES[1:])),
+        timeout=300,
+    )
     assert len(list(wheelhouse.glob("*.whl"))) == 3
 
     python = fresh_venv(tmp_path / "venv")
@@ -57,12 +65,22 @@ def test_missive_cpu_installs_from_wheels_with_pip_alone_and_serves(tmp_path: Pa
         assert f"{name}==0.1.0" in listed.replace("_", "-"), listed
 
     env = {**os.environ, **CLEAN_ENV}
-    where = subprocess.run([str(python), "-c", "import missive; print(missive.__file__)"],
-                           capture_output=True, text=True, timeout=60, env=env)
+    where = subprocess.run(
+        [str(python), "-c", "import missive; print(missive.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert where.stdout.startswith(str(tmp_path / "venv")), where  # the wheel's copy, not the repository's
     # The core's package data came with its wheel: the driver skeleton.
-    written = subprocess.run([str(python.parent / "missive"), "new-driver", "probe", "--output", str(tmp_path)],
-                             capture_output=True, text=True, timeout=60, env=env)
+    written = subprocess.run(
+        [str(python.parent / "missive"), "new-driver", "probe", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert written.returncode == 0, written.stderr
     assert (tmp_path / "missive-probe" / "missive_probe" / "driver.py").is_file()
 
@@ -71,7 +89,9 @@ def test_missive_cpu_installs_from_wheels_with_pip_alone_and_serves(tmp_path: Pa
         info = client.models.retrieve("smollm2-135m")
         assert info.display_name == "SmolLM2 135M Instruct (Missive for CPU)"  # missive-cpu's default won
         message = client.messages.create(
-            model="claude-any-id", max_tokens=16, messages=[{"role": "user", "content": "Name a colour."}],
+            model="claude-any-id",
+            max_tokens=16,
+            messages=[{"role": "user", "content": "Name a colour."}],
             extra_body={"temperature": 0.0},
         )
         assert message.content[0].text.strip() and message.usage.output_tokens > 0

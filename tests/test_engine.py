@@ -15,14 +15,22 @@ from typing import Any
 import anyio
 import pytest
 
-from missive.driver.capabilities import Capabilities
 from missive.config import ModelEntry
+from missive.driver.capabilities import Capabilities
+from missive.driver.events import Finished, Started, TextDelta
 from missive.engine import Cancelled, ImageMarks, LocalDriver, ModelInfo, Prompt, Runner, Sequence
 from missive.engine.runner import PENDING, Batched
 from missive.engine.scheduler import Scheduler
 from missive.protocol.errors import ApiError, PromptTooLongError
-from missive.driver.events import Finished, Started, TextDelta
-from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
+from missive.testing import (
+    THINKING_CHATML,
+    check_order,
+    generation_request,
+    text_of,
+)
+from missive.testing import (
+    collect_events as collect,
+)
 from missive.thinking.plan import ThinkingPlan
 
 EOG = 0
@@ -220,7 +228,8 @@ async def test_the_thinking_budget_closes_the_reasoning() -> None:
     try:
         assert d.capabilities.thinking
         req = dataclasses.replace(
-            request(max_tokens=40, thinking={"type": "adaptive"}), thinking=ThinkingPlan(requested=True, budget_tokens=5)
+            request(max_tokens=40, thinking={"type": "adaptive"}),
+            thinking=ThinkingPlan(requested=True, budget_tokens=5),
         )
         events = await collect(d.generate(req))
         check_order(events)
@@ -364,9 +373,13 @@ async def test_a_conversation_goes_back_to_its_slot() -> None:
         await collect(d.generate(request("something else entirely", max_tokens=2)))
         assert d.runner.slots[1 - slot_a]  # the other slot took it
         turn = generation_request(
-            [{"role": "user", "content": "a long conversation about gardens"},
-             {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}],
-            model="m", max_tokens=2,
+            [
+                {"role": "user", "content": "a long conversation about gardens"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "more"},
+            ],
+            model="m",
+            max_tokens=2,
         )
         events = await collect(d.generate(turn))
         started, finished = check_order(events)

@@ -16,14 +16,15 @@ from typing import Any
 
 import anyio
 import pytest
+from test_engine import BatchedRunner, ScriptedDriver, request
 
-from missive.driver.capabilities import Capabilities
 from missive.config import ModelEntry
+from missive.driver.capabilities import Capabilities
+from missive.driver.events import Finished, Started
 from missive.engine.host_cache import common_prefix
 from missive.engine.runner import ContextStates, ModelInfo, Prompt, SavedContext, Sequence, SharedPool
-from missive.driver.events import Finished, Started
-from missive.testing import collect_events as collect, text_of
-from test_engine import BatchedRunner, ScriptedDriver, request
+from missive.testing import collect_events as collect
+from missive.testing import text_of
 
 SCRIPT = "abcdefghijklmnopqrstuvwxyz" * 2  # 52 tokens, then end of generation
 
@@ -78,8 +79,13 @@ class PooledRunner(BatchedRunner):
 async def make(pool: int, slots: int = 3, host_cache: int = 10**6) -> ScriptedDriver:
     runner = PooledRunner(SCRIPT, pool, slots=slots, context=pool)
     assert isinstance(runner, SharedPool) and isinstance(runner, ContextStates)
-    driver = ScriptedDriver("m", ModelEntry(driver="scripted"), Capabilities(max_concurrency=1), runner,
-                            host_cache_bytes=host_cache)
+    driver = ScriptedDriver(
+        "m",
+        ModelEntry(driver="scripted"),
+        Capabilities(max_concurrency=1),
+        runner,
+        host_cache_bytes=host_cache,
+    )
     await driver.start()
     return driver
 
@@ -150,7 +156,11 @@ async def test_an_idle_conversation_is_parked_in_host_memory_and_comes_back() ->
         again = await collect(d.generate(first))
         started = next(e for e in again if isinstance(e, Started))
         finished = next(e for e in again if isinstance(e, Finished))
-        reused = finished.cache_read_input_tokens if finished.cache_read_input_tokens is not None else started.cache_read_input_tokens
+        reused = (
+            finished.cache_read_input_tokens
+            if finished.cache_read_input_tokens is not None
+            else started.cache_read_input_tokens
+        )
         assert reused > 0  # restored from host memory
         assert runner.most <= runner.pool
     finally:

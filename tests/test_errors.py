@@ -11,7 +11,6 @@ import anthropic
 import httpx
 import pytest
 
-from missive_echo import script
 from missive.testing import dump_toml, free_port, live_server
 
 USER = [{"role": "user", "content": "hello"}]
@@ -28,7 +27,9 @@ def assert_envelope(resp: httpx.Response, status: int, error_type: str) -> dict:
 
 def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as info:
-        echo.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": [{"type": "text"}]}])
+        echo.messages.create(
+            model="echo", max_tokens=5, messages=[{"role": "user", "content": [{"type": "text"}]}]
+        )
     assert info.value.body["error"]["message"] == "messages.0.content.0.text: Field required"
     assert info.value.response.headers["x-should-retry"] == "false"
 
@@ -37,67 +38,206 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
     ("body", "fragment"),
     [
         ({"model": "echo", "messages": USER}, "max_tokens: Field required"),
-        ({"model": "echo", "max_tokens": -1, "messages": USER}, "max_tokens: Input should be greater than or equal to 0"),
+        (
+            {"model": "echo", "max_tokens": -1, "messages": USER},
+            "max_tokens: Input should be greater than or equal to 0",
+        ),
         ({"model": "echo", "max_tokens": 5, "messages": []}, "messages: List should have at least 1 item"),
-        ({"model": "echo", "max_tokens": 5, "temperature": 2, "messages": USER}, "temperature: Input should be less"),
-        ({"model": "echo", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]}, "messages.0.role"),
+        (
+            {"model": "echo", "max_tokens": 5, "temperature": 2, "messages": USER},
+            "temperature: Input should be less",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]},
+            "messages.0.role",
+        ),
         ({"model": "echo", "max_tokens": 5, "stop_sequences": [" "], "messages": USER}, "stop_sequences.0"),
         ({"max_tokens": 5, "messages": USER}, "model: Field required"),
         (
-            {"model": "echo", "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 10}, "messages": USER},
+            {
+                "model": "echo",
+                "max_tokens": 2000,
+                "thinking": {"type": "enabled", "budget_tokens": 10},
+                "messages": USER,
+            },
             "budget_tokens: Input should be greater than or equal to 1024",
         ),
         (
-            {"model": "echo", "max_tokens": 1500, "thinking": {"type": "enabled", "budget_tokens": 2000}, "messages": USER},
+            {
+                "model": "echo",
+                "max_tokens": 1500,
+                "thinking": {"type": "enabled", "budget_tokens": 2000},
+                "messages": USER,
+            },
             "`max_tokens` must be greater than `thinking.budget_tokens`",
         ),
-        ({"model": "echo", "max_tokens": 5, "tools": [{"name": "bad name!", "input_schema": {}}], "messages": USER}, "tools.0.name"),
-        ({"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": ""}]}]},
-         "messages.0.content.1: text content blocks must be non-empty"),
-        ({"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": " \n"}]}]},
-         "messages.0.content.0: text content blocks must contain non-whitespace text"),
-        ({"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "  \t\n"}]},
-         "messages.0: text content blocks must contain non-whitespace text"),
-        ({"model": "echo", "max_tokens": 5, "system": [{"type": "text", "text": ""}], "messages": USER},
-         "system.0: text content blocks must be non-empty"),
-        ({"model": "echo", "max_tokens": 5, "messages": USER,
-          "tools": [{"name": "t", "input_schema": {"type": "object", "properties": {"x": {"$ref": "#/defs/missing"}}}}]},
-         "tools.0: input_schema: JSON schema is invalid ($ref '#/defs/missing' points to nothing in the schema)"),
-        ({"model": "echo", "max_tokens": 5, "messages": USER,
-          "output_config": {"format": {"type": "json_schema", "schema": {"type": "bogus"}}}},
-         "output_config.format: schema: JSON schema is invalid"),
-        ({"model": "echo", "max_tokens": 5, "tools": [{"name": "t", "input_schema": [1]}], "messages": USER},
-         "tools.0.input_schema: Input should be a valid dictionary"),
-        ({"model": "echo", "max_tokens": 5, "tools": [{"name": "t", "input_schema": {"type": "array"}}], "messages": USER},
-         "tools.0: input_schema.type: Input should be 'object'"),
-        ({"model": "echo", "max_tokens": 5, "tools": [{"name": "t", "input_schema": {"properties": {}}}], "messages": USER},
-         "tools.0: input_schema.type: Field required"),
-        ({"model": "echo", "max_tokens": 5, "messages": USER,
-          "tools": [{"name": "t", "input_schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}]},
-         "tools.0: input_schema: JSON schema is invalid (properties.a.type:"),
-        ({"model": "echo", "max_tokens": "10", "messages": USER}, "max_tokens: Input should be a valid integer"),
-        ({"model": "echo", "max_tokens": True, "messages": USER}, "max_tokens: Input should be a valid integer"),
-        ({"model": "echo", "max_tokens": 5, "temperature": "0.5", "messages": USER}, "temperature: Input should be a valid number"),
-        ({"model": "echo", "max_tokens": 5, "stream": "yes", "messages": USER}, "stream: Input should be a valid boolean"),
-        ({"model": "echo", "max_tokens": 5, "tool_choice": {"name": "x"}, "messages": USER}, "tool_choice.type: Field required"),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "tools": [{"name": "bad name!", "input_schema": {}}],
+                "messages": USER,
+            },
+            "tools.0.name",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "hi"}, {"type": "text", "text": ""}],
+                    }
+                ],
+            },
+            "messages.0.content.1: text content blocks must be non-empty",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": " \n"}]}],
+            },
+            "messages.0.content.0: text content blocks must contain non-whitespace text",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "  \t\n"}]},
+            "messages.0: text content blocks must contain non-whitespace text",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "system": [{"type": "text", "text": ""}], "messages": USER},
+            "system.0: text content blocks must be non-empty",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": USER,
+                "tools": [
+                    {
+                        "name": "t",
+                        "input_schema": {"type": "object", "properties": {"x": {"$ref": "#/defs/missing"}}},
+                    }
+                ],
+            },
+            "tools.0: input_schema: JSON schema is invalid ($ref '#/defs/missing' points to nothing in the schema)",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": USER,
+                "output_config": {"format": {"type": "json_schema", "schema": {"type": "bogus"}}},
+            },
+            "output_config.format: schema: JSON schema is invalid",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "tools": [{"name": "t", "input_schema": [1]}],
+                "messages": USER,
+            },
+            "tools.0.input_schema: Input should be a valid dictionary",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "tools": [{"name": "t", "input_schema": {"type": "array"}}],
+                "messages": USER,
+            },
+            "tools.0: input_schema.type: Input should be 'object'",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "tools": [{"name": "t", "input_schema": {"properties": {}}}],
+                "messages": USER,
+            },
+            "tools.0: input_schema.type: Field required",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": USER,
+                "tools": [
+                    {"name": "t", "input_schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}
+                ],
+            },
+            "tools.0: input_schema: JSON schema is invalid (properties.a.type:",
+        ),
+        (
+            {"model": "echo", "max_tokens": "10", "messages": USER},
+            "max_tokens: Input should be a valid integer",
+        ),
+        (
+            {"model": "echo", "max_tokens": True, "messages": USER},
+            "max_tokens: Input should be a valid integer",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "temperature": "0.5", "messages": USER},
+            "temperature: Input should be a valid number",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "stream": "yes", "messages": USER},
+            "stream: Input should be a valid boolean",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "tool_choice": {"name": "x"}, "messages": USER},
+            "tool_choice.type: Field required",
+        ),
         (
             {"model": "echo", "max_tokens": 5, "system": [{"type": "image", "source": {}}], "messages": USER},
             "system.0.type: Input should be 'text' (got 'image'); system.0.text: Field required",
         ),
         (
-            {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": [{"source": {"data": "x"}, "type": "image"}]}]},
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": [{"source": {"data": "x"}, "type": "image"}]}],
+            },
             "messages.0.content.0.source.type: Field required",
         ),
         # The API's prefill rule and wording, for string and block content.
-        ({"model": "echo", "max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": "1, 2, "}]},
-         "messages: final assistant content cannot end with trailing whitespace"),
-        ({"model": "echo", "max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": [{"type": "text", "text": "1,\n"}]}]},
-         "messages: final assistant content cannot end with trailing whitespace"),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [*USER, {"role": "assistant", "content": "1, 2, "}],
+            },
+            "messages: final assistant content cannot end with trailing whitespace",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [*USER, {"role": "assistant", "content": [{"type": "text", "text": "1,\n"}]}],
+            },
+            "messages: final assistant content cannot end with trailing whitespace",
+        ),
         # The API's pattern for tool call ids.
-        ({"model": "echo", "max_tokens": 5, "messages": [
-            *USER, {"role": "assistant", "content": [{"type": "tool_use", "id": "bad id!", "name": "x", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "bad id!", "content": "r"}]}]},
-         "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'"),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "bad id!", "name": "x", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "bad id!", "content": "r"}],
+                    },
+                ],
+            },
+            "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
     ],
 )
 def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
@@ -105,15 +245,27 @@ def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
     assert fragment in assert_envelope(resp, 400, "invalid_request_error")["error"]["message"]
 
 
-DEEP = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+DEEP = (
+    b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "x": '
+    + b"[" * 50_000
+    + b"]" * 50_000
+    + b"}"
+)
 SURROGATE = b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi \\ud800"}]}'
 SURROGATE_MODEL = b'{"model": "x\\ud800", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
-HUGE_INT = b'{"model": "echo", "max_tokens": ' + b"9" * 5000 + b', "messages": [{"role": "user", "content": "hi"}]}'
+HUGE_INT = (
+    b'{"model": "echo", "max_tokens": ' + b"9" * 5000 + b', "messages": [{"role": "user", "content": "hi"}]}'
+)
 #: Python's json reads NaN and Infinity; they are not JSON (RFC 8259).
-NAN = b'{"model": "echo", "max_tokens": 5, "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}'
+NAN = (
+    b'{"model": "echo", "max_tokens": 5, "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}'
+)
 
 
-@pytest.mark.parametrize("raw", [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL, HUGE_INT, NAN])
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{not json", b"[1, 2]", b"\xff\xfe", b'"text"', DEEP, SURROGATE, SURROGATE_MODEL, HUGE_INT, NAN],
+)
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
 def test_malformed_bodies(echo_url: str, raw: bytes, path: str) -> None:
     resp = httpx.post(f"{echo_url}{path}", content=raw, headers={"content-type": "application/json"})
@@ -137,7 +289,13 @@ def test_body_over_limit_is_413(echo: anthropic.Anthropic, echo_url: str) -> Non
         echo.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": big}])
     assert info.value.body["error"]["type"] == "request_too_large"
     # a chunked body (no content-length) is refused the same way
-    chunks = iter([b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "', big.encode(), b'"}]}'])
+    chunks = iter(
+        [
+            b'{"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "',
+            big.encode(),
+            b'"}]}',
+        ]
+    )
     resp = httpx.post(f"{echo_url}/v1/messages", content=chunks, headers={"content-type": "application/json"})
     assert_envelope(resp, 413, "request_too_large")
 
@@ -146,7 +304,9 @@ def test_prompt_too_long_wording(echo: anthropic.Anthropic) -> None:
     words = " ".join(["word"] * 20)  # echo-small has a 12-token context
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as info:
-            echo.messages.create(model="echo-small", max_tokens=5, stream=stream, messages=[{"role": "user", "content": words}])
+            echo.messages.create(
+                model="echo-small", max_tokens=5, stream=stream, messages=[{"role": "user", "content": words}]
+            )
         assert info.value.body["error"]["message"] == "prompt is too long: 20 tokens > 11 maximum"
 
 
@@ -191,7 +351,9 @@ def test_auth(auth_url: str) -> None:
         )
     resp = httpx.post(f"{auth_url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER})
     assert_envelope(resp, 401, "authentication_error")
-    resp = httpx.get(f"{auth_url}/v1/models", headers={"x-api-key": "wrong", "authorization": "Bearer sk-one"})
+    resp = httpx.get(
+        f"{auth_url}/v1/models", headers={"x-api-key": "wrong", "authorization": "Bearer sk-one"}
+    )
     assert resp.status_code == 200  # some clients send both headers
     assert httpx.get(f"{auth_url}/health").status_code == 200
 
@@ -200,7 +362,8 @@ def test_strict_mode_rejects_unknown_fields(echo_config: dict) -> None:
     config = {**echo_config, "server": {"strict": True}}
     with live_server(config) as url:
         resp = httpx.post(
-            f"{url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER, "service_tier": "auto"}
+            f"{url}/v1/messages",
+            json={"model": "echo", "max_tokens": 5, "messages": USER, "service_tier": "auto"},
         )
         body = assert_envelope(resp, 400, "invalid_request_error")
         assert "service_tier" in body["error"]["message"]
@@ -219,9 +382,10 @@ def test_non_loopback_without_keys_refuses_to_start(echo_config: dict) -> None:
             pass
 
 
-
 def test_model_that_cannot_start_fails_cleanly(tmp_path) -> None:
-    config = {"models": {"m": {"driver": "llamacpp", "settings": {"model_path": str(tmp_path / "missing.gguf")}}}}
+    config = {
+        "models": {"m": {"driver": "llamacpp", "settings": {"model_path": str(tmp_path / "missing.gguf")}}}
+    }
     with pytest.raises(RuntimeError) as info:
         with live_server(config, timeout=60):
             pass
@@ -263,13 +427,25 @@ EMPTY = "all messages must have non-empty content except for the optional final 
 @pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
 def test_empty_content_is_refused(echo_url: str, empty: object, path: str) -> None:
     """The API refuses a message with empty content (issue 15 item 3)..."""
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-                {"role": "user", "content": empty}]
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": empty},
+    ]
     resp = httpx.post(f"{echo_url}{path}", json={"model": "echo", "max_tokens": 5, "messages": messages})
     assert assert_envelope(resp, 400, "invalid_request_error")["error"]["message"] == f"messages.2: {EMPTY}"
-    first = httpx.post(f"{echo_url}{path}", json={"model": "echo", "max_tokens": 5,
-                                                  "messages": [{"role": "user", "content": empty}, *messages[1:2],
-                                                               {"role": "user", "content": "ok"}]})
+    first = httpx.post(
+        f"{echo_url}{path}",
+        json={
+            "model": "echo",
+            "max_tokens": 5,
+            "messages": [
+                {"role": "user", "content": empty},
+                *messages[1:2],
+                {"role": "user", "content": "ok"},
+            ],
+        },
+    )
     assert assert_envelope(first, 400, "invalid_request_error")["error"]["message"] == f"messages.0: {EMPTY}"
 
 
@@ -285,6 +461,10 @@ def test_empty_final_assistant_and_tool_result_are_accepted(echo: anthropic.Anth
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": []}]},
     ]
     for final in ("", []):
-        reply = echo.messages.create(model="echo-tools", max_tokens=5, tools=tools,
-                                     messages=[*history, {"role": "assistant", "content": final}])
+        reply = echo.messages.create(
+            model="echo-tools",
+            max_tokens=5,
+            tools=tools,
+            messages=[*history, {"role": "assistant", "content": final}],
+        )
         assert reply.type == "message"

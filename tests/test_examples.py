@@ -37,7 +37,9 @@ def test_there_is_an_example_driver() -> None:
 def test_example_is_a_distribution_of_its_own(example: Path) -> None:
     meta = project(example)["project"]
     assert meta["name"] == example.name
-    core = [Requirement(r) for r in meta["dependencies"] if Requirement(r).name == ROOT_PROJECT["project"]["name"]]
+    core = [
+        Requirement(r) for r in meta["dependencies"] if Requirement(r).name == ROOT_PROJECT["project"]["name"]
+    ]
     assert len(core) == 1, f"{example.name} must depend on {ROOT_PROJECT['project']['name']}"
     assert core[0].specifier.contains(ROOT_PROJECT["project"]["version"])
     plugin = meta["entry-points"]["missive"][example.name]

@@ -22,15 +22,20 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import until, live_server
+from missive.testing import live_server, until
 from missive_echo import script
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1, "tool_choice": ["auto", "none"]}}
 THINKING_SLOT = {"capabilities": {"max_concurrency": 1, "tool_choice": ["auto", "none"], "thinking": True}}
 CONFIG: dict[str, Any] = {
     "models": {
-        "busy": {"driver": "echo", "context_window": 1000, "queue_depth": 0, "settings": THINKING_SLOT,
-                 "fallbacks": ["spare", {"model": "other", "max_tokens": 7}]},
+        "busy": {
+            "driver": "echo",
+            "context_window": 1000,
+            "queue_depth": 0,
+            "settings": THINKING_SLOT,
+            "fallbacks": ["spare", {"model": "other", "max_tokens": 7}],
+        },
         "spare": {"driver": "echo", "context_window": 1000, "queue_depth": 0, "settings": ONE_SLOT},
         "other": {"driver": "echo", "context_window": 1000, "settings": {"capabilities": {"thinking": True}}},
     },
@@ -54,7 +59,11 @@ def client(url: str) -> anthropic.Anthropic:
 @contextmanager
 def holding(url: str, *models: str) -> Iterator[None]:
     """Each of ``models``' one slot held by a sleeping stream (for the block)."""
-    body = {"max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 120})}]}
+    body = {
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 120})}],
+    }
     with httpx.Client(timeout=60) as http:
         streams = []
         try:
@@ -79,7 +88,9 @@ def test_without_fallbacks_a_full_model_is_529(url: str, client: anthropic.Anthr
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_full_queue_falls_back_to_the_next_entry(url: str, client: anthropic.Anthropic, stream: bool) -> None:
-    kwargs: dict[str, Any] = dict(model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA)
+    kwargs: dict[str, Any] = dict(
+        model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA
+    )
     with holding(url, "busy"):
         if stream:
             with client.beta.messages.stream(**kwargs) as answer:
@@ -98,42 +109,63 @@ def test_full_queue_falls_back_to_the_next_entry(url: str, client: anthropic.Ant
 def test_the_chain_goes_on_and_takes_each_entrys_overrides(url: str, client: anthropic.Anthropic) -> None:
     chain = [{"model": "spare"}, {"model": "other", "max_tokens": 1}]
     with holding(url, "busy", "spare"):
-        msg = client.beta.messages.create(model="busy", max_tokens=2000, messages=HELLO, fallbacks=chain, betas=BETA)
+        msg = client.beta.messages.create(
+            model="busy", max_tokens=2000, messages=HELLO, fallbacks=chain, betas=BETA
+        )
         assert msg.model == "other"
         assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 1  # the entry's max_tokens
         # "default": the model's configured chain (spare, then other with max_tokens 7).
         default = client.beta.messages.create(
-            model="busy", max_tokens=2000, messages=[{"role": "user", "content": "a b c d e f g h i j"}],
-            fallbacks="default", betas=BETA,
+            model="busy",
+            max_tokens=2000,
+            messages=[{"role": "user", "content": "a b c d e f g h i j"}],
+            fallbacks="default",
+            betas=BETA,
         )
         assert default.model == "other" and default.usage.output_tokens == 7
 
 
-def test_thinking_of_the_request_follows_what_the_fallback_supports(url: str, client: anthropic.Anthropic) -> None:
+def test_thinking_of_the_request_follows_what_the_fallback_supports(
+    url: str, client: anthropic.Anthropic
+) -> None:
     """``enabled`` on a model without thinking becomes the model's default
     (no thinking); ``between_tools`` on a model without tools: ``disabled``."""
     steps = script({"thinking": "hmm"}, {"text": "ok"})
     with holding(url, "busy"):
         msg = client.beta.messages.create(
-            model="busy", max_tokens=2000, messages=[{"role": "user", "content": steps}],
-            thinking={"type": "enabled", "budget_tokens": 1024}, fallbacks=[{"model": "spare"}], betas=BETA,
+            model="busy",
+            max_tokens=2000,
+            messages=[{"role": "user", "content": steps}],
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            fallbacks=[{"model": "spare"}],
+            betas=BETA,
         )
     assert msg.model == "spare" and [b.type for b in msg.content] == ["text"]
 
 
 def test_bad_entries_and_other_errors_are_not_retried(url: str, client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError, match=r"fallbacks\.0\.model: no model 'nope'"):
-        client.beta.messages.create(model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "nope"}], betas=BETA)
+        client.beta.messages.create(
+            model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "nope"}], betas=BETA
+        )
     with pytest.raises(anthropic.BadRequestError, match=r"fallbacks\.0\.colour"):
         client.beta.messages.create(
-            model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare", "colour": "red"}], betas=BETA,
+            model="busy",
+            max_tokens=20,
+            messages=HELLO,
+            fallbacks=[{"model": "spare", "colour": "red"}],
+            betas=BETA,
         )
     # A 400 of the requested model (a capability it lacks) is the answer:
     # no fallback runs, though the entry could have answered.
     with pytest.raises(anthropic.BadRequestError) as raised:
         client.beta.messages.create(
-            model="spare", max_tokens=2000, messages=HELLO, thinking={"type": "enabled", "budget_tokens": 1024},
-            fallbacks=[{"model": "other"}], betas=BETA,
+            model="spare",
+            max_tokens=2000,
+            messages=HELLO,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            fallbacks=[{"model": "other"}],
+            betas=BETA,
         )
     assert "is not supported by model 'spare'" in raised.value.body["error"]["message"]  # type: ignore[index]
 
@@ -142,8 +174,13 @@ def test_an_error_after_the_answer_started_is_not_retried(url: str) -> None:
     """The stream has begun (``message_start``): a failure is an ``error``
     event, never an answer from another model."""
     steps = script({"text": "partial"}, {"error": {"type": "overloaded_error", "message": "backend gone"}})
-    body = {"model": "spare", "max_tokens": 20, "stream": True, "fallbacks": [{"model": "other"}],
-            "messages": [{"role": "user", "content": steps}]}
+    body = {
+        "model": "spare",
+        "max_tokens": 20,
+        "stream": True,
+        "fallbacks": [{"model": "other"}],
+        "messages": [{"role": "user", "content": steps}],
+    }
     with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as response:
         events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     assert events[0]["message"]["model"] == "spare"
@@ -154,17 +191,26 @@ def test_an_error_after_the_answer_started_is_not_retried(url: str) -> None:
 def test_a_batch_request_with_fallbacks_is_errored(client: anthropic.Anthropic) -> None:
     """As the API: fallbacks are "not supported on the Message Batches API"."""
     params = {"model": "spare", "max_tokens": 20, "messages": HELLO}
-    batch = client.messages.batches.create(requests=[
-        {"custom_id": "plain", "params": params},
-        {"custom_id": "chained", "params": {**params, "fallbacks": [{"model": "other"}]}},  # type: ignore[typeddict-unknown-key]
-    ])
-    ended = until(lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b,
-                  "the batch ended", timeout=300, interval=0.2)
+    batch = client.messages.batches.create(
+        requests=[
+            {"custom_id": "plain", "params": params},
+            {"custom_id": "chained", "params": {**params, "fallbacks": [{"model": "other"}]}},  # type: ignore[typeddict-unknown-key]
+        ]
+    )
+    ended = until(
+        lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b,
+        "the batch ended",
+        timeout=300,
+        interval=0.2,
+    )
     assert ended.request_counts.succeeded == 1 and ended.request_counts.errored == 1
     results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
     assert results["plain"].type == "succeeded"
     errored = results["chained"]
-    assert errored.type == "errored" and "fallbacks: not supported in a Message Batch" in errored.error.error.message  # type: ignore[union-attr]
+    assert (
+        errored.type == "errored"
+        and "fallbacks: not supported in a Message Batch" in errored.error.error.message
+    )  # type: ignore[union-attr]
 
 
 def test_a_key_reaches_no_model_it_may_not_use_through_fallbacks() -> None:
@@ -174,14 +220,23 @@ def test_a_key_reaches_no_model_it_may_not_use_through_fallbacks() -> None:
     import hashlib
 
     config = {
-        "keys": {"scoped": {"key_sha256": hashlib.sha256(b"sk-scoped-0001").hexdigest(), "models": ["busy", "other"]}},
+        "keys": {
+            "scoped": {
+                "key_sha256": hashlib.sha256(b"sk-scoped-0001").hexdigest(),
+                "models": ["busy", "other"],
+            }
+        },
         "models": CONFIG["models"],
     }
     with live_server(config) as url:
         scoped = anthropic.Anthropic(base_url=url, api_key="sk-scoped-0001", max_retries=0, timeout=60)
         with pytest.raises(anthropic.BadRequestError) as raised:
-            scoped.beta.messages.create(model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA)
+            scoped.beta.messages.create(
+                model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA
+            )
         assert "fallbacks.0.model: no model 'spare' is served here" in raised.value.body["error"]["message"]  # type: ignore[index]
         assert scoped.beta.models.retrieve("busy").allowed_fallback_models == ["other"]
-        answered = scoped.beta.messages.create(model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "other"}], betas=BETA)
+        answered = scoped.beta.messages.create(
+            model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "other"}], betas=BETA
+        )
         assert answered.model == "busy"  # the requested model was free: no fallback taken

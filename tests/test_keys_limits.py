@@ -45,8 +45,13 @@ LIMITS: dict[str, dict[str, int]] = {
     "itpd": {"input_tokens_per_day": 5},
     "otpd": {"output_tokens_per_day": 5},
     "conc": {"concurrent_requests": 1},
-    "all": {"requests_per_minute": 10, "input_tokens_per_minute": 1000, "output_tokens_per_minute": 1000,
-            "input_tokens_per_day": 50, "output_tokens_per_day": 60},
+    "all": {
+        "requests_per_minute": 10,
+        "input_tokens_per_minute": 1000,
+        "output_tokens_per_minute": 1000,
+        "input_tokens_per_day": 50,
+        "output_tokens_per_day": 60,
+    },
     "free": {},
 }
 CONFIG: dict[str, Any] = {
@@ -67,8 +72,9 @@ def client(server: ServerProcess, name: str) -> anthropic.Anthropic:
 
 def send(api: anthropic.Anthropic, text: str = EIGHT) -> dict[str, str]:
     """One admitted message; its rate-limit headers."""
-    raw = api.messages.with_raw_response.create(model="echo", max_tokens=50,
-                                                messages=[{"role": "user", "content": text}])
+    raw = api.messages.with_raw_response.create(
+        model="echo", max_tokens=50, messages=[{"role": "user", "content": text}]
+    )
     raw.parse()
     return {k: v for k, v in raw.headers.items() if k.startswith(PREFIX)}
 
@@ -83,12 +89,18 @@ def refused(api: anthropic.Anthropic) -> tuple[str, int, dict[str, str]]:
     assert body["request_id"] == response.headers["request-id"]
     retry = int(response.headers["retry-after"])
     assert 1 <= retry <= 60
-    return body["error"]["message"], retry, {k: v for k, v in response.headers.items() if k.startswith(PREFIX)}
+    return (
+        body["error"]["message"],
+        retry,
+        {k: v for k, v in response.headers.items() if k.startswith(PREFIX)},
+    )
 
 
 def reset_in(headers: dict[str, str], name: str) -> float:
     """Seconds from now to the ``-reset`` time of ``name`` (RFC 3339)."""
-    at = datetime.strptime(headers[f"{PREFIX}{name}-reset"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    at = datetime.strptime(headers[f"{PREFIX}{name}-reset"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=timezone.utc
+    )
     return at.timestamp() - time.time()
 
 
@@ -105,10 +117,18 @@ def test_requests_per_minute(server: ServerProcess) -> None:
     assert not any("tokens" in name for name in headers)  # only the limits the key has
 
 
-@pytest.mark.parametrize(("name", "kind", "retry_most", "reset_least"), [
-    ("itpm", "input", 48, 0), ("otpm", "output", 48, 0), ("itpd", "input", 60, 86400), ("otpd", "output", 60, 86400),
-])
-def test_token_limits(server: ServerProcess, name: str, kind: str, retry_most: int, reset_least: float) -> None:
+@pytest.mark.parametrize(
+    ("name", "kind", "retry_most", "reset_least"),
+    [
+        ("itpm", "input", 48, 0),
+        ("otpm", "output", 48, 0),
+        ("itpd", "input", 60, 86400),
+        ("otpd", "output", 60, 86400),
+    ],
+)
+def test_token_limits(
+    server: ServerProcess, name: str, kind: str, retry_most: int, reset_least: float
+) -> None:
     """A key with 5 tokens a minute (or a day) is admitted while its bucket
     holds a token; the 8-token answer overdraws it, so the next request is
     refused until 4 tokens (-3 to +1) have refilled: 48 s at 5 a minute, a
@@ -116,7 +136,10 @@ def test_token_limits(server: ServerProcess, name: str, kind: str, retry_most: i
     says when the bucket is full (8 tokens away)."""
     api = client(server, name)
     headers = send(api)
-    assert (headers[f"{PREFIX}{kind}-tokens-limit"], headers[f"{PREFIX}{kind}-tokens-remaining"]) == ("5", "5")
+    assert (headers[f"{PREFIX}{kind}-tokens-limit"], headers[f"{PREFIX}{kind}-tokens-remaining"]) == (
+        "5",
+        "5",
+    )
     assert headers[f"{PREFIX}tokens-limit"] == "5"  # the one token limit in effect
     message, retry, headers = refused(api)
     assert f"5 {kind} tokens per {'minute' if name.endswith('m') else 'day'}" in message
@@ -150,19 +173,30 @@ def test_every_header_on_a_key_with_every_limit(server: ServerProcess) -> None:
     api = client(server, "all")
     first = send(api)
     with api.messages.with_streaming_response.create(
-        model="echo", max_tokens=50, stream=True, messages=[{"role": "user", "content": EIGHT}],
+        model="echo",
+        max_tokens=50,
+        stream=True,
+        messages=[{"role": "user", "content": EIGHT}],
     ) as stream:
         streamed = {k: v for k, v in stream.headers.items() if k.startswith(PREFIX)}
         stream.read()
     for headers in (first, streamed):
         assert {name.rsplit("-", 1)[0] for name in headers} == {
-            f"{PREFIX}requests", f"{PREFIX}tokens", f"{PREFIX}input-tokens", f"{PREFIX}output-tokens"}
+            f"{PREFIX}requests",
+            f"{PREFIX}tokens",
+            f"{PREFIX}input-tokens",
+            f"{PREFIX}output-tokens",
+        }
     assert first[f"{PREFIX}requests-limit"] == "10"
     assert int(streamed[f"{PREFIX}requests-remaining"]) < int(first[f"{PREFIX}requests-remaining"])
     # The day limits are the restrictive ones (50 and 60 against 1000 a minute).
-    assert streamed[f"{PREFIX}input-tokens-limit"] == "50" and streamed[f"{PREFIX}output-tokens-limit"] == "60"
+    assert (
+        streamed[f"{PREFIX}input-tokens-limit"] == "50" and streamed[f"{PREFIX}output-tokens-limit"] == "60"
+    )
     used_in = int(first[f"{PREFIX}input-tokens-remaining"]) - int(streamed[f"{PREFIX}input-tokens-remaining"])
-    used_out = int(first[f"{PREFIX}output-tokens-remaining"]) - int(streamed[f"{PREFIX}output-tokens-remaining"])
+    used_out = int(first[f"{PREFIX}output-tokens-remaining"]) - int(
+        streamed[f"{PREFIX}output-tokens-remaining"]
+    )
     assert (used_in, used_out) == (8, 8)  # the first answer's usage, counted when it ended
     assert streamed[f"{PREFIX}tokens-limit"] == "50"
     assert streamed[f"{PREFIX}tokens-remaining"] == streamed[f"{PREFIX}input-tokens-remaining"]
@@ -179,7 +213,12 @@ def test_concurrent_requests(server: ServerProcess) -> None:
     1); once the first ends (its client left), the key is admitted again."""
     api = client(server, "conc")
     long = script({"text": "a"}, {"sleep": 120}, {"text": "b"})
-    body = {"model": "echo", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": long}]}
+    body = {
+        "model": "echo",
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": long}],
+    }
     with httpx.Client(base_url=server.url, timeout=60) as http:
         with http.stream("POST", "/v1/messages", json=body, headers={"x-api-key": "sk-conc"}) as running:
             assert running.status_code == 200
@@ -204,7 +243,9 @@ def test_the_sdk_retries_a_429_after_retry_after(server: ServerProcess) -> None:
     concurrent limit, its retry a second later succeeds once the running
     request has ended (here it already has: the retry is admitted)."""
     api = anthropic.Anthropic(base_url=server.url, api_key="sk-conc", max_retries=2, timeout=60)
-    assert api.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": "y"}]).content
+    assert api.messages.create(
+        model="echo", max_tokens=5, messages=[{"role": "user", "content": "y"}]
+    ).content
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_REUSEPORT spreads connections on Linux")
@@ -216,10 +257,17 @@ def test_two_workers_share_the_limits() -> None:
     with FakeChatServer(vllm=False) as fake:
         config = {
             "server": {"workers": 2},
-            "keys": {"ops": {"key_sha256": sha256("sk-ops"), "scope": "admin"},
-                     "four": {"key_sha256": sha256("sk-four"), "requests_per_minute": 4}},
-            "models": {"gen": {"driver": "openai", "context_window": 2048,
-                               "settings": {"base_url": fake.url, "model": "fake-model"}}},
+            "keys": {
+                "ops": {"key_sha256": sha256("sk-ops"), "scope": "admin"},
+                "four": {"key_sha256": sha256("sk-four"), "requests_per_minute": 4},
+            },
+            "models": {
+                "gen": {
+                    "driver": "openai",
+                    "context_window": 2048,
+                    "settings": {"base_url": fake.url, "model": "fake-model"},
+                }
+            },
         }
         with serve_process(config) as server:
             by_worker: dict[int, httpx.Client] = {}
@@ -236,9 +284,12 @@ def test_two_workers_share_the_limits() -> None:
             statuses: dict[int, list[int]] = {pid: [] for pid in by_worker}
             for _ in range(4):
                 for pid, http in by_worker.items():
-                    statuses[pid].append(http.post("/v1/messages", json=body, headers={"x-api-key": "sk-four"})
-                                         .status_code)
+                    statuses[pid].append(
+                        http.post("/v1/messages", json=body, headers={"x-api-key": "sk-four"}).status_code
+                    )
             for http in by_worker.values():
                 http.close()
             assert [s for pid in by_worker for s in statuses[pid]].count(200) == 4, statuses
-            assert all(seen[:2] == [200, 200] and seen[2:] == [429, 429] for seen in statuses.values()), statuses
+            assert all(seen[:2] == [200, 200] and seen[2:] == [429, 429] for seen in statuses.values()), (
+                statuses
+            )

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 
 from missive.cli.main import cli
 from missive.config import ConfigError, load_config
-from missive.protocol.errors import AuthenticationError, InvalidRequestError
 from missive.keys import limits as limits_module
 from missive.keys.buckets import SharedTable
 from missive.keys.entry import derived_name, hash_key
 from missive.keys.limits import Limiter, RateLimited
 from missive.keys.ring import ANONYMOUS, KeyRing
 from missive.keys.usage import UsageStore, parse_time
+from missive.protocol.errors import AuthenticationError, InvalidRequestError
 
 try:
     import tomllib
@@ -45,10 +45,16 @@ H = hash_key("sk-alice")
 
 
 def test_a_keys_table_and_what_it_refuses() -> None:
-    loaded = config(f'[keys.alice]\nkey_sha256 = "{H.upper()}"\nmodels = ["echo*"]\nrequests_per_minute = 5\n')
+    loaded = config(
+        f'[keys.alice]\nkey_sha256 = "{H.upper()}"\nmodels = ["echo*"]\nrequests_per_minute = 5\n'
+    )
     entry = loaded.keys["alice"]
-    assert (entry.key_sha256, entry.scope, entry.models, entry.limits()) == (H, "user", ["echo*"],
-                                                                           {"requests_per_minute": 5})
+    assert (entry.key_sha256, entry.scope, entry.models, entry.limits()) == (
+        H,
+        "user",
+        ["echo*"],
+        {"requests_per_minute": 5},
+    )
     for text, words in (
         ('[keys.alice]\nkey_sha256 = "sk-alice"\n', "64 hex digits"),
         (f'[keys."bad name"]\nkey_sha256 = "{H}"\n', "key name 'bad name'"),
@@ -57,8 +63,10 @@ def test_a_keys_table_and_what_it_refuses() -> None:
         (f'[keys.alice]\nkey_sha256 = "{H}"\nrequests_per_minute = 0\n', "keys.alice.requests_per_minute"),
         (f'[keys.alice]\nkey_sha256 = "{H}"\nlimit = 3\n', "keys.alice.limit"),
         (f'[keys.a]\nkey_sha256 = "{H}"\n[keys.b]\nkey_sha256 = "{H}"\n', "keys.b is the same key as keys.a"),
-        (f'[server]\napi_keys = ["sk-alice"]\n[keys.a]\nkey_sha256 = "{H}"\n',
-         "server.api_keys[0] is the same key as keys.a"),
+        (
+            f'[server]\napi_keys = ["sk-alice"]\n[keys.a]\nkey_sha256 = "{H}"\n',
+            "server.api_keys[0] is the same key as keys.a",
+        ),
     ):
         with pytest.raises(ConfigError, match="invalid configuration") as info:
             config(text)
@@ -78,8 +86,10 @@ def test_keys_from_the_environment() -> None:
 
 
 def test_the_ring_names_each_key_and_compares_hashes() -> None:
-    loaded = config(f'[server]\napi_keys = ["sk-plain"]\n[keys.alice]\nkey_sha256 = "{H}"\nscope = "admin"\n'
-                    f'[keys.off]\nkey_sha256 = "{hash_key("sk-off")}"\nenabled = false\n')
+    loaded = config(
+        f'[server]\napi_keys = ["sk-plain"]\n[keys.alice]\nkey_sha256 = "{H}"\nscope = "admin"\n'
+        f'[keys.off]\nkey_sha256 = "{hash_key("sk-off")}"\nenabled = false\n'
+    )
     ring = KeyRing(loaded)
     assert ring.identify({"x-api-key": "sk-alice"}).name == "alice"
     assert ring.identify({"x-api-key": "sk-alice"}).admin
@@ -88,9 +98,12 @@ def test_the_ring_names_each_key_and_compares_hashes() -> None:
     # Both headers: either matching is enough; both matching, x-api-key wins.
     assert ring.identify({"x-api-key": "nope", "authorization": "Bearer sk-plain"}).name == plain.name
     assert ring.identify({"x-api-key": "sk-alice", "authorization": "Bearer sk-plain"}).name == "alice"
-    for headers, message in (({}, "x-api-key header is required"), ({"x-api-key": "nope"}, "invalid x-api-key"),
-                             ({"authorization": "Basic sk-alice"}, "x-api-key header is required"),
-                             ({"x-api-key": "sk-off"}, "API key 'off' is disabled")):
+    for headers, message in (
+        ({}, "x-api-key header is required"),
+        ({"x-api-key": "nope"}, "invalid x-api-key"),
+        ({"authorization": "Basic sk-alice"}, "x-api-key header is required"),
+        ({"x-api-key": "sk-off"}, "API key 'off' is disabled"),
+    ):
         with pytest.raises(AuthenticationError, match=message):
             ring.identify(headers)
     assert KeyRing(config("")).identify({}) is ANONYMOUS and ANONYMOUS.admin
@@ -151,7 +164,10 @@ def test_tokens_are_counted_when_an_answer_ends(clock: Clock) -> None:
     ticket.finish(8, 10)  # once only
     with pytest.raises(RateLimited) as info:
         limits.admit(key)
-    assert (info.value.limit, info.value.retry_after) == ("input_tokens_per_minute", 48)  # -3 to +1 at 5/60 per s
+    assert (info.value.limit, info.value.retry_after) == (
+        "input_tokens_per_minute",
+        48,
+    )  # -3 to +1 at 5/60 per s
     headers = info.value.headers
     assert headers["anthropic-ratelimit-input-tokens-remaining"] == "0"
     assert headers["anthropic-ratelimit-output-tokens-remaining"] == "90"
@@ -204,8 +220,10 @@ def test_the_usage_store_adds_prunes_and_filters(tmp_path: Path) -> None:
     store = UsageStore(tmp_path / "usage.sqlite3")
     store.add({(3600, "alice", "echo"): [1, 10, 0, 2, 5]})
     store.add({(3600, "alice", "echo"): [2, 20, 1, 0, 5], (7200, "bob", "echo"): [1, 1, 1, 1, 1]})
-    assert store.rows(0, 10_000, None, None) == [(3600, "alice", "echo", 3, 30, 1, 2, 10),
-                                                 (7200, "bob", "echo", 1, 1, 1, 1, 1)]
+    assert store.rows(0, 10_000, None, None) == [
+        (3600, "alice", "echo", 3, 30, 1, 2, 10),
+        (7200, "bob", "echo", 1, 1, 1, 1, 1),
+    ]
     assert store.rows(0, 10_000, "bob", None) == [(7200, "bob", "echo", 1, 1, 1, 1, 1)]
     assert store.rows(7200, 10_000, None, "echo") == [(7200, "bob", "echo", 1, 1, 1, 1, 1)]
     assert store.prune(7200) == 1 and store.rows(0, 10_000, None, None)[0][0] == 7200
@@ -228,7 +246,11 @@ def test_missive_keys_new_prints_the_key_once_and_its_table(tmp_path: Path) -> N
     key = made.stderr.strip().rsplit(" ", 1)[1]
     assert key.startswith("sk-missive-") and len(key) > 40 and key not in made.stdout
     table = tomllib.loads(made.stdout)["keys"]["alice"]
-    assert table == {"key_sha256": hashlib.sha256(key.encode()).hexdigest(), "scope": "admin", "models": ["echo"]}
+    assert table == {
+        "key_sha256": hashlib.sha256(key.encode()).hexdigest(),
+        "scope": "admin",
+        "models": ["echo"],
+    }
     path = tmp_path / "missive.toml"
     path.write_text(made.stdout)
     ring = KeyRing(load_config(path, environ={}))

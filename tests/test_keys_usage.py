@@ -40,8 +40,10 @@ def sha256(key: str) -> str:
 CONFIG: dict[str, Any] = {
     "server": {"api_keys": [ALICE]},
     "keys": {"bob": {"key_sha256": sha256(BOB)}, "ops": {"key_sha256": sha256(ADMIN), "scope": "admin"}},
-    "models": {"echo": {"driver": "echo", "context_window": 1000, "aliases": ["claude-*"]},
-               "echo-b": {"driver": "echo", "context_window": 1000}},
+    "models": {
+        "echo": {"driver": "echo", "context_window": 1000, "aliases": ["claude-*"]},
+        "echo-b": {"driver": "echo", "context_window": 1000},
+    },
 }
 Sums = dict[tuple[str, str], Counter[str]]
 
@@ -65,14 +67,19 @@ def usage_report(url: str, **params: str) -> dict[str, Any]:
 
 
 def totals(report: dict[str, Any]) -> Sums:
-    return {(r["key_name"], r["model"]): Counter({k: v for k, v in r.items() if k not in ("key_name", "model")})
-            for r in report["totals"]}
+    return {
+        (r["key_name"], r["model"]): Counter({k: v for k, v in r.items() if k not in ("key_name", "model")})
+        for r in report["totals"]
+    }
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     text = httpx.get(f"{url}/metrics", headers={"x-api-key": ADMIN}, timeout=10).text
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @pytest.fixture(scope="module")
@@ -88,17 +95,36 @@ def traffic(state: Path) -> Iterator[tuple[ServerProcess, Sums]]:
     with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(state)}) as server:
         alice, bob = client(server.url, ALICE), client(server.url, BOB)
         for text in ("one", "one two three", "a b c d e f g"):
-            add(sums, alice_name, "echo", alice.messages.create(
-                model="echo", max_tokens=50, messages=[{"role": "user", "content": text}]).usage)
+            add(
+                sums,
+                alice_name,
+                "echo",
+                alice.messages.create(
+                    model="echo", max_tokens=50, messages=[{"role": "user", "content": text}]
+                ).usage,
+            )
         cached = script({"text": "hi"}, {"text": " there"}, cache_read_input_tokens=3)
-        add(sums, alice_name, "echo", alice.messages.create(
-            model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": cached}]).usage)
-        with alice.messages.stream(model="echo-b", max_tokens=50,
-                                   messages=[{"role": "user", "content": "streamed words here"}]) as stream:
+        add(
+            sums,
+            alice_name,
+            "echo",
+            alice.messages.create(
+                model="claude-haiku-4-5", max_tokens=50, messages=[{"role": "user", "content": cached}]
+            ).usage,
+        )
+        with alice.messages.stream(
+            model="echo-b", max_tokens=50, messages=[{"role": "user", "content": "streamed words here"}]
+        ) as stream:
             add(sums, alice_name, "echo-b", stream.get_final_message().usage)
         for text in ("x y", "p q r s"):
-            add(sums, "bob", "echo-b", bob.messages.create(
-                model="echo-b", max_tokens=50, messages=[{"role": "user", "content": text}]).usage)
+            add(
+                sums,
+                "bob",
+                "echo-b",
+                bob.messages.create(
+                    model="echo-b", max_tokens=50, messages=[{"role": "user", "content": text}]
+                ).usage,
+            )
         # Not counted: count_tokens, a bad body, an unknown model, a bad key.
         alice.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "uncounted"}])
         with pytest.raises(anthropic.BadRequestError):
@@ -106,14 +132,23 @@ def traffic(state: Path) -> Iterator[tuple[ServerProcess, Sums]]:
         with pytest.raises(anthropic.NotFoundError):
             alice.messages.create(model="absent", max_tokens=5, messages=[{"role": "user", "content": "no"}])
         with pytest.raises(anthropic.AuthenticationError):
-            client(server.url, "sk-wrong").messages.create(model="echo", max_tokens=5,
-                                                           messages=[{"role": "user", "content": "no"}])
+            client(server.url, "sk-wrong").messages.create(
+                model="echo", max_tokens=5, messages=[{"role": "user", "content": "no"}]
+            )
         # A batch's requests are its key's.
-        batch = bob.messages.batches.create(requests=[
-            {"custom_id": f"r{i}", "params": {"model": "echo", "max_tokens": 50,
-                                              "messages": [{"role": "user", "content": "batch " * (i + 1)}]}}
-            for i in range(2)
-        ])
+        batch = bob.messages.batches.create(
+            requests=[
+                {
+                    "custom_id": f"r{i}",
+                    "params": {
+                        "model": "echo",
+                        "max_tokens": 50,
+                        "messages": [{"role": "user", "content": "batch " * (i + 1)}],
+                    },
+                }
+                for i in range(2)
+            ]
+        )
         deadline = time.monotonic() + DEADLINE
         while bob.messages.batches.retrieve(batch.id).processing_status != "ended":
             assert time.monotonic() < deadline
@@ -156,9 +191,18 @@ def test_key_metrics_equal_the_sums(traffic: tuple[ServerProcess, Sums]) -> None
         extra = 1 if (key, model) == (alice, "echo") else 0
         labels = frozenset({("key_name", key), ("model_name", model), ("status", "200")})
         assert samples[("missive:key_requests_total", labels)] == counts["requests"] + extra, (key, model)
-    assert samples[("missive:key_requests_total",
-                    frozenset({("key_name", alice), ("model_name", ""), ("status", "400")}))] == 1
-    assert not any(dict(labels).get("key_name") == "sk-wrong" or ALICE in str(labels) for _, labels in samples)
+    assert (
+        samples[
+            (
+                "missive:key_requests_total",
+                frozenset({("key_name", alice), ("model_name", ""), ("status", "400")}),
+            )
+        ]
+        == 1
+    )
+    assert not any(
+        dict(labels).get("key_name") == "sk-wrong" or ALICE in str(labels) for _, labels in samples
+    )
 
 
 def test_missive_usage_prints_the_same(traffic: tuple[ServerProcess, Sums]) -> None:
@@ -176,9 +220,12 @@ def test_missive_usage_prints_the_same(traffic: tuple[ServerProcess, Sums]) -> N
 
 def test_bad_usage_queries_are_400(traffic: tuple[ServerProcess, Sums]) -> None:
     server, _ = traffic
-    for params, words in (({"bucket_width": "1m"}, "bucket_width"), ({"starting_at": "yesterday"}, "starting_at"),
-                          ({"starting_at": "2026-01-02T00:00:00Z", "ending_at": "2026-01-01"}, "after"),
-                          ({"starting_at": "2020-01-01", "bucket_width": "1h"}, "1000 buckets")):
+    for params, words in (
+        ({"bucket_width": "1m"}, "bucket_width"),
+        ({"starting_at": "yesterday"}, "starting_at"),
+        ({"starting_at": "2026-01-02T00:00:00Z", "ending_at": "2026-01-01"}, "after"),
+        ({"starting_at": "2020-01-01", "bucket_width": "1h"}, "1000 buckets"),
+    ):
         answer = httpx.get(f"{server.url}/v1/usage", params=params, headers={"x-api-key": ADMIN}, timeout=10)
         assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
         assert words in answer.json()["error"]["message"], answer.text
@@ -197,8 +244,9 @@ def test_usage_survives_a_restart(traffic: tuple[ServerProcess, Sums], state: Pa
 def test_usage_can_be_turned_off(tmp_path: Path) -> None:
     config = {**CONFIG, "usage": {"enabled": False}}
     with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
-        client(server.url, ALICE).messages.create(model="echo", max_tokens=5,
-                                                  messages=[{"role": "user", "content": "x"}])
+        client(server.url, ALICE).messages.create(
+            model="echo", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
         answer = httpx.get(f"{server.url}/v1/usage", headers={"x-api-key": ADMIN}, timeout=10)
         assert answer.status_code == 404 and "usage.enabled" in answer.json()["error"]["message"]
     assert not (tmp_path / "usage.sqlite3").exists()
@@ -207,5 +255,7 @@ def test_usage_can_be_turned_off(tmp_path: Path) -> None:
 def test_a_server_that_counted_nothing_writes_nothing(tmp_path: Path) -> None:
     """No request, no usage database (only probes and a listing were answered)."""
     with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
-        assert httpx.get(f"{server.url}/v1/models", headers={"x-api-key": ALICE}, timeout=10).status_code == 200
+        assert (
+            httpx.get(f"{server.url}/v1/models", headers={"x-api-key": ALICE}, timeout=10).status_code == 200
+        )
     assert not list(tmp_path.glob("usage.sqlite3*"))

@@ -22,8 +22,20 @@ ROOT = Path(missive.__file__).parent
 LAYERS: list[tuple[str, set[str]]] = [
     ("wire", {"protocol"}),
     ("settings and kernel", {"config", "kernel"}),
-    ("one answer", {"driver", "messages", "tools", "thinking", "reasoning", "media", "sampling", "context",
-                    "default_plugins"}),
+    (
+        "one answer",
+        {
+            "driver",
+            "messages",
+            "tools",
+            "thinking",
+            "reasoning",
+            "media",
+            "sampling",
+            "context",
+            "default_plugins",
+        },
+    ),
     ("backends and models", {"engine", "remote", "routing", "models"}),
     ("server", {"server", "keys", "threads", "batches", "console"}),
     ("entry points", {"cli", "api", "asgi", "testing", "pytest_plugin", "scaffold", "__main__"}),
@@ -32,13 +44,20 @@ LAYERS: list[tuple[str, set[str]]] = [
 #: Upward imports that exist, each with why: (importing module, imported
 #: module). A new one fails the test until it is removed or listed here.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("protocol.schema.request", "tools.validate"):
-        "a tool's input_schema is checked as the body is validated (a 400 with the field path)",
-    ("protocol.schema.ignored", "tools.server"):
-        "which server-tool blocks are answered, hence not reported as ignored",
+    (
+        "protocol.schema.request",
+        "tools.validate",
+    ): "a tool's input_schema is checked as the body is validated (a 400 with the field path)",
+    (
+        "protocol.schema.ignored",
+        "tools.server",
+    ): "which server-tool blocks are answered, hence not reported as ignored",
     ("config.schema", "keys.entry"): "the [keys.NAME] and [usage] sections are part of the config model",
     ("config.schema", "routing.rules"): "the [[routing.rules]] section is part of the config model",
-    ("config.schema", "context.capabilities"): "a model's capability overrides are checked against the known keys",
+    (
+        "config.schema",
+        "context.capabilities",
+    ): "a model's capability overrides are checked against the known keys",
     ("config.schema", "media.addresses"): "media.fetch_allow is parsed when the config loads",
     ("kernel.specs", "driver.capabilities"): "a DriverSpec carries the driver's Capabilities",
 }
@@ -86,7 +105,9 @@ def _imports(path: Path) -> list[str]:
                 else:  # from missive import x
                     found.extend(alias.name for alias in child.names)
             elif isinstance(child, ast.Import):
-                found.extend(a.name.removeprefix("missive.") for a in child.names if a.name.startswith("missive."))
+                found.extend(
+                    a.name.removeprefix("missive.") for a in child.names if a.name.startswith("missive.")
+                )
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
@@ -109,8 +130,11 @@ def upward_imports() -> dict[tuple[str, str], tuple[str, str]]:
 
 
 def test_every_package_has_a_layer() -> None:
-    tops = {p.stem if p.is_file() else p.name for p in ROOT.iterdir()
-            if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    tops = {
+        p.stem if p.is_file() else p.name
+        for p in ROOT.iterdir()
+        if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+    }
     tops.discard("__init__")
     assert {t for t in tops if layer_of(t) is None} == set()
 
@@ -129,6 +153,9 @@ MAX_LINES = 450
 
 
 def test_no_core_module_is_over_450_lines() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in ROOT.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}, long

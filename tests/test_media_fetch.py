@@ -14,12 +14,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from media_files import FileServer, image_bytes, slow_route, unbounded_route
 
-from missive.protocol.errors import MediaError
 from missive.media.addresses import parse_allow_list, refusal
 from missive.media.fetch import FetchPolicy, build_request, fetch
-
-from media_files import FileServer, image_bytes, slow_route, unbounded_route
+from missive.protocol.errors import MediaError
 
 PNG = image_bytes("PNG")
 LOOPBACK_ONLY = parse_allow_list(["127.0.0.1"])
@@ -131,8 +130,12 @@ async def test_names_resolving_inside_are_refused_before_connecting(
         return answers
 
     with pytest.raises(MediaError) as caught:
-        await fetch("http://internal.example/x.png", policy=FetchPolicy(resolver=resolver), max_bytes=10**6,
-                    path="messages.0.content.0.source")
+        await fetch(
+            "http://internal.example/x.png",
+            policy=FetchPolicy(resolver=resolver),
+            max_bytes=10**6,
+            path="messages.0.content.0.source",
+        )
     assert caught.value.message.startswith("messages.0.content.0.source: refused to fetch")
     assert reason in caught.value.message and "media.fetch_allow" in caught.value.message
 
@@ -156,7 +159,9 @@ async def test_literal_internal_addresses_are_refused_before_connecting(
         await fetch(url, policy=FetchPolicy(), max_bytes=10**6, path="p")
 
 
-@pytest.mark.parametrize("scheme_url", ["file:///etc/passwd", "ftp://example.com/a.png", "gopher://x/", "data:,hi"])
+@pytest.mark.parametrize(
+    "scheme_url", ["file:///etc/passwd", "ftp://example.com/a.png", "gopher://x/", "data:,hi"]
+)
 async def test_only_http_and_https(monkeypatch: pytest.MonkeyPatch, scheme_url: str) -> None:
     no_connection(monkeypatch)
     with pytest.raises(MediaError, match="only http and https|no host|not a valid URL"):
@@ -171,9 +176,13 @@ async def test_local_server_refused_by_default(server: FileServer) -> None:
 
 
 async def test_allow_listed_host_is_fetched(server: FileServer) -> None:
-    got = await fetch(server.url("/a.png"), policy=FetchPolicy(allow=LOOPBACK_ONLY), max_bytes=10**6, path="p")
+    got = await fetch(
+        server.url("/a.png"), policy=FetchPolicy(allow=LOOPBACK_ONLY), max_bytes=10**6, path="p"
+    )
     assert got.data == PNG and got.content_type == "image/png"
-    redirected = await fetch(server.url("/to-a"), policy=FetchPolicy(allow=LOOPBACK_ONLY), max_bytes=10**6, path="p")
+    redirected = await fetch(
+        server.url("/to-a"), policy=FetchPolicy(allow=LOOPBACK_ONLY), max_bytes=10**6, path="p"
+    )
     assert redirected.data == PNG and redirected.url.endswith("/a.png")
 
 

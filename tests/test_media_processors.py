@@ -7,17 +7,16 @@ import io
 import zipfile
 
 import pytest
+from media_files import image_bytes, make_pdf, png_header_only
 from PIL import Image
 
 from missive.config import MediaConfig
-from missive.protocol.errors import MediaError
 from missive.media.documents import PdfDocumentProcessor, TextDocumentProcessor, render_document
 from missive.media.images import PillowImageProcessor, PlaceholderImageProcessor, sniff_image
 from missive.media.office import DOCX, PPTX, XLSX, OfficeDocumentProcessor
 from missive.media.tokens import estimate_image_tokens
 from missive.media.types import IMAGE_MEDIA_TYPES, ImageTarget, Section, SourceBytes
-
-from media_files import image_bytes, make_pdf, png_header_only
+from missive.protocol.errors import MediaError
 
 CONFIG = MediaConfig()
 ALL = frozenset(IMAGE_MEDIA_TYPES)
@@ -28,16 +27,26 @@ def src(data: bytes, media_type: str = "image/png", url: str | None = None) -> S
     return SourceBytes(data=data, media_type=media_type, path=PATH, url=url)
 
 
-def pillow(data: bytes, media_type: str = "image/png", *, accept: frozenset[str] = ALL, edge: int = 1568,
-           config: MediaConfig = CONFIG):
-    return PillowImageProcessor(config).process(src(data, media_type), ImageTarget(accept=accept, max_edge=edge))
+def pillow(
+    data: bytes,
+    media_type: str = "image/png",
+    *,
+    accept: frozenset[str] = ALL,
+    edge: int = 1568,
+    config: MediaConfig = CONFIG,
+):
+    return PillowImageProcessor(config).process(
+        src(data, media_type), ImageTarget(accept=accept, max_edge=edge)
+    )
 
 
 # -- images --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("fmt", "media"), [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("GIF", "image/gif"),
-                                            ("WEBP", "image/webp")])
+@pytest.mark.parametrize(
+    ("fmt", "media"),
+    [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("GIF", "image/gif"), ("WEBP", "image/webp")],
+)
 def test_each_format_passes_unchanged_when_accepted(fmt: str, media: str) -> None:
     data = image_bytes(fmt, (64, 32))
     assert sniff_image(data) == media
@@ -153,13 +162,16 @@ def test_real_bomb_refused_without_decoding() -> None:
 
 def test_placeholder_fallback() -> None:
     text = PlaceholderImageProcessor(CONFIG).process(
-        src(image_bytes("JPEG", (640, 480)), "image/jpeg"), ImageTarget(accept=frozenset(), max_edge=1568, model="m")
+        src(image_bytes("JPEG", (640, 480)), "image/jpeg"),
+        ImageTarget(accept=frozenset(), max_edge=1568, model="m"),
     )
     assert text == "[image: image/jpeg, 640x480 pixels; not shown: model 'm' reads text only]"
     with pytest.raises(MediaError, match="declared as image/png"):
         PlaceholderImageProcessor(CONFIG).process(src(image_bytes("JPEG")), ImageTarget(frozenset(), 1568))
     with pytest.raises(MediaError, match="8000 pixels"):
-        PlaceholderImageProcessor(CONFIG).process(src(png_header_only(9000, 10)), ImageTarget(frozenset(), 1568))
+        PlaceholderImageProcessor(CONFIG).process(
+            src(png_header_only(9000, 10)), ImageTarget(frozenset(), 1568)
+        )
 
 
 def test_token_estimate() -> None:
@@ -176,10 +188,15 @@ def pdf_doc(data: bytes, media_type: str = "application/pdf") -> SourceBytes:
 
 def test_pdf_text_per_page() -> None:
     sections = PdfDocumentProcessor(CONFIG).process(pdf_doc(make_pdf(["First page (one)", "Second page"])))
-    assert [(s.tag, s.attrs) for s in sections] == [("page", (("number", "1"),)), ("page", (("number", "2"),))]
+    assert [(s.tag, s.attrs) for s in sections] == [
+        ("page", (("number", "1"),)),
+        ("page", (("number", "2"),)),
+    ]
     assert "First page (one)" in sections[0].text and "Second page" in sections[1].text
     rendered = render_document(sections, title="Report", context="From finance")
-    assert rendered.startswith("<document>\n<title>Report</title>\n<context>From finance</context>\n<page number=\"1\">\n")
+    assert rendered.startswith(
+        "<document>\n<title>Report</title>\n<context>From finance</context>\n<page number=\"1\">\n"
+    )
     assert rendered.endswith("Second page\n</page>\n</document>")
 
 
@@ -193,7 +210,11 @@ def test_pdf_mislabeled_truncated_broken() -> None:
     with pytest.raises(MediaError, match="declared as application/pdf, but its bytes are not a PDF"):
         processor.process(pdf_doc(image_bytes("PNG")))
     pdf = make_pdf(["hello"])
-    for broken in (pdf[:60], b"%PDF-1.4\n" + b"\x00garbage" * 50, pdf.replace(b"/Pages 2 0 R", b"/Pages 9 0 R")):
+    for broken in (
+        pdf[:60],
+        b"%PDF-1.4\n" + b"\x00garbage" * 50,
+        pdf.replace(b"/Pages 2 0 R", b"/Pages 9 0 R"),
+    ):
         with pytest.raises(MediaError, match="PDF cannot be read|PDF has 0 pages|cannot be read"):
             processor.process(pdf_doc(broken))
 

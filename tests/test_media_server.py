@@ -17,11 +17,10 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from media_files import FileServer, b64, image_bytes, make_pdf, png_header_only
 
 from missive.media.tokens import estimate_image_tokens
 from missive.testing import live_server
-
-from media_files import FileServer, b64, image_bytes, make_pdf, png_header_only
 
 ALL_IMAGES = ["image/jpeg", "image/png", "image/gif", "image/webp"]
 TOOLS_CAPS = ["auto", "any", "tool", "none"]
@@ -30,8 +29,11 @@ PDF = make_pdf(["Alpha page text", "Beta page text"])
 
 
 def report_model(**caps: Any) -> dict[str, Any]:
-    return {"driver": "echo", "context_window": 1_000_000,
-            "settings": {"report": True, "capabilities": {"tool_choice": TOOLS_CAPS, **caps}}}
+    return {
+        "driver": "echo",
+        "context_window": 1_000_000,
+        "settings": {"report": True, "capabilities": {"tool_choice": TOOLS_CAPS, **caps}},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +50,12 @@ def files() -> Iterator[FileServer]:
 def url(files: FileServer) -> Iterator[str]:
     config = {
         "server": {"max_body_bytes": 8_000_000},
-        "media": {"fetch_allow": ["127.0.0.1"], "fetch_timeout": 3.0, "image_max_bytes": 1_000_000,
-                  "pdf_max_pages": 5},
+        "media": {
+            "fetch_allow": ["127.0.0.1"],
+            "fetch_timeout": 3.0,
+            "image_max_bytes": 1_000_000,
+            "pdf_max_pages": 5,
+        },
         "models": {
             "vision": report_model(input_media=ALL_IMAGES),
             "vision-small": report_model(input_media=["image/png"], image_max_edge=64),
@@ -78,8 +84,13 @@ def pdf_source(data: bytes = PDF) -> dict[str, Any]:
     return {"type": "base64", "media_type": "application/pdf", "data": b64(data)}
 
 
-def received(client: anthropic.Anthropic, content: list[dict[str, Any]], model: str = "vision",
-             messages: list[dict[str, Any]] | None = None, **kw: Any) -> dict[str, Any]:
+def received(
+    client: anthropic.Anthropic,
+    content: list[dict[str, Any]],
+    model: str = "vision",
+    messages: list[dict[str, Any]] | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
     """The conversation the echo driver received, from its JSON answer."""
     msgs = messages or [{"role": "user", "content": content}]
     message = client.messages.create(model=model, max_tokens=5, messages=msgs, **kw)
@@ -93,14 +104,22 @@ def blocks(report: dict[str, Any], turn: int = -1) -> list[dict[str, Any]]:
 # -- images ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("fmt", "media"), [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("GIF", "image/gif"),
-                                            ("WEBP", "image/webp")])
+@pytest.mark.parametrize(
+    ("fmt", "media"),
+    [("PNG", "image/png"), ("JPEG", "image/jpeg"), ("GIF", "image/gif"), ("WEBP", "image/webp")],
+)
 def test_base64_image_reaches_the_driver_unchanged(client: anthropic.Anthropic, fmt: str, media: str) -> None:
     data = image_bytes(fmt, (64, 48))
     got = blocks(received(client, [image(data, media), {"type": "text", "text": "what is this?"}]))
     assert got == [
-        {"type": "image", "media_type": media, "width": 64, "height": 48, "bytes": len(data),
-         "sha256": hashlib.sha256(data).hexdigest()},
+        {
+            "type": "image",
+            "media_type": media,
+            "width": 64,
+            "height": 48,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        },
         {"type": "text", "text": "what is this?"},
     ]
 
@@ -116,12 +135,19 @@ def test_stream_and_non_stream_agree(client: anthropic.Anthropic) -> None:
 
 
 def test_downscaled_and_converted_for_the_model(client: anthropic.Anthropic) -> None:
-    got = blocks(received(client, [image(image_bytes("WEBP", (300, 150)), "image/webp")], model="vision-small"))
+    got = blocks(
+        received(client, [image(image_bytes("WEBP", (300, 150)), "image/webp")], model="vision-small")
+    )
     assert got[0]["media_type"] == "image/png" and (got[0]["width"], got[0]["height"]) == (64, 32)
 
 
 def test_count_tokens_accounts_for_images(client: anthropic.Anthropic) -> None:
-    messages = [{"role": "user", "content": [image(image_bytes("PNG", (1000, 600))), {"type": "text", "text": "two words"}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [image(image_bytes("PNG", (1000, 600))), {"type": "text", "text": "two words"}],
+        }
+    ]
     count = client.messages.count_tokens(model="vision", messages=messages).input_tokens
     assert count == 2 + estimate_image_tokens(1000, 600) == 2 + 800
     small = client.messages.count_tokens(model="vision-small", messages=messages).input_tokens
@@ -147,23 +173,46 @@ def test_text_only_model_refuses_images(client: anthropic.Anthropic) -> None:
 
 
 def test_pdf_document_with_title_and_context(client: anthropic.Anthropic) -> None:
-    got = blocks(received(client, [document(pdf_source(), title="Report", context="Q3 numbers"),
-                                   {"type": "text", "text": "summarize"}], model="text"))
+    got = blocks(
+        received(
+            client,
+            [
+                document(pdf_source(), title="Report", context="Q3 numbers"),
+                {"type": "text", "text": "summarize"},
+            ],
+            model="text",
+        )
+    )
     text = got[0]["text"]
-    assert text.startswith("<document>\n<title>Report</title>\n<context>Q3 numbers</context>\n<page number=\"1\">\n")
+    assert text.startswith(
+        "<document>\n<title>Report</title>\n<context>Q3 numbers</context>\n<page number=\"1\">\n"
+    )
     assert "Alpha page text\n</page>\n<page number=\"2\">\nBeta page text\n</page>\n</document>" in text
     assert got[1] == {"type": "text", "text": "summarize"}
 
 
 def test_text_content_and_url_documents(client: anthropic.Anthropic, files: FileServer) -> None:
-    got = blocks(received(client, [
-        document({"type": "text", "media_type": "text/plain", "data": "plain body"}),
-        document({"type": "content", "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second"},
-                                                 image(image_bytes("PNG", (10, 10)))]}),
-        document({"type": "content", "content": "just a string"}),
-        document({"type": "url", "url": files.url("/doc.pdf")}),
-        document({"type": "url", "url": files.url("/notes.txt")}),
-    ]))
+    got = blocks(
+        received(
+            client,
+            [
+                document({"type": "text", "media_type": "text/plain", "data": "plain body"}),
+                document(
+                    {
+                        "type": "content",
+                        "content": [
+                            {"type": "text", "text": "first"},
+                            {"type": "text", "text": "second"},
+                            image(image_bytes("PNG", (10, 10))),
+                        ],
+                    }
+                ),
+                document({"type": "content", "content": "just a string"}),
+                document({"type": "url", "url": files.url("/doc.pdf")}),
+                document({"type": "url", "url": files.url("/notes.txt")}),
+            ],
+        )
+    )
     assert got[0]["text"] == "<document>\n<content>\nplain body\n</content>\n</document>"
     assert got[1]["text"] == "<document>\n<content>\nfirst\nsecond\n</content>\n</document>"
     assert got[2]["type"] == "image" and (got[2]["width"], got[2]["height"]) == (10, 10)
@@ -181,16 +230,34 @@ def test_office_document(client: anthropic.Anthropic) -> None:
     doc = docx.Document()
     doc.add_paragraph("Minutes of the meeting")
     doc.save(out)
-    source = {"type": "base64",
-              "media_type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-              "data": b64(out.getvalue())}
+    source = {
+        "type": "base64",
+        "media_type": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "data": b64(out.getvalue()),
+    }
     got = blocks(received(client, [document(source, title="minutes.docx")], model="text"))
-    assert got[0]["text"] == "<document>\n<title>minutes.docx</title>\n<content>\nMinutes of the meeting\n</content>\n</document>"
+    assert (
+        got[0]["text"]
+        == "<document>\n<title>minutes.docx</title>\n<content>\nMinutes of the meeting\n</content>\n</document>"
+    )
 
 
 def test_citations_accepted_and_reported_as_ignored(url: str) -> None:
-    body = {"model": "text", "max_tokens": 5, "messages": [{"role": "user", "content": [
-        document({"type": "text", "media_type": "text/plain", "data": "cite me"}, citations={"enabled": True})]}]}
+    body = {
+        "model": "text",
+        "max_tokens": 5,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    document(
+                        {"type": "text", "media_type": "text/plain", "data": "cite me"},
+                        citations={"enabled": True},
+                    )
+                ],
+            }
+        ],
+    }
     response = httpx.post(f"{url}/v1/messages", json=body, timeout=30)
     assert response.status_code == 200
     assert "messages.0.content.0.citations" in response.headers["missive-ignored"]
@@ -200,11 +267,15 @@ def test_citations_accepted_and_reported_as_ignored(url: str) -> None:
 def test_media_no_prompt_shows_is_reported_as_ignored(url: str) -> None:
     """Images and documents in a system message or in the assistant prefill
     are not rendered: reported, never dropped silently."""
-    body = {"model": "vision", "max_tokens": 5, "messages": [
-        {"role": "system", "content": [{"type": "text", "text": "Be brief."}, image(PNG)]},
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": [{"type": "text", "text": "Sure"}, image(PNG)]},
-    ]}
+    body = {
+        "model": "vision",
+        "max_tokens": 5,
+        "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "Be brief."}, image(PNG)]},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Sure"}, image(PNG)]},
+        ],
+    }
     response = httpx.post(f"{url}/v1/messages", json=body, timeout=30)
     assert response.status_code == 200, response.text
     ignored = response.headers["missive-ignored"]
@@ -220,14 +291,28 @@ def test_images_and_documents_inside_tool_results(client: anthropic.Anthropic) -
     shot = image_bytes("PNG", (2000, 1000))
     messages = [
         {"role": "user", "content": "read the files"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "Read", "input": {"f": "a.png"}},
-                                          {"type": "tool_use", "id": "toolu_b", "name": "Read", "input": {"f": "b.pdf"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_a", "content": [image(shot)]},
-            {"type": "tool_result", "tool_use_id": "toolu_b", "content": [
-                {"type": "text", "text": "PDF follows"}, document(pdf_source(), title="b.pdf")]},
-            {"type": "text", "text": "describe them"},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_a", "name": "Read", "input": {"f": "a.png"}},
+                {"type": "tool_use", "id": "toolu_b", "name": "Read", "input": {"f": "b.pdf"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_a", "content": [image(shot)]},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_b",
+                    "content": [
+                        {"type": "text", "text": "PDF follows"},
+                        document(pdf_source(), title="b.pdf"),
+                    ],
+                },
+                {"type": "text", "text": "describe them"},
+            ],
+        },
     ]
     tools = [{"name": "Read", "input_schema": {"type": "object", "properties": {"f": {"type": "string"}}}}]
     got = blocks(received(client, [], messages=messages, tools=tools))
@@ -260,34 +345,79 @@ def _bad_inputs() -> list[tuple[str, dict[str, Any], str]]:
     big_png = b"\x89PNG\r\n\x1a\n" + os.urandom(1_100_000)
     truncated = image_bytes("PNG", (300, 300))
     return [
-        ("malformed base64", {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "@@@="}},
-         "messages.0.content.0.source.data: the data is not valid base64"),
-        ("data URL", {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                  "data": "data:image/png;base64," + b64(PNG)}},
-         "messages.0.content.0.source.data: the data is a data: URL"),
-        ("empty data", {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}},
-         "messages.0.content.0.source.data: the data is empty"),
-        ("mislabeled", image(PNG, "image/jpeg"),
-         "messages.0.content.0.source: the image was declared as image/jpeg, but its bytes are image/png"),
-        ("unknown media type", image(PNG, "image/bmp"),
-         "messages.0.content.0.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"),
+        (
+            "malformed base64",
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "@@@="}},
+            "messages.0.content.0.source.data: the data is not valid base64",
+        ),
+        (
+            "data URL",
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": "image/png",
+                    "data": "data:image/png;base64," + b64(PNG),
+                },
+            },
+            "messages.0.content.0.source.data: the data is a data: URL",
+        ),
+        (
+            "empty data",
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}},
+            "messages.0.content.0.source.data: the data is empty",
+        ),
+        (
+            "mislabeled",
+            image(PNG, "image/jpeg"),
+            "messages.0.content.0.source: the image was declared as image/jpeg, but its bytes are image/png",
+        ),
+        (
+            "unknown media type",
+            image(PNG, "image/bmp"),
+            "messages.0.content.0.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        ),
         ("not an image", image(b"<svg/>" * 10), "is not a JPEG, PNG, GIF or WebP image"),
         ("truncated", image(truncated[: len(truncated) - 40]), "truncated or corrupt"),
-        ("bomb", image(png_header_only(40_000, 40_000)), "messages.0.content.0.source: image refused as a decompression bomb"),
-        ("over the side limit", image(png_header_only(9000, 100)),
-         "messages.0.content.0.source: image dimensions 9000x100 exceed the maximum of 8000 pixels a side"),
+        (
+            "bomb",
+            image(png_header_only(40_000, 40_000)),
+            "messages.0.content.0.source: image refused as a decompression bomb",
+        ),
+        (
+            "over the side limit",
+            image(png_header_only(9000, 100)),
+            "messages.0.content.0.source: image dimensions 9000x100 exceed the maximum of 8000 pixels a side",
+        ),
         ("oversized", image(big_png), "decodes to more than the limit of 1000000 bytes"),
-        ("file image", {"type": "image", "source": {"type": "file", "file_id": "file_abc"}},
-         "messages.0.content.0.source: file sources need the Files API"),
-        ("file document", document({"type": "file", "file_id": "file_abc"}), "file sources need the Files API"),
-        ("pdf mislabeled", document(pdf_source(PNG)), "declared as application/pdf, but its bytes are not a PDF"),
+        (
+            "file image",
+            {"type": "image", "source": {"type": "file", "file_id": "file_abc"}},
+            "messages.0.content.0.source: file sources need the Files API",
+        ),
+        (
+            "file document",
+            document({"type": "file", "file_id": "file_abc"}),
+            "file sources need the Files API",
+        ),
+        (
+            "pdf mislabeled",
+            document(pdf_source(PNG)),
+            "declared as application/pdf, but its bytes are not a PDF",
+        ),
         ("pdf broken", document(pdf_source(PDF[:80])), "messages.0.content.0.source: the PDF cannot be read"),
         ("pdf encrypted", document(pdf_source(_encrypted_pdf())), "the PDF is encrypted with a password"),
         ("pdf too long", document(pdf_source(make_pdf(["p"] * 6))), "the PDF has 6 pages; the limit is 5"),
-        ("unsupported document", document({"type": "base64", "media_type": "application/zip", "data": b64(b"PK\x03\x04")}),
-         "document media type application/zip is not supported; supported: application/json, application/pdf"),
-        ("content item", document({"type": "content", "content": [{"type": "tool_use"}]}),
-         "messages.0.content.0.source.content.0: content documents hold text and image blocks only"),
+        (
+            "unsupported document",
+            document({"type": "base64", "media_type": "application/zip", "data": b64(b"PK\x03\x04")}),
+            "document media type application/zip is not supported; supported: application/json, application/pdf",
+        ),
+        (
+            "content item",
+            document({"type": "content", "content": [{"type": "tool_use"}]}),
+            "messages.0.content.0.source.content.0: content documents hold text and image blocks only",
+        ),
     ]
 
 
@@ -342,21 +472,41 @@ def test_placeholder_fallback_and_fetching_off(files: FileServer) -> None:
         "media": {"image_fallback": "placeholder", "fetch_urls": False},
         "models": {"text": report_model()},
     }
-    with live_server(config) as base, anthropic.Anthropic(base_url=base, api_key="t", max_retries=0) as client:
-        got = blocks(received(client, [image(image_bytes("JPEG", (640, 480)), "image/jpeg"),
-                                       {"type": "text", "text": "and?"}], model="text"))
+    with (
+        live_server(config) as base,
+        anthropic.Anthropic(base_url=base, api_key="t", max_retries=0) as client,
+    ):
+        got = blocks(
+            received(
+                client,
+                [image(image_bytes("JPEG", (640, 480)), "image/jpeg"), {"type": "text", "text": "and?"}],
+                model="text",
+            )
+        )
         assert got == [
-            {"type": "text", "text": "[image: image/jpeg, 640x480 pixels; not shown: model 'text' reads text only]"},
+            {
+                "type": "text",
+                "text": "[image: image/jpeg, 640x480 pixels; not shown: model 'text' reads text only]",
+            },
             {"type": "text", "text": "and?"},
         ]
         with pytest.raises(anthropic.BadRequestError) as caught:
-            received(client, [{"type": "image", "source": {"type": "url", "url": files.url("/a.png")}}], model="text")
-        assert "url sources are turned off on this server (media.fetch_urls)" in caught.value.body["error"]["message"]
+            received(
+                client,
+                [{"type": "image", "source": {"type": "url", "url": files.url("/a.png")}}],
+                model="text",
+            )
+        assert (
+            "url sources are turned off on this server (media.fetch_urls)"
+            in caught.value.body["error"]["message"]
+        )
 
 
 def test_unknown_fallback_stops_start_up() -> None:
     with pytest.raises(RuntimeError, match="media.image_fallback: no image processor named 'nope'"):
-        with live_server({"media": {"image_fallback": "nope"}, "models": {"e": {"driver": "echo"}}}, timeout=30):
+        with live_server(
+            {"media": {"image_fallback": "nope"}, "models": {"e": {"driver": "echo"}}}, timeout=30
+        ):
             pass
 
 
@@ -364,8 +514,13 @@ def test_processors_listed_by_missive_plugins() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "missive", "plugins", "--json"], capture_output=True, text=True,
-                         check=True, env={k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")})
+    out = subprocess.run(
+        [sys.executable, "-m", "missive", "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")},
+    )
     data = json.loads(out.stdout)
     assert list(data["image_processors"]) == ["pillow", "placeholder"]
     assert data["document_processors"]["pypdf"]["media_types"] == ["application/pdf"]

@@ -19,12 +19,11 @@ from urllib.parse import urlparse
 import anthropic
 import httpx
 import pytest
+from media_files import b64, image_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
 from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
-
-from media_files import b64, image_bytes
 
 KEY = "sk-metrics-test-key"  # an admin key: /metrics needs one
 USER_KEY = "sk-metrics-user-key"
@@ -35,8 +34,11 @@ CONFIG: dict[str, Any] = {
     "models": {
         "echo": {"driver": "echo", "context_window": 1000},
         "small": {"driver": "echo", "context_window": 12},
-        "vision": {"driver": "echo", "context_window": 100_000,
-                   "settings": {"capabilities": {"input_media": ["image/png"]}}},
+        "vision": {
+            "driver": "echo",
+            "context_window": 100_000,
+            "settings": {"capabilities": {"input_media": ["image/png"]}},
+        },
         "single": {"driver": "echo", "context_window": 1000, "queue_depth": 4, "settings": ONE_SLOT},
     },
 }
@@ -107,13 +109,17 @@ def test_metrics_public_needs_no_key() -> None:
         assert httpx.get(f"{proc.url}/v1/models", timeout=10).status_code == 401
 
 
-def test_token_counters_move_by_the_reported_usage(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_token_counters_move_by_the_reported_usage(
+    server: ServerProcess, client: anthropic.Anthropic
+) -> None:
     """Prompt, cached and output token counters grow by exactly the usage the
     client received, over a plain answer (with a cache hit), a stream cut
     by max_tokens, and count_tokens (which counts no tokens); successes are
     counted by stop reason and requests by status."""
     before = scrape(server.url)
-    plain = client.messages.create(**ask(script({"text": "one two three", "tokens": 3}, cache_read_input_tokens=4)))
+    plain = client.messages.create(
+        **ask(script({"text": "one two three", "tokens": 3}, cache_read_input_tokens=4))
+    )
     with client.messages.stream(**ask("a b c d e f g h", max_tokens=3)) as stream:
         streamed = stream.get_final_message()
     counted = client.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "x y z"}])
@@ -125,8 +131,14 @@ def test_token_counters_move_by_the_reported_usage(server: ServerProcess, client
     assert delta(before, after, "missive:prompt_tokens_total", model_name="echo") == prompt
     assert delta(before, after, "missive:prompt_tokens_cached_total", model_name="echo") == 4
     assert delta(before, after, "missive:generation_tokens_total", model_name="echo") == 3 + 3
-    assert delta(before, after, "missive:request_success_total", model_name="echo", finished_reason="end_turn") == 1
-    assert delta(before, after, "missive:request_success_total", model_name="echo", finished_reason="max_tokens") == 1
+    assert (
+        delta(before, after, "missive:request_success_total", model_name="echo", finished_reason="end_turn")
+        == 1
+    )
+    assert (
+        delta(before, after, "missive:request_success_total", model_name="echo", finished_reason="max_tokens")
+        == 1
+    )
     ok = {"model_name": "echo", "status": "200", "error_type": ""}
     assert delta(before, after, "missive:requests_total", endpoint="/v1/messages", **ok) == 2
     assert delta(before, after, "missive:requests_total", endpoint="/v1/messages/count_tokens", **ok) == 1
@@ -144,23 +156,75 @@ def test_errors_are_counted_by_status_and_type(server: ServerProcess, client: an
     with pytest.raises(anthropic.NotFoundError):
         client.messages.create(**ask("hello", model="no-such-model"))
     with pytest.raises(anthropic.APIStatusError):
-        with client.messages.stream(**ask(script({"text": "a"}, {"error": {"type": "overloaded_error"}}))) as s:
+        with client.messages.stream(
+            **ask(script({"text": "a"}, {"error": {"type": "overloaded_error"}}))
+        ) as s:
             s.get_final_message()
     assert httpx.get(server.url + "/v1/messages", headers={"x-api-key": "t"}).status_code == 405
     assert httpx.get(server.url + "/v1/nowhere", headers={"x-api-key": "t"}).status_code == 404
     after = scrape(server.url)
 
     messages = {"endpoint": "/v1/messages"}
-    assert delta(before, after, "missive:requests_total", model_name="small", status="400",
-                 error_type="invalid_request_error", **messages) == 1
-    assert delta(before, after, "missive:requests_total", model_name="", status="404",
-                 error_type="not_found_error", **messages) == 1
-    assert delta(before, after, "missive:requests_total", model_name="echo", status="200",
-                 error_type="overloaded_error", **messages) == 1
-    assert delta(before, after, "missive:requests_total", model_name="", status="405",
-                 error_type="invalid_request_error", **messages) == 1  # its route, a wrong method
-    assert delta(before, after, "missive:requests_total", model_name="", status="404",
-                 error_type="not_found_error", endpoint="other") == 1  # no route: not the path itself
+    assert (
+        delta(
+            before,
+            after,
+            "missive:requests_total",
+            model_name="small",
+            status="400",
+            error_type="invalid_request_error",
+            **messages,
+        )
+        == 1
+    )
+    assert (
+        delta(
+            before,
+            after,
+            "missive:requests_total",
+            model_name="",
+            status="404",
+            error_type="not_found_error",
+            **messages,
+        )
+        == 1
+    )
+    assert (
+        delta(
+            before,
+            after,
+            "missive:requests_total",
+            model_name="echo",
+            status="200",
+            error_type="overloaded_error",
+            **messages,
+        )
+        == 1
+    )
+    assert (
+        delta(
+            before,
+            after,
+            "missive:requests_total",
+            model_name="",
+            status="405",
+            error_type="invalid_request_error",
+            **messages,
+        )
+        == 1
+    )  # its route, a wrong method
+    assert (
+        delta(
+            before,
+            after,
+            "missive:requests_total",
+            model_name="",
+            status="404",
+            error_type="not_found_error",
+            endpoint="other",
+        )
+        == 1
+    )  # no route: not the path itself
     assert not any("no-such-model" in str(labels) or "nowhere" in str(labels) for _, labels in after)
     success = sum(v for (name, _), v in after.items() if name == "missive:request_success_total")
     assert success == sum(v for (name, _), v in before.items() if name == "missive:request_success_total")
@@ -175,24 +239,38 @@ def test_histograms_observe_each_message(server: ServerProcess, client: anthropi
     client.messages.create(**ask(script({"sleep": 0.3}, {"text": "a "}, {"sleep": 0.3}, {"text": "b"})))
     after = scrape(server.url)
 
-    for name in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
-                 "request_decode_time_seconds", "time_per_output_token_seconds"):
+    for name in (
+        "time_to_first_token_seconds",
+        "e2e_request_latency_seconds",
+        "request_queue_time_seconds",
+        "request_decode_time_seconds",
+        "time_per_output_token_seconds",
+    ):
         assert delta(before, after, f"missive:{name}_count", model_name="echo") == 1, name
     assert delta(before, after, "missive:time_to_first_token_seconds_sum", model_name="echo") >= 0.3
     assert delta(before, after, "missive:e2e_request_latency_seconds_sum", model_name="echo") >= 0.6
     assert delta(before, after, "missive:request_decode_time_seconds_sum", model_name="echo") >= 0.3
-    assert delta(before, after, "missive:time_to_first_token_seconds_bucket", model_name="echo", le="0.25") == 0
+    assert (
+        delta(before, after, "missive:time_to_first_token_seconds_bucket", model_name="echo", le="0.25") == 0
+    )
 
 
 def test_media_blocks_are_counted_by_kind(server: ServerProcess, client: anthropic.Anthropic) -> None:
     """An image block and a text document processed for one message add 1 to
     each kind."""
     before = scrape(server.url)
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(image_bytes())}}
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": b64(image_bytes())},
+    }
     document = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "notes"}}
-    client.messages.create(model="vision", max_tokens=5, messages=[
-        {"role": "user", "content": [image, document, {"type": "text", "text": "describe"}]},
-    ])
+    client.messages.create(
+        model="vision",
+        max_tokens=5,
+        messages=[
+            {"role": "user", "content": [image, document, {"type": "text", "text": "describe"}]},
+        ],
+    )
     after = scrape(server.url)
     assert delta(before, after, "missive:media_processed_total", kind="image") == 1
     assert delta(before, after, "missive:media_processed_total", kind="document") == 1
@@ -202,13 +280,20 @@ class Raw:
     """A streaming ``POST /v1/messages`` on its own socket, to hold a slot."""
 
     def __init__(self, url: str, model: str, steps: list[dict[str, Any]]) -> None:
-        body = json.dumps({"model": model, "max_tokens": 50, "stream": True,
-                           "messages": [{"role": "user", "content": script(*steps)}]}).encode()
+        body = json.dumps(
+            {
+                "model": model,
+                "max_tokens": 50,
+                "stream": True,
+                "messages": [{"role": "user", "content": script(*steps)}],
+            }
+        ).encode()
         parsed = urlparse(url)
         self.sock = socket.create_connection((parsed.hostname, parsed.port), timeout=DEADLINE)
         self.sock.sendall(
             b"POST /v1/messages HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
-            + f"x-api-key: {KEY}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body
+            + f"x-api-key: {KEY}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
         )
 
     def status(self) -> int:
@@ -226,8 +311,10 @@ def test_load_gauges_follow_running_and_waiting_requests(server: ServerProcess) 
     assert holder.status() == 200
     waiter = Raw(server.url, "single", [{"text": "served"}, {"sleep": 120}])
     try:
-        until(lambda: value(scrape(server.url), "missive:num_requests_waiting", model_name="single") == 1,
-              "1 waiting")
+        until(
+            lambda: value(scrape(server.url), "missive:num_requests_waiting", model_name="single") == 1,
+            "1 waiting",
+        )
         now = scrape(server.url)
         assert value(now, "missive:num_requests_running", model_name="single") == 1
         holder.sock.close()
@@ -236,9 +323,21 @@ def test_load_gauges_follow_running_and_waiting_requests(server: ServerProcess) 
         holder.sock.close()
         waiter.sock.close()
     until(lambda: value(scrape(server.url), "missive:num_requests_running", model_name="single") == 0, "idle")
-    until(lambda: delta(before, scrape(server.url), "missive:requests_total", model_name="single",
-                        endpoint="/v1/messages", status="200", error_type="client_disconnected") == 2,
-          "both cut streams counted")
+    until(
+        lambda: (
+            delta(
+                before,
+                scrape(server.url),
+                "missive:requests_total",
+                model_name="single",
+                endpoint="/v1/messages",
+                status="200",
+                error_type="client_disconnected",
+            )
+            == 2
+        ),
+        "both cut streams counted",
+    )
     after = scrape(server.url)
     assert value(after, "missive:num_requests_waiting", model_name="single") == 0
     assert delta(before, after, "missive:request_queue_time_seconds_count", model_name="single") == 2

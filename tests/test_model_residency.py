@@ -73,10 +73,20 @@ LAZY_CONFIG: dict[str, Any] = {
     "server": {"ping_interval": 0.2, "metrics_public": True},
     "models": {
         "lazy": {"driver": "echo", "context_window": 1000, "lazy": True, "settings": {"start_delay": 1.2}},
-        "lazy-sdk": {"driver": "echo", "context_window": 1000, "lazy": True, "settings": {"start_delay": 0.6}},
+        "lazy-sdk": {
+            "driver": "echo",
+            "context_window": 1000,
+            "lazy": True,
+            "settings": {"start_delay": 0.6},
+        },
         "lazy-count": {"driver": "echo", "context_window": 1000, "lazy": True},
         "idle": {"driver": "echo", "context_window": 1000, "idle_unload": 1.0},
-        "broken": {"driver": "echo", "context_window": 1000, "lazy": True, "settings": {"start_error": "weights are corrupt"}},
+        "broken": {
+            "driver": "echo",
+            "context_window": 1000,
+            "lazy": True,
+            "settings": {"start_error": "weights are corrupt"},
+        },
     },
 }
 
@@ -120,10 +130,16 @@ def test_lazy_models_are_listed_ready_and_loaded_by_their_first_request(lazy_ser
     with client.messages.stream(model="lazy-sdk", max_tokens=20, messages=say("from the sdk")) as stream:
         assert stream.get_final_text() == "from the sdk"
     # Non-streaming requests and token counts wait for the load.
-    assert client.messages.count_tokens(model="lazy-count", messages=say("three words here")).input_tokens == 3
+    assert (
+        client.messages.count_tokens(model="lazy-count", messages=say("three words here")).input_tokens == 3
+    )
     assert metric(url, "missive:model_loaded", model_name="lazy-count") == 1
     status = httpx.get(f"{url}/v1/status", timeout=10).json()["models"]
-    assert status["lazy"]["loaded"] is True and status["lazy"]["lazy"] is True and status["broken"]["loaded"] is False
+    assert (
+        status["lazy"]["loaded"] is True
+        and status["lazy"]["lazy"] is True
+        and status["broken"]["loaded"] is False
+    )
 
 
 def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server: ServerProcess) -> None:
@@ -136,8 +152,14 @@ def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server
     frames = raw_stream(url, "broken")
     assert frames[-1][0] == "error" and "weights are corrupt" in frames[-1][1]
     assert "message_start" not in [e for e, _ in frames]
-    assert client.messages.create(model="idle", max_tokens=5, messages=say("still here")).content[0].text == "still here"
-    assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["broken"] == {"status": "ready", "loaded": False}
+    assert (
+        client.messages.create(model="idle", max_tokens=5, messages=say("still here")).content[0].text
+        == "still here"
+    )
+    assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["broken"] == {
+        "status": "ready",
+        "loaded": False,
+    }
 
 
 def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerProcess) -> None:
@@ -145,9 +167,15 @@ def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerPro
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
     # A 2.5 s answer, longer than idle_unload (1 s): the model stays loaded.
     done: list[str] = []
-    worker = threading.Thread(target=lambda: done.append(client.messages.create(
-        model="idle", max_tokens=20, messages=say(script({"sleep": 2.5}, {"text": "slow"}))
-    ).content[0].text))
+    worker = threading.Thread(
+        target=lambda: done.append(
+            client.messages.create(
+                model="idle", max_tokens=20, messages=say(script({"sleep": 2.5}, {"text": "slow"}))
+            )
+            .content[0]
+            .text
+        )
+    )
     worker.start()
     until(lambda: metric(url, "missive:num_requests_running", model_name="idle") == 1, "generating")
     # The baselines, read while it is in use: loaded by now (by this request
@@ -161,11 +189,17 @@ def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerPro
     worker.join(10)
     assert done == ["slow"]
     # Then idle: unloaded about a second later, still listed and ready.
-    until(lambda: metric(url, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads + 1, "unloaded")
+    until(
+        lambda: metric(url, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads + 1,
+        "unloaded",
+    )
     assert metric(url, "missive:model_loaded", model_name="idle") == 0
     idle_for = re.findall(r"unloaded model idle \(idle for (\d+(?:\.\d+)?) s", lazy_server.log())
     assert idle_for and float(idle_for[-1]) >= 1.0, lazy_server.log()
-    assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["idle"] == {"status": "ready", "loaded": False}
+    assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["idle"] == {
+        "status": "ready",
+        "loaded": False,
+    }
     assert "idle" in {m.id for m in client.models.list()}
     # The next request loads it again.
     assert client.messages.create(model="idle", max_tokens=5, messages=say("back")).content[0].text == "back"
@@ -191,7 +225,11 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
 
         def loaded() -> set[str]:
             samples = scrape(url)
-            return {m for m in BUDGET_CONFIG["models"] if samples[("missive:model_loaded", frozenset({("model_name", m)}))]}
+            return {
+                m
+                for m in BUDGET_CONFIG["models"]
+                if samples[("missive:model_loaded", frozenset({("model_name", m)}))]
+            }
 
         ask("a")
         ask("c")
@@ -209,7 +247,10 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
         workers = [threading.Thread(target=lambda m=m: answers.append(ask(m, slow))) for m in ("b", "c")]
         for w in workers:
             w.start()
-        until(lambda: sum(metric(url, "missive:num_requests_running", model_name=m) for m in "bc") == 2, "both busy")
+        until(
+            lambda: sum(metric(url, "missive:num_requests_running", model_name=m) for m in "bc") == 2,
+            "both busy",
+        )
         began = time.monotonic()
         assert ask("a") == "hi"
         waited = time.monotonic() - began
@@ -219,13 +260,18 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
         assert "model a waits for memory: b, c in use" in server.log()
         # Unloaded for a: the least recently used of b and c, or both (when
         # both were idle by then and the first was c: 100 MiB was not enough).
-        unloaded = sum(metric(url, "missive:model_unloads_total", model_name=m, reason="memory") for m in "bc")
+        unloaded = sum(
+            metric(url, "missive:model_unloads_total", model_name=m, reason="memory") for m in "bc"
+        )
         assert "a" in loaded() and unloaded >= 1
 
         # A model larger than the budget is loaded alone.
         ask("huge")
         assert loaded() == {"huge"}
-        assert "model huge needs 400 MiB, more than server.memory_budget_mib (300 MiB): loaded alone" in server.log()
+        assert (
+            "model huge needs 400 MiB, more than server.memory_budget_mib (300 MiB): loaded alone"
+            in server.log()
+        )
 
 
 def test_a_gguf_model_loads_on_demand_unloads_and_loads_again() -> None:
@@ -236,10 +282,14 @@ def test_a_gguf_model_loads_on_demand_unloads_and_loads_again() -> None:
 
     config = {
         "server": {"ping_interval": 0.05, "metrics_public": True},
-        "models": {"smol": {
-            "driver": "llamacpp", "lazy": True, "idle_unload": 1.0,
-            "settings": {"model_path": str(smollm2()), "parallel": 1},
-        }},
+        "models": {
+            "smol": {
+                "driver": "llamacpp",
+                "lazy": True,
+                "idle_unload": 1.0,
+                "settings": {"model_path": str(smollm2()), "parallel": 1},
+            }
+        },
     }
     with serve_process(config) as server:
         url = server.url
@@ -248,9 +298,16 @@ def test_a_gguf_model_loads_on_demand_unloads_and_loads_again() -> None:
         assert "llama.cpp" not in server.log() and "loaded from" not in server.log()
         events = [e for e, _ in raw_stream(url, "smol", "Say hello")]
         assert events[0] == "ping" and "message_start" in events and events[-1] == "message_stop"
-        until(lambda: metric(url, "missive:model_unloads_total", model_name="smol", reason="idle") == 1, "unloaded")
-        assert client.messages.create(model="smol", max_tokens=5, messages=say("Hi"),
-                                      extra_body={"temperature": 0}).usage.output_tokens > 0
+        until(
+            lambda: metric(url, "missive:model_unloads_total", model_name="smol", reason="idle") == 1,
+            "unloaded",
+        )
+        assert (
+            client.messages.create(
+                model="smol", max_tokens=5, messages=say("Hi"), extra_body={"temperature": 0}
+            ).usage.output_tokens
+            > 0
+        )
         assert metric(url, "missive:model_loads_total", model_name="smol") == 2
         log = server.log()
     assert log.count("model smol loaded on demand in") == 2 and "unloaded model smol (idle for" in log

@@ -25,7 +25,12 @@ def smollm2() -> Path:
 
 def test_references_of_each_kind(tmp_path: Path) -> None:
     ref = parse_ref("hf://bartowski/Qwen_Qwen3-4B-GGUF:Q4_K_M")
-    assert (ref.kind, ref.repo, ref.selector, ref.revision) == ("hf", "bartowski/Qwen_Qwen3-4B-GGUF", "Q4_K_M", None)
+    assert (ref.kind, ref.repo, ref.selector, ref.revision) == (
+        "hf",
+        "bartowski/Qwen_Qwen3-4B-GGUF",
+        "Q4_K_M",
+        None,
+    )
     ref = parse_ref("hf://org/repo@v2:sub/model.gguf")
     assert (ref.repo, ref.revision, ref.selector) == ("org/repo", "v2", "sub/model.gguf")
     assert parse_ref("hf://mlx-community/Qwen3-4B-4bit").selector is None
@@ -33,7 +38,11 @@ def test_references_of_each_kind(tmp_path: Path) -> None:
     assert (ref.kind, ref.repo, ref.selector) == ("ollama", "qwen3", "4b")
     assert (parse_ref("llama3.2").kind, parse_ref("llama3.2").selector) == ("ollama", None)
     ref = parse_ref("ollama://hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M")
-    assert (ref.kind, ref.repo, ref.selector) == ("ollama", "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF", "Q4_K_M")
+    assert (ref.kind, ref.repo, ref.selector) == (
+        "ollama",
+        "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF",
+        "Q4_K_M",
+    )
     for path in ("model.gguf", "./qwen", "~/models/x.gguf", "/models/qwen3", "models/q"):
         assert parse_ref(path).kind == "path", path
     assert parse_ref("~/m.gguf").path == Path.home() / "m.gguf"
@@ -71,11 +80,15 @@ def test_choosing_the_gguf_file_of_a_quantization() -> None:
     with pytest.raises(ModelRefError, match="lacks parts"):
         choose_gguf(FILES[:-1], "BF16")
     # A tag is a whole word: Q4_K is not Q4_K_M; projectors are never the model.
-    with pytest.raises(ModelRefError, match=r"no GGUF file with quantization 'Q4_K' \(files: .*Qwen3-4B-Q8_0.gguf"):
+    with pytest.raises(
+        ModelRefError, match=r"no GGUF file with quantization 'Q4_K' \(files: .*Qwen3-4B-Q8_0.gguf"
+    ):
         choose_gguf(FILES, "Q4_K")
     with pytest.raises(ModelRefError, match="no GGUF model file"):
         choose_gguf(["mmproj-F16.gguf", "README.md"], None)
-    assert choose_gguf(["b-IQ2_M.gguf", "a-IQ3_M.gguf"], None) == ["a-IQ3_M.gguf"]  # no preferred tag: sorted first
+    assert choose_gguf(["b-IQ2_M.gguf", "a-IQ3_M.gguf"], None) == [
+        "a-IQ3_M.gguf"
+    ]  # no preferred tag: sorted first
     assert choose_projector(FILES) == "mmproj-Qwen3-4B-F16.gguf"
     assert choose_projector(FILES[:5]) is None
 
@@ -98,7 +111,11 @@ def test_gguf_header_matches_llama_cpps_own_reader() -> None:
     assert info.quantization == gguf.LlamaFileType(field("general.file_type")).name.removeprefix("MOSTLY_")
     assert info.size == path.stat().st_size
     assert info.template_family == "chatml"
-    scalars = {k for k, f in reader.fields.items() if not k.startswith("GGUF.") and f.types[0] != gguf.GGUFValueType.ARRAY}
+    scalars = {
+        k
+        for k, f in reader.fields.items()
+        if not k.startswith("GGUF.") and f.types[0] != gguf.GGUFValueType.ARRAY
+    }
     assert set(info.metadata) == scalars
     for ftype in gguf.LlamaFileType:
         if ftype.name != "GUESSED":
@@ -124,7 +141,9 @@ def test_template_families() -> None:
     assert template_family("{{ bos }}{{ message }}") == "other"
 
 
-def ollama_store(root: Path, model: Path, name: str = "smollm2", tag: str = "135m", projector: Path | None = None) -> Path:
+def ollama_store(
+    root: Path, model: Path, name: str = "smollm2", tag: str = "135m", projector: Path | None = None
+) -> Path:
     """An Ollama store as ``ollama pull`` leaves it (``$OLLAMA_MODELS``): the
     manifest under ``manifests/registry.ollama.ai/library/NAME/TAG`` and the
     blobs under ``blobs/sha256-<hex>`` (here links to the files)."""
@@ -142,15 +161,29 @@ def ollama_store(root: Path, model: Path, name: str = "smollm2", tag: str = "135
                 blob.write_bytes(data)
         if kind == "projector" and path is None:
             continue
-        layers.append({"mediaType": f"application/vnd.ollama.image.{kind}", "digest": f"sha256:{digest}", "size": len(data)})
+        layers.append(
+            {
+                "mediaType": f"application/vnd.ollama.image.{kind}",
+                "digest": f"sha256:{digest}",
+                "size": len(data),
+            }
+        )
     manifest = root / "manifests" / "registry.ollama.ai" / "library" / name / tag
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-        "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": "sha256:" + "0" * 64, "size": 2},
-        "layers": layers,
-    }))
+    manifest.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {
+                    "mediaType": "application/vnd.docker.container.image.v1+json",
+                    "digest": "sha256:" + "0" * 64,
+                    "size": 2,
+                },
+                "layers": layers,
+            }
+        )
+    )
     return root
 
 
@@ -164,7 +197,9 @@ def test_ollama_names_resolve_to_the_blob_in_place(tmp_path: Path, monkeypatch: 
     assert local.source == "Ollama smollm2:135m"
     assert resolve("ollama://SmolLM2:135m").path == blob  # names match without regard to case
     assert read_gguf(local.path).context_length == 8192
-    with pytest.raises(ModelRefError, match=r"no Ollama model smollm2:latest in .*models; it has: smollm2:135m"):
+    with pytest.raises(
+        ModelRefError, match=r"no Ollama model smollm2:latest in .*models; it has: smollm2:135m"
+    ):
         resolve("smollm2")
     with pytest.raises(ModelRefError, match="no Ollama model qwen3:4b"):
         resolve("qwen3:4b")

@@ -18,20 +18,34 @@ from typing import Any
 
 import anthropic
 import pytest
+from venvs import fresh_venv, pip
 
 from missive.testing import live_server
-from venvs import fresh_venv, pip
 
 TOOLS4 = ["auto", "any", "tool", "none"]
 CONFIG: dict[str, Any] = {
     "server": {"capture_dir": "CAPTURE"},
     "models": {
-        "claude-plain": {"driver": "echo", "context_window": 1000, "settings": {"capabilities": {"tool_choice": TOOLS4}}},
-        "thinker": {"driver": "echo", "context_window": 1000, "max_output_tokens": 500,
-                    "settings": {"capabilities": {"thinking": True, "structured_output": True,
-                                                  "input_media": ["image/png"]}}},
-        "bare": {"driver": "echo", "context_window": 1000, "lifecycle": "deprecated",
-                 "deprecated_at": "2026-01-02T03:04:05Z", "capabilities": {"pdf_input": False, "batch": False}},
+        "claude-plain": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"capabilities": {"tool_choice": TOOLS4}},
+        },
+        "thinker": {
+            "driver": "echo",
+            "context_window": 1000,
+            "max_output_tokens": 500,
+            "settings": {
+                "capabilities": {"thinking": True, "structured_output": True, "input_media": ["image/png"]}
+            },
+        },
+        "bare": {
+            "driver": "echo",
+            "context_window": 1000,
+            "lifecycle": "deprecated",
+            "deprecated_at": "2026-01-02T03:04:05Z",
+            "capabilities": {"pdf_input": False, "batch": False},
+        },
     },
 }
 
@@ -83,8 +97,16 @@ def test_capabilities_follow_each_model(client: anthropic.Anthropic) -> None:
     assert plain is not None and thinker is not None and bare.capabilities is not None
     # A model that cannot reason: enabled/adaptive no, disabled yes, between_tools (it calls tools) yes.
     types = plain.thinking.types
-    assert (types.enabled.supported, types.adaptive.supported, types.disabled.supported, types.between_tools.supported) == (
-        False, False, True, True,
+    assert (
+        types.enabled.supported,
+        types.adaptive.supported,
+        types.disabled.supported,
+        types.between_tools.supported,
+    ) == (
+        False,
+        False,
+        True,
+        True,
     )
     assert plain.thinking.supported and not plain.effort.supported and not plain.image_input.supported
     assert supported(thinker, "thinking", "types", "enabled") and supported(thinker, "effort")
@@ -94,7 +116,9 @@ def test_capabilities_follow_each_model(client: anthropic.Anthropic) -> None:
     assert plain.pdf_input.supported and plain.batch.supported
     # Overrides from the configuration, and the lifecycle.
     assert not bare.capabilities.pdf_input.supported and not bare.capabilities.batch.supported
-    assert bare.lifecycle == "deprecated" and bare.deprecated_at is not None and bare.deprecated_at.year == 2026
+    assert (
+        bare.lifecycle == "deprecated" and bare.deprecated_at is not None and bare.deprecated_at.year == 2026
+    )
     assert client.models.retrieve("thinker").max_tokens == 500
 
 
@@ -132,16 +156,28 @@ def llm_venv() -> Path:
     return llm
 
 
-def test_llm_anthropic_thinking_off_on_a_model_that_cannot_reason(url: str, capture: Path, tmp_path: Path) -> None:
+def test_llm_anthropic_thinking_off_on_a_model_that_cannot_reason(
+    url: str, capture: Path, tmp_path: Path
+) -> None:
     llm = llm_venv()
-    env = {**os.environ, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "unused", "LLM_USER_PATH": str(tmp_path)}
-    refresh = subprocess.run([str(llm), "anthropic", "refresh"], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "ANTHROPIC_BASE_URL": url,
+        "ANTHROPIC_API_KEY": "unused",
+        "LLM_USER_PATH": str(tmp_path),
+    }
+    refresh = subprocess.run(
+        [str(llm), "anthropic", "refresh"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert refresh.returncode == 0, refresh.stderr
     for request in capture.glob("*.json"):
         request.unlink()
     answer = subprocess.run(
         [str(llm), "-m", "claude-plain", "-o", "thinking", "0", "--no-stream", "hello from llm"],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.strip() == "hello from llm"

@@ -7,7 +7,6 @@ import httpx
 import pytest
 
 
-
 @pytest.fixture(scope="module")
 def all_ids(echo_config: dict) -> list[str]:
     """Configured models in configuration order, then literal aliases (``claude-local``)."""

@@ -11,22 +11,29 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from venvs import layered_venv, pip
 
 from missive.cli.main import cli
 from missive.scaffold import core_requirement
-from venvs import layered_venv, pip
 
 
 def test_skeleton_installs_and_passes_the_contract(tmp_path: Path) -> None:
     written = subprocess.run(
         [sys.executable, "-m", "missive", "new-driver", "acme-cloud", "--output", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert written.returncode == 0, written.stderr
     folder = tmp_path / "missive-acme-cloud"
     assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
-        "pyproject.toml", "README.md", "missive_acme_cloud/__init__.py", "missive_acme_cloud/plugin.py",
-        "missive_acme_cloud/settings.py", "missive_acme_cloud/driver.py", "tests/test_contract.py",
+        "pyproject.toml",
+        "README.md",
+        "missive_acme_cloud/__init__.py",
+        "missive_acme_cloud/plugin.py",
+        "missive_acme_cloud/settings.py",
+        "missive_acme_cloud/driver.py",
+        "tests/test_contract.py",
         "tests/test_settings.py",
     }
     python = layered_venv(tmp_path / "venv")
@@ -34,7 +41,10 @@ def test_skeleton_installs_and_passes_the_contract(tmp_path: Path) -> None:
     # Run from the parent folder, so the package comes from the installed copy, not the source tree.
     result = subprocess.run(
         [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-rA", "missive-acme-cloud/tests"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "8 passed" in result.stdout, result.stdout  # the 6 contract tests and 2 of settings
@@ -55,7 +65,11 @@ def test_names_and_existing_folders_are_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "requirement"),
-    [("0.1.0", "missive-server>=0.1,<0.2"), ("0.12.3", "missive-server>=0.12,<0.13"), ("2.3.0", "missive-server>=2.3,<3")],
+    [
+        ("0.1.0", "missive-server>=0.1,<0.2"),
+        ("0.12.3", "missive-server>=0.12,<0.13"),
+        ("2.3.0", "missive-server>=2.3,<3"),
+    ],
 )
 def test_the_skeleton_pins_the_releases_that_keep_the_plugin_api(version: str, requirement: str) -> None:
     assert core_requirement(version) == requirement

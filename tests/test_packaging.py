@@ -52,7 +52,9 @@ def test_the_code_knows_its_version() -> None:
     import missive
 
     assert missive.__version__ == ROOT_PROJECT["project"]["version"]
-    out = subprocess.run([sys.executable, "-m", "missive", "--version"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "missive", "--version"], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == f"missive, version {missive.__version__}"
 
 
@@ -96,11 +98,23 @@ def test_nothing_names_the_unrelated_missive_distribution() -> None:
 
 
 def test_the_wrong_name_pattern_catches_what_it_should() -> None:
-    for bad in ("pip install 'missive[default]'", 'pip install "missive[vllm,office]"', "missive==0.1.0",
-                "dependencies = [\"missive>=0.1,<0.2\"]", "pip install missive[llamacpp]"):
+    for bad in (
+        "pip install 'missive[default]'",
+        'pip install "missive[vllm,office]"',
+        "missive==0.1.0",
+        "dependencies = [\"missive>=0.1,<0.2\"]",
+        "pip install missive[llamacpp]",
+    ):
         assert WRONG_NAME.search(bad), bad
-    for good in ("pip install 'missive-server[default]'", "missive-server==0.1.0", "missive-llamacpp==0.1.0",
-                 'app.extensions["missive"]', "missive['bytes']", "/etc/missive/missive.toml", "-e ./plugins/missive"):
+    for good in (
+        "pip install 'missive-server[default]'",
+        "missive-server==0.1.0",
+        "missive-llamacpp==0.1.0",
+        'app.extensions["missive"]',
+        "missive['bytes']",
+        "/etc/missive/missive.toml",
+        "-e ./plugins/missive",
+    ):
         assert not WRONG_NAME.search(good), good
 
 
@@ -139,7 +153,9 @@ def test_setup_and_readme_install_it(plugin: Path) -> None:
     extras_of = {n: set(e.split(",")) if e else set() for n, e in installs}
     assert name in extras_of, f"scripts/setup does not install plugins/{name}"
     if "test" in load(plugin / "pyproject.toml")["project"].get("optional-dependencies", {}):
-        assert "test" in extras_of[name], f"scripts/setup must install plugins/{name}[test] (CI runs its tests)"
+        assert "test" in extras_of[name], (
+            f"scripts/setup must install plugins/{name}[test] (CI runs its tests)"
+        )
     extra = INSTALLED_AS.get(name, name)
     root_extras = re.search(r'-e "\.\[([a-z,-]+)\]"', setup)
     assert root_extras is not None and extra in root_extras.group(1).split(",")

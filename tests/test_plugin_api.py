@@ -31,9 +31,23 @@ def test_api_exports_what_it_declares() -> None:
     assert missive.api.API_VERSION == API_VERSION == "1"
     for name in missive.api.__all__:
         assert hasattr(missive.api, name), name
-    for name in ("hookimpl", "Driver", "GenerationRequest", "Capabilities", "DriverSpec", "DefaultModel",
-                 "Started", "TextDelta", "Finished", "MissiveError", "PromptTooLongError", "LocalDriver",
-                 "ReplicaPool", "ToolParser", "ReasoningParser"):
+    for name in (
+        "hookimpl",
+        "Driver",
+        "GenerationRequest",
+        "Capabilities",
+        "DriverSpec",
+        "DefaultModel",
+        "Started",
+        "TextDelta",
+        "Finished",
+        "MissiveError",
+        "PromptTooLongError",
+        "LocalDriver",
+        "ReplicaPool",
+        "ToolParser",
+        "ReasoningParser",
+    ):
         assert name in missive.api.__all__, name
 
 
@@ -62,7 +76,9 @@ def test_shipped_plugins_import_only_the_declared_api() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize("plugin", sorted(ROOT.glob("plugins/*/missive_*/plugin.py")), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "plugin", sorted(ROOT.glob("plugins/*/missive_*/plugin.py")), ids=lambda p: p.parent.name
+)
 def test_shipped_plugins_declare_this_api(plugin: Path) -> None:
     module = __import__(f"{plugin.parent.name}.plugin", fromlist=["MISSIVE_API"])
     assert module.MISSIVE_API == API_VERSION
@@ -87,8 +103,10 @@ def test_mismatch_messages_say_which_side_to_upgrade() -> None:
     assert api_mismatch("missive-foo", "0.3", ("1",), "1") is None
     assert api_mismatch("missive-foo", "0.3", ("1", "2"), "2") is None
     newer = api_mismatch("missive-foo", "0.3", ("2",), "1")
-    assert newer == (f"missive-foo 0.3 was built for plugin API 2; this Missive (missive-server {__version__}) "
-                     "provides 1; upgrade missive-server to a release providing plugin API 2")
+    assert newer == (
+        f"missive-foo 0.3 was built for plugin API 2; this Missive (missive-server {__version__}) "
+        "provides 1; upgrade missive-server to a release providing plugin API 2"
+    )
     older = api_mismatch("missive-foo", None, ("1",), "2")
     assert older is not None and older.startswith("missive-foo was built for plugin API 1;")
     assert older.endswith("upgrade missive-foo to a release built for plugin API 2")
@@ -121,15 +139,21 @@ def fake_distribution(site: Path, name: str, version: str, body: str) -> None:
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
     site = tmp_path / "site"
-    fake_distribution(site, "missive-future", "0.3", DRIVER.format(declaration='MISSIVE_API = "2"', driver="future"))
-    fake_distribution(site, "missive-current", "1.0", DRIVER.format(declaration='MISSIVE_API = "1"', driver="current"))
+    fake_distribution(
+        site, "missive-future", "0.3", DRIVER.format(declaration='MISSIVE_API = "2"', driver="future")
+    )
+    fake_distribution(
+        site, "missive-current", "1.0", DRIVER.format(declaration='MISSIVE_API = "1"', driver="current")
+    )
     fake_distribution(site, "missive-legacy", "0.1", DRIVER.format(declaration="", driver="legacy"))
     fake_distribution(site, "missive-stale", "0.2", "from missive.engine.gone import OldRunner\n")
     fake_distribution(site, "missive-crashes", "0.4", "raise RuntimeError('no backend library')\n")
     return site
 
 
-def test_the_kernel_loads_only_plugins_built_for_this_api(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_kernel_loads_only_plugins_built_for_this_api(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(site))
     kernel = Kernel()
     info = {p.name: p for p in kernel.plugins}
@@ -139,7 +163,9 @@ def test_the_kernel_loads_only_plugins_built_for_this_api(site: Path, monkeypatc
     assert "future" not in kernel.drivers
     assert info["missive-future"].error == api_mismatch("missive-future", "0.3", ("2",), API_VERSION)
     stale = info["missive-stale"].error or ""
-    assert stale.startswith("missive-stale 0.2 failed to import: ModuleNotFoundError: No module named 'missive.engine.gone'")
+    assert stale.startswith(
+        "missive-stale 0.2 failed to import: ModuleNotFoundError: No module named 'missive.engine.gone'"
+    )
     assert "it may have been built for another Missive" in stale
     crashes = info["missive-crashes"].error or ""
     assert crashes == "missive-crashes 0.4 failed to import: RuntimeError: no backend library"
@@ -150,11 +176,16 @@ def test_missive_plugins_shows_the_line(site: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "missive", "plugins", "--config", os.devnull]
     text = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=True).stdout
-    assert (f"missive-future 0.3 (entry point): FAILED: missive-future 0.3 was built for plugin API 2; this "
-            f"Missive (missive-server {__version__}) provides 1; upgrade missive-server") in text
+    assert (
+        f"missive-future 0.3 (entry point): FAILED: missive-future 0.3 was built for plugin API 2; this "
+        f"Missive (missive-server {__version__}) provides 1; upgrade missive-server"
+    ) in text
     assert "missive-stale 0.2 (entry point): FAILED: missive-stale 0.2 failed to import" in text
     assert "\ndriver current:" in text and "\ndriver future:" not in text
-    data = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, timeout=120,
-                                     check=True).stdout)
+    data = json.loads(
+        subprocess.run(
+            [*cmd, "--json"], capture_output=True, text=True, env=env, timeout=120, check=True
+        ).stdout
+    )
     plugins = {p["name"]: p for p in data["plugins"]}
     assert plugins["missive-current"]["api"] == ["1"] and plugins["missive-future"]["api"] == ["2"]

@@ -17,10 +17,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from missive.server.app import create_app
-from missive.server.services import services
 from missive.cli.main import cli
 from missive.config import Config
+from missive.server.app import create_app
+from missive.server.services import services
 from missive.testing import ServerProcess, free_port, serve_process, until
 from missive_echo import script
 
@@ -54,11 +54,17 @@ def server(backend_port: int) -> Iterator[ServerProcess]:
     config = {
         "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
         "models": {
-            "echo": {"driver": "echo", "context_window": 1000,
-                     "settings": {"capabilities": {"max_concurrency": 2}}},
+            "echo": {
+                "driver": "echo",
+                "context_window": 1000,
+                "settings": {"capabilities": {"max_concurrency": 2}},
+            },
             # Credentials in the URL must not reach metrics or status pages.
-            "remote": {"driver": "openai", "context_window": 4096,
-                       "settings": {"base_url": f"http://user:hunter2@127.0.0.1:{backend_port}"}},
+            "remote": {
+                "driver": "openai",
+                "context_window": 4096,
+                "settings": {"base_url": f"http://user:hunter2@127.0.0.1:{backend_port}"},
+            },
         },
     }
     with serve_process(config) as proc:
@@ -103,8 +109,14 @@ def test_readyz_is_503_naming_a_remote_model_without_a_healthy_replica(
     threading.Thread(target=backend.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         # A recovery probe comes at most 30 s (the backoff's cap) after the last.
-        ready = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again", 60)
-        assert ready.json()["models"]["remote"] == {"status": "ready", "replicas_healthy": 1, "replicas_total": 1}
+        ready = until(
+            lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again", 60
+        )
+        assert ready.json()["models"]["remote"] == {
+            "status": "ready",
+            "replicas_healthy": 1,
+            "replicas_total": 1,
+        }
         assert replica.replace("} 0.0", "} 1.0") in get(server.url, "/metrics").text
     finally:
         backend.shutdown()
@@ -120,14 +132,18 @@ async def test_readyz_is_503_until_the_models_have_started() -> None:
     client = app.test_client()
     early = await client.get("/readyz")
     assert early.status_code == 503
-    assert (await early.get_json())["models"] == {"echo": {"status": "starting"}, "echo-b": {"status": "starting"}}
+    assert (await early.get_json())["models"] == {
+        "echo": {"status": "starting"},
+        "echo-b": {"status": "starting"},
+    }
     models = services(app).models
     await models.start()
     try:
         ready = await client.get("/readyz")
         assert ready.status_code == 200
         assert await ready.get_json() == {
-            "status": "ready", "models": {"echo": {"status": "ready"}, "echo-b": {"status": "ready"}},
+            "status": "ready",
+            "models": {"echo": {"status": "ready"}, "echo-b": {"status": "ready"}},
         }
     finally:
         await models.aclose()
@@ -138,14 +154,31 @@ def test_status_needs_a_key_and_shows_every_model(server: ServerProcess, backend
     state, context window, load and queue limits, and the remote model's
     replica (URL without credentials, its health and last error)."""
     assert get(server.url, "/v1/status", None).status_code == 401
-    until(lambda: get(server.url, "/v1/status").json()["models"]["remote"]["status"] == "unavailable"
-          or None, "the backend seen down")
+    until(
+        lambda: get(server.url, "/v1/status").json()["models"]["remote"]["status"] == "unavailable" or None,
+        "the backend seen down",
+    )
     body = get(server.url, "/v1/status").json()
     echo, remote = body["models"]["echo"], body["models"]["remote"]
-    assert {k: echo[k] for k in ("status", "driver", "context_window", "max_concurrency", "running", "waiting",
-                                 "queue_depth")} == {
-        "status": "ready", "driver": "echo", "context_window": 1000, "max_concurrency": 2, "running": 0,
-        "waiting": 0, "queue_depth": 16,
+    assert {
+        k: echo[k]
+        for k in (
+            "status",
+            "driver",
+            "context_window",
+            "max_concurrency",
+            "running",
+            "waiting",
+            "queue_depth",
+        )
+    } == {
+        "status": "ready",
+        "driver": "echo",
+        "context_window": 1000,
+        "max_concurrency": 2,
+        "running": 0,
+        "waiting": 0,
+        "queue_depth": 16,
     }
     assert remote["driver"] == "openai" and remote["context_window"] == 4096
     [replica] = remote["replicas"]
@@ -158,13 +191,20 @@ class Held:
     """A streaming message on its own socket that holds a slot of ``echo``."""
 
     def __init__(self, url: str) -> None:
-        body = json.dumps({"model": "echo", "max_tokens": 50, "stream": True, "messages": [
-            {"role": "user", "content": script({"text": "holding"}, {"sleep": 120})}]}).encode()
+        body = json.dumps(
+            {
+                "model": "echo",
+                "max_tokens": 50,
+                "stream": True,
+                "messages": [{"role": "user", "content": script({"text": "holding"}, {"sleep": 120})}],
+            }
+        ).encode()
         parsed = urlparse(url)
         self.sock = socket.create_connection((parsed.hostname, parsed.port), timeout=DEADLINE)
         self.sock.sendall(
             b"POST /v1/messages HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
-            + f"x-api-key: {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
+            + f"x-api-key: {KEY}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         assert self.sock.recv(4096).startswith(b"HTTP/1.1 200")
 
@@ -176,8 +216,13 @@ def test_missive_ps_shows_models_and_live_load(server: ServerProcess, backend_po
     a key it fails with the server's 401 and a hint."""
     held = Held(server.url)
     try:
-        until(lambda: (m := get(server.url, "/v1/status").json()["models"])["echo"]["running"] == 1
-              and m["remote"]["status"] == "unavailable", "1 running and the backend seen down")
+        until(
+            lambda: (
+                (m := get(server.url, "/v1/status").json()["models"])["echo"]["running"] == 1
+                and m["remote"]["status"] == "unavailable"
+            ),
+            "1 running and the backend seen down",
+        )
         result = CliRunner().invoke(cli, ["ps", "--url", server.url, "--api-key", KEY])
     finally:
         held.sock.close()
@@ -248,9 +293,13 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
     driver._batcher, driver._host_cache = Batcher(), Cache()
     driver.runner = object()  # holds no context it can tell: no tokens_cached
     assert asyncio.run(driver.status()) == {
-        "loaded": True, "slots": 4, "slots_in_use": 1,
+        "loaded": True,
+        "slots": 4,
+        "slots_in_use": 1,
         "slot_states": [{"slot": 0, "state": "generating", "session": None, "held": None}],
-        "host_cache_bytes": 3 * 2**20, "host_cache_entries": 2, "host_cache_max_bytes": 64 * 2**20,
+        "host_cache_bytes": 3 * 2**20,
+        "host_cache_entries": 2,
+        "host_cache_max_bytes": 64 * 2**20,
     }
     driver._info, driver._batcher, driver._host_cache = None, None, None
     assert asyncio.run(driver.status()) == {"loaded": False}

@@ -38,13 +38,20 @@ def turn(text: str) -> dict[str, Any]:
 
 
 def side(client: anthropic.Anthropic) -> anthropic.types.Message:
-    return client.messages.create(model=MODEL, max_tokens=4, system=SYSTEM_SIDE, extra_body=GREEDY,
-                                  messages=[turn("Summarise: how often should I water a cactus?")])
+    return client.messages.create(
+        model=MODEL,
+        max_tokens=4,
+        system=SYSTEM_SIDE,
+        extra_body=GREEDY,
+        messages=[turn("Summarise: how often should I water a cactus?")],
+    )
 
 
 def test_interleaved_conversation_is_read_back_from_host_memory(smol: anthropic.Anthropic) -> None:
     first = [turn("How often should I water a cactus?")]
-    one = smol.messages.create(model=MODEL, max_tokens=12, system=SYSTEM_MAIN, messages=first, extra_body=GREEDY)
+    one = smol.messages.create(
+        model=MODEL, max_tokens=12, system=SYSTEM_MAIN, messages=first, extra_body=GREEDY
+    )
     prompt_one = one.usage.input_tokens + one.usage.cache_read_input_tokens
     assert prompt_one > 400
     other = side(smol)
@@ -52,25 +59,39 @@ def test_interleaved_conversation_is_read_back_from_host_memory(smol: anthropic.
     assert other.usage.cache_read_input_tokens < 10
     second = [*first, {"role": "assistant", "content": one.content[0].text}, turn("And a fern?")]
     counted = smol.messages.count_tokens(model=MODEL, system=SYSTEM_MAIN, messages=second).input_tokens
-    two = smol.messages.create(model=MODEL, max_tokens=12, system=SYSTEM_MAIN, messages=second, extra_body=GREEDY)
+    two = smol.messages.create(
+        model=MODEL, max_tokens=12, system=SYSTEM_MAIN, messages=second, extra_body=GREEDY
+    )
     # Exact usage after a restore, and the whole first prompt read from memory.
     assert two.usage.input_tokens + two.usage.cache_read_input_tokens == counted
     assert two.usage.cache_read_input_tokens >= prompt_one - 1, two.usage
     # Back and forth once more: the side request's own prompt was kept too.
     again = side(smol)
-    assert again.usage.cache_read_input_tokens >= other.usage.input_tokens + other.usage.cache_read_input_tokens - 1
+    assert (
+        again.usage.cache_read_input_tokens
+        >= other.usage.input_tokens + other.usage.cache_read_input_tokens - 1
+    )
     assert again.content[0].text == other.content[0].text  # greedy, same prompt, restored state
 
 
 @pytest.fixture(scope="module")
 def uncached() -> Iterator[anthropic.Anthropic]:
-    config = {"models": {MODEL: {"driver": "llamacpp", "context_window": 8192,
-                                 "settings": {"model_path": str(default_model_path()), "cache_ram_mib": 0}}}}
+    config = {
+        "models": {
+            MODEL: {
+                "driver": "llamacpp",
+                "context_window": 8192,
+                "settings": {"model_path": str(default_model_path()), "cache_ram_mib": 0},
+            }
+        }
+    }
     with live_server(config) as url:
         yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=600)
 
 
-def test_restored_state_answers_as_a_fresh_decode(smol: anthropic.Anthropic, uncached: anthropic.Anthropic) -> None:
+def test_restored_state_answers_as_a_fresh_decode(
+    smol: anthropic.Anthropic, uncached: anthropic.Anthropic
+) -> None:
     """A conversation restored from host memory gives the greedy answer a
     server without the cache gives after decoding the prompt from scratch
     (up to a near tie, greedy_reference.py); with the cache off, the side
@@ -84,10 +105,13 @@ def test_restored_state_answers_as_a_fresh_decode(smol: anthropic.Anthropic, unc
     conversation = [turn("What soil does a tomato like?")]
     answers = []
     for client in (smol, uncached):
-        client.messages.create(model=MODEL, max_tokens=4, system=system, messages=conversation, extra_body=GREEDY)
+        client.messages.create(
+            model=MODEL, max_tokens=4, system=system, messages=conversation, extra_body=GREEDY
+        )
         side(client)
-        reply = client.messages.create(model=MODEL, max_tokens=8, system=system, messages=conversation,
-                                       extra_body=GREEDY)
+        reply = client.messages.create(
+            model=MODEL, max_tokens=8, system=system, messages=conversation, extra_body=GREEDY
+        )
         answers.append(reply)
     cached, fresh = answers
     assert cached.usage.cache_read_input_tokens > 400
@@ -97,8 +121,14 @@ def test_restored_state_answers_as_a_fresh_decode(smol: anthropic.Anthropic, unc
     # chunk on CPUs whose kernels depend on the batch size (repacked
     # AVX-512/AMX kernels: seen on CI, "has a mix" vs "includes a mix").
     counted = uncached.messages.count_tokens(model=MODEL, system=system, messages=conversation).input_tokens
-    assert_same_greedy_answer(cached.content[0].text, fresh.content[0].text, conversation, system, counted,
-                              "restored vs fresh decode")
+    assert_same_greedy_answer(
+        cached.content[0].text,
+        fresh.content[0].text,
+        conversation,
+        system,
+        counted,
+        "restored vs fresh decode",
+    )
 
 
 def test_cache_never_serves_another_conversation(smol: anthropic.Anthropic) -> None:

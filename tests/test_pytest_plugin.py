@@ -54,7 +54,11 @@ def run_pytest(folder: Path, source: str, **env: str) -> subprocess.CompletedPro
 
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "test_it.py"],
-        cwd=folder, capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
     )
 
 

@@ -10,17 +10,16 @@ import dataclasses
 from typing import Any
 
 import pytest
+from reasoning_families import FAMILIES, SEED_OSS, Family
+from test_reasoning_parsers import run, splits
 
 from missive.messages.conversation import build_conversation
+from missive.messages.templating import render_prompt
 from missive.reasoning.base import Gemma4ThinkParser, SeedThinkParser
 from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
-from missive.messages.templating import render_prompt
 from missive.testing import generation_request
 from missive.thinking.plan import ThinkingPlan, plan_thinking
 from missive.tools.render import template_messages
-
-from reasoning_families import FAMILIES, SEED_OSS, Family
-from test_reasoning_parsers import run, splits
 
 IDS = [f.name for f in FAMILIES]
 ENABLED = {"type": "enabled", "budget_tokens": 1024}
@@ -34,15 +33,22 @@ T0, T1, T2 = "First I look up Paris.", "Paris is sunny, I answer.", "Now Rome: c
 
 def _render(family: Family, request: Any) -> str:
     messages, extra = template_messages(request, family.template)
-    return render_prompt(family.template, messages, bos_token="<s>", eos_token="</s>",
-                         **{**request.thinking.template_kwargs(), **extra})
+    return render_prompt(
+        family.template,
+        messages,
+        bos_token="<s>",
+        eos_token="</s>",
+        **{**request.thinking.template_kwargs(), **extra},
+    )
 
 
 def _prompt(family: Family, thinking: dict[str, Any] | None) -> str:
     fields: dict[str, Any] = {"tools": [WEATHER]}
     if thinking is not None:
         fields["thinking"] = thinking
-    request = generation_request([{"role": "user", "content": "Weather in Paris?"}], max_tokens=2048, **fields)
+    request = generation_request(
+        [{"role": "user", "content": "Weather in Paris?"}], max_tokens=2048, **fields
+    )
     return _render(family, request)
 
 
@@ -82,19 +88,38 @@ def _tool_loop(family: Family) -> str:
     call = {"type": "tool_use", "name": "get_weather"}
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": T0, "signature": "s"},
-                                          {"type": "text", "text": "Let me check."},
-                                          {**call, "id": "toolu_1", "input": {"city": "Paris"}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": T0, "signature": "s"},
+                {"type": "text", "text": "Let me check."},
+                {**call, "id": "toolu_1", "input": {"city": "Paris"}},
+            ],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": T1, "signature": "s"},
-                                          {"type": "text", "text": "It is sunny in Paris."}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": T1, "signature": "s"},
+                {"type": "text", "text": "It is sunny in Paris."},
+            ],
+        },
         {"role": "user", "content": "And in Rome?"},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": T2, "signature": "s"},
-                                          {**call, "id": "toolu_2", "input": {"city": "Rome"}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": T2, "signature": "s"},
+                {**call, "id": "toolu_2", "input": {"city": "Rome"}},
+            ],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "rainy"}]},
     ]
     request = generation_request(messages, max_tokens=2048, tools=[WEATHER], thinking=ENABLED)
-    kept = {(1, 0): T0, (3, 0): T1, (5, 0): T2}  # what replay.check_replayed_thinking keeps for valid signatures
+    kept = {
+        (1, 0): T0,
+        (3, 0): T1,
+        (5, 0): T2,
+    }  # what replay.check_replayed_thinking keeps for valid signatures
     request = dataclasses.replace(request, conversation=build_conversation(request.request, kept))
     return _render(family, request)
 
@@ -117,16 +142,36 @@ def test_thinking_replayed_as_the_family_renders_it(family: Family) -> None:
 def test_switches_mapped_from_the_request() -> None:
     """``thinking`` and ``output_config.effort`` as each family's variables."""
     off = plan_thinking(None, None).template_kwargs()
-    assert off == {"enable_thinking": False, "thinking": False, "reasoning_effort": "low", "thinking_budget": 0,
-                   "preserve_thinking": True, "clear_thinking": False}
+    assert off == {
+        "enable_thinking": False,
+        "thinking": False,
+        "reasoning_effort": "low",
+        "thinking_budget": 0,
+        "preserve_thinking": True,
+        "clear_thinking": False,
+    }
     request = generation_request([{"role": "user", "content": "x"}], max_tokens=20000, thinking=ENABLED)
     assert request.thinking.template_kwargs()["thinking_budget"] == 1024
-    enabled = generation_request([{"role": "user", "content": "x"}], max_tokens=20000,
-                                 thinking={"type": "enabled", "budget_tokens": 16384}).thinking.template_kwargs()
-    assert (enabled["enable_thinking"], enabled["thinking"], enabled["reasoning_effort"]) == (True, True, "high")
-    adaptive = generation_request([{"role": "user", "content": "x"}], max_tokens=100, thinking={"type": "adaptive"},
-                                  output_config={"effort": "low"}).thinking.template_kwargs()
-    assert (adaptive["thinking_budget"], adaptive["reasoning_effort"]) == (-1, "low")  # -1: Seed-OSS's "unlimited"
+    enabled = generation_request(
+        [{"role": "user", "content": "x"}],
+        max_tokens=20000,
+        thinking={"type": "enabled", "budget_tokens": 16384},
+    ).thinking.template_kwargs()
+    assert (enabled["enable_thinking"], enabled["thinking"], enabled["reasoning_effort"]) == (
+        True,
+        True,
+        "high",
+    )
+    adaptive = generation_request(
+        [{"role": "user", "content": "x"}],
+        max_tokens=100,
+        thinking={"type": "adaptive"},
+        output_config={"effort": "low"},
+    ).thinking.template_kwargs()
+    assert (adaptive["thinking_budget"], adaptive["reasoning_effort"]) == (
+        -1,
+        "low",
+    )  # -1: Seed-OSS's "unlimited"
     assert ThinkingPlan().template_kwargs() == off
 
 
@@ -153,7 +198,10 @@ def test_gemma4_thought_channel_only_before_the_answer() -> None:
     (thinking off) yields no reasoning; a later channel marker stays text."""
     assert run(Gemma4ThinkParser(), ["<|channel>thought\n<channel|>Hi."]) == ("", "Hi.", ["text"])
     assert run(Gemma4ThinkParser(), ["Hi <|channel>thought\nx<channel|>"]) == (
-        "", "Hi <|channel>thought\nx<channel|>", ["text"])
+        "",
+        "Hi <|channel>thought\nx<channel|>",
+        ["text"],
+    )
     reasoning, text, _ = run(Gemma4ThinkParser(), ["<|channel>thought\nCut off by max_tok"])
     assert (reasoning, text) == ("Cut off by max_tok", "")
     # harmony's marker is not Gemma 4's, nor the other way round

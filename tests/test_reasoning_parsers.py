@@ -109,7 +109,9 @@ def test_close_text_ends_the_reasoning() -> None:
     assert parser.feed("Answer") == [Text("Answer")]
 
 
-HARMONY = "<|channel|>analysis<|message|>Think about it.<|end|><|start|>assistant<|channel|>final<|message|>Hello!"
+HARMONY = (
+    "<|channel|>analysis<|message|>Think about it.<|end|><|start|>assistant<|channel|>final<|message|>Hello!"
+)
 
 
 def test_harmony_analysis_is_reasoning() -> None:
@@ -134,13 +136,20 @@ def test_harmony_prompt_prefix_is_the_open_assistant_header() -> None:
     its header is fed first; the prefill's own text is not output."""
     prefix = HarmonyReasoningParser.prompt_prefix
     assert prefix("<|start|>user<|message|>Hi<|end|><|start|>assistant") == ""
-    assert prefix("<|start|>assistant<|channel|>analysis<|message|>The user") == "<|channel|>analysis<|message|>"
+    assert (
+        prefix("<|start|>assistant<|channel|>analysis<|message|>The user") == "<|channel|>analysis<|message|>"
+    )
     assert prefix("<|start|>assistant<|channel|>final<|message|>Sure") == "<|channel|>final<|message|>"
     assert prefix("<|start|>assistant<|channel|>analysis") == "<|channel|>analysis"
     assert prefix("<|start|>assistant<|channel|>analysis<|message|>x<|end|>") == ""
     assert prefix("<|start|>user<|message|>Hi") == ""
     assert prefix("no markup") == ""
     parser = HarmonyReasoningParser()
-    events = parser.feed(prefix("<|start|>assistant<|channel|>analysis<|message|>The user") + " wants the time.")
+    events = parser.feed(
+        prefix("<|start|>assistant<|channel|>analysis<|message|>The user") + " wants the time."
+    )
     events += parser.feed("<|end|><|start|>assistant<|channel|>final<|message|>Noon.") + parser.finish()
-    assert [(type(e).__name__, e.text) for e in events] == [("Reasoning", " wants the time."), ("Text", "Noon.")]
+    assert [(type(e).__name__, e.text) for e in events] == [
+        ("Reasoning", " wants the time."),
+        ("Text", "Noon."),
+    ]

@@ -86,8 +86,12 @@ class FakeProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", FAKE_PROCESS, self.kind, str(self.port)],
-                                     stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FAKE_PROCESS, self.kind, str(self.port)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
 
@@ -106,18 +110,24 @@ def sse_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]
     event = None
     for line in response.iter_lines():
         if line.startswith("event:"):
-            event = line[len("event:"):].strip()
+            event = line[len("event:") :].strip()
         elif line.startswith("data:") and event is not None:
-            yield event, json.loads(line[len("data:"):])
+            yield event, json.loads(line[len("data:") :])
             event = None
 
 
 def stream_body(content: str, max_tokens: int = 200) -> dict[str, Any]:
-    return {"model": "m", "max_tokens": max_tokens, "stream": True,
-            "messages": [{"role": "user", "content": content}]}
+    return {
+        "model": "m",
+        "max_tokens": max_tokens,
+        "stream": True,
+        "messages": [{"role": "user", "content": content}],
+    }
 
 
-def read_until_error(response: httpx.Response, on_text: Any = None) -> tuple[str, list[str], dict[str, Any] | None]:
+def read_until_error(
+    response: httpx.Response, on_text: Any = None
+) -> tuple[str, list[str], dict[str, Any] | None]:
     """The streamed text, the event names and the ``error`` event's data (None if none came)."""
     text, names = "", []
     for name, data in sse_events(response):
@@ -156,8 +166,9 @@ def test_backend_killed_mid_stream_then_restarted(kind: str) -> None:
             assert "message_stop" not in names
             fake.start()  # the backend comes back on its port
             client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0)
-            message = client.messages.create(model="m", max_tokens=50,
-                                             messages=[{"role": "user", "content": "back again"}])
+            message = client.messages.create(
+                model="m", max_tokens=50, messages=[{"role": "user", "content": "back again"}]
+            )
             assert message.stop_reason == "end_turn" and "back again" in message.content[0].text
     finally:
         fake.stop()
@@ -233,8 +244,11 @@ def fakes() -> Iterator[dict[str, Any]]:
     from missive_ollama.testing import FakeModel, FakeOllama
     from missive_openai.testing import FakeChatServer
 
-    with FakeChatServer(model="m") as vllm, FakeLlamaServer(n_ctx=4096) as llama, \
-            FakeOllama({"m:1b": FakeModel(context_length=4096)}) as ollama:
+    with (
+        FakeChatServer(model="m") as vllm,
+        FakeLlamaServer(n_ctx=4096) as llama,
+        FakeOllama({"m:1b": FakeModel(context_length=4096)}) as ollama,
+    ):
         yield {"vllm": vllm, "llamaserver": llama, "ollama": ollama}
 
 
@@ -244,8 +258,10 @@ def servers(fakes: dict[str, Any]) -> Iterator[dict[str, str]]:
     import contextlib
 
     with contextlib.ExitStack() as stack:
-        yield {kind: stack.enter_context(live_server({"models": {"m": model_entry(kind, fakes[kind].url)}}))
-               for kind in KINDS}
+        yield {
+            kind: stack.enter_context(live_server({"models": {"m": model_entry(kind, fakes[kind].url)}}))
+            for kind in KINDS
+        }
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -271,8 +287,9 @@ def disconnects(kind: str, fake: Any) -> int:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_client_disconnect_aborts_the_backend_generation(kind: str, fakes: dict[str, Any],
-                                                         servers: dict[str, str]) -> None:
+def test_client_disconnect_aborts_the_backend_generation(
+    kind: str, fakes: dict[str, Any], servers: dict[str, str]
+) -> None:
     fake = fakes[kind]
     before = disconnects(kind, fake)
     steps = [{"content": "tick"}] + [{"sleep": 0.2}, {"content": " tick"}] * 60  # 12 s

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,8 +34,13 @@ def access_lines(server: ServerProcess) -> list[str]:
 def wait_for(server: ServerProcess, fragment: str) -> str:
     """The first log line containing ``fragment`` (waits: a stream's line is
     written when its body ends, after the client has read it)."""
-    found: str = until(lambda: next((line for line in server.log().splitlines() if fragment in line), None),
-                       f"a log line with {fragment!r}", DEADLINE, 0.05, detail=server.log)
+    found: str = until(
+        lambda: next((line for line in server.log().splitlines() if fragment in line), None),
+        f"a log line with {fragment!r}",
+        DEADLINE,
+        0.05,
+        detail=server.log,
+    )
     return found
 
 
@@ -57,25 +61,39 @@ def test_one_info_line_per_request_with_its_fields(text_server: ServerProcess) -
     stop reason (or the error type)."""
     client = anthropic.Anthropic(base_url=text_server.url, api_key=KEY, max_retries=0)
     with client.messages.with_streaming_response.create(
-        model="echo", max_tokens=20, stream=True,
-        messages=[{"role": "user", "content": script({"text": "a b c", "tokens": 3}, cache_read_input_tokens=2)}],
+        model="echo",
+        max_tokens=20,
+        stream=True,
+        messages=[
+            {"role": "user", "content": script({"text": "a b c", "tokens": 3}, cache_read_input_tokens=2)}
+        ],
     ) as response:
         rid = response.headers["request-id"]
         response.read()
     line = wait_for(text_server, f"[{rid}] missive.access")
     assert " INFO " in line and "POST /v1/messages 200 " in line
     fields = fields_of(line)
-    assert {k: fields[k] for k in ("endpoint", "model", "stream", "cache_read_input_tokens", "output_tokens",
-                                   "stop_reason")} == {
-        "endpoint": "/v1/messages", "model": "echo", "stream": "true", "cache_read_input_tokens": "2",
-        "output_tokens": "3", "stop_reason": "end_turn",
+    assert {
+        k: fields[k]
+        for k in ("endpoint", "model", "stream", "cache_read_input_tokens", "output_tokens", "stop_reason")
+    } == {
+        "endpoint": "/v1/messages",
+        "model": "echo",
+        "stream": "true",
+        "cache_read_input_tokens": "2",
+        "output_tokens": "3",
+        "stop_reason": "end_turn",
     }
     assert int(fields["input_tokens"]) > 0
     assert 0 <= float(fields["ttft_s"]) <= float(fields["duration_s"])
     assert sum(rid in line for line in access_lines(text_server)) == 1
 
-    missing = httpx.post(f"{text_server.url}/v1/messages", headers={"x-api-key": KEY}, json={
-        "model": "nope", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}, timeout=10)
+    missing = httpx.post(
+        f"{text_server.url}/v1/messages",
+        headers={"x-api-key": KEY},
+        json={"model": "nope", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=10,
+    )
     assert missing.status_code == 404
     line = wait_for(text_server, f"[{missing.headers['request-id']}] missive.access")
     assert "POST /v1/messages 404 " in line and fields_of(line)["error_type"] == "not_found_error"
@@ -86,9 +104,15 @@ def test_no_api_key_or_prompt_text_in_the_info_log(text_server: ServerProcess) -
     """After requests with the key in both headers, one with a wrong key and
     one answered with the prompt's text, neither key nor the prompt's words
     are anywhere in the log at info level."""
-    client = anthropic.Anthropic(base_url=text_server.url, api_key=KEY, max_retries=0,
-                                 default_headers={"authorization": f"Bearer {KEY}"})
-    client.messages.create(model="echo", max_tokens=20, messages=[{"role": "user", "content": f"say {PROMPT_WORD}"}])
+    client = anthropic.Anthropic(
+        base_url=text_server.url,
+        api_key=KEY,
+        max_retries=0,
+        default_headers={"authorization": f"Bearer {KEY}"},
+    )
+    client.messages.create(
+        model="echo", max_tokens=20, messages=[{"role": "user", "content": f"say {PROMPT_WORD}"}]
+    )
     wrong = httpx.get(f"{text_server.url}/v1/models", headers={"x-api-key": WRONG_KEY}, timeout=10)
     assert wrong.status_code == 401
     wait_for(text_server, f"[{wrong.headers['request-id']}] missive.access")
@@ -102,11 +126,14 @@ def test_json_lines_with_the_request_id_on_every_request_line() -> None:
     a request's own lines (here the ``ignored`` notice of its beta header
     and its access line) carry its request id, the access line its fields
     as keys; at debug level the key is still never written."""
-    with serve_process({**CONFIG, "server": {**CONFIG["server"], "log_level": "debug"}},
-                       args=("--log-format", "json")) as server:
+    with serve_process(
+        {**CONFIG, "server": {**CONFIG["server"], "log_level": "debug"}}, args=("--log-format", "json")
+    ) as server:
         client = anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0)
         raw = client.messages.with_raw_response.create(
-            model="echo", max_tokens=20, messages=[{"role": "user", "content": "one two"}],
+            model="echo",
+            max_tokens=20,
+            messages=[{"role": "user", "content": "one two"}],
             extra_headers={"anthropic-beta": "some-beta-2099"},
         )
         rid = raw.headers["request-id"]
@@ -119,10 +146,27 @@ def test_json_lines_with_the_request_id_on_every_request_line() -> None:
     ignored = [r for r in mine if r["message"] == "ignored: anthropic-beta=some-beta-2099"]
     [access] = [r for r in mine if r["logger"] == "missive.access"]
     assert ignored and access["level"] == "info"
-    assert {k: access[k] for k in ("method", "path", "status", "model", "input_tokens", "output_tokens",
-                                   "stop_reason", "stream")} == {
-        "method": "POST", "path": "/v1/messages", "status": 200, "model": "echo", "input_tokens": 2,
-        "output_tokens": 2, "stop_reason": "end_turn", "stream": False,
+    assert {
+        k: access[k]
+        for k in (
+            "method",
+            "path",
+            "status",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "stop_reason",
+            "stream",
+        )
+    } == {
+        "method": "POST",
+        "path": "/v1/messages",
+        "status": 200,
+        "model": "echo",
+        "input_tokens": 2,
+        "output_tokens": 2,
+        "stop_reason": "end_turn",
+        "stream": False,
     }
     assert isinstance(access["ttft_s"], float) and isinstance(access["duration_s"], float)
     assert KEY not in log

@@ -14,7 +14,9 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
         "max_tokens": 20,
         "service_tier": "auto",
         "metadata": {"user_id": '{"session": 1}', "extra_key": 1},
-        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral", "scope": "global"}}],
+        "system": [
+            {"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral", "scope": "global"}}
+        ],
         "tools": [],
         "messages": [
             {
@@ -28,7 +30,9 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
         ],
     }
     resp = httpx.post(
-        f"{echo_url}/v1/messages?beta=true", json=body, headers={"anthropic-beta": "new-thing-2026-01-01, other"}
+        f"{echo_url}/v1/messages?beta=true",
+        json=body,
+        headers={"anthropic-beta": "new-thing-2026-01-01, other"},
     )
     assert resp.status_code == 200, resp.text
     ignored = resp.headers["missive-ignored"]
@@ -48,7 +52,8 @@ def test_unknown_fields_are_accepted_and_reported(echo_url: str) -> None:
 
 def test_clean_request_has_no_ignored_header(echo_url: str) -> None:
     resp = httpx.post(
-        f"{echo_url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+        f"{echo_url}/v1/messages",
+        json={"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
     )
     assert "missive-ignored" not in resp.headers
     assert resp.headers["request-id"].startswith("req_")
@@ -56,9 +61,14 @@ def test_clean_request_has_no_ignored_header(echo_url: str) -> None:
 
 def test_double_v1_path(echo_url: str) -> None:
     client = anthropic.Anthropic(base_url=f"{echo_url}/v1", api_key="x", max_retries=0)
-    msg = client.messages.create(model="echo", max_tokens=5, messages=[{"role": "user", "content": "doubled path"}])
+    msg = client.messages.create(
+        model="echo", max_tokens=5, messages=[{"role": "user", "content": "doubled path"}]
+    )
     assert msg.content[0].text == "doubled path"
-    assert client.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "a b"}]).input_tokens == 2
+    assert (
+        client.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "a b"}]).input_tokens
+        == 2
+    )
 
 
 def test_system_role_and_merging(echo: anthropic.Anthropic) -> None:
@@ -119,13 +129,17 @@ def test_async_client_streams(echo_url: str) -> None:
 
 
 def test_max_output_tokens_caps_max_tokens(echo: anthropic.Anthropic) -> None:
-    msg = echo.messages.create(model="echo-capped", max_tokens=100, messages=[{"role": "user", "content": "a b c d"}])
+    msg = echo.messages.create(
+        model="echo-capped", max_tokens=100, messages=[{"role": "user", "content": "a b c d"}]
+    )
     assert msg.content[0].text == "a b" and msg.stop_reason == "max_tokens"
 
 
 def test_claude_code_billing_header_is_stripped(echo: anthropic.Anthropic) -> None:
     messages = [{"role": "user", "content": "hello"}]
-    plain = echo.messages.count_tokens(model="echo", system=[{"type": "text", "text": "be kind"}], messages=messages)
+    plain = echo.messages.count_tokens(
+        model="echo", system=[{"type": "text", "text": "be kind"}], messages=messages
+    )
     billed = echo.messages.count_tokens(
         model="echo",
         system=[

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from missive.config import ConfigError
-from missive.routing.fallbacks import with_model_chain
 from missive.protocol.schema.management import FallbackEntry
 from missive.protocol.schema.request import MessagesRequest
+from missive.routing.fallbacks import with_model_chain
 from missive.routing.rules import RoutingConfig, RoutingRules
 from missive.testing import ServerProcess, serve_process, until
 
@@ -62,10 +62,15 @@ class Holder:
 
     def __init__(self, server: ServerProcess, model: str) -> None:
         self.http = httpx.Client(timeout=60)
-        body = {"model": model, "max_tokens": 50, "stream": True,
-                "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 60})}]}
-        self.response = self.http.send(self.http.build_request("POST", f"{server.url}/v1/messages", json=body),
-                                       stream=True)
+        body = {
+            "model": model,
+            "max_tokens": 50,
+            "stream": True,
+            "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 60})}],
+        }
+        self.response = self.http.send(
+            self.http.build_request("POST", f"{server.url}/v1/messages", json=body), stream=True
+        )
         self.lines = self.response.iter_lines()  # kept: closing the iterator would close the stream
         until(lambda: "held" in next(self.lines), "the holding stream's first text", timeout=60)
 
@@ -75,15 +80,22 @@ class Holder:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_full_queue_falls_back_to_the_next_model(server: ServerProcess, client: anthropic.Anthropic,
-                                                    stream: bool) -> None:
-    before = metric(server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error")
-    spare_before = metric(server, "requests_total", model_name="spare", endpoint="/v1/messages", status="200",
-                          error_type="")
+def test_a_full_queue_falls_back_to_the_next_model(
+    server: ServerProcess, client: anthropic.Anthropic, stream: bool
+) -> None:
+    before = metric(
+        server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error"
+    )
+    spare_before = metric(
+        server, "requests_total", model_name="spare", endpoint="/v1/messages", status="200", error_type=""
+    )
     holder = Holder(server, "main")
     try:
-        body: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 20,
-                                "messages": [{"role": "user", "content": "answered anyway"}]}
+        body: dict[str, Any] = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 20,
+            "messages": [{"role": "user", "content": "answered anyway"}],
+        }
         if stream:
             with client.messages.stream(**body) as s:
                 message = s.get_final_message()
@@ -94,10 +106,21 @@ def test_a_full_queue_falls_back_to_the_next_model(server: ServerProcess, client
     assert message.content[0].type == "text" and message.content[0].text == "answered anyway"
     assert message.model == "spare"  # the API's signal of a fallback (usage.iterations too)
     # The request is counted as its record finishes, just after the answer's last byte.
-    until(lambda: metric(server, "fallbacks_total", model_name="main", fallback="spare",
-                         error_type="overloaded_error") == before + 1, "the fallback counted")
-    assert metric(server, "requests_total", model_name="spare", endpoint="/v1/messages", status="200",
-                  error_type="") == spare_before + 1
+    until(
+        lambda: (
+            metric(
+                server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error"
+            )
+            == before + 1
+        ),
+        "the fallback counted",
+    )
+    assert (
+        metric(
+            server, "requests_total", model_name="spare", endpoint="/v1/messages", status="200", error_type=""
+        )
+        == spare_before + 1
+    )
     assert "fallback=main->spare" in server.log()
 
 
@@ -114,23 +137,39 @@ def test_a_model_without_a_chain_answers_529(server: ServerProcess, client: anth
 def test_no_fallback_once_the_answer_has_begun(server: ServerProcess, client: anthropic.Anthropic) -> None:
     """The model fails mid-stream with an overloaded error: the client keeps
     what it got and an ``error`` event; no other model is tried."""
-    before = metric(server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error")
+    before = metric(
+        server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error"
+    )
     events = []
     with pytest.raises(anthropic.APIStatusError) as caught:
-        with client.messages.stream(model="main", max_tokens=50, messages=[{"role": "user", "content": script(
-                {"text": "partial"}, {"error": {"type": "overloaded_error", "message": "gone"}})}]) as s:
+        with client.messages.stream(
+            model="main",
+            max_tokens=50,
+            messages=[
+                {
+                    "role": "user",
+                    "content": script(
+                        {"text": "partial"}, {"error": {"type": "overloaded_error", "message": "gone"}}
+                    ),
+                }
+            ],
+        ) as s:
             for event in s:
                 events.append(event)
     assert caught.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
     assert any(e.type == "content_block_delta" and e.delta.text == "partial" for e in events)  # type: ignore[union-attr]
-    assert metric(server, "fallbacks_total", model_name="main", fallback="spare",
-                  error_type="overloaded_error") == before
+    assert (
+        metric(server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error")
+        == before
+    )
 
 
 def test_the_chain_is_checked_and_only_applied_when_asked() -> None:
     with pytest.raises(ConfigError, match="models.a.fallbacks names 'b', which is not a served model"):
         RoutingRules(RoutingConfig(), ["a"], {"a": ["b"]})
-    plain = MessagesRequest.model_validate({"model": "a", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]})
+    plain = MessagesRequest.model_validate(
+        {"model": "a", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}
+    )
     assert with_model_chain(plain, ["b"], True).fallbacks == "default"
     assert with_model_chain(plain, ["b"], False) is plain
     assert with_model_chain(plain, [], True) is plain  # nothing to fall back to: the request stays as sent

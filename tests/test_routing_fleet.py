@@ -30,10 +30,15 @@ def fakes() -> Iterator[list[FakeChatServer]]:
 @pytest.fixture(scope="module")
 def url(fakes: list[FakeChatServer]) -> Iterator[str]:
     urls = [fake.url for fake in fakes]
-    config = {"models": {
-        "prefix": {"driver": "openai", "settings": {"base_urls": urls, "replica_policy": "prefix", "model": "fake-model"}},
-        "spread": {"driver": "openai", "settings": {"base_urls": urls, "model": "fake-model"}},
-    }}
+    config = {
+        "models": {
+            "prefix": {
+                "driver": "openai",
+                "settings": {"base_urls": urls, "replica_policy": "prefix", "model": "fake-model"},
+            },
+            "spread": {"driver": "openai", "settings": {"base_urls": urls, "model": "fake-model"}},
+        }
+    }
     with live_server(config) as base:
         yield base
 
@@ -41,10 +46,18 @@ def url(fakes: list[FakeChatServer]) -> Iterator[str]:
 def converse(url: str, model: str, tag: str, turns: int = 4, sessions: int = 3) -> None:
     """``sessions`` sessions, one conversation each, interleaved turn by turn."""
     talks: list[tuple[anthropic.Anthropic, str, list[dict[str, Any]]]] = [
-        (anthropic.Anthropic(base_url=url, api_key="test", max_retries=0,
-                             default_headers={"x-claude-code-session-id": f"{tag}-{i}"}),
-         f"[{tag} {i}] You help with {topic}. " + "Keep answers short and precise. " * 30, [])
-        for i, topic in enumerate(TOPICS[:sessions])]
+        (
+            anthropic.Anthropic(
+                base_url=url,
+                api_key="test",
+                max_retries=0,
+                default_headers={"x-claude-code-session-id": f"{tag}-{i}"},
+            ),
+            f"[{tag} {i}] You help with {topic}. " + "Keep answers short and precise. " * 30,
+            [],
+        )
+        for i, topic in enumerate(TOPICS[:sessions])
+    ]
     for turn in range(turns):
         for client, system, messages in talks:
             messages.append({"role": "user", "content": f"question {turn} about it"})
@@ -60,7 +73,7 @@ def replicas_of(fakes: list[FakeChatServer], tag: str) -> dict[str, set[int]]:
         for body in fake.requests:
             system = body["messages"][0]["content"]
             if system.startswith(f"[{tag} "):
-                seen.setdefault(system[:len(tag) + 4], set()).add(index)
+                seen.setdefault(system[: len(tag) + 4], set()).add(index)
     return seen
 
 

@@ -46,7 +46,9 @@ def test_chat_keys_share_the_blocks_of_a_shared_prefix() -> None:
     second = chat(LONG, "It defines three functions.", "Now the second file, please.")
     other = chat("Something else entirely. " * 60)
     assert len(first.blocks) >= 6
-    assert second.blocks[:len(first.blocks) - 1] == first.blocks[:-1]  # the last block of a turn may be partial
+    assert (
+        second.blocks[: len(first.blocks) - 1] == first.blocks[:-1]
+    )  # the last block of a turn may be partial
     shared = next(i for i, (a, b) in enumerate(zip(first.blocks, other.blocks)) if a != b)
     assert 0 < shared < len(first.blocks) - 2  # the system prompt and tools only
     assert RouteKey.of_text("x" * (BLOCK_CHARS - 1)).blocks == ()  # only whole blocks count
@@ -88,7 +90,10 @@ def test_equal_prefixes_go_to_the_session_s_replica_then_the_least_loaded() -> N
     for i, replica in enumerate(replicas):  # the system prompt and tools are held everywhere
         policy.index.insert(replica, chat(f"task {i} " * 40).blocks)
     policy._served(replicas[2], RouteKey(session="sub"))
-    assert policy.choose(replicas, chat("A subagent's own task. " * 20, session="sub")) == (replicas[2], "prefix")
+    assert policy.choose(replicas, chat("A subagent's own task. " * 20, session="sub")) == (
+        replicas[2],
+        "prefix",
+    )
     replicas[0].outstanding = 1
     replicas[1].outstanding = 0
     replicas[2].outstanding = 1
@@ -124,8 +129,10 @@ def test_one_request_of_noise_keeps_the_affine_replica_and_real_excess_does_not(
     relative cap alone (4) would move a turn whose replica holds a fourth
     request; the slack keeps it there until the fifth (3 + 1 + 2 = 6 > 5)."""
     replicas = fleet(16)
-    for policy, keeps_at_4, keeps_at_5 in ((PrefixAffinity(load_bound=1.25, load_slack=0), False, False),
-                                            (PrefixAffinity(load_bound=1.25), True, False)):
+    for policy, keeps_at_4, keeps_at_5 in (
+        (PrefixAffinity(load_bound=1.25, load_slack=0), False, False),
+        (PrefixAffinity(load_bound=1.25), True, False),
+    ):
         home, _ = policy.choose(replicas, chat(LONG, session="s"))
         for r in replicas:
             r.outstanding = 3

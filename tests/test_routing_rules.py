@@ -22,8 +22,8 @@ import pytest
 from PIL import Image
 
 from missive.config import Config, ConfigError
-from missive.routing.rules import RoutingConfig, RoutingRule, RoutingRules, estimate_prompt_tokens
 from missive.protocol.schema.request import MessagesRequest
+from missive.routing.rules import RoutingConfig, RoutingRule, RoutingRules, estimate_prompt_tokens
 from missive.testing import ServerProcess, dump_toml, serve_process, until
 
 VISION = {"input_media": ["image/png", "image/jpeg"]}
@@ -73,12 +73,16 @@ def served(server: ServerProcess) -> dict[tuple[str, str], float]:
     return found
 
 
-def ask(client: anthropic.Anthropic, model: str = "claude-sonnet-4-5", **body: Any) -> anthropic.types.Message:
+def ask(
+    client: anthropic.Anthropic, model: str = "claude-sonnet-4-5", **body: Any
+) -> anthropic.types.Message:
     body.setdefault("messages", [{"role": "user", "content": "hello there"}])
     return client.messages.create(model=model, max_tokens=2048, **body)
 
 
-def test_each_rule_sends_its_requests_to_its_model(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_each_rule_sends_its_requests_to_its_model(
+    server: ServerProcess, client: anthropic.Anthropic
+) -> None:
     before = served(server)
     assert ask(client).content[0].text == "hello there"  # no rule: the alias's model
     small = ask(client, "claude-haiku-4-5-20251001")
@@ -90,32 +94,56 @@ def test_each_rule_sends_its_requests_to_its_model(server: ServerProcess, client
     after = served(server)
     gained = {key: after.get(key, 0) - before.get(key, 0) for key in after}
     assert {k: v for k, v in gained.items() if v} == {
-        ("small", "side"): 1, ("vision", "eyes"): 1, ("long", "big"): 1, ("reasoner", "think"): 1}
+        ("small", "side"): 1,
+        ("vision", "eyes"): 1,
+        ("long", "big"): 1,
+        ("reasoner", "think"): 1,
+    }
     # count_tokens follows the same rules (a text-only model would refuse the image).
-    counted = client.messages.count_tokens(model="claude-sonnet-4-5", messages=[
-        {"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}])
+    counted = client.messages.count_tokens(
+        model="claude-sonnet-4-5",
+        messages=[{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}],
+    )
     assert counted.input_tokens > 0
-    until(lambda: "rule=eyes" in server.log() and "model=vision" in server.log(), "the log line naming the rule")
+    until(
+        lambda: "rule=eyes" in server.log() and "model=vision" in server.log(), "the log line naming the rule"
+    )
 
 
 def test_without_the_rule_an_image_is_refused_by_the_text_model(server: ServerProcess) -> None:
     with serve_process({"models": MODELS}) as plain:
-        answer = httpx.post(f"{plain.url}/v1/messages", timeout=60, json={
-            "model": "claude-sonnet-4-5", "max_tokens": 10,
-            "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}]})
+        answer = httpx.post(
+            f"{plain.url}/v1/messages",
+            timeout=60,
+            json={
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}],
+            },
+        )
     assert answer.status_code == 400 and "input media" in answer.json()["error"]["message"]
 
 
 def test_rules_are_listed_by_plugins_and_models(tmp_path: Path) -> None:
     config = tmp_path / "missive.toml"
     config.write_text(dump_toml(CONFIG))
-    plugins = subprocess.run([sys.executable, "-m", "missive", "plugins", "--config", str(config), "--json"],
-                             capture_output=True, text=True, check=True, timeout=120)
+    plugins = subprocess.run(
+        [sys.executable, "-m", "missive", "plugins", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     listed = json.loads(plugins.stdout)["routing_rules"]
     assert [r["name"] for r in listed] == ["side", "eyes", "big", "think"]
     assert listed[2] == {"name": "big", "to": "long", "when": "prompt >= 2000 tokens (estimated) -> long"}
-    models = subprocess.run([sys.executable, "-m", "missive", "models", "--config", str(config)],
-                            capture_output=True, text=True, check=True, timeout=120)
+    models = subprocess.run(
+        [sys.executable, "-m", "missive", "models", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert "  eyes: images -> vision" in models.stdout
     assert "  side: model claude-haiku-* or claude-3-5-haiku* -> small" in models.stdout
 
@@ -132,9 +160,14 @@ def test_bad_rules_are_configuration_errors() -> None:
 
 
 def test_the_estimate_leaves_image_data_out() -> None:
-    words = MessagesRequest.model_validate({"model": "m", "max_tokens": 1, "system": "s" * 400,
-                                            "messages": [{"role": "user", "content": [IMAGE, {"type": "text",
-                                                                                              "text": "x" * 800}]}]})
+    words = MessagesRequest.model_validate(
+        {
+            "model": "m",
+            "max_tokens": 1,
+            "system": "s" * 400,
+            "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "x" * 800}]}],
+        }
+    )
     # The text and the block and role names count; the base64 source, none of it.
     assert estimate_prompt_tokens(words) == (400 + 800 + len("user") + len("image") + len("text")) // 4
 
@@ -144,10 +177,15 @@ def test_a_rule_never_sends_a_key_to_a_model_it_may_not_use() -> None:
     request stays on the text model (and is refused there); a key that may
     use every model is routed."""
     narrow, wide = "sk-narrow-routing-key", "sk-wide-routing-key"
-    keys = {"narrow": {"key_sha256": hashlib.sha256(narrow.encode()).hexdigest(), "models": ["main"]},
-            "wide": {"key_sha256": hashlib.sha256(wide.encode()).hexdigest()}}
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 10,
-            "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}]}
+    keys = {
+        "narrow": {"key_sha256": hashlib.sha256(narrow.encode()).hexdigest(), "models": ["main"]},
+        "wide": {"key_sha256": hashlib.sha256(wide.encode()).hexdigest()},
+    }
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}],
+    }
     with serve_process({**CONFIG, "keys": keys}) as keyed:
         refused = httpx.post(f"{keyed.url}/v1/messages", json=body, headers={"x-api-key": narrow}, timeout=60)
         routed = httpx.post(f"{keyed.url}/v1/messages", json=body, headers={"x-api-key": wide}, timeout=60)

@@ -10,13 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from missive.sampling import FAMILIES, NO_DEFAULTS, Values, family_for, folder_sampling, gguf_names, model_sampling
+from missive.sampling import (
+    FAMILIES,
+    NO_DEFAULTS,
+    Values,
+    family_for,
+    folder_sampling,
+    gguf_names,
+    model_sampling,
+)
 
 
 def test_gguf_keys_win_and_are_read_as_llama_cpp_python_gives_them() -> None:
     # llama-cpp-python's Llama.metadata holds every scalar as a string
-    meta = {"general.name": "Qwen3 Coder 30B A3B Instruct", "general.sampling.temp": "0.5",
-            "general.sampling.top_k": "7", "general.sampling.min_p": "0.050000"}
+    meta = {
+        "general.name": "Qwen3 Coder 30B A3B Instruct",
+        "general.sampling.temp": "0.5",
+        "general.sampling.top_k": "7",
+        "general.sampling.min_p": "0.050000",
+    }
     chosen = model_sampling(meta, gguf_names(meta, "model.gguf"))
     assert chosen.source == "gguf"
     assert chosen.values == Values(temperature=0.5, top_p=None, top_k=7, min_p=0.05)
@@ -42,7 +54,10 @@ def test_gguf_keys_win_and_are_read_as_llama_cpp_python_gives_them() -> None:
         (["Gemma 3 270m It"], "gemma-3"),
         (["Seed-OSS-36B-Instruct"], "seed-oss"),
         (["gpt-oss-20b"], "gpt-oss"),
-        (["SmolLM2 135M Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf"], None),  # the embedded model: API defaults
+        (
+            ["SmolLM2 135M Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf"],
+            None,
+        ),  # the embedded model: API defaults
         ([], None),
     ],
 )
@@ -72,7 +87,9 @@ def test_generation_config_is_the_last_source(tmp_path: Path) -> None:
     folder = tmp_path / "models--org--SomeModel-4bit" / "snapshots" / "abc123"
     folder.mkdir(parents=True)
     assert folder_sampling(folder) is NO_DEFAULTS
-    (folder / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.9, "do_sample": True}))
+    (folder / "generation_config.json").write_text(
+        json.dumps({"temperature": 0.6, "top_p": 0.9, "do_sample": True})
+    )
     assert folder_sampling(folder).describe() == "temperature=0.6,top_p=0.9(generation_config)"
     (folder / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "do_sample": False}))
     assert folder_sampling(folder) is NO_DEFAULTS  # greedy by default there: no sampling values to take
@@ -90,8 +107,11 @@ def test_missive_models_lists_the_default_sampling(tmp_path: Path) -> None:
     from missive.models.sources.refs import parse_ref
 
     rows = []
-    for name, extra in (("with-keys", {"general.sampling.temp": 0.3, "general.sampling.top_k": 11}),
-                        ("Qwen3-Coder-tiny", {}), ("plain", {})):
+    for name, extra in (
+        ("with-keys", {"general.sampling.temp": 0.3, "general.sampling.top_k": 11}),
+        ("Qwen3-Coder-tiny", {}),
+        ("plain", {}),
+    ):
         path = tmp_path / f"{name}.gguf"
         writer = gguf.GGUFWriter(str(path), "llama")
         writer.add_name(name)
@@ -102,7 +122,10 @@ def test_missive_models_lists_the_default_sampling(tmp_path: Path) -> None:
         writer.close()
         rows.append(_row(name, "huggingface", local_path_model(parse_ref(str(path)))))
     assert [r.sampling for r in rows] == [
-        "temperature=0.3,top_k=11(gguf)", "temperature=0.7,top_p=0.8,top_k=20(table:qwen3-coder)", "api"]
+        "temperature=0.3,top_k=11(gguf)",
+        "temperature=0.7,top_p=0.8,top_k=20(table:qwen3-coder)",
+        "api",
+    ]
     table = render_rows(rows).splitlines()
     assert table[0].split()[5] == "SAMPLING"
     assert table[1].split()[6] == "temperature=0.3,top_k=11(gguf)"  # SIZE is two words: "0.0 MiB"

@@ -14,12 +14,12 @@ import anthropic
 import anthropic.types as api
 import httpx
 import pytest
-from missive_echo import script
+from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 
 from missive.testing import live_server
 from missive.tools.server import MAX_SERVER_CALLS
+from missive_echo import script
 
-from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 SEARCH_CALL = {"tool_call": {"name": "web_search", "arguments": ['{"query":', ' "tide times"}']}}
 AFTER = [{"script": [{"text": "I could not search."}]}]
 ASK = script({"text": "Let me look."}, SEARCH_CALL, then=AFTER)
@@ -34,14 +34,22 @@ def blocks_without_ids(message: Any) -> list[dict[str, Any]]:
 
 
 def test_call_is_answered_unavailable_and_the_turn_goes_on(echo: anthropic.Anthropic) -> None:
-    msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEB_SEARCH],
-                               messages=[{"role": "user", "content": ASK}])
+    msg = echo.messages.create(
+        model="echo-tools", max_tokens=50, tools=[WEB_SEARCH], messages=[{"role": "user", "content": ASK}]
+    )
     assert [b.type for b in msg.content] == ["text", "server_tool_use", "web_search_tool_result", "text"]
     text, call, result, answer = msg.content
     assert isinstance(call, api.ServerToolUseBlock) and isinstance(result, api.WebSearchToolResultBlock)
-    assert call.id.startswith("srvtoolu_") and call.name == "web_search" and call.input == {"query": "tide times"}
+    assert (
+        call.id.startswith("srvtoolu_")
+        and call.name == "web_search"
+        and call.input == {"query": "tide times"}
+    )
     assert result.tool_use_id == call.id
-    assert isinstance(result.content, api.WebSearchToolResultErrorObject) and result.content.error_code == "unavailable"
+    assert (
+        isinstance(result.content, api.WebSearchToolResultErrorObject)
+        and result.content.error_code == "unavailable"
+    )
     assert text.text == "Let me look." and answer.text == "I could not search."
     assert msg.stop_reason == "end_turn"
     assert msg.usage.server_tool_use is not None and msg.usage.server_tool_use.web_search_requests == 0
@@ -49,8 +57,9 @@ def test_call_is_answered_unavailable_and_the_turn_goes_on(echo: anthropic.Anthr
 
 
 def test_stream_and_non_stream_give_the_same_blocks(echo: anthropic.Anthropic) -> None:
-    kwargs: dict[str, Any] = dict(model="echo-tools", max_tokens=50, tools=[WEB_SEARCH],
-                                  messages=[{"role": "user", "content": ASK}])
+    kwargs: dict[str, Any] = dict(
+        model="echo-tools", max_tokens=50, tools=[WEB_SEARCH], messages=[{"role": "user", "content": ASK}]
+    )
     plain = echo.messages.create(**kwargs)
     events = []
     with echo.messages.stream(**kwargs) as stream:
@@ -75,8 +84,12 @@ def test_web_fetch_and_a_parsed_call(echo: anthropic.Anthropic) -> None:
     call = '<tool_call>\n{"name": "web_fetch", "arguments": {"url": "https://example.org"}}\n</tool_call>'
     content = script({"text": call}, then=[{"script": [{"text": "The page could not be fetched."}]}])
     for stream in (False, True):
-        kwargs: dict[str, Any] = dict(model="echo-hermes", max_tokens=50, tools=[WEATHER, WEB_FETCH],
-                                      messages=[{"role": "user", "content": content}])
+        kwargs: dict[str, Any] = dict(
+            model="echo-hermes",
+            max_tokens=50,
+            tools=[WEATHER, WEB_FETCH],
+            messages=[{"role": "user", "content": content}],
+        )
         if stream:
             with echo.messages.stream(**kwargs) as s:
                 msg = s.get_final_message()
@@ -93,8 +106,9 @@ def test_web_fetch_and_a_parsed_call(echo: anthropic.Anthropic) -> None:
 def test_history_round_trip(echo_url: str, echo: anthropic.Anthropic) -> None:
     """The blocks sent back in the assistant turn are accepted, rendered (not
     reported as ignored) and counted like the message itself."""
-    first = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEB_SEARCH],
-                                 messages=[{"role": "user", "content": ASK}])
+    first = echo.messages.create(
+        model="echo-tools", max_tokens=50, tools=[WEB_SEARCH], messages=[{"role": "user", "content": ASK}]
+    )
     messages = [
         {"role": "user", "content": ASK},
         {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
@@ -105,7 +119,9 @@ def test_history_round_trip(echo_url: str, echo: anthropic.Anthropic) -> None:
     assert resp.status_code == 200, resp.text
     assert "missive-ignored" not in resp.headers
     assert resp.json()["content"] == [{"type": "text", "text": "thanks anyway"}]
-    counted = httpx.post(f"{echo_url}/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "max_tokens"})
+    counted = httpx.post(
+        f"{echo_url}/v1/messages/count_tokens", json={k: v for k, v in body.items() if k != "max_tokens"}
+    )
     assert counted.json()["input_tokens"] == resp.json()["usage"]["input_tokens"]
 
 
@@ -116,27 +132,38 @@ def test_paused_turn_resumes_after_the_last_result(echo: anthropic.Anthropic) ->
     user = {"role": "user", "content": loop}
     paused = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEB_SEARCH], messages=[user])
     assert paused.stop_reason == "pause_turn"
-    assert [b.type for b in paused.content] == ["server_tool_use", "web_search_tool_result"] * MAX_SERVER_CALLS
+    assert [b.type for b in paused.content] == [
+        "server_tool_use",
+        "web_search_tool_result",
+    ] * MAX_SERVER_CALLS
     codes = [b.content.error_code for b in paused.content if b.type == "web_search_tool_result"]
     assert codes == ["unavailable"] * 5 + ["max_uses_exceeded"] * (MAX_SERVER_CALLS - 5)  # max_uses: 5
     resumed = echo.messages.create(
-        model="echo-tools", max_tokens=50, tools=[WEB_SEARCH],
-        messages=[user, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in paused.content]}],
+        model="echo-tools",
+        max_tokens=50,
+        tools=[WEB_SEARCH],
+        messages=[
+            user,
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in paused.content]},
+        ],
     )
     assert [b.type for b in resumed.content] == ["text"] and resumed.content[0].text == "I could not search."
     assert resumed.stop_reason == "end_turn"
 
 
 def test_no_budget_left_after_the_call_ends_with_max_tokens(echo: anthropic.Anthropic) -> None:
-    msg = echo.messages.create(model="echo-tools", max_tokens=2, tools=[WEB_SEARCH],
-                               messages=[{"role": "user", "content": ASK}])
+    msg = echo.messages.create(
+        model="echo-tools", max_tokens=2, tools=[WEB_SEARCH], messages=[{"role": "user", "content": ASK}]
+    )
     assert [b.type for b in msg.content] == ["text", "server_tool_use", "web_search_tool_result"]
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 2
 
 
 def test_tool_choice_naming_the_server_tool(echo: anthropic.Anthropic) -> None:
     msg = echo.messages.create(
-        model="echo-tools", max_tokens=50, tools=[WEATHER, WEB_SEARCH],
+        model="echo-tools",
+        max_tokens=50,
+        tools=[WEATHER, WEB_SEARCH],
         tool_choice={"type": "tool", "name": "web_search", "disable_parallel_tool_use": True},
         messages=[{"role": "user", "content": script(SEARCH_CALL, then=AFTER)}],
     )
@@ -150,7 +177,9 @@ def test_client_call_after_the_result_ends_with_tool_use(echo: anthropic.Anthrop
     weather = {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Brest"}']}}
     content = script(SEARCH_CALL, then=[{"script": [weather, weather]}])
     msg = echo.messages.create(
-        model="echo-tools", max_tokens=50, tools=[WEATHER, WEB_SEARCH],
+        model="echo-tools",
+        max_tokens=50,
+        tools=[WEATHER, WEB_SEARCH],
         tool_choice={"type": "auto", "disable_parallel_tool_use": True},
         messages=[{"role": "user", "content": content}],
     )
@@ -164,14 +193,21 @@ def test_server_call_beside_a_client_call_is_left_unanswered(echo: anthropic.Ant
     result, the history is accepted and the model goes on."""
     weather = {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Brest"}']}}
     user = {"role": "user", "content": script(weather, SEARCH_CALL, then=AFTER)}
-    msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEATHER, WEB_SEARCH], messages=[user])
+    msg = echo.messages.create(
+        model="echo-tools", max_tokens=50, tools=[WEATHER, WEB_SEARCH], messages=[user]
+    )
     assert [b.type for b in msg.content] == ["tool_use", "server_tool_use"] and msg.stop_reason == "tool_use"
     following = echo.messages.create(
-        model="echo-tools", max_tokens=50, tools=[WEATHER, WEB_SEARCH],
+        model="echo-tools",
+        max_tokens=50,
+        tools=[WEATHER, WEB_SEARCH],
         messages=[
             user,
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": msg.content[0].id, "content": "rain"}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": msg.content[0].id, "content": "rain"}],
+            },
         ],
     )
     assert following.content[0].text == "I could not search."
@@ -181,11 +217,22 @@ def test_model_without_tool_use(echo_url: str, echo: anthropic.Anthropic) -> Non
     """Not offered (reported as ignored), history blocks left out and
     reported; forcing the tool is the capability 400 any forced tool gets."""
     body = {
-        "model": "echo", "max_tokens": 5, "tools": [WEB_SEARCH],
+        "model": "echo",
+        "max_tokens": 5,
+        "tools": [WEB_SEARCH],
         "messages": [
             {"role": "user", "content": "search"},
-            {"role": "assistant", "content": [{"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
-                                               "input": {"query": "q"}}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "server_tool_use",
+                        "id": "srvtoolu_1",
+                        "name": "web_search",
+                        "input": {"query": "q"},
+                    }
+                ],
+            },
             {"role": "user", "content": "again"},
         ],
     }
@@ -197,8 +244,13 @@ def test_model_without_tool_use(echo_url: str, echo: anthropic.Anthropic) -> Non
     )
     assert resp.json()["content"][0]["text"] == "again"
     with pytest.raises(anthropic.BadRequestError) as info:
-        echo.messages.create(model="echo", max_tokens=5, tools=[WEB_SEARCH], tool_choice={"type": "tool", "name": "web_search"},
-                             messages=[{"role": "user", "content": "x"}])
+        echo.messages.create(
+            model="echo",
+            max_tokens=5,
+            tools=[WEB_SEARCH],
+            tool_choice={"type": "tool", "name": "web_search"},
+            messages=[{"role": "user", "content": "x"}],
+        )
     assert info.value.body["error"]["message"] == (
         "tools with tool_choice \"tool\" is not supported by model 'echo' (driver 'echo'); supported: no tool use"
     )
@@ -208,6 +260,10 @@ def test_strict_mode_accepts_server_tools(echo_config: dict) -> None:
     config = {**echo_config, "server": {"strict": True}}
     with live_server(config) as url:
         client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
-        msg = client.messages.create(model="echo-tools", max_tokens=50, tools=[WEB_SEARCH, WEB_FETCH],
-                                     messages=[{"role": "user", "content": ASK}])
+        msg = client.messages.create(
+            model="echo-tools",
+            max_tokens=50,
+            tools=[WEB_SEARCH, WEB_FETCH],
+            messages=[{"role": "user", "content": ASK}],
+        )
         assert msg.content[2].type == "web_search_tool_result" and msg.stop_reason == "end_turn"

@@ -18,13 +18,12 @@ from typing import Any
 import anthropic
 import anthropic.types as api
 import pytest
-from missive_echo import script
-from missive_openai.testing import FakeChatServer
-
-from missive.testing import live_server
-
 from server_tool_defs import WEB_FETCH, WEB_SEARCH
 from web_standins import StandIn, server_tools_config
+
+from missive.testing import live_server
+from missive_echo import script
+from missive_openai.testing import FakeChatServer
 
 TOOLS = {"tool_choice": ["auto", "any", "tool", "none"]}
 #: The model's answers after a result, by what the result showed it.
@@ -39,8 +38,12 @@ AFTER_RESULT = [
 def web() -> Iterator[StandIn]:
     with StandIn().running() as standin:
         standin.results = [
-            {"url": "https://tides.example/port", "title": "Port tides", "content": "High tide 06:42",
-             "publishedDate": "2026-11-30"},
+            {
+                "url": "https://tides.example/port",
+                "title": "Port tides",
+                "content": "High tide 06:42",
+                "publishedDate": "2026-11-30",
+            },
             {"url": "https://blocked.example/x", "title": "Blocked", "content": "never shown"},
         ]
         yield standin
@@ -60,13 +63,18 @@ def echo_settings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def client(web: StandIn, fake: FakeChatServer, echo_settings: dict[str, Any]) -> Iterator[anthropic.Anthropic]:
+def client(
+    web: StandIn, fake: FakeChatServer, echo_settings: dict[str, Any]
+) -> Iterator[anthropic.Anthropic]:
     config: dict[str, Any] = {
         **server_tools_config(web),
         "models": {
             "echo": {"driver": "echo", "context_window": 4000, "settings": echo_settings},
-            "gen": {"driver": "openai", "context_window": 4096,
-                    "settings": {"base_url": fake.url, "model": "fake-model"}},
+            "gen": {
+                "driver": "openai",
+                "context_window": 4096,
+                "settings": {"base_url": fake.url, "model": "fake-model"},
+            },
         },
     }
     with live_server(config) as url:
@@ -80,12 +88,20 @@ def fetch_call(url: str) -> dict[str, Any]:
     return {"tool_call": {"name": "web_fetch", "arguments": [f'{{"url": "{url[:half]}', f'{url[half:]}"}}']}}
 
 
-def ask(client: anthropic.Anthropic, text: str, steps: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None, stream: bool = False) -> api.Message:
+def ask(
+    client: anthropic.Anthropic,
+    text: str,
+    steps: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    stream: bool = False,
+) -> api.Message:
     """``text`` (where a URL may appear before the call), then the model's
     scripted ``steps``; it answers after the result by :data:`AFTER_RESULT`."""
-    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "Let me see."},
-                {"role": "user", "content": script(*steps)}]
+    messages = [
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": "Let me see."},
+        {"role": "user", "content": script(*steps)},
+    ]
     kwargs: dict[str, Any] = dict(model="echo", max_tokens=200, tools=tools or [WEB_FETCH], messages=messages)
     if stream:
         with client.messages.stream(**kwargs) as s:
@@ -94,7 +110,9 @@ def ask(client: anthropic.Anthropic, text: str, steps: list[dict[str, Any]],
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_web_fetch_reads_the_page_and_the_model_goes_on(client: anthropic.Anthropic, web: StandIn, stream: bool) -> None:
+def test_web_fetch_reads_the_page_and_the_model_goes_on(
+    client: anthropic.Anthropic, web: StandIn, stream: bool
+) -> None:
     url = f"{web.url}/page.html"
     msg = ask(client, f"Read {url} please.", [fetch_call(url)], stream=stream)
     assert [b.type for b in msg.content] == ["server_tool_use", "web_fetch_tool_result", "text"]
@@ -136,8 +154,10 @@ def test_web_fetch_error_codes(client: anthropic.Anthropic, web: StandIn) -> Non
 def test_loopback_refused_unless_allowed(web: StandIn, echo_settings: dict[str, Any]) -> None:
     """Without ``media.fetch_allow`` the stand-in's loopback address is refused
     (``url_not_accessible``) and nothing reaches it."""
-    config = {"server_tools": {"web_fetch": True},
-              "models": {"echo": {"driver": "echo", "context_window": 4000, "settings": echo_settings}}}
+    config = {
+        "server_tools": {"web_fetch": True},
+        "models": {"echo": {"driver": "echo", "context_window": 4000, "settings": echo_settings}},
+    }
     before = len(web.requests)
     with live_server(config) as url:
         client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
@@ -153,7 +173,9 @@ def test_web_search_through_searxng(client: anthropic.Anthropic, web: StandIn) -
     msg = ask(client, "When is high tide?", [call], tools=[search])
     assert [b.type for b in msg.content] == ["server_tool_use", "web_search_tool_result", "text"]
     results = msg.content[1].content
-    assert [(r.url, r.title, r.page_age) for r in results] == [("https://tides.example/port", "Port tides", "2026-11-30")]
+    assert [(r.url, r.title, r.page_age) for r in results] == [
+        ("https://tides.example/port", "Port tides", "2026-11-30")
+    ]
     assert base64.b64decode(results[0].encrypted_content).decode() == "High tide 06:42"
     assert msg.content[2].text == "Found it."  # the snippet reached the model
     assert web.searched()[-1] == "tide times"
@@ -161,23 +183,33 @@ def test_web_search_through_searxng(client: anthropic.Anthropic, web: StandIn) -
     # Sent back by the client (a paused turn resumed), the snippet is read
     # again; an opaque (the API's own) content shows the links only.
     blocks = [b.model_dump(exclude_none=True) for b in msg.content[:2]]
-    opaque = [blocks[0], {**blocks[1], "content": [{**r, "encrypted_content": "EqgfCioIARgB"} for r in blocks[1]["content"]]}]
+    opaque = [
+        blocks[0],
+        {**blocks[1], "content": [{**r, "encrypted_content": "EqgfCioIARgB"} for r in blocks[1]["content"]]},
+    ]
 
     def resume(assistant: list[dict[str, Any]]) -> list[Any]:
-        history = [{"role": "user", "content": "When is high tide?"}, {"role": "assistant", "content": assistant}]
+        history = [
+            {"role": "user", "content": "When is high tide?"},
+            {"role": "assistant", "content": assistant},
+        ]
         return client.messages.create(model="echo", max_tokens=50, tools=[search], messages=history).content
 
     assert [b.text for b in resume(blocks) if b.type == "text"] == ["Found it."]
     assert [b.text for b in resume(opaque) if b.type == "text"] != ["Found it."]
 
 
-def test_forced_web_search_on_a_driver_that_cannot_force_tools(client: anthropic.Anthropic, web: StandIn,
-                                                                fake: FakeChatServer) -> None:
+def test_forced_web_search_on_a_driver_that_cannot_force_tools(
+    client: anthropic.Anthropic, web: StandIn, fake: FakeChatServer
+) -> None:
     """A request forcing ``web_search`` (``tool_choice: tool``) on the openai
     driver, which declares only ``auto``/``none``: the server makes the call
     from the user's message, runs it, and the backend answers after it."""
     msg = client.messages.create(
-        model="gen", max_tokens=50, tools=[WEB_SEARCH], tool_choice={"type": "tool", "name": "web_search"},
+        model="gen",
+        max_tokens=50,
+        tools=[WEB_SEARCH],
+        tool_choice={"type": "tool", "name": "web_search"},
         messages=[{"role": "user", "content": "Perform a web search for the query: port tides"}],
     )
     assert [b.type for b in msg.content[:2]] == ["server_tool_use", "web_search_tool_result"]
@@ -192,6 +224,10 @@ def test_forced_web_search_on_a_driver_that_cannot_force_tools(client: anthropic
 
 def test_unconfigured_server_still_answers_unavailable(echo: anthropic.Anthropic) -> None:
     call = {"tool_call": {"name": "web_search", "arguments": ['{"query": "x"}']}}
-    msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEB_SEARCH], messages=[
-        {"role": "user", "content": script(call, then=[{"script": [{"text": "ok"}]}])}])
+    msg = echo.messages.create(
+        model="echo-tools",
+        max_tokens=50,
+        tools=[WEB_SEARCH],
+        messages=[{"role": "user", "content": script(call, then=[{"script": [{"text": "ok"}]}])}],
+    )
     assert msg.content[1].content.error_code == "unavailable"

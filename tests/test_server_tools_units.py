@@ -9,6 +9,7 @@ from typing import Any
 
 import anthropic.types as api
 import pytest
+from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 
 from missive.driver.capabilities import Capabilities
 from missive.messages.conversation import build_conversation, continue_after
@@ -27,7 +28,6 @@ from missive.tools.definitions import ToolChoice, choice_after_server_call, offe
 from missive.tools.render import hermes_messages, native_messages
 from missive.tools.server import SERVER_TOOLS, answer_blocks, error_result, server_block_paths
 
-from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 CALL = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "news"}}
 RESULT = {
     "type": "web_search_tool_result",
@@ -51,7 +51,10 @@ def test_error_results_have_the_api_shapes_and_parse_in_the_sdk() -> None:
         "content": {"type": "web_fetch_tool_result_error", "error_code": "max_uses_exceeded"},
     }
     parsed = api.WebSearchToolResultBlock.model_validate(search)
-    assert isinstance(parsed.content, api.WebSearchToolResultErrorObject) and parsed.content.error_code == "unavailable"
+    assert (
+        isinstance(parsed.content, api.WebSearchToolResultErrorObject)
+        and parsed.content.error_code == "unavailable"
+    )
     fetched = api.WebFetchToolResultBlock.model_validate(fetch)
     assert isinstance(fetched.content, api.WebFetchToolResultErrorBlock)
     assert re.fullmatch(r"srvtoolu_[0-9A-Za-z]{24}", server_tool_use_id())
@@ -59,17 +62,25 @@ def test_error_results_have_the_api_shapes_and_parse_in_the_sdk() -> None:
 
 def test_server_tools_are_offered_with_synthesized_schemas() -> None:
     described = {**WEB_FETCH, "description": "Read a page."}
-    tools, skipped = offered_tools(request([{"role": "user", "content": "x"}], tools=[WEB_SEARCH, described, WEATHER]))
+    tools, skipped = offered_tools(
+        request([{"role": "user", "content": "x"}], tools=[WEB_SEARCH, described, WEATHER])
+    )
     assert skipped == []
     search, fetch, weather = tools
     assert (search.name, search.server.result_type) == ("web_search", "web_search_tool_result")
-    assert search.input_schema["required"] == ["query"] and search.input_schema["properties"]["query"]["type"] == "string"
+    assert (
+        search.input_schema["required"] == ["query"]
+        and search.input_schema["properties"]["query"]["type"] == "string"
+    )
     assert fetch.input_schema["required"] == ["url"] and fetch.description == "Read a page."
     assert weather.server is None and weather.input_schema == WEATHER["input_schema"]
 
 
 def test_server_tools_not_offered_to_a_model_that_cannot_call_tools() -> None:
-    body = request([{"role": "user", "content": "x"}], tools=[WEB_SEARCH, {"type": "code_execution_20250825", "name": "c"}])
+    body = request(
+        [{"role": "user", "content": "x"}],
+        tools=[WEB_SEARCH, {"type": "code_execution_20250825", "name": "c"}],
+    )
     tools, skipped = offered_tools(body, server_tools=False)
     assert tools == ()
     assert skipped == [
@@ -83,7 +94,12 @@ def test_limit_fields_of_server_tools_are_honoured_not_reported() -> None:
     body = request(
         [{"role": "user", "content": "x"}],
         tools=[
-            {**WEB_SEARCH, "allowed_domains": ["a.org"], "user_location": {"type": "approximate"}, "defer_loading": True},
+            {
+                **WEB_SEARCH,
+                "allowed_domains": ["a.org"],
+                "user_location": {"type": "approximate"},
+                "defer_loading": True,
+            },
             {**WEB_FETCH, "max_content_tokens": 100, "citations": {"enabled": True}},
             {**WEATHER, "max_uses": 3},  # meaningless on a custom tool: reported
         ],
@@ -96,13 +112,19 @@ def test_history_blocks_validate_as_typed_blocks() -> None:
     body = request(
         [
             {"role": "user", "content": "x"},
-            {"role": "assistant", "content": [CALL, RESULT, code, {**RESULT, "type": "web_fetch_tool_result"}]},
+            {
+                "role": "assistant",
+                "content": [CALL, RESULT, code, {**RESULT, "type": "web_fetch_tool_result"}],
+            },
             {"role": "user", "content": [CALL]},
         ]
     )
     blocks = body.messages[1].content
     assert [type(b) for b in blocks] == [
-        ServerToolUseBlock, WebSearchToolResultBlock, ServerToolBlock, WebFetchToolResultBlock
+        ServerToolUseBlock,
+        WebSearchToolResultBlock,
+        ServerToolBlock,
+        WebFetchToolResultBlock,
     ]
     # Rendered where they belong (assistant); a code execution call and one in a user message are not.
     assert collect_ignored(body) == [
@@ -115,15 +137,26 @@ def test_history_renders_the_call_and_its_result() -> None:
     body = request(
         [
             {"role": "user", "content": "news?"},
-            {"role": "assistant", "content": [{"type": "text", "text": "Searching."}, CALL, RESULT,
-                                              {"type": "text", "text": "No luck."}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Searching."},
+                    CALL,
+                    RESULT,
+                    {"type": "text", "text": "No luck."},
+                ],
+            },
             {"role": "user", "content": "ok"},
         ]
     )
     conv = build_conversation(body)
     assert [t.role for t in conv.turns] == ["user", "assistant", "user", "assistant", "user"]
     call, result = conv.turns[1].blocks[1], conv.turns[2].blocks[0]
-    assert isinstance(call, ToolUseBlock) and (call.id, call.name, call.input) == ("srvtoolu_1", "web_search", {"query": "news"})
+    assert isinstance(call, ToolUseBlock) and (call.id, call.name, call.input) == (
+        "srvtoolu_1",
+        "web_search",
+        {"query": "news"},
+    )
     assert isinstance(result, ToolResultBlock) and result.tool_use_id == "srvtoolu_1"
     assert result.content == ERROR_TEXT and result.is_error
     assert conv.turns[1].text() == "Searching." and conv.turns[3].text() == "No luck."
@@ -131,11 +164,17 @@ def test_history_renders_the_call_and_its_result() -> None:
 
 
 def test_paused_turn_goes_on_after_the_result_and_text_after_it_is_a_prefill() -> None:
-    paused = build_conversation(request([{"role": "user", "content": "news?"}, {"role": "assistant", "content": [CALL, RESULT]}]))
+    paused = build_conversation(
+        request([{"role": "user", "content": "news?"}, {"role": "assistant", "content": [CALL, RESULT]}])
+    )
     assert [t.role for t in paused.turns] == ["user", "assistant", "user"] and paused.prefill is None
     started = build_conversation(
-        request([{"role": "user", "content": "news?"},
-                 {"role": "assistant", "content": [CALL, RESULT, {"type": "text", "text": "Sorry,"}]}])
+        request(
+            [
+                {"role": "user", "content": "news?"},
+                {"role": "assistant", "content": [CALL, RESULT, {"type": "text", "text": "Sorry,"}]},
+            ]
+        )
     )
     assert [t.role for t in started.turns] == ["user", "assistant", "user"] and started.prefill == "Sorry,"
 
@@ -147,7 +186,10 @@ def test_unanswered_call_is_rendered_unavailable() -> None:
         [
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": [CALL, client_call]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}],
+            },
         ]
     )
     conv = build_conversation(body)
@@ -160,31 +202,65 @@ def test_unanswered_call_is_rendered_unavailable() -> None:
     ("result", "text", "is_error"),
     [
         (
-            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": [
-                {"type": "web_search_result", "title": "A", "url": "https://a.org", "encrypted_content": "x"},
-                {"type": "web_search_result", "title": "B", "url": "https://b.org", "encrypted_content": "y"},
-            ]},
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": [
+                    {
+                        "type": "web_search_result",
+                        "title": "A",
+                        "url": "https://a.org",
+                        "encrypted_content": "x",
+                    },
+                    {
+                        "type": "web_search_result",
+                        "title": "B",
+                        "url": "https://b.org",
+                        "encrypted_content": "y",
+                    },
+                ],
+            },
             "[A](https://a.org)\n[B](https://b.org)",
             False,
         ),
         (
-            {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {
-                "type": "web_fetch_result", "url": "https://a.org/p",
-                "content": {"type": "document", "title": "Page", "source": {"type": "text", "media_type": "text/plain", "data": "Body."}},
-            }},
+            {
+                "type": "web_fetch_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": {
+                    "type": "web_fetch_result",
+                    "url": "https://a.org/p",
+                    "content": {
+                        "type": "document",
+                        "title": "Page",
+                        "source": {"type": "text", "media_type": "text/plain", "data": "Body."},
+                    },
+                },
+            },
             "https://a.org/p\nPage\nBody.",
             False,
         ),
         (
-            {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {
-                "type": "web_fetch_result", "url": "https://a.org/f.pdf",
-                "content": {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBER"}},
-            }},
+            {
+                "type": "web_fetch_tool_result",
+                "tool_use_id": "srvtoolu_1",
+                "content": {
+                    "type": "web_fetch_result",
+                    "url": "https://a.org/f.pdf",
+                    "content": {
+                        "type": "document",
+                        "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBER"},
+                    },
+                },
+            },
             "https://a.org/f.pdf\n(a application/pdf document, not shown)",
             False,
         ),
         (
-            {**RESULT, "content": {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}},
+            {
+                **RESULT,
+                "content": {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"},
+            },
             "the web_search tool returned an error: max_uses_exceeded",
             True,
         ),
@@ -192,15 +268,21 @@ def test_unanswered_call_is_rendered_unavailable() -> None:
 )
 def test_results_of_the_real_api_are_rendered(result: dict, text: str, is_error: bool) -> None:
     """A conversation begun on the real API carries real results: the model reads what is readable."""
-    conv = build_conversation(request([{"role": "user", "content": "x"}, {"role": "assistant", "content": [CALL, result]}]))
+    conv = build_conversation(
+        request([{"role": "user", "content": "x"}, {"role": "assistant", "content": [CALL, result]}])
+    )
     block = conv.turns[2].blocks[0]
     assert block.content == text and bool(block.is_error) is is_error
 
 
 def test_no_tool_model_and_user_messages_leave_server_blocks_out() -> None:
-    body = request([{"role": "user", "content": [{"type": "text", "text": "x"}, CALL]},
-                    {"role": "assistant", "content": [{"type": "text", "text": "y"}, CALL, RESULT]},
-                    {"role": "user", "content": "z"}])
+    body = request(
+        [
+            {"role": "user", "content": [{"type": "text", "text": "x"}, CALL]},
+            {"role": "assistant", "content": [{"type": "text", "text": "y"}, CALL, RESULT]},
+            {"role": "user", "content": "z"},
+        ]
+    )
     plain = build_conversation(body, server_tools=False)
     assert [t.role for t in plain.turns] == ["user", "assistant", "user"] and not plain.has_tool_blocks()
     assert build_conversation(body).turns[0].blocks[1:] == []  # a user message's server block is dropped
@@ -216,7 +298,15 @@ def test_continuation_prompt_equals_a_clients_resumption() -> None:
     base = build_conversation(request([*user, {"role": "assistant", "content": "Sure,"}]))  # a prefill
     continued = continue_after(base, answer_blocks(" searching.", CALL, RESULT))
     resent = build_conversation(
-        request([*user, {"role": "assistant", "content": [{"type": "text", "text": "Sure, searching."}, CALL, RESULT]}])
+        request(
+            [
+                *user,
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Sure, searching."}, CALL, RESULT],
+                },
+            ]
+        )
     )
     assert continued.prefill is None and continued.turns[1].text() == "Sure, searching."
     assert native_messages(continued) == native_messages(resent)
@@ -224,14 +314,33 @@ def test_continuation_prompt_equals_a_clients_resumption() -> None:
 
 
 def test_native_and_hermes_renderings_show_the_call_and_the_error() -> None:
-    conv = build_conversation(request([{"role": "user", "content": "news?"}, {"role": "assistant", "content": [CALL, RESULT]}]))
+    conv = build_conversation(
+        request([{"role": "user", "content": "news?"}, {"role": "assistant", "content": [CALL, RESULT]}])
+    )
     assert native_messages(conv)[1:] == [
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "srvtoolu_1", "type": "function", "function": {"name": "web_search", "arguments": {"query": "news"}}}]},
-        {"role": "tool", "tool_call_id": "srvtoolu_1", "name": "web_search", "content": f"Error: {ERROR_TEXT}"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "srvtoolu_1",
+                    "type": "function",
+                    "function": {"name": "web_search", "arguments": {"query": "news"}},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "srvtoolu_1",
+            "name": "web_search",
+            "content": f"Error: {ERROR_TEXT}",
+        },
     ]
     hermes = hermes_messages(conv, ())
-    assert hermes[2] == {"role": "assistant", "content": '<tool_call>\n{"name": "web_search", "arguments": {"query": "news"}}\n</tool_call>'}
+    assert hermes[2] == {
+        "role": "assistant",
+        "content": '<tool_call>\n{"name": "web_search", "arguments": {"query": "news"}}\n</tool_call>',
+    }
     assert hermes[3] == {"role": "user", "content": f"<tool_response>\nError: {ERROR_TEXT}\n</tool_response>"}
 
 
@@ -245,8 +354,12 @@ def test_native_and_hermes_renderings_show_the_call_and_the_error() -> None:
         ({"tool"}, set(), False, None),
     ],
 )
-def test_choice_after_a_server_call(declared: set, strict_modes: set, strict: bool, expected: str | None) -> None:
-    tools, _ = offered_tools(request([{"role": "user", "content": "x"}], tools=[{**WEB_SEARCH, "strict": strict}]))
+def test_choice_after_a_server_call(
+    declared: set, strict_modes: set, strict: bool, expected: str | None
+) -> None:
+    tools, _ = offered_tools(
+        request([{"role": "user", "content": "x"}], tools=[{**WEB_SEARCH, "strict": strict}])
+    )
     caps = Capabilities(tool_choice=frozenset(declared), strict_tools=frozenset(strict_modes))
     choice = choice_after_server_call(ToolChoice("tool", "web_search", parallel=False), caps, tools)
     assert (choice.mode if choice else None) == expected
@@ -285,15 +398,17 @@ def test_template_rendering_of_llamacpp_and_mlx_shows_the_call_and_the_error() -
 async def test_continued_prompt_over_the_context_ends_the_message() -> None:
     """When the prompt with the call and its result no longer fits, the
     message ends there with model_context_window_exceeded (never an error)."""
-    from missive_echo import script
-    from missive_echo.driver import EchoDriver
-
     from missive.config import ModelEntry
     from missive.messages.stream import MessageStream, accumulate
     from missive.testing import generation_request
+    from missive_echo import script
+    from missive_echo.driver import EchoDriver
 
-    ask = script({"text": "one two three four five"}, {"tool_call": {"name": "web_search", "arguments": ["{}"]}},
-                 then=[{"script": [{"text": "never"}]}])
+    ask = script(
+        {"text": "one two three four five"},
+        {"tool_call": {"name": "web_search", "arguments": ["{}"]}},
+        then=[{"script": [{"text": "never"}]}],
+    )
     words = len(ask.split())  # the echo driver's prompt size: whitespace-separated words
     caps = {"tool_choice": ["auto", "any", "tool", "none"]}
     entry = ModelEntry(driver="echo", context_window=words + 3, settings={"capabilities": caps})

@@ -14,8 +14,8 @@ from typing import Any
 from missive.engine.batcher import Batcher
 from missive.engine.host_cache import HostPromptCache
 from missive.engine.runner import Batched, SavedContext
-from missive.protocol.schema.request import MessagesRequest
 from missive.messages.session import session_of
+from missive.protocol.schema.request import MessagesRequest
 
 SYSTEM = list(range(100))  # a system prompt two conversations share
 
@@ -28,8 +28,13 @@ class _Runner(Batched):  # type: ignore[misc]
 
 
 def batcher(reuse: dict[int, int], elsewhere: int, owners: list[str | None]) -> Batcher:
-    b = Batcher(_Runner(), ThreadPoolExecutor(1), len(owners), reuse=lambda prompt, slot: reuse[slot],
-                elsewhere=lambda prompt: elsewhere)
+    b = Batcher(
+        _Runner(),
+        ThreadPoolExecutor(1),
+        len(owners),
+        reuse=lambda prompt, slot: reuse[slot],
+        elsewhere=lambda prompt: elsewhere,
+    )
     b._session = list(owners)
     return b
 

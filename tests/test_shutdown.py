@@ -25,11 +25,11 @@ import anyio
 import httpx
 import pytest
 
+from missive.config import Config
 from missive.server import shutdown
 from missive.server.admission import Admission
 from missive.server.app import create_app
 from missive.server.services import services
-from missive.config import Config
 from missive.server.shutdown import Drain, serve_until_stopped
 from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
@@ -44,7 +44,6 @@ def config(grace: float, **model: Any) -> dict[str, Any]:
     }
 
 
-
 def health(server: ServerProcess) -> dict[str, Any]:
     return httpx.get(f"{server.url}/health", timeout=10).json()
 
@@ -54,15 +53,20 @@ class RawStream:
     holds every byte the server has sent so far."""
 
     def __init__(self, url: str, steps: list[dict[str, Any]]) -> None:
-        body = json.dumps({
-            "model": "echo", "max_tokens": 50, "stream": True,
-            "messages": [{"role": "user", "content": script(*steps)}],
-        }).encode()
+        body = json.dumps(
+            {
+                "model": "echo",
+                "max_tokens": 50,
+                "stream": True,
+                "messages": [{"role": "user", "content": script(*steps)}],
+            }
+        ).encode()
         parsed = urlparse(url)
         self.sock = socket.create_connection((parsed.hostname, parsed.port), timeout=DEADLINE)
         self.sock.sendall(
             b"POST /v1/messages HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
-            + f"content-length: {len(body)}\r\n\r\n".encode() + body
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         self.received = b""
 
@@ -172,9 +176,11 @@ def test_the_grace_ends_what_still_runs_with_overloaded_error() -> None:
                     sdk_text.append(text)
 
         streamed = in_thread(sdk_stream)
-        answered = in_thread(lambda: client(server).messages.create(
-            model="echo", max_tokens=50, messages=[{"role": "user", "content": script(*long)}]
-        ))
+        answered = in_thread(
+            lambda: client(server).messages.create(
+                model="echo", max_tokens=50, messages=[{"role": "user", "content": script(*long)}]
+            )
+        )
         until(lambda: sdk_text and health(server)["generating"] == 3, "three generations running")
         server.process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
@@ -183,7 +189,10 @@ def test_the_grace_ends_what_still_runs_with_overloaded_error() -> None:
         ended = time.monotonic() - signalled
         events = raw.events()
         assert [e["type"] for e in events if e["type"] != "ping"] == [
-            "message_start", "content_block_start", "content_block_delta", "error",
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "error",
         ]
         assert events[2]["delta"] == {"type": "text_delta", "text": "partial"}
         error = events[-1]["error"]
@@ -219,9 +228,11 @@ def test_a_queued_request_gets_529_at_sigterm() -> None:
     with serve_process(config(30.0, **one_slot)) as server:
         holder = RawStream(server.url, [{"text": "holding"}, {"sleep": 120}])
         holder.read_until(b"holding")
-        queued = in_thread(lambda: client(server).messages.create(
-            model="echo", max_tokens=50, messages=[{"role": "user", "content": "waiting"}]
-        ))
+        queued = in_thread(
+            lambda: client(server).messages.create(
+                model="echo", max_tokens=50, messages=[{"role": "user", "content": "waiting"}]
+            )
+        )
         until(lambda: health(server)["waiting"] == 1, "the second request queued")
         server.process.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
@@ -314,8 +325,12 @@ async def test_requests_reaching_the_app_while_draining_get_529() -> None:
         assert (await test.post("/v1/messages", json=body)).status_code == 200
         assert (await test.get("/readyz")).status_code == 200
         services(app).drain.begin()
-        for method, path in [("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"),
-                             ("GET", "/v1/models"), ("GET", "/v1/v1/models")]:
+        for method, path in [
+            ("POST", "/v1/messages"),
+            ("POST", "/v1/messages/count_tokens"),
+            ("GET", "/v1/models"),
+            ("GET", "/v1/v1/models"),
+        ]:
             answer = await test.open(path, method=method, json=body if method == "POST" else None)
             assert answer.status_code == 529, path
             error = (await answer.get_json())["error"]
@@ -385,10 +400,14 @@ def test_a_client_gone_while_queued_is_recorded_when_it_leaves() -> None:
     late, with those durations in the latency histogram)."""
     one_slot = {"settings": {"capabilities": {"max_concurrency": 1}}}
     with serve_process(config(30.0, **one_slot)) as server:
+
         def gone() -> float:
             text = httpx.get(f"{server.url}/metrics", timeout=10).text
-            return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                       if line.startswith("missive:requests_total{") and 'status="499"' in line)
+            return sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("missive:requests_total{") and 'status="499"' in line
+            )
 
         holder = RawStream(server.url, [{"text": "holding"}, {"sleep": 120}])
         holder.read_until(b"holding")
@@ -397,7 +416,9 @@ def test_a_client_gone_while_queued_is_recorded_when_it_leaves() -> None:
         assert gone() == 0
         waiting.close()  # the client leaves while queued
         until(lambda: gone() == 1, "the departed client counted", timeout=15.0)
-        line = until(lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", timeout=15.0)[-1]
+        line = until(
+            lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", timeout=15.0
+        )[-1]
         assert "client_disconnected" in line
         duration = float(re.search(r"duration_s=([0-9.]+)", line).group(1))
         assert duration < 15.0, line  # not the 20-45 s of a record dropped by the garbage collector

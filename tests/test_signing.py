@@ -31,13 +31,27 @@ def test_sealed_signature_carries_the_text() -> None:
     assert SIGNER.open(sig, "", turn=0, block=0) == "ünïcode reasoning\n"
     assert SIGNER.open(sig, "something else", turn=0, block=0) is None
     assert SIGNER.open(sig, "", turn=0, block=1) is None
-    raw = bytearray(base64.urlsafe_b64decode(sig[len(SEALED_PREFIX):] + "=="))
+    raw = bytearray(base64.urlsafe_b64decode(sig[len(SEALED_PREFIX) :] + "=="))
     raw[-3] ^= 1  # flip a bit of the compressed text
     forged = SEALED_PREFIX + base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
     assert SIGNER.open(forged, "", turn=0, block=0) is None
 
 
-@pytest.mark.parametrize("signature", ["", "msv1.é", "msv1.١٢٣", "msv1z.é", "msv1.", "msv1z.", "msv1z.!!!", "msv1z." + "A" * 50, "ErUBCkYIBhgC", "msv2.abc"])
+@pytest.mark.parametrize(
+    "signature",
+    [
+        "",
+        "msv1.é",
+        "msv1.١٢٣",
+        "msv1z.é",
+        "msv1.",
+        "msv1z.",
+        "msv1z.!!!",
+        "msv1z." + "A" * 50,
+        "ErUBCkYIBhgC",
+        "msv2.abc",
+    ],
+)
 def test_malformed_signatures_are_rejected_not_errors(signature: str) -> None:
     assert SIGNER.open(signature, "", turn=0, block=0) is None
 

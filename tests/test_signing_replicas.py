@@ -29,7 +29,9 @@ def config(thinking: dict[str, str]) -> dict[str, Any]:
         "thinking": thinking,
         "models": {
             "echo": {
-                "driver": "echo", "context_window": 1000, "settings": {"capabilities": {"thinking": True}},
+                "driver": "echo",
+                "context_window": 1000,
+                "settings": {"capabilities": {"thinking": True}},
             },
         },
     }

@@ -35,8 +35,20 @@ def run(*steps: Any, ping: float = 10.0, interval: float = 0.0) -> list[dict[str
 
 
 def test_fast_deltas_merge_but_the_first_is_immediate() -> None:
-    events = run({"type": "message_start"}, delta("a"), delta("b"), delta("c"), {"type": "content_block_stop", "index": 0}, interval=0.5)
-    assert events == [{"type": "message_start"}, delta("a"), delta("bc"), {"type": "content_block_stop", "index": 0}]
+    events = run(
+        {"type": "message_start"},
+        delta("a"),
+        delta("b"),
+        delta("c"),
+        {"type": "content_block_stop", "index": 0},
+        interval=0.5,
+    )
+    assert events == [
+        {"type": "message_start"},
+        delta("a"),
+        delta("bc"),
+        {"type": "content_block_stop", "index": 0},
+    ]
 
 
 def test_zero_interval_sends_every_delta() -> None:
@@ -45,12 +57,18 @@ def test_zero_interval_sends_every_delta() -> None:
 
 
 def test_slow_deltas_are_not_merged() -> None:
-    assert run(delta("a"), 0.05, delta("b"), 0.05, delta("c"), interval=0.01) == [delta("a"), delta("b"), delta("c")]
+    assert run(delta("a"), 0.05, delta("b"), 0.05, delta("c"), interval=0.01) == [
+        delta("a"),
+        delta("b"),
+        delta("c"),
+    ]
 
 
 def test_different_blocks_and_kinds_never_merge() -> None:
     json_delta = delta('{"a"', index=1, kind="input_json_delta", field="partial_json")
-    events = run(delta("a"), delta("b"), json_delta, delta(": 1}", 1, "input_json_delta", "partial_json"), interval=1)
+    events = run(
+        delta("a"), delta("b"), json_delta, delta(": 1}", 1, "input_json_delta", "partial_json"), interval=1
+    )
     # "b" is held, then sent as soon as a delta it cannot merge with arrives;
     # the two JSON fragments of block 1 merge with each other only
     assert events == [delta("a"), delta("b"), delta('{"a": 1}', 1, "input_json_delta", "partial_json")]
@@ -61,7 +79,9 @@ def test_held_deltas_precede_an_error() -> None:
         got: list[dict[str, Any]] = []
         with pytest.raises(OverloadedError):
             async for event in paced(
-                source(delta("a"), delta("b"), delta("c"), OverloadedError("busy")), ping_interval=10, delta_interval=1
+                source(delta("a"), delta("b"), delta("c"), OverloadedError("busy")),
+                ping_interval=10,
+                delta_interval=1,
             ):
                 got.append(event)
         return got
@@ -108,7 +128,10 @@ def test_stop_ends_a_running_source_after_what_was_sent() -> None:
         got: list[dict[str, Any]] = []
         with pytest.raises(OverloadedError, match="shutting down"):
             async for event in paced(
-                slow(), ping_interval=10, delta_interval=10, stop=stop,
+                slow(),
+                ping_interval=10,
+                delta_interval=10,
+                stop=stop,
                 stop_error=lambda: OverloadedError("shutting down"),
             ):
                 got.append(event)
@@ -125,7 +148,9 @@ def test_stop_lets_a_source_that_has_ended_finish() -> None:
     async def main() -> list[dict[str, Any]]:
         stop = asyncio.get_running_loop().create_future()
         events = paced(
-            source(delta("a"), delta("b"), {"type": "message_stop"}), ping_interval=10, stop=stop,
+            source(delta("a"), delta("b"), {"type": "message_stop"}),
+            ping_interval=10,
+            stop=stop,
             stop_error=lambda: OverloadedError("shutting down"),
         )
         got = [await events.__anext__()]

@@ -19,10 +19,10 @@ import anyio
 import pytest
 from quart import g
 
-from missive.server.app import create_app
-from missive.server.services import services
 from missive.config import Config
+from missive.server.app import create_app
 from missive.server.record import CLIENT_GONE
+from missive.server.services import services
 from missive_echo import script
 
 
@@ -38,7 +38,9 @@ async def test_closing_the_body_mid_answer_stops_the_pump_then_the_driver() -> N
     models = services(app).models
     admission = services(app).admission
     body: dict[str, Any] = {
-        "model": "echo", "max_tokens": 20, "stream": True,
+        "model": "echo",
+        "max_tokens": 20,
+        "stream": True,
         "messages": [{"role": "user", "content": script({"text": "first"}, {"sleep": 30}, {"text": "late"})}],
     }
     await models.start()

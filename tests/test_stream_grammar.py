@@ -101,7 +101,12 @@ def test_error_mid_stream_is_an_error_event(echo_url: str, echo: anthropic.Anthr
         "max_tokens": 10,
         "stream": True,
         "messages": [
-            {"role": "user", "content": script({"text": "partial"}, {"error": {"type": "overloaded_error", "message": "busy"}})}
+            {
+                "role": "user",
+                "content": script(
+                    {"text": "partial"}, {"error": {"type": "overloaded_error", "message": "busy"}}
+                ),
+            }
         ],
     }
     events = sse_events(echo_url, body)
@@ -117,9 +122,13 @@ def test_error_mid_stream_is_an_error_event(echo_url: str, echo: anthropic.Anthr
 
 
 def test_error_before_start_is_an_http_status(echo: anthropic.Anthropic) -> None:
-    content = script(error_before_start={"type": "overloaded_error", "message": "no capacity", "retry_after": 3})
+    content = script(
+        error_before_start={"type": "overloaded_error", "message": "no capacity", "retry_after": 3}
+    )
     with pytest.raises(anthropic.OverloadedError) as info:
-        echo.messages.create(model="echo", max_tokens=5, stream=True, messages=[{"role": "user", "content": content}])
+        echo.messages.create(
+            model="echo", max_tokens=5, stream=True, messages=[{"role": "user", "content": content}]
+        )
     assert info.value.response.headers["retry-after"] == "3"
     assert info.value.body["error"]["message"] == "no capacity"
 
@@ -131,7 +140,9 @@ def test_tool_call_sets_stop_reason_tool_use(echo: anthropic.Anthropic) -> None:
         stop_reason="end_turn",
     )
     tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
-    kwargs = dict(model="echo-tools", max_tokens=20, tools=tools, messages=[{"role": "user", "content": content}])
+    kwargs = dict(
+        model="echo-tools", max_tokens=20, tools=tools, messages=[{"role": "user", "content": content}]
+    )
     msg = echo.messages.create(**kwargs)
     assert msg.stop_reason == "tool_use"
     assert [b.type for b in msg.content] == ["text", "tool_use"]
@@ -174,7 +185,9 @@ def test_client_disconnect_stops_generation(echo_url: str, echo: anthropic.Anthr
         "model": "echo-serial",
         "max_tokens": 10,
         "stream": True,
-        "messages": [{"role": "user", "content": script({"text": "first"}, {"sleep": 60}, {"text": "never"})}],
+        "messages": [
+            {"role": "user", "content": script({"text": "first"}, {"sleep": 60}, {"text": "never"})}
+        ],
     }
     with httpx.stream("POST", f"{echo_url}/v1/messages", json=body, timeout=10) as resp:
         for line in resp.iter_lines():
@@ -201,8 +214,12 @@ def test_requests_queue_in_order(echo_url: str) -> None:
     starts: list[str] = []
 
     def send(name: str, steps: list[dict]) -> None:
-        body = {"model": "echo-serial", "max_tokens": 10, "stream": True,
-                "messages": [{"role": "user", "content": script(*steps)}]}
+        body = {
+            "model": "echo-serial",
+            "max_tokens": 10,
+            "stream": True,
+            "messages": [{"role": "user", "content": script(*steps)}],
+        }
         with httpx.stream("POST", f"{echo_url}/v1/messages", json=body, timeout=30) as resp:
             for line in resp.iter_lines():
                 if line == "event: message_start":

@@ -12,11 +12,11 @@ from typing import Any
 
 import anthropic
 
-from missive.messages.conversation import Conversation, Turn, build_conversation
 from missive.media.types import ImageInput
-from missive.protocol.schema.request import CountTokensRequest
+from missive.messages.conversation import Conversation, Turn, build_conversation
 from missive.messages.system_turns import NOTE_CLOSE, NOTE_OPEN, SystemNote, template_accepts_system
 from missive.messages.templating import render_prompt
+from missive.protocol.schema.request import CountTokensRequest
 from missive.tools.render import hermes_messages, native_messages
 
 CHATML = (
@@ -37,7 +37,9 @@ DROPPING = (
 
 
 def conversation(messages: list[dict[str, Any]], **extra: Any) -> Any:
-    return build_conversation(CountTokensRequest.model_validate({"model": "m", "messages": messages, **extra}))
+    return build_conversation(
+        CountTokensRequest.model_validate({"model": "m", "messages": messages, **extra})
+    )
 
 
 def test_which_templates_take_a_late_system_turn() -> None:
@@ -48,9 +50,13 @@ def test_which_templates_take_a_late_system_turn() -> None:
 
 def test_leading_system_messages_join_the_system_prompt_later_ones_stay() -> None:
     conv = conversation(
-        [{"role": "system", "content": "first"}, {"role": "user", "content": "hi"},
-         {"role": "system", "content": "# Environment"}, {"role": "assistant", "content": "hello"},
-         {"role": "user", "content": "bye"}],
+        [
+            {"role": "system", "content": "first"},
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "# Environment"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "bye"},
+        ],
         system="top",
     )
     assert conv.system == "top\n\nfirst"
@@ -60,20 +66,29 @@ def test_leading_system_messages_join_the_system_prompt_later_ones_stay() -> Non
     # Renderers that know nothing of system turns see a marked note in place.
     assert conv.turns[0].text() == f"hi\n{NOTE_OPEN}# Environment{NOTE_CLOSE}"
     assert conv.chat_messages(system_turns=True) == [
-        {"role": "system", "content": "top\n\nfirst"}, {"role": "user", "content": "hi"},
-        {"role": "system", "content": "# Environment"}, {"role": "assistant", "content": "hello"},
+        {"role": "system", "content": "top\n\nfirst"},
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "# Environment"},
+        {"role": "assistant", "content": "hello"},
         {"role": "user", "content": "bye"},
     ]
 
 
 def test_tool_renderings_keep_results_first_and_the_system_turn_in_place() -> None:
-    conv = conversation([
-        {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {}}]},
-        {"role": "system", "content": "reminder"},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
-                                     {"type": "text", "text": "thanks"}]},
-    ])
+    conv = conversation(
+        [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {}}]},
+            {"role": "system", "content": "reminder"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
+                    {"type": "text", "text": "thanks"},
+                ],
+            },
+        ]
+    )
     native = native_messages(conv, system_turns=True)
     assert [m["role"] for m in native] == ["user", "assistant", "tool", "system", "user"]
     assert native[3]["content"] == "reminder" and native[4]["content"] == "thanks"
@@ -117,15 +132,25 @@ def test_a_new_system_message_moves_no_earlier_token() -> None:
     """Appending a turn and a system message leaves the rendered prompt of
     the turns before as it was (a prefix), in both renderings."""
     before = [{"role": "user", "content": "one"}, {"role": "system", "content": "env 1"}]
-    after = [*before, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "two"},
-             {"role": "system", "content": "env 2"}]
+    after = [
+        *before,
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "two"},
+        {"role": "system", "content": "env 2"},
+    ]
     for system_turns in (True, False):
-        short = render_prompt(CHATML, conversation(before, system="top").chat_messages(system_turns=system_turns))
-        long = render_prompt(CHATML, conversation(after, system="top").chat_messages(system_turns=system_turns))
+        short = render_prompt(
+            CHATML, conversation(before, system="top").chat_messages(system_turns=system_turns)
+        )
+        long = render_prompt(
+            CHATML, conversation(after, system="top").chat_messages(system_turns=system_turns)
+        )
         assert long.startswith(short.removesuffix("<|im_start|>assistant\n"))
 
 
-def test_four_turns_with_a_system_message_each_read_earlier_turns_from_the_cache(smol: anthropic.Anthropic) -> None:
+def test_four_turns_with_a_system_message_each_read_earlier_turns_from_the_cache(
+    smol: anthropic.Anthropic,
+) -> None:
     """Each request resends the conversation with the answer, a new user turn
     and a new system message; the prompt of the request before is read from
     the cache (all of it but the last token, which the runner decodes again
@@ -134,15 +159,26 @@ def test_four_turns_with_a_system_message_each_read_earlier_turns_from_the_cache
     previous_prompt = 0
     reads = []
     for turn in range(1, 5):
-        messages += [{"role": "user", "content": f"Question {turn}: name a colour."},
-                     {"role": "system", "content": f"# Environment\nturn: {turn}\ncwd: /tmp/project"}]
-        msg = smol.messages.create(model="smollm2-135m", max_tokens=8, system="You are terse.",
-                                   messages=messages, extra_body={"temperature": 0.0})
+        messages += [
+            {"role": "user", "content": f"Question {turn}: name a colour."},
+            {"role": "system", "content": f"# Environment\nturn: {turn}\ncwd: /tmp/project"},
+        ]
+        msg = smol.messages.create(
+            model="smollm2-135m",
+            max_tokens=8,
+            system="You are terse.",
+            messages=messages,
+            extra_body={"temperature": 0.0},
+        )
         prompt = msg.usage.input_tokens + msg.usage.cache_read_input_tokens
         counted = smol.messages.count_tokens(model="smollm2-135m", system="You are terse.", messages=messages)
         assert counted.input_tokens == prompt
         if turn > 1:
-            assert msg.usage.cache_read_input_tokens >= previous_prompt - 1, (turn, msg.usage, previous_prompt)
+            assert msg.usage.cache_read_input_tokens >= previous_prompt - 1, (
+                turn,
+                msg.usage,
+                previous_prompt,
+            )
             reads.append((msg.usage.cache_read_input_tokens, prompt))
         previous_prompt = prompt
         text = "".join(b.text for b in msg.content if b.type == "text") or "..."

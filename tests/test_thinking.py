@@ -12,9 +12,14 @@ import pytest
 
 from missive.thinking.signing import Signer
 from missive_echo import script
+
 ADAPTIVE = {"type": "adaptive"}
 ENABLED = {"type": "enabled", "budget_tokens": 1024}
-TOOL = {"name": "get_time", "description": "Current time", "input_schema": {"type": "object", "properties": {}}}
+TOOL = {
+    "name": "get_time",
+    "description": "Current time",
+    "input_schema": {"type": "object", "properties": {}},
+}
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +36,9 @@ def user(text: str) -> list[dict[str, Any]]:
 def test_no_thinking_block_unless_asked_but_tokens_counted(echo: anthropic.Anthropic) -> None:
     steps = ({"thinking": "secret plan", "tokens": 3}, {"text": "Hi"})
     for thinking in ({}, {"thinking": {"type": "disabled"}}):
-        msg = echo.messages.create(model="echo-think", max_tokens=50, messages=user(script(*steps)), **thinking)
+        msg = echo.messages.create(
+            model="echo-think", max_tokens=50, messages=user(script(*steps)), **thinking
+        )
         assert [b.type for b in msg.content] == ["text"]
         assert msg.usage.output_tokens == 4  # the reasoning was spent, so it is billed
 
@@ -41,7 +48,9 @@ def test_thinking_block_signed_and_stream_equals_non_stream(
     echo: anthropic.Anthropic, thinking: dict, signer: Signer
 ) -> None:
     content = script({"thinking": "Let me"}, {"thinking": " think."}, {"text": "Answer."})
-    kwargs: dict[str, Any] = dict(model="echo-think", max_tokens=2000, thinking=thinking, messages=user(content))
+    kwargs: dict[str, Any] = dict(
+        model="echo-think", max_tokens=2000, thinking=thinking, messages=user(content)
+    )
     plain = echo.messages.create(**kwargs)
     with echo.messages.stream(**kwargs) as stream:
         final = stream.get_final_message()
@@ -85,7 +94,9 @@ def first_turn(echo: anthropic.Anthropic) -> tuple[list[dict[str, Any]], Any]:
             {"tool_call": {"name": "get_time", "arguments": ["{}"]}},
         )
     )
-    msg = echo.messages.create(model="echo-think", max_tokens=2000, thinking=ENABLED, tools=[TOOL], messages=messages)
+    msg = echo.messages.create(
+        model="echo-think", max_tokens=2000, thinking=ENABLED, tools=[TOOL], messages=messages
+    )
     assert [b.type for b in msg.content] == ["thinking", "tool_use"]
     assert msg.stop_reason == "tool_use"
     return messages, msg
@@ -173,8 +184,12 @@ def test_a_signed_block_moved_to_another_turn_is_dropped(echo: anthropic.Anthrop
 
 
 def test_reasoning_written_as_text_becomes_a_thinking_block(echo: anthropic.Anthropic) -> None:
-    content = script({"text": "<thi"}, {"text": "nk>\nWeigh"}, {"text": "ing it.</th"}, {"text": "ink>\n\nDone."})
-    msg = echo.messages.create(model="echo-think-tags", max_tokens=2000, thinking=ENABLED, messages=user(content))
+    content = script(
+        {"text": "<thi"}, {"text": "nk>\nWeigh"}, {"text": "ing it.</th"}, {"text": "ink>\n\nDone."}
+    )
+    msg = echo.messages.create(
+        model="echo-think-tags", max_tokens=2000, thinking=ENABLED, messages=user(content)
+    )
     assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content] == [
         ("thinking", "Weighing it."),
         ("text", "Done."),
@@ -184,10 +199,16 @@ def test_reasoning_written_as_text_becomes_a_thinking_block(echo: anthropic.Anth
     assert [(b.type, b.text) for b in hidden.content] == [("text", "Done.")]
 
 
-def test_cut_inside_reasoning_ends_with_the_thinking_block_only(echo: anthropic.Anthropic, signer: Signer) -> None:
+def test_cut_inside_reasoning_ends_with_the_thinking_block_only(
+    echo: anthropic.Anthropic, signer: Signer
+) -> None:
     # max_tokens must exceed the budget (API rule): the second step's 1025 tokens pass it
-    content = script({"text": "<think>step one"}, {"text": " step two", "tokens": 1025}, {"text": "</think>answer"})
-    kwargs: dict[str, Any] = dict(model="echo-think-tags", max_tokens=1025, thinking=ENABLED, messages=user(content))
+    content = script(
+        {"text": "<think>step one"}, {"text": " step two", "tokens": 1025}, {"text": "</think>answer"}
+    )
+    kwargs: dict[str, Any] = dict(
+        model="echo-think-tags", max_tokens=1025, thinking=ENABLED, messages=user(content)
+    )
     plain = echo.messages.create(**kwargs)
     with echo.messages.stream(**kwargs) as stream:
         final = stream.get_final_message()
@@ -204,7 +225,10 @@ def test_thinking_before_a_prefill_is_reported(echo: anthropic.Anthropic, signer
         model="echo-think",
         max_tokens=2000,
         thinking=ENABLED,
-        messages=[*user("2+2?"), {"role": "assistant", "content": [signed, {"type": "text", "text": "The answer is"}]}],
+        messages=[
+            *user("2+2?"),
+            {"role": "assistant", "content": [signed, {"type": "text", "text": "The answer is"}]},
+        ],
     )
     assert raw.headers["missive-dropped-thinking"] == "messages.1.content.0 (thinking before a prefill)"
 
@@ -213,8 +237,15 @@ def test_thinking_in_a_user_message_is_reported(echo: anthropic.Anthropic) -> No
     raw = echo.messages.with_raw_response.create(
         model="echo-think",
         max_tokens=20,
-        messages=[{"role": "user", "content": [{"type": "thinking", "thinking": "x", "signature": "s"},
-                                               {"type": "text", "text": "hi"}]}],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "thinking", "thinking": "x", "signature": "s"},
+                    {"type": "text", "text": "hi"},
+                ],
+            }
+        ],
     )
     assert raw.headers["missive-dropped-thinking"] == "messages.0.content.0 (thinking in a user message)"
 

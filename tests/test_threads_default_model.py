@@ -16,10 +16,9 @@ from typing import Any
 
 import anthropic
 import pytest
+from sdk_turns import assert_counted_whole, captured, prompt
 
 from missive.testing import live_server
-
-from sdk_turns import assert_counted_whole, captured, prompt
 
 #: Test tier (docs/contributing.md): live_server with no [models]: the default model
 pytestmark = pytest.mark.model
@@ -36,12 +35,15 @@ def smol_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[anth
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_thread_helper_turns_cost_what_the_whole_conversation_counts(
-    smol_server: tuple[anthropic.Anthropic, Path], stream: bool,
+    smol_server: tuple[anthropic.Anthropic, Path],
+    stream: bool,
 ) -> None:
     client, _ = smol_server
     system = "You are a helpful assistant."
     # The helper takes no temperature (ThreadCreateParams): sent as an extra field every turn.
-    thread = client.beta.messages.thread(model=MODEL, max_tokens=24, system=system, extra_body={"temperature": 0})
+    thread = client.beta.messages.thread(
+        model=MODEL, max_tokens=24, system=system, extra_body={"temperature": 0}
+    )
     replies: list[Any] = []
     for question in ("Name a fruit.", "Name a colour.", "Name an animal."):
         if stream:
@@ -71,15 +73,31 @@ def test_three_tool_rounds_with_the_tool_runner(smol_server: tuple[anthropic.Ant
     system = "You tell the time by calling get_time."
     choice = {"type": "tool", "name": "get_time"}
     runner = client.beta.messages.tool_runner(
-        model=MODEL, max_tokens=60, system=system, tools=[get_time], tool_choice=choice, max_iterations=3,
-        messages=[{"role": "user", "content": "What time is it in Paris?"}], extra_body={"temperature": 0},
+        model=MODEL,
+        max_tokens=60,
+        system=system,
+        tools=[get_time],
+        tool_choice=choice,
+        max_iterations=3,
+        messages=[{"role": "user", "content": "What time is it in Paris?"}],
+        extra_body={"temperature": 0},
     )
     replies = list(runner)
     assert len(replies) == 3 and len(calls) == 3
     assert all(r.stop_reason == "tool_use" and r.content[-1].type == "tool_use" for r in replies)
     records = captured(captures)[before:]
     assert [(r["status"], r["body"]["thread"]["type"]) for r in records] == [
-        (200, "create"), (200, "continue"), (200, "continue"),
+        (200, "create"),
+        (200, "continue"),
+        (200, "continue"),
     ]
-    assert_counted_whole(client, records, replies, cached=True, model=MODEL, system=system,
-                         tools=records[0]["body"]["tools"], tool_choice=choice)
+    assert_counted_whole(
+        client,
+        records,
+        replies,
+        cached=True,
+        model=MODEL,
+        system=system,
+        tools=records[0]["body"]["tools"],
+        tool_choice=choice,
+    )

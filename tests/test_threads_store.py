@@ -18,8 +18,9 @@ class Clock:
 
 
 def thread(text: str) -> ThreadState:
-    return ThreadState(fixed={"model": "m"}, system=None, tools=None,
-                       messages=[{"role": "user", "content": text}])
+    return ThreadState(
+        fixed={"model": "m"}, system=None, tools=None, messages=[{"role": "user", "content": text}]
+    )
 
 
 FINGERPRINT = Fingerprint(model="m", tools="t", system="s", messages=("a",), params="p", prompt_tokens=3)

@@ -50,10 +50,19 @@ class ToWorkers(httpx2.BaseTransport):
             finally:
                 transport.close()
             body = json.loads(request.content) if request.content else {}
-            self.log.append(((body.get("thread") or {}).get("type"), response.status_code, wanted,
-                             len(body.get("messages", []))))
-            headers = [(k, v) for k, v in response.headers.items()
-                       if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+            self.log.append(
+                (
+                    (body.get("thread") or {}).get("type"),
+                    response.status_code,
+                    wanted,
+                    len(body.get("messages", [])),
+                )
+            )
+            headers = [
+                (k, v)
+                for k, v in response.headers.items()
+                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+            ]
             return httpx2.Response(response.status_code, headers=headers, content=content)
         raise AssertionError(f"no connection reached worker {wanted}")
 
@@ -61,10 +70,18 @@ class ToWorkers(httpx2.BaseTransport):
 @pytest.fixture(scope="module")
 def workers() -> Iterator[tuple[str, list[int]]]:
     with FakeChatServer(vllm=False) as fake:
-        config = {"server": {"workers": 2},
-                  "models": {"gen": {"driver": "openai", "context_window": 4096,
-                                     "settings": {"base_url": fake.url, "model": "fake-model"}}}}
+        config = {
+            "server": {"workers": 2},
+            "models": {
+                "gen": {
+                    "driver": "openai",
+                    "context_window": 4096,
+                    "settings": {"base_url": fake.url, "model": "fake-model"},
+                }
+            },
+        }
         with serve_process(config) as server:
+
             def both() -> list[int]:
                 seen = set()
                 for _ in range(20):
@@ -82,7 +99,9 @@ def client_through(url: str, transport: ToWorkers) -> anthropic.Anthropic:
 
 def turns(client: anthropic.Anthropic) -> list[Any]:
     thread = client.beta.messages.thread(model="gen", max_tokens=16)
-    return [thread.send({"role": "user", "content": words}) for words in ("alpha beta", "gamma delta", "epsilon")]
+    return [
+        thread.send({"role": "user", "content": words}) for words in ("alpha beta", "gamma delta", "epsilon")
+    ]
 
 
 def test_a_continue_on_the_worker_holding_the_thread_continues(workers: tuple[str, list[int]]) -> None:
@@ -91,7 +110,9 @@ def test_a_continue_on_the_worker_holding_the_thread_continues(workers: tuple[st
     answers = turns(client_through(url, transport))
     assert [a.content[0].text for a in answers] == ["alpha beta", "gamma delta", "epsilon"]
     assert [(kind, status, sent) for kind, status, _, sent in transport.log] == [
-        ("create", 200, 1), ("continue", 200, 1), ("continue", 200, 1),
+        ("create", 200, 1),
+        ("continue", 200, 1),
+        ("continue", 200, 1),
     ]
 
 
@@ -102,6 +123,8 @@ def test_a_continue_on_the_other_worker_is_resent_whole_by_the_sdk(workers: tupl
     assert [a.content[0].text for a in answers] == ["alpha beta", "gamma delta", "epsilon"]
     assert transport.log == [
         ("create", 200, one, 1),
-        ("continue", 404, other, 1), ("create", 200, one, 3),  # not held there: the SDK resends it all
-        ("continue", 404, other, 1), ("create", 200, one, 5),
+        ("continue", 404, other, 1),
+        ("create", 200, one, 3),  # not held there: the SDK resends it all
+        ("continue", 404, other, 1),
+        ("create", 200, one, 5),
     ]

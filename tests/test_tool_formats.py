@@ -18,14 +18,28 @@ from typing import Any
 import pytest
 from test_tool_parsers import merge, splits
 
-from missive.tools.parsers.base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Text, ToolParser
+from missive.tools.parsers.base import (
+    CallArgs,
+    CallEnd,
+    CallStart,
+    MalformedToolCall,
+    ParseEvent,
+    Text,
+    ToolParser,
+)
 from missive.tools.parsers.gemma4 import Gemma4Parser, parse_gemma_value
 from missive.tools.parsers.pythonic import Llama4PythonicParser
-from missive.tools.parsers.sections import DeepSeekV31Parser, GraniteParser, KimiK2Parser, NemotronParser
 from missive.tools.parsers.raw_values import RawValueLanguage
+from missive.tools.parsers.sections import DeepSeekV31Parser, GraniteParser, KimiK2Parser, NemotronParser
 from missive.tools.parsers.values import typed_value
 from missive.tools.parsers.xml import (
-    DeepSeekV4Parser, DeepSeekV32Parser, DeepSeekV41Parser, Glm45Parser, MiniMaxM2Parser, QwenXmlParser, SeedOssParser,
+    DeepSeekV4Parser,
+    DeepSeekV32Parser,
+    DeepSeekV41Parser,
+    Glm45Parser,
+    MiniMaxM2Parser,
+    QwenXmlParser,
+    SeedOssParser,
 )
 from missive.tools.parsers.xtml import KimiK3Parser
 
@@ -90,20 +104,26 @@ def assert_parses(cls: type[ToolParser], text: str, expected: list[ParseEvent], 
 
 def qwen_call(name: str, args: dict[str, Any], tag: str = "tool_call") -> str:
     params = "".join(
-        f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n" for k, v in args.items()
+        f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+        for k, v in args.items()
     )
     return f"<{tag}>\n<function={name}>\n{params}</function>\n</{tag}>"
 
 
 def seed_call(name: str, args: dict[str, Any]) -> str:
-    params = "".join(f"<parameter={k}>{v if isinstance(v, str) else json.dumps(v)}</parameter>\n" for k, v in args.items())
+    params = "".join(
+        f"<parameter={k}>{v if isinstance(v, str) else json.dumps(v)}</parameter>\n" for k, v in args.items()
+    )
     return f"<seed:tool_call>\n<function={name}>\n{params}</function>\n</seed:tool_call>"
 
 
 def minimax_block(*calls: tuple[str, dict[str, Any]]) -> str:
     invokes = "".join(
         f'<invoke name="{name}">\n'
-        + "".join(f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}</parameter>\n' for k, v in args.items())
+        + "".join(
+            f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}</parameter>\n'
+            for k, v in args.items()
+        )
         + "</invoke>\n"
         for name, args in calls
     )
@@ -171,7 +191,8 @@ def kimi_block(*calls: tuple[str, dict[str, Any]]) -> str:
 
 def deepseek_block(*calls: tuple[str, dict[str, Any]]) -> str:
     body = "".join(
-        f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{json.dumps(args)}<｜tool▁call▁end｜>" for name, args in calls
+        f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{json.dumps(args)}<｜tool▁call▁end｜>"
+        for name, args in calls
     )
     return f"<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>"
 
@@ -195,7 +216,9 @@ def nemotron_block(*calls: tuple[str, dict[str, Any]]) -> str:
 
 
 def pythonic_list(*calls: tuple[str, dict[str, Any]]) -> str:
-    return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")" for n, a in calls) + "]"
+    return (
+        "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")" for n, a in calls) + "]"
+    )
 
 
 def sorted_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -230,7 +253,12 @@ def test_text_then_parallel_calls_then_text(family: str) -> None:
     before = TEXT_BEFORE.get(family, "I'll check both. ")
     text = before + write(("get_weather", WEATHER), ("Edit", EDIT)) + "\nDone."
     weather, edit = (sorted_args(WEATHER), sorted_args(EDIT)) if family == "gemma4" else (WEATHER, EDIT)
-    expected = ([Text(before)] if before else []) + call("get_weather", weather) + call("Edit", edit) + [Text("\nDone.")]
+    expected = (
+        ([Text(before)] if before else [])
+        + call("get_weather", weather)
+        + call("Edit", edit)
+        + [Text("\nDone.")]
+    )
     for pieces in splits(text):
         assert parse(cls, pieces) == expected, pieces
     assert parse(cls, list(text), strict=True, stream_arguments=True) == expected
@@ -241,7 +269,9 @@ def test_a_call_to_a_tool_not_offered_is_text(family: str) -> None:
     cls, write = FAMILIES[family]
     raw = write(("delete_everything", {"city": "Paris"}))
     got = parse(cls, list(raw))
-    assert got == [Text(raw)] or (got and all(isinstance(e, Text) for e in got) and "".join(e.text for e in got) == raw)  # type: ignore[union-attr]
+    assert got == [Text(raw)] or (
+        got and all(isinstance(e, Text) for e in got) and "".join(e.text for e in got) == raw
+    )  # type: ignore[union-attr]
     with pytest.raises(MalformedToolCall):
         parse(cls, [raw], strict=True)
 
@@ -366,14 +396,28 @@ def test_pythonic_tags_and_text_after() -> None:
 @pytest.mark.parametrize(
     "cls",
     [
-        QwenXmlParser, SeedOssParser, MiniMaxM2Parser, Glm45Parser, DeepSeekV32Parser, DeepSeekV4Parser, DeepSeekV41Parser,
-        KimiK3Parser, Gemma4Parser, Llama4PythonicParser,
+        QwenXmlParser,
+        SeedOssParser,
+        MiniMaxM2Parser,
+        Glm45Parser,
+        DeepSeekV32Parser,
+        DeepSeekV4Parser,
+        DeepSeekV41Parser,
+        KimiK3Parser,
+        Gemma4Parser,
+        Llama4PythonicParser,
     ],
 )
 def test_parameter_syntax_round_trip(cls: type[ToolParser]) -> None:
     """What a grammar writes from ``call_syntax`` and ``parameter_syntax``
     (raw strings, JSON otherwise) parses back into the same arguments."""
-    args = {"file_path": "/a b/c.py", "old_string": "x = 1\ny = 'z'", "new_string": "", "replace_all": True, "ranges": [3]}
+    args = {
+        "file_path": "/a b/c.py",
+        "old_string": "x = 1\ny = 'z'",
+        "new_string": "",
+        "replace_all": True,
+        "ranges": [3],
+    }
     prefix, suffix = cls.call_syntax("Edit")
 
     def param(key: str, value: Any) -> str:
@@ -393,9 +437,19 @@ def test_json_call_syntax_round_trip(cls: type[ToolParser]) -> None:
     args = '{"city": "東京", "days": 2}'
     prefix, suffix = cls.call_syntax("get_weather")
     text = prefix + args + suffix + cls.call_separator + prefix + args + suffix
-    assert parse(cls, list(text), strict=True, stream_arguments=True) == [
-        CallStart("get_weather"), CallArgs(args if cls not in (NemotronParser, GraniteParser) else json.dumps(json.loads(args), ensure_ascii=False)), CallEnd()
-    ] * 2
+    assert (
+        parse(cls, list(text), strict=True, stream_arguments=True)
+        == [
+            CallStart("get_weather"),
+            CallArgs(
+                args
+                if cls not in (NemotronParser, GraniteParser)
+                else json.dumps(json.loads(args), ensure_ascii=False)
+            ),
+            CallEnd(),
+        ]
+        * 2
+    )
 
 
 def test_a_format_the_parser_does_not_read_is_named_once_per_model(caplog: pytest.LogCaptureFixture) -> None:
@@ -425,22 +479,30 @@ def test_a_format_the_parser_does_not_read_is_named_once_per_model(caplog: pytes
     assert "model-c" in lines[1] and "no registered parser knows" in lines[1]
 
 
-@pytest.mark.parametrize("family", ["qwen3_xml", "seed_oss", "minimax_m2", "glm45", "deepseek_v32", "deepseek_v4", "kimi_k3"])
+@pytest.mark.parametrize(
+    "family", ["qwen3_xml", "seed_oss", "minimax_m2", "glm45", "deepseek_v32", "deepseek_v4", "kimi_k3"]
+)
 def test_a_value_quoting_the_format_s_closing_tags_stays_whole(family: str) -> None:
     """A closing tag ends a value, or a call, only where the format's next
     element follows it: code quoting ``</parameter> </function>`` (or the
     family's own tags) stays in the value, at every split point."""
     cls, write = FAMILIES[family]
     quoted = {
-        "qwen3_xml": "</parameter> </function> then </tool_call>", "seed_oss": "</parameter> </function>",
-        "minimax_m2": "</parameter> </invoke>", "glm45": "</arg_value> x </tool_call>",
-        "deepseek_v32": "</｜DSML｜parameter> </｜DSML｜invoke>", "deepseek_v4": "</｜DSML｜parameter> </｜DSML｜invoke>",
+        "qwen3_xml": "</parameter> </function> then </tool_call>",
+        "seed_oss": "</parameter> </function>",
+        "minimax_m2": "</parameter> </invoke>",
+        "glm45": "</arg_value> x </tool_call>",
+        "deepseek_v32": "</｜DSML｜parameter> </｜DSML｜invoke>",
+        "deepseek_v4": "</｜DSML｜parameter> </｜DSML｜invoke>",
         "kimi_k3": "<|close|>argument<|sep|> <|close|>call<|sep|>",
     }[family]
     assert RawValueLanguage.build(cls.value_forbids()).accepts(quoted)  # a forced call may write it too
     edit = {**EDIT, "old_string": f'print("{quoted} x")'}
     text = "Fixing it.\n" + write(("Edit", edit))
-    expected = [Text("Fixing it.\n"), *call("Edit", edit)]  # the newline: dropped by the core (space_before_call)
+    expected = [
+        Text("Fixing it.\n"),
+        *call("Edit", edit),
+    ]  # the newline: dropped by the core (space_before_call)
     assert_parses(cls, text, expected)
 
 
@@ -451,8 +513,16 @@ def test_text_between_two_glm_calls_keeps_both() -> None:
     assert_parses(Glm45Parser, text, [*call("get_weather", WEATHER), Text("Then:"), *call("Edit", EDIT)])
 
 
-RAW_FORMATS = [QwenXmlParser, SeedOssParser, MiniMaxM2Parser, Glm45Parser, DeepSeekV32Parser, DeepSeekV41Parser,
-               KimiK3Parser, Gemma4Parser]
+RAW_FORMATS = [
+    QwenXmlParser,
+    SeedOssParser,
+    MiniMaxM2Parser,
+    Glm45Parser,
+    DeepSeekV32Parser,
+    DeepSeekV41Parser,
+    KimiK3Parser,
+    Gemma4Parser,
+]
 
 
 @pytest.mark.parametrize("cls", RAW_FORMATS, ids=lambda c: c.name)
@@ -461,7 +531,8 @@ def test_every_value_a_forced_call_may_write_parses_back(cls: type[ToolParser]) 
     lets a forced call write, :meth:`ToolParser.value_forbids`), written as
     the grammar writes a call, parses back to itself, whole and char by char.
     Strings are drawn from the characters of the format's own tags."""
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     language = RawValueLanguage.build(cls.value_forbids())
     alphabet = "".join(sorted(language.alphabet | set("ab/<> \n=")))

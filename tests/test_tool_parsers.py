@@ -57,7 +57,9 @@ def merge(events: list[ParseEvent]) -> list[ParseEvent]:
             out[-1] = type(ev)(out[-1].text + ev.text)  # type: ignore[union-attr]
         elif out and isinstance(ev, CallArgs) and isinstance(out[-1], CallArgs):
             out[-1] = CallArgs(out[-1].partial_json + ev.partial_json)
-        elif isinstance(ev, (Text, Reasoning, CallArgs)) and not (ev.text if not isinstance(ev, CallArgs) else ev.partial_json):
+        elif isinstance(ev, (Text, Reasoning, CallArgs)) and not (
+            ev.text if not isinstance(ev, CallArgs) else ev.partial_json
+        ):
             raise AssertionError(f"empty event {ev!r}")
         else:
             out.append(ev)
@@ -178,7 +180,12 @@ def hermes_call(name: str, args: str) -> str:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_hermes_text_then_two_calls(stream: bool) -> None:
-    text = "Let me check 🌧️ <b>.\n" + hermes_call("get_weather", ARGS_HARD) + "\n" + hermes_call("search", ARGS_SIMPLE)
+    text = (
+        "Let me check 🌧️ <b>.\n"
+        + hermes_call("get_weather", ARGS_HARD)
+        + "\n"
+        + hermes_call("search", ARGS_SIMPLE)
+    )
     expected = [
         Text("Let me check 🌧️ <b>.\n"),
         *call("get_weather", ARGS_HARD),
@@ -270,7 +277,9 @@ CALL_TEXTS = {
     Llama3JsonParser: '{"name": "get_weather", "parameters": ' + ARGS_HARD + "}",
     MistralParser: "[TOOL_CALLS]get_weather[ARGS]" + ARGS_HARD,
     MistralV3Parser: '[TOOL_CALLS] [{"name": "get_weather", "arguments": ' + ARGS_HARD + "}]",
-    HarmonyParser: "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>" + ARGS_HARD + "<|call|>",
+    HarmonyParser: "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    + ARGS_HARD
+    + "<|call|>",
 }
 
 
@@ -347,10 +356,18 @@ def test_llama3_malformed_and_unknown_calls_are_text() -> None:
 @pytest.mark.parametrize("stream", [False, True])
 def test_mistral_v11_calls(cls: type[ToolParser], stream: bool) -> None:
     text = (
-        "Checking [both].[TOOL_CALLS]get_weather[ARGS]" + ARGS_HARD + "[TOOL_CALLS]search[CALL_ID]a1B2c3D4e[ARGS]"
-        + ARGS_SIMPLE + "[TOOL_CALLS]f{}"
+        "Checking [both].[TOOL_CALLS]get_weather[ARGS]"
+        + ARGS_HARD
+        + "[TOOL_CALLS]search[CALL_ID]a1B2c3D4e[ARGS]"
+        + ARGS_SIMPLE
+        + "[TOOL_CALLS]f{}"
     )
-    expected = [Text("Checking [both]."), *call("get_weather", ARGS_HARD), *call("search", ARGS_SIMPLE), *call("f", "{}")]
+    expected = [
+        Text("Checking [both]."),
+        *call("get_weather", ARGS_HARD),
+        *call("search", ARGS_SIMPLE),
+        *call("f", "{}"),
+    ]
     assert_parses(cls, text, expected, stream_arguments=stream)
 
 
@@ -395,9 +412,15 @@ def test_harmony_reasoning_preamble_and_call(stream: bool) -> None:
     text = (
         "<|channel|>analysis<|message|>User wants weather in 東京. Use <tool>.<|end|>"
         "<|start|>assistant<|channel|>commentary<|message|>Checking {now}.<|end|>"
-        + HARMONY_CALL + ARGS_HARD + "<|call|>"
+        + HARMONY_CALL
+        + ARGS_HARD
+        + "<|call|>"
     )
-    expected = [Reasoning("User wants weather in 東京. Use <tool>."), Text("Checking {now}."), *call("get_weather", ARGS_HARD)]
+    expected = [
+        Reasoning("User wants weather in 東京. Use <tool>."),
+        Text("Checking {now}."),
+        *call("get_weather", ARGS_HARD),
+    ]
     assert_parses(HarmonyParser, text, expected, stream_arguments=stream)
 
 
@@ -419,7 +442,9 @@ def test_harmony_calls_to_tools_not_offered_and_malformed_calls_are_text() -> No
     can run nor answer text (llama.cpp's gpt-oss parser drops it too)."""
     python = "<|channel|>analysis to=python code<|message|>print(1)<|call|>"
     assert_parses(HarmonyParser, python, [])
-    assert_parses(HarmonyParser, "Hi" + python + "<|start|>assistant<|channel|>final<|message|>ok", [Text("Hiok")])
+    assert_parses(
+        HarmonyParser, "Hi" + python + "<|start|>assistant<|channel|>final<|message|>ok", [Text("Hiok")]
+    )
     unknown = "<|channel|>commentary to=functions.rm <|constrain|>json<|message|>{}<|call|>"
     assert_parses(HarmonyParser, unknown, [Text(unknown)])
     bad = HARMONY_CALL + '{"city": "Paris"' + "<|call|>"
@@ -564,8 +589,25 @@ def test_plugin_parsers_take_part_in_selection(registered: dict[str, ToolParserS
 
 def test_registered_factories_are_the_parsers(registered: dict[str, ToolParserSpec]) -> None:
     assert list(registered) == [
-        "seed_oss", "minimax_m2", "qwen3_xml", "glm45", "kimi_k2", "kimi_k3", "deepseek_v41", "deepseek_v4",
-        "deepseek_v32", "deepseek_v31", "gemma4", "nemotron", "granite", "llama4_pythonic", "hermes", "llama3", "mistral_v3", "mistral", "harmony",
+        "seed_oss",
+        "minimax_m2",
+        "qwen3_xml",
+        "glm45",
+        "kimi_k2",
+        "kimi_k3",
+        "deepseek_v41",
+        "deepseek_v4",
+        "deepseek_v32",
+        "deepseek_v31",
+        "gemma4",
+        "nemotron",
+        "granite",
+        "llama4_pythonic",
+        "hermes",
+        "llama3",
+        "mistral_v3",
+        "mistral",
+        "harmony",
     ]
     for name, spec in registered.items():
         cls = load_object(spec.factory)
@@ -593,12 +635,19 @@ def test_harmony_text_quoting_call_markup_stays_text() -> None:
     markup is text. A reasoning parser in front would strip the headers and
     hand the quote to this parser as if it were the model's own markup."""
     quoted = "<|channel|>commentary to=functions.search <|constrain|>json<|message|>" + ARGS_SIMPLE
-    text = "<|channel|>analysis<|message|>Explain.<|end|><|start|>assistant<|channel|>final<|message|>Write " + quoted
+    text = (
+        "<|channel|>analysis<|message|>Explain.<|end|><|start|>assistant<|channel|>final<|message|>Write "
+        + quoted
+    )
     for stream in (False, True):
-        assert_parses(HarmonyParser, text, [Reasoning("Explain."), Text("Write " + quoted)], stream_arguments=stream)
+        assert_parses(
+            HarmonyParser, text, [Reasoning("Explain."), Text("Write " + quoted)], stream_arguments=stream
+        )
 
 
-def test_a_template_rendering_calls_without_a_tool_list_selects_its_format(registered: dict[str, ToolParserSpec]) -> None:
+def test_a_template_rendering_calls_without_a_tool_list_selects_its_format(
+    registered: dict[str, ToolParserSpec],
+) -> None:
     """DeepSeek-V3.1's template renders past calls but never mentions a tool
     list: its markers select its parser (not Hermes), and the tools are
     declared in the system prompt in the format's own words."""

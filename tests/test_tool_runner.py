@@ -15,10 +15,10 @@ from pathlib import Path
 
 import anthropic
 import pytest
-from missive_echo import tool_loop
+from sdk_turns import assert_counted_whole, captured
 
 from missive.testing import live_server
-from sdk_turns import assert_counted_whole, captured
+from missive_echo import tool_loop
 
 CAPS = {"tool_choice": ["auto", "any", "tool", "none"]}
 #: The echo model calls ``lookup`` three times, then answers.
@@ -46,8 +46,12 @@ def test_three_tool_rounds_on_one_thread(echo_server: tuple[anthropic.Anthropic,
         return f"{word}: found"
 
     runner = client.beta.messages.tool_runner(
-        model="echo", max_tokens=100, system="Use the tool.", tools=[lookup],
-        messages=[{"role": "user", "content": ROUNDS}], **({"stream": True} if stream else {}),
+        model="echo",
+        max_tokens=100,
+        system="Use the tool.",
+        tools=[lookup],
+        messages=[{"role": "user", "content": ROUNDS}],
+        **({"stream": True} if stream else {}),
     )
     replies = [item.get_final_message() if stream else item for item in runner]
     assert calls == ["tea", "milk", "sugar"]
@@ -55,10 +59,15 @@ def test_three_tool_rounds_on_one_thread(echo_server: tuple[anthropic.Anthropic,
     assert replies[-1].content[0].text == "three lookups done"
     records = captured(captures)[before:]
     assert [(r["status"], r["body"]["thread"]["type"]) for r in records] == [
-        (200, "create"), (200, "continue"), (200, "continue"), (200, "continue"),
+        (200, "create"),
+        (200, "continue"),
+        (200, "continue"),
+        (200, "continue"),
     ]
     bodies = [r["body"] for r in records]
     # Each continue carries only the tool results: no system, no tools, no history.
     assert all(len(b["messages"]) == 1 and "system" not in b and "tools" not in b for b in bodies[1:])
     assert all(b["messages"][0]["content"][0]["type"] == "tool_result" for b in bodies[1:])
-    assert_counted_whole(client, records, replies, model="echo", system="Use the tool.", tools=bodies[0]["tools"])
+    assert_counted_whole(
+        client, records, replies, model="echo", system="Use the tool.", tools=bodies[0]["tools"]
+    )

@@ -23,7 +23,13 @@ from canitoolcall.fixtures import Fixture
 
 from missive.testing.toolcall_conformance import MODES
 from missive.testing.toolcall_report import (
-    BEGIN, CONFLICTS, END, NOT_CARRIED, load_corpus, replay_fixture, results_table,
+    BEGIN,
+    CONFLICTS,
+    END,
+    NOT_CARRIED,
+    load_corpus,
+    replay_fixture,
+    results_table,
 )
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "models.md"

@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import pytest
+
 from missive_echo import script
 
 WEATHER = {
@@ -35,7 +36,9 @@ def pieces(text: str, size: int) -> list[dict]:
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
 def test_parsed_call_at_any_chunking(echo: anthropic.Anthropic, size: int) -> None:
     content = script(*pieces("Let me check." + CALL, size))
-    kwargs = dict(model="echo-hermes", max_tokens=500, tools=[WEATHER], messages=[{"role": "user", "content": content}])
+    kwargs = dict(
+        model="echo-hermes", max_tokens=500, tools=[WEATHER], messages=[{"role": "user", "content": content}]
+    )
     msg = echo.messages.create(**kwargs)
     assert [b.type for b in msg.content] == ["text", "tool_use"]
     assert msg.content[0].text == "Let me check."
@@ -67,7 +70,10 @@ def test_two_calls_and_disable_parallel(echo: anthropic.Anthropic) -> None:
 def test_malformed_call_is_given_back_as_text(echo: anthropic.Anthropic) -> None:
     bad = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par</tool_call>'
     msg = echo.messages.create(
-        model="echo-hermes", max_tokens=500, tools=[WEATHER], messages=[{"role": "user", "content": script({"text": bad})}]
+        model="echo-hermes",
+        max_tokens=500,
+        tools=[WEATHER],
+        messages=[{"role": "user", "content": script({"text": bad})}],
     )
     assert [b.type for b in msg.content] == ["text"] and msg.stop_reason == "end_turn"
     assert "get_weather" in msg.content[0].text  # the model's own characters, no fabricated call
@@ -85,15 +91,24 @@ def test_tool_choice_none_does_not_parse(echo: anthropic.Anthropic) -> None:
 
 
 def test_native_tool_events_and_stop_reason(echo: anthropic.Anthropic) -> None:
-    content = script({"tool_call": {"name": "get_weather", "arguments": ['{"city":', ' "Rome"}']}}, stop_reason="end_turn")
-    msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[WEATHER], messages=[{"role": "user", "content": content}])
+    content = script(
+        {"tool_call": {"name": "get_weather", "arguments": ['{"city":', ' "Rome"}']}}, stop_reason="end_turn"
+    )
+    msg = echo.messages.create(
+        model="echo-tools", max_tokens=50, tools=[WEATHER], messages=[{"role": "user", "content": content}]
+    )
     assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Rome"}
 
 
 def test_tool_loop_history_is_accepted(echo: anthropic.Anthropic) -> None:
     messages = [
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Rome"}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Rome"}}
+            ],
+        },
         {"role": "system", "content": "# Environment"},  # clients insert these anywhere
         {
             "role": "user",
@@ -114,14 +129,22 @@ def test_tool_loop_history_is_accepted(echo: anthropic.Anthropic) -> None:
         (
             [
                 {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {}}]},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {}}],
+                },
                 {"role": "user", "content": "no result"},
             ],
             "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_9. "
             "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
         ),
         (
-            [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}],
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}],
+                }
+            ],
             "messages.0.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_x. "
             "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.",
         ),
@@ -149,7 +172,13 @@ def test_history_errors_use_the_api_wording(echo: anthropic.Anthropic, messages:
 def test_tool_choice_errors(echo: anthropic.Anthropic) -> None:
     user = [{"role": "user", "content": "x"}]
     with pytest.raises(anthropic.BadRequestError, match="tool 'nope' is not among"):
-        echo.messages.create(model="echo-tools", max_tokens=5, tools=[WEATHER], tool_choice={"type": "tool", "name": "nope"}, messages=user)
+        echo.messages.create(
+            model="echo-tools",
+            max_tokens=5,
+            tools=[WEATHER],
+            tool_choice={"type": "tool", "name": "nope"},
+            messages=user,
+        )
     with pytest.raises(anthropic.BadRequestError, match="Tool names must be unique"):
         echo.messages.create(model="echo-tools", max_tokens=5, tools=[WEATHER, WEATHER], messages=user)
     with pytest.raises(anthropic.BadRequestError) as info:
@@ -160,16 +189,24 @@ def test_tool_choice_errors(echo: anthropic.Anthropic) -> None:
 
 
 def test_client_tools_get_schemas(echo: anthropic.Anthropic) -> None:
-    tools = [{"type": "bash_20250124", "name": "bash"}, {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]
+    tools = [
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+    ]
     content = script({"text": '<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>'})
-    msg = echo.messages.create(model="echo-hermes", max_tokens=50, tools=tools, messages=[{"role": "user", "content": content}])
+    msg = echo.messages.create(
+        model="echo-hermes", max_tokens=50, tools=tools, messages=[{"role": "user", "content": content}]
+    )
     assert msg.content[0].name == "bash" and msg.content[0].input == {"command": "ls"}
 
 
 def test_forced_call_cut_before_its_name_leaves_no_markup(echo: anthropic.Anthropic) -> None:
     content = script({"text": "<tool_"}, {"text": "call>"})
     msg = echo.messages.create(
-        model="echo-hermes", max_tokens=1, tools=[WEATHER], tool_choice={"type": "any"},
+        model="echo-hermes",
+        max_tokens=1,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
         messages=[{"role": "user", "content": content}],
     )
     assert msg.stop_reason == "max_tokens" and msg.content == []
@@ -179,9 +216,14 @@ def test_forced_call_cut_by_max_tokens_is_a_max_tokens_answer(echo: anthropic.An
     """A constrained (forced) call cut off by max_tokens: 200 with stop_reason
     max_tokens, the complete calls before it kept (the API's behaviour), not a 502."""
     first = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-    content = script({"text": first}, {"text": '<tool_call>\n{"name": "get_weather", "arg'}, {"text": "uments"})
+    content = script(
+        {"text": first}, {"text": '<tool_call>\n{"name": "get_weather", "arg'}, {"text": "uments"}
+    )
     kwargs: dict[str, Any] = dict(
-        model="echo-hermes", max_tokens=2, tools=[WEATHER], tool_choice={"type": "any"},
+        model="echo-hermes",
+        max_tokens=2,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
         messages=[{"role": "user", "content": content}],
     )
     plain = echo.messages.create(**kwargs)
@@ -203,8 +245,13 @@ def test_a_repeated_call_ends_the_answer(echo: anthropic.Anthropic) -> None:
     call = {"tool_call": {"name": "get_weather", "arguments": ['{"city": ', '"Paris"}']}}
     same_spaced = {"tool_call": {"name": "get_weather", "arguments": ['{ "city":"Paris" }']}}
     other = {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Rome"}']}}
-    weather = [{"name": "get_weather", "description": "Weather", "input_schema": {
-        "type": "object", "properties": {"city": {"type": "string"}}}}]
+    weather = [
+        {
+            "name": "get_weather",
+            "description": "Weather",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
     body = {"model": "echo-tools", "max_tokens": 100, "tools": weather, "tool_choice": {"type": "any"}}
     repeated = script(call, other, same_spaced, call, {"text": "never shown"}, stop_reason="max_tokens")
     for stream in (False, True):
@@ -215,7 +262,9 @@ def test_a_repeated_call_ends_the_answer(echo: anthropic.Anthropic) -> None:
             message = echo.messages.create(**body, messages=[{"role": "user", "content": repeated}])
         assert message.stop_reason == "tool_use"
         assert [(b.type, b.input) for b in message.content] == [
-            ("tool_use", {"city": "Paris"}), ("tool_use", {"city": "Rome"})]
+            ("tool_use", {"city": "Paris"}),
+            ("tool_use", {"city": "Rome"}),
+        ]
         assert message.usage.output_tokens >= 3
 
 
@@ -233,11 +282,19 @@ def test_a_remote_ref_in_a_schema_is_never_fetched(echo: anthropic.Anthropic) ->
     listener.settimeout(0.5)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/secret-internal"
     tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"$ref": url}}}}
-    content = script({"tool_call": {"name": "get_weather", "arguments": ['{"city": "Rome"}']}}, stop_reason="end_turn")
+    content = script(
+        {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Rome"}']}}, stop_reason="end_turn"
+    )
     try:
         started = time.monotonic()
-        msg = echo.messages.create(model="echo-tools", max_tokens=50, tools=[tool], tool_choice={"type": "any"},
-                                   messages=[{"role": "user", "content": content}], timeout=20)
+        msg = echo.messages.create(
+            model="echo-tools",
+            max_tokens=50,
+            tools=[tool],
+            tool_choice={"type": "any"},
+            messages=[{"role": "user", "content": content}],
+            timeout=20,
+        )
         assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Rome"}
         assert time.monotonic() - started < 10
         with pytest.raises(socket.timeout):

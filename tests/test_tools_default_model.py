@@ -19,7 +19,10 @@ WEATHER = {
     "description": "Get the current weather for a city.",
     "input_schema": {
         "type": "object",
-        "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
         "required": ["city", "unit"],
     },
 }
@@ -61,7 +64,9 @@ def test_forced_tool_loop(smol: anthropic.Anthropic) -> None:
             {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
             {
                 "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": calls[0].id, "content": "Sunny, 21 degrees."}],
+                "content": [
+                    {"type": "tool_result", "tool_use_id": calls[0].id, "content": "Sunny, 21 degrees."}
+                ],
             },
         ],
         tool_choice={"type": "none"},
@@ -73,7 +78,12 @@ def test_forced_tool_loop(smol: anthropic.Anthropic) -> None:
 
 def test_stream_accumulates_the_same_input(smol: anthropic.Anthropic) -> None:
     kwargs = dict(
-        model=MODEL, max_tokens=120, tools=[WEATHER], tool_choice={"type": "any"}, messages=ASK, extra_body=GREEDY
+        model=MODEL,
+        max_tokens=120,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        messages=ASK,
+        extra_body=GREEDY,
     )
     plain = smol.messages.create(**kwargs)
     fragments = []
@@ -104,7 +114,12 @@ def test_named_tool_is_called(smol: anthropic.Anthropic) -> None:
 
 def test_tool_choice_none_yields_no_tool_use(smol: anthropic.Anthropic) -> None:
     msg = smol.messages.create(
-        model=MODEL, max_tokens=30, tools=[WEATHER], tool_choice={"type": "none"}, messages=ASK, extra_body=GREEDY
+        model=MODEL,
+        max_tokens=30,
+        tools=[WEATHER],
+        tool_choice={"type": "none"},
+        messages=ASK,
+        extra_body=GREEDY,
     )
     assert all(b.type == "text" for b in msg.content) and msg.stop_reason != "tool_use"
 
@@ -114,14 +129,21 @@ def test_64_tool_catalog(smol: anthropic.Anthropic) -> None:
         {
             "name": f"tool_{i:02d}",
             "description": f"Tool number {i}.",
-            "input_schema": {"type": "object", "properties": {"value": {"type": "integer"}}, "required": ["value"]},
+            "input_schema": {
+                "type": "object",
+                "properties": {"value": {"type": "integer"}},
+                "required": ["value"],
+            },
         }
         for i in range(64)
     ]
     kwargs = dict(model=MODEL, tools=tools, messages=[{"role": "user", "content": "Use a tool."}])
     counted = smol.messages.count_tokens(**kwargs).input_tokens
     msg = smol.messages.create(
-        max_tokens=60, tool_choice={"type": "any", "disable_parallel_tool_use": True}, extra_body=GREEDY, **kwargs
+        max_tokens=60,
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        extra_body=GREEDY,
+        **kwargs,
     )
     calls = [b for b in msg.content if b.type == "tool_use"]
     assert len(calls) == 1 and calls[0].name in {t["name"] for t in tools}
@@ -173,10 +195,15 @@ def test_forced_web_search_is_answered_unavailable(smol: anthropic.Anthropic) ->
         final = stream.get_final_message()
     for message in (plain, final):
         call, result = message.content[:2]
-        assert call.type == "server_tool_use" and call.name == "web_search" and call.id.startswith("srvtoolu_")
+        assert (
+            call.type == "server_tool_use" and call.name == "web_search" and call.id.startswith("srvtoolu_")
+        )
         assert isinstance(call.input["query"], str) and call.input["query"]
         assert result.type == "web_search_tool_result" and result.tool_use_id == call.id
-        assert result.content.type == "web_search_tool_result_error" and result.content.error_code == "unavailable"
+        assert (
+            result.content.type == "web_search_tool_result_error"
+            and result.content.error_code == "unavailable"
+        )
         assert message.stop_reason in ("end_turn", "max_tokens", "pause_turn")
         assert message.usage.server_tool_use.web_search_requests == 0
     assert [b.type for b in final.content] == [b.type for b in plain.content]
@@ -194,14 +221,35 @@ def test_forced_web_search_is_answered_unavailable(smol: anthropic.Anthropic) ->
 
 
 HARD_SCHEMAS = [
-    {"type": "object", "properties": {"name": {"type": "string", "pattern": "[A-Z][a-z]+"}}, "required": ["name"]},
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string", "pattern": "[A-Z][a-z]+"}},
+        "required": ["name"],
+    },
     {"type": "object", "properties": {"a": True, "b": {"not": {"type": "null"}}}},
-    {"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
-                                      "tags": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
-                                               "additionalProperties": {"type": "string"}}},
-     "required": ["when"]},
-    {"type": "object", "$ref": "#/$defs/Args", "$defs": {"Args": {"type": "object", "properties": {
-        "x": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}}}, "B": {"type": "string"}}},
+    {
+        "type": "object",
+        "properties": {
+            "when": {"type": "string", "format": "date-time"},
+            "tags": {
+                "type": "object",
+                "propertyNames": {"pattern": "^[a-z]+$"},
+                "additionalProperties": {"type": "string"},
+            },
+        },
+        "required": ["when"],
+    },
+    {
+        "type": "object",
+        "$ref": "#/$defs/Args",
+        "$defs": {
+            "Args": {
+                "type": "object",
+                "properties": {"x": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}},
+            },
+            "B": {"type": "string"},
+        },
+    },
 ]
 
 
@@ -217,7 +265,10 @@ def test_strict_schema_a_grammar_cannot_enforce_is_a_400(smol: anthropic.Anthrop
             tool_choice={"type": "any"},
             messages=ASK,
         )
-    assert "strict tool's input_schema cannot be enforced by a llama.cpp grammar" in caught.value.body["error"]["message"]
+    assert (
+        "strict tool's input_schema cannot be enforced by a llama.cpp grammar"
+        in caught.value.body["error"]["message"]
+    )
 
 
 @pytest.mark.parametrize("schema", HARD_SCHEMAS)
@@ -245,10 +296,19 @@ def test_non_strict_schema_is_enforced_as_far_as_it_can_be(smol: anthropic.Anthr
 
 
 def test_structured_output_with_an_unanchored_pattern_is_answered(smol: anthropic.Anthropic) -> None:
-    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[0-9]+"}},
-              "required": ["code"], "additionalProperties": False}
-    reply = smol.messages.create(model=MODEL, max_tokens=40, messages=ASK, extra_body=GREEDY,
-                                 output_config={"format": {"type": "json_schema", "schema": schema}})
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "pattern": "[0-9]+"}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+    reply = smol.messages.create(
+        model=MODEL,
+        max_tokens=40,
+        messages=ASK,
+        extra_body=GREEDY,
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+    )
     assert reply.stop_reason in ("end_turn", "max_tokens")
     if reply.stop_reason == "end_turn":
         assert set(json.loads(reply.content[0].text)) == {"code"}
@@ -258,11 +318,25 @@ def test_forced_call_is_not_repeated_until_max_tokens(smol: anthropic.Anthropic)
     """SmolLM2 forced to call a tool (parallel calls allowed) writes the same
     call again and again; the answer ends with tool_use after the first,
     not with max_tokens after several copies (found by a newcomer)."""
-    tools = [{"name": "get_weather", "description": "Get the weather in a city", "input_schema": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-    reply = smol.messages.create(model=MODEL, max_tokens=60, tools=tools, extra_body=GREEDY,
-                                 tool_choice={"type": "tool", "name": "get_weather"},
-                                 messages=[{"role": "user", "content": "weather Paris"}])
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "Get the weather in a city",
+            "input_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
+    reply = smol.messages.create(
+        model=MODEL,
+        max_tokens=60,
+        tools=tools,
+        extra_body=GREEDY,
+        tool_choice={"type": "tool", "name": "get_weather"},
+        messages=[{"role": "user", "content": "weather Paris"}],
+    )
     calls = [(b.name, json.dumps(b.input, sort_keys=True)) for b in reply.content if b.type == "tool_use"]
     assert reply.stop_reason == "tool_use", (reply.stop_reason, calls)
     assert calls and len(calls) == len(set(calls))

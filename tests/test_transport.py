@@ -14,9 +14,15 @@ import anyio
 import httpx
 import pytest
 
-from missive.protocol.errors import BadGatewayError, InvalidRequestError, MissiveError, OverloadedError, TimeoutError_
-from missive.testing import free_port
+from missive.protocol.errors import (
+    BadGatewayError,
+    InvalidRequestError,
+    MissiveError,
+    OverloadedError,
+    TimeoutError_,
+)
 from missive.remote.transport import Failover, RemoteTransport
+from missive.testing import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -88,8 +94,10 @@ class RawBackend:
                     time.sleep(30)
                     return
                 if action == "sse":
-                    conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                                 b"b\r\ndata: one\n\n\r\ne\r\ndata: [DONE]\n\n\r\n")
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+                        b"b\r\ndata: one\n\n\r\ne\r\ndata: [DONE]\n\n\r\n"
+                    )
                     time.sleep(0.05)  # the body's end comes a little later, in its own packet
                     conn.sendall(b"0\r\n\r\n")
                     continue
@@ -133,9 +141,15 @@ def make() -> Iterator:
 
     def build(*plans: list[str], read_timeout: float = 5.0) -> tuple[RemoteTransport, list[RawBackend]]:
         backends = [RawBackend(plan) for plan in plans]
-        transport = RemoteTransport([b.url for b in backends], name="m", backend="the backend",
-                                    classify=classify, connect_timeout=1.0, read_timeout=read_timeout,
-                                    health_path="/health")
+        transport = RemoteTransport(
+            [b.url for b in backends],
+            name="m",
+            backend="the backend",
+            classify=classify,
+            connect_timeout=1.0,
+            read_timeout=read_timeout,
+            health_path="/health",
+        )
         made.append((transport, backends))
         return transport, backends
 
@@ -306,8 +320,15 @@ async def test_replicas_use_the_proxy_the_environment_names(monkeypatch: pytest.
     """HTTP_PROXY / NO_PROXY as httpx honoured them, read once per replica."""
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
-    transport = RemoteTransport(["http://127.0.0.1:1", "http://gpu1:8000"], name="m", backend="the backend",
-                                classify=classify, connect_timeout=1.0, read_timeout=1.0, health_path="/health")
+    transport = RemoteTransport(
+        ["http://127.0.0.1:1", "http://gpu1:8000"],
+        name="m",
+        backend="the backend",
+        classify=classify,
+        connect_timeout=1.0,
+        read_timeout=1.0,
+        health_path="/health",
+    )
     try:
         assert transport._proxy("http://127.0.0.1:1") is None
         assert transport._proxy("http://gpu1:8000") == "http://proxy.example:3128"

@@ -28,8 +28,15 @@ def test_the_core_type_checks() -> None:
     if command is None:
         pytest.skip("mypy is not installed (it is in the test extra: scripts/setup installs it)")
     out = subprocess.run(
-        [*command, "--python-executable", sys.executable],  # the packages of the environment running the tests
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            *command,
+            "--python-executable",
+            sys.executable,
+        ],  # the packages of the environment running the tests
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Success: no issues found" in out.stdout and "core/missive" not in out.stdout

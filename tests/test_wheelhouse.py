@@ -38,10 +38,15 @@ def clean_env(home: Path) -> dict[str, str]:
     no pip settings (``PIP_*``; ``PIP_CONFIG_FILE=/dev/null`` drops pip's
     configured index and find-links), an empty XDG_CONFIG_HOME, its own state
     directory."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MISSIVE", "PIP_", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(PIP_CONFIG_FILE=os.devnull, PYTHONNOUSERSITE="1", XDG_CONFIG_HOME=str(home / "config"),
-               MISSIVE_STATE_DIR=str(home / "state"))
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MISSIVE", "PIP_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,
+        PYTHONNOUSERSITE="1",
+        XDG_CONFIG_HOME=str(home / "config"),
+        MISSIVE_STATE_DIR=str(home / "state"),
+    )
     return env
 
 
@@ -49,9 +54,13 @@ def clean_env(home: Path) -> dict[str, str]:
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheelhouse")
     before = tree_state()
-    done = subprocess.run([str(ROOT / "scripts" / "wheelhouse"), str(out), "llamacpp,default,vllm"],
-                          env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "wheelhouse"), str(out), "llamacpp,default,vllm"],
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert tree_state() == before, "building the wheelhouse left files in the source tree"
     return out
@@ -60,8 +69,13 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tree_state() -> list[str]:
     """What a build in place would add under core/ and plugins/: build/ and
     *.egg-info folders (as ``git status`` lists them, ignored or not)."""
-    out = subprocess.run(["git", "status", "--porcelain", "--ignored", "core", "plugins"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "core", "plugins"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line for line in out.splitlines() if "build/" in line or ".egg-info" in line]
 
 
@@ -72,17 +86,35 @@ def venv(base: Path, wheelhouse: Path, requirement: str) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True, env=env, timeout=300)
     bin_dir = base / "venv" / "bin"
     done = subprocess.run(
-        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--find-links", str(wheelhouse),
-         requirement],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            requirement,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return bin_dir
 
 
 def run(bin_dir: Path, home: Path, *args: str) -> str:
-    done = subprocess.run([str(bin_dir / args[0]), *args[1:]], env=clean_env(home), cwd=home,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(bin_dir / args[0]), *args[1:]],
+        env=clean_env(home),
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -117,23 +149,38 @@ def test_the_wheels_carry_what_redistributors_need(wheelhouse: Path) -> None:
 
 def test_core_with_llamacpp_serves_the_default_model(llamacpp_venv: tuple[Path, Path]) -> None:
     bin_dir, home = llamacpp_venv
-    where = run(bin_dir, home, "python", "-c",
-                "import missive, importlib.metadata as m; print(missive.__file__); print(m.version('missive-server'))")
+    where = run(
+        bin_dir,
+        home,
+        "python",
+        "-c",
+        "import missive, importlib.metadata as m; print(missive.__file__); print(m.version('missive-server'))",
+    )
     module, version = where.split()
-    assert Path(module).is_relative_to(bin_dir.parent) and version == "0.1.0"  # installed, not the source tree
+    assert (
+        Path(module).is_relative_to(bin_dir.parent) and version == "0.1.0"
+    )  # installed, not the source tree
     port = free_port()
     log_path = home / "server.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(bin_dir / "missive"), "serve", "--port", str(port)], cwd=home,
-                                env=clean_env(home), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(bin_dir / "missive"), "serve", "--port", str(port)],
+            cwd=home,
+            env=clean_env(home),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, log_path)
         client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
         assert "smollm2-135m" in [m.id for m in client.models.list().data]
-        reply = client.messages.create(model="smollm2-135m", max_tokens=12,
-                                       messages=[{"role": "user", "content": "Say hello."}],
-                                       extra_body={"temperature": 0})  # sampled, it may be empty
+        reply = client.messages.create(
+            model="smollm2-135m",
+            max_tokens=12,
+            messages=[{"role": "user", "content": "Say hello."}],
+            extra_body={"temperature": 0},
+        )  # sampled, it may be empty
         assert reply.content and reply.content[0].type == "text" and reply.content[0].text.strip()
         assert reply.usage.input_tokens > 0 and 0 < reply.usage.output_tokens <= 12
         assert reply.stop_reason in ("end_turn", "max_tokens")

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from missive.protocol.errors import ApiError
 from missive.engine.channel import ThreadChannel
+from missive.protocol.errors import ApiError
 
 
 def test_items_batched_in_order_then_end() -> None:

@@ -25,15 +25,14 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from missive.server.admission import Admission
 from missive.cli.main import cli
 from missive.config import Config, ConfigError, ModelEntry
-from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until
+from missive.server.admission import Admission
 from missive.server.workers import check, settle_batches, share
+from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until
 from missive_openai.testing import FakeChatServer
 
 DEADLINE = 30.0  # seconds; reached only when a test fails
-
 
 
 def children(pid: int) -> set[int]:
@@ -68,8 +67,13 @@ def fake() -> Iterator[FakeChatServer]:
 def remote_config(fake: FakeChatServer, **server: Any) -> dict[str, Any]:
     return {
         "server": {"workers": 2, **server},
-        "models": {"gen": {"driver": "openai", "context_window": 2048,
-                           "settings": {"base_url": fake.url, "model": "fake-model"}}},
+        "models": {
+            "gen": {
+                "driver": "openai",
+                "context_window": 2048,
+                "settings": {"base_url": fake.url, "model": "fake-model"},
+            }
+        },
     }
 
 
@@ -82,25 +86,32 @@ def worker_of_new_connection(server: ServerProcess) -> int:
 def requests_counted(server: ServerProcess) -> float:
     """``missive:requests_total`` of ``/v1/messages`` 200s, as one scrape says."""
     text = httpx.get(f"{server.url}/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("missive:requests_total{") and 'endpoint="/v1/messages"' in line
-               and 'status="200"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("missive:requests_total{")
+        and 'endpoint="/v1/messages"' in line
+        and 'status="200"' in line
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatServer) -> None:
     with serve_process(remote_config(fake)) as server:
-        workers = until(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid),
-                        "two workers")
+        workers = until(
+            lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), "two workers"
+        )
         client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=30)
         answered = set()
         for i in range(6):
             words = f"alpha beta {i}"
-            message = client.messages.create(model="gen", max_tokens=16,
-                                             messages=[{"role": "user", "content": words}])
+            message = client.messages.create(
+                model="gen", max_tokens=16, messages=[{"role": "user", "content": words}]
+            )
             assert message.content[0].text == words and message.stop_reason == "end_turn"
-            with client.messages.stream(model="gen", max_tokens=16,
-                                        messages=[{"role": "user", "content": words}]) as stream:
+            with client.messages.stream(
+                model="gen", max_tokens=16, messages=[{"role": "user", "content": words}]
+            ) as stream:
                 assert stream.get_final_message().content[0].text == words
         # The kernel spreads new connections over both workers (SO_REUSEPORT);
         # a worker answers once it listens, which may be a while after its
@@ -118,10 +129,15 @@ def test_two_workers_answer_through_the_sdk_and_count_together(fake: FakeChatSer
         assert httpx.get(f"{server.url}/v1/messages/batches", timeout=10).status_code == 404
         assert "Message Batches are off with server.workers = 2" in server.log()
         # Each worker's lines name it; the request lines too.
-        access = [line for line in server.log().splitlines() if "missive.access: POST /v1/messages 200" in line]
+        access = [
+            line for line in server.log().splitlines() if "missive.access: POST /v1/messages 200" in line
+        ]
         assert len(access) == 12 and all(re.search(r" INFO w[01] \[req_", line) for line in access), access
-        assert {re.search(r" w([01]) \[", line).group(1) for line in server.log().splitlines()
-                if " w0 [" in line or " w1 [" in line} == {"0", "1"}
+        assert {
+            re.search(r" w([01]) \[", line).group(1)
+            for line in server.log().splitlines()
+            if " w0 [" in line or " w1 [" in line
+        } == {"0", "1"}
         shown = CliRunner().invoke(cli, ["ps", "--url", server.url])
         assert shown.exit_code == 0, shown.output
         assert re.search(r"worker [12] of 2 \(pid (\d+)\) answered", shown.output), shown.output
@@ -132,18 +148,25 @@ def test_sigterm_drains_every_worker_then_all_exit_0(fake: FakeChatServer) -> No
     """A stream running on a worker when the supervisor gets SIGTERM ends
     normally (the grace), new connections are refused, every worker exits
     and the supervisor exits 0."""
-    slow = json.dumps({"script": [{"content": "one "}, {"sleep": 1.0}, {"content": "two"}],
-                       "finish_reason": "stop", "usage": True})
+    slow = json.dumps(
+        {
+            "script": [{"content": "one "}, {"sleep": 1.0}, {"content": "two"}],
+            "finish_reason": "stop",
+            "usage": True,
+        }
+    )
     with serve_process(remote_config(fake, shutdown_grace=20)) as server:
-        workers = until(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid),
-                        "two workers")
+        workers = until(
+            lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), "two workers"
+        )
         client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=30)
         texts: list[str] = []
         started = threading.Event()
 
         def stream() -> None:
-            with client.messages.stream(model="gen", max_tokens=16,
-                                        messages=[{"role": "user", "content": slow}]) as answer:
+            with client.messages.stream(
+                model="gen", max_tokens=16, messages=[{"role": "user", "content": slow}]
+            ) as answer:
                 for event in answer:
                     if event.type == "content_block_delta":
                         started.set()
@@ -166,8 +189,9 @@ def test_sigterm_drains_every_worker_then_all_exit_0(fake: FakeChatServer) -> No
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_crashed_worker_stops_the_server_with_status_1(fake: FakeChatServer) -> None:
     with serve_process(remote_config(fake, shutdown_grace=5)) as server:
-        workers = until(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid),
-                        "two workers")
+        workers = until(
+            lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), "two workers"
+        )
         victim = min(workers)
         os.kill(victim, signal.SIGKILL)
         assert server.process.wait(DEADLINE) == 1
@@ -184,11 +208,28 @@ def test_in_process_model_with_workers_is_a_config_error() -> None:
         path = Path(tmp) / "missive.toml"
         path.write_text(dump_toml({"models": {"echo": {"driver": "echo"}}}))
         env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
-        done = subprocess.run([sys.executable, "-m", "missive", "serve", "--config", str(path), "--port", str(port),
-                               "--workers", "2"], capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "missive",
+                "serve",
+                "--config",
+                str(path),
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
     assert done.returncode == 1
-    assert ("server.workers = 2: model 'echo' (driver 'echo') runs inside the server process" in done.stderr), \
+    assert "server.workers = 2: model 'echo' (driver 'echo') runs inside the server process" in done.stderr, (
         done.stderr
+    )
     assert "server.workers = 1" in done.stderr
 
 
@@ -248,8 +289,13 @@ def test_a_thinking_block_signed_by_one_worker_is_accepted_by_the_other() -> Non
     with FakeChatServer() as fake, tempfile.TemporaryDirectory() as state:
         config = {
             "server": {"workers": 2},
-            "models": {"vllm": {"driver": "vllm", "context_window": 2048,
-                                "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True}}},
+            "models": {
+                "vllm": {
+                    "driver": "vllm",
+                    "context_window": 2048,
+                    "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True},
+                }
+            },
         }
         with serve_process(config, env={"MISSIVE_STATE_DIR": state}) as server:
             until(lambda: len(children(server.process.pid)) == 2, "two workers")
@@ -266,28 +312,50 @@ def test_a_thinking_block_signed_by_one_worker_is_accepted_by_the_other() -> Non
                 pinned[pid] = http
             assert len(pinned) == 2, "no connection reached the second worker"
             first, second = pinned.values()
-            content = json.dumps({"script": [{"reasoning": "Let me think."}, {"content": "Four."}],
-                                  "finish_reason": "stop", "usage": True})
-            answer = first.post("/v1/messages", json={
-                "model": "vllm", "max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 1024},
-                "messages": [{"role": "user", "content": content}]}).json()
+            content = json.dumps(
+                {
+                    "script": [{"reasoning": "Let me think."}, {"content": "Four."}],
+                    "finish_reason": "stop",
+                    "usage": True,
+                }
+            )
+            answer = first.post(
+                "/v1/messages",
+                json={
+                    "model": "vllm",
+                    "max_tokens": 2000,
+                    "thinking": {"type": "enabled", "budget_tokens": 1024},
+                    "messages": [{"role": "user", "content": content}],
+                },
+            ).json()
             thinking, text = answer["content"]
             assert thinking["type"] == "thinking" and thinking["signature"]
             assert int(first.get("/v1/status").json()["worker"]["pid"]) != int(
-                second.get("/v1/status").json()["worker"]["pid"])
+                second.get("/v1/status").json()["worker"]["pid"]
+            )
             for block, expected in ((thinking, "Let me think."), ({**thinking, "thinking": "Forged."}, None)):
-                reply = second.post("/v1/messages", json={
-                    "model": "vllm", "max_tokens": 20, "thinking": {"type": "adaptive"},
-                    "messages": [{"role": "user", "content": "2+2?"},
-                                 {"role": "assistant", "content": [block, text]},
-                                 {"role": "user", "content": "Sure?"}]})
+                reply = second.post(
+                    "/v1/messages",
+                    json={
+                        "model": "vllm",
+                        "max_tokens": 20,
+                        "thinking": {"type": "adaptive"},
+                        "messages": [
+                            {"role": "user", "content": "2+2?"},
+                            {"role": "assistant", "content": [block, text]},
+                            {"role": "user", "content": "Sure?"},
+                        ],
+                    },
+                )
                 assert reply.status_code == 200, reply.text
                 assert fake.requests[-1]["messages"][1].get("reasoning_content") == expected
                 assert ("missive-dropped-thinking" in reply.headers) == (expected is None)
             for http in pinned.values():
                 http.close()
         # One key for both workers; beside it only the usage both counted (missive.keys.usage).
-        assert sorted(name for name in os.listdir(state) if not name.startswith("usage.sqlite3")) == ["thinking.key"]
+        assert sorted(name for name in os.listdir(state) if not name.startswith("usage.sqlite3")) == [
+            "thinking.key"
+        ]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -295,8 +363,9 @@ def test_workers_whose_supervisor_died_shut_down(fake: FakeChatServer) -> None:
     """SIGKILL leaves the supervisor no time to tell anyone: its pipes close,
     and each worker drains and exits as on a signal."""
     with serve_process(remote_config(fake, shutdown_grace=5)) as server:
-        workers = until(lambda: len(children(server.process.pid)) == 2 and children(server.process.pid),
-                        "two workers")
+        workers = until(
+            lambda: len(children(server.process.pid)) == 2 and children(server.process.pid), "two workers"
+        )
         server.process.kill()
         server.process.wait(DEADLINE)
         until(lambda: not any(alive(pid) for pid in workers), "the orphaned workers exited")

@@ -46,11 +46,20 @@ TIERS = ("unit", "api", "live", "model", "packaging")
 #: Most expensive first: the first tier whose pattern the sources match.
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("packaging", re.compile(r"\b(layered_venv|fresh_venv|venv)\(|\"-m\", \"(build|venv)\"|\bdocker\b")),
-    ("model", re.compile(
-        r"\b(live_server|serve_process)\(\s*None\b|[\"'](llamacpp|mlx)[\"']|\bllama_cpp\b|\bmissive_llamacpp\b"
-        r"|\bmlx_lm\b|\bllama_server\(|\bsmollm2_gguf\(|\bdefault_url\b|\bsmol\b")),
-    ("live", re.compile(r"\b(live_server|serve_process)\(|\becho_url\b|\bcontract_url\b|\bmissive_server\b"
-                        r"|\"-m\", \"(missive|pytest|hypercorn)\"|\bload_bench\(")),
+    (
+        "model",
+        re.compile(
+            r"\b(live_server|serve_process)\(\s*None\b|[\"'](llamacpp|mlx)[\"']|\bllama_cpp\b|\bmissive_llamacpp\b"
+            r"|\bmlx_lm\b|\bllama_server\(|\bsmollm2_gguf\(|\bdefault_url\b|\bsmol\b"
+        ),
+    ),
+    (
+        "live",
+        re.compile(
+            r"\b(live_server|serve_process)\(|\becho_url\b|\bcontract_url\b|\bmissive_server\b"
+            r"|\"-m\", \"(missive|pytest|hypercorn)\"|\bload_bench\("
+        ),
+    ),
     ("api", re.compile(r"\bin_process_app\(|\.test_client\(|\.test_app\(")),
 ]
 

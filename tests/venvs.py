@@ -23,7 +23,10 @@ def layered_venv(path: Path) -> Path:
     python = path / "bin" / "python"
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True, timeout=60,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     ).stdout.strip()
     lines = [f"import site; site.addsitedir({parent!r})" for parent in site.getsitepackages()]
     (Path(purelib) / "_parent_environment.pth").write_text("\n".join(lines) + "\n")
@@ -46,7 +49,10 @@ def pip(python: Path, *args: str, timeout: float = 600) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PIP_REQUIRE_VIRTUALENV"}
     result = subprocess.run(
         [str(python), "-m", "pip", "--disable-pip-version-check", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     assert result.returncode == 0, f"pip {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout

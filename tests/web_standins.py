@@ -44,7 +44,9 @@ class StandIn:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(body)))
@@ -60,7 +62,7 @@ class StandIn:
                 if parts.path == "/page.html":
                     self._send(200, PAGE_HTML.encode(), "text/html; charset=utf-8")
                 elif parts.path == "/notes.txt":
-                    self._send(200, "plain notes, line one\nline two".encode(), "text/plain")
+                    self._send(200, b"plain notes, line one\nline two", "text/plain")
                 elif parts.path == "/image.bin":
                     self._send(200, b"\x00\x01\x02", "application/octet-stream")
                 elif parts.path == "/redirect":
@@ -69,8 +71,11 @@ class StandIn:
                     if query.get("format") != ["json"]:
                         self._send(403, b"format not allowed", "text/plain")
                         return
-                    body = {"query": query.get("q", [""])[0], "number_of_results": len(standin.results),
-                            "results": standin.results}
+                    body = {
+                        "query": query.get("q", [""])[0],
+                        "number_of_results": len(standin.results),
+                        "results": standin.results,
+                    }
                     self._send(200, json.dumps(body).encode(), "application/json")
                 else:
                     self._send(404, b"not found", "text/plain")

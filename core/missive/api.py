@@ -41,10 +41,20 @@ app itself); a plugin's hook module may import it at the top.
 
 from __future__ import annotations
 
-from .driver.capabilities import Capabilities, ToolChoiceMode, check_request
-from .kernel.compat import API_VERSION
 from .config import ConfigError, ModelEntry
-from .messages.conversation import Conversation, Turn
+from .config.state_dir import read_json, state_dir, write_json
+from .driver.capabilities import Capabilities, ToolChoiceMode, check_request
+from .driver.events import (
+    Finished,
+    GenerationEvent,
+    Started,
+    StopReason,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from .driver.interface import Driver, GenerationRequest, clamp_max_tokens
 from .engine.host_cache import common_prefix, default_cache_bytes
 from .engine.local import LocalDriver
@@ -66,6 +76,23 @@ from .engine.runner import (
     Speculative,
     StepResult,
 )
+from .kernel.compat import API_VERSION
+from .kernel.hookspecs import hookimpl
+from .kernel.specs import (
+    DefaultModel,
+    DocumentProcessorSpec,
+    DriverSpec,
+    ImageProcessorSpec,
+    ReasoningParserSpec,
+    SearchProviderSpec,
+    TokenizerSpec,
+    ToolParserSpec,
+    load_object,
+)
+from .media.images import to_8bit, upright
+from .media.tokens import conversation_image_tokens, estimate_image_tokens
+from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTarget, Section, SourceBytes
+from .messages.conversation import Conversation, Turn
 from .protocol.errors import (
     ApiError,
     AuthenticationError,
@@ -81,40 +108,16 @@ from .protocol.errors import (
     RateLimitError,
     TimeoutError_,
 )
-from .driver.events import (
-    Finished,
-    GenerationEvent,
-    Started,
-    StopReason,
-    TextDelta,
-    ThinkingDelta,
-    ToolCallDelta,
-    ToolCallEnd,
-    ToolCallStart,
-)
-from .kernel.hookspecs import hookimpl
-from .media.images import to_8bit, upright
-from .media.tokens import conversation_image_tokens, estimate_image_tokens
-from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTarget, Section, SourceBytes
+from .protocol.fastjson import dumps as json_dumps
+from .protocol.fastjson import loads as json_loads
+from .protocol.schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
 from .reasoning.registry import reasoning_parser_class
 from .remote.replicas import Replica, ReplicaPool
+from .remote.transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 from .routing.policy import ReplicaRouting, policy_for
 from .routing.prefix import RouteKey
 from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
-from .protocol.schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from .kernel.specs import (
-    DefaultModel,
-    DocumentProcessorSpec,
-    DriverSpec,
-    ImageProcessorSpec,
-    ReasoningParserSpec,
-    SearchProviderSpec,
-    TokenizerSpec,
-    ToolParserSpec,
-    load_object,
-)
-from .config.state_dir import read_json, state_dir, write_json
 from .tools.definitions import ToolChoice, ToolDefinition
 from .tools.parsers.base import (
     CallArgs,
@@ -126,51 +129,141 @@ from .tools.parsers.base import (
     Text,
     ToolParser,
 )
-from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.raw_values import RawValueLanguage
+from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
 from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
 from .tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
-from .protocol.fastjson import dumps as json_dumps, loads as json_loads
-from .remote.transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 
 __all__ = [
     "API_VERSION",
     # declaring a plugin
-    "hookimpl", "load_object",
-    "DriverSpec", "DefaultModel", "ToolParserSpec", "ReasoningParserSpec", "TokenizerSpec",
-    "ImageProcessorSpec", "DocumentProcessorSpec", "SearchProviderSpec",
+    "hookimpl",
+    "load_object",
+    "DriverSpec",
+    "DefaultModel",
+    "ToolParserSpec",
+    "ReasoningParserSpec",
+    "TokenizerSpec",
+    "ImageProcessorSpec",
+    "DocumentProcessorSpec",
+    "SearchProviderSpec",
     # search providers (the web_search server tool)
-    "SearchProvider", "SearchQuery", "SearchResult", "SearchError",
+    "SearchProvider",
+    "SearchQuery",
+    "SearchResult",
+    "SearchError",
     # drivers
-    "Driver", "GenerationRequest", "clamp_max_tokens", "Capabilities", "ToolChoiceMode", "check_request",
-    "ModelEntry", "ConfigError",
-    "GenerationEvent", "Started", "TextDelta", "ThinkingDelta", "ToolCallStart", "ToolCallDelta", "ToolCallEnd",
-    "Finished", "StopReason",
-    "MissiveError", "InvalidRequestError", "CapabilityError", "MediaError", "AuthenticationError",
-    "PermissionDeniedError", "NotFoundError", "RateLimitError", "ApiError", "BadGatewayError", "TimeoutError_",
-    "OverloadedError", "PromptTooLongError",
-    "Conversation", "Turn", "TextBlock", "SearchResultBlock", "ToolUseBlock", "ToolResultBlock",
-    "ToolDefinition", "ToolChoice",
+    "Driver",
+    "GenerationRequest",
+    "clamp_max_tokens",
+    "Capabilities",
+    "ToolChoiceMode",
+    "check_request",
+    "ModelEntry",
+    "ConfigError",
+    "GenerationEvent",
+    "Started",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCallStart",
+    "ToolCallDelta",
+    "ToolCallEnd",
+    "Finished",
+    "StopReason",
+    "MissiveError",
+    "InvalidRequestError",
+    "CapabilityError",
+    "MediaError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "RateLimitError",
+    "ApiError",
+    "BadGatewayError",
+    "TimeoutError_",
+    "OverloadedError",
+    "PromptTooLongError",
+    "Conversation",
+    "Turn",
+    "TextBlock",
+    "SearchResultBlock",
+    "ToolUseBlock",
+    "ToolResultBlock",
+    "ToolDefinition",
+    "ToolChoice",
     # images and documents
-    "ImageInput", "ImageTarget", "SourceBytes", "Section", "ImageProcessor", "DocumentProcessor",
-    "upright", "to_8bit",
-    "conversation_image_tokens", "estimate_image_tokens",
+    "ImageInput",
+    "ImageTarget",
+    "SourceBytes",
+    "Section",
+    "ImageProcessor",
+    "DocumentProcessor",
+    "upright",
+    "to_8bit",
+    "conversation_image_tokens",
+    "estimate_image_tokens",
     # in-process drivers
-    "LocalDriver", "Runner", "Batched", "ContextStates", "Detokenizer", "PENDING", "Pending", "Cancelled",
-    "ImageMarks", "ModelInfo", "Prompt", "Sampling", "SavedContext", "Sequence", "SharedPool", "Speculative", "StepResult",
+    "LocalDriver",
+    "Runner",
+    "Batched",
+    "ContextStates",
+    "Detokenizer",
+    "PENDING",
+    "Pending",
+    "Cancelled",
+    "ImageMarks",
+    "ModelInfo",
+    "Prompt",
+    "Sampling",
+    "SavedContext",
+    "Sequence",
+    "SharedPool",
+    "Speculative",
+    "StepResult",
     "common_prefix",
-    "default_cache_bytes", "SamplingDefaults", "model_sampling", "gguf_names", "folder_sampling",
+    "default_cache_bytes",
+    "SamplingDefaults",
+    "model_sampling",
+    "gguf_names",
+    "folder_sampling",
     # remote drivers
-    "Replica", "ReplicaPool", "RemoteTransport", "RemoteStream", "Failover", "Classify", "Answer", "sse_done",
-    "ReplicaRouting", "RouteKey", "policy_for",
-    "json_loads", "json_dumps",
+    "Replica",
+    "ReplicaPool",
+    "RemoteTransport",
+    "RemoteStream",
+    "Failover",
+    "Classify",
+    "Answer",
+    "sse_done",
+    "ReplicaRouting",
+    "RouteKey",
+    "policy_for",
+    "json_loads",
+    "json_dumps",
     # tool calls and reasoning in generated text
-    "ToolParser", "ParseEvent", "Text", "CallStart", "CallArgs", "CallEnd", "Reasoning", "MalformedToolCall",
-    "build_parser", "parser_class", "parser_for_template", "RawValueLanguage", "hermes_messages", "template_supports_tools",
+    "ToolParser",
+    "ParseEvent",
+    "Text",
+    "CallStart",
+    "CallArgs",
+    "CallEnd",
+    "Reasoning",
+    "MalformedToolCall",
+    "build_parser",
+    "parser_class",
+    "parser_for_template",
+    "RawValueLanguage",
+    "hermes_messages",
+    "template_supports_tools",
     "allows_string",
-    "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "reasoning_parser_class",
+    "ReasoningParser",
+    "TagReasoningParser",
+    "ReasoningEvent",
+    "reasoning_parser_class",
     # state kept between runs
-    "state_dir", "read_json", "write_json",
+    "state_dir",
+    "read_json",
+    "write_json",
 ]

@@ -10,8 +10,8 @@ connections their clients closed at once (:mod:`missive.server.connections`).
 
 from __future__ import annotations
 
-from .server.app import create_app
 from .config import load_config
+from .server.app import create_app
 from .server.connections import install as close_connections_promptly
 from .server.logs import setup_logging
 

@@ -41,7 +41,11 @@ def pytest_report_header(config: pytest.Config) -> str:
     except Exception as exc:  # the header must never break a test run
         return f"missive {__version__}: plugins could not be loaded ({type(exc).__name__}: {exc})"
     line = f"missive {__version__}: drivers {', '.join(sorted(kernel.drivers)) or 'none'}"
-    found = [f"{p.name} {p.version or ''}".rstrip() for p in kernel.plugins if p.source == "entry point" and not p.error]
+    found = [
+        f"{p.name} {p.version or ''}".rstrip()
+        for p in kernel.plugins
+        if p.source == "entry point" and not p.error
+    ]
     if found:
         line += f"; plugins {', '.join(found)}"
     failed = [f"{p.name} ({p.error})" for p in kernel.plugins if p.error]

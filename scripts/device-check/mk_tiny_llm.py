@@ -1,7 +1,9 @@
 """A tiny random llama GGUF with SmolLM2's tokenizer and chat template (device check fixture)."""
+
 import sys
+
 import numpy as np
-from gguf import GGUFReader, GGUFWriter, GGUFValueType
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 src, dst = sys.argv[1], sys.argv[2]
 r = GGUFReader(src)
@@ -22,12 +24,23 @@ for name, field in r.fields.items():
         w.add_string(name, bytes(field.parts[field.data[0]]).decode("utf-8"))
     else:
         val = field.parts[field.data[0]].tolist()[0]
-        {GGUFValueType.UINT32: w.add_uint32, GGUFValueType.INT32: w.add_int32, GGUFValueType.BOOL: w.add_bool,
-         GGUFValueType.FLOAT32: w.add_float32, GGUFValueType.UINT64: w.add_uint64}[t](name, val)
+        {
+            GGUFValueType.UINT32: w.add_uint32,
+            GGUFValueType.INT32: w.add_int32,
+            GGUFValueType.BOOL: w.add_bool,
+            GGUFValueType.FLOAT32: w.add_float32,
+            GGUFValueType.UINT64: w.add_uint64,
+        }[t](name, val)
 vocab = len(r.fields["tokenizer.ggml.tokens"].data)
-w.add_context_length(2048); w.add_embedding_length(n_embd); w.add_block_count(n_layer)
-w.add_feed_forward_length(n_ff); w.add_head_count(n_head); w.add_head_count_kv(2)
-w.add_rope_freq_base(10000.0); w.add_layer_norm_rms_eps(1e-5); w.add_rope_dimension_count(n_embd // n_head)
+w.add_context_length(2048)
+w.add_embedding_length(n_embd)
+w.add_block_count(n_layer)
+w.add_feed_forward_length(n_ff)
+w.add_head_count(n_head)
+w.add_head_count_kv(2)
+w.add_rope_freq_base(10000.0)
+w.add_layer_norm_rms_eps(1e-5)
+w.add_rope_dimension_count(n_embd // n_head)
 w.add_file_type(1)
 rng = np.random.default_rng(0)
 f16 = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float16)
@@ -46,5 +59,8 @@ for i in range(n_layer):
     w.add_tensor(p + "ffn_gate.weight", f16(n_ff, n_embd))
     w.add_tensor(p + "ffn_up.weight", f16(n_ff, n_embd))
     w.add_tensor(p + "ffn_down.weight", f16(n_embd, n_ff))
-w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
 print(dst, vocab)

@@ -71,12 +71,24 @@ def npm_install(package: str, version: str, binary: str) -> Path:
         if _installed_version(prefix, package) != version or not binary_path.exists():
             started = time.monotonic()
             proc = subprocess.run(
-                ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
-                 f"{package}@{version}"],
-                capture_output=True, text=True, timeout=NPM_TIMEOUT,
+                [
+                    "npm",
+                    "install",
+                    "--prefix",
+                    str(prefix),
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    f"{package}@{version}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=NPM_TIMEOUT,
             )
             if proc.returncode != 0 or not binary_path.exists():
-                raise RuntimeError(f"npm install {package}@{version} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+                raise RuntimeError(
+                    f"npm install {package}@{version} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+                )
             print(f"installed {package}@{version} in {time.monotonic() - started:.1f}s into {prefix}")
     return binary_path
 
@@ -94,8 +106,13 @@ def claude_bin() -> Path:
 def opencode_bin() -> Path:
     """The pinned opencode CLI, installed once per machine."""
     path = npm_install(*OPENCODE, binary="opencode")
-    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")})
+    out = subprocess.run(
+        [str(path), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")},
+    )
     assert out.stdout.strip() == OPENCODE[1], out.stdout + out.stderr
     return path
 
@@ -133,7 +150,9 @@ class Missive:
             if r["path"] == "/health":
                 continue
             body = r["body"] if isinstance(r["body"], dict) else {}
-            lines.append(f"{r['method']} {r['path']}?{r['query']} -> {r['status']} keys={sorted(body)} ignored={r['ignored']}")
+            lines.append(
+                f"{r['method']} {r['path']}?{r['query']} -> {r['status']} keys={sorted(body)} ignored={r['ignored']}"
+            )
         return "\n".join(lines)
 
 
@@ -154,7 +173,12 @@ def scripted_missive(tmp_path: Path, **tables: Any) -> Iterator[Missive]:
         "server": {"capture_dir": str(capture_dir)},
         **tables,
         "models": {
-            "echo": {"driver": "echo", "context_window": 200_000, "aliases": ["claude-*"], "settings": settings},
+            "echo": {
+                "driver": "echo",
+                "context_window": 200_000,
+                "aliases": ["claude-*"],
+                "settings": settings,
+            },
             "echo-100k": {"driver": "echo", "context_window": 100_000, "settings": settings},
             "echo-small": {"driver": "echo", "context_window": 1000, "settings": settings},
         },
@@ -214,11 +238,30 @@ class ClaudeCode:
             "DISABLE_AUTOUPDATER": "1",
             **(env or {}),
         }
-        cmd = [str(self.binary), "-p", prompt, "--model", model, "--allowedTools", "Bash,Write",
-               "--output-format", "json", *args]
-        proc = subprocess.run(cmd, cwd=self.work, env=full_env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-        print(f"$ claude -p {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+        cmd = [
+            str(self.binary),
+            "-p",
+            prompt,
+            "--model",
+            model,
+            "--allowedTools",
+            "Bash,Write",
+            "--output-format",
+            "json",
+            *args,
+        ]
+        proc = subprocess.run(
+            cmd,
+            cwd=self.work,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        print(
+            f"$ claude -p {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+        )
         return ClientRun(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -254,7 +297,9 @@ def assert_ended(runs: list[ClientRun]) -> None:
     Claude Code then asks it to go on (more requests in the same session)."""
     for run in runs:
         result = run.json()
-        assert result["terminal_reason"] == "completed" or result.get("api_error") == "max_output_tokens", run.stdout
+        assert result["terminal_reason"] == "completed" or result.get("api_error") == "max_output_tokens", (
+            run.stdout
+        )
 
 
 def prompt_size(missive: Missive, model: str, body: dict[str, Any]) -> int:
@@ -295,7 +340,13 @@ class Opencode:
             "provider": {
                 "anthropic": {
                     "options": {"baseURL": f"{self.missive.url}/v1", "apiKey": "sk-test"},
-                    "models": {model: {"name": model, "tool_call": True, "limit": {"context": 200_000, "output": 4096}}},
+                    "models": {
+                        model: {
+                            "name": model,
+                            "tool_call": True,
+                            "limit": {"context": 200_000, "output": 4096},
+                        }
+                    },
                 }
             },
         }
@@ -313,11 +364,30 @@ class Opencode:
             "OPENCODE_DISABLE_MODELS_FETCH": "1",
             "OPENCODE_DISABLE_AUTOUPDATE": "1",
         }
-        cmd = [str(self.binary), "run", "--pure", "--title", "test", "--format", "json",
-               "--model", f"anthropic/{model}", prompt]
-        proc = subprocess.run(cmd, cwd=self.work, env=env, capture_output=True, text=True,
-                              timeout=CLIENT_TIMEOUT, stdin=subprocess.DEVNULL)
-        print(f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}")
+        cmd = [
+            str(self.binary),
+            "run",
+            "--pure",
+            "--title",
+            "test",
+            "--format",
+            "json",
+            "--model",
+            f"anthropic/{model}",
+            prompt,
+        ]
+        proc = subprocess.run(
+            cmd,
+            cwd=self.work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CLIENT_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        print(
+            f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+        )
         events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         return ClientRun(proc.returncode, proc.stdout, proc.stderr), events
 

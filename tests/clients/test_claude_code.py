@@ -50,7 +50,9 @@ def test_plain_answer_and_request_shape(missive: Missive, claude: ClaudeCode) ->
     assert body["stream"] is True and body["model"] == "echo"
     assert body["max_tokens"] == 32000
     assert body["thinking"]["type"] == "adaptive"
-    assert "context_management" in body and "context_management" not in req["ignored"]  # applied: missive.context.editing
+    assert (
+        "context_management" in body and "context_management" not in req["ignored"]
+    )  # applied: missive.context.editing
     names = {t["name"] for t in body["tools"]}
     assert {"Bash", "Write", "Read", "Edit"} <= names, names
     # Mid-conversation system messages: the prompt's environment section.
@@ -84,8 +86,10 @@ def test_tool_loop_writes_a_file(missive: Missive, claude: ClaudeCode) -> None:
     fragments = [args[:1], args[1:cut_key], args[cut_key:cut_escape], args[cut_escape:]]
     assert "".join(fragments) == args
     missive.script(
-        {"script": [{"text": "Writing it."}, {"tool_call": {"name": "Write", "arguments": fragments}}],
-         "stop_reason": "tool_use"},
+        {
+            "script": [{"text": "Writing it."}, {"tool_call": {"name": "Write", "arguments": fragments}}],
+            "stop_reason": "tool_use",
+        },
         {"script": [{"text": "Wrote "}, {"text": "hello.txt"}]},
     )
     run = claude("write the notes file")
@@ -106,17 +110,25 @@ def test_tool_loop_writes_a_file(missive: Missive, claude: ClaudeCode) -> None:
     call = next(b for b in assistant[0]["content"] if b["type"] == "tool_use")
     assert call["name"] == "Write" and call["input"] == {"file_path": str(target), "content": content}
     results = [
-        b for m in second["body"]["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-        for b in m["content"] if b["type"] == "tool_result"
+        b
+        for m in second["body"]["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
     ]
     assert [r["tool_use_id"] for r in results] == [call["id"]]
     assert not results[0].get("is_error")
 
 
 def test_tool_loop_runs_bash(missive: Missive, claude: ClaudeCode) -> None:
-    args = json.dumps({"command": "printf 'from bash' > out.txt && echo done-$((6*7))", "description": "write out.txt"})
+    args = json.dumps(
+        {"command": "printf 'from bash' > out.txt && echo done-$((6*7))", "description": "write out.txt"}
+    )
     missive.script(
-        {"script": [{"tool_call": {"name": "Bash", "arguments": [args[:10], args[10:]]}}], "stop_reason": "tool_use"},
+        {
+            "script": [{"tool_call": {"name": "Bash", "arguments": [args[:10], args[10:]]}}],
+            "stop_reason": "tool_use",
+        },
         {"match": "done-42", "script": [{"text": "The command said done-42."}]},
     )
     run = claude("run the command")
@@ -127,10 +139,14 @@ def test_tool_loop_runs_bash(missive: Missive, claude: ClaudeCode) -> None:
 
 @pytest.mark.parametrize(
     ("error", "status"),
-    [({"type": "api_error", "message": "scripted failure"}, 500),
-     ({"type": "overloaded_error", "message": "scripted failure", "retry_after": 1}, 529)],
+    [
+        ({"type": "api_error", "message": "scripted failure"}, 500),
+        ({"type": "overloaded_error", "message": "scripted failure", "retry_after": 1}, 529),
+    ],
 )
-def test_mid_stream_error_is_reported(missive: Missive, claude: ClaudeCode, error: dict[str, Any], status: int) -> None:
+def test_mid_stream_error_is_reported(
+    missive: Missive, claude: ClaudeCode, error: dict[str, Any], status: int
+) -> None:
     missive.script({"script": [{"text": "Partial"}, {"text": " answer"}, {"error": error}]})
     run = claude("this fails", env={"CLAUDE_CODE_MAX_RETRIES": "0"})
     assert run.returncode != 0
@@ -163,8 +179,14 @@ def test_thinking_block_is_replayed(missive: Missive, claude: ClaudeCode) -> Non
     reaches the model's prompt (the second answer echoes the replayed thinking)."""
     args = json.dumps({"command": "echo done-$((6*7))", "description": "compute"})
     missive.script(
-        {"script": [{"thinking": "I should run"}, {"thinking": " the command first."},
-                    {"tool_call": {"name": "Bash", "arguments": [args]}}], "stop_reason": "tool_use"},
+        {
+            "script": [
+                {"thinking": "I should run"},
+                {"thinking": " the command first."},
+                {"tool_call": {"name": "Bash", "arguments": [args]}},
+            ],
+            "stop_reason": "tool_use",
+        },
         {"match": "done-42", "script": [{"echo_thinking": True}]},
     )
     run = claude("run the command")
@@ -192,9 +214,27 @@ def test_missive_claude_runs_claude_code(missive: Missive, claude: ClaudeCode) -
         "DISABLE_AUTOUPDATER": "1",
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "missive", "claude", "--url", missive.url, "--model", "echo-100k", "--",
-         "-p", "hello", "--output-format", "json"],
-        cwd=claude.work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "missive",
+            "claude",
+            "--url",
+            missive.url,
+            "--model",
+            "echo-100k",
+            "--",
+            "-p",
+            "hello",
+            "--output-format",
+            "json",
+        ],
+        cwd=claude.work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["result"] == "Through missive claude"

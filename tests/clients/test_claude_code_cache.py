@@ -43,7 +43,12 @@ def smol_missive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Missive]:
 def test_second_turn_reads_the_first_turn_from_the_cache(
     claude_bin: Path, smol_missive: Missive, tmp_path: Path
 ) -> None:
-    from tests.clients.conftest import assert_billed_as_counted_and_cached, assert_ended, claude_code_for, prompt_size
+    from tests.clients.conftest import (
+        assert_billed_as_counted_and_cached,
+        assert_ended,
+        claude_code_for,
+        prompt_size,
+    )
 
     claude = claude_code_for(claude_bin, smol_missive, tmp_path)
     # A 135M model may not finish within max_output_tokens; Claude Code then

@@ -39,10 +39,10 @@ def _dsml(name: str, params: dict[str, tuple[str, bool]]) -> str:
 def _xtml(name: str, params: dict[str, tuple[str, str]]) -> str:
     """Kimi-K3's tools element (its template's render_assistant)."""
     body = "".join(
-        f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>' for k, (v, t) in params.items()
+        f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>'
+        for k, (v, t) in params.items()
     )
     return f'<|open|>tools<|sep|><|open|>call tool="{name}" index="1"<|sep|>{body}<|close|>call<|sep|><|close|>tools<|sep|>'
-
 
 
 @pytest.fixture
@@ -53,7 +53,11 @@ def missive(tmp_path: Path) -> Iterator[Missive]:
     script.write_text("[]")
     settings = {"script_file": str(script), "capabilities": TOOL_CHOICES}
     models = {
-        f"echo-{name}": {"driver": "echo", "context_window": 200_000, "settings": {**settings, "tool_parser": name}}
+        f"echo-{name}": {
+            "driver": "echo",
+            "context_window": 200_000,
+            "settings": {**settings, "tool_parser": name},
+        }
         for name in FORMATS
     }
     with model_missive(tmp_path, models) as server:
@@ -115,7 +119,9 @@ def bash_call(fmt: str, command: str, timeout: int) -> str:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_claude_code_runs_a_call_written_in_the_family_syntax(fmt: str, missive: Missive, claude: ClaudeCode) -> None:
+def test_claude_code_runs_a_call_written_in_the_family_syntax(
+    fmt: str, missive: Missive, claude: ClaudeCode
+) -> None:
     target = claude.work / "src" / "app.py"
     # Code that quotes the formats' own closing tags: text inside a value.
     content = 'if a < b:\n    print("x, y </parameter> </function> </arg_value>")\n'
@@ -131,8 +137,19 @@ def test_claude_code_runs_a_call_written_in_the_family_syntax(fmt: str, missive:
     assert target.read_text() == content
 
     first, second, third = missive.captures()
-    call = next(b for m in second["body"]["messages"] if m["role"] == "assistant" for b in m["content"] if b["type"] == "tool_use")
+    call = next(
+        b
+        for m in second["body"]["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    )
     assert call["name"] == "Write" and call["input"] == {"file_path": str(target), "content": content}
-    bash = next(b for m in third["body"]["messages"] if m["role"] == "assistant" for b in m["content"]
-                if b["type"] == "tool_use" and b["name"] == "Bash")
+    bash = next(
+        b
+        for m in third["body"]["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use" and b["name"] == "Bash"
+    )
     assert bash["input"] == {"command": "echo done-$((6*7))", "timeout": 60000}

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
 from web_standins import StandIn, server_tools_config
 
 #: Test tier (docs/contributing.md): a live server through scripted_missive (imported where it is used, so not read)
@@ -28,13 +27,17 @@ pytestmark = pytest.mark.live
 if TYPE_CHECKING:  # fixtures' types (conftest modules are not imported by name)
     from tests.clients.conftest import Missive
 
-IGNORED_BY_DESIGN: set[str] = set()  # context_management is applied (issue 26 part B); the betas are only reported
+IGNORED_BY_DESIGN: set[str] = (
+    set()
+)  # context_management is applied (issue 26 part B); the betas are only reported
 
 
 @pytest.fixture
 def web() -> Iterator[StandIn]:
     with StandIn().running() as standin:
-        standin.results = [{"url": "https://tides.example/port", "title": "Port tides", "content": "High tide 06:42"}]
+        standin.results = [
+            {"url": "https://tides.example/port", "title": "Port tides", "content": "High tide 06:42"}
+        ]
         yield standin
 
 
@@ -54,15 +57,22 @@ def test_tool_search_loads_web_search_which_the_server_runs(
     claude = claude_code_for(claude_bin, web_missive, tmp_path)
     search = json.dumps({"query": "tide times port missive"})
     web_missive.script(
-        {"script": [{"tool_call": {"name": "ToolSearch", "arguments": ['{"query": "select:WebSearch"}']}}],
-         "stop_reason": "tool_use"},
+        {
+            "script": [{"tool_call": {"name": "ToolSearch", "arguments": ['{"query": "select:WebSearch"}']}}],
+            "stop_reason": "tool_use",
+        },
         # The loaded definition stands in ToolSearch's result: the model calls the tool.
-        {"match": '"name": "WebSearch"', "stop_reason": "tool_use",
-         "script": [{"tool_call": {"name": "WebSearch", "arguments": [search]}}]},
+        {
+            "match": '"name": "WebSearch"',
+            "stop_reason": "tool_use",
+            "script": [{"tool_call": {"name": "WebSearch", "arguments": [search]}}],
+        },
         # Claude Code's own WebSearch request: the model calls the server tool,
         # Missive searches, and the model answers after the results.
-        {"match": "Perform a web search for the query", "script": [
-            {"tool_call": {"name": "web_search", "arguments": [search]}}]},
+        {
+            "match": "Perform a web search for the query",
+            "script": [{"tool_call": {"name": "web_search", "arguments": [search]}}],
+        },
         {"match": "High tide 06:42", "script": [{"text": "Port tides says high tide is at 06:42."}]},
         {"match": "tides.example/port", "script": [{"text": "High tide is at 06:42 (tides.example)."}]},
     )
@@ -77,9 +87,14 @@ def test_tool_search_loads_web_search_which_the_server_runs(
     assert any(t.get("defer_loading") for t in first["tools"])  # Claude Code defers tools
     loaded = next(r for r in sent if any(t["name"] == "WebSearch" for t in r["body"]["tools"]))
     assert next(t for t in loaded["body"]["tools"] if t["name"] == "WebSearch")["defer_loading"] is True
-    assert any(b.get("type") == "tool_reference" for m in loaded["body"]["messages"] if isinstance(m["content"], list)
-               for r in m["content"] if r.get("type") == "tool_result" and isinstance(r.get("content"), list)
-               for b in r["content"])
+    assert any(
+        b.get("type") == "tool_reference"
+        for m in loaded["body"]["messages"]
+        if isinstance(m["content"], list)
+        for r in m["content"]
+        if r.get("type") == "tool_result" and isinstance(r.get("content"), list)
+        for b in r["content"]
+    )
     searching = next(r for r in sent if r["body"]["tools"][0].get("type", "").startswith("web_search_"))
     assert [t["name"] for t in searching["body"]["tools"]] == ["web_search"]
     # What Claude Code 2.1.332 still makes Missive ignore: nothing that changes the prompt.

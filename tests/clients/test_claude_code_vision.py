@@ -66,8 +66,12 @@ def test_an_attached_image_reaches_the_model_and_its_cache(
     claude_bin: Path, vision_missive: Missive, tmp_path: Path
 ) -> None:
     from PIL import Image
-
-    from tests.clients.conftest import assert_billed_as_counted_and_cached, assert_ended, claude_code_for, prompt_size
+    from tests.clients.conftest import (
+        assert_billed_as_counted_and_cached,
+        assert_ended,
+        claude_code_for,
+        prompt_size,
+    )
 
     claude = claude_code_for(claude_bin, vision_missive, tmp_path)
     Image.new("RGB", (120, 80), (200, 30, 30)).save(claude.work / "shot.png")
@@ -80,15 +84,17 @@ def test_an_attached_image_reaches_the_model_and_its_cache(
     requests = vision_missive.captures()
     assert len(requests) >= 2 and all(r["status"] == 200 for r in requests), vision_missive.summary()
     for r in requests:
-        (m, b), = _images(r["body"])  # Claude Code sends the file as one base64 image block
+        ((m, b),) = _images(r["body"])  # Claude Code sends the file as one base64 image block
         source = r["body"]["messages"][m]["content"][b]["source"]
         assert source["type"] == "base64" and source["media_type"] == "image/png"
 
     sizes = [prompt_size(vision_missive, "smol-vision", r["body"]) for r in requests]
     first = copy.deepcopy(requests[0]["body"])
-    (m, b), = _images(first)
+    ((m, b),) = _images(first)
     del first["messages"][m]["content"][b]
-    assert sizes[0] - prompt_size(vision_missive, "smol-vision", first) >= IMAGE_TOKENS  # the image is counted
+    assert (
+        sizes[0] - prompt_size(vision_missive, "smol-vision", first) >= IMAGE_TOKENS
+    )  # the image is counted
     # What Claude Code was billed is what count_tokens says, image included;
     # every request after the first (the second session's too: --continue
     # resends the image) reads the previous prompt, image included, from the

@@ -37,8 +37,10 @@ def test_tool_loop_writes_a_file(missive: Missive, opencode: Opencode) -> None:
     target = opencode.work / "out" / "oc.txt"
     args = json.dumps({"filePath": str(target), "content": "from opencode\nline 2\n"})
     missive.script(
-        {"script": [{"tool_call": {"name": "write", "arguments": [args[:2], args[2:13], args[13:]]}}],
-         "stop_reason": "tool_use"},
+        {
+            "script": [{"tool_call": {"name": "write", "arguments": [args[:2], args[2:13], args[13:]]}}],
+            "stop_reason": "tool_use",
+        },
         {"script": [{"text": "Wrote"}, {"text": " oc.txt"}]},
     )
     run, events = opencode("write the file")
@@ -51,9 +53,19 @@ def test_tool_loop_writes_a_file(missive: Missive, opencode: Opencode) -> None:
     first, second = missive.captures()
     write = next(t for t in first["body"]["tools"] if t["name"] == "write")
     assert set(write["input_schema"]["required"]) == {"filePath", "content"}
-    call = next(b for m in second["body"]["messages"] if m["role"] == "assistant" for b in m["content"]
-                if b["type"] == "tool_use")
+    call = next(
+        b
+        for m in second["body"]["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    )
     assert call["name"] == "write" and call["input"] == json.loads(args)
-    results = [b for m in second["body"]["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-               for b in m["content"] if b["type"] == "tool_result"]
+    results = [
+        b
+        for m in second["body"]["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
     assert [r["tool_use_id"] for r in results] == [call["id"]]

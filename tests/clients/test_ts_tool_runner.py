@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
 from missive_echo import tool_loop
 
 if TYPE_CHECKING:  # fixtures' types (conftest modules are not imported by name)
@@ -31,8 +32,12 @@ ROUNDS = tool_loop("lookup", [{"word": "tea"}, {"word": "milk"}, {"word": "sugar
 def test_ts_tool_runner_three_rounds_on_one_thread(missive: Missive, ts_sdk: Path, stream: str) -> None:
     node = shutil.which("node")
     assert node is not None  # ts_sdk skips otherwise
-    proc = subprocess.run([node, str(RUNNER), missive.url, "echo", str(ts_sdk), stream, ROUNDS],
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [node, str(RUNNER), missive.url, "echo", str(ts_sdk), stream, ROUNDS],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["calls"] == ["tea", "milk", "sugar"]
@@ -41,7 +46,10 @@ def test_ts_tool_runner_three_rounds_on_one_thread(missive: Missive, ts_sdk: Pat
     assert replies[-1]["content"][0]["text"] == "three lookups done"
     records = missive.captures()
     assert [(r["status"], r["body"]["thread"]["type"]) for r in records] == [
-        (200, "create"), (200, "continue"), (200, "continue"), (200, "continue"),
+        (200, "create"),
+        (200, "continue"),
+        (200, "continue"),
+        (200, "continue"),
     ]
     for record, previous in zip(records[1:], replies):
         body = record["body"]

@@ -35,7 +35,9 @@ def _check(response: httpx.Response) -> None:
         message = response.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = response.reason_phrase
-    raise ServerUnavailable(f"{response.url} answered {response.status_code}: {message}", response.status_code)
+    raise ServerUnavailable(
+        f"{response.url} answered {response.status_code}: {message}", response.status_code
+    )
 
 
 def _get(base_url: str, path: str, api_key: str | None, params: dict[str, Any] | None = None) -> Any:
@@ -100,10 +102,14 @@ def render_list(batches: list[dict[str, Any]]) -> str:
     rows = [COLUMNS]
     for batch in batches:
         counts = batch["request_counts"]
-        rows.append((
-            batch["id"], batch["processing_status"], (batch["created_at"] or "")[:19].replace("T", " "),
-            *(str(counts[key]) for key in _COUNTS),
-        ))
+        rows.append(
+            (
+                batch["id"],
+                batch["processing_status"],
+                (batch["created_at"] or "")[:19].replace("T", " "),
+                *(str(counts[key]) for key in _COUNTS),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 

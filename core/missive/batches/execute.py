@@ -75,7 +75,9 @@ def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) ->
         ModelNotFoundError: no served model matches ``params.model`` (404).
     """
     if params.get("stream") is True:
-        raise InvalidRequestError("stream: streaming is not supported in a Message Batch; leave it out or set it to false")
+        raise InvalidRequestError(
+            "stream: streaming is not supported in a Message Batch; leave it out or set it to false"
+        )
     if params.get("thread") is not None:
         raise ThreadUnsupportedRequestError("message threads are not supported in a Message Batch")
     if params.get("fallbacks") is not None:
@@ -120,6 +122,7 @@ async def execute(
     Raises:
         Stopped: the gate closed (shutdown) before the request got a slot.
     """
+
     async def admit() -> Permit:
         slot = await gate.admit_background(cap, on_preempt)
         on_slot()
@@ -140,7 +143,13 @@ async def execute(
             facts.finish(exc.status, exc.error_type)
             return errored_result(exc.error_type, exc.message, rid)
         except MissiveError as exc:
-            log.info("batch %s request %s errored: %s: %s", job.batch_id, job.custom_id, exc.error_type, exc.message)
+            log.info(
+                "batch %s request %s errored: %s: %s",
+                job.batch_id,
+                job.custom_id,
+                exc.error_type,
+                exc.message,
+            )
             facts.finish(exc.status, exc.error_type)
             return errored_result(exc.error_type, exc.message, rid)
         except (anyio.get_cancelled_exc_class(), Stopped):

@@ -31,8 +31,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from ..server.admission import Admission
     from ..models.table import ModelTable
+    from ..server.admission import Admission
     from ..server.record import RequestRecord
     from .service import Batches
 
@@ -53,20 +53,29 @@ class BatchMetrics:
 
     def __init__(self, registry: CollectorRegistry, models: ModelTable, admission: Admission) -> None:
         self.results = Counter(
-            f"{PREFIX}batch_requests", "Message batch requests given a result, by result type.",
-            [MODEL, "result"], registry=registry,
+            f"{PREFIX}batch_requests",
+            "Message batch requests given a result, by result type.",
+            [MODEL, "result"],
+            registry=registry,
         )
         self.preemptions = Counter(
-            f"{PREFIX}batch_preemptions", "Message batch requests stopped to give their slot to an interactive "
-            "request (they run again later).", [MODEL], registry=registry,
+            f"{PREFIX}batch_preemptions",
+            "Message batch requests stopped to give their slot to an interactive "
+            "request (they run again later).",
+            [MODEL],
+            registry=registry,
         )
         self.prompt_tokens = Counter(
-            f"{PREFIX}batch_prompt_tokens", "Prompt tokens of message batch requests that ran to their end.",
-            [MODEL], registry=registry,
+            f"{PREFIX}batch_prompt_tokens",
+            "Prompt tokens of message batch requests that ran to their end.",
+            [MODEL],
+            registry=registry,
         )
         self.generation_tokens = Counter(
-            f"{PREFIX}batch_generation_tokens", "Output tokens of message batch requests that ran to their end.",
-            [MODEL], registry=registry,
+            f"{PREFIX}batch_generation_tokens",
+            "Output tokens of message batch requests that ran to their end.",
+            [MODEL],
+            registry=registry,
         )
         self._collector = _BatchLoad(models, admission)
         registry.register(self._collector)
@@ -100,12 +109,21 @@ class _BatchLoad(Collector):
 
     def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
-            GaugeMetricFamily(f"{PREFIX}batch_requests_running", "Slots of their model held by message batch "
-                              "requests.", labels=[MODEL]),
-            GaugeMetricFamily(f"{PREFIX}batch_requests_pending", "Message batch requests without a result yet "
-                              "(running ones included).", labels=[MODEL]),
-            GaugeMetricFamily(f"{PREFIX}batches", "Stored message batches by processing_status.",
-                              labels=["processing_status"]),
+            GaugeMetricFamily(
+                f"{PREFIX}batch_requests_running",
+                "Slots of their model held by message batch requests.",
+                labels=[MODEL],
+            ),
+            GaugeMetricFamily(
+                f"{PREFIX}batch_requests_pending",
+                "Message batch requests without a result yet (running ones included).",
+                labels=[MODEL],
+            ),
+            GaugeMetricFamily(
+                f"{PREFIX}batches",
+                "Stored message batches by processing_status.",
+                labels=["processing_status"],
+            ),
         )
 
     def describe(self) -> Iterator[Metric]:

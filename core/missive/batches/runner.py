@@ -44,9 +44,9 @@ from .store import Job
 if TYPE_CHECKING:
     from quart import Quart
 
-    from ..server.admission import Admission
     from ..config import BatchesConfig
     from ..models.table import ModelTable
+    from ..server.admission import Admission
     from ..server.record import RequestRecord
 
 __all__ = ["BatchRunner", "Running"]
@@ -176,7 +176,9 @@ class BatchRunner:
             running = Running(jobs[0])
             self.running[running.job.key] = running
             holding = anyio.Event()
-            self._tasks.start_soon(self._run, running, gate, cap, holding, name=f"batch-{running.job.custom_id}")
+            self._tasks.start_soon(
+                self._run, running, gate, cap, holding, name=f"batch-{running.job.custom_id}"
+            )
             await holding.wait()
 
     async def _load(self, model_id: str) -> None:
@@ -198,7 +200,10 @@ class BatchRunner:
         try:
             with running.scope:
                 result = await execute(
-                    self.app, job, gate, cap,
+                    self.app,
+                    job,
+                    gate,
+                    cap,
                     on_preempt=lambda: running.stop("preempted"),
                     on_slot=holding.set,
                     observe=self.observe,
@@ -215,8 +220,11 @@ class BatchRunner:
             else:
                 if reason == "preempted":
                     self.on_result(job.model, "preempted")
-                    log.info("batch %s request %s preempted by an interactive request; it will run again",
-                             job.batch_id, job.custom_id)
+                    log.info(
+                        "batch %s request %s preempted by an interactive request; it will run again",
+                        job.batch_id,
+                        job.custom_id,
+                    )
                 self.wake([job.model])
                 return
         with anyio.CancelScope(shield=True):

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from ..config.state_dir import lock_exclusive, state_dir
 from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, ModelNotFoundError, NotFoundError
 from ..protocol.ids import message_batch_id
-from ..config.state_dir import lock_exclusive, state_dir
 from ..protocol.validation import parse_json
 from .execute import check_params
 from .runner import BatchRunner
@@ -43,10 +43,10 @@ from .store import BatchStore, NewRequest
 if TYPE_CHECKING:
     from quart import Quart
 
-    from ..server.admission import Admission
     from ..config import Config
     from ..keys.ring import Identity
     from ..models.table import ModelTable
+    from ..server.admission import Admission
     from ..server.record import RequestRecord
     from ..server.shutdown import Drain
 
@@ -87,13 +87,21 @@ class Batches:
         self.settings = config.batches
         self.models = models
         self.drain = drain
-        self.path = Path(self.settings.database).expanduser() if self.settings.database else state_dir() / DATABASE
+        self.path = (
+            Path(self.settings.database).expanduser() if self.settings.database else state_dir() / DATABASE
+        )
         self._store: BatchStore | None = None
         self._lock_fd: int | None = None
         self._limiter = anyio.CapacityLimiter(1)
         self._housekeeping = anyio.Event()
         self.runner = BatchRunner(
-            app, models, admission, self.settings, self._db, observe, on_result,
+            app,
+            models,
+            admission,
+            self.settings,
+            self._db,
+            observe,
+            on_result,
             on_ended=lambda: self._housekeeping.set(),  # its archiving time is now known
         )
         self._opened = anyio.Event()
@@ -199,7 +207,9 @@ class Batches:
             # Served under another id since the batch was created: resolve its params again.
             for seq, idx, params in await self._db("pending_params", model):
                 try:
-                    target = check_params(json.loads(params), self.models, strict=self.config.server.strict).model
+                    target = check_params(
+                        json.loads(params), self.models, strict=self.config.server.strict
+                    ).model
                 except MissiveError as exc:
                     await self._db("put_result", (seq, idx), errored_result(exc.error_type, exc.message), now)
                 else:
@@ -256,7 +266,9 @@ class Batches:
                     if not identity.may_use(model):
                         raise ModelNotFoundError(checked.request.model)
                 except MissiveError as exc:
-                    new.append(NewRequest(custom_id, None, params, errored_result(exc.error_type, exc.message)))
+                    new.append(
+                        NewRequest(custom_id, None, params, errored_result(exc.error_type, exc.message))
+                    )
                 else:
                     new.append(NewRequest(custom_id, model, params))
             return new
@@ -303,8 +315,9 @@ class Batches:
         """
         return batch_object(await self._row(batch, identity), base_url)
 
-    async def page(self, limit: int, after_id: str | None, before_id: str | None, base_url: str,
-                   identity: Identity) -> dict[str, Any]:
+    async def page(
+        self, limit: int, after_id: str | None, before_id: str | None, base_url: str, identity: Identity
+    ) -> dict[str, Any]:
         """``GET /v1/messages/batches``: newest first, the API's page shape
         (``data``, ``has_more``, ``first_id``, ``last_id``); ``identity``'s
         own batches, or every batch for an admin key.
@@ -343,7 +356,9 @@ class Batches:
             await self._db("cancel", batch, now)
             running = self.runner.stop_batch(batch, "canceled")
             count = await self._db("finish_pending", batch, "canceled", now, running)
-            log.info("batch %s canceled: %d requests not started, %d running stopped", batch, count, len(running))
+            log.info(
+                "batch %s canceled: %d requests not started, %d running stopped", batch, count, len(running)
+            )
             self._housekeeping.set()
             row = await self._row(batch, identity)
         return batch_object(row, base_url)
@@ -387,7 +402,8 @@ class Batches:
             page, after = first
             while page:
                 yield "".join(
-                    f'{{"custom_id":{json.dumps(custom_id)},"result":{result}}}\n' for custom_id, result in page
+                    f'{{"custom_id":{json.dumps(custom_id)},"result":{result}}}\n'
+                    for custom_id, result in page
                 ).encode("utf-8")
                 page, after = await self._db("results_page", batch, after)
 
@@ -406,5 +422,3 @@ class Batches:
     def summary(self) -> dict[str, Any]:
         """The last :meth:`refresh_summary`."""
         return self._summary
-
-

@@ -17,8 +17,14 @@ from typing import Any
 from ..protocol.errors import InvalidRequestError
 
 __all__ = [
-    "BatchRow", "CUSTOM_ID", "RESULT_TYPES", "rfc3339", "batch_object", "deleted_object",
-    "errored_result", "check_create_body",
+    "BatchRow",
+    "CUSTOM_ID",
+    "RESULT_TYPES",
+    "rfc3339",
+    "batch_object",
+    "deleted_object",
+    "errored_result",
+    "check_create_body",
 ]
 
 #: The API's pattern for ``custom_id``.

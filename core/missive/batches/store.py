@@ -139,8 +139,14 @@ class BatchStore:
 
     # -- batches -------------------------------------------------------------
 
-    def create(self, batch_id: str, created_at: float, expires_at: float, requests: list[NewRequest],
-               owner: str | None = None) -> BatchRow:
+    def create(
+        self,
+        batch_id: str,
+        created_at: float,
+        expires_at: float,
+        requests: list[NewRequest],
+        owner: str | None = None,
+    ) -> BatchRow:
         """Store a new batch of ``owner`` and its requests in one
         transaction; requests created with a result count at once (the batch
         ends at once when every request has one)."""
@@ -153,16 +159,32 @@ class BatchStore:
             cursor = db.execute(
                 "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, canceled, "
                 "expired, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (batch_id, created_at, expires_at, created_at if done == len(requests) else None, len(requests),
-                 counts["succeeded"], counts["errored"], counts["canceled"], counts["expired"], owner),
+                (
+                    batch_id,
+                    created_at,
+                    expires_at,
+                    created_at if done == len(requests) else None,
+                    len(requests),
+                    counts["succeeded"],
+                    counts["errored"],
+                    counts["canceled"],
+                    counts["expired"],
+                    owner,
+                ),
             )
             seq = cursor.lastrowid
             db.executemany(
                 "INSERT INTO requests (batch_seq, idx, custom_id, model, params, state, result) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
-                    (seq, i, item.custom_id, item.model, json.dumps(item.params, ensure_ascii=False),
-                     "pending" if item.result is None else item.result["type"],
-                     None if item.result is None else json.dumps(item.result, ensure_ascii=False))
+                    (
+                        seq,
+                        i,
+                        item.custom_id,
+                        item.model,
+                        json.dumps(item.params, ensure_ascii=False),
+                        "pending" if item.result is None else item.result["type"],
+                        None if item.result is None else json.dumps(item.result, ensure_ascii=False),
+                    )
                     for i, item in enumerate(requests)
                 ),
             )
@@ -175,8 +197,9 @@ class BatchStore:
         found = self._db.execute(f"SELECT {_BATCH_COLUMNS} FROM batches WHERE id = ?", (batch_id,)).fetchone()
         return _row(found) if found else None
 
-    def page(self, limit: int, after_id: str | None = None, before_id: str | None = None,
-             owner: str | None = None) -> tuple[list[BatchRow], bool]:
+    def page(
+        self, limit: int, after_id: str | None = None, before_id: str | None = None, owner: str | None = None
+    ) -> tuple[list[BatchRow], bool]:
         """A page of batches, newest first (the API's order), and whether
         more lie beyond it in the direction of travel: after ``after_id``
         (older ones), or before ``before_id`` (newer ones, still listed
@@ -276,7 +299,9 @@ class BatchStore:
             ended = _end_if_done(db, key[0], now)
         return "ended" if ended else "written"
 
-    def finish_pending(self, batch_id: str, kind: str, now: float, skip: Iterable[tuple[int, int]] = ()) -> int:
+    def finish_pending(
+        self, batch_id: str, kind: str, now: float, skip: Iterable[tuple[int, int]] = ()
+    ) -> int:
         """Give every pending request of the batch, but those in ``skip``
         (running: their task writes their result), the result ``{"type":
         kind}`` (``canceled`` or ``expired``); end the batch if none is left.
@@ -290,9 +315,11 @@ class BatchStore:
                 return 0
             seq = found[0]
             keys = [
-                idx for (idx,) in db.execute(
+                idx
+                for (idx,) in db.execute(
                     "SELECT idx FROM requests WHERE batch_seq = ? AND state = 'pending'", (seq,)
-                ) if (seq, idx) not in skip
+                )
+                if (seq, idx) not in skip
             ]
             db.executemany(
                 "UPDATE requests SET state = ?, result = ? WHERE batch_seq = ? AND idx = ?",
@@ -322,15 +349,21 @@ class BatchStore:
 
     def due_to_expire(self, now: float) -> list[str]:
         """Ids of batches still in progress whose ``expires_at`` has passed."""
-        return [r[0] for r in self._db.execute(
-            "SELECT id FROM batches WHERE ended_at IS NULL AND expires_at <= ?", (now,)
-        )]
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT id FROM batches WHERE ended_at IS NULL AND expires_at <= ?", (now,)
+            )
+        ]
 
     def canceling(self) -> list[str]:
         """Ids of batches whose cancellation has not ended yet."""
-        return [r[0] for r in self._db.execute(
-            "SELECT id FROM batches WHERE ended_at IS NULL AND cancel_initiated_at IS NOT NULL"
-        )]
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT id FROM batches WHERE ended_at IS NULL AND cancel_initiated_at IS NOT NULL"
+            )
+        ]
 
     def next_expiry(self) -> float | None:
         """The earliest ``expires_at`` of a batch in progress, or None."""
@@ -363,23 +396,30 @@ class BatchStore:
     def summary(self) -> dict[str, Any]:
         """For ``/metrics``: batches by ``processing_status`` and pending
         requests by model."""
-        statuses = dict(self._db.execute(
-            "SELECT CASE WHEN ended_at IS NOT NULL THEN 'ended' WHEN cancel_initiated_at IS NOT NULL "
-            "THEN 'canceling' ELSE 'in_progress' END AS status, COUNT(*) FROM batches GROUP BY status"
-        ).fetchall())
-        pending = dict(self._db.execute(
-            "SELECT COALESCE(model, ''), COUNT(*) FROM requests WHERE state = 'pending' GROUP BY model"
-        ).fetchall())
+        statuses = dict(
+            self._db.execute(
+                "SELECT CASE WHEN ended_at IS NOT NULL THEN 'ended' WHEN cancel_initiated_at IS NOT NULL "
+                "THEN 'canceling' ELSE 'in_progress' END AS status, COUNT(*) FROM batches GROUP BY status"
+            ).fetchall()
+        )
+        pending = dict(
+            self._db.execute(
+                "SELECT COALESCE(model, ''), COUNT(*) FROM requests WHERE state = 'pending' GROUP BY model"
+            ).fetchall()
+        )
         return {"batches": statuses, "pending": pending}
 
 
 def _end_if_done(db: sqlite3.Connection, seq: int, now: float) -> bool:
     """End batch ``seq`` if every request has a result; whether it ended now."""
-    return 0 < db.execute(
-        "UPDATE batches SET ended_at = ? WHERE seq = ? AND ended_at IS NULL "
-        "AND succeeded + errored + canceled + expired >= total",
-        (now, seq),
-    ).rowcount
+    return (
+        0
+        < db.execute(
+            "UPDATE batches SET ended_at = ? WHERE seq = ? AND ended_at IS NULL "
+            "AND succeeded + errored + canceled + expired >= total",
+            (now, seq),
+        ).rowcount
+    )
 
 
 class _Transaction:

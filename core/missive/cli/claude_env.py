@@ -31,8 +31,15 @@ from typing import Any
 from ..config import Config
 
 __all__ = [
-    "server_url", "fetch_model", "claude_environment", "export_lines", "context_warning", "ServerUnavailable",
-    "CLAUDE_FIRST_REQUEST", "CLAUDE_MIN_CONTEXT", "CLAUDE_GOOD_CONTEXT",
+    "server_url",
+    "fetch_model",
+    "claude_environment",
+    "export_lines",
+    "context_warning",
+    "ServerUnavailable",
+    "CLAUDE_FIRST_REQUEST",
+    "CLAUDE_MIN_CONTEXT",
+    "CLAUDE_GOOD_CONTEXT",
 ]
 
 #: Claude Code's own default ``max_tokens`` and the least auto-compact window it accepts.
@@ -81,7 +88,9 @@ def _get(url: str, api_key: str | None, timeout: float) -> Any:
         raise ServerUnavailable(f"{url} answered {exc.code}: {message}", exc.code) from None
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ServerUnavailable(f"no Missive server answers at {url} ({reason}); start one with `missive serve`") from None
+        raise ServerUnavailable(
+            f"no Missive server answers at {url} ({reason}); start one with `missive serve`"
+        ) from None
 
 
 def fetch_model(url: str, api_key: str | None, model: str | None, *, timeout: float = 10.0) -> dict[str, Any]:
@@ -97,11 +106,15 @@ def fetch_model(url: str, api_key: str | None, model: str | None, *, timeout: fl
         if not listing.get("data"):
             raise ServerUnavailable(f"the server at {url} serves no models")
         model = listing["data"][0]["id"]
-    found: dict[str, Any] = _get(f"{url}/v1/models/{urllib.parse.quote(str(model), safe='')}", api_key, timeout)
+    found: dict[str, Any] = _get(
+        f"{url}/v1/models/{urllib.parse.quote(str(model), safe='')}", api_key, timeout
+    )
     return found
 
 
-def claude_environment(url: str, api_key: str | None, model: dict[str, Any], small_model: str | None) -> dict[str, str]:
+def claude_environment(
+    url: str, api_key: str | None, model: dict[str, Any], small_model: str | None
+) -> dict[str, str]:
     """Claude Code's variables for ``model`` (an API model object) at ``url``.
 
     ``api_key`` None (a server without keys): a placeholder token, since

@@ -26,9 +26,10 @@ def pull(config_path: str | None, overrides: tuple[str, ...], refs: tuple[str, .
     Hugging Face cache (resumed if interrupted; HF_TOKEN, HF_ENDPOINT and
     HF_HUB_OFFLINE honoured), or check an Ollama name or a path. With no
     REF, every reference in the configured models' settings."""
-    from ..server.logs import setup_logging
-    from ..models.commands import configured_references, progress_on_terminal, pull as pull_refs
+    from ..models.commands import configured_references, progress_on_terminal
+    from ..models.commands import pull as pull_refs
     from ..models.sources import ModelRefError
+    from ..server.logs import setup_logging
 
     setup_logging("info")
     if not refs:
@@ -104,12 +105,23 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     data: dict[str, Any] = {
         "config": config.source,
         "plugins": [
-            {"name": p.name, "source": p.source, "module": p.module, "version": p.version, "api": p.api,
-             "hooks": p.hooks, "error": p.error}
+            {
+                "name": p.name,
+                "source": p.source,
+                "module": p.module,
+                "version": p.version,
+                "api": p.api,
+                "hooks": p.hooks,
+                "error": p.error,
+            }
             for p in kernel.plugins
         ],
         "drivers": {
-            name: {"description": spec.description, "extra": spec.extra, "capabilities": spec.capabilities.summary()}
+            name: {
+                "description": spec.description,
+                "extra": spec.extra,
+                "capabilities": spec.capabilities.summary(),
+            }
             for name, spec in kernel.drivers.items()
         },
         "default_models": [d.id for d in ranked(kernel.default_models)],
@@ -125,7 +137,9 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
             for name, spec in kernel.document_processors.items()
         },
         "models": _model_capabilities(config, kernel, start),
-        "routing_rules": [{"name": rule.name, "to": rule.to, "when": rule.describe()} for rule in config.routing.rules],
+        "routing_rules": [
+            {"name": rule.name, "to": rule.to, "when": rule.describe()} for rule in config.routing.rules
+        ],
     }
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -144,9 +158,13 @@ def plugins(config_path: str | None, overrides: tuple[str, ...], as_json: bool, 
     for kind in ("image_processors", "document_processors"):
         for name, info in data[kind].items():
             label = kind.replace("_processors", " processor")
-            click.echo(f"\n{label} {name}: {info['description']}\n  media types: {', '.join(info['media_types'])}")
+            click.echo(
+                f"\n{label} {name}: {info['description']}\n  media types: {', '.join(info['media_types'])}"
+            )
     if data["default_models"]:
-        click.echo(f"\ndefault models (served when no model is configured): {', '.join(data['default_models'])}")
+        click.echo(
+            f"\ndefault models (served when no model is configured): {', '.join(data['default_models'])}"
+        )
         click.echo(f"  served: {data['default_model'] or 'FAILED: ' + str(default_error)}")
     for kind in ("tool_parsers", "reasoning_parsers"):
         if data[kind]:
@@ -191,7 +209,12 @@ def _model_capabilities(config: Config, kernel: Kernel, start: bool) -> dict[str
             return {"(default)": {"driver": None, "started": False, "capabilities": {}, "error": str(exc)}}
         models = {chosen.id: chosen.entry} if chosen else {}
     for model_id, entry in models.items():
-        info: dict[str, object] = {"driver": entry.driver, "started": False, "capabilities": {}, "error": None}
+        info: dict[str, object] = {
+            "driver": entry.driver,
+            "started": False,
+            "capabilities": {},
+            "error": None,
+        }
         out[model_id] = info
         try:
             single = config.model_copy(update={"models": {model_id: entry}})

@@ -10,8 +10,8 @@ import sys
 import click
 
 from .. import __version__
-from ..keys.cli import register as register_keys
 from ..kernel.plugins import Kernel
+from ..keys.cli import register as register_keys
 from .local import models_command, plugins, pull
 from .options import config_options, config_origin, load, server_and_key, unavailable
 from .running import batches, claude, ps
@@ -34,7 +34,10 @@ register_keys(cli, config_options, load, server_and_key, unavailable)
 @cli.command("new-driver")
 @click.argument("name")
 @click.option(
-    "--output", type=click.Path(file_okay=False), default=".", show_default=True,
+    "--output",
+    type=click.Path(file_okay=False),
+    default=".",
+    show_default=True,
     help="Folder to write missive-NAME/ into.",
 )
 def new_driver(name: str, output: str) -> None:
@@ -52,7 +55,9 @@ def new_driver(name: str, output: str) -> None:
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     except FileExistsError:
-        raise click.ClickException(f"{Path(output) / f'missive-{name}'} exists already; nothing written") from None
+        raise click.ClickException(
+            f"{Path(output) / f'missive-{name}'} exists already; nothing written"
+        ) from None
     click.echo(f"wrote {target}")
     click.echo(f"next: cd {target} && pip install -e '.[test]' && pytest")
 

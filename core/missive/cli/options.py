@@ -16,11 +16,19 @@ __all__ = ["config_options", "load", "config_origin", "server_options", "server_
 def config_options(func: Any) -> Any:
     options = [
         click.option(
-            "--config", "config_path", type=click.Path(dir_okay=False),
+            "--config",
+            "config_path",
+            type=click.Path(dir_okay=False),
             help="TOML config file (default: $MISSIVE_CONFIG, else the first of "
             "$XDG_CONFIG_HOME/missive/missive.toml and /etc/missive/missive.toml that exists).",
         ),
-        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a config key, e.g. server.port=9000. Repeatable."),
+        click.option(
+            "--set",
+            "overrides",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override a config key, e.g. server.port=9000. Repeatable.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -45,16 +53,23 @@ def config_origin(config: Config) -> str:
 
 def server_options(func: Any) -> Any:
     options = [
-        click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port)."),
-        click.option("--api-key", help="Key to send to the server (default: the first of the config's "
-                     "server.api_keys, which MISSIVE_API_KEY sets)."),
+        click.option(
+            "--url", help="Missive's base URL (default: from the config's server.host and server.port)."
+        ),
+        click.option(
+            "--api-key",
+            help="Key to send to the server (default: the first of the config's "
+            "server.api_keys, which MISSIVE_API_KEY sets).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return config_options(func)
 
 
-def server_and_key(config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None) -> tuple[str, str | None]:
+def server_and_key(
+    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None
+) -> tuple[str, str | None]:
     from .claude_env import server_url
 
     config = load(config_path, overrides)
@@ -67,6 +82,8 @@ def unavailable(exc: Exception) -> click.ClickException:
     if getattr(exc, "status", None) == 401:
         message += "\npass the server's key with --api-key KEY, or MISSIVE_API_KEY=KEY, or --config FILE"
     elif getattr(exc, "status", None) == 403:
-        message += ("\nthis needs an admin key: pass one with --api-key KEY (missive keys new NAME --scope admin "
-                    "makes one)")
+        message += (
+            "\nthis needs an admin key: pass one with --api-key KEY (missive keys new NAME --scope admin "
+            "makes one)"
+        )
     return click.ClickException(message)

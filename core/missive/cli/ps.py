@@ -44,8 +44,10 @@ def fetch_status(base_url: str, api_key: str | None, *, timeout: float = 10.0) -
     except ValueError:
         status = None
     if not isinstance(status, dict) or not isinstance(status.get("models"), (list, dict)):
-        raise ServerUnavailable(f"{url} answered 200 but not with Missive's status (is {base_url} a Missive "
-                                "server?)", response.status_code)
+        raise ServerUnavailable(
+            f"{url} answered 200 but not with Missive's status (is {base_url} a Missive server?)",
+            response.status_code,
+        )
     return status
 
 
@@ -77,7 +79,9 @@ def _details(info: dict[str, Any]) -> str:
     if replicas:
         healthy = sum(1 for r in replicas if r.get("healthy"))
         parts.append(f"replicas={healthy}/{len(replicas)} healthy")
-        parts += [f"down: {r['url']} ({r.get('last_error') or 'unknown'})" for r in replicas if not r.get("healthy")]
+        parts += [
+            f"down: {r['url']} ({r.get('last_error') or 'unknown'})" for r in replicas if not r.get("healthy")
+        ]
     return ", ".join(parts) or "-"
 
 
@@ -85,15 +89,17 @@ def render_status(status: dict[str, Any]) -> str:
     """The table ``missive ps`` prints (columns aligned, one row per model)."""
     rows = [COLUMNS]
     for model_id, info in status.get("models", {}).items():
-        rows.append((
-            model_id,
-            str(info.get("driver") or "-"),
-            str(info.get("status") or "-") + (" (unloaded)" if info.get("loaded") is False else ""),
-            str(info.get("context_window") or "-"),
-            _of(info.get("running", 0), info.get("max_concurrency")),
-            _of(info.get("waiting", 0), info.get("queue_depth")),
-            _details(info),
-        ))
+        rows.append(
+            (
+                model_id,
+                str(info.get("driver") or "-"),
+                str(info.get("status") or "-") + (" (unloaded)" if info.get("loaded") is False else ""),
+                str(info.get("context_window") or "-"),
+                _of(info.get("running", 0), info.get("max_concurrency")),
+                _of(info.get("waiting", 0), info.get("queue_depth")),
+                _details(info),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
     table = "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows
@@ -101,6 +107,8 @@ def render_status(status: dict[str, Any]) -> str:
     worker = status.get("worker") or {}
     if worker.get("count", 1) > 1:
         # Several workers (missive.server.workers): one of them answered.
-        table += (f"\nworker {worker.get('index', 0) + 1} of {worker['count']} (pid {worker.get('pid')}) answered: "
-                  "RUNNING and WAITING are its own, each worker admits its share")
+        table += (
+            f"\nworker {worker.get('index', 0) + 1} of {worker['count']} (pid {worker.get('pid')}) answered: "
+            "RUNNING and WAITING are its own, each worker admits its share"
+        )
     return table

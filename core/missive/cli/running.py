@@ -24,7 +24,9 @@ __all__ = ["ps", "batches", "claude"]
     "MISSIVE_API_KEY sets).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print GET /v1/status as it is.")
-def ps(config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, as_json: bool) -> None:
+def ps(
+    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, as_json: bool
+) -> None:
     """Show the running server's models: driver, state, context window,
     generations running and requests waiting, cache use and replicas."""
     from .claude_env import ServerUnavailable, server_url
@@ -47,10 +49,17 @@ def batches() -> None:
 
 @batches.command("list")
 @server_options
-@click.option("--limit", type=click.IntRange(1, 100_000), default=20, show_default=True, help="Most batches to list.")
+@click.option(
+    "--limit", type=click.IntRange(1, 100_000), default=20, show_default=True, help="Most batches to list."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the batch objects as JSON.")
 def batches_list(
-    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, limit: int, as_json: bool
+    config_path: str | None,
+    overrides: tuple[str, ...],
+    url: str | None,
+    api_key: str | None,
+    limit: int,
+    as_json: bool,
 ) -> None:
     """List batches, newest first: status and request counts."""
     from ..batches.cli import list_batches, render_list
@@ -69,7 +78,11 @@ def batches_list(
 @click.option("--json", "as_json", is_flag=True, help="Print the batch object as JSON.")
 @click.argument("batch_id")
 def batches_show(
-    config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, as_json: bool,
+    config_path: str | None,
+    overrides: tuple[str, ...],
+    url: str | None,
+    api_key: str | None,
+    as_json: bool,
     batch_id: str,
 ) -> None:
     """Show one batch: status, counts, times, results URL."""
@@ -108,7 +121,10 @@ def batches_results(
 @config_options
 @click.option("--url", help="Missive's base URL (default: from the config's server.host and server.port).")
 @click.option("--model", help="Model id for Claude Code (default: the first model the server lists).")
-@click.option("--small-model", help="Model for Claude Code's side calls (ANTHROPIC_DEFAULT_HAIKU_MODEL; default: --model).")
+@click.option(
+    "--small-model",
+    help="Model for Claude Code's side calls (ANTHROPIC_DEFAULT_HAIKU_MODEL; default: --model).",
+)
 @click.option(
     "--api-key",
     help="Key to send to the server and give Claude Code (default: the first of the config's "
@@ -133,7 +149,12 @@ def claude(
     Use the printed lines with: eval "$(missive claude)".
     """
     from .claude_env import (
-        ServerUnavailable, claude_environment, context_warning, export_lines, fetch_model, server_url,
+        ServerUnavailable,
+        claude_environment,
+        context_warning,
+        export_lines,
+        fetch_model,
+        server_url,
     )
 
     config = load(config_path, overrides)
@@ -159,6 +180,8 @@ def claude(
         return
     binary = shutil.which("claude")
     if binary is None:
-        raise click.ClickException("claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code")
+        raise click.ClickException(
+            "claude is not on PATH; install it with: npm install -g @anthropic-ai/claude-code"
+        )
     sys.stdout.flush()
     os.execve(binary, [binary, *claude_args], {**os.environ, **env})

@@ -23,20 +23,43 @@ __all__ = ["serve"]
 @config_options
 @click.option("--host", help="Listen address (default 127.0.0.1).")
 @click.option("--port", type=int, help="Listen port (default 8642).")
-@click.option("--api-key", "api_keys", multiple=True, help="Accepted API key. Repeatable. Also MISSIVE_API_KEY.")
-@click.option("--strict", is_flag=True, default=None, help="Reject unknown request fields instead of reporting them.")
-@click.option("--allow-unauthenticated-remote", is_flag=True, default=None, help="Allow a non-loopback address without API keys.")
-@click.option("--log-level", help="debug, info, warning, error.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json: one JSON object per line.")
 @click.option(
-    "--model", "model_refs", multiple=True, metavar="REF",
+    "--api-key", "api_keys", multiple=True, help="Accepted API key. Repeatable. Also MISSIVE_API_KEY."
+)
+@click.option(
+    "--strict", is_flag=True, default=None, help="Reject unknown request fields instead of reporting them."
+)
+@click.option(
+    "--allow-unauthenticated-remote",
+    is_flag=True,
+    default=None,
+    help="Allow a non-loopback address without API keys.",
+)
+@click.option("--log-level", help="debug, info, warning, error.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="text (default) or json: one JSON object per line.",
+)
+@click.option(
+    "--model",
+    "model_refs",
+    multiple=True,
+    metavar="REF",
     help="Serve this model (hf://OWNER/REPO[:QUANT], an Ollama name, or a path), fetched now if needed, "
     "with defaults from its file. Repeatable; added to the config's models.",
 )
-@click.option("--context-window", type=click.IntRange(min=1), help="Context window of the --model models "
-              "(default: the file's training context, at most 32768).")
-@click.option("--workers", type=click.IntRange(min=1), help="Worker processes sharing the port (server.workers; "
-              "above 1 only when every model runs on a remote backend).")
+@click.option(
+    "--context-window",
+    type=click.IntRange(min=1),
+    help="Context window of the --model models (default: the file's training context, at most 32768).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Worker processes sharing the port (server.workers; "
+    "above 1 only when every model runs on a remote backend).",
+)
 def serve(
     config_path: str | None,
     overrides: tuple[str, ...],
@@ -104,8 +127,9 @@ def _check_can_listen(host: str, port: int, address: str) -> None:
         raise click.ClickException(f"cannot listen on {address}: {exc.strerror or exc}") from None
 
 
-def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | None,
-           metrics_dir: str | None) -> int:
+def _serve(
+    config: Config, model_refs: tuple[str, ...], context_window: int | None, metrics_dir: str | None
+) -> int:
     """``missive serve`` once the configuration is read: one process, or the
     supervisor of ``server.workers`` (:mod:`missive.server.workers`). Returns the
     exit status."""
@@ -129,8 +153,9 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
             from ..models.commands import add_served_models, progress_on_terminal
 
             progress_on_terminal()
-            add_served_models(config, kernel, model_refs, context_window=context_window,
-                              echo=_say(config.server.log_format))
+            add_served_models(
+                config, kernel, model_refs, context_window=context_window, echo=_say(config.server.log_format)
+            )
         settle_batches(config)
         app = create_app(config, kernel=kernel, metrics_dir=metrics_dir)
         check(count, services(app).models)
@@ -161,7 +186,9 @@ def _serve(config: Config, model_refs: tuple[str, ...], context_window: int | No
             raise click.ClickException(str(exc)) from None
         if index == 0:
             workers = f" with {count} workers" if count > 1 else ""
-            _say(config.server.log_format)(f"Missive serving {', '.join(config.models)} on {address}{workers}")
+            _say(config.server.log_format)(
+                f"Missive serving {', '.join(config.models)} on {address}{workers}"
+            )
         try:
             await serve_until_stopped(
                 lambda trigger: hypercorn_serve(app, hc, shutdown_trigger=trigger),

@@ -95,8 +95,9 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"config file {path} is not UTF-8 text (TOML files are UTF-8): byte "
-                              f"{exc.start}: {exc.reason}") from exc
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text (TOML files are UTF-8): byte {exc.start}: {exc.reason}"
+            ) from exc
     for parts, value in env_overrides(environ):
         set_path(data, parts, value)
     for item in overrides:
@@ -107,9 +108,7 @@ def load_config(
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"invalid configuration: {problems}") from exc
     config.source = str(path) if path else None
     return config

@@ -36,8 +36,10 @@ def split_key(key: str) -> list[str]:
     parts = [quoted or bare for quoted, bare in _KEY_PART.findall(key)]
     rebuilt = ".".join(f'"{p}"' if "." in p or '"' + p + '"' in key else p for p in parts)
     if not parts or any(p == "" for p in parts) or rebuilt != key:
-        raise ConfigError(f"bad configuration key {key!r} (names joined by single dots; quote a name "
-                          'that holds a dot: models."qwen2.5".context_window)')
+        raise ConfigError(
+            f"bad configuration key {key!r} (names joined by single dots; quote a name "
+            'that holds a dot: models."qwen2.5".context_window)'
+        )
     return parts
 
 
@@ -56,7 +58,7 @@ def env_overrides(environ: Mapping[str, str]) -> list[tuple[list[str], Any]]:
     found: list[tuple[list[str], Any]] = []
     for name, value in sorted(environ.items()):
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            path = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+            path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
             found.append((path, parse_value(value)))
     keys = environ.get("MISSIVE_API_KEY")
     if keys:

@@ -13,9 +13,21 @@ from ..keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
 from ..routing.rules import RoutingConfig
 
 __all__ = [
-    "ServerConfig", "ModelEntry", "PluginsConfig", "ThinkingConfig", "MediaConfig", "BatchesConfig",
-    "ThreadsConfig", "KeyEntry", "UsageConfig", "Config", "ServerToolsConfig", "RoutingConfig", "ConfigError",
-    "LOOPBACK_HOSTS", "MiB",
+    "ServerConfig",
+    "ModelEntry",
+    "PluginsConfig",
+    "ThinkingConfig",
+    "MediaConfig",
+    "BatchesConfig",
+    "ThreadsConfig",
+    "KeyEntry",
+    "UsageConfig",
+    "Config",
+    "ServerToolsConfig",
+    "RoutingConfig",
+    "ConfigError",
+    "LOOPBACK_HOSTS",
+    "MiB",
 ]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -148,8 +160,11 @@ class ModelEntry(_Strict):
 
         unknown = unknown_keys(overrides)
         if unknown:
-            raise ValueError(f"unknown capability {', '.join(unknown)}; known: {', '.join(sorted(CAPABILITY_KEYS))}")
+            raise ValueError(
+                f"unknown capability {', '.join(unknown)}; known: {', '.join(sorted(CAPABILITY_KEYS))}"
+            )
         return overrides
+
     # -- end of issue 26 part B --------------------------------------------
 
 
@@ -377,4 +392,3 @@ class Config(_Strict):
                 f"refusing to listen on {s.host} without API keys: add [keys.NAME] tables (missive keys new "
                 "NAME) or set server.api_keys (or MISSIVE_API_KEY), or pass --allow-unauthenticated-remote"
             )
-

@@ -33,8 +33,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..server.record import RequestRecord
 
-__all__ = ["History", "RecentRequests", "Series", "Bucket", "RECENT", "BUCKET_SECONDS", "WINDOW_SECONDS",
-           "quantile"]
+__all__ = [
+    "History",
+    "RecentRequests",
+    "Series",
+    "Bucket",
+    "RECENT",
+    "BUCKET_SECONDS",
+    "WINDOW_SECONDS",
+    "quantile",
+]
 
 #: Requests kept for the "Recent requests" view.
 RECENT = 1000
@@ -111,8 +119,9 @@ class RecentRequests:
                 return entry, identity
         return None
 
-    def select(self, match: Callable[[dict[str, Any]], bool], limit: int,
-               before: int | None = None) -> list[dict[str, Any]]:
+    def select(
+        self, match: Callable[[dict[str, Any]], bool], limit: int, before: int | None = None
+    ) -> list[dict[str, Any]]:
         """Up to ``limit`` entries for which ``match`` holds, newest first;
         with ``before``, only those with a smaller ``seq`` (the next page)."""
         out: list[dict[str, Any]] = []
@@ -273,18 +282,20 @@ class Series:
         for b in self._merged(model, now):
             ttft = sorted(b.ttft)
             p50, p95 = quantile(ttft, 0.5), quantile(ttft, 0.95)
-            out.append({
-                "t": b.index * self.width,
-                "requests_per_s": b.requests / self.width,
-                "errors_per_s": b.errors / self.width,
-                "input_tokens_per_s": b.prompt_tokens / self.width,
-                "output_tokens_per_s": b.output_tokens / self.width,
-                "cache_hit_ratio": b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None,
-                "ttft_p50_s": None if p50 is None else round(p50, 4),
-                "ttft_p95_s": None if p95 is None else round(p95, 4),
-                "waiting_max": b.waiting_max,
-                "running_max": b.running_max,
-            })
+            out.append(
+                {
+                    "t": b.index * self.width,
+                    "requests_per_s": b.requests / self.width,
+                    "errors_per_s": b.errors / self.width,
+                    "input_tokens_per_s": b.prompt_tokens / self.width,
+                    "output_tokens_per_s": b.output_tokens / self.width,
+                    "cache_hit_ratio": b.cached_tokens / b.prompt_tokens if b.prompt_tokens else None,
+                    "ttft_p50_s": None if p50 is None else round(p50, 4),
+                    "ttft_p95_s": None if p95 is None else round(p95, 4),
+                    "waiting_max": b.waiting_max,
+                    "running_max": b.running_max,
+                }
+            )
         return out
 
 

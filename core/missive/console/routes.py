@@ -43,10 +43,10 @@ from typing import Any
 import anyio.to_thread
 from quart import Quart, Response, request, send_from_directory
 
-from ..protocol.errors import InvalidRequestError, NotFoundError
 from ..keys.access import keys
 from ..keys.ring import Identity
-from ..server.routes.common import authenticate_admin, page_limit, config_kernel_models
+from ..protocol.errors import InvalidRequestError, NotFoundError
+from ..server.routes.common import authenticate_admin, config_kernel_models, page_limit
 from ..server.routes.status import status_document
 from ..server.services import services
 from .history import BUCKET_SECONDS, WINDOW_SECONDS, History

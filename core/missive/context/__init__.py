@@ -20,11 +20,13 @@ from __future__ import annotations
 #: ``anthropic-beta`` values of the features this package implements (not
 #: reported as ignored): context editing, compaction, server-side fallback
 #: (the values the SDK 2.15 docstrings and the Anthropic docs name).
-HANDLED_BETAS = frozenset({
-    "context-management-2025-06-27",
-    "compact-2026-09-04",
-    "server-side-fallback-2026-06-01",
-    "server-side-fallback-2026-07-01",
-})
+HANDLED_BETAS = frozenset(
+    {
+        "context-management-2025-06-27",
+        "compact-2026-09-04",
+        "server-side-fallback-2026-06-01",
+        "server-side-fallback-2026-07-01",
+    }
+)
 
 __all__ = ["HANDLED_BETAS"]

@@ -44,8 +44,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..driver.capabilities import Capabilities
 from ..config import ModelEntry
+from ..driver.capabilities import Capabilities
 
 __all__ = ["model_capabilities", "lifecycle_fields", "unknown_keys", "CAPABILITY_KEYS"]
 
@@ -58,7 +58,12 @@ def _derived(caps: Capabilities, *, batches: bool, web_search: bool = False) -> 
     reasons = caps.thinking
     tools = bool(caps.tool_choice)
     searches = web_search and tools
-    types = {"adaptive": _s(reasons), "between_tools": _s(tools), "disabled": _s(True), "enabled": _s(reasons)}
+    types = {
+        "adaptive": _s(reasons),
+        "between_tools": _s(tools),
+        "disabled": _s(True),
+        "enabled": _s(reasons),
+    }
     return {
         "batch": _s(batches),
         "citations": _s(False),
@@ -70,7 +75,10 @@ def _derived(caps: Capabilities, *, batches: bool, web_search: bool = False) -> 
             "clear_tool_uses_20250919": _s(True),
             "compact_20260112": _s(False),
         },
-        "effort": {"supported": reasons, **{level: _s(reasons) for level in ("low", "medium", "high", "max", "xhigh")}},
+        "effort": {
+            "supported": reasons,
+            **{level: _s(reasons) for level in ("low", "medium", "high", "max", "xhigh")},
+        },
         "image_input": _s(any(m.startswith("image/") for m in caps.input_media)),
         "pdf_input": _s(True),
         "server_tools": {"supported": searches, "code_execution": _s(False), "web_search": _s(searches)},

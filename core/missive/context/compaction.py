@@ -39,7 +39,6 @@ from ..protocol.schema.blocks import CompactionBlock, TextBlock, ToolUseBlock
 from ..protocol.schema.request import CountTokensRequest, Message, ToolChoiceAuto
 from ..thinking.signing import Signer
 
-
 __all__ = [
     "CompactionError",
     "SUMMARY_PROMPT",
@@ -84,7 +83,8 @@ def _verified_summary(req: CountTokensRequest, signer: Signer) -> tuple[int, int
                 continue
             if message.role == "system":
                 raise CompactionError(
-                    "compaction_block_misplaced", f"messages.{m}.content.{b}: a compaction block cannot be in a system message"
+                    "compaction_block_misplaced",
+                    f"messages.{m}.content.{b}: a compaction block cannot be in a system message",
                 )
             if block.content is not None:
                 found.append((m, b, block))
@@ -141,7 +141,8 @@ def expand_compaction(req: CountTokensRequest, signer: Signer) -> CountTokensReq
             messages.append(message)
     if not messages:
         raise CompactionError(
-            "compaction_nothing_to_summarize", "messages: only failed compaction blocks (content null); nothing to answer"
+            "compaction_nothing_to_summarize",
+            "messages: only failed compaction blocks (content null); nothing to answer",
         )
     return req.model_copy(update={"messages": messages})
 
@@ -185,4 +186,3 @@ def summarisation_request(req: CountTokensRequest, *, can_choose: bool) -> Count
         else:
             update["tools"], update["tool_choice"] = None, None
     return req.model_copy(update=update)
-

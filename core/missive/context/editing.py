@@ -107,7 +107,8 @@ async def _clear_thinking(state: Edited, edit: ClearThinkingEdit, count: Counter
     assistants = [m for m, message in enumerate(messages) if message.role == "assistant"]
     older = assistants[: max(0, len(assistants) - keep)]
     turns = [
-        m for m in older
+        m
+        for m in older
         if m not in state.cleared_thinking
         and any(isinstance(b, (ThinkingBlock, RedactedThinkingBlock)) for b in messages[m].blocks())
     ]
@@ -123,7 +124,9 @@ async def _clear_thinking(state: Edited, edit: ClearThinkingEdit, count: Counter
 
 
 def _tool_uses(req: CountTokensRequest) -> list[ToolUseBlock]:
-    return [b for m in req.messages if m.role == "assistant" for b in m.blocks() if isinstance(b, ToolUseBlock)]
+    return [
+        b for m in req.messages if m.role == "assistant" for b in m.blocks() if isinstance(b, ToolUseBlock)
+    ]
 
 
 async def _triggered(state: Edited, edit: ClearToolUsesEdit, uses: int, count: Counter) -> bool:

@@ -68,9 +68,13 @@ def _chain(req: MessagesRequest, model_id: str, models: ModelTable) -> list[Fall
     if req.fallbacks == "default":
         configured = models.entries[model_id].fallbacks
         try:
-            return [FallbackEntry.model_validate({"model": e} if isinstance(e, str) else e) for e in configured]
+            return [
+                FallbackEntry.model_validate({"model": e} if isinstance(e, str) else e) for e in configured
+            ]
         except ValidationError as exc:
-            raise InvalidRequestError(f"models.{model_id}.fallbacks is not valid: {exc.errors()[0]['msg']}") from None
+            raise InvalidRequestError(
+                f"models.{model_id}.fallbacks is not valid: {exc.errors()[0]['msg']}"
+            ) from None
     return list(req.fallbacks)
 
 
@@ -121,7 +125,9 @@ def _output_config(req: MessagesRequest, entry: FallbackEntry) -> dict[str, Any]
 Resolve = Callable[[str], str]
 
 
-def _attempt(req: MessagesRequest, i: int, entry: FallbackEntry, models: ModelTable, resolve: Resolve) -> Attempt:
+def _attempt(
+    req: MessagesRequest, i: int, entry: FallbackEntry, models: ModelTable, resolve: Resolve
+) -> Attempt:
     try:
         model_id = resolve(entry.model)  # a key never reaches a model it may not use
     except ModelNotFoundError:
@@ -132,7 +138,10 @@ def _attempt(req: MessagesRequest, i: int, entry: FallbackEntry, models: ModelTa
     body["model"] = entry.model
     if entry.max_tokens is not None:
         body["max_tokens"] = entry.max_tokens
-    for key, value in (("thinking", _thinking(req, entry, driver.capabilities)), ("output_config", _output_config(req, entry))):
+    for key, value in (
+        ("thinking", _thinking(req, entry, driver.capabilities)),
+        ("output_config", _output_config(req, entry)),
+    ):
         if value is None:
             body.pop(key, None)
         else:
@@ -162,5 +171,10 @@ def attempts(req: MessagesRequest, model_id: str, models: ModelTable, resolve: R
 def iteration(model: str, usage: dict[str, Any]) -> dict[str, Any]:
     """The ``usage.iterations`` entry of an answer served by fallback ``model``
     (``BetaFallbackMessageIterationUsage``)."""
-    keys: Sequence[str] = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+    keys: Sequence[str] = (
+        "input_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+        "output_tokens",
+    )
     return {"type": "fallback_message", "model": model, **{k: usage.get(k, 0) for k in keys}}

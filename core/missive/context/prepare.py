@@ -77,7 +77,9 @@ async def prepare_in_context(
     async def count(edited: CountTokensRequest, cleared: frozenset[int]) -> int:
         if driver.capabilities.count_tokens == "none":
             raise CapabilityError(
-                capability="context_management edits", model=model_id, driver=driver.name,
+                capability="context_management edits",
+                model=model_id,
+                driver=driver.name,
                 supported="no token counting (edits are measured in tokens)",
             )
         prepared = await base(edited, cleared, notes.scratch())

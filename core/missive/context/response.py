@@ -120,10 +120,16 @@ class CompactionStream(_Wrapper):
                     signature = self._signer.sign_compaction(summary) if content else None
                     if content is None:
                         log.warning("compaction produced no summary")
-                    block = {"type": "compaction", "content": None, "signature": signature, "encrypted_content": None}
+                    block = {
+                        "type": "compaction",
+                        "content": None,
+                        "signature": signature,
+                        "encrypted_content": None,
+                    }
                     yield {"type": "content_block_start", "index": 0, "content_block": block}
                     yield {
-                        "type": "content_block_delta", "index": 0,
+                        "type": "content_block_delta",
+                        "index": 0,
                         "delta": {"type": "compaction_delta", "content": content, "encrypted_content": None},
                     }
                     yield {"type": "content_block_stop", "index": 0}

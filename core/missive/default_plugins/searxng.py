@@ -65,9 +65,13 @@ class SearxngProvider(SearchProvider):
         params = {"q": query.query, "format": "json", **self.params}
         try:
             async with httpx.AsyncClient(timeout=self.timeout, trust_env=False) as client:
-                response = await client.get(self.endpoint, params=params, headers={"accept": "application/json"})
+                response = await client.get(
+                    self.endpoint, params=params, headers={"accept": "application/json"}
+                )
         except httpx.HTTPError as exc:
-            raise SearchError(f"SearXNG at {self.endpoint} did not answer: {type(exc).__name__}: {exc}") from None
+            raise SearchError(
+                f"SearXNG at {self.endpoint} did not answer: {type(exc).__name__}: {exc}"
+            ) from None
         if response.status_code != 200:
             hint = " (is the json format enabled in its settings.yml?)" if response.status_code == 403 else ""
             raise SearchError(f"SearXNG at {self.endpoint} answered {response.status_code}{hint}")

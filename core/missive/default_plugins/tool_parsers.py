@@ -85,7 +85,11 @@ def register_tool_parsers() -> list[ToolParserSpec]:
             name="deepseek_v4",
             factory="missive.tools.parsers.xml:DeepSeekV4Parser",
             description='DeepSeek-V4 DSML: <｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>',
-            template_markers=("<｜DSML｜tool_calls>", "dsml_token }}tool_calls>", "dsml_token + 'tool_calls>"),
+            template_markers=(
+                "<｜DSML｜tool_calls>",
+                "dsml_token }}tool_calls>",
+                "dsml_token + 'tool_calls>",
+            ),
         ),
         ToolParserSpec(
             name="deepseek_v32",
@@ -133,7 +137,11 @@ def register_tool_parsers() -> list[ToolParserSpec]:
             name="llama3",
             factory="missive.tools.parsers.llama3:Llama3JsonParser",
             description='Llama 3.1-3.3 JSON: {"name": ..., "parameters": {...}}, optional <|python_tag|>, "; " between calls',
-            template_markers=("<|python_tag|>", "Environment: ipython", '"parameters": dictionary of argument name'),
+            template_markers=(
+                "<|python_tag|>",
+                "Environment: ipython",
+                '"parameters": dictionary of argument name',
+            ),
         ),
         ToolParserSpec(
             name="mistral_v3",

@@ -117,7 +117,11 @@ def check_request(
             supported = f"tool_choice modes {_fmt(caps.tool_choice)}" if caps.tool_choice else "no tool use"
             fail(f'tools with tool_choice "{mode}"', supported)
         if mode != "none" and any(t.strict for t in tools) and mode not in caps.strict_tools:
-            supported = f"strict tools with tool_choice {_fmt(caps.strict_tools)}" if caps.strict_tools else "no strict tools"
+            supported = (
+                f"strict tools with tool_choice {_fmt(caps.strict_tools)}"
+                if caps.strict_tools
+                else "no strict tools"
+            )
             fail(f'strict tools with tool_choice "{mode}"', supported)
     if request.uses_tool_blocks() and not caps.tool_choice:
         fail("tool_use/tool_result content blocks", "no tool use")
@@ -127,7 +131,10 @@ def check_request(
             if media == "image" or media.startswith("image/"):
                 fail(f"input media type {media}", "text only")
     if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
-        fail('thinking {"type": "enabled"}', 'thinking "disabled", "adaptive" or "between_tools" (no reasoning)')
+        fail(
+            'thinking {"type": "enabled"}',
+            'thinking "disabled", "adaptive" or "between_tools" (no reasoning)',
+        )
     if request.output_format_schema() is not None and not caps.structured_output:
         fail("output_config.format (structured output)", "free-form text")
     for name in ("temperature", "top_p", "top_k"):

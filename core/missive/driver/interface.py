@@ -22,16 +22,16 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .capabilities import Capabilities
 from ..config import ModelEntry
+from ..kernel.specs import ReasoningParserSpec, ToolParserSpec
 from ..messages.conversation import Conversation
-from .events import GenerationEvent
 from ..protocol.schema.request import CountTokensRequest
 from ..reasoning.base import ReasoningParser
-from ..kernel.specs import ReasoningParserSpec, ToolParserSpec
 from ..thinking.plan import ThinkingPlan
 from ..tools.definitions import ToolChoice, ToolDefinition
 from ..tools.parsers.base import ToolParser
+from .capabilities import Capabilities
+from .events import GenerationEvent
 
 if TYPE_CHECKING:
     from ..remote.replicas import ReplicaPool

@@ -138,8 +138,11 @@ class Batcher:
         out = []
         for slot in range(self.slots):
             session = self._session[slot]
-            entry: dict[str, Any] = {"slot": slot, "state": "generating" if slot in owners else "idle",
-                                     "session": session[:8] if session else None}
+            entry: dict[str, Any] = {
+                "slot": slot,
+                "state": "generating" if slot in owners else "idle",
+                "session": session[:8] if session else None,
+            }
             if held is not None:
                 entry["tokens_cached"] = held(slot)
             out.append(entry)
@@ -168,8 +171,10 @@ class Batcher:
         owners = self._session
 
         def rank(s: int) -> tuple[int, int]:
-            return (1 if session is not None and owners[s] == session else 0,
-                    1 if owners[s] is None or owners[s] == session else 0)
+            return (
+                1 if session is not None and owners[s] == session else 0,
+                1 if owners[s] is None or owners[s] == session else 0,
+            )
 
         scored = [(self._reuse(prompt, s), s) for s in free]
         best = max(score for score, _ in scored)
@@ -284,8 +289,11 @@ class Batcher:
         self._pool.clear_slot(slot)
         self._paused.append((producer, saved))
         self.pool_events["pauses"] += 1
-        log.debug("paused the sequence in slot %d (%d tokens saved) for room in the KV pool",
-                  slot, len(saved.tokens) if saved is not None else 0)
+        log.debug(
+            "paused the sequence in slot %d (%d tokens saved) for room in the KV pool",
+            slot,
+            len(saved.tokens) if saved is not None else 0,
+        )
 
     def _resume(self) -> bool:
         """Resume paused sequences in order while their cells fit; True when

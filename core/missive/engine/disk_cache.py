@@ -105,8 +105,9 @@ class DiskPromptCache:
         max_entries: files at most.
     """
 
-    def __init__(self, folder: Path, key: str, states: PortableStates, max_bytes: int,
-                 max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(
+        self, folder: Path, key: str, states: PortableStates, max_bytes: int, max_entries: int = MAX_ENTRIES
+    ) -> None:
         self.folder = folder
         self.key = key
         self.states = states
@@ -171,7 +172,11 @@ class DiskPromptCache:
             tokens.frombytes(f.read(4 * n_tokens))
             info = f.read(info_len)
             size = os.fstat(f.fileno()).st_size
-        if len(tokens) != n_tokens or len(info) != info_len or size != f_end(length, n_tokens, info_len, payload):
+        if (
+            len(tokens) != n_tokens
+            or len(info) != info_len
+            or size != f_end(length, n_tokens, info_len, payload)
+        ):
             raise ValueError("truncated")
         stub = self.states.state_from_bytes(tokens.tolist(), info, None)
         return OnDisk(stub.tokens, stub.state, size, path=path, info=info, used=path.stat().st_mtime)
@@ -222,23 +227,27 @@ class DiskPromptCache:
                 view = memoryview(data)
                 got = 0
                 while got < size:
-                    n = f.readinto(view[got:got + _CHUNK])
+                    n = f.readinto(view[got : got + _CHUNK])
                     if not n:
                         break
                     got += n
             magic, length = _PREFIX.unpack_from(data)
-            header = json.loads(bytes(view[_PREFIX.size:_PREFIX.size + length]))
+            header = json.loads(bytes(view[_PREFIX.size : _PREFIX.size + length]))
             start = _PREFIX.size + length
             n_tokens, info_len, payload = int(header["tokens"]), int(header["info"]), int(header["payload"])
-            if magic != MAGIC or header.get("key") != self.key or size != f_end(length, n_tokens, info_len, payload):
+            if (
+                magic != MAGIC
+                or header.get("key") != self.key
+                or size != f_end(length, n_tokens, info_len, payload)
+            ):
                 raise ValueError("bad header or size")
             if xxhash.xxh3_64_hexdigest(view[start:]) != header["digest"]:
                 raise ValueError("checksum mismatch")
             tokens = array("i")
-            tokens.frombytes(view[start:start + 4 * n_tokens])
+            tokens.frombytes(view[start : start + 4 * n_tokens])
             at = start + 4 * n_tokens
-            info = bytes(view[at:at + info_len])
-            saved = self.states.state_from_bytes(tokens.tolist(), info, view[at + info_len:])
+            info = bytes(view[at : at + info_len])
+            saved = self.states.state_from_bytes(tokens.tolist(), info, view[at + info_len :])
         except FileNotFoundError:
             self._forget(entry)
             return None
@@ -248,8 +257,13 @@ class DiskPromptCache:
             return None
         self.touch(entry)
         self.counters["hits"] += count
-        log.debug("prompt cache: read back %d tokens (%d bytes) from %s in %.3f s",
-                  len(saved.tokens), size, entry.path, time.perf_counter() - started)
+        log.debug(
+            "prompt cache: read back %d tokens (%d bytes) from %s in %.3f s",
+            len(saved.tokens),
+            size,
+            entry.path,
+            time.perf_counter() - started,
+        )
         return saved
 
     def touch(self, entry: OnDisk) -> None:
@@ -327,8 +341,12 @@ class DiskPromptCache:
             try:
                 self._write(tokens, serialize)
             except Exception as exc:  # a full disk, a permission: the RAM tier goes on
-                log.warning("prompt cache: could not write a state of %d tokens to %s: %s",
-                            len(tokens), self.folder, exc)
+                log.warning(
+                    "prompt cache: could not write a state of %d tokens to %s: %s",
+                    len(tokens),
+                    self.folder,
+                    exc,
+                )
             finally:
                 with self._lock:
                     self._busy = False
@@ -341,8 +359,16 @@ class DiskPromptCache:
         for part in body:
             digest.update(part)
         payload = sum(memoryview(p).nbytes for p in parts)
-        header = json.dumps({"format": FORMAT, "key": self.key, "tokens": len(tokens), "info": len(info),
-                             "payload": payload, "digest": digest.hexdigest()}).encode()
+        header = json.dumps(
+            {
+                "format": FORMAT,
+                "key": self.key,
+                "tokens": len(tokens),
+                "info": len(info),
+                "payload": payload,
+                "digest": digest.hexdigest(),
+            }
+        ).encode()
         name = f"{int(time.time() * 1000):x}-{secrets.token_hex(6)}"
         tmp = self.folder / f".{name}.tmp"
         path = self.folder / f"{name}{SUFFIX}"
@@ -361,7 +387,11 @@ class DiskPromptCache:
         entry = OnDisk(tokens, stub.state, size, path=path, info=info, used=time.time())
         with self._lock:
             # A state whose tokens begin the new one's serves nothing it would not.
-            for old in [e for e in self._entries if len(e.tokens) <= len(tokens) and tokens[:len(e.tokens)] == e.tokens]:
+            for old in [
+                e
+                for e in self._entries
+                if len(e.tokens) <= len(tokens) and tokens[: len(e.tokens)] == e.tokens
+            ]:
                 self._entries.remove(old)
                 old.path.unlink(missing_ok=True)
             self._entries.append(entry)
@@ -382,4 +412,3 @@ class DiskPromptCache:
 def f_end(header_len: int, n_tokens: int, info_len: int, payload: int) -> int:
     """A file's size from its header's figures."""
     return _PREFIX.size + header_len + 4 * n_tokens + info_len + payload
-

@@ -15,13 +15,21 @@ import time
 from pathlib import Path
 
 from ..config.state_dir import state_dir
+from ..protocol.errors import ApiError
 from .disk_cache import DiskPromptCache, default_disk_bytes
 from .host_cache import MIN_SAVED_TOKENS, HostPromptCache
-from ..protocol.errors import ApiError
 from .runner import ContextStates, ModelInfo, PortableStates, Runner, SharedPool
 
-__all__ = ["ENV", "close_tier", "describe_tier", "open_disk_tier", "prompt_cache_root", "restore_slots",
-           "spill_slots", "tier_report"]
+__all__ = [
+    "ENV",
+    "close_tier",
+    "describe_tier",
+    "open_disk_tier",
+    "prompt_cache_root",
+    "restore_slots",
+    "spill_slots",
+    "tier_report",
+]
 
 log = logging.getLogger("missive.engine")
 
@@ -35,19 +43,26 @@ def prompt_cache_root() -> Path:
     return Path(explicit).expanduser() if explicit else state_dir() / "prompt-cache"
 
 
-def open_disk_tier(runner: Runner, cache: HostPromptCache, max_bytes: int | None,
-                   model_id: str) -> DiskPromptCache | None:
+def open_disk_tier(
+    runner: Runner, cache: HostPromptCache, max_bytes: int | None, model_id: str
+) -> DiskPromptCache | None:
     """The model's disk tier, attached to ``cache`` (its second tier), or
     None: a runner whose states cannot be written, ``max_bytes`` 0, or a
     folder another server holds or that cannot be made (a warning: the
     server runs on without the tier). Both tiers are logged."""
     disk = _open(runner, cache, max_bytes, model_id)
-    log.info("model %s: host-memory prompt cache of up to %d MiB%s", model_id, cache.max_bytes // 2**20,
-             describe_tier(disk))
+    log.info(
+        "model %s: host-memory prompt cache of up to %d MiB%s",
+        model_id,
+        cache.max_bytes // 2**20,
+        describe_tier(disk),
+    )
     return disk
 
 
-def _open(runner: Runner, cache: HostPromptCache, max_bytes: int | None, model_id: str) -> DiskPromptCache | None:
+def _open(
+    runner: Runner, cache: HostPromptCache, max_bytes: int | None, model_id: str
+) -> DiskPromptCache | None:
     if not isinstance(runner, PortableStates) or max_bytes == 0:
         return None
     root = prompt_cache_root()
@@ -97,7 +112,9 @@ def restore_slots(runner: Runner, disk: DiskPromptCache, info: ModelInfo, model_
     room = runner.pool_free() // 2 if isinstance(runner, SharedPool) else None
     restored = tokens = 0
     for entry in disk.recent(info.slots):
-        if len(entry.tokens) > info.context_window or (room is not None and tokens + len(entry.tokens) > room):
+        if len(entry.tokens) > info.context_window or (
+            room is not None and tokens + len(entry.tokens) > room
+        ):
             continue
         saved = disk.load(entry, count=False)
         if saved is None:
@@ -110,12 +127,19 @@ def restore_slots(runner: Runner, disk: DiskPromptCache, info: ModelInfo, model_
         restored += 1
         tokens += len(saved.tokens)
     if restored:
-        log.info("model %s: %d slot(s) given back their states from the disk tier (%d tokens) in %.2f s",
-                 model_id, restored, tokens, time.perf_counter() - started)
+        log.info(
+            "model %s: %d slot(s) given back their states from the disk tier (%d tokens) in %.2f s",
+            model_id,
+            restored,
+            tokens,
+            time.perf_counter() - started,
+        )
     return restored, tokens
 
 
-def close_tier(runner: Runner, cache: HostPromptCache | None, disk: DiskPromptCache | None, slots: int) -> None:
+def close_tier(
+    runner: Runner, cache: HostPromptCache | None, disk: DiskPromptCache | None, slots: int
+) -> None:
     """Before the model closes (model thread): detach ``disk`` from ``cache``,
     spill the slots' states to it and write everything queued."""
     if cache is not None:

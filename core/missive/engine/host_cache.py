@@ -178,7 +178,10 @@ class HostPromptCache:
             return False
         with self._lock:
             for key, entry in list(self._entries.items()):
-                if len(entry.tokens) <= len(saved.tokens) and saved.tokens[: len(entry.tokens)] == entry.tokens:
+                if (
+                    len(entry.tokens) <= len(saved.tokens)
+                    and saved.tokens[: len(entry.tokens)] == entry.tokens
+                ):
                     self._drop(key)
             while self._entries and (
                 self._bytes + saved.nbytes > self.max_bytes or len(self._entries) >= self.max_entries
@@ -222,8 +225,14 @@ def swap_in(
     if len(live_tokens) - live >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
         saved = runner.save_context(slot)
         if saved is not None and cache.put(saved, previous):
-            log.debug("saved slot %d's %d tokens (%d bytes; cache: %d entries, %d bytes)",
-                      slot, len(saved.tokens), saved.nbytes, len(cache), cache.nbytes)
+            log.debug(
+                "saved slot %d's %d tokens (%d bytes; cache: %d entries, %d bytes)",
+                slot,
+                len(saved.tokens),
+                saved.nbytes,
+                len(cache),
+                cache.nbytes,
+            )
     if entry is not None and restored > live and _room(runner, entry, slot):
         chosen = cache.from_disk(entry)
         if chosen is None:
@@ -232,14 +241,26 @@ def swap_in(
             return _restore_read(runner, cache, chosen, entry, prompt, slot)
         runner.restore_context(entry, slot)
         cache.touch(entry)
-        log.debug("restored %d tokens into slot %d: %d of %d prompt tokens reused (the slot had %d)",
-                  len(entry.tokens), slot, restored, len(prompt.tokens), live)
+        log.debug(
+            "restored %d tokens into slot %d: %d of %d prompt tokens reused (the slot had %d)",
+            len(entry.tokens),
+            slot,
+            restored,
+            len(prompt.tokens),
+            live,
+        )
         return restored
     return live
 
 
-def _restore_read(runner: ContextStates, cache: HostPromptCache, state: SavedContext, entry: SavedContext,
-                  prompt: Prompt, slot: int) -> int:
+def _restore_read(
+    runner: ContextStates,
+    cache: HostPromptCache,
+    state: SavedContext,
+    entry: SavedContext,
+    prompt: Prompt,
+    slot: int,
+) -> int:
     """Restore a state read back from the disk tier; one the backend refuses
     has its file deleted and the prompt is read (the slot is then empty)."""
     from .disk_cache import OnDisk
@@ -251,8 +272,13 @@ def _restore_read(runner: ContextStates, cache: HostPromptCache, state: SavedCon
             cache.disk.drop(entry, f"refused by the backend ({exc})")
         return 0
     restored = runner.reusable_from(prompt, state)
-    log.debug("restored %d tokens from disk into slot %d: %d of %d prompt tokens reused",
-              len(state.tokens), slot, restored, len(prompt.tokens))
+    log.debug(
+        "restored %d tokens from disk into slot %d: %d of %d prompt tokens reused",
+        len(state.tokens),
+        slot,
+        restored,
+        len(prompt.tokens),
+    )
     return restored
 
 
@@ -277,7 +303,9 @@ def park(runner: ContextStates, cache: HostPromptCache, slot: int, session: str 
         log.debug("parked slot %d's %d tokens (%d bytes)", slot, len(saved.tokens), saved.nbytes)
 
 
-def restorable(runner: ContextStates, cache: HostPromptCache, prompt: Prompt, session: str | None = None) -> int:
+def restorable(
+    runner: ContextStates, cache: HostPromptCache, prompt: Prompt, session: str | None = None
+) -> int:
     """The prompt tokens the best saved state would serve if restored (0
     when none shares a token); the slots are not looked at."""
     entry, _ = cache.best(prompt.tokens, session)

@@ -3,51 +3,8 @@
 A plugin subclasses :class:`LocalDriver` with a :class:`~missive.engine.runner.Runner`
 for its backend; the base implements :meth:`~missive.driver.interface.Driver.start`,
 :meth:`~missive.driver.interface.Driver.count_tokens`, :meth:`~missive.driver.interface.Driver.generate`
-and :meth:`~missive.driver.interface.Driver.aclose` the same way for every backend:
-
-* one thread per model (a one-thread executor) runs everything that touches
-  the model (load, the decode loop, close): backends' contexts and streams
-  are not thread-safe; rendering and tokenizing run beside it, in up to
-  ``runner.tokenize_threads`` threads, never behind a generation;
-* the prompt (:mod:`missive.engine.prompt`) is rendered and tokenized once per
-  request; ``len(prompt) >= context`` raises
-  :class:`~missive.protocol.errors.PromptTooLongError` (``prompt is too long: N tokens
-  > M maximum``, M = context - 1: one token must be left to answer), and
-  ``max_tokens`` is clamped to ``context - len(prompt)``
-  (:func:`~missive.driver.interface.clamp_max_tokens`; reaching it ends with
-  ``max_tokens``);
-* :class:`~missive.driver.events.Started` is yielded at once, before queueing, with
-  the prefix the runner's cache would serve at that moment as
-  ``cache_read_input_tokens`` (a request served while this one waits can
-  change the reuse actually obtained; the total is always exact); when the
-  prompt leaves a reasoning tag open (``<think>``), a ``TextDelta`` of it with
-  0 tokens follows;
-* the generation then waits for a permit (:class:`~missive.engine.scheduler.Scheduler`,
-  one per slot: the runner's ``ModelInfo.slots``, also set as
-  ``capabilities.max_concurrency``, FIFO) and joins the model's decode loop
-  (:class:`~missive.engine.batcher.Batcher`) in a free slot, the one whose
-  cached tokens serve its prompt best; every running sequence is stepped
-  together there (continuous batching), ahead of the event loop
-  (:class:`~missive.engine.producer.Producer`); closing the iterator (client
-  gone, stop sequence matched) stops it within one step, and the permit is
-  given back only once its sequence has left the loop;
-* if the sequence reused another prefix than ``Started`` announced (another
-  request changed the slots while it waited, or it got another slot),
-  :class:`~missive.driver.events.Finished` carries the exact split (in
-  ``message_delta``);
-* an end-of-generation token ends with ``end_turn`` (neither shown nor
-  counted), else ``max_tokens``; :class:`~missive.driver.events.Finished` carries the
-  exact ``output_tokens``; ``max_tokens: 0`` (the API's cache warm-up) decodes
-  the prompt only and finishes with ``max_tokens`` and 0 output tokens;
-* with a runner that can save its context (:class:`~missive.engine.runner.ContextStates`),
-  prompts that leave a slot are kept in a host-memory prompt cache
-  (:mod:`missive.engine.host_cache`) and restored when a later prompt shares
-  more with them than with the slot it takes; restored tokens are cache reads;
-  with :class:`~missive.engine.runner.PortableStates`, also on disk (:mod:`missive.engine.disk_tier`:
-  after a restart or an idle unload too; the slots get their states back at load);
-* ``thinking.budget_tokens`` is enforced (:mod:`missive.engine.budget`) for models whose reasoning closes;
-* sampling fields the request leaves unset take the model's defaults (``ModelInfo.sampling``,
-  :mod:`missive.sampling`; thinking-mode values when it thinks), shown in :meth:`LocalDriver.choices`.
+and :meth:`~missive.driver.interface.Driver.aclose` the same way for every backend,
+as the package docstring (:mod:`missive.engine`) lists.
 """
 
 from __future__ import annotations
@@ -63,27 +20,27 @@ import anyio
 import anyio.to_thread
 from jinja2 import TemplateError
 
-from ..driver.capabilities import Capabilities
 from ..config import ConfigError, ModelEntry
-from ..driver.interface import Driver, GenerationRequest, clamp_max_tokens
-from ..protocol.errors import ApiError, PromptTooLongError
+from ..driver.capabilities import Capabilities
 from ..driver.events import Finished, GenerationEvent, Started, StopReason, TextDelta
-from ..reasoning.base import ReasoningParser
-from ..sampling import NO_DEFAULTS
-from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
+from ..driver.interface import Driver, GenerationRequest, clamp_max_tokens
 from ..messages.templating import compile_template
+from ..protocol.errors import ApiError, PromptTooLongError
+from ..reasoning.base import ReasoningParser
+from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
+from ..sampling import NO_DEFAULTS
 from ..tools.parsers.base import ToolParser
 from ..tools.parsers.registry import build_parser
 from ..tools.parsers.selection import parser_for_template
 from .batcher import Batcher
 from .budget import ThinkingBudget
-from .producer import Producer
-from .prompt import PromptPath
 from .disk_cache import DiskPromptCache
 from .disk_tier import close_tier, open_disk_tier, restore_slots, tier_report
-from .report import engine_choices, engine_status, speculation_counts
 from .host_cache import HostPromptCache, batcher_hooks, default_cache_bytes, swap_in
 from .host_cache import reusable as host_reusable
+from .producer import Producer
+from .prompt import PromptPath
+from .report import engine_choices, engine_status, speculation_counts
 from .runner import ContextStates, ModelInfo, Prompt, Runner, Sampling, Sequence
 from .scheduler import Scheduler
 
@@ -141,7 +98,9 @@ class LocalDriver(Driver):
         if host_cache_bytes is None:
             host_cache_bytes = default_cache_bytes()
         self._host_cache = (
-            HostPromptCache(host_cache_bytes) if host_cache_bytes > 0 and isinstance(runner, ContextStates) else None
+            HostPromptCache(host_cache_bytes)
+            if host_cache_bytes > 0 and isinstance(runner, ContextStates)
+            else None
         )
         self.log = logging.getLogger(f"missive.{self.name}")
         # Their disk tier (opened once loaded: its folder depends on the
@@ -183,7 +142,9 @@ class LocalDriver(Driver):
         if self._host_cache is not None:
             self._disk = open_disk_tier(self.runner, self._host_cache, self._disk_cache_bytes, self.model_id)
         if self._disk is not None:
-            await loop.run_in_executor(self._executor, restore_slots, self.runner, self._disk, info, self.model_id)
+            await loop.run_in_executor(
+                self._executor, restore_slots, self.runner, self._disk, info, self.model_id
+            )
         try:
             self._configure(info)
         except BaseException:
@@ -207,8 +168,12 @@ class LocalDriver(Driver):
             update["input_media"] = info.input_media
         self.capabilities = self.capabilities.model_copy(update=update)
         self._prompts = PromptPath(self.runner, info, self._reasoning_class)
-        self._batcher = Batcher(self.runner, self._executor, info.slots,
-                                **batcher_hooks(self.runner, self._host_cache, shared_pool=info.pool_tokens > 0))
+        self._batcher = Batcher(
+            self.runner,
+            self._executor,
+            info.slots,
+            **batcher_hooks(self.runner, self._host_cache, shared_pool=info.pool_tokens > 0),
+        )
         self._scheduler = Scheduler(info.slots)
         self._info = info
 
@@ -338,7 +303,9 @@ class LocalDriver(Driver):
         defaults = info.sampling if info is not None else NO_DEFAULTS
         thinking = request.thinking.requested and self._reasoning is not None
         values = defaults.resolve(request.temperature, request.top_p, request.top_k, thinking=thinking)
-        return Sampling(values.temperature, values.top_p, values.top_k, self.constraint(request), values.min_p)
+        return Sampling(
+            values.temperature, values.top_p, values.top_k, self.constraint(request), values.min_p
+        )
 
     def _budget(self, request: GenerationRequest, opened: str) -> ThinkingBudget | None:
         """How to end reasoning once ``thinking.budget_tokens`` are spent, or
@@ -400,13 +367,18 @@ class LocalDriver(Driver):
 
         assert self._batcher is not None
         async with self._scheduler.permit():
-            seq = Sequence(prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False,
-                           session=request.session)
+            seq = Sequence(
+                prepared.prompt, max_new, prepared.sampling, cancelled=lambda: False, session=request.session
+            )
             cache, runner, batcher = self._host_cache, self.runner, self._batcher
             setup = None
             if cache is not None and isinstance(runner, ContextStates):
+
                 def setup(slot: int) -> int:  # runs in the model's thread
-                    return swap_in(runner, cache, prepared.prompt, slot, request.session, batcher.slot_session(slot))
+                    return swap_in(
+                        runner, cache, prepared.prompt, slot, request.session, batcher.slot_session(slot)
+                    )
+
             producer = Producer(self.runner, seq, prepared.budget, setup)
             self._batcher.submit(producer)
             try:
@@ -440,8 +412,12 @@ class LocalDriver(Driver):
                 if seq.reused != prepared.reusable:
                     # Another request changed the cache while this one waited,
                     # or it got another slot: the exact split, in message_delta.
-                    yield Finished(stop_reason, output_tokens=produced, input_tokens=len(tokens) - seq.reused,
-                                   cache_read_input_tokens=seq.reused)
+                    yield Finished(
+                        stop_reason,
+                        output_tokens=produced,
+                        input_tokens=len(tokens) - seq.reused,
+                        cache_read_input_tokens=seq.reused,
+                    )
                 else:
                     yield Finished(stop_reason, output_tokens=produced)
             finally:

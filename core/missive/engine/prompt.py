@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..driver.interface import GenerationRequest
-from ..reasoning.base import ReasoningParser
 from ..messages.templating import render_segments
+from ..reasoning.base import ReasoningParser
 from ..thinking.plan import ThinkingPlan
 from ..tools.render import template_messages
 from .runner import ImageMarks, ModelInfo, Prompt, Runner
@@ -48,7 +48,9 @@ class PromptPath:
         self.info = info
         self.reasoning = reasoning
 
-    def render(self, request: GenerationRequest, *, constrained: bool = False) -> tuple[list[tuple[str, bool]], ImageMarks | None]:
+    def render(
+        self, request: GenerationRequest, *, constrained: bool = False
+    ) -> tuple[list[tuple[str, bool]], ImageMarks | None]:
         """The prompt as ``(text, is_client_text)`` pieces and the images its
         markers stand for (None when the model takes no images).
 
@@ -63,7 +65,9 @@ class PromptPath:
         info = self.info
         marker = self.runner.image_marker
         marks = ImageMarks(marker) if marker is not None else None
-        messages, extra = template_messages(request, info.chat_template, marks.mark if marks is not None else None)
+        messages, extra = template_messages(
+            request, info.chat_template, marks.mark if marks is not None else None
+        )
         switches = ThinkingPlan().template_kwargs() if constrained else request.thinking.template_kwargs()
         pieces = render_segments(
             info.chat_template,

@@ -31,14 +31,19 @@ def engine_status(
         out["slots"] = batcher.slots
         out["slots_in_use"] = batcher.active
         if info is not None:
-            held = (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
+            held = (
+                (lambda slot: len(runner.context_tokens(slot))) if isinstance(runner, ContextStates) else None
+            )
             out["slot_states"] = batcher.slot_states(held)
             if info.pool_tokens:
                 out["kv_pool_tokens"] = info.pool_tokens
                 out.update({f"kv_pool_{k}": v for k, v in batcher.pool_events.items()})
     if host_cache is not None:
-        out.update(host_cache_bytes=host_cache.nbytes, host_cache_entries=len(host_cache),
-                   host_cache_max_bytes=host_cache.max_bytes)
+        out.update(
+            host_cache_bytes=host_cache.nbytes,
+            host_cache_entries=len(host_cache),
+            host_cache_max_bytes=host_cache.max_bytes,
+        )
     out.update(speculation_counts(runner))
     return out
 
@@ -54,7 +59,9 @@ def speculation_counts(runner: Runner) -> dict[str, int]:
     return {"spec_decode_draft_tokens": drafted, "spec_decode_accepted_tokens": accepted}
 
 
-def engine_choices(info: ModelInfo | None, template: str, tool_format: str, reasoning: str | None) -> dict[str, Any]:
+def engine_choices(
+    info: ModelInfo | None, template: str, tool_format: str, reasoning: str | None
+) -> dict[str, Any]:
     """The context window, slots, KV pool, chat template family
     (:func:`~missive.models.sources.gguf.template_family`), tool call format,
     reasoning format (``none``: the model does not reason) and default

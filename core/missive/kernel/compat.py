@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from .. import __version__
 
-__all__ = ["API_VERSION", "API_ATTRIBUTE", "UNDECLARED", "declared_versions", "api_mismatch", "import_failure"]
+__all__ = [
+    "API_VERSION",
+    "API_ATTRIBUTE",
+    "UNDECLARED",
+    "declared_versions",
+    "api_mismatch",
+    "import_failure",
+]
 
 #: The version of the plugin API: the hooks (:mod:`missive.kernel.hookspecs`) and
 #: every name :mod:`missive.api` exports. It changes, to the next integer,

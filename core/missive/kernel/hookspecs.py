@@ -24,9 +24,9 @@ if TYPE_CHECKING:
         DocumentProcessorSpec,
         DriverSpec,
         ImageProcessorSpec,
-        TokenizerSpec,
         ReasoningParserSpec,
         SearchProviderSpec,
+        TokenizerSpec,
         ToolParserSpec,
     )
 

@@ -36,11 +36,11 @@ from .compat import API_VERSION, api_mismatch, declared_versions, import_failure
 from .specs import (
     DefaultModel,
     DocumentProcessorSpec,
-    SearchProviderSpec,
     DriverSpec,
     ImageProcessorSpec,
-    TokenizerSpec,
     ReasoningParserSpec,
+    SearchProviderSpec,
+    TokenizerSpec,
     ToolParserSpec,
 )
 
@@ -114,7 +114,9 @@ class Kernel:
         for module_name in os.environ.get("MISSIVE_PLUGINS", "").split(","):
             module_name = module_name.strip()
             if module_name:
-                self._load(module_name, "MISSIVE_PLUGINS", functools.partial(importlib.import_module, module_name))
+                self._load(
+                    module_name, "MISSIVE_PLUGINS", functools.partial(importlib.import_module, module_name)
+                )
         self.drivers: dict[str, DriverSpec] = self._collect("register_drivers", DriverSpec)
         self.default_models: dict[str, DefaultModel] = self._collect(
             "register_default_models", DefaultModel, key="id"
@@ -171,15 +173,12 @@ class Kernel:
             unknown = [
                 attr
                 for attr in dir(plugin)
-                if self.pm.parse_hookimpl_opts(plugin, attr) is not None
-                and not hasattr(self.pm.hook, attr)
+                if self.pm.parse_hookimpl_opts(plugin, attr) is not None and not hasattr(self.pm.hook, attr)
             ]
             if unknown:
                 raise pluggy.PluginValidationError(plugin, f"unknown hook(s): {', '.join(unknown)}")
             self.pm.register(plugin, name=name)
-            info.hooks = sorted(
-                caller.name for caller in self.pm.get_hookcallers(plugin) or []
-            )
+            info.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
         except Exception as exc:  # one broken plugin is reported, never fatal
             info.error = f"{type(exc).__name__}: {exc}"
             _report_unloaded(name, info.error)
@@ -219,11 +218,17 @@ class Kernel:
                     # A default model of the same id and a higher priority replaces
                     # the other (a distribution's tuned entry over the driver's).
                     if getattr(item, "priority", 0) > getattr(found[item_key], "priority", 0):
-                        log.info("%s %r from %s replaces one of lower priority", kind.__name__, item_key,
-                                 impl.plugin_name)
+                        log.info(
+                            "%s %r from %s replaces one of lower priority",
+                            kind.__name__,
+                            item_key,
+                            impl.plugin_name,
+                        )
                         found[item_key] = item
                         continue
-                    log.warning("%s %r from %s ignored: already registered", kind.__name__, item_key, impl.plugin_name)
+                    log.warning(
+                        "%s %r from %s ignored: already registered", kind.__name__, item_key, impl.plugin_name
+                    )
                     continue
                 found[item_key] = item
         return found

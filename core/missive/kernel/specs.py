@@ -10,8 +10,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..driver.capabilities import Capabilities
 from ..config import ModelEntry
+from ..driver.capabilities import Capabilities
 
 __all__ = [
     "load_object",

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 from quart import Response, g, request
 
-from ..server.services import services
 from ..protocol.errors import ModelNotFoundError, PermissionDeniedError
+from ..server.services import services
 from .limits import RateLimited
 from .ring import Identity
 from .service import KeyServices
 
-__all__ = ["keys", "authenticate", "current_identity", "require_admin", "check_model", "admit",
-           "add_rate_limit_headers"]
+__all__ = [
+    "keys",
+    "authenticate",
+    "current_identity",
+    "require_admin",
+    "check_model",
+    "admit",
+    "add_rate_limit_headers",
+]
 
 
 def keys() -> KeyServices:
@@ -93,8 +100,9 @@ def admit(identity: Identity) -> None:
     record = g.record
 
     def finish() -> None:
-        ticket.finish((record.input_tokens or 0) + (record.cache_creation_input_tokens or 0),
-                      record.output_tokens or 0)
+        ticket.finish(
+            (record.input_tokens or 0) + (record.cache_creation_input_tokens or 0), record.output_tokens or 0
+        )
 
     record.at_finish(finish)
 

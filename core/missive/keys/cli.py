@@ -41,8 +41,11 @@ def _toml_string(text: str) -> str:
 
 def key_table(name: str, key: str, scope: str = "user", models: tuple[str, ...] = ()) -> str:
     """The ``[keys.NAME]`` table of ``key`` (its hash only)."""
-    lines = [f"[keys.{name}]", f"key_sha256 = {_toml_string(hash_key(key))}",
-             f"scope = {_toml_string(scope)}"]
+    lines = [
+        f"[keys.{name}]",
+        f"key_sha256 = {_toml_string(hash_key(key))}",
+        f"scope = {_toml_string(scope)}",
+    ]
     if models:
         lines.append(f"models = [{', '.join(_toml_string(m) for m in models)}]")
     return "\n".join(lines) + "\n"
@@ -51,13 +54,25 @@ def key_table(name: str, key: str, scope: str = "user", models: tuple[str, ...] 
 def list_keys(config: Config) -> list[dict[str, Any]]:
     """The configured keys: ``name``, ``scope``, ``models``, ``limits``, ``enabled``, ``source``."""
     found: list[dict[str, Any]] = [
-        {"name": name, "scope": entry.scope, "models": entry.models, "limits": entry.limits(),
-         "enabled": entry.enabled, "source": f"keys.{name}"}
+        {
+            "name": name,
+            "scope": entry.scope,
+            "models": entry.models,
+            "limits": entry.limits(),
+            "enabled": entry.enabled,
+            "source": f"keys.{name}",
+        }
         for name, entry in config.keys.items()
     ]
     found += [
-        {"name": derived_name(key), "scope": "user", "models": None, "limits": {}, "enabled": True,
-         "source": f"server.api_keys[{i}]"}
+        {
+            "name": derived_name(key),
+            "scope": "user",
+            "models": None,
+            "limits": {},
+            "enabled": True,
+            "source": f"server.api_keys[{i}]",
+        }
         for i, key in enumerate(config.server.api_keys)
     ]
     return found
@@ -83,10 +98,20 @@ def keys_group() -> None:
 
 @keys_group.command("new")
 @click.argument("name")
-@click.option("--scope", type=click.Choice(["user", "admin"]), default="user", show_default=True,
-              help="admin: every batch, /v1/status, /metrics and /v1/usage.")
-@click.option("--model", "models", multiple=True, metavar="ID",
-              help="A model id or glob the key may use. Repeatable (default: all).")
+@click.option(
+    "--scope",
+    type=click.Choice(["user", "admin"]),
+    default="user",
+    show_default=True,
+    help="admin: every batch, /v1/status, /metrics and /v1/usage.",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    metavar="ID",
+    help="A model id or glob the key may use. Repeatable (default: all).",
+)
 def keys_new(name: str, scope: str, models: tuple[str, ...]) -> None:
     """Make a key NAME: the key on stderr (shown once, kept nowhere), its
     [keys.NAME] table on stdout: missive keys new alice >> missive.toml"""
@@ -124,8 +149,11 @@ def register(
             return
         if not found:
             # Said on stderr, so scripts reading the list still get an empty one.
-            click.echo("no keys configured: the server takes requests without a key (on loopback only); "
-                       "add one with `missive keys new NAME`", err=True)
+            click.echo(
+                "no keys configured: the server takes requests without a key (on loopback only); "
+                "add one with `missive keys new NAME`",
+                err=True,
+            )
         for key in found:
             limits = ", ".join(f"{n}={key['limits'][n]}" for n in LIMIT_FIELDS if n in key["limits"])
             models = ",".join(key["models"]) if key["models"] is not None else "*"
@@ -137,28 +165,46 @@ def register(
 
     @cli.command("usage")
     @config_options
-    @click.option("--url", help="Missive's base URL (default: from the config's server.host and "
-                  "server.port).")
-    @click.option("--api-key", help="An admin key (default: the first of the config's server.api_keys, which "
-                  "MISSIVE_API_KEY sets).")
-    @click.option("--since", default=None,
-                  help="Start: RFC 3339, a date, or a duration before now (24h, 7d). Default 7d.")
+    @click.option(
+        "--url", help="Missive's base URL (default: from the config's server.host and server.port)."
+    )
+    @click.option(
+        "--api-key",
+        help="An admin key (default: the first of the config's server.api_keys, which MISSIVE_API_KEY sets).",
+    )
+    @click.option(
+        "--since",
+        default=None,
+        help="Start: RFC 3339, a date, or a duration before now (24h, 7d). Default 7d.",
+    )
     @click.option("--until", "until_", default=None, help="End (same forms). Default: now.")
     @click.option("--bucket-width", type=click.Choice(["1h", "1d"]), default="1d", show_default=True)
     @click.option("--key", "key_name", help="Only this key (its name).")
     @click.option("--model", help="Only this configured model.")
     @click.option("--json", "as_json", is_flag=True, help="Print GET /v1/usage as it is (with the buckets).")
     def usage_command(
-        config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None,
-        since: str | None, until_: str | None, bucket_width: str, key_name: str | None, model: str | None,
+        config_path: str | None,
+        overrides: tuple[str, ...],
+        url: str | None,
+        api_key: str | None,
+        since: str | None,
+        until_: str | None,
+        bucket_width: str,
+        key_name: str | None,
+        model: str | None,
         as_json: bool,
     ) -> None:
         """A running server's usage per key and model: requests and tokens (GET /v1/usage)."""
         from ..cli.claude_env import ServerUnavailable
 
         base, key = server(config_path, overrides, url, api_key)
-        params = {"starting_at": since, "ending_at": until_, "bucket_width": bucket_width,
-                  "key_name": key_name, "model": model}
+        params = {
+            "starting_at": since,
+            "ending_at": until_,
+            "bucket_width": bucket_width,
+            "key_name": key_name,
+            "model": model,
+        }
         try:
             report = _get(base, "/v1/usage", key, {k: v for k, v in params.items() if v is not None})
         except ServerUnavailable as exc:

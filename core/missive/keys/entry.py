@@ -14,7 +14,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 __all__ = [
-    "KeyEntry", "UsageConfig", "LIMIT_FIELDS", "KEY_NAME", "DERIVED_NAME", "hash_key", "derived_name",
+    "KeyEntry",
+    "UsageConfig",
+    "LIMIT_FIELDS",
+    "KEY_NAME",
+    "DERIVED_NAME",
+    "hash_key",
+    "derived_name",
     "check_key_name",
 ]
 
@@ -31,8 +37,12 @@ _NAME_SALT = b"missive key name\x00"
 
 #: The limit fields of a key, in the order the docs list them.
 LIMIT_FIELDS = (
-    "requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute",
-    "input_tokens_per_day", "output_tokens_per_day", "concurrent_requests",
+    "requests_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
+    "input_tokens_per_day",
+    "output_tokens_per_day",
+    "concurrent_requests",
 )
 
 
@@ -56,11 +66,15 @@ def check_key_name(name: str) -> str:
         ValueError: bad characters or length, or the form of a derived name.
     """
     if not KEY_NAME.match(name):
-        raise ValueError(f"key name {name!r}: use 1 to 64 letters, digits, '_', '-' or '.', starting "
-                         "with a letter or digit")
+        raise ValueError(
+            f"key name {name!r}: use 1 to 64 letters, digits, '_', '-' or '.', starting "
+            "with a letter or digit"
+        )
     if DERIVED_NAME.match(name):
-        raise ValueError(f"key name {name!r}: names of the form key-<12 hex digits> are those Missive "
-                         "gives the keys of server.api_keys; choose another")
+        raise ValueError(
+            f"key name {name!r}: names of the form key-<12 hex digits> are those Missive "
+            "gives the keys of server.api_keys; choose another"
+        )
     return name
 
 
@@ -101,8 +115,10 @@ class KeyEntry(BaseModel):
         if isinstance(value, str):
             value = value.strip().lower()
             if not _SHA256.match(value):
-                raise ValueError("must be the 64 hex digits of the key's SHA-256 (missive keys new NAME "
-                                 "prints the line; or printf %s KEY | sha256sum)")
+                raise ValueError(
+                    "must be the 64 hex digits of the key's SHA-256 (missive keys new NAME "
+                    "prints the line; or printf %s KEY | sha256sum)"
+                )
         return value
 
     @field_validator("models")

@@ -102,7 +102,9 @@ class Limiter:
     """
 
     def __init__(
-        self, identities: list[Identity], on_refused: Callable[[str, str], None] = lambda k, f: None,
+        self,
+        identities: list[Identity],
+        on_refused: Callable[[str, str], None] = lambda k, f: None,
     ) -> None:
         self.table = SharedTable(len(identities) * _CELLS)
         self.on_refused = on_refused
@@ -111,7 +113,8 @@ class Limiter:
             base = identity.row * _CELLS
             self._buckets[identity.row] = {
                 name: Bucket(base + 2 * i, identity.limits[name], period)
-                for i, (name, period) in enumerate(PERIODS.items()) if name in identity.limits
+                for i, (name, period) in enumerate(PERIODS.items())
+                if name in identity.limits
             }
 
     def admit(self, identity: Identity) -> Ticket | None:
@@ -145,14 +148,18 @@ class Limiter:
         retry = max(1, ceil_seconds(waits[limit]))
         self.on_refused(identity.name, limit)
         if limit == "concurrent_requests":
-            message = (f"This request would exceed the rate limit of key '{identity.name}': {running} "
-                       f"requests running, its limit (keys.{identity.name}.concurrent_requests); retry when "
-                       "one ends")
+            message = (
+                f"This request would exceed the rate limit of key '{identity.name}': {running} "
+                f"requests running, its limit (keys.{identity.name}.concurrent_requests); retry when "
+                "one ends"
+            )
         else:
-            message = (f"This request would exceed the rate limit of key '{identity.name}': "
-                       f"{identity.limits[limit]} {_WHAT[limit]} (keys.{identity.name}.{limit}); retry in "
-                       f"{retry} s. The anthropic-ratelimit-* response headers show the key's limits and "
-                       "what remains")
+            message = (
+                f"This request would exceed the rate limit of key '{identity.name}': "
+                f"{identity.limits[limit]} {_WHAT[limit]} (keys.{identity.name}.{limit}); retry in "
+                f"{retry} s. The anthropic-ratelimit-* response headers show the key's limits and "
+                "what remains"
+            )
         raise RateLimited(message, retry_after=retry, headers=headers, limit=limit)
 
     def _finish(self, identity: Identity, input_tokens: int, output_tokens: int) -> None:

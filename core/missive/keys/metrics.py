@@ -40,17 +40,25 @@ class KeyMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
-            f"{PREFIX}key_requests", "API requests by key (its name), model and HTTP status, batch requests "
-            "included.", [KEY, MODEL, "status"], registry=registry,
+            f"{PREFIX}key_requests",
+            "API requests by key (its name), model and HTTP status, batch requests included.",
+            [KEY, MODEL, "status"],
+            registry=registry,
         )
         self.tokens = {
-            name: Counter(f"{PREFIX}key_{name}", f"The {name} of the answers to a key's requests, by model.",
-                          [KEY, MODEL], registry=registry)
+            name: Counter(
+                f"{PREFIX}key_{name}",
+                f"The {name} of the answers to a key's requests, by model.",
+                [KEY, MODEL],
+                registry=registry,
+            )
             for name in TOKEN_FIELDS
         }
         self.rate_limited = Counter(
-            f"{PREFIX}key_rate_limited", "A key's requests refused with 429 rate_limit_error, by the limit "
-            "reached.", [KEY, "limit"], registry=registry,
+            f"{PREFIX}key_rate_limited",
+            "A key's requests refused with 429 rate_limit_error, by the limit reached.",
+            [KEY, "limit"],
+            registry=registry,
         )
 
     def observe(self, record: RequestRecord) -> None:

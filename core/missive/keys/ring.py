@@ -98,8 +98,13 @@ class KeyRing:
     def __init__(self, config: Config) -> None:
         entries: list[tuple[bytes, Identity, bool]] = []
         for name, entry in config.keys.items():
-            identity = Identity(name, entry.scope, None if entry.models is None else tuple(entry.models),
-                                entry.limits(), len(entries))
+            identity = Identity(
+                name,
+                entry.scope,
+                None if entry.models is None else tuple(entry.models),
+                entry.limits(),
+                len(entries),
+            )
             entries.append((bytes.fromhex(entry.key_sha256), identity, entry.enabled))
         for key in config.server.api_keys:
             identity = Identity(derived_name(key), row=len(entries))

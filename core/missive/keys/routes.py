@@ -33,10 +33,17 @@ async def get_usage() -> dict[str, Any]:
     width = request.args.get("bucket_width", "1d")
     now = datetime.now(timezone.utc)
     ending_at = parse_time("ending_at", request.args.get("ending_at"), now)
-    starting_at = parse_time("starting_at", request.args.get("starting_at"),
-                             ending_at - DEFAULT_SPAN.get(width, DEFAULT_SPAN["1d"]))
+    starting_at = parse_time(
+        "starting_at",
+        request.args.get("starting_at"),
+        ending_at - DEFAULT_SPAN.get(width, DEFAULT_SPAN["1d"]),
+    )
     return await usage.report(
-        starting_at, ending_at, width, request.args.get("key_name"), request.args.get("model"),
+        starting_at,
+        ending_at,
+        width,
+        request.args.get("key_name"),
+        request.args.get("model"),
     )
 
 

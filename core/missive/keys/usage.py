@@ -33,8 +33,8 @@ import anyio
 import anyio.to_thread
 
 from ..batches.execute import ENDPOINT as BATCH_ENDPOINT
-from ..protocol.errors import InvalidRequestError
 from ..config.state_dir import state_dir
+from ..protocol.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from ..server.record import RequestRecord
@@ -49,7 +49,11 @@ DATABASE = "usage.sqlite3"
 FLUSH_INTERVAL = 5.0
 #: The counted fields, in the database's and the answers' order.
 COUNTS = (
-    "requests", "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens",
+    "requests",
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
 )
 #: ``bucket_width`` values and their seconds (the Admin API usage report's names).
 WIDTHS = {"1h": 3600, "1d": 86400}
@@ -197,8 +201,14 @@ class UsageRecorder:
             store, self._store = self._store, None
             await anyio.to_thread.run_sync(store.close, limiter=self._limiter)
 
-    async def report(self, starting_at: datetime, ending_at: datetime, width: str,
-                     key_name: str | None = None, model: str | None = None) -> dict[str, Any]:
+    async def report(
+        self,
+        starting_at: datetime,
+        ending_at: datetime,
+        width: str,
+        key_name: str | None = None,
+        model: str | None = None,
+    ) -> dict[str, Any]:
         """``GET /v1/usage``'s answer: buckets of ``width`` (``1h`` or ``1d``,
         aligned to UTC) from the one holding ``starting_at`` to the one
         holding ``ending_at`` (excluded when it starts there), each with one
@@ -216,8 +226,10 @@ class UsageRecorder:
         if end <= start:
             raise InvalidRequestError("ending_at must be after starting_at")
         if (end - start) // step > MAX_BUCKETS:
-            raise InvalidRequestError(f"the range holds more than {MAX_BUCKETS} buckets of {width}: "
-                                      "narrow it, or use bucket_width=1d")
+            raise InvalidRequestError(
+                f"the range holds more than {MAX_BUCKETS} buckets of {width}: "
+                "narrow it, or use bucket_width=1d"
+            )
         await self.flush()
         rows = await self._call("rows", start, end, key_name, model)
         buckets: dict[int, dict[tuple[str, str], list[int]]] = {b: {} for b in range(start, end, step)}
@@ -267,8 +279,8 @@ def parse_time(name: str, value: str | None, default: datetime) -> datetime:
     try:
         parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     except ValueError:
-        raise InvalidRequestError(f"{name}: expected an RFC 3339 time (2026-05-04T10:00:00Z), a date or a "
-                                  f"duration such as 24h or 7d, got {value!r}") from None
+        raise InvalidRequestError(
+            f"{name}: expected an RFC 3339 time (2026-05-04T10:00:00Z), a date or a "
+            f"duration such as 24h or 7d, got {value!r}"
+        ) from None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
-
-

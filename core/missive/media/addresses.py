@@ -135,7 +135,9 @@ def parse_allow_list(entries: Iterable[str]) -> AllowList:
                 raise ValueError(f"media.fetch_allow: bad entry {raw!r}")
             suffixes.append("." + rest)
         elif "*" in entry or "/" in entry or not _HOST.fullmatch(entry):
-            raise ValueError(f"media.fetch_allow: bad entry {raw!r} (a host, *.domain, an address or a network)")
+            raise ValueError(
+                f"media.fetch_allow: bad entry {raw!r} (a host, *.domain, an address or a network)"
+            )
         else:
             hosts.add(entry)
     return AllowList(networks=tuple(networks), hosts=frozenset(hosts), suffixes=tuple(suffixes))

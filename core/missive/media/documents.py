@@ -97,7 +97,9 @@ def pdf_sections(data: bytes, *, max_pages: int, path: str) -> list[Section]:
             try:
                 opened = reader.decrypt("")
             except (DependencyError, NotImplementedError) as exc:
-                raise MediaError(path, f"the PDF is encrypted in a way this server cannot open ({exc})") from None
+                raise MediaError(
+                    path, f"the PDF is encrypted in a way this server cannot open ({exc})"
+                ) from None
             if not opened:
                 raise MediaError(path, "the PDF is encrypted with a password; send it decrypted")
         count = len(reader.pages)
@@ -117,8 +119,18 @@ def pdf_sections(data: bytes, *, max_pages: int, path: str) -> list[Section]:
         raise MediaError(
             path, "the PDF cannot be read: a stream in it expands beyond pypdf's decompression limit"
         ) from None
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError,
-            OSError, AssertionError, ZeroDivisionError) as exc:
+    except (
+        PdfReadError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        RecursionError,
+        OSError,
+        AssertionError,
+        ZeroDivisionError,
+    ) as exc:
         raise MediaError(path, f"the PDF cannot be read ({type(exc).__name__}: {exc})") from None
 
 

@@ -167,7 +167,9 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
             timeout, a connection failure.
     """
     if not policy.enabled:
-        raise MediaError(path, "url sources are turned off on this server (media.fetch_urls); send the data as base64")
+        raise MediaError(
+            path, "url sources are turned off on this server (media.fetch_urls); send the data as base64"
+        )
     try:
         current = _checked_url(httpx.URL(url), path)
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
@@ -180,7 +182,9 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
             ) as client:
                 while True:
                     if current.scheme not in ("http", "https"):
-                        raise MediaError(path, f"cannot fetch {current}: only http and https URLs are fetched")
+                        raise MediaError(
+                            path, f"cannot fetch {current}: only http and https URLs are fetched"
+                        )
                     ip = await _checked_address(current, policy, path)
                     request = build_request(current, ip)
                     response = await client.send(request, stream=True)
@@ -192,10 +196,14 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
                             try:
                                 current = _checked_url(current.join(response.headers["location"]), path)
                             except (httpx.InvalidURL, ValueError) as exc:
-                                raise MediaError(path, f"{current} redirects to an invalid URL: {exc}") from None
+                                raise MediaError(
+                                    path, f"{current} redirects to an invalid URL: {exc}"
+                                ) from None
                             continue
                         if not 200 <= response.status_code < 300:
-                            raise MediaError(path, f"fetching {current} failed: the server answered {response.status_code}")
+                            raise MediaError(
+                                path, f"fetching {current} failed: the server answered {response.status_code}"
+                            )
                         data = await _read_body(response, current, max_bytes, path)
                         content_type = response.headers.get("content-type")
                     finally:
@@ -221,7 +229,9 @@ def _checked_url(url: httpx.URL, path: str) -> httpx.URL:
         MediaError: naming the problem without repeating the credentials.
     """
     if url.userinfo:
-        raise MediaError(path, "URLs with credentials (user:password@) are not fetched; send the data as base64")
+        raise MediaError(
+            path, "URLs with credentials (user:password@) are not fetched; send the data as base64"
+        )
     if url.port is not None and not 0 < url.port < 65536:
         raise MediaError(path, f"not a valid URL: port {url.port} is out of range")
     return url

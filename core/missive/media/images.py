@@ -35,7 +35,13 @@ if TYPE_CHECKING:  # Pillow is imported when an image is decoded, not with this 
     from PIL.Image import Resampling
 
 __all__ = [
-    "sniff_image", "image_size", "prepare_image", "upright", "to_8bit", "PillowImageProcessor", "PlaceholderImageProcessor",
+    "sniff_image",
+    "image_size",
+    "prepare_image",
+    "upright",
+    "to_8bit",
+    "PillowImageProcessor",
+    "PlaceholderImageProcessor",
 ]
 
 _PIL_FORMATS = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
@@ -66,9 +72,13 @@ def _open(data: bytes, media_type: str, path: str) -> PillowImage:
         except Image.DecompressionBombError as exc:
             raise MediaError(path, f"image refused as a decompression bomb ({exc})") from None
         except UnidentifiedImageError:
-            raise MediaError(path, f"the {_NAMES[media_type]} image is truncated or corrupt (its header cannot be read)") from None
+            raise MediaError(
+                path, f"the {_NAMES[media_type]} image is truncated or corrupt (its header cannot be read)"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's file
-            raise MediaError(path, f"the {_NAMES[media_type]} image cannot be read ({type(exc).__name__}: {exc})") from None
+            raise MediaError(
+                path, f"the {_NAMES[media_type]} image cannot be read ({type(exc).__name__}: {exc})"
+            ) from None
 
 
 def image_size(image: SourceBytes, *, max_side: int, max_pixels: int) -> tuple[int, int]:
@@ -195,7 +205,11 @@ def _prepare(
             ) from None
         # EXIF orientation (phone photos): the pixels are turned upright here,
         # since backends differ in whether they read it.
-        orientation = img.getexif().get(_ORIENTATION, 1) if media_type in ("image/jpeg", "image/webp", "image/png") else 1
+        orientation = (
+            img.getexif().get(_ORIENTATION, 1)
+            if media_type in ("image/jpeg", "image/webp", "image/png")
+            else 1
+        )
         turned = isinstance(orientation, int) and 2 <= orientation <= 8
         if fits and frames == 1 and media_type in target.accept and not turned:
             return ImageInput(media_type=media_type, data=image.data, width=width, height=height)

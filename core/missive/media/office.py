@@ -109,10 +109,14 @@ class OfficeDocumentProcessor(DocumentProcessor):
 
     def process(self, document: SourceBytes) -> list[Section]:
         kind = f"{_KIND[document.media_type]} file"
-        check_zip(document.data, max_unpacked=self.config.office_max_unpacked_bytes, path=document.path, kind=kind)
+        check_zip(
+            document.data, max_unpacked=self.config.office_max_unpacked_bytes, path=document.path, kind=kind
+        )
         try:
             return _READERS[document.media_type](document.data)
         except MediaError:
             raise
         except Exception as exc:  # noqa: BLE001 - any parser failure is the client's file
-            raise MediaError(document.path, f"the {kind} cannot be read ({type(exc).__name__}: {exc})") from None
+            raise MediaError(
+                document.path, f"the {kind} cannot be read ({type(exc).__name__}: {exc})"
+            ) from None

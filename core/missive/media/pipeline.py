@@ -38,6 +38,7 @@ import anyio
 from pydantic import ValidationError
 
 from ..config import ConfigError, MediaConfig
+from ..kernel.specs import DocumentProcessorSpec, ImageProcessorSpec, load_object
 from ..protocol.errors import MediaError, MissiveError
 from ..protocol.schema.blocks import (
     Base64Source,
@@ -50,7 +51,6 @@ from ..protocol.schema.blocks import (
     ToolResultBlock,
     UrlSource,
 )
-from ..kernel.specs import DocumentProcessorSpec, ImageProcessorSpec, load_object
 from .addresses import parse_allow_list
 from .documents import PDF_MEDIA_TYPE, render_document
 from .fetch import FetchPolicy, fetch
@@ -194,7 +194,9 @@ class MediaPipeline:
             self._built[key] = cls(self.config)
         return self._built[key]
 
-    def _image_processor(self, media_type: str, accept: frozenset[str], path: str) -> tuple[str, ImageProcessor]:
+    def _image_processor(
+        self, media_type: str, accept: frozenset[str], path: str
+    ) -> tuple[str, ImageProcessor]:
         if not accept:
             name = self.config.image_fallback
             if name is None:  # check_request refuses before; kept as a guard
@@ -270,14 +272,20 @@ class MediaPipeline:
         if isinstance(source, Base64Source):
             if source.media_type not in IMAGE_MEDIA_TYPES:
                 raise MediaError(
-                    f"{spath}.media_type", "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'"
+                    f"{spath}.media_type",
+                    "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
                 )
             data = self._decode_base64(source.data, f"{spath}.data", limit)
             actual = sniff_image(data)
             if actual is None:
-                raise MediaError(spath, "the data is not a JPEG, PNG, GIF or WebP image (its first bytes match none of them)")
+                raise MediaError(
+                    spath,
+                    "the data is not a JPEG, PNG, GIF or WebP image (its first bytes match none of them)",
+                )
             if actual != source.media_type:
-                raise MediaError(spath, f"the image was declared as {source.media_type}, but its bytes are {actual}")
+                raise MediaError(
+                    spath, f"the image was declared as {source.media_type}, but its bytes are {actual}"
+                )
             raw = SourceBytes(data=data, media_type=actual, path=spath)
             cache = True
         elif isinstance(source, UrlSource):
@@ -317,7 +325,9 @@ class MediaPipeline:
                     return media
         return content_type or "application/octet-stream"
 
-    async def _document(self, block: DocumentBlock, path: str, target: ImageTarget, prepared: Prepared) -> list[Any]:
+    async def _document(
+        self, block: DocumentBlock, path: str, target: ImageTarget, prepared: Prepared
+    ) -> list[Any]:
         source = block.source
         spath = f"{path}.source"
         limit = self.config.document_max_bytes
@@ -372,7 +382,9 @@ class MediaPipeline:
 
     # -- the request -------------------------------------------------------------------
 
-    async def prepare(self, request: Any, *, input_media: frozenset[str], max_edge: int | None, model: str) -> Prepared:
+    async def prepare(
+        self, request: Any, *, input_media: frozenset[str], max_edge: int | None, model: str
+    ) -> Prepared:
         """Process every image and document block of ``request``.
 
         Args:
@@ -406,4 +418,3 @@ class MediaPipeline:
         elif isinstance(block, DocumentBlock):
             prepared.replacements[id(block)] = await self._document(block, path, target, prepared)
             prepared.processed["document"] += 1
-

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import abc
 import base64
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -43,20 +43,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..media.types import ImageInput, ImageMarker
+from ..protocol.ids import backend_tool_id
 from ..protocol.schema.blocks import (
     DocumentBlock,
     ImageBlock,
     SearchResultBlock,
-    ThinkingBlock,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
-from ..protocol.ids import backend_tool_id
 from ..protocol.schema.request import CountTokensRequest
-from ..media.types import ImageInput, ImageMarker
-from .system_turns import SystemNote, segments, system_note
 from ..tools.server import is_server_block, split_server_blocks
+from .system_turns import SystemNote, segments, system_note
 
 __all__ = ["Turn", "Conversation", "build_conversation", "continue_after", "unrendered_media"]
 
@@ -250,7 +250,9 @@ def _backend_ids(block: Any) -> Any:
     chat template see the ids the model produced."""
     if isinstance(block, ToolUseBlock) and block.id != (original := backend_tool_id(block.id)):
         return block.model_copy(update={"id": original})
-    if isinstance(block, ToolResultBlock) and block.tool_use_id != (original := backend_tool_id(block.tool_use_id)):
+    if isinstance(block, ToolResultBlock) and block.tool_use_id != (
+        original := backend_tool_id(block.tool_use_id)
+    ):
         return block.model_copy(update={"tool_use_id": original})
     return block
 
@@ -267,7 +269,9 @@ def unrendered_media(request: CountTokensRequest) -> list[str]:
             where = "a system message" if message.role == "system" else "an assistant prefill"
             for b, block in enumerate(message.blocks()):
                 if isinstance(block, (ImageBlock, DocumentBlock)):
-                    paths.append(f"messages.{m}.content.{b} ({block.type} in {where}: not shown to the model)")
+                    paths.append(
+                        f"messages.{m}.content.{b} ({block.type} in {where}: not shown to the model)"
+                    )
     return paths
 
 

@@ -154,7 +154,12 @@ def build_generation(
     notes.ignore(skipped if can_call else [*skipped, *server_block_paths(req)])
     server_call, tools, choice = server_first(req, caps, tools, choice, server_tools)
     check_request(
-        req, caps, model=target.model_id, driver=target.driver, tools=tools, tool_choice=choice,
+        req,
+        caps,
+        model=target.model_id,
+        driver=target.driver,
+        tools=tools,
+        tool_choice=choice,
         image_fallback=image_fallback,
     )
     replay = check_replayed_thinking(req.messages, signer)
@@ -171,11 +176,15 @@ def build_generation(
     if conversation.prefill is not None and req.messages[-1].role == "assistant":
         # The answer continues the prefill's text; reasoning before it is not rendered.
         last = len(req.messages) - 1
-        before_prefill = [f"messages.{m}.content.{b} (thinking before a prefill)" for m, b in replay.kept if m == last]
+        before_prefill = [
+            f"messages.{m}.content.{b} (thinking before a prefill)" for m, b in replay.kept if m == last
+        ]
         notes.dropped_thinking.extend(sorted(before_prefill))
     max_tokens = req.max_tokens or 0
     if target.max_output_tokens is not None:
-        max_tokens = min(max_tokens, target.max_output_tokens)  # clamped like the context: ends with max_tokens
+        max_tokens = min(
+            max_tokens, target.max_output_tokens
+        )  # clamped like the context: ends with max_tokens
     return GenerationRequest(
         request_id=request_id,
         model=target.model_id,
@@ -216,8 +225,14 @@ async def prepare_generation(
         MediaError: an image or document block that cannot be used.
     """
     generation = build_generation(
-        req, target, request_id=request_id, signer=signer, notes=notes, headers=headers,
-        server_tools=server_tools, image_fallback=media.image_fallback is not None,
+        req,
+        target,
+        request_id=request_id,
+        signer=signer,
+        notes=notes,
+        headers=headers,
+        server_tools=server_tools,
+        image_fallback=media.image_fallback is not None,
         cleared_thinking=cleared_thinking,
     )
     if req.media_types():

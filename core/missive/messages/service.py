@@ -145,7 +145,13 @@ class Messages:
         return await self.models.ensure_loaded(model_id)
 
     async def prepare(
-        self, req: CountTokensRequest, model_id: str, driver: Driver, caller: Caller, *, fallback: bool = False
+        self,
+        req: CountTokensRequest,
+        model_id: str,
+        driver: Driver,
+        caller: Caller,
+        *,
+        fallback: bool = False,
     ) -> Prepared:
         """Everything the core checks and converts before ``driver`` sees ``req``.
 
@@ -158,10 +164,19 @@ class Messages:
         """
         target = Target(model_id, driver.name, driver.capabilities, driver.entry.max_output_tokens)
 
-        async def base(edited: CountTokensRequest, cleared: frozenset[int], notes: Notes) -> GenerationRequest:
+        async def base(
+            edited: CountTokensRequest, cleared: frozenset[int], notes: Notes
+        ) -> GenerationRequest:
             return await prepare_generation(
-                edited, target, request_id=caller.request_id, signer=self.signer, notes=notes, media=self.media,
-                record=caller.record, headers=caller.headers, server_tools=self.server_tools,
+                edited,
+                target,
+                request_id=caller.request_id,
+                signer=self.signer,
+                notes=notes,
+                media=self.media,
+                record=caller.record,
+                headers=caller.headers,
+                server_tools=self.server_tools,
                 cleared_thinking=cleared,
             )
 
@@ -185,9 +200,17 @@ class Messages:
             admit = self._admit(prepared)
         req = prepared.request
         stream = finish_stream(
-            MessageStream(driver, prepared.generation, message_id=message_id(), model=req.model,
-                          signer=self.signer, server_tools=self.server_tools),
-            prepared.extras, self.signer, fallback_model=req.model if prepared.fallback else None,
+            MessageStream(
+                driver,
+                prepared.generation,
+                message_id=message_id(),
+                model=req.model,
+                signer=self.signer,
+                server_tools=self.server_tools,
+            ),
+            prepared.extras,
+            self.signer,
+            fallback_model=req.model if prepared.fallback else None,
         )
         if driver.capabilities.in_process:
             first = await stream.start()
@@ -241,8 +264,13 @@ class Messages:
             except TRIGGERS as exc:
                 if n + 1 == len(chain):
                     raise
-                log.info("model %s cannot take the request (%s: %s); trying fallback %s",
-                         attempt.model_id, exc.error_type, exc.message, chain[n + 1].request.model)
+                log.info(
+                    "model %s cannot take the request (%s: %s); trying fallback %s",
+                    attempt.model_id,
+                    exc.error_type,
+                    exc.message,
+                    chain[n + 1].request.model,
+                )
                 # Named in the log line, counted in missive:fallbacks_total.
                 record.fallbacks.append((attempt.model_id, chain[n + 1].model_id, exc.error_type))
         raise AssertionError("an empty fallback chain")  # attempts() always holds the requested model
@@ -263,4 +291,3 @@ class Messages:
         prepared = await self.prepare(req, model_id, driver, caller)
         tokens = await driver.count_tokens(prepared.generation)
         return count_tokens_body(tokens, req, prepared.extras)
-

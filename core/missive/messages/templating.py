@@ -36,7 +36,9 @@ def _tojson(value: Any, indent: int | None = None, **_: Any) -> str:
 @lru_cache(maxsize=16)
 def compile_template(source: str) -> Any:
     """Compile a chat template once (cached by source text)."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -161,7 +163,17 @@ def render_segments(
     pattern = _control_pattern(tuple(control_texts))
     if pattern is None:
         return [
-            (render_prompt(template_source, messages, prefill=prefill, bos_token=bos_token, eos_token=eos_token, **kwargs), False)
+            (
+                render_prompt(
+                    template_source,
+                    messages,
+                    prefill=prefill,
+                    bos_token=bos_token,
+                    eos_token=eos_token,
+                    **kwargs,
+                ),
+                False,
+            )
         ]
     found: list[str] = []
     tag = str(secrets.randbits(64))  # digits and private-use marks: nothing | upper or | trim changes

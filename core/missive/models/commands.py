@@ -13,7 +13,14 @@ from .sources import LocalModel, ModelRefError, model_facts, parse_ref, resolve
 from .sources.catalogue import CatalogueRow
 from .sources.local import human_size
 
-__all__ = ["progress_on_terminal", "pull", "configured_references", "add_served_models", "describe", "render_rows"]
+__all__ = [
+    "progress_on_terminal",
+    "pull",
+    "configured_references",
+    "add_served_models",
+    "describe",
+    "render_rows",
+]
 
 
 def progress_on_terminal() -> None:
@@ -132,15 +139,17 @@ def render_rows(rows: list[CatalogueRow]) -> str:
     notes: list[str] = []
     for row in rows:
         source = row.kind if row.kind != "configured" else f"configured ({row.driver})"
-        table.append((
-            row.name,
-            human_size(row.size) if row.size is not None else "-",
-            row.quantization or "-",
-            str(row.context_length) if row.context_length else "-",
-            row.template_family or "-",
-            row.sampling or "-",
-            source,
-        ))
+        table.append(
+            (
+                row.name,
+                human_size(row.size) if row.size is not None else "-",
+                row.quantization or "-",
+                str(row.context_length) if row.context_length else "-",
+                row.template_family or "-",
+                row.sampling or "-",
+                source,
+            )
+        )
         if row.error:
             notes.append(f"{row.name}: {row.error}")
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]

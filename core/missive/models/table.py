@@ -14,13 +14,13 @@ from typing import Any
 import anyio.to_thread
 
 from ..config import Config, ConfigError, ModelEntry
-from .defaults import choose_default_model
 from ..driver.interface import Driver
-from ..protocol.errors import ApiError, ModelNotFoundError, OverloadedError
 from ..kernel.plugins import Kernel
+from ..kernel.specs import load_object
+from ..protocol.errors import ApiError, ModelNotFoundError, OverloadedError
+from .defaults import choose_default_model
 from .residency import MiB, idle_expired, plan_eviction
 from .sources.local import LocalModel
-from ..kernel.specs import load_object
 
 __all__ = ["ModelTable", "ModelUse", "BUILTIN_DRIVERS"]
 
@@ -124,7 +124,11 @@ class ModelTable:
         try:
             cls = load_object(spec.factory)
         except ImportError as exc:
-            hint = f"pip install 'missive-server[{spec.extra}]'" if spec.extra else "reinstall the plugin that provides it"
+            hint = (
+                f"pip install 'missive-server[{spec.extra}]'"
+                if spec.extra
+                else "reinstall the plugin that provides it"
+            )
             raise ConfigError(
                 f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc
@@ -321,11 +325,15 @@ class ModelTable:
             victims, fits = plan_eviction(need, budget, loaded, self.last_used, busy)
             if fits or not busy:
                 for victim in victims:
-                    await self._unload(victim, "memory", f"to make room for {model_id} in server.memory_budget_mib")
+                    await self._unload(
+                        victim, "memory", f"to make room for {model_id} in server.memory_budget_mib"
+                    )
                 if not fits:
                     log.warning(
                         "model %s needs %d MiB, more than server.memory_budget_mib (%d MiB): loaded alone",
-                        model_id, need // MiB, server.memory_budget_mib,
+                        model_id,
+                        need // MiB,
+                        server.memory_budget_mib,
                     )
                 return
             remaining = deadline - time.monotonic()
@@ -351,7 +359,12 @@ class ModelTable:
             log.exception("closing driver %s of model %s failed", driver.name, model_id)
         self.drivers[model_id] = self._build(model_id, self.entries[model_id])
         self.unloads[(model_id, reason)] += 1
-        log.info("unloaded model %s (%s)", model_id, detail, extra={"fields": {"model": model_id, "reason": reason}})
+        log.info(
+            "unloaded model %s (%s)",
+            model_id,
+            detail,
+            extra={"fields": {"model": model_id, "reason": reason}},
+        )
 
     async def _sweep(self, limits: dict[str, float]) -> None:
         """Unload loaded models idle past their ``idle_unload``, forever."""
@@ -368,7 +381,9 @@ class ModelTable:
                 loaded = {m: limits.get(m) for m in self.started}
                 for model_id in idle_expired(time.monotonic(), loaded, self.last_used, busy):
                     idle = time.monotonic() - self.last_used.get(model_id, 0.0)
-                    await self._unload(model_id, "idle", f"idle for {idle:.1f} s, idle_unload {limits[model_id]:g} s")
+                    await self._unload(
+                        model_id, "idle", f"idle for {idle:.1f} s, idle_unload {limits[model_id]:g} s"
+                    )
 
     async def start(self, *, load_lazy: bool = False) -> None:
         """Fetch every model and load those that are not ``lazy`` (all of
@@ -423,6 +438,8 @@ def _log_choices(model_id: str, driver: Driver) -> None:
         return
     if choices:
         log.info(
-            "model %s ready: %s", model_id, " ".join(f"{k}={v}" for k, v in choices.items()),
+            "model %s ready: %s",
+            model_id,
+            " ".join(f"{k}={v}" for k, v in choices.items()),
             extra={"fields": {"model": model_id, **choices}},
         )

@@ -30,8 +30,17 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "Row", "REQUEST_FIELDS", "BLOCK_TYPES", "THINKING_TYPES", "EDIT_TYPES",
-    "RESPONSE_FIELDS", "USAGE_FIELDS", "RESPONSE_BLOCK_TYPES", "MODEL_FIELDS", "PENDING_MERGE", "markdown",
+    "Row",
+    "REQUEST_FIELDS",
+    "BLOCK_TYPES",
+    "THINKING_TYPES",
+    "EDIT_TYPES",
+    "RESPONSE_FIELDS",
+    "USAGE_FIELDS",
+    "RESPONSE_BLOCK_TYPES",
+    "MODEL_FIELDS",
+    "PENDING_MERGE",
+    "markdown",
 ]
 
 Kind = Literal["handled", "accepted", "ignored", "produced", "absent"]
@@ -59,35 +68,68 @@ def _ignored(what: str, example: Any) -> Row:
 PENDING_MERGE: frozenset[str] = frozenset()
 
 REQUEST_FIELDS: dict[str, Row] = {
-    "model": _h("missive.models.table", "resolved through exact ids, then alias globs; echoed in the response"),
-    "messages": _h("missive.messages.conversation", "validated, folded into one conversation ([Conversation](#conversation))"),
+    "model": _h(
+        "missive.models.table", "resolved through exact ids, then alias globs; echoed in the response"
+    ),
+    "messages": _h(
+        "missive.messages.conversation",
+        "validated, folded into one conversation ([Conversation](#conversation))",
+    ),
     "system": _h("missive.messages.conversation", "the leading system prompt"),
-    "max_tokens": _h("missive.driver.interface", "clamped to the model's output cap and context ([max_tokens](#max_tokens))"),
+    "max_tokens": _h(
+        "missive.driver.interface",
+        "clamped to the model's output cap and context ([max_tokens](#max_tokens))",
+    ),
     "stream": _h("missive.server.routes.messages", "SSE when true"),
-    "stop_sequences": _h("missive.messages.stop_sequences", "matched in the core ([Stop sequences](#stop-sequences))"),
+    "stop_sequences": _h(
+        "missive.messages.stop_sequences", "matched in the core ([Stop sequences](#stop-sequences))"
+    ),
     "metadata": Row("accepted", "`user_id` is not used (no per-user state)"),
     "tools": _h("missive.tools.definitions", "offered to the model ([tools.md](tools.md))"),
     "tool_choice": _h("missive.tools.definitions", "enforced exactly where the driver declares the mode"),
-    "thinking": _h("missive.thinking.plan", "mapped to the model's reasoning switch ([thinking.md](thinking.md))"),
-    "output_config": _h("missive.thinking.plan", "`effort` sets the reasoning depth; `format` needs `structured_output`"),
+    "thinking": _h(
+        "missive.thinking.plan", "mapped to the model's reasoning switch ([thinking.md](thinking.md))"
+    ),
+    "output_config": _h(
+        "missive.thinking.plan", "`effort` sets the reasoning depth; `format` needs `structured_output`"
+    ),
     "cache_control": Row("accepted", "prompt prefixes are reused automatically"),
-    "context_management": _h("missive.context.editing", "edits applied before rendering ([Context editing](#context-editing))"),
-    "compaction": _h("missive.context.compaction", "the model summarises the conversation ([Compaction](#compaction))"),
-    "fallbacks": _h("missive.context.fallbacks", "tried in order when a model is overloaded ([Fallbacks](#fallbacks))"),
-    "thread": _h("missive.threads.thread", "server-held conversation state ([Message threads](#message-threads))"),
-    "diagnostics": _h("missive.threads.fingerprint", "`cache_miss_reason` ([Cache diagnostics](#cache-diagnostics))"),
-    "speed": _h("missive.context.routing", '`"standard"` is what every model does; `"fast"` is reported as ignored'),
+    "context_management": _h(
+        "missive.context.editing", "edits applied before rendering ([Context editing](#context-editing))"
+    ),
+    "compaction": _h(
+        "missive.context.compaction", "the model summarises the conversation ([Compaction](#compaction))"
+    ),
+    "fallbacks": _h(
+        "missive.context.fallbacks", "tried in order when a model is overloaded ([Fallbacks](#fallbacks))"
+    ),
+    "thread": _h(
+        "missive.threads.thread", "server-held conversation state ([Message threads](#message-threads))"
+    ),
+    "diagnostics": _h(
+        "missive.threads.fingerprint", "`cache_miss_reason` ([Cache diagnostics](#cache-diagnostics))"
+    ),
+    "speed": _h(
+        "missive.context.routing", '`"standard"` is what every model does; `"fast"` is reported as ignored'
+    ),
     "inference_geo": _ignored("inference runs where the server runs", "us"),
     "service_tier": _ignored("one service tier", "auto"),
     "container": _ignored("no code execution containers", "container_1"),
-    "mcp_servers": _ignored("no MCP connector", [{"type": "url", "url": "https://example.invalid/mcp", "name": "x"}]),
+    "mcp_servers": _ignored(
+        "no MCP connector", [{"type": "url", "url": "https://example.invalid/mcp", "name": "x"}]
+    ),
     "billing_policy": _ignored("no billing", {"type": "billing_policy", "bill_to": "self"}),
     "fallback_credit_token": _ignored("no billing, and no model refuses", "tok"),
-    "betas": _ignored("the `anthropic-beta` header: each value is reported, never rejected", ("anthropic-beta", "x-test-2026-01-01")),
+    "betas": _ignored(
+        "the `anthropic-beta` header: each value is reported, never rejected",
+        ("anthropic-beta", "x-test-2026-01-01"),
+    ),
     "user_profile_id": _ignored(
         "the `anthropic-user-profile-id` header: no user profiles", ("anthropic-user-profile-id", "uprof_1")
     ),
-    "workspace_id": _ignored("the `anthropic-workspace-id` header: one workspace", ("anthropic-workspace-id", "wrkspc_1")),
+    "workspace_id": _ignored(
+        "the `anthropic-workspace-id` header: one workspace", ("anthropic-workspace-id", "wrkspc_1")
+    ),
 }
 
 _SERVER_TOOL = "a server tool Missive does not run; left out of the prompt"
@@ -98,43 +140,72 @@ BLOCK_TYPES: dict[str, Row] = {
     "document": _h("missive.media.pipeline", "turned into text ([media.md](media.md))"),
     "search_result": _h("missive.messages.conversation", "rendered as text"),
     "thinking": _h("missive.thinking.replay", "kept when its signature is this server's"),
-    "redacted_thinking": Row("accepted", "left out of the prompt (nothing a local model can read), named in `missive-dropped-thinking`"),
+    "redacted_thinking": Row(
+        "accepted",
+        "left out of the prompt (nothing a local model can read), named in `missive-dropped-thinking`",
+    ),
     "tool_use": _h("missive.tools.history", "rendered; pairing checked"),
     "tool_result": _h("missive.tools.history", "rendered; pairing checked"),
-    "server_tool_use": _h("missive.tools.server", "`web_search`/`web_fetch` calls rendered with their results; others ignored"),
+    "server_tool_use": _h(
+        "missive.tools.server", "`web_search`/`web_fetch` calls rendered with their results; others ignored"
+    ),
     "web_search_tool_result": _h("missive.tools.server", "rendered with its call"),
     "web_fetch_tool_result": _h("missive.tools.server", "rendered with its call"),
     "compaction": _h("missive.context.compaction", "verified and rendered as the summary"),
     "fallback": Row("accepted", "not rendered, as the API does"),
-    "advisor_tool_result": _ignored(_SERVER_TOOL, {"type": "advisor_tool_result", "tool_use_id": "srvtoolu_1", "content": []}),
-    "code_execution_tool_result": _ignored(_SERVER_TOOL, {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}),
+    "advisor_tool_result": _ignored(
+        _SERVER_TOOL, {"type": "advisor_tool_result", "tool_use_id": "srvtoolu_1", "content": []}
+    ),
+    "code_execution_tool_result": _ignored(
+        _SERVER_TOOL, {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}
+    ),
     "bash_code_execution_tool_result": _ignored(
         _SERVER_TOOL, {"type": "bash_code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}
     ),
     "text_editor_code_execution_tool_result": _ignored(
-        _SERVER_TOOL, {"type": "text_editor_code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}
+        _SERVER_TOOL,
+        {"type": "text_editor_code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": {}},
     ),
-    "tool_search_tool_result": _ignored(_SERVER_TOOL, {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}),
-    "mcp_tool_use": _ignored(_SERVER_TOOL, {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "x", "server_name": "s", "input": {}}),
-    "mcp_tool_result": _ignored(_SERVER_TOOL, {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": "x"}),
+    "tool_search_tool_result": _ignored(
+        _SERVER_TOOL, {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}
+    ),
+    "mcp_tool_use": _ignored(
+        _SERVER_TOOL,
+        {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "x", "server_name": "s", "input": {}},
+    ),
+    "mcp_tool_result": _ignored(
+        _SERVER_TOOL, {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": "x"}
+    ),
     "mcp_tool_listing": _ignored(_SERVER_TOOL, {"type": "mcp_tool_listing", "server_name": "s", "tools": []}),
     "container_upload": _ignored(_SERVER_TOOL, {"type": "container_upload", "file_id": "file_1"}),
     "tool_addition": _ignored(
         "inline tool changes are not applied: send tools in `tools`",
-        {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": {"name": "x", "input_schema": {"type": "object"}}}},
+        {
+            "type": "tool_addition",
+            "tool": {
+                "type": "tool_definition",
+                "definition": {"name": "x", "input_schema": {"type": "object"}},
+            },
+        },
     ),
-    "tool_removal": _ignored("inline tool changes are not applied: send tools in `tools`", {"type": "tool_removal", "name": "x"}),
+    "tool_removal": _ignored(
+        "inline tool changes are not applied: send tools in `tools`", {"type": "tool_removal", "name": "x"}
+    ),
 }
 
 THINKING_TYPES: dict[str, Row] = {
     "enabled": _h("missive.thinking.plan", "reasoning on with a budget; needs the `thinking` capability"),
     "adaptive": _h("missive.thinking.plan", "reasoning on; the model decides"),
     "disabled": _h("missive.thinking.plan", "reasoning off"),
-    "between_tools": _h("missive.thinking.between_tools", "reasoning off; text before a tool call returned as thinking"),
+    "between_tools": _h(
+        "missive.thinking.between_tools", "reasoning off; text before a tool call returned as thinking"
+    ),
 }
 
 EDIT_TYPES: dict[str, Row] = {
-    "clear_tool_uses_20250919": _h("missive.context.editing", "older tool results (and inputs) replaced by a placeholder"),
+    "clear_tool_uses_20250919": _h(
+        "missive.context.editing", "older tool results (and inputs) replaced by a placeholder"
+    ),
     "clear_thinking_20251015": _h("missive.context.editing", "thinking of older assistant turns left out"),
     "compact_20260112": _ignored(
         "automatic compaction is not run; send `compaction` to compact", {"type": "compact_20260112"}
@@ -142,18 +213,37 @@ EDIT_TYPES: dict[str, Row] = {
 }
 
 RESPONSE_FIELDS: dict[str, Row] = {
-    **{name: Row("produced", "always", "missive.messages.stream") for name in ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")},
-    "context_management": Row("produced", "`applied_edits`, when the request had `context_management`", "missive.context.response"),
-    "diagnostics": Row("produced", "`cache_miss_reason`, with `diagnostics.previous_message_id`", "missive.threads.keeper"),
+    **{
+        name: Row("produced", "always", "missive.messages.stream")
+        for name in ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
+    },
+    "context_management": Row(
+        "produced", "`applied_edits`, when the request had `context_management`", "missive.context.response"
+    ),
+    "diagnostics": Row(
+        "produced", "`cache_miss_reason`, with `diagnostics.previous_message_id`", "missive.threads.keeper"
+    ),
     "container": Row("absent", "no code execution containers"),
     "stop_details": Row("absent", "no model refuses for policy"),
-    "input_transformations": Row("absent", "dropped thinking is reported in the `missive-dropped-thinking` header"),
+    "input_transformations": Row(
+        "absent", "dropped thinking is reported in the `missive-dropped-thinking` header"
+    ),
 }
 
 USAGE_FIELDS: dict[str, Row] = {
-    **{name: Row("produced", "always", "missive.messages.stream") for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")},
+    **{
+        name: Row("produced", "always", "missive.messages.stream")
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        )
+    },
     "server_tool_use": Row("produced", "when a server tool was called", "missive.messages.stream"),
-    "iterations": Row("produced", "a `fallback_message` entry when a fallback model answered", "missive.context.response"),
+    "iterations": Row(
+        "produced", "a `fallback_message` entry when a fallback model answered", "missive.context.response"
+    ),
     "cache_creation": Row("absent", "automatic prefix caching has no cache writes by TTL"),
     "output_tokens_details": Row("absent", "reasoning tokens are counted in `output_tokens`"),
     "service_tier": Row("absent", "one service tier"),
@@ -169,26 +259,47 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
     "thinking": Row("produced", "reasoning, signed", "missive.messages.stream"),
     "tool_use": Row("produced", "client tool calls", "missive.messages.stream"),
     "server_tool_use": Row("produced", "`web_search`/`web_fetch` calls", "missive.tools.server"),
-    "web_search_tool_result": Row("produced", "the results where `[server_tools]` runs searches, else the `unavailable` error", "missive.tools.server_runner"),
-    "web_fetch_tool_result": Row("produced", "the page where `[server_tools]` runs fetches, else the `unavailable` error", "missive.tools.server_runner"),
+    "web_search_tool_result": Row(
+        "produced",
+        "the results where `[server_tools]` runs searches, else the `unavailable` error",
+        "missive.tools.server_runner",
+    ),
+    "web_fetch_tool_result": Row(
+        "produced",
+        "the page where `[server_tools]` runs fetches, else the `unavailable` error",
+        "missive.tools.server_runner",
+    ),
     "compaction": Row("produced", "the answer of a compaction request", "missive.context.compaction"),
     "redacted_thinking": Row("absent", "reasoning is never redacted"),
     "fallback": Row("absent", "no model starts answering and then declines"),
     **{
         name: Row("absent", _NOT_RUN)
         for name in (
-            "advisor_tool_result", "code_execution_tool_result", "bash_code_execution_tool_result",
-            "text_editor_code_execution_tool_result", "tool_search_tool_result", "mcp_tool_use",
-            "mcp_tool_result", "container_upload", "mcp_tool_listing",
+            "advisor_tool_result",
+            "code_execution_tool_result",
+            "bash_code_execution_tool_result",
+            "text_editor_code_execution_tool_result",
+            "tool_search_tool_result",
+            "mcp_tool_use",
+            "mcp_tool_result",
+            "container_upload",
+            "mcp_tool_listing",
         )
     },
 }
 
 MODEL_FIELDS: dict[str, Row] = {
-    **{name: Row("produced", "always", "missive.server.routes.models") for name in ("id", "type", "display_name", "created_at")},
+    **{
+        name: Row("produced", "always", "missive.server.routes.models")
+        for name in ("id", "type", "display_name", "created_at")
+    },
     "max_input_tokens": Row("produced", "the context window, when known", "missive.server.routes.models"),
-    "max_tokens": Row("produced", "`max_output_tokens`, else the context window", "missive.server.routes.models"),
-    "capabilities": Row("produced", "every key, from the driver's capabilities and overrides", "missive.context.capabilities"),
+    "max_tokens": Row(
+        "produced", "`max_output_tokens`, else the context window", "missive.server.routes.models"
+    ),
+    "capabilities": Row(
+        "produced", "every key, from the driver's capabilities and overrides", "missive.context.capabilities"
+    ),
     "lifecycle": Row("produced", "`active` unless configured `deprecated`", "missive.context.capabilities"),
     "deprecated_at": Row("produced", "configured, else null", "missive.context.capabilities"),
     "retires_at": Row("produced", "configured, else null", "missive.context.capabilities"),

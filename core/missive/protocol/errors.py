@@ -84,8 +84,7 @@ class CapabilityError(InvalidRequestError):
 
     def __init__(self, *, capability: str, model: str, driver: str, supported: str) -> None:
         super().__init__(
-            f"{capability} is not supported by model '{model}' (driver '{driver}'); "
-            f"supported: {supported}"
+            f"{capability} is not supported by model '{model}' (driver '{driver}'); supported: {supported}"
         )
         self.capability = capability
 

@@ -45,6 +45,7 @@ def _long_number(data: bytes | str) -> bool:
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     return _LONG_RUN in raw.translate(_DIGITS_AS_ZERO)
 
+
 #: What :func:`loads_exact` returns when orjson cannot read the input exactly.
 NOT_READ: Any = object()
 

@@ -73,7 +73,9 @@ def client_tool_id(backend_id: str | None) -> str:
         return tool_use_id()
     if TOOL_ID_PATTERN.match(backend_id) and not backend_id.startswith(_WRAPPED):
         return backend_id
-    return _WRAPPED + base64.urlsafe_b64encode(backend_id.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+    return _WRAPPED + base64.urlsafe_b64encode(backend_id.encode("utf-8", "surrogatepass")).decode().rstrip(
+        "="
+    )
 
 
 def backend_tool_id(client_id: str) -> str:
@@ -81,7 +83,7 @@ def backend_tool_id(client_id: str) -> str:
     :func:`client_tool_id`); ids Missive did not wrap are returned as they are."""
     if not client_id.startswith(_WRAPPED):
         return client_id
-    encoded = client_id[len(_WRAPPED):]
+    encoded = client_id[len(_WRAPPED) :]
     try:
         return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
     except (binascii.Error, ValueError):

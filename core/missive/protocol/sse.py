@@ -195,8 +195,14 @@ async def paced(
     stop_error: Callable[[], BaseException] | None = None,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """:func:`paced_batches`, one event at a time (same arguments, same rules)."""
-    batches = paced_batches(source, ping_interval=ping_interval, delta_interval=delta_interval,
-                            read_ahead=read_ahead, stop=stop, stop_error=stop_error)
+    batches = paced_batches(
+        source,
+        ping_interval=ping_interval,
+        delta_interval=delta_interval,
+        read_ahead=read_ahead,
+        stop=stop,
+        stop_error=stop_error,
+    )
     try:
         async for batch in batches:
             for event in batch:

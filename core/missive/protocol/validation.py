@@ -69,7 +69,8 @@ def _path(loc: tuple[Any, ...]) -> str:
         text = str(item)
         last = i == len(loc) - 1  # a tag is followed by the field it names; last, it is a field ("text")
         is_label = isinstance(item, str) and (
-            "[" in text or text in {"str", "int", "float", "bool", "dict", "list", "none"}
+            "[" in text
+            or text in {"str", "int", "float", "bool", "dict", "list", "none"}
             or (isinstance(previous, int) and text in _BLOCK_TAGS and not last)
             or (previous == "tool_choice" and text in _CHOICE_TAGS)
             or (previous == "source" and text in _SOURCE_TAGS)
@@ -81,9 +82,19 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 
 _BLOCK_TAGS = {
-    "text", "image", "document", "search_result", "tool_use", "tool_result", "thinking",
-    "redacted_thinking", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-    "server_tool", "unknown",
+    "text",
+    "image",
+    "document",
+    "search_result",
+    "tool_use",
+    "tool_result",
+    "thinking",
+    "redacted_thinking",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "server_tool",
+    "unknown",
 }
 _CHOICE_TAGS = {"auto", "any", "none", "tool"}
 _SOURCE_TAGS = {"base64", "url", "file", "text", "content"}
@@ -93,11 +104,14 @@ def _drop_shadowed_branches(errors: list[Any]) -> list[Any]:
     """For ``str | list[...]`` fields, keep the list branch's precise errors and
     drop "Input should be a valid string" when the client clearly sent a list."""
     list_prefixes = {
-        tuple(err["loc"][: i]) for err in errors for i, part in enumerate(err["loc"])
+        tuple(err["loc"][:i])
+        for err in errors
+        for i, part in enumerate(err["loc"])
         if isinstance(part, str) and part.startswith("list[")
     }
     return [
-        err for err in errors
+        err
+        for err in errors
         if not (err["loc"] and err["loc"][-1] == "str" and tuple(err["loc"][:-1]) in list_prefixes)
     ]
 

@@ -27,8 +27,13 @@ from typing import ClassVar, Union
 from ..tools.parsers.base import Reasoning, Text
 
 __all__ = [
-    "ReasoningParser", "TagReasoningParser", "ReasoningEvent", "ThinkParser", "MistralThinkParser",
-    "SeedThinkParser", "Gemma4ThinkParser",
+    "ReasoningParser",
+    "TagReasoningParser",
+    "ReasoningEvent",
+    "ThinkParser",
+    "MistralThinkParser",
+    "SeedThinkParser",
+    "Gemma4ThinkParser",
 ]
 
 ReasoningEvent = Union[Text, Reasoning]

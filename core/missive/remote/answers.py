@@ -81,4 +81,3 @@ def describe(exc: BaseException, name: str | None = None) -> str:
     """``"ConnectError: [Errno 111] Connection refused"``: an exception for a
     log line, under ``name`` (the policy's word for it) when given."""
     return f"{name or type(exc).__name__}: {exc}".rstrip(": ")
-

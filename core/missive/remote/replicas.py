@@ -156,8 +156,9 @@ class ReplicaPool:
         return replica
 
     @contextlib.asynccontextmanager
-    async def acquire(self, exclude: Collection[Replica] = (), route: RouteKey | None = None
-                      ) -> AsyncIterator[Replica]:
+    async def acquire(
+        self, exclude: Collection[Replica] = (), route: RouteKey | None = None
+    ) -> AsyncIterator[Replica]:
         """Hold the chosen replica for one request (its ``outstanding`` count is
         raised until the block exits, also on cancellation).
 
@@ -193,7 +194,9 @@ class ReplicaPool:
         """Seconds until the next health probe of a replica that is down
         (at least 1): what a 529 suggests as ``retry-after``."""
         now = time.monotonic()
-        waits = [r.next_probe_at - now for r in self.replicas if not r.healthy and r.next_probe_at is not None]
+        waits = [
+            r.next_probe_at - now for r in self.replicas if not r.healthy and r.next_probe_at is not None
+        ]
         return max(1, int(min(waits) + 0.999)) if waits else 1
 
     def _overloaded(self, exclude: Collection[Replica]) -> OverloadedError:

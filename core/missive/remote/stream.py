@@ -15,9 +15,9 @@ import aiohttp
 import anyio
 
 from ..protocol.errors import OverloadedError
-from .replicas import Replica
 from ..routing.prefix import RouteKey
 from .answers import END_GRACE, Classify, Failover, sse_done
+from .replicas import Replica
 
 if TYPE_CHECKING:
     from .transport import RemoteTransport
@@ -46,8 +46,15 @@ class RemoteStream:
         replica: the replica answering (None until one did).
     """
 
-    def __init__(self, transport: RemoteTransport, method: str, path: str, json: Any,
-                 classify: Classify | None = None, route: RouteKey | None = None) -> None:
+    def __init__(
+        self,
+        transport: RemoteTransport,
+        method: str,
+        path: str,
+        json: Any,
+        classify: Classify | None = None,
+        route: RouteKey | None = None,
+    ) -> None:
         self._transport = transport
         self._route = route
         self._classify = classify
@@ -84,8 +91,9 @@ class RemoteStream:
                 raise transport._none_left(tried, skipped) from None
             self._held = replica
             try:
-                outcome = await transport._attempt(replica, self._method, self._path, self._json, stream=True,
-                                                   classify=self._classify)
+                outcome = await transport._attempt(
+                    replica, self._method, self._path, self._json, stream=True, classify=self._classify
+                )
             except BaseException:
                 self._release()
                 raise
@@ -162,7 +170,7 @@ class RemoteStream:
             async for line in lines:
                 if not line.startswith("data:"):
                     continue
-                data = line[len("data:"):].strip()
+                data = line[len("data:") :].strip()
                 if data == "[DONE]":
                     self.sse_ended = True  # lines() reads the body's end: go on, the connection is reused
                     continue

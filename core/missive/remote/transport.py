@@ -77,22 +77,35 @@ import httpx
 
 from ..protocol import fastjson
 from ..protocol.errors import BadGatewayError, MissiveError, OverloadedError, TimeoutError_
-from .replicas import Replica, ReplicaPool
 from ..routing.policy import LeastOutstanding
 from ..routing.prefix import RouteKey
 from .answers import END_GRACE, Answer, Classify, Failover, describe, sse_done
+from .replicas import Replica, ReplicaPool
 from .stream import RemoteStream
 
-__all__ = ["Failover", "Classify", "Answer", "RemoteTransport", "RemoteStream", "describe", "sse_done",
-           "END_GRACE"]
+__all__ = [
+    "Failover",
+    "Classify",
+    "Answer",
+    "RemoteTransport",
+    "RemoteStream",
+    "describe",
+    "sse_done",
+    "END_GRACE",
+]
 
 
 #: Errors before the status line, after connecting, that mean the replica is
 #: not serving (marked down, next replica), once a second try on a fresh
 #: connection failed too: a reset or closed connection, an answer that is not
 #: HTTP. Timeouts are not among them.
-_REPLICA_DOWN = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError,
-                 aiohttp.ClientResponseError, ConnectionError)
+_REPLICA_DOWN = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientOSError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ClientResponseError,
+    ConnectionError,
+)
 
 
 #: Methods aiohttp itself sends once more when the connection is closed or
@@ -161,7 +174,9 @@ class RemoteTransport:
         # The replica probes (rare, off the request path) keep httpx, as the
         # media fetcher does: see missive.remote.replicas.
         self.probe_client = httpx.AsyncClient(headers=dict(headers or {}))
-        self.pool = ReplicaPool(urls, client=self.probe_client, name=name, health_path=health_path, policy=policy)
+        self.pool = ReplicaPool(
+            urls, client=self.probe_client, name=name, health_path=health_path, policy=policy
+        )
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -171,8 +186,9 @@ class RemoteTransport:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30, ssl=_tls_context()),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
-                                              sock_read=self.read_timeout),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
+                ),
                 headers=self.headers,
                 trust_env=False,
             )
@@ -232,18 +248,23 @@ class RemoteTransport:
         retry_after = self.retry_after or self.pool.retry_after()
         if skipped and not skipped[-1][1].down:
             replica, failover = skipped[-1]
-            return OverloadedError(f"{self.backend} at {replica.url} (model '{self.name}') is busy: "
-                                   f"{failover.reason}", retry_after=retry_after)
+            return OverloadedError(
+                f"{self.backend} at {replica.url} (model '{self.name}') is busy: {failover.reason}",
+                retry_after=retry_after,
+            )
         what = "every replica failed" if tried else "no healthy replica"
         failures = "; ".join(f"{r.url}: {r.last_error}" for r in self.pool.replicas if r.last_error)
-        return OverloadedError(f"{self.backend} of model '{self.name}' is unavailable ({what}: "
-                               f"{failures or 'unknown error'}); retry later",
-                               retry_after=retry_after)
+        return OverloadedError(
+            f"{self.backend} of model '{self.name}' is unavailable ({what}: "
+            f"{failures or 'unknown error'}); retry later",
+            retry_after=retry_after,
+        )
 
     # -- one attempt ------------------------------------------------------------
 
-    async def _attempt(self, replica: Replica, method: str, path: str, json: Any, *,
-                       stream: bool, classify: Classify | None) -> aiohttp.ClientResponse | Answer | Failover:
+    async def _attempt(
+        self, replica: Replica, method: str, path: str, json: Any, *, stream: bool, classify: Classify | None
+    ) -> aiohttp.ClientResponse | Answer | Failover:
         """Send once to ``replica``: the 2xx response (body unread when
         ``stream``, else read whole as an :class:`Answer`), or a :class:`Failover`.
 
@@ -252,8 +273,9 @@ class RemoteTransport:
             MissiveError: ``classify``'s error for the status.
         """
         try:
-            response = await self.session.request(method, replica.url + path, data=_body(json),
-                                                  proxy=self._proxy(replica.url))
+            response = await self.session.request(
+                method, replica.url + path, data=_body(json), proxy=self._proxy(replica.url)
+            )
         except aiohttp.ConnectionTimeoutError as exc:
             return Failover(describe(exc, "ConnectTimeout"))
         except (aiohttp.SocketTimeoutError, asyncio.TimeoutError):
@@ -268,8 +290,9 @@ class RemoteTransport:
         except _REPLICA_DOWN as exc:
             return Failover(describe(exc), once_more=True)
         except aiohttp.ClientError as exc:  # an unsupported URL, a protocol error of our own
-            raise BadGatewayError(f"could not send to {self.backend} of model '{self.name}' at "
-                                  f"{replica.url}: {describe(exc)}") from None
+            raise BadGatewayError(
+                f"could not send to {self.backend} of model '{self.name}' at {replica.url}: {describe(exc)}"
+            ) from None
         if 200 <= response.status < 300:
             if stream:
                 return response
@@ -293,8 +316,14 @@ class RemoteTransport:
             raise verdict
         return verdict
 
-    def _note(self, replica: Replica, failover: Failover, tried: set[Replica],
-              skipped: list[tuple[Replica, Failover]], again: set[Replica]) -> bool:
+    def _note(
+        self,
+        replica: Replica,
+        failover: Failover,
+        tried: set[Replica],
+        skipped: list[tuple[Replica, Failover]],
+        again: set[Replica],
+    ) -> bool:
         """Count a failover; False when the request should first be tried once
         more (``once_more``, the first time for this replica)."""
         if failover.once_more and replica not in again:
@@ -308,8 +337,15 @@ class RemoteTransport:
 
     # -- requests ---------------------------------------------------------------
 
-    async def request(self, method: str, path: str, json: Any = None, *,
-                      classify: Classify | None = None, route: RouteKey | None = None) -> Answer:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        classify: Classify | None = None,
+        route: RouteKey | None = None,
+    ) -> Answer:
         """``method path`` with a JSON body, to the healthy replica the
         replica policy picks for ``route`` (None: the least busy), failing
         over by the policy: the first successful answer (2xx, body read).
@@ -339,7 +375,9 @@ class RemoteTransport:
             assert isinstance(outcome, Answer)
             return outcome
 
-    async def json(self, method: str, path: str, json: Any = None, *, classify: Classify | None = None) -> Any:
+    async def json(
+        self, method: str, path: str, json: Any = None, *, classify: Classify | None = None
+    ) -> Any:
         """:meth:`request`, then the answer's JSON.
 
         Raises:
@@ -353,8 +391,15 @@ class RemoteTransport:
                 f"{self.backend} of model '{self.name}' answered {path} with malformed JSON"
             ) from None
 
-    def stream(self, method: str, path: str, json: Any = None, *,
-               classify: Classify | None = None, route: RouteKey | None = None) -> RemoteStream:
+    def stream(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        classify: Classify | None = None,
+        route: RouteKey | None = None,
+    ) -> RemoteStream:
         """Start a streaming request now, in a task (see :class:`RemoteStream`;
         ``classify`` and ``route`` as in :meth:`request`). Must be called
         from the event loop."""

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["with_model_chain"]
 
 
-def with_model_chain(req: MessagesRequest, configured: Sequence[str | Mapping[str, Any]],
-                     enabled: bool) -> MessagesRequest:
+def with_model_chain(
+    req: MessagesRequest, configured: Sequence[str | Mapping[str, Any]], enabled: bool
+) -> MessagesRequest:
     """``req`` (a validated Messages request) asking for its model's
     ``configured`` chain when ``enabled``, it names no ``fallbacks`` and the
     chain is not empty; else ``req`` unchanged."""

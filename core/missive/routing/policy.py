@@ -80,8 +80,15 @@ from pydantic import BaseModel, Field
 
 from .prefix import BLOCK_CHARS, CHARS_PER_TOKEN, PrefixIndex, RouteKey
 
-__all__ = ["ReplicaRouting", "ReplicaPolicy", "LeastOutstanding", "PrefixAffinity", "policy_for", "Loaded",
-           "REASONS"]
+__all__ = [
+    "ReplicaRouting",
+    "ReplicaPolicy",
+    "LeastOutstanding",
+    "PrefixAffinity",
+    "policy_for",
+    "Loaded",
+    "REASONS",
+]
 
 #: Why a replica was chosen, as counted in ``/metrics``.
 REASONS = ("prefix", "session", "least_outstanding")
@@ -174,8 +181,13 @@ class PrefixAffinity(LeastOutstanding):
 
     name = "prefix"
 
-    def __init__(self, load_bound: float = 1.25, capacity_blocks: int = 16384,
-                 max_sessions: int = MAX_SESSIONS, load_slack: float = 2.0) -> None:
+    def __init__(
+        self,
+        load_bound: float = 1.25,
+        capacity_blocks: int = 16384,
+        max_sessions: int = MAX_SESSIONS,
+        load_slack: float = 2.0,
+    ) -> None:
         super().__init__()
         if load_bound < 1:
             raise ValueError("load_bound must be at least 1")

@@ -76,14 +76,17 @@ class RouteKey:
     def of_text(cls, text: str, session: str | None = None, *, block_chars: int = BLOCK_CHARS) -> RouteKey:
         """The key of a prompt's text: its whole ``block_chars`` blocks."""
         whole = len(text) - len(text) % block_chars
-        return cls(_chain(text[i:i + block_chars] for i in range(0, whole, block_chars)), session)
+        return cls(_chain(text[i : i + block_chars] for i in range(0, whole, block_chars)), session)
 
     @classmethod
-    def of_tokens(cls, tokens: Sequence[int], session: str | None = None, *,
-                  block_tokens: int = BLOCK_TOKENS) -> RouteKey:
+    def of_tokens(
+        cls, tokens: Sequence[int], session: str | None = None, *, block_tokens: int = BLOCK_TOKENS
+    ) -> RouteKey:
         """The key of a prompt's tokens: its whole ``block_tokens`` blocks."""
         whole = len(tokens) - len(tokens) % block_tokens
-        return cls(_chain(tuple(tokens[i:i + block_tokens]) for i in range(0, whole, block_tokens)), session)
+        return cls(
+            _chain(tuple(tokens[i : i + block_tokens]) for i in range(0, whole, block_tokens)), session
+        )
 
     @classmethod
     def of_chat(cls, body: Mapping[str, Any], session: str | None = None) -> RouteKey:

@@ -75,8 +75,15 @@ class RoutingRule(BaseModel):
 
     @model_validator(mode="after")
     def _has_a_condition(self) -> RoutingRule:
-        if not self.model and self.images is None and self.min_prompt_tokens is None and self.thinking is None:
-            raise ValueError(f"rule '{self.name}' has no condition (model, images, min_prompt_tokens or thinking)")
+        if (
+            not self.model
+            and self.images is None
+            and self.min_prompt_tokens is None
+            and self.thinking is None
+        ):
+            raise ValueError(
+                f"rule '{self.name}' has no condition (model, images, min_prompt_tokens or thinking)"
+            )
         return self
 
     def describe(self) -> str:
@@ -89,8 +96,11 @@ class RoutingRule(BaseModel):
         if self.min_prompt_tokens is not None:
             parts.append(f"prompt >= {self.min_prompt_tokens} tokens (estimated)")
         if self.thinking is not None:
-            kinds = self.thinking if isinstance(self.thinking, list) else (["enabled", "adaptive"] if self.thinking
-                                                                            else [])
+            kinds = (
+                self.thinking
+                if isinstance(self.thinking, list)
+                else (["enabled", "adaptive"] if self.thinking else [])
+            )
             parts.append(f"thinking ({', '.join(kinds)})" if kinds else "no thinking")
         return f"{' and '.join(parts)} -> {self.to}"
 
@@ -140,23 +150,31 @@ class RoutingRules:
             served, or two rules share a name.
     """
 
-    def __init__(self, config: RoutingConfig, models: Sequence[str],
-                 fallbacks: Mapping[str, Sequence[str | Mapping[str, Any]]] | None = None) -> None:
+    def __init__(
+        self,
+        config: RoutingConfig,
+        models: Sequence[str],
+        fallbacks: Mapping[str, Sequence[str | Mapping[str, Any]]] | None = None,
+    ) -> None:
         from ..config import ConfigError  # config imports this module for RoutingConfig
 
         for model_id, chain in (fallbacks or {}).items():
             for entry in chain:
                 target = entry if isinstance(entry, str) else entry.get("model")
                 if target not in models:
-                    raise ConfigError(f"models.{model_id}.fallbacks names '{target}', which is not a served model "
-                                      f"(served: {', '.join(models) or 'none'})")
+                    raise ConfigError(
+                        f"models.{model_id}.fallbacks names '{target}', which is not a served model "
+                        f"(served: {', '.join(models) or 'none'})"
+                    )
         self.default_fallbacks = config.default_fallbacks
         self.fallbacks = dict(fallbacks or {})
         names = [rule.name for rule in config.rules]
         for rule in config.rules:
             if rule.to not in models:
-                raise ConfigError(f"routing rule '{rule.name}' sends requests to '{rule.to}', which is not a "
-                                  f"served model (served: {', '.join(models) or 'none'})")
+                raise ConfigError(
+                    f"routing rule '{rule.name}' sends requests to '{rule.to}', which is not a "
+                    f"served model (served: {', '.join(models) or 'none'})"
+                )
             if names.count(rule.name) > 1:
                 raise ConfigError(f"two routing rules are named '{rule.name}'")
         self.rules = list(config.rules)

@@ -58,40 +58,90 @@ _QWEN3_INSTRUCT = Values(0.7, 0.8, 20, 0.0)
 
 #: The table (docs/models.md repeats it with the sources).
 FAMILIES: tuple[Family, ...] = (
-    Family("qwen3-coder", r"qwen3-coder", Values(0.7, 0.8, 20),
-           "Qwen/Qwen3-Coder-30B-A3B-Instruct model card, Best Practices"),
-    Family("qwen3-thinking-2507", r"qwen3(?![.\d]).*thinking", _QWEN3_THINKING,
-           "Qwen/Qwen3-4B-Thinking-2507 model card, Best Practices"),
-    Family("qwen3-instruct-2507", r"qwen3(?![.\d]).*instruct", _QWEN3_INSTRUCT,
-           "Qwen/Qwen3-4B-Instruct-2507 model card, Best Practices"),
-    Family("qwen3", r"qwen3(?![.\d])", _QWEN3_INSTRUCT,
-           "Qwen/Qwen3-8B model card, Best Practices (thinking and non-thinking mode)",
-           thinking=_QWEN3_THINKING),
+    Family(
+        "qwen3-coder",
+        r"qwen3-coder",
+        Values(0.7, 0.8, 20),
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct model card, Best Practices",
+    ),
+    Family(
+        "qwen3-thinking-2507",
+        r"qwen3(?![.\d]).*thinking",
+        _QWEN3_THINKING,
+        "Qwen/Qwen3-4B-Thinking-2507 model card, Best Practices",
+    ),
+    Family(
+        "qwen3-instruct-2507",
+        r"qwen3(?![.\d]).*instruct",
+        _QWEN3_INSTRUCT,
+        "Qwen/Qwen3-4B-Instruct-2507 model card, Best Practices",
+    ),
+    Family(
+        "qwen3",
+        r"qwen3(?![.\d])",
+        _QWEN3_INSTRUCT,
+        "Qwen/Qwen3-8B model card, Best Practices (thinking and non-thinking mode)",
+        thinking=_QWEN3_THINKING,
+    ),
     Family("qwq", r"qwq", Values(0.6, 0.95, 40, 0.0), "Qwen/QwQ-32B model card, Usage Guidelines"),
-    Family("deepseek-r1", r"deepseek-r1", Values(0.6, 0.95),
-           "deepseek-ai/DeepSeek-R1 model card, Usage Recommendations"),
-    Family("minimax-m2", r"minimax-m2", Values(1.0, 0.95, 40),
-           "MiniMaxAI/MiniMax-M2 model card, recommended inference parameters"),
-    Family("glm-4.5+", r"glm-4\.[5-7]", Values(1.0, 0.95, 40),
-           "zai-org/GLM-4.6 model card, evaluation parameters"),
-    Family("kimi-k2-thinking", r"kimi-k2.*thinking", Values(1.0),
-           "moonshotai/Kimi-K2-Thinking model card, recommended temperature"),
-    Family("kimi-k2", r"kimi-k2", Values(0.6),
-           "moonshotai/Kimi-K2-Instruct model card, recommended temperature"),
-    Family("seed-oss", r"seed-oss", Values(1.1, 0.95),
-           "ByteDance-Seed/Seed-OSS-36B-Instruct model card, inference"),
-    Family("gpt-oss", r"gpt-oss", Values(1.0, 1.0),
-           "openai/gpt-oss repository README, recommended sampling"),
-    Family("magistral", r"magistral", Values(0.7, 0.95),
-           "mistralai/Magistral-Small-2509 model card, sampling"),
-    Family("devstral", r"devstral", Values(0.15),
-           "mistralai/Devstral-Small-2507 model card, recommended temperature"),
-    Family("mistral-small-3", r"mistral-small-3", Values(0.15),
-           "mistralai/Mistral-Small-3.2-24B-Instruct-2506 model card, recommended temperature"),
-    Family("gemma-3", r"gemma-?3(?![.\d])", Values(1.0, 0.95, 64, 0.0),
-           "google/gemma-3 generation_config.json (top_k 64, top_p 0.95), recommended temperature 1.0"),
-    Family("smollm3", r"smollm3", Values(0.6, 0.95),
-           "HuggingFaceTB/SmolLM3-3B model card, recommended sampling"),
+    Family(
+        "deepseek-r1",
+        r"deepseek-r1",
+        Values(0.6, 0.95),
+        "deepseek-ai/DeepSeek-R1 model card, Usage Recommendations",
+    ),
+    Family(
+        "minimax-m2",
+        r"minimax-m2",
+        Values(1.0, 0.95, 40),
+        "MiniMaxAI/MiniMax-M2 model card, recommended inference parameters",
+    ),
+    Family(
+        "glm-4.5+",
+        r"glm-4\.[5-7]",
+        Values(1.0, 0.95, 40),
+        "zai-org/GLM-4.6 model card, evaluation parameters",
+    ),
+    Family(
+        "kimi-k2-thinking",
+        r"kimi-k2.*thinking",
+        Values(1.0),
+        "moonshotai/Kimi-K2-Thinking model card, recommended temperature",
+    ),
+    Family(
+        "kimi-k2", r"kimi-k2", Values(0.6), "moonshotai/Kimi-K2-Instruct model card, recommended temperature"
+    ),
+    Family(
+        "seed-oss",
+        r"seed-oss",
+        Values(1.1, 0.95),
+        "ByteDance-Seed/Seed-OSS-36B-Instruct model card, inference",
+    ),
+    Family("gpt-oss", r"gpt-oss", Values(1.0, 1.0), "openai/gpt-oss repository README, recommended sampling"),
+    Family(
+        "magistral", r"magistral", Values(0.7, 0.95), "mistralai/Magistral-Small-2509 model card, sampling"
+    ),
+    Family(
+        "devstral",
+        r"devstral",
+        Values(0.15),
+        "mistralai/Devstral-Small-2507 model card, recommended temperature",
+    ),
+    Family(
+        "mistral-small-3",
+        r"mistral-small-3",
+        Values(0.15),
+        "mistralai/Mistral-Small-3.2-24B-Instruct-2506 model card, recommended temperature",
+    ),
+    Family(
+        "gemma-3",
+        r"gemma-?3(?![.\d])",
+        Values(1.0, 0.95, 64, 0.0),
+        "google/gemma-3 generation_config.json (top_k 64, top_p 0.95), recommended temperature 1.0",
+    ),
+    Family(
+        "smollm3", r"smollm3", Values(0.6, 0.95), "HuggingFaceTB/SmolLM3-3B model card, recommended sampling"
+    ),
 )
 
 _SEPARATORS = re.compile(r"[\s_]+")

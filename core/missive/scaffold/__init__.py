@@ -56,8 +56,10 @@ def write_skeleton(name: str, parent: Path) -> Path:
         )
     taken = _taken(name)
     if taken:
-        raise ValueError(f"driver name {name!r} is taken: {taken}; installing the skeleton would replace it. "
-                         "Pick another name")
+        raise ValueError(
+            f"driver name {name!r} is taken: {taken}; installing the skeleton would replace it. "
+            "Pick another name"
+        )
     suffix = name.replace("-", "_")
     values = {
         "name": name,

@@ -76,7 +76,9 @@ class Permit:
         preempted: a waiting request asked for this background permit.
     """
 
-    def __init__(self, gate: Gate, *, background: bool = False, on_preempt: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, gate: Gate, *, background: bool = False, on_preempt: Callable[[], None] | None = None
+    ) -> None:
         self._gate: Gate | None = gate
         self._since = time.monotonic()
         self._loop = asyncio.get_running_loop()
@@ -212,7 +214,10 @@ class Gate:
         self._waiters.append(waiter)
         log.info(
             "queued for model %s: position %d, %d generating (max_concurrency %s)",
-            self.model, len(self._waiters), self.running, self.limit,
+            self.model,
+            len(self._waiters),
+            self.running,
+            self.limit,
         )
         self._preempt_for_waiters()
         queued_at = time.monotonic()
@@ -225,8 +230,11 @@ class Gate:
                 self._release(None)
             else:
                 self._discard(waiter)
-                log.info("left the queue of model %s (client gone) after %.1f s",
-                         self.model, time.monotonic() - queued_at)
+                log.info(
+                    "left the queue of model %s (client gone) after %.1f s",
+                    self.model,
+                    time.monotonic() - queued_at,
+                )
             raise
         finally:
             timer.cancel()

@@ -17,12 +17,15 @@ from quart import Quart, Request, Response, g, request
 from quart.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from ..protocol import fastjson
-from .admission import Admission
 from ..batches.service import Batches
-from .capture import write_capture
-from ..console.history import History
 from ..config import Config
+from ..console.history import History
+from ..kernel.plugins import Kernel
+from ..keys.service import KeyServices
+from ..media.pipeline import MediaPipeline
+from ..messages.service import Messages
+from ..models.table import ModelTable
+from ..protocol import fastjson
 from ..protocol.errors import (
     ApiError,
     InvalidRequestError,
@@ -31,21 +34,18 @@ from ..protocol.errors import (
     RequestTooLargeError,
 )
 from ..protocol.ids import request_id
+from ..routing.rules import RoutingRules
 from ..thinking.signing import load_signer
-from ..kernel.plugins import Kernel
-from ..keys.service import KeyServices
-from .logs import log_request, request_id_var
-from ..media.pipeline import MediaPipeline
-from ..messages.service import Messages
+from ..threads.store import ResponseStore
 from ..tools.server_runner import ServerToolRunner, build_search_provider
 from ..tools.warm import warm_up
+from .admission import Admission
+from .capture import write_capture
+from .logs import log_request, request_id_var
 from .metrics import Metrics
-from ..models.table import ModelTable
 from .record import RequestRecord, endpoint_label
-from ..routing.rules import RoutingRules
 from .services import EXTENSION, Services
 from .shutdown import Drain
-from ..threads.store import ResponseStore
 from .workers import PUBLISH_INTERVAL
 
 __all__ = ["create_app", "error_response"]
@@ -64,9 +64,7 @@ def error_response(exc: MissiveError) -> Response:
     record = getattr(g, "record", None)
     if record is not None and record.error_type is None:
         record.error_type = exc.error_type
-    response = Response(
-        _json(exc.envelope(rid)), status=exc.status, content_type="application/json"
-    )
+    response = Response(_json(exc.envelope(rid)), status=exc.status, content_type="application/json")
     if exc.retry_after is not None:
         response.headers["retry-after"] = str(min(60, max(0, int(exc.retry_after))))
     if exc.should_retry is False:
@@ -143,8 +141,11 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     """
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
-    routing = RoutingRules(config.routing, list(models.drivers),
-                           {model_id: entry.fallbacks for model_id, entry in models.entries.items()})
+    routing = RoutingRules(
+        config.routing,
+        list(models.drivers),
+        {model_id: entry.fallbacks for model_id, entry in models.entries.items()},
+    )
     signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
     media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
     server_tools = ServerToolRunner(
@@ -172,11 +173,24 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
     metrics.batches.attach(batches)
     history = History()  # what the web console shows of the past (missive.console)
-    messages = Messages(models=models, admission=admission, signer=signer, media=media, server_tools=server_tools)
+    messages = Messages(
+        models=models, admission=admission, signer=signer, media=media, server_tools=server_tools
+    )
     app.extensions[EXTENSION] = Services(
-        config=config, kernel=kernel, models=models, signer=signer, media=media, server_tools=server_tools,
-        routing=routing, admission=admission, metrics=metrics, drain=drain, batches=batches, keys=keys,
-        responses=ResponseStore(config.threads.max_count, config.threads.max_bytes), history=history,
+        config=config,
+        kernel=kernel,
+        models=models,
+        signer=signer,
+        media=media,
+        server_tools=server_tools,
+        routing=routing,
+        admission=admission,
+        metrics=metrics,
+        drain=drain,
+        batches=batches,
+        keys=keys,
+        responses=ResponseStore(config.threads.max_count, config.threads.max_bytes),
+        history=history,
         messages=messages,
     )
     publishing: list[asyncio.Task[None]] = []

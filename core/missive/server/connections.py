@@ -69,8 +69,10 @@ def install() -> bool:
         return True
     expected = ("_read_data", "protocol_send", "_close", "_idle_timeout")
     if _worker_class() is not TCPServer or not all(hasattr(TCPServer, name) for name in expected):
-        log.warning("Hypercorn's asyncio connections are not the expected ones: connections closed by their "
-                    "client may stay open until keep_alive_timeout")
+        log.warning(
+            "Hypercorn's asyncio connections are not the expected ones: connections closed by their "
+            "client may stay open until keep_alive_timeout"
+        )
         return False
     setattr(hypercorn_run, _NAME, PromptCloseTCPServer)  # looked up for each connection by worker_serve
     return True

@@ -51,6 +51,7 @@ def set_worker(index: int | None) -> None:
     global _worker
     _worker = index
 
+
 #: Loggers given Missive's handler: its own, and Hypercorn's when ``missive
 #: serve`` runs it (so every line has one format).
 LOGGERS = ("missive", "hypercorn.error", "hypercorn.access")
@@ -73,7 +74,9 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         rid = getattr(record, "request_id", None)
         out: dict[str, Any] = {
-            "timestamp": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "timestamp": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -116,7 +119,11 @@ def log_request(record: RequestRecord) -> None:
     level = logging.DEBUG if record.quiet else logging.INFO
     access_log.log(
         level,
-        "%s %s %s %s", record.method, record.path, record.status, parts,
+        "%s %s %s %s",
+        record.method,
+        record.path,
+        record.status,
+        parts,
         extra={"request_id": record.request_id, "fields": fields},
     )
 

@@ -23,18 +23,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client import values
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    values,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from ..remote.replicas import redact_url
 
 if TYPE_CHECKING:
-    from .admission import Admission
     from ..models.table import ModelTable
+    from .admission import Admission
     from .record import RequestRecord
 
 __all__ = ["Metrics", "LoadCollector", "PREFIX", "CONTENT_TYPE"]
@@ -47,6 +54,7 @@ PREFIX = "missive:"
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 MODEL = "model_name"
 
+# fmt: off
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so quantiles compare.
 TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
@@ -59,6 +67,7 @@ REQUEST_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
     960.0, 1920.0, 7680.0,
 )
+# fmt: on
 # Queue waits are often zero or a few milliseconds: finer buckets below vLLM's 0.3 s.
 QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, *REQUEST_BUCKETS)
 #: How the workers' scrape-time gauges combine (:mod:`missive.server.workers`;
@@ -92,58 +101,90 @@ class Metrics:
         self.registry = CollectorRegistry()
         r, m = self.registry, [MODEL]
         self.requests = Counter(
-            f"{PREFIX}requests", "HTTP requests to the API, by model, route, status and error type "
+            f"{PREFIX}requests",
+            "HTTP requests to the API, by model, route, status and error type "
             "(error_type is empty for a success).",
-            [MODEL, "endpoint", "status", "error_type"], registry=r,
+            [MODEL, "endpoint", "status", "error_type"],
+            registry=r,
         )
         self.request_success = Counter(
-            f"{PREFIX}request_success", "Messages that ended without an error, by stop reason.",
-            [MODEL, "finished_reason"], registry=r,
+            f"{PREFIX}request_success",
+            "Messages that ended without an error, by stop reason.",
+            [MODEL, "finished_reason"],
+            registry=r,
         )
         self.prompt_tokens = Counter(
-            f"{PREFIX}prompt_tokens", "Prompt tokens of started messages (input, cache read and cache "
-            "creation tokens together).", m, registry=r,
+            f"{PREFIX}prompt_tokens",
+            "Prompt tokens of started messages (input, cache read and cache creation tokens together).",
+            m,
+            registry=r,
         )
         self.prompt_tokens_cached = Counter(
-            f"{PREFIX}prompt_tokens_cached", "Prompt tokens served from the prefix cache (cache_read_input_tokens).",
-            m, registry=r,
+            f"{PREFIX}prompt_tokens_cached",
+            "Prompt tokens served from the prefix cache (cache_read_input_tokens).",
+            m,
+            registry=r,
         )
         self.generation_tokens = Counter(
-            f"{PREFIX}generation_tokens", "Output tokens of messages whose usage was sent.", m, registry=r,
+            f"{PREFIX}generation_tokens",
+            "Output tokens of messages whose usage was sent.",
+            m,
+            registry=r,
         )
         self.time_to_first_token = Histogram(
-            f"{PREFIX}time_to_first_token_seconds", "Seconds from a request's arrival to its first content event.",
-            m, buckets=TTFT_BUCKETS, registry=r,
+            f"{PREFIX}time_to_first_token_seconds",
+            "Seconds from a request's arrival to its first content event.",
+            m,
+            buckets=TTFT_BUCKETS,
+            registry=r,
         )
         self.e2e_request_latency = Histogram(
-            f"{PREFIX}e2e_request_latency_seconds", "Seconds from a message request's arrival to the end of its answer.",
-            m, buckets=REQUEST_BUCKETS, registry=r,
+            f"{PREFIX}e2e_request_latency_seconds",
+            "Seconds from a message request's arrival to the end of its answer.",
+            m,
+            buckets=REQUEST_BUCKETS,
+            registry=r,
         )
         self.request_queue_time = Histogram(
-            f"{PREFIX}request_queue_time_seconds", "Seconds a message waited for one of its model's slots.",
-            m, buckets=QUEUE_BUCKETS, registry=r,
+            f"{PREFIX}request_queue_time_seconds",
+            "Seconds a message waited for one of its model's slots.",
+            m,
+            buckets=QUEUE_BUCKETS,
+            registry=r,
         )
         self.request_decode_time = Histogram(
-            f"{PREFIX}request_decode_time_seconds", "Seconds from a message's first content event to its last.",
-            m, buckets=REQUEST_BUCKETS, registry=r,
+            f"{PREFIX}request_decode_time_seconds",
+            "Seconds from a message's first content event to its last.",
+            m,
+            buckets=REQUEST_BUCKETS,
+            registry=r,
         )
         self.time_per_output_token = Histogram(
-            f"{PREFIX}time_per_output_token_seconds", "Mean seconds per output token after the first, one "
+            f"{PREFIX}time_per_output_token_seconds",
+            "Mean seconds per output token after the first, one "
             "observation per message (1 / decode tokens per second).",
-            m, buckets=TPOT_BUCKETS, registry=r,
+            m,
+            buckets=TPOT_BUCKETS,
+            registry=r,
         )
         self.media_processed = Counter(
-            f"{PREFIX}media_processed", "Image and document blocks processed, by kind (image, document).",
-            ["kind"], registry=r,
+            f"{PREFIX}media_processed",
+            "Image and document blocks processed, by kind (image, document).",
+            ["kind"],
+            registry=r,
         )
         self.routing_rules = Counter(
-            f"{PREFIX}routing_rule", "Requests sent to a model by a [[routing.rules]] rule, by rule and the "
-            "model it chose.", [MODEL, "rule"], registry=r,
+            f"{PREFIX}routing_rule",
+            "Requests sent to a model by a [[routing.rules]] rule, by rule and the model it chose.",
+            [MODEL, "rule"],
+            registry=r,
         )
         self.fallbacks = Counter(
-            f"{PREFIX}fallbacks", "Requests a model could not start (529, 429) and passed to the next model of "
+            f"{PREFIX}fallbacks",
+            "Requests a model could not start (529, 429) and passed to the next model of "
             "its fallback chain, by model, fallback model and error type.",
-            [MODEL, "fallback", "error_type"], registry=r,
+            [MODEL, "fallback", "error_type"],
+            registry=r,
         )
         self._load = LoadCollector(models, admission)
         if shared_dir is None:
@@ -254,28 +295,49 @@ class LoadCollector(Collector):
         self.models = models
         self.admission = admission
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+    def _families(
+        self,
+    ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
         return (
-            GaugeMetricFamily(f"{PREFIX}num_requests_running", "Messages holding a slot of their model "
-                              "(generating).", labels=[MODEL]),
-            GaugeMetricFamily(f"{PREFIX}num_requests_waiting", "Messages waiting for a slot of their model.",
-                              labels=[MODEL]),
-            GaugeMetricFamily(f"{PREFIX}replica_healthy", "1 while a replica of a remote backend is in "
-                              "rotation, 0 while it is out (failed, being probed).", labels=[MODEL, "replica"]),
-            CounterMetricFamily(f"{PREFIX}replica_routed", "Generation requests sent to a replica of a remote "
-                                "backend, by why its replica policy chose it: prefix (it held the longest "
-                                "prefix), session (the session's replica), least_outstanding.",
-                                labels=[MODEL, "replica", "route"]),
+            GaugeMetricFamily(
+                f"{PREFIX}num_requests_running",
+                "Messages holding a slot of their model (generating).",
+                labels=[MODEL],
+            ),
+            GaugeMetricFamily(
+                f"{PREFIX}num_requests_waiting", "Messages waiting for a slot of their model.", labels=[MODEL]
+            ),
+            GaugeMetricFamily(
+                f"{PREFIX}replica_healthy",
+                "1 while a replica of a remote backend is in "
+                "rotation, 0 while it is out (failed, being probed).",
+                labels=[MODEL, "replica"],
+            ),
+            CounterMetricFamily(
+                f"{PREFIX}replica_routed",
+                "Generation requests sent to a replica of a remote "
+                "backend, by why its replica policy chose it: prefix (it held the longest "
+                "prefix), session (the session's replica), least_outstanding.",
+                labels=[MODEL, "replica", "route"],
+            ),
         )
 
     def _residency(self) -> tuple[GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily]:
         return (
-            GaugeMetricFamily(f"{PREFIX}model_loaded", "1 while a model is loaded, 0 while it is not (lazy, "
-                              "or unloaded when idle or for memory).", labels=[MODEL]),
-            CounterMetricFamily(f"{PREFIX}model_loads", "Times a model was loaded (at start-up or on demand).",
-                                labels=[MODEL]),
-            CounterMetricFamily(f"{PREFIX}model_unloads", "Times a model was unloaded, by reason: idle "
-                                "(idle_unload) or memory (server.memory_budget_mib).", labels=[MODEL, "reason"]),
+            GaugeMetricFamily(
+                f"{PREFIX}model_loaded",
+                "1 while a model is loaded, 0 while it is not (lazy, or unloaded when idle or for memory).",
+                labels=[MODEL],
+            ),
+            CounterMetricFamily(
+                f"{PREFIX}model_loads", "Times a model was loaded (at start-up or on demand).", labels=[MODEL]
+            ),
+            CounterMetricFamily(
+                f"{PREFIX}model_unloads",
+                "Times a model was unloaded, by reason: idle "
+                "(idle_unload) or memory (server.memory_budget_mib).",
+                labels=[MODEL, "reason"],
+            ),
         )
 
     def describe(self) -> Iterator[Metric]:
@@ -311,10 +373,16 @@ class LoadCollector(Collector):
         yield from self._speculation()
 
     def _speculation(self) -> Iterator[Metric]:
-        drafted = CounterMetricFamily(f"{PREFIX}spec_decode_num_draft_tokens", "Draft tokens a model verified "
-                                      "(speculative decoding).", labels=[MODEL])
-        accepted = CounterMetricFamily(f"{PREFIX}spec_decode_num_accepted_tokens", "Draft tokens the model "
-                                       "accepted (speculative decoding).", labels=[MODEL])
+        drafted = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_draft_tokens",
+            "Draft tokens a model verified (speculative decoding).",
+            labels=[MODEL],
+        )
+        accepted = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_accepted_tokens",
+            "Draft tokens the model accepted (speculative decoding).",
+            labels=[MODEL],
+        )
         for model_id, driver in self.models.drivers.items():
             counts = driver.counters()
             if "spec_decode_draft_tokens" in counts:

@@ -30,9 +30,9 @@ import anyio
 from ..remote.replicas import redact_url
 
 if TYPE_CHECKING:
-    from .admission import Admission
     from ..driver.interface import Driver
     from ..models.table import ModelTable
+    from .admission import Admission
 
 __all__ = ["readiness", "model_status", "CHECK_WAIT", "DRIVER_STATUS_TIMEOUT"]
 
@@ -115,12 +115,19 @@ async def model_status(models: ModelTable, admission: Admission) -> dict[str, di
                 lazy=entry.lazy,
                 idle_unload=entry.idle_unload,
                 memory_bytes=models.memory(model_id),
-                idle_s=round(time.monotonic() - last, 1) if last is not None and not models.uses[model_id] else 0.0,
+                idle_s=round(time.monotonic() - last, 1)
+                if last is not None and not models.uses[model_id]
+                else 0.0,
             )
         pool = driver.replica_pool()
         if pool is not None:
             info["replicas"] = [
-                {"url": redact_url(r.url), "healthy": r.healthy, "outstanding": r.outstanding, "last_error": r.last_error}
+                {
+                    "url": redact_url(r.url),
+                    "healthy": r.healthy,
+                    "outstanding": r.outstanding,
+                    "last_error": r.last_error,
+                }
                 for r in pool.replicas
             ]
         info["driver_status"] = await _driver_status(driver) if model_id in models.started else {}

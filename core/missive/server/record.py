@@ -154,7 +154,12 @@ class RequestRecord:
             self.completed = True
 
     def _usage(self, usage: dict[str, Any]) -> None:
-        for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"):
+        for key in (
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens",
+        ):
             value = usage.get(key)
             if isinstance(value, int):
                 setattr(self, key, value)
@@ -211,7 +216,12 @@ class RequestRecord:
         }
         if self.generated:
             out["stream"] = self.stream
-        for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"):
+        for key in (
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens",
+        ):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value

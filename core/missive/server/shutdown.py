@@ -106,7 +106,9 @@ class Drain:
         log.info(
             "shutting down: new connections refused, %d waiting requests answered 529, %d generations "
             "running may finish within %g s (server.shutdown_grace); signal again to end them now",
-            refused, running, self.grace,
+            refused,
+            running,
+            self.grace,
         )
         self.expires_at = loop.time() + self.grace
         self._timer = loop.call_later(self.grace, self.expire)
@@ -137,11 +139,15 @@ class Drain:
 
     def ended_error(self) -> OverloadedError:
         """The ``overloaded_error`` ending a generation still running after the grace."""
-        when = (f"by a second shutdown signal, before the grace period (server.shutdown_grace = "
-                f"{self.grace:g} s) ran out" if self.ended_early else
-                f"when the shutdown grace period (server.shutdown_grace = {self.grace:g} s) ran out")
-        return OverloadedError(f"{SHUTTING_DOWN}: this answer was ended {when}; {_RETRY}",
-                               retry_after=RETRY_AFTER)
+        when = (
+            f"by a second shutdown signal, before the grace period (server.shutdown_grace = "
+            f"{self.grace:g} s) ran out"
+            if self.ended_early
+            else f"when the shutdown grace period (server.shutdown_grace = {self.grace:g} s) ran out"
+        )
+        return OverloadedError(
+            f"{SHUTTING_DOWN}: this answer was ended {when}; {_RETRY}", retry_after=RETRY_AFTER
+        )
 
     @contextlib.contextmanager
     def cut(self) -> Iterator[None]:

@@ -86,7 +86,16 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..models.table import ModelTable
 
-__all__ = ["check", "settle_batches", "share", "supervise", "listening_sockets", "shared_metrics_dir", "PUBLISH_INTERVAL", "WorkerInfo"]
+__all__ = [
+    "check",
+    "settle_batches",
+    "share",
+    "supervise",
+    "listening_sockets",
+    "shared_metrics_dir",
+    "PUBLISH_INTERVAL",
+    "WorkerInfo",
+]
 
 log = logging.getLogger("missive.workers")
 
@@ -123,8 +132,9 @@ def check(workers: int, models: ModelTable) -> None:
     if workers <= 1:
         return
     if not hasattr(os, "fork"):
-        raise ConfigError(f"server.workers = {workers} needs os.fork, which this platform lacks; "
-                          "set server.workers = 1")
+        raise ConfigError(
+            f"server.workers = {workers} needs os.fork, which this platform lacks; set server.workers = 1"
+        )
     for model_id, driver in models.drivers.items():
         caps = driver.capabilities
         if caps.in_process:
@@ -157,8 +167,11 @@ def settle_batches(config: Config) -> None:
             "serve batches from a missive serve with server.workers = 1, or set batches.enabled = false"
         )
     config.batches.enabled = False
-    log.info("Message Batches are off with server.workers = %d (one process owns the batch database); "
-             "serve them from a missive serve with one worker", workers)
+    log.info(
+        "Message Batches are off with server.workers = %d (one process owns the batch database); "
+        "serve them from a missive serve with one worker",
+        workers,
+    )
 
 
 @contextmanager
@@ -215,8 +228,13 @@ def listening_sockets(host: str, port: int, count: int) -> list[socket.socket]:
     return sockets
 
 
-def supervise(count: int, work: Callable[[int, int], int], *, forked: Callable[[], None] | None = None,
-              on_exit: Callable[[int], None] | None = None) -> int:
+def supervise(
+    count: int,
+    work: Callable[[int, int], int],
+    *,
+    forked: Callable[[], None] | None = None,
+    on_exit: Callable[[int], None] | None = None,
+) -> int:
     """Fork ``count`` workers running ``work(index, control_fd)`` and wait
     for them (module doc, steps 3 to 5). ``control_fd`` is the read end of
     the worker's pipe from the supervisor: one byte per signal received
@@ -230,8 +248,10 @@ def supervise(count: int, work: Callable[[int, int], int], *, forked: Callable[[
         after a signal, else 1 (or the first failing worker's status).
     """
     if threading.active_count() > 1:
-        log.warning("forking workers with %d threads running: only the forking thread goes on in each worker",
-                    threading.active_count())
+        log.warning(
+            "forking workers with %d threads running: only the forking thread goes on in each worker",
+            threading.active_count(),
+        )
     children: dict[int, tuple[int, int]] = {}  # pid -> (index, write end of its pipe)
     received = 0
     stopping = False
@@ -289,7 +309,9 @@ def supervise(count: int, work: Callable[[int, int], int], *, forked: Callable[[
                 continue
             if not stopping:
                 stopping = True
-                log.error("worker %d (pid %d) exited with status %d unasked: stopping the others", index, pid, code)
+                log.error(
+                    "worker %d (pid %d) exited with status %d unasked: stopping the others", index, pid, code
+                )
                 tell(signal.SIGTERM)
             else:
                 log.error("worker %d (pid %d) exited with status %d", index, pid, code)

@@ -19,13 +19,20 @@ from __future__ import annotations
 
 from .contract import DriverContract
 from .driver_units import check_order, collect_events, generation_request, text_of
-from .in_process import InProcessApp, in_process_app, sdk_http
 from .generators import FINALIZED_MARK, GENERATOR_ERRORS, finalized_generators, watch_async_generators
+from .in_process import InProcessApp, in_process_app, sdk_http
 from .poll import until, wait_until
 from .processes import open_fds, rss_mib, tcp_states
 from .servers import (
-    ServerProcess, dump_toml, free_port, live_server, serve_process, start_http_server, stop_http_server,
-    stop_process, tests_state_home,
+    ServerProcess,
+    dump_toml,
+    free_port,
+    live_server,
+    serve_process,
+    start_http_server,
+    stop_http_server,
+    stop_process,
+    tests_state_home,
 )
 from .templates import HARMONY_FEWSHOT, THINKING_CHATML
 from .usage import ask_counted

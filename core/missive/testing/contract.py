@@ -92,7 +92,9 @@ class DriverContract:
             model=self.model, messages=[{"role": "user", "content": self.prompt}]
         ).input_tokens
         usage = client.messages.create(**self._kwargs(max_tokens=5)).usage
-        assert counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        assert (
+            counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        )
 
     def test_contract_max_tokens(self, contract_url: str) -> None:
         msg = self.client(contract_url).messages.create(**self._kwargs(max_tokens=2))

@@ -12,7 +12,11 @@ __all__ = ['generation_request', 'collect_events', 'text_of', 'check_order']
 
 
 def generation_request(
-    messages: list[dict[str, Any]], *, model: str = "test-model", max_tokens: int = 16, driver: Any = None,
+    messages: list[dict[str, Any]],
+    *,
+    model: str = "test-model",
+    max_tokens: int = 16,
+    driver: Any = None,
     **fields: Any,
 ) -> Any:
     """A :class:`~missive.driver.interface.GenerationRequest` built by the
@@ -34,7 +38,9 @@ def generation_request(
     from ..protocol.schema.request import MessagesRequest
     from ..thinking.signing import Signer
 
-    body = MessagesRequest.model_validate({"model": model, "max_tokens": max_tokens, "messages": messages, **fields})
+    body = MessagesRequest.model_validate(
+        {"model": model, "max_tokens": max_tokens, "messages": messages, **fields}
+    )
     if driver is None:
         target = Target(model, "test", _capable())
     else:
@@ -50,7 +56,11 @@ def _capable() -> Any:
 
     modes: frozenset[ToolChoiceMode] = frozenset({"auto", "any", "tool", "none"})
     return Capabilities(
-        tool_choice=modes, strict_tools=modes, parallel_tool_calls=True, thinking=True, structured_output=True,
+        tool_choice=modes,
+        strict_tools=modes,
+        parallel_tool_calls=True,
+        thinking=True,
+        structured_output=True,
         input_media=frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
     )
 

@@ -149,7 +149,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "RepoNotFound", "Repository not found")
             return None
         if repo.token is not None and self.headers.get("authorization") != f"Bearer {repo.token}":
-            self._error(403, "GatedRepo", f"Access to model {repo_id} is restricted and you are not in the authorized list.")
+            self._error(
+                403,
+                "GatedRepo",
+                f"Access to model {repo_id} is restricted and you are not in the authorized list.",
+            )
             return None
         if revision not in (None, "main", repo.commit):
             self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
@@ -171,20 +175,32 @@ class _Handler(BaseHTTPRequestHandler):
             if repo is not None:
                 prefix = (m.group(3) or "").strip("/")
                 items = [
-                    {"type": "file", "oid": hashlib.sha1(name.encode()).hexdigest(), "size": repo.size(name), "path": name,
-                     "lfs": {"oid": repo.sha256(name), "size": repo.size(name), "pointerSize": 134}}
-                    for name in sorted(repo.files) if not prefix or name.startswith(prefix + "/")
+                    {
+                        "type": "file",
+                        "oid": hashlib.sha1(name.encode()).hexdigest(),
+                        "size": repo.size(name),
+                        "path": name,
+                        "lfs": {"oid": repo.sha256(name), "size": repo.size(name), "pointerSize": 134},
+                    }
+                    for name in sorted(repo.files)
+                    if not prefix or name.startswith(prefix + "/")
                 ]
                 self._json(items)
             return
         if m := _INFO.match(path):
             repo = self._repo(m.group(1), m.group(2))
             if repo is not None:
-                self._json({
-                    "id": m.group(1), "modelId": m.group(1), "sha": repo.commit, "private": False,
-                    "gated": repo.token is not None and "auto", "disabled": False,
-                    "siblings": [{"rfilename": name} for name in sorted(repo.files)],
-                })
+                self._json(
+                    {
+                        "id": m.group(1),
+                        "modelId": m.group(1),
+                        "sha": repo.commit,
+                        "private": False,
+                        "gated": repo.token is not None and "auto",
+                        "disabled": False,
+                        "siblings": [{"rfilename": name} for name in sorted(repo.files)],
+                    }
+                )
             return
         if m := _RESOLVE.match(path):
             repo = self._repo(m.group(1), m.group(2))

@@ -144,7 +144,9 @@ def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProces
                 started.set_exception(exc)
             raise
 
-    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), name="missive-in-process", daemon=True)
+    thread = threading.Thread(
+        target=lambda: loop.run_until_complete(serve()), name="missive-in-process", daemon=True
+    )
     thread.start()
     try:
         started.result()

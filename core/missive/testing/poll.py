@@ -11,7 +11,10 @@ __all__ = ["until", "wait_until"]
 
 
 def until(
-    condition: Callable[[], Any], what: str, timeout: float = 120.0, interval: float = 0.02,
+    condition: Callable[[], Any],
+    what: str,
+    timeout: float = 120.0,
+    interval: float = 0.02,
     detail: Callable[[], Any] | None = None,
 ) -> Any:
     """Poll ``condition()`` until it returns something true, and return that.

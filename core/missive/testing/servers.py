@@ -20,7 +20,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-__all__ = ['free_port', 'dump_toml', 'ServerProcess', 'tests_state_home', 'serve_process', 'live_server', 'stop_process', 'start_http_server', 'stop_http_server']
+__all__ = [
+    'free_port',
+    'dump_toml',
+    'ServerProcess',
+    'tests_state_home',
+    'serve_process',
+    'live_server',
+    'stop_process',
+    'start_http_server',
+    'stop_http_server',
+]
 
 
 def free_port() -> int:
@@ -208,8 +218,6 @@ def stop_process(proc: subprocess.Popen[bytes], log_path: Path) -> None:
             proc.wait()
     if os.environ.get("MISSIVE_TEST_SHOW_LOGS"):
         sys.stderr.write(log_path.read_text(errors="replace"))
-
-
 
 
 def start_http_server(

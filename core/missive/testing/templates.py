@@ -3,7 +3,6 @@ families do, for tests (``settings.chat_template``)."""
 
 from __future__ import annotations
 
-
 __all__ = ['THINKING_CHATML', 'HARMONY_FEWSHOT']
 
 

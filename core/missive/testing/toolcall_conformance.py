@@ -55,7 +55,18 @@ __all__ = [
 MODES = ("detected", "best")
 
 #: The strategies replayed: canitoolcall's defaults and two character splits.
-STRATEGIES = ("one", "special", "token", "rand:1:8", "rand:2:8", "rand:3:8", "rand:4:8", "rand:5:8", "char:0", "char:7")
+STRATEGIES = (
+    "one",
+    "special",
+    "token",
+    "rand:1:8",
+    "rand:2:8",
+    "rand:3:8",
+    "rand:4:8",
+    "rand:5:8",
+    "char:0",
+    "char:7",
+)
 
 #: Reference model (``fixture.models[0]``) -> (tool parser, reasoning parser):
 #: the parsers Missive has for that model's format.
@@ -197,7 +208,8 @@ def _tool_definitions(tools: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
         fn = tool.get("function", tool)
         out.append(
             ToolDefinition(
-                name=fn["name"], description=fn.get("description") or "",
+                name=fn["name"],
+                description=fn.get("description") or "",
                 input_schema=dict(fn.get("parameters") or {"type": "object", "properties": {}}),
             )
         )
@@ -226,9 +238,9 @@ def parse_deltas(
     from ..driver.events import TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
     from ..messages.stream.blocks import Blocks
     from ..messages.stream.parsing import parsed_events
+    from ..protocol.errors import ApiError
     from ..thinking.plan import ThinkingPlan
     from ..thinking.signing import Signer
-    from ..protocol.errors import ApiError
     from ..tools.definitions import ToolChoice
 
     request = _Request(_tool_definitions(tools), ToolChoice())
@@ -245,7 +257,8 @@ def parse_deltas(
 
     async def run() -> None:
         nonlocal index
-        async for event in parsed_events(driver, request, _events(driver.opened, deltas, truncated), lambda n: None):  # type: ignore[arg-type]
+        events = _events(driver.opened, deltas, truncated)
+        async for event in parsed_events(driver, request, events, lambda n: None):  # type: ignore[arg-type]
             if isinstance(event, TextDelta):
                 text(blocks.text(event.text))
             elif isinstance(event, ThinkingDelta):
@@ -302,8 +315,12 @@ class MissiveAdapter:
 
     def parser_config(self, raw: Any) -> dict[str, Any]:
         driver = self._driver(raw)
-        return {"mode": self.mode, "tool_parser": driver.tool_name, "reasoning_parser": driver.reasoning_name,
-                "prompt_opened": driver.opened}
+        return {
+            "mode": self.mode,
+            "tool_parser": driver.tool_name,
+            "reasoning_parser": driver.reasoning_name,
+            "prompt_opened": driver.opened,
+        }
 
     def _units(self, raw: Any) -> tuple[list[str], list[bool]]:
         return units_of(raw.text, _family_markers(raw.family))
@@ -318,7 +335,9 @@ class MissiveAdapter:
     def parse(self, raw: Any, tools: Sequence[Mapping[str, Any]]) -> Any:
         return parse_deltas(self._driver(raw), tools, [raw.text], raw.truncated)
 
-    def parse_stream(self, raw: Any, chunks: Sequence[Sequence[int]], tools: Sequence[Mapping[str, Any]]) -> Any:
+    def parse_stream(
+        self, raw: Any, chunks: Sequence[Sequence[int]], tools: Sequence[Mapping[str, Any]]
+    ) -> Any:
         units, _ = self._units(raw)
         deltas = ["".join(units[i] for i in chunk) for chunk in chunks]
         return parse_deltas(self._driver(raw), tools, deltas, raw.truncated)
@@ -335,7 +354,9 @@ def _family_markers(family: str) -> tuple[str, ...]:
         import json
 
         path = _fixtures_root() / family / "family.json"
-        _MARKERS[family] = tuple(json.loads(path.read_text("utf-8")).get("markers", ())) if path.is_file() else ()
+        _MARKERS[family] = (
+            tuple(json.loads(path.read_text("utf-8")).get("markers", ())) if path.is_file() else ()
+        )
     return _MARKERS[family]
 
 

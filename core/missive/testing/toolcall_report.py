@@ -19,8 +19,16 @@ from typing import Any
 from .toolcall_conformance import MODES, STRATEGIES, MissiveAdapter
 
 __all__ = [
-    "NOT_CARRIED", "CONFLICTS", "BEGIN", "END", "replay_fixture", "load_corpus", "run_corpus", "results_table",
-    "write_table", "main",
+    "NOT_CARRIED",
+    "CONFLICTS",
+    "BEGIN",
+    "END",
+    "replay_fixture",
+    "load_corpus",
+    "run_corpus",
+    "results_table",
+    "write_table",
+    "main",
 ]
 
 #: Fixtures whose expected parse the Messages API cannot carry: id -> reason.

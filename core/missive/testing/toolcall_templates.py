@@ -189,10 +189,13 @@ _KIMI_K2 = """\
       <|tool_calls_section_end|>
 """
 
-_KIMI_K2_THINKING = _KIMI_K2 + """\
+_KIMI_K2_THINKING = (
+    _KIMI_K2
+    + """\
       {%- if message.get('reasoning_content') -%}<think>{{ message['reasoning_content'] }}</think>{%- else -%}<think></think>{%- endif -%}
 <|im_assistant|>assistant<|im_middle|>{%- if thinking is defined and thinking is false -%}<think></think>{%- else -%}<think>{%- endif -%}
 """
+)
 
 _KIMI_K3 = """\
 {%- macro open_tag(tag, attrs=[]) -%}
@@ -288,15 +291,21 @@ _MISTRAL_V11 = """\
         {%- endif %}
 """
 
-_MAGISTRAL_2506 = _MISTRAL_V11 + """\
+_MAGISTRAL_2506 = (
+    _MISTRAL_V11
+    + """\
 {%- set default_system_message = "A user will ask you to solve a task. You should first draft your thinking process (inner monologue) until you have derived the final answer. Afterwards, write a self-contained summary of your thoughts.\\n\\nYour thinking process must follow the template below:\\n<think>\\nYour thoughts or/and draft, like working through an exercise on scratch paper.\\n</think>\\n\\nHere, provide a concise summary." %}
 """
+)
 
-_MISTRAL_THINK = _MISTRAL_V11 + """\
+_MISTRAL_THINK = (
+    _MISTRAL_V11
+    + """\
                 {%- if block['type'] == 'thinking' %}
                     {{- '[THINK]' + block['thinking'] + '[/THINK]' }}
                 {%- endif %}
 """
+)
 
 _GEMMA4 = """\
 {%- if tools -%}

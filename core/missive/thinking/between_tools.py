@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from ..messages.conversation import Conversation
 from ..driver.events import Finished, GenerationEvent, TextDelta, ThinkingDelta, ToolCallStart
+from ..messages.conversation import Conversation
 from ..protocol.schema.blocks import TextBlock, ThinkingBlock
 
 __all__ = ["progress_as_thinking", "as_text"]

@@ -40,7 +40,13 @@ __all__ = ["ThinkingPlan", "plan_thinking", "Effort"]
 Effort = Literal["low", "medium", "high"]
 
 #: ``output_config.effort`` values mapped to the three levels local models know.
-_EFFORTS: dict[str, Effort] = {"low": "low", "medium": "medium", "high": "high", "max": "high", "xhigh": "high"}
+_EFFORTS: dict[str, Effort] = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "max": "high",
+    "xhigh": "high",
+}
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ def plan_thinking(thinking: Any, output_config: Any) -> ThinkingPlan:
     display: Literal["summarized", "omitted"] = "omitted" if thinking.display == "omitted" else "summarized"
     if thinking.type == "between_tools":
         # Thinking turned off: the model's switch as for "disabled".
-        return ThinkingPlan(requested=False, display=display, effort=_effort(effort, None), between_tools=True)
+        return ThinkingPlan(
+            requested=False, display=display, effort=_effort(effort, None), between_tools=True
+        )
     budget = thinking.budget_tokens if thinking.type == "enabled" else None
     return ThinkingPlan(requested=True, budget_tokens=budget, display=display, effort=_effort(effort, budget))

@@ -57,7 +57,12 @@ from ..config import ConfigError
 from ..config.state_dir import state_dir
 
 __all__ = [
-    "Signer", "default_key_file", "load_signer", "SIGNATURE_PREFIX", "SEALED_PREFIX", "COMPACTION_PREFIX",
+    "Signer",
+    "default_key_file",
+    "load_signer",
+    "SIGNATURE_PREFIX",
+    "SEALED_PREFIX",
+    "COMPACTION_PREFIX",
 ]
 
 log = logging.getLogger("missive.thinking")
@@ -90,14 +95,21 @@ class Signer:
 
     def _mac(self, turn: int, block: int, thinking: str) -> bytes:
         mac = hmac.new(self._key, digestmod=hashlib.sha256)
-        for part in (_DOMAIN, str(turn).encode(), str(block).encode(), thinking.encode("utf-8", "surrogatepass")):
+        for part in (
+            _DOMAIN,
+            str(turn).encode(),
+            str(block).encode(),
+            thinking.encode("utf-8", "surrogatepass"),
+        ):
             mac.update(len(part).to_bytes(8, "big"))
             mac.update(part)
         return mac.digest()
 
     def sign(self, thinking: str, *, turn: int, block: int) -> str:
         """The signature of ``thinking`` at assistant turn ``turn``, thinking block ``block``."""
-        return SIGNATURE_PREFIX + base64.urlsafe_b64encode(self._mac(turn, block, thinking)).decode().rstrip("=")
+        return SIGNATURE_PREFIX + base64.urlsafe_b64encode(self._mac(turn, block, thinking)).decode().rstrip(
+            "="
+        )
 
     def seal(self, thinking: str, *, turn: int, block: int) -> str:
         """The sealed signature of ``thinking``: it also carries the text, for
@@ -130,7 +142,11 @@ class Signer:
                 return None
             return text if hmac.compare_digest(raw[:_MAC_BYTES], self._mac(turn, block, text)) else None
         if signature.startswith(SIGNATURE_PREFIX):
-            return thinking if hmac.compare_digest(signature, self.sign(thinking, turn=turn, block=block)) else None
+            return (
+                thinking
+                if hmac.compare_digest(signature, self.sign(thinking, turn=turn, block=block))
+                else None
+            )
         return None
 
     def verify(self, signature: str | None, thinking: str, *, turn: int, block: int) -> bool:

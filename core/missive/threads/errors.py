@@ -18,7 +18,6 @@ the SDK's types (``anthropic/types/thread_*_error_details.py``); the body is
 
 from __future__ import annotations
 
-
 from ..protocol.errors import InvalidRequestError, MissiveError, NotFoundError
 
 __all__ = [

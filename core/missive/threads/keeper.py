@@ -21,8 +21,8 @@ from typing import Any, cast
 
 from quart import g
 
-from ..keys.access import current_identity
 from ..config import ThreadsConfig
+from ..keys.access import current_identity
 from ..messages.stream import accumulate
 from ..protocol.schema.request import MessagesRequest
 from ..server.services import services

@@ -145,12 +145,14 @@ def begin_turn(
     held = kept.thread
     assert held is not None
     differing = [
-        name for name in FIXED_FIELDS
+        name
+        for name in FIXED_FIELDS
         # A missing model is left to validation ("model: Field required").
         if (name != "model" or "model" in body) and not same_json(body.get(name), held.fixed.get(name))
     ]
     differing += [
-        name for name in CREATE_ONLY_FIELDS
+        name
+        for name in CREATE_ONLY_FIELDS
         if body.get(name) is not None and not same_json(body[name], getattr(held, name))
     ]
     if differing:

@@ -51,7 +51,11 @@ _TEXT_EDITOR_SCHEMA: dict[str, Any] = {
         "old_str": {"type": "string", "description": "Exact text to replace."},
         "new_str": {"type": "string", "description": "Replacement text, or text to insert."},
         "insert_line": {"type": "integer", "description": "Line after which to insert new_str."},
-        "view_range": {"type": "array", "items": {"type": "integer"}, "description": "[start, end] lines to view."},
+        "view_range": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "[start, end] lines to view.",
+        },
     },
     "required": ["command", "path"],
 }
@@ -141,8 +145,11 @@ def offered_tools(
         strict = bool((tool.model_extra or {}).get("strict"))
         if tool.type in (None, "custom"):
             assert tool.input_schema is not None  # checked by the schema
-            offered.append(ToolDefinition(tool.name, tool.description or "", tool.input_schema, strict,
-                                          deferred=deferred))
+            offered.append(
+                ToolDefinition(
+                    tool.name, tool.description or "", tool.input_schema, strict, deferred=deferred
+                )
+            )
             continue
         server = server_tool_of(tool.type)
         if server is not None:
@@ -150,15 +157,18 @@ def offered_tools(
                 skipped.append(f'tools.{i} (tool type "{tool.type}": this model cannot call tools)')
                 continue
             description = tool.description or server.description
-            offered.append(ToolDefinition(tool.name, description, server.input_schema, strict, server, deferred))
+            offered.append(
+                ToolDefinition(tool.name, description, server.input_schema, strict, server, deferred)
+            )
             continue
         client = next((spec for prefix, spec in CLIENT_TOOLS.items() if tool.type.startswith(prefix)), None)
         if client is None:
             skipped.append(f'tools.{i} (tool type "{tool.type}": not available on this server)')
             continue
         description, schema = client
-        offered.append(ToolDefinition(tool.name, tool.description or description, schema, strict,
-                                      deferred=deferred))
+        offered.append(
+            ToolDefinition(tool.name, tool.description or description, schema, strict, deferred=deferred)
+        )
     return tuple(offered), skipped
 
 

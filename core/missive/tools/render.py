@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..messages.conversation import Conversation, Turn, with_reasoning
 from ..driver.interface import GenerationRequest
 from ..media.types import ImageInput, ImageMarker
-from ..protocol.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
+from ..messages.conversation import Conversation, Turn, with_reasoning
 from ..messages.system_turns import segments, template_accepts_system
+from ..protocol.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
 from .definitions import ToolDefinition
 from .parsers.base import ToolParser
 
@@ -104,7 +104,9 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _user_side(turn: Turn, image_marker: ImageMarker | None, results: list[str] | None = None) -> list[dict[str, Any]]:
+def _user_side(
+    turn: Turn, image_marker: ImageMarker | None, results: list[str] | None = None
+) -> list[dict[str, Any]]:
     """A user turn holding mid-conversation system messages, after its tool
     results, for a template that accepts system turns there: user and
     system messages in the turn's order (:mod:`missive.messages.system_turns`).
@@ -142,7 +144,9 @@ def native_messages(
         messages.append({"role": "system", "content": conversation.system})
     for turn in conversation.turns:
         if turn.role == "assistant":
-            message: dict[str, Any] = with_reasoning({"role": "assistant", "content": turn.text(image_marker)}, turn)
+            message: dict[str, Any] = with_reasoning(
+                {"role": "assistant", "content": turn.text(image_marker)}, turn
+            )
             calls = [b for b in turn.blocks if isinstance(b, ToolUseBlock)]
             if calls:
                 names.update({c.id: c.name for c in calls})
@@ -166,7 +170,9 @@ def native_messages(
         # image (ImageMarks.mark), so a second rendering would count it twice.
         if system_turns and turn.has_system_notes():
             messages += _user_side(turn, image_marker)
-        elif (text := turn.text(image_marker)) or not any(isinstance(b, ToolResultBlock) for b in turn.blocks):
+        elif (text := turn.text(image_marker)) or not any(
+            isinstance(b, ToolResultBlock) for b in turn.blocks
+        ):
             messages.append({"role": "user", "content": text})
     return messages
 
@@ -196,7 +202,9 @@ def hermes_messages(
         else:
             for block in turn.blocks:
                 if isinstance(block, ToolResultBlock):
-                    parts.append(f"<tool_response>\n{tool_result_text(block, image_marker)}\n</tool_response>")
+                    parts.append(
+                        f"<tool_response>\n{tool_result_text(block, image_marker)}\n</tool_response>"
+                    )
             if system_turns and turn.has_system_notes():
                 messages += _user_side(turn, image_marker, parts)
                 continue

@@ -41,8 +41,6 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from ..protocol.ids import server_tool_use_id
-from .search import decode_content
-from ..protocol.schema.request import CountTokensRequest
 from ..protocol.schema.blocks import (
     ContentBlock,
     ServerToolUseBlock,
@@ -52,6 +50,8 @@ from ..protocol.schema.blocks import (
     WebFetchToolResultBlock,
     WebSearchToolResultBlock,
 )
+from ..protocol.schema.request import CountTokensRequest
+from .search import decode_content
 
 __all__ = [
     "ServerTool",
@@ -261,7 +261,9 @@ def split_server_blocks(
         if isinstance(block, ServerToolUseBlock):
             call = ToolUseBlock(type="tool_use", id=block.id, name=block.name, input=block.input)
             text, is_error = result_text(block.name, results.get(block.id))
-            result = ToolResultBlock(type="tool_result", tool_use_id=block.id, content=text, is_error=is_error)
+            result = ToolResultBlock(
+                type="tool_result", tool_use_id=block.id, content=text, is_error=is_error
+            )
             turns[-1][1].append(call)
             turns += [("user", [result]), ("assistant", [])]
         elif not is_server_block(block):

@@ -21,12 +21,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..driver.capabilities import Capabilities
 from ..config import ConfigError, ServerToolsConfig
+from ..driver.capabilities import Capabilities
+from ..kernel.specs import SearchProviderSpec, load_object
 from ..media.fetch import FetchPolicy
 from ..protocol.schema.blocks import TextBlock
 from ..protocol.schema.request import CountTokensRequest
-from ..kernel.specs import SearchProviderSpec, load_object
 from .definitions import ToolChoice, ToolDefinition, choice_after_server_call
 from .search import MAX_QUERY_CHARS, SearchError, SearchProvider, SearchQuery, search_result_blocks
 from .server import ServerTool, error_result
@@ -41,7 +41,9 @@ _QUERY_PREFIX = re.compile(r"^\s*perform a web search for the query:\s*", re.IGN
 _URL = re.compile(r"https?://[^\s<>\"'`)\]]+")
 
 
-def build_search_provider(config: ServerToolsConfig, specs: Mapping[str, SearchProviderSpec]) -> SearchProvider | None:
+def build_search_provider(
+    config: ServerToolsConfig, specs: Mapping[str, SearchProviderSpec]
+) -> SearchProvider | None:
     """The provider ``server_tools.web_search`` names, built with its settings.
 
     Raises:
@@ -88,7 +90,9 @@ class ServerToolRunner:
         provider: the search provider, None when none is configured.
     """
 
-    def __init__(self, config: ServerToolsConfig, policy: FetchPolicy, provider: SearchProvider | None) -> None:
+    def __init__(
+        self, config: ServerToolsConfig, policy: FetchPolicy, provider: SearchProvider | None
+    ) -> None:
         self.config = config
         self.policy = policy
         self.provider = provider
@@ -113,13 +117,19 @@ class ServerToolRunner:
         options = _tool_options(request, tool.name)
         if tool.name == "web_fetch" and self.config.web_fetch:
             content = await run_web_fetch(
-                call_input, options, prior_context(request, answer),
-                policy=self.policy, max_bytes=self.config.web_fetch_max_bytes,
+                call_input,
+                options,
+                prior_context(request, answer),
+                policy=self.policy,
+                max_bytes=self.config.web_fetch_max_bytes,
             )
             return {"type": tool.result_type, "tool_use_id": tool_use_id, "content": content}
         if tool.name == "web_search" and self.provider is not None:
-            return {"type": tool.result_type, "tool_use_id": tool_use_id,
-                    "content": await self._search(tool, call_input, options)}
+            return {
+                "type": tool.result_type,
+                "tool_use_id": tool_use_id,
+                "content": await self._search(tool, call_input, options),
+            }
         return error_result(tool, tool_use_id)
 
     async def _search(self, tool: ServerTool, call_input: dict[str, Any], options: dict[str, Any]) -> Any:

@@ -42,8 +42,8 @@ from datetime import datetime, timezone
 from html.parser import HTMLParser
 from typing import Any
 
-from ..protocol.errors import MediaError
 from ..media.fetch import FetchPolicy, fetch
+from ..protocol.errors import MediaError
 from .search import domain_allowed
 
 __all__ = ["run_web_fetch", "html_text", "MAX_URL_CHARS", "CHARS_PER_TOKEN"]
@@ -58,8 +58,35 @@ CHARS_PER_TOKEN = 4
 _TEXT_TYPES = ("application/json", "application/xml", "application/xhtml+xml", "application/javascript")
 _SKIPPED = frozenset({"script", "style", "noscript", "template", "svg", "head", "iframe", "object"})
 _BLOCKS = frozenset(
-    {"p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header", "footer", "nav",
-     "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "hr", "main", "aside", "dd", "dt", "figcaption"}
+    {
+        "p",
+        "div",
+        "br",
+        "li",
+        "ul",
+        "ol",
+        "tr",
+        "table",
+        "section",
+        "article",
+        "header",
+        "footer",
+        "nav",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "pre",
+        "blockquote",
+        "hr",
+        "main",
+        "aside",
+        "dd",
+        "dt",
+        "figcaption",
+    }
 )
 
 
@@ -124,8 +151,10 @@ def _document(content_type: str | None, data: bytes, limit: int | None) -> dict[
     """The ``document`` block of a fetched body, None for a type not read."""
     media = content_type or "text/plain"
     if media == "application/pdf":
-        return {"type": "document", "source": {"type": "base64", "media_type": media,
-                                               "data": base64.b64encode(data).decode("ascii")}}
+        return {
+            "type": "document",
+            "source": {"type": "base64", "media_type": media, "data": base64.b64encode(data).decode("ascii")},
+        }
     if media in ("text/html", "application/xhtml+xml"):
         title, text = html_text(_decode(data))
     elif media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml")):
@@ -134,7 +163,10 @@ def _document(content_type: str | None, data: bytes, limit: int | None) -> dict[
         return None
     if limit is not None and len(text) > limit:
         text = text[:limit]
-    document: dict[str, Any] = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": text}}
+    document: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": text},
+    }
     if title:
         document["title"] = title
     return document

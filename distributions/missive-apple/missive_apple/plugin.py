@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from missive.api import DefaultModel, hookimpl, ModelEntry
+from missive.api import DefaultModel, ModelEntry, hookimpl
 
 #: Above the drivers' own defaults (0): this distribution's default model is
 #: the one served, and replaces a driver's default of the same id
@@ -29,7 +29,15 @@ PRIORITY = 10
 #: The plugin API this plugin is built for (docs/hooks.md, "Compatibility").
 MISSIVE_API = "1"
 
-__all__ = ["PRIORITY", "MISSIVE_API", "MODEL_ID", "MODEL_REPO", "SETTINGS", "model_folder", "register_default_models"]
+__all__ = [
+    "PRIORITY",
+    "MISSIVE_API",
+    "MODEL_ID",
+    "MODEL_REPO",
+    "SETTINGS",
+    "model_folder",
+    "register_default_models",
+]
 
 #: The id the default model is served under.
 MODEL_ID = "qwen3-4b"

@@ -22,7 +22,7 @@ A configuration file that names models replaces all of this.
 
 from __future__ import annotations
 
-from missive.api import DefaultModel, hookimpl, ModelEntry
+from missive.api import DefaultModel, ModelEntry, hookimpl
 
 #: Above the drivers' own defaults (0): this distribution's default model is
 #: the one served, and replaces a driver's default of the same id

@@ -77,7 +77,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/health":
             return self._send_json(404, {"error": {"type": "not_found", "message": self.path}})
         chain = self.server.chain
-        self._send_json(200, {"status": "ok", "context_window": self.server.context, "vocabulary": chain.vocabulary})
+        self._send_json(
+            200, {"status": "ok", "context_window": self.server.context, "vocabulary": chain.vocabulary}
+        )
 
     def do_POST(self) -> None:
         try:
@@ -96,7 +98,9 @@ class _Handler(BaseHTTPRequestHandler):
         prompt, max_tokens = body.get("prompt"), body.get("max_tokens")
         temperature, top_k, seed = body.get("temperature", 1.0), body.get("top_k"), body.get("seed")
         if not isinstance(prompt, str) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise BackendError(400, "invalid_request", "prompt must be a string and max_tokens an integer >= 1")
+            raise BackendError(
+                400, "invalid_request", "prompt must be a string and max_tokens an integer >= 1"
+            )
         if not isinstance(temperature, (int, float)) or temperature < 0:
             raise BackendError(400, "invalid_request", "temperature must be a number >= 0")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
@@ -105,8 +109,11 @@ class _Handler(BaseHTTPRequestHandler):
         context = self.server.context
         if prompt_tokens >= context:
             raise BackendError(
-                400, "context_overflow", f"the prompt has {prompt_tokens} tokens, the context holds {context}",
-                prompt_tokens=prompt_tokens, context_window=context,
+                400,
+                "context_overflow",
+                f"the prompt has {prompt_tokens} tokens, the context holds {context}",
+                prompt_tokens=prompt_tokens,
+                context_window=context,
             )
         if not self.server.slots.acquire(blocking=False):
             raise BackendError(503, "busy", f"all {self.server.parallel} generation slots are in use")
@@ -123,7 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
                 count += 1
                 time.sleep(self.server.delay)
             reason = "length" if count == budget else "end"
-            self._line({"done": True, "stop_reason": reason, "prompt_tokens": prompt_tokens, "output_tokens": count})
+            self._line(
+                {"done": True, "stop_reason": reason, "prompt_tokens": prompt_tokens, "output_tokens": count}
+            )
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away: stop generating
         finally:
@@ -137,23 +146,46 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], chain: BigramChain, *, context: int, parallel: int,
-                 delay: float, verbose: bool) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        chain: BigramChain,
+        *,
+        context: int,
+        parallel: int,
+        delay: float,
+        verbose: bool,
+    ) -> None:
         super().__init__(address, _Handler)
-        self.chain, self.context, self.parallel, self.delay, self.verbose = chain, context, parallel, delay, verbose
+        self.chain, self.context, self.parallel, self.delay, self.verbose = (
+            chain,
+            context,
+            parallel,
+            delay,
+            verbose,
+        )
         self.slots = threading.BoundedSemaphore(parallel)
 
 
-def make_server(host: str = "127.0.0.1", port: int = 0, *, corpus: str | None = None, context: int = 512,
-                parallel: int = 4, delay: float = 0.0, verbose: bool = False) -> ThreadingHTTPServer:
+def make_server(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    corpus: str | None = None,
+    context: int = 512,
+    parallel: int = 4,
+    delay: float = 0.0,
+    verbose: bool = False,
+) -> ThreadingHTTPServer:
     """The backend's HTTP server, bound (``port`` 0: a free one) but not yet
     serving; ``corpus`` is the text (default: the packaged ``corpus.txt``).
 
     Raises: ValueError for a corpus without words; OSError if the address is taken.
     """
     text = corpus if corpus is not None else files("missive_markov").joinpath("corpus.txt").read_text()
-    return _Server((host, port), BigramChain(text), context=context, parallel=parallel, delay=delay,
-                   verbose=verbose)
+    return _Server(
+        (host, port), BigramChain(text), context=context, parallel=parallel, delay=delay, verbose=verbose
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -161,15 +193,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="markov-backend", description="A toy bigram text model over HTTP.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8700, help="0: a free port (printed)")
-    parser.add_argument("--corpus", type=Path, help="a text file, one sentence per line (default: the packaged one)")
+    parser.add_argument(
+        "--corpus", type=Path, help="a text file, one sentence per line (default: the packaged one)"
+    )
     parser.add_argument("--context", type=int, default=512, help="tokens of context (prompt + answer)")
     parser.add_argument("--parallel", type=int, default=4, help="generations at once; more get a 503")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds between tokens")
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
     corpus = args.corpus.read_text() if args.corpus else None
-    server = make_server(args.host, args.port, corpus=corpus, context=args.context, parallel=args.parallel,
-                         delay=args.delay, verbose=args.verbose)
+    server = make_server(
+        args.host,
+        args.port,
+        corpus=corpus,
+        context=args.context,
+        parallel=args.parallel,
+        delay=args.delay,
+        verbose=args.verbose,
+    )
     host, port = server.server_address[:2]
     print(f"markov backend listening on http://{host}:{port}", flush=True)
     try:

@@ -67,7 +67,12 @@ class BigramChain:
         return _START
 
     def generate(
-        self, prompt: str, max_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
+        self,
+        prompt: str,
+        max_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
         rng: random.Random | None = None,
     ) -> Iterator[str]:
         """The words that follow ``prompt``, one by one (at most ``max_tokens``).

@@ -100,7 +100,9 @@ class MarkovClient:
         try:
             return dict(response.json())
         except (ValueError, TypeError):
-            raise BadGatewayError(f"{self._where} answered {path} with something other than a JSON object") from None
+            raise BadGatewayError(
+                f"{self._where} answered {path} with something other than a JSON object"
+            ) from None
 
     def _refusal(self, status: int, raw: bytes) -> MissiveError:
         try:
@@ -118,8 +120,10 @@ class MarkovClient:
 
     def _transport(self, exc: httpx.HTTPError, *, streaming: bool = False) -> MissiveError:
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-            return OverloadedError(f"{self._where} is unreachable ({type(exc).__name__}); retry later",
-                                   retry_after=self.settings.retry_after)
+            return OverloadedError(
+                f"{self._where} is unreachable ({type(exc).__name__}); retry later",
+                retry_after=self.settings.retry_after,
+            )
         if isinstance(exc, httpx.TimeoutException):
             return TimeoutError_(f"{self._where} sent nothing for {self.settings.read_timeout:g} s")
         what = "the connection was lost mid-answer" if streaming else "the request failed"

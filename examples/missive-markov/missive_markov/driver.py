@@ -24,7 +24,6 @@ from contextlib import aclosing
 from missive.api import (
     BadGatewayError,
     Capabilities,
-    clamp_max_tokens,
     Conversation,
     Driver,
     Finished,
@@ -35,6 +34,7 @@ from missive.api import (
     PromptTooLongError,
     Started,
     TextDelta,
+    clamp_max_tokens,
 )
 
 from .client import MarkovClient
@@ -122,4 +122,6 @@ class MarkovDriver(Driver):
                     reason = _STOP_REASONS.get(line.get("stop_reason"), "end_turn")
                     yield Finished(reason, output_tokens=int(line["output_tokens"]))
                     return
-            raise BadGatewayError(f"markov backend at {self.settings.base_url} ended the answer without its done line")
+            raise BadGatewayError(
+                f"markov backend at {self.settings.base_url} ended the answer without its done line"
+            )

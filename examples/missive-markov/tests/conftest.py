@@ -15,7 +15,8 @@ def start_backend(*args: str) -> tuple[subprocess.Popen[str], str]:
     (read from the line it prints once listening)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "missive_markov.backend", "--port", "0", *args],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("markov backend listening on "):

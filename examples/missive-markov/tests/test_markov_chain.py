@@ -37,6 +37,8 @@ def test_sampling_is_reproducible_with_a_seed_and_bounded_by_top_k() -> None:
     assert len(runs) == 1
     seeds = {tuple(chain.generate("a", 12, temperature=2.0, rng=random.Random(seed))) for seed in range(8)}
     assert len(seeds) > 1
-    assert {next(chain.generate("a", 1, temperature=5.0, top_k=1, rng=random.Random(s))) for s in range(8)} == {"b"}
+    assert {
+        next(chain.generate("a", 1, temperature=5.0, top_k=1, rng=random.Random(s))) for s in range(8)
+    } == {"b"}
     with pytest.raises(ValueError):
         list(chain.generate("a", 1, top_k=0))

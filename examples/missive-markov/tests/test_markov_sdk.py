@@ -41,7 +41,9 @@ def sdk(url: str) -> anthropic.Anthropic:
 
 def test_streamed_answer_ends_its_turn_with_exact_usage(client: anthropic.Anthropic) -> None:
     with client.messages.stream(model="markov", max_tokens=60, messages=ASK, extra_body=GREEDY) as stream:
-        deltas = [e.delta.text for e in stream if e.type == "content_block_delta" and e.delta.type == "text_delta"]
+        deltas = [
+            e.delta.text for e in stream if e.type == "content_block_delta" and e.delta.type == "text_delta"
+        ]
         final = stream.get_final_message()
     text = "".join(deltas)  # (the core may join deltas that arrive together into one event)
     assert deltas and text == final.content[0].text
@@ -59,10 +61,13 @@ def test_max_tokens_stops_the_backend_early(client: anthropic.Anthropic) -> None
 
 
 def test_stop_sequence_cuts_the_answer(client: anthropic.Anthropic) -> None:
-    full = client.messages.create(model="markov", max_tokens=60, messages=ASK, extra_body=GREEDY).content[0].text
+    full = (
+        client.messages.create(model="markov", max_tokens=60, messages=ASK, extra_body=GREEDY).content[0].text
+    )
     stop = full.split()[3]
-    message = client.messages.create(model="markov", max_tokens=60, messages=ASK, stop_sequences=[stop],
-                                     extra_body=GREEDY)
+    message = client.messages.create(
+        model="markov", max_tokens=60, messages=ASK, stop_sequences=[stop], extra_body=GREEDY
+    )
     assert message.stop_reason == "stop_sequence" and message.stop_sequence == stop
     assert message.content[0].text == full[: full.index(stop)]
 
@@ -75,7 +80,9 @@ def test_prefill_is_continued(client: anthropic.Anthropic) -> None:
 
 
 def test_seeded_sampling_repeats_itself(client: anthropic.Anthropic) -> None:
-    body = dict(model="markov-seeded", max_tokens=30, messages=ASK, extra_body={"temperature": 1.0, "top_k": 3})
+    body = dict(
+        model="markov-seeded", max_tokens=30, messages=ASK, extra_body={"temperature": 1.0, "top_k": 3}
+    )
     answers = {client.messages.create(**body).content[0].text for _ in range(3)}
     assert len(answers) == 1
 
@@ -83,7 +90,9 @@ def test_seeded_sampling_repeats_itself(client: anthropic.Anthropic) -> None:
 def test_context_window_is_the_backends_at_most(client: anthropic.Anthropic) -> None:
     assert client.models.retrieve("markov-wide").max_input_tokens == 64
     with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(model="markov-wide", max_tokens=5, messages=[{"role": "user", "content": "a " * 70}])
+        client.messages.create(
+            model="markov-wide", max_tokens=5, messages=[{"role": "user", "content": "a " * 70}]
+        )
     # 70 words + "user:" + "assistant:"; one token must remain for the answer
     assert caught.value.body["error"]["message"] == "prompt is too long: 72 tokens > 63 maximum"
 
@@ -96,14 +105,32 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAh
     [
         ({"extra_body": {"top_p": 0.9}}, "top_p is not supported by model 'markov' (driver 'markov')"),
         ({"tools": [{"name": "f", "input_schema": {"type": "object"}}]}, "supported: no tool use"),
-        ({"max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 1024}}, 'thinking {"type": "enabled"} is not supported'),
-        ({"messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]}]},
-         "input media type image/png is not supported by model 'markov'"),
+        (
+            {"max_tokens": 2000, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+            'thinking {"type": "enabled"} is not supported',
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+                            }
+                        ],
+                    }
+                ]
+            },
+            "input media type image/png is not supported by model 'markov'",
+        ),
     ],
     ids=["top_p", "tools", "thinking", "image"],
 )
-def test_what_it_cannot_do_is_refused(client: anthropic.Anthropic, extra: dict[str, Any], wording: str) -> None:
+def test_what_it_cannot_do_is_refused(
+    client: anthropic.Anthropic, extra: dict[str, Any], wording: str
+) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(**{"model": "markov", "max_tokens": 20, "messages": ASK, **extra})
     assert caught.value.body["error"]["type"] == "invalid_request_error"
@@ -162,7 +189,12 @@ def test_backend_lost_mid_answer_is_an_error_event(
 
 def test_bad_settings_stop_the_server_with_their_names(missive_server: Any) -> None:
     with pytest.raises(RuntimeError) as caught:
-        missive_server({"models": {"m": {"driver": "markov", "settings": {"base_url": "localhost:8700", "sed": 1}}}})
+        missive_server(
+            {"models": {"m": {"driver": "markov", "settings": {"base_url": "localhost:8700", "sed": 1}}}}
+        )
     log = str(caught.value)
-    assert "model 'm': invalid markov setting settings.base_url: Value error, must start with http:// or https://" in log
+    assert (
+        "model 'm': invalid markov setting settings.base_url: Value error, must start with http:// or https://"
+        in log
+    )
     assert "settings.sed: Extra inputs are not permitted" in log

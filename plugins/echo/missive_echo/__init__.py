@@ -31,7 +31,9 @@ def tool_loop(name: str, inputs: list[dict[str, Any]], answer: str) -> str:
     with ``{"word": "tea"}``, then (after its result) one with ``{"word": "milk"}``,
     then (after that result) the text ``done``.
     """
-    turns = [{"script": [{"tool_call": {"name": name, "arguments": [json.dumps(i)]}}], "stop_reason": "tool_use"}
-             for i in inputs]
+    turns = [
+        {"script": [{"tool_call": {"name": name, "arguments": [json.dumps(i)]}}], "stop_reason": "tool_use"}
+        for i in inputs
+    ]
     first, *rest = turns
     return json.dumps({**first, "then": [*rest, {"script": [{"text": answer}]}]})

@@ -186,8 +186,12 @@ def _then_script(turns: list[Any]) -> dict[str, Any] | None:
 def _describe(block: Any) -> dict[str, Any]:
     if isinstance(block, ImageInput):
         return {
-            "type": "image", "media_type": block.media_type, "width": block.width, "height": block.height,
-            "bytes": len(block.data), "sha256": hashlib.sha256(block.data).hexdigest(),
+            "type": "image",
+            "media_type": block.media_type,
+            "width": block.width,
+            "height": block.height,
+            "bytes": len(block.data),
+            "sha256": hashlib.sha256(block.data).hexdigest(),
         }
     if isinstance(block, TextBlock):
         return {"type": "text", "text": block.text}
@@ -203,11 +207,13 @@ def _describe(block: Any) -> dict[str, Any]:
 def report(request: GenerationRequest) -> str:
     """The conversation as the driver received it, as JSON (``settings.report``)."""
     conv = request.conversation
-    return json.dumps({
-        "system": conv.system,
-        "turns": [{"role": t.role, "blocks": [_describe(b) for b in t.blocks]} for t in conv.turns],
-        "prefill": conv.prefill,
-    })
+    return json.dumps(
+        {
+            "system": conv.system,
+            "turns": [{"role": t.role, "blocks": [_describe(b) for b in t.blocks]} for t in conv.turns],
+            "prefill": conv.prefill,
+        }
+    )
 
 
 def _error(spec: dict[str, Any]) -> MissiveError:
@@ -241,7 +247,9 @@ class EchoDriver(Driver):
     def _prompt_tokens(self, request: GenerationRequest) -> int:
         conv = request.conversation
         # Replayed thinking that reaches the prompt (signature verified) counts too.
-        words = len(_words(conv.system or "")) + sum(len(_words(t.text())) + len(_words(t.thinking())) for t in conv.turns)
+        words = len(_words(conv.system or "")) + sum(
+            len(_words(t.text())) + len(_words(t.thinking())) for t in conv.turns
+        )
         return words + len(_words(conv.prefill or "")) + conversation_image_tokens(conv)
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:

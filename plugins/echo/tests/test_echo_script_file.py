@@ -14,7 +14,9 @@ import pytest
 from missive.testing import live_server
 from missive_echo import script
 
-TOOLS = [{"name": "Write", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}]
+TOOLS = [
+    {"name": "Write", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +51,13 @@ def _text(msg: Any) -> str:
 
 
 def test_nth_script_by_assistant_turns(client: anthropic.Anthropic, script_path: Path) -> None:
-    _write(script_path, [{"script": [{"text": "first"}]}, {"script": [{"text": "second"}], "stop_reason": "end_turn"}])
-    one = client.messages.create(model="echo", max_tokens=50, messages=[{"role": "user", "content": "anything"}])
+    _write(
+        script_path,
+        [{"script": [{"text": "first"}]}, {"script": [{"text": "second"}], "stop_reason": "end_turn"}],
+    )
+    one = client.messages.create(
+        model="echo", max_tokens=50, messages=[{"role": "user", "content": "anything"}]
+    )
     assert _text(one) == "first"
     two = client.messages.create(
         model="echo",
@@ -83,7 +90,10 @@ def test_tool_call_then_match_on_tool_result(client: anthropic.Anthropic, script
     _write(
         script_path,
         [
-            {"script": [{"tool_call": {"name": "Write", "arguments": [args[:3], args[3:]]}}], "stop_reason": "tool_use"},
+            {
+                "script": [{"tool_call": {"name": "Write", "arguments": [args[:3], args[3:]]}}],
+                "stop_reason": "tool_use",
+            },
             {"match": "written ok", "script": [{"text": "saw the result"}]},
         ],
     )
@@ -100,8 +110,14 @@ def test_tool_call_then_match_on_tool_result(client: anthropic.Anthropic, script
         tools=TOOLS,
         messages=[
             {"role": "user", "content": "write it"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": "Write", "input": call.input}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "file written ok"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": call.id, "name": "Write", "input": call.input}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "file written ok"}],
+            },
         ],
     )
     assert _text(second) == "saw the result"
@@ -118,7 +134,9 @@ def test_inline_script_wins_and_file_is_reread(client: anthropic.Anthropic, scri
     assert _text(again) == "rewritten"
 
 
-@pytest.mark.parametrize("content", ["not json", json.dumps({"script": []}), json.dumps([{"text": "no script"}])])
+@pytest.mark.parametrize(
+    "content", ["not json", json.dumps({"script": []}), json.dumps([{"text": "no script"}])]
+)
 def test_broken_file_is_an_api_error(client: anthropic.Anthropic, script_path: Path, content: str) -> None:
     script_path.write_text(content)
     with pytest.raises(anthropic.InternalServerError) as caught:

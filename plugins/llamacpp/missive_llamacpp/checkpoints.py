@@ -116,7 +116,9 @@ def plan_reuse(
     return 0, None
 
 
-def positions(n_prompt: int, start: int, *, interval: int, n_ubatch: int, avoid: Sequence[tuple[int, int]] = ()) -> list[int]:
+def positions(
+    n_prompt: int, start: int, *, interval: int, n_ubatch: int, avoid: Sequence[tuple[int, int]] = ()
+) -> list[int]:
     """Where to take checkpoints while a prompt of ``n_prompt`` tokens is read
     from ``start`` (module documentation), ascending; never inside a span of
     ``avoid`` (an image: ``(start, end)``), never at ``start`` or 0."""
@@ -142,7 +144,9 @@ def restore(ctx: Any, seq_id: int, checkpoint: Checkpoint) -> bool:
     full-attention cache is left as it is: the caller cuts it after
     ``checkpoint.n_tokens``). False when llama.cpp refused it."""
     flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-    return int(llama_cpp.llama_state_seq_set_data_ext(ctx, checkpoint.data, checkpoint.size, seq_id, flags)) != 0
+    return (
+        int(llama_cpp.llama_state_seq_set_data_ext(ctx, checkpoint.data, checkpoint.size, seq_id, flags)) != 0
+    )
 
 
 def keep(checkpoints: Sequence[Checkpoint], new: Checkpoint, *, count: int, nbytes: int) -> list[Checkpoint]:

@@ -75,14 +75,18 @@ class ChildOutcome:
         return f"{head}: {line}" if line else head
 
 
-def run_child(module: str, args: list[str], *, timeout: float, env: dict[str, str] | None = None) -> ChildOutcome:
+def run_child(
+    module: str, args: list[str], *, timeout: float, env: dict[str, str] | None = None
+) -> ChildOutcome:
     """Run ``python -m module *args`` with this interpreter; wait at most
     ``timeout`` seconds (then kill it). Never raises for how the child ends;
     ``OSError`` if it cannot be started at all."""
     command = [sys.executable, "-m", module, *args]
     began = time.monotonic()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout, env=env)
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=timeout, env=env
+        )
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         return ChildOutcome(None, stderr, time.monotonic() - began)

@@ -117,7 +117,9 @@ def _create(llm: Any, params: Any, model_id: str, what: str, verbose: bool) -> t
         try:
             ctx = internals.LlamaContext(model=llm._model, params=params, verbose=verbose)
         except ValueError as exc:
-            said = " ".join(line.strip() for line in lines if "error" in line.lower() or "failed" in line.lower())
+            said = " ".join(
+                line.strip() for line in lines if "error" in line.lower() or "failed" in line.lower()
+            )
             raise ConfigError(f"model '{model_id}': llama.cpp could not make {what}: {said or exc}") from exc
     return ctx, parse_report(lines)
 
@@ -151,21 +153,39 @@ def make_context(
     cut: Cut = "none" if recurrent else ("window" if n_swa > 0 else "any")
     llm._ctx.close()  # the small context Llama made: the probe and the real one replace it
     probe_cells = -(-max(1024, n_swa + s.n_ubatch + 256) // 256) * 256
-    probe, report = _create(llm, _params(llm, s, cells=probe_cells, seqs=1, unified=True), model_id,
-                            f"a probe context of {probe_cells} tokens", s.verbose)
+    probe, report = _create(
+        llm,
+        _params(llm, s, cells=probe_cells, seqs=1, unified=True),
+        model_id,
+        f"a probe context of {probe_cells} tokens",
+        s.verbose,
+    )
     probe.close()
     costs = per_token_costs(report, probe_cells, n_swa)
     layers = int(llama_cpp.llama_model_n_layer(model))
     gpu = s.gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
     on_gpu = gpu and (s.gpu_layers < 0 or s.gpu_layers >= layers)
-    budget = free_memory(on_gpu=on_gpu, model_bytes=0 if on_gpu else model_bytes, host_cache_bytes=host_cache_bytes)
-    chosen = fit(model_id, costs, budget, trained=trained, window=window, parallel=s.parallel,
-                 pool=s.kv_pool_tokens, unified=s.kv_unified)
+    budget = free_memory(
+        on_gpu=on_gpu, model_bytes=0 if on_gpu else model_bytes, host_cache_bytes=host_cache_bytes
+    )
+    chosen = fit(
+        model_id,
+        costs,
+        budget,
+        trained=trained,
+        window=window,
+        parallel=s.parallel,
+        pool=s.kv_pool_tokens,
+        unified=s.kv_unified,
+    )
     unified = s.kv_unified
     cells = chosen.pool if unified else chosen.slots * chosen.window
     ctx, report = _create(
-        llm, _params(llm, s, cells=cells, seqs=chosen.slots, unified=unified), model_id,
-        f"a context of {chosen.slots} slots and {cells} tokens (memory: {chosen.arithmetic})", s.verbose,
+        llm,
+        _params(llm, s, cells=cells, seqs=chosen.slots, unified=unified),
+        model_id,
+        f"a context of {chosen.slots} slots and {cells} tokens (memory: {chosen.arithmetic})",
+        s.verbose,
     )
     llm._ctx = ctx
     n_ctx = int(llama_cpp.llama_n_ctx(ctx.ctx))
@@ -186,7 +206,9 @@ def warm_up(llm: Any, ctx: Any) -> None:
     if not llama_cpp.llama_model_has_decoder(model):
         return
     vocab = llama_cpp.llama_model_get_vocab(model)
-    tokens = [t for t in (llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_eos(vocab)) if t != -1] or [0]
+    tokens = [t for t in (llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_eos(vocab)) if t != -1] or [
+        0
+    ]
     array = (llama_cpp.llama_token * len(tokens))(*tokens)
     llama_cpp.llama_set_warmup(ctx, True)
     try:

@@ -56,8 +56,12 @@ class LlamaCppDriver(LocalDriver):
             LlamaCppRunner(model_id, self.settings, entry.context_window),
             tool_parser=self.settings.tool_parser,
             reasoning_parser=self.settings.reasoning_parser,
-            host_cache_bytes=None if self.settings.cache_ram_mib is None else self.settings.cache_ram_mib * 2**20,
-            disk_cache_bytes=None if self.settings.cache_disk_mib is None else self.settings.cache_disk_mib * 2**20,
+            host_cache_bytes=None
+            if self.settings.cache_ram_mib is None
+            else self.settings.cache_ram_mib * 2**20,
+            disk_cache_bytes=None
+            if self.settings.cache_disk_mib is None
+            else self.settings.cache_disk_mib * 2**20,
         )
 
     # -- tools and structured output ---------------------------------------
@@ -111,4 +115,6 @@ class LlamaCppDriver(LocalDriver):
         try:
             return llama_cpp.LlamaGrammar.from_string(text, verbose=False)
         except (ValueError, RuntimeError) as exc:
-            raise InvalidRequestError(f"the schema could not be turned into a llama.cpp grammar: {exc}") from exc
+            raise InvalidRequestError(
+                f"the schema could not be turned into a llama.cpp grammar: {exc}"
+            ) from exc

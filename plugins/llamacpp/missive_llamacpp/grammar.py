@@ -55,10 +55,20 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 #: Keywords llama.cpp's converter does not know (it stops with "Unrecognized
 #: schema"): dropped from a relaxed schema.
-_UNKNOWN_KEYWORDS = frozenset({
-    "not", "if", "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
-    "unevaluatedProperties", "unevaluatedItems", "contentSchema",
-})
+_UNKNOWN_KEYWORDS = frozenset(
+    {
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentSchemas",
+        "dependentRequired",
+        "dependencies",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "contentSchema",
+    }
+)
 #: Keywords whose value is one subschema, a list of them, or a name -> subschema map.
 _ONE = ("items", "additionalProperties", "propertyNames", "contains", "additionalItems")
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -104,7 +114,9 @@ def relax(schema: Any, relaxed: list[str], path: str = "#") -> Any:
         elif key == "$ref" and isinstance(value, str) and not value.startswith("#"):
             relaxed.append(where)
         elif key in _ONE and isinstance(value, (dict, bool)):
-            out[key] = relax(value, relaxed, where) if value is not False or key != "additionalProperties" else False
+            out[key] = (
+                relax(value, relaxed, where) if value is not False or key != "additionalProperties" else False
+            )
         elif key in _MANY and isinstance(value, list):
             out[key] = [relax(v, relaxed, f"{where}/{i}") for i, v in enumerate(value)]
         elif key in _MAP and isinstance(value, dict):
@@ -179,14 +191,18 @@ def _raw_text_rule(converter: SchemaConverter, parser: type[ToolParser]) -> tupl
         for ch, target in moves.items():
             if ch:
                 by_target.setdefault(target, []).append(ch)
-        alternatives = [f"[{''.join(_class_char(c) for c in chars)}] {names[t]}" for t, chars in by_target.items()]
+        alternatives = [
+            f"[{''.join(_class_char(c) for c in chars)}] {names[t]}" for t, chars in by_target.items()
+        ]
         if "" in moves:
             alternatives.append(f"[^{others}\\x00] {names[moves['']]}")
         converter._add_rule(names[k], f"({' | '.join(alternatives)})?" if alternatives else '""')
     return names[0], language
 
 
-def _parameters_rule(converter: SchemaConverter, parser: type[ToolParser], schema: dict[str, Any], name: str) -> str:
+def _parameters_rule(
+    converter: SchemaConverter, parser: type[ToolParser], schema: dict[str, Any], name: str
+) -> str:
     """The rule of one call's arguments in a ``"parameters"`` format
     (Qwen3-Coder's ``<parameter=K>``, GLM's ``<arg_key>``, Gemma 4's
     ``key:value``...): the required properties in schema order, then each
@@ -237,7 +253,10 @@ def _string_value(converter: SchemaConverter, prop: Any, raw_text: str, language
 
 
 def tool_call_grammar(
-    parser: type[ToolParser], tools: tuple[ToolDefinition, ...], choice: ToolChoice, relaxed: list[str] | None = None
+    parser: type[ToolParser],
+    tools: tuple[ToolDefinition, ...],
+    choice: ToolChoice,
+    relaxed: list[str] | None = None,
 ) -> str:
     """GBNF for a reply made only of calls (``choice.mode`` ``any`` or ``tool``).
 

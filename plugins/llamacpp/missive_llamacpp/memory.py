@@ -39,7 +39,17 @@ import llama_cpp
 
 from missive.api import ConfigError
 
-__all__ = ["Costs", "Fit", "LogCapture", "Report", "fit", "free_memory", "margin_bytes", "parse_report", "per_token_costs"]
+__all__ = [
+    "Costs",
+    "Fit",
+    "LogCapture",
+    "Report",
+    "fit",
+    "free_memory",
+    "margin_bytes",
+    "parse_report",
+    "per_token_costs",
+]
 
 MIB = 2**20
 #: Most slots ``parallel = "auto"`` chooses: Claude Code sends up to 3-4
@@ -84,8 +94,14 @@ def parse_report(lines: list[str]) -> Report:
     report = Report()
     for line in lines:
         if m := _CACHE_LINE.search(line):
-            report.caches.append(Cache(m["kind"] == "llama_memory_recurrent", int(m["cells"]), int(m["layers"]),
-                                       round(float(m["mib"]) * MIB)))
+            report.caches.append(
+                Cache(
+                    m["kind"] == "llama_memory_recurrent",
+                    int(m["cells"]),
+                    int(m["layers"]),
+                    round(float(m["mib"]) * MIB),
+                )
+            )
         elif m := _COMPUTE_LINE.search(line):
             report.compute_bytes += round(float(m["mib"]) * MIB)
         elif m := _FLASH_LINE.search(line):
@@ -247,7 +263,11 @@ def vram() -> tuple[int, int]:
         lib.ggml_backend_dev_type.restype = ctypes.c_int
         lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
         lib.ggml_backend_dev_memory.restype = None
-        lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+        lib.ggml_backend_dev_memory.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
     except (ImportError, AttributeError, OSError):
         return 0, 0
     total = free = 0
@@ -284,7 +304,10 @@ def free_memory(*, on_gpu: bool, model_bytes: int, host_cache_bytes: int) -> Bud
         total, free = vram()
         if total:
             margin = margin_bytes(total)
-            return Budget(max(0, free - margin), f"VRAM: {free // MIB} MiB free of {total // MIB} MiB - margin {margin // MIB} MiB")
+            return Budget(
+                max(0, free - margin),
+                f"VRAM: {free // MIB} MiB free of {total // MIB} MiB - margin {margin // MIB} MiB",
+            )
     total, available = ram()
     margin = margin_bytes(total)
     nbytes = max(0, available - model_bytes - host_cache_bytes - margin)
@@ -370,7 +393,9 @@ def fit(
     kv = costs.kv_bytes(cells, slots)
     steps.append(f"KV cache {kv // MIB} MiB")
     if kv > budget.nbytes:
-        steps.append(f"over the free memory by {(kv - budget.nbytes) // MIB} MiB (as set by parallel/kv_pool_tokens)")
+        steps.append(
+            f"over the free memory by {(kv - budget.nbytes) // MIB} MiB (as set by parallel/kv_pool_tokens)"
+        )
     return Fit(w, slots, cells, kv, "; ".join(steps))
 
 

@@ -87,10 +87,13 @@ class PortableSlots(SlotStates):
     def state_bytes(self, saved: SavedContext) -> tuple[bytes, list[Any]]:
         """``(info, [state, checkpoint, ...])`` (module documentation)."""
         state: _State = saved.state
-        info = {"size": state.size, "pos_min": state.pos_min,
-                "checkpoints": [[c.n_tokens, c.size] for c in state.checkpoints]}
-        parts = [memoryview(state.data)[:state.size]]
-        parts += [memoryview(c.data)[:c.size] for c in state.checkpoints]
+        info = {
+            "size": state.size,
+            "pos_min": state.pos_min,
+            "checkpoints": [[c.n_tokens, c.size] for c in state.checkpoints],
+        }
+        parts = [memoryview(state.data)[: state.size]]
+        parts += [memoryview(c.data)[: c.size] for c in state.checkpoints]
         return json.dumps(info).encode(), parts
 
     def state_from_bytes(self, tokens: list[int], info: bytes, payload: memoryview | None) -> SavedContext:
@@ -115,7 +118,7 @@ class PortableSlots(SlotStates):
             data = (ctypes.c_uint8 * size).from_buffer(payload[:size])
         at = size
         for n_tokens, k in marks:
-            part = (ctypes.c_uint8 * k).from_buffer(payload[at:at + k]) if payload is not None else None
+            part = (ctypes.c_uint8 * k).from_buffer(payload[at : at + k]) if payload is not None else None
             checkpoints.append(Checkpoint(n_tokens, part, k))
             at += k
         return SavedContext(tokens, _State(data, size, tuple(checkpoints), pos_min), total)

@@ -109,12 +109,20 @@ from missive.api import (
 
 from . import checkpoints
 from .context import Layout, make_context, warm_up
-from .step_cost import step_costs
 from .grammar import warm_up as warm_up_grammar
-from .settings import LlamaCppSettings
 from .portable import PortableSlots
+from .settings import LlamaCppSettings
 from .slots import Slot
-from .speculative import AUTO_ACCEPTANCE, AUTO_MIN_SPEEDUP, AUTO_STEP, DraftLength, NgramDrafter, auto_decision, verify
+from .speculative import (
+    AUTO_ACCEPTANCE,
+    AUTO_MIN_SPEEDUP,
+    AUTO_STEP,
+    DraftLength,
+    NgramDrafter,
+    auto_decision,
+    verify,
+)
+from .step_cost import step_costs
 from .trial import choose_extra_buffer_types, crash_point, model_params
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
@@ -129,7 +137,6 @@ TOKENIZE_THREADS = 4
 #: by the fitted one (:mod:`missive_llamacpp.context`); small, so that it
 #: and Llama's logits buffer (``n_batch x n_vocab`` floats) cost nothing.
 STUB_CTX = 64
-
 
 
 @dataclass
@@ -292,8 +299,10 @@ class LlamaCppRunner(PortableSlots):
         if s.speculative == "off":
             return False, "speculative=off"
         if self._cut != "any":
-            return False, (f"speculative=off (settings: {s.speculative}; this model's KV cache cannot drop a "
-                           "rejected draft: recurrent, hybrid or sliding-window)")
+            return False, (
+                f"speculative=off (settings: {s.speculative}; this model's KV cache cannot drop a "
+                "rejected draft: recurrent, hybrid or sliding-window)"
+            )
         if s.speculative == "ngram":
             return True, f"speculative=ngram ({drafts})"
         try:
@@ -301,9 +310,11 @@ class LlamaCppRunner(PortableSlots):
         except RuntimeError as exc:
             return False, f"speculative=auto: off (timing a verifying step failed: {exc})"
         on, expected = auto_decision(one, step)
-        return on, (f"speculative=auto: {'ngram' if on else 'off'} (a {AUTO_STEP}-token step costs "
-                    f"{step / one:.1f}x one token, {one * 1000:.1f} ms: drafting would give ~{expected:.2f}x at "
-                    f"{AUTO_ACCEPTANCE:.0%} acceptance, on from {AUTO_MIN_SPEEDUP}x{'; ' + drafts if on else ''})")
+        return on, (
+            f"speculative=auto: {'ngram' if on else 'off'} (a {AUTO_STEP}-token step costs "
+            f"{step / one:.1f}x one token, {one * 1000:.1f} ms: drafting would give ~{expected:.2f}x at "
+            f"{AUTO_ACCEPTANCE:.0%} acceptance, on from {AUTO_MIN_SPEEDUP}x{'; ' + drafts if on else ''})"
+        )
 
     def draft_counts(self) -> tuple[int, int]:
         """Draft tokens verified and accepted since this runner was made
@@ -320,8 +331,14 @@ class LlamaCppRunner(PortableSlots):
         """
         s = self.settings
         host_cache = default_cache_bytes() if s.cache_ram_mib is None else s.cache_ram_mib * 2**20
-        layout = make_context(llm, s, self.model_id, window=self.requested_ctx, host_cache_bytes=host_cache,
-                              model_bytes=s.path.stat().st_size)
+        layout = make_context(
+            llm,
+            s,
+            self.model_id,
+            window=self.requested_ctx,
+            host_cache_bytes=host_cache,
+            model_bytes=s.path.stat().st_size,
+        )
         slots = layout.fit.slots
         self._layout = layout
         self._ctx = layout.ctx
@@ -390,17 +407,25 @@ class LlamaCppRunner(PortableSlots):
         rendered: set[int] = set()
         try:
             for text, client in pieces:
-                parts = Projector.split(text, marks.nonce) if media is not None and marks is not None and not client else (text,)
+                parts = (
+                    Projector.split(text, marks.nonce)
+                    if media is not None and marks is not None and not client
+                    else (text,)
+                )
                 for part in parts:
                     if isinstance(part, int):  # an image's marker
                         assert media is not None and self.projector is not None
                         if part >= len(images):
-                            raise ApiError(f"the rendered prompt names image {part}; the request has {len(images)}")
+                            raise ApiError(
+                                f"the rendered prompt names image {part}; the request has {len(images)}"
+                            )
                         rendered.add(part)
                         self.projector.append_image(images[part], tokens, media)
                     elif part:
                         # Client text is plain text: a typed "<|im_end|>" stays characters.
-                        tokens += llm.tokenize(part.encode("utf-8"), add_bos=add_bos and not tokens, special=not client)
+                        tokens += llm.tokenize(
+                            part.encode("utf-8"), add_bos=add_bos and not tokens, special=not client
+                        )
         except RuntimeError as exc:
             if media is not None:
                 media.close()
@@ -423,7 +448,9 @@ class LlamaCppRunner(PortableSlots):
             )
         if media is not None and media.spans and media.spans[-1].end == len(tokens):
             media.close()
-            raise ApiError("the chat template rendered a prompt ending with an image; nothing would sample after it")
+            raise ApiError(
+                "the chat template rendered a prompt ending with an image; nothing would sample after it"
+            )
         return Prompt(tokens, media)
 
     def encode_special(self, text: str) -> list[int]:
@@ -492,8 +519,9 @@ class LlamaCppRunner(PortableSlots):
         if self._cut == "any" or s.ctx_checkpoints == 0:
             return []
         spans = [(span.start, span.end) for span in prompt.media.spans] if prompt.media is not None else []
-        return checkpoints.positions(len(prompt.tokens), start, interval=s.checkpoint_interval,
-                                     n_ubatch=s.n_ubatch, avoid=spans)
+        return checkpoints.positions(
+            len(prompt.tokens), start, interval=s.checkpoint_interval, n_ubatch=s.n_ubatch, avoid=spans
+        )
 
     def _checkpoint(self, seq: Sequence) -> None:
         """Take the checkpoint due at ``seq``'s position (before the chunk
@@ -508,8 +536,9 @@ class LlamaCppRunner(PortableSlots):
         marks.pop(0)
         taken = checkpoints.take(self._ctx.ctx, seq.slot, pos)
         if taken is not None:
-            slot.checkpoints = checkpoints.keep(slot.checkpoints, taken, count=self.settings.ctx_checkpoints,
-                                                nbytes=self._checkpoint_bytes)
+            slot.checkpoints = checkpoints.keep(
+                slot.checkpoints, taken, count=self.settings.ctx_checkpoints, nbytes=self._checkpoint_bytes
+            )
 
     def step_many(self, seqs: list[Sequence]) -> list[StepResult]:
         """One ``llama_decode`` for all ``seqs`` (module documentation):
@@ -519,7 +548,9 @@ class LlamaCppRunner(PortableSlots):
         input is all decoded samples from its own logits."""
         ctx, batch, room = self._ctx.ctx, self._batch, self._n_batch
         n = 0
-        plans: list[tuple[Sequence, int, int, list[int]]] = []  # (sequence, tokens added, logits index or -1, draft)
+        plans: list[
+            tuple[Sequence, int, int, list[int]]
+        ] = []  # (sequence, tokens added, logits index or -1, draft)
         for seq in sorted(seqs, key=lambda q: (len(q.state.pending) > 1, q.slot)):  # generating ones first
             state: _SeqState = seq.state
             slot = self._slots[seq.slot]
@@ -562,8 +593,10 @@ class LlamaCppRunner(PortableSlots):
             batch.n_tokens = n
             rc = llama_cpp.llama_decode(ctx, batch)
             if rc != 0:
-                raise ApiError(f"llama.cpp could not decode a batch of {n} tokens for {len(seqs)} sequences "
-                               f"(llama_decode returned {rc})")
+                raise ApiError(
+                    f"llama.cpp could not decode a batch of {n} tokens for {len(seqs)} sequences "
+                    f"(llama_decode returned {rc})"
+                )
         results: dict[int, StepResult] = {}
         vocab = self.llm._model.vocab
         for seq, take, index, draft in plans:
@@ -645,7 +678,9 @@ class LlamaCppRunner(PortableSlots):
         llama_cpp.llama_memory_seq_rm(self._memory, seq.slot, pos, -1)
         after = self.projector.decode(self.llm, span, seq.slot, self._n_batch)
         if after != span.end:
-            raise ApiError(f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not ..{span.end}")
+            raise ApiError(
+                f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not ..{span.end}"
+            )
         slot.tokens.extend(state.pending[: span.n_tokens])
         del state.pending[: span.n_tokens]
 
@@ -694,7 +729,8 @@ def _offload(llm: Any, settings: LlamaCppSettings, model_id: str) -> str:
             log.warning(
                 "model %s: n_gpu_layers=%d ignored: this llama-cpp-python has no GPU backend "
                 "(reinstall it with CMAKE_ARGS=\"-DGGML_CUDA=on\" or -DGGML_METAL=on, -DGGML_VULKAN=on)",
-                model_id, requested,
+                model_id,
+                requested,
             )
         return "offload: none, CPU only (this llama.cpp build has no GPU backend)"
     offloaded = layers if requested < 0 else min(requested, layers)

@@ -235,7 +235,9 @@ class LlamaCppSettings(BaseModel):
     @field_validator("parallel", mode="before")
     @classmethod
     def _parallel(cls, value: Any) -> Any:
-        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARALLEL):
+        if value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PARALLEL
+        ):
             return value
         raise ValueError(f'must be "auto" or a whole number from 1 to {MAX_PARALLEL}, got {value!r}')
 
@@ -265,8 +267,10 @@ class LlamaCppSettings(BaseModel):
         if self.draft_min > self.draft_max:
             raise ValueError(f"draft_min ({self.draft_min}) cannot exceed draft_max ({self.draft_max})")
         if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) cannot exceed "
-                             f"prompt_lookup_max ({self.prompt_lookup_max})")
+            raise ValueError(
+                f"prompt_lookup_min ({self.prompt_lookup_min}) cannot exceed "
+                f"prompt_lookup_max ({self.prompt_lookup_max})"
+            )
         if self.n_ubatch > self.n_batch:
             raise ValueError(f"n_ubatch ({self.n_ubatch}) cannot exceed n_batch ({self.n_batch})")
         return self

@@ -85,12 +85,21 @@ class SlotStates:
 
     # -- reuse -------------------------------------------------------------
 
-    def _plan(self, prompt: Prompt, tokens: list[int], checkpoints: list[Checkpoint] | tuple[Checkpoint, ...],
-              pos_min: int) -> tuple[int, Checkpoint | None]:
+    def _plan(
+        self,
+        prompt: Prompt,
+        tokens: list[int],
+        checkpoints: list[Checkpoint] | tuple[Checkpoint, ...],
+        pos_min: int,
+    ) -> tuple[int, Checkpoint | None]:
         layout = self._layout
         return plan_reuse(
-            tokens, prompt.tokens, cut=self._cut, n_swa=layout.n_swa if layout is not None else 0,
-            pos_min=pos_min, checkpoints=checkpoints,
+            tokens,
+            prompt.tokens,
+            cut=self._cut,
+            n_swa=layout.n_swa if layout is not None else 0,
+            pos_min=pos_min,
+            checkpoints=checkpoints,
             clip=prompt.media.image_start if prompt.media is not None else None,
         )
 

@@ -52,7 +52,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["AUTO_ACCEPTANCE", "AUTO_MIN_SPEEDUP", "AUTO_STEP", "DraftLength", "NgramDrafter", "auto_decision", "verify"]
+__all__ = [
+    "AUTO_ACCEPTANCE",
+    "AUTO_MIN_SPEEDUP",
+    "AUTO_STEP",
+    "DraftLength",
+    "NgramDrafter",
+    "auto_decision",
+    "verify",
+]
 
 #: Tokens of the step ``"auto"`` times against one token: the last token and 8 drafted ones.
 AUTO_STEP = 9
@@ -62,8 +70,9 @@ AUTO_ACCEPTANCE = 0.7
 AUTO_MIN_SPEEDUP = 1.25
 
 
-def auto_decision(cost_one: float, cost_step: float, step: int = AUTO_STEP,
-                  acceptance: float = AUTO_ACCEPTANCE) -> tuple[bool, float]:
+def auto_decision(
+    cost_one: float, cost_step: float, step: int = AUTO_STEP, acceptance: float = AUTO_ACCEPTANCE
+) -> tuple[bool, float]:
     """Whether ``speculative = "auto"`` drafts (module documentation), given
     the seconds of a 1-token and a ``step``-token ``llama_decode``; and the
     expected speed-up: tokens a step emits on average,
@@ -107,7 +116,7 @@ class NgramDrafter:
             first = max(start, n)
             if first >= size:
                 continue
-            window = seq[first - n:size - 1]
+            window = seq[first - n : size - 1]
             index.update(zip(zip(*(window[i:] for i in range(n))), range(first, size)))
 
     def propose(self, k: int) -> list[int]:
@@ -121,9 +130,9 @@ class NgramDrafter:
             return []
         size = len(seq)
         for n in range(min(self.max_n, size), self.min_n - 1, -1):
-            at = self._after.get(tuple(seq[size - n:]))
+            at = self._after.get(tuple(seq[size - n :]))
             if at is not None:
-                draft = seq[at:at + k]
+                draft = seq[at : at + k]
                 for i, token in enumerate(draft):
                     if token < 0:
                         return draft[:i]
@@ -155,7 +164,9 @@ class DraftLength:
             self.n = max(self.low, self.n - 1)
 
 
-def verify(sample: Callable[[int], int], draft: list[int], is_eog: Callable[[int], bool]) -> tuple[list[int | None], int]:
+def verify(
+    sample: Callable[[int], int], draft: list[int], is_eog: Callable[[int], bool]
+) -> tuple[list[int | None], int]:
     """The acceptance rule (module documentation).
 
     Args:

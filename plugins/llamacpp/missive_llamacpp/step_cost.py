@@ -33,8 +33,9 @@ __all__ = ["decode_costs", "step_costs"]
 RUNS = 3
 
 
-def decode_costs(ctx: Any, batch: Any, tokens: list[int], sizes: Iterable[int], start: int = 0,
-                 runs: int = RUNS) -> dict[int, float]:
+def decode_costs(
+    ctx: Any, batch: Any, tokens: list[int], sizes: Iterable[int], start: int = 0, runs: int = RUNS
+) -> dict[int, float]:
     """Seconds of one ``llama_decode`` of ``n`` tokens (``tokens[:n]``, logits
     at each, sequence 0 from position ``start``) for each ``n`` in ``sizes``:
     the median of ``runs``. Each run's tokens leave the cache after it, so

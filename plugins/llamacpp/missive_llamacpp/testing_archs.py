@@ -90,8 +90,12 @@ def _deepseek32(m: TinyModel, i: int) -> Shapes:
 def _deepseek_keys(m: TinyModel) -> dict[str, Any]:
     """DeepSeek-V3's: one shared expert, a dense first block, sigmoid routing."""
     return mla_keys(m) | expert_keys(
-        m, expert_shared_count=1, leading_dense_block_count=1, expert_gating_func=SIGMOID,
-        expert_weights_norm=True, expert_weights_scale=2.5,
+        m,
+        expert_shared_count=1,
+        leading_dense_block_count=1,
+        expert_gating_func=SIGMOID,
+        expert_weights_norm=True,
+        expert_weights_scale=2.5,
     )
 
 
@@ -150,10 +154,14 @@ def _qwen35_keys(m: TinyModel) -> dict[str, Any]:
 
 def _gemma4(m: TinyModel, i: int) -> Shapes:
     """Gemma 4 (the dense 31B's layout, without per-layer embeddings)."""
-    return attention(m, qk_norm="head") | ffn(m) | {
-        "post_attention_norm.weight": (m.n_embd,),
-        "post_ffw_norm.weight": (m.n_embd,),
-    }
+    return (
+        attention(m, qk_norm="head")
+        | ffn(m)
+        | {
+            "post_attention_norm.weight": (m.n_embd,),
+            "post_ffw_norm.weight": (m.n_embd,),
+        }
+    )
 
 
 def _glm4moe(m: TinyModel, i: int) -> Shapes:
@@ -208,7 +216,10 @@ ARCHS: dict[str, Arch] = {
     "glm4moe": Arch(
         block=_glm4moe,
         keys=lambda m: expert_keys(
-            m, expert_shared_count=1, leading_dense_block_count=1, expert_gating_func=SIGMOID,
+            m,
+            expert_shared_count=1,
+            leading_dense_block_count=1,
+            expert_gating_func=SIGMOID,
             expert_weights_norm=True,
         ),
     ),
@@ -217,11 +228,14 @@ ARCHS: dict[str, Arch] = {
     # DeepSeek-V3.2 (src/models/deepseek32.cpp): DeepSeek-V3 plus the lightning indexer.
     "deepseek32": Arch(
         block=_deepseek32,
-        keys=lambda m: _deepseek_keys(m) | {
-            "attention.indexer.head_count": _INDEXER_HEADS,
-            "attention.indexer.key_length": _INDEXER_DIM,
-            "attention.indexer.top_k": 2048,
-        },
+        keys=lambda m: (
+            _deepseek_keys(m)
+            | {
+                "attention.indexer.head_count": _INDEXER_HEADS,
+                "attention.indexer.key_length": _INDEXER_DIM,
+                "attention.indexer.top_k": 2048,
+            }
+        ),
     ),
     # Llama 4 Scout/Maverick (src/models/llama4.cpp). Four blocks: every fourth skips
     # RoPE (llama.cpp's fixed n_no_rope_layer_step), and without such a block the
@@ -243,8 +257,11 @@ ARCHS: dict[str, Arch] = {
     # Granite 4.0-H (src/models/granite-hybrid.cpp).
     "granitehybrid": Arch(
         block=_granitehybrid,
-        keys=lambda m: ssm_keys([0, m.n_head_kv]) | _GRANITE_SCALES
-        | expert_keys(m, expert_feed_forward_length=m.n_ff, expert_shared_feed_forward_length=m.n_ff),
+        keys=lambda m: (
+            ssm_keys([0, m.n_head_kv])
+            | _GRANITE_SCALES
+            | expert_keys(m, expert_feed_forward_length=m.n_ff, expert_shared_feed_forward_length=m.n_ff)
+        ),
     ),
     # Gemma 4 (src/models/gemma4.cpp): sliding-window layers, then a global one.
     "gemma4": Arch(

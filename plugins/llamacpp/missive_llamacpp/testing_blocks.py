@@ -25,8 +25,21 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "Shapes", "TinyModel", "attention", "ffn", "experts", "expert_keys", "SOFTMAX", "SIGMOID",
-    "mla", "mla_keys", "Q_LORA", "mamba2", "ssm_keys", "gated_delta_net", "delta_net_keys",
+    "Shapes",
+    "TinyModel",
+    "attention",
+    "ffn",
+    "experts",
+    "expert_keys",
+    "SOFTMAX",
+    "SIGMOID",
+    "mla",
+    "mla_keys",
+    "Q_LORA",
+    "mamba2",
+    "ssm_keys",
+    "gated_delta_net",
+    "delta_net_keys",
 ]
 
 #: Tensor name in a block (``attn_q.weight``; ``ssm_a`` has no suffix) -> numpy shape.

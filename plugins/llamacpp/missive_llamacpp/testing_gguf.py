@@ -41,7 +41,11 @@ NORMAL, CONTROL = 1, 3
 
 def byte_tokens() -> list[str]:
     """GPT-2's byte-level alphabet: token ``i`` is the character standing for byte ``i``."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = {b: chr(b) for b in printable}
     extra = 0
     for b in range(256):

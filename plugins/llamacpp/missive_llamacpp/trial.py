@@ -161,7 +161,9 @@ def choose_extra_buffer_types(settings: LlamaCppSettings, model_id: str) -> Buff
         outcome = _run_trial(settings, use)
         if outcome.ok:
             if failures:
-                why = "; ".join(f"the trial with extra_buffer_types={lab} was {o.reason()}" for lab, o in failures)
+                why = "; ".join(
+                    f"the trial with extra_buffer_types={lab} was {o.reason()}" for lab, o in failures
+                )
                 log.warning(
                     "model %s: llama.cpp crashed with extra buffer types on this machine (%s); serving without "
                     "them. Known upstream (ggml-org/llama.cpp #20824); set settings.extra_buffer_types to "
@@ -283,7 +285,9 @@ def _trial_main(spec_json: str) -> int:
             n_gpu_layers=spec["n_gpu_layers"],
             verbose=False,
         )
-    prompt = llm.tokenize(b"The quick brown fox jumps over the lazy dog. " * 8, add_bos=True)[:TRIAL_PROMPT_TOKENS]
+    prompt = llm.tokenize(b"The quick brown fox jumps over the lazy dog. " * 8, add_bos=True)[
+        :TRIAL_PROMPT_TOKENS
+    ]
     crash_point(f"trial-{label}")
     llm.eval(prompt)
     token = prompt[-1]

@@ -237,7 +237,9 @@ class Projector:
             ctypes.byref(new_n_past),
         )
         if rc != 0:
-            raise ApiError(f"llama.cpp could not encode an image into the context (mtmd_helper_eval_chunk_single returned {rc})")
+            raise ApiError(
+                f"llama.cpp could not encode an image into the context (mtmd_helper_eval_chunk_single returned {rc})"
+            )
         return int(new_n_past.value)
 
     def close(self) -> None:
@@ -346,7 +348,10 @@ def _probe_main(model_path: str, path: str) -> int:
     params.warmup = False
     ctx = mtmd.mtmd_init_from_file(path.encode(), llm.model, params)
     if not ctx:
-        print("probe: libmtmd could not load the projector (not an mmproj GGUF, or made for another model)", file=sys.stderr)
+        print(
+            "probe: libmtmd could not load the projector (not an mmproj GGUF, or made for another model)",
+            file=sys.stderr,
+        )
         return 2
     projector = Projector(ctx, mtmd, Path(path))
     from PIL import Image
@@ -360,7 +365,10 @@ def _probe_main(model_path: str, path: str) -> int:
         for span in media.spans:
             rc = mtmd.mtmd_encode_chunk(ctx, span.chunk)
             if rc != 0:
-                print(f"probe: encoding a {size[0]}x{size[1]} image failed (mtmd_encode_chunk returned {rc})", file=sys.stderr)
+                print(
+                    f"probe: encoding a {size[0]}x{size[1]} image failed (mtmd_encode_chunk returned {rc})",
+                    file=sys.stderr,
+                )
                 return 3
         media.close()
     projector.close()
@@ -400,7 +408,9 @@ def load_projector(
     projector = Projector(ctx, mtmd, path)
     if not mtmd.mtmd_support_vision(ctx):
         projector.close()
-        raise ConfigError(f"model '{model_id}': the projector {path} has no vision encoder (audio-only projectors are not supported)")
+        raise ConfigError(
+            f"model '{model_id}': the projector {path} has no vision encoder (audio-only projectors are not supported)"
+        )
     if mtmd.mtmd_decode_use_mrope(ctx):
         projector.close()
         raise ConfigError(

@@ -43,8 +43,9 @@ def _model(path: str | None = None, n_ctx: int = 2048) -> Any:
         return llama_cpp.Llama(model_path=path or str(default_model_path()), n_ctx=n_ctx, verbose=False)
 
 
-def assert_same_greedy_tokens(path: str, prompt: list[int], got: list[int], wanted: list[int], what: str,
-                              *, n_ctx: int = 8192) -> bool:
+def assert_same_greedy_tokens(
+    path: str, prompt: list[int], got: list[int], wanted: list[int], what: str, *, n_ctx: int = 8192
+) -> bool:
     """:func:`assert_same_greedy_answer` on token ids, for any GGUF model
     (``path``): pass if ``got`` equals ``wanted``, or if they part where the
     model, reading ``prompt`` and their common part alone, has its two next
@@ -79,13 +80,22 @@ def _tokens(text: str, llm: Any = None) -> list[int]:
     return list((llm or _model()).tokenize(text.encode(), add_bos=False, special=False))
 
 
-def fresh_greedy(path: str, template: str, conversation: list[dict[str, Any]], max_tokens: int, *,
-                 bos_token: str = "", n_ctx: int = 8192) -> str:
+def fresh_greedy(
+    path: str,
+    template: str,
+    conversation: list[dict[str, Any]],
+    max_tokens: int,
+    *,
+    bos_token: str = "",
+    n_ctx: int = 8192,
+) -> str:
     """The greedy answer of the model at ``path`` alone (an empty context, one
     sequence) to ``conversation`` rendered with ``template``: what a cached
     or restored state must reproduce."""
     llm = _model(path, n_ctx)
-    prompt = llm.tokenize(render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True)
+    prompt = llm.tokenize(
+        render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True
+    )
     llm.reset()
     llm.eval(list(prompt))
     out: list[int] = []
@@ -136,7 +146,9 @@ def assert_same_greedy_answer(
     llm = _model(path, n_ctx)
     conversation = ([{"role": "system", "content": system}] if system is not None else []) + messages
     template = template or llm.metadata["tokenizer.chat_template"]
-    prompt = llm.tokenize(render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True)
+    prompt = llm.tokenize(
+        render_prompt(template, conversation, bos_token=bos_token).encode(), add_bos=False, special=True
+    )
     assert len(prompt) == prompt_tokens, (
         f"{what}: the reference renders {len(prompt)} prompt tokens, the server counts {prompt_tokens}"
     )

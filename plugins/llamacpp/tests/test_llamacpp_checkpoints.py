@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from greedy_reference import assert_same_greedy_tokens
+
 from missive.api import PENDING, Prompt, Sampling, Sequence
 from missive_llamacpp.checkpoints import Checkpoint, keep, plan_reuse, positions
 
@@ -58,12 +58,18 @@ def test_plan_reuse_by_kind_of_model() -> None:
     assert plan_reuse(cached, parted, cut="none") == (0, None)
     # A window cut is exact while the window before it is still held.
     assert plan_reuse(cached, parted, cut="window", n_swa=20, pos_min=40) == (60, None)
-    assert plan_reuse(cached, parted, cut="window", n_swa=20, pos_min=41, checkpoints=points) == (32, points[1])
+    assert plan_reuse(cached, parted, cut="window", n_swa=20, pos_min=41, checkpoints=points) == (
+        32,
+        points[1],
+    )
     # The same prompt again: its last token is decoded again, so a cut is needed.
     assert plan_reuse(cached, cached, cut="none", checkpoints=points) == (64, points[2])
     assert plan_reuse(cached, cached, cut="any") == (99, None)
     # An image whole or not at all: the clip moves the reuse back first.
-    assert plan_reuse(cached, parted, cut="none", checkpoints=points, clip=lambda n: min(n, 20)) == (16, points[0])
+    assert plan_reuse(cached, parted, cut="none", checkpoints=points, clip=lambda n: min(n, 20)) == (
+        16,
+        points[0],
+    )
 
 
 def test_checkpoint_positions_and_bounds() -> None:
@@ -96,7 +102,9 @@ def runner(request: pytest.FixtureRequest, models: dict[str, Path]) -> Iterator[
     from missive_llamacpp.runner import LlamaCppRunner
     from missive_llamacpp.settings import parse_settings
 
-    settings = parse_settings("tiny", {"model_path": str(models[request.param]), "parallel": 2, "checkpoint_interval": 256})
+    settings = parse_settings(
+        "tiny", {"model_path": str(models[request.param]), "parallel": 2, "checkpoint_interval": 256}
+    )
     runner = LlamaCppRunner("tiny", settings, 4096)
     runner.load()
     runner.path = str(models[request.param])  # for the greedy reference

@@ -20,10 +20,18 @@ import llama_cpp
 import pytest
 
 from missive.config import ConfigError, ModelEntry
+from missive.driver.events import Finished, Started, TextDelta
 from missive.driver.interface import GenerationRequest
 from missive.protocol.errors import PromptTooLongError
-from missive.driver.events import Finished, Started, TextDelta
-from missive.testing import THINKING_CHATML, check_order, collect_events as collect, generation_request, text_of
+from missive.testing import (
+    THINKING_CHATML,
+    check_order,
+    generation_request,
+    text_of,
+)
+from missive.testing import (
+    collect_events as collect,
+)
 from missive_llamacpp.plugin import (
     CAPABILITIES,
     default_model_path,
@@ -111,7 +119,9 @@ def test_bad_setting_names_model_and_key() -> None:
     with pytest.raises(ConfigError, match=r"model 'm3'.*settings\.n_thread"):
         LlamaCppDriver("m3", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_thread": 4}))
     with pytest.raises(ConfigError, match=r"model 'm4'.*settings\.n_gpu_layers"):
-        LlamaCppDriver("m4", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_gpu_layers": -2}))
+        LlamaCppDriver(
+            "m4", ModelEntry(driver="llamacpp", settings={"model_path": "x.gguf", "n_gpu_layers": -2})
+        )
 
 
 @pytest.mark.anyio
@@ -420,8 +430,10 @@ async def test_a_step_batches_sequences_in_slot_order(monkeypatch, unified: bool
     try:
         runner = d.runner
         tokens = runner.llm.tokenize(b"Once upon a time", add_bos=True, special=False)
-        seqs = [Sequence(Prompt(tokens), 3, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
-                for slot in (2, 0, 3, 1)]
+        seqs = [
+            Sequence(Prompt(tokens), 3, Sampling(temperature=0), cancelled=lambda: False, slot=slot)
+            for slot in (2, 0, 3, 1)
+        ]
         for seq in seqs:
             runner.begin(seq)
         batches: list[list[int]] = []
@@ -486,23 +498,33 @@ async def test_typed_special_tokens_stay_text_in_tools_and_calls() -> None:
         history = [
             {"role": "user", "content": f"<tool_response>{forged}"},
             {"role": "assistant", "content": [call]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": forged}]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": forged}],
+            },
         ]
-        tool = ToolDefinition("f", forged, {"type": "object", "properties": {"q": {"type": "string", "description": forged}}})
+        tool = ToolDefinition(
+            "f", forged, {"type": "object", "properties": {"q": {"type": "string", "description": forged}}}
+        )
         req = dataclasses.replace(request(history), tools=(tool,))
         tokens, _ = d._tokenize(req)
         look = json.loads(json.dumps(history).replace(json.dumps(forged)[1:-1], json.dumps(harmless)[1:-1]))
-        alike = ToolDefinition("f", harmless, {"type": "object", "properties": {"q": {"type": "string", "description": harmless}}})
+        alike = ToolDefinition(
+            "f",
+            harmless,
+            {"type": "object", "properties": {"q": {"type": "string", "description": harmless}}},
+        )
         baseline, _ = d._tokenize(dataclasses.replace(request(look), tools=(alike,)))
         assert tokens.count(im_end) == baseline.count(im_end)  # only the template's own
-        prefilled, _ = d._tokenize(request([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<|im_end|>"}]))
+        prefilled, _ = d._tokenize(
+            request([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<|im_end|>"}])
+        )
         assert prefilled.count(im_end) == 1 and prefilled[-1] != im_end
     finally:
         await d.aclose()
 
 
 # -- thinking ------------------------------------------------------------------
-
 
 
 @needs_model

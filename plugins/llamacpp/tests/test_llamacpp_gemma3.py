@@ -81,13 +81,15 @@ def test_answer_count_and_stream(client: anthropic.Anthropic) -> None:
     # Both compared answers read the prompt from the KV cache (a prompt decoded
     # afresh, in other batch shapes, can flip a near tie of the greedy choice).
     client.messages.create(model="gemma3", max_tokens=1, messages=messages)
-    message = client.messages.create(model="gemma3", max_tokens=24, messages=messages,
-                                     extra_body={"temperature": 0})
+    message = client.messages.create(
+        model="gemma3", max_tokens=24, messages=messages, extra_body={"temperature": 0}
+    )
     assert message.content and message.content[0].type == "text" and message.content[0].text.strip()
     assert message.stop_reason in ("end_turn", "max_tokens")
     assert message.usage.input_tokens + message.usage.cache_read_input_tokens == counted
-    with client.messages.stream(model="gemma3", max_tokens=24, messages=messages,
-                                     extra_body={"temperature": 0}) as stream:
+    with client.messages.stream(
+        model="gemma3", max_tokens=24, messages=messages, extra_body={"temperature": 0}
+    ) as stream:
         streamed = stream.get_final_message()
     assert streamed.content[0].text == message.content[0].text  # greedy: the same answer
     assert streamed.usage.output_tokens == message.usage.output_tokens
@@ -102,18 +104,28 @@ def test_claude_code_first_request_fits_and_is_answered(client: anthropic.Anthro
     captured = json.loads(CAPTURE.read_text())
     body = dict(captured["body"], model="gemma3", max_tokens=32)
     fields = ("model", "max_tokens", "system", "messages", "tools", "metadata", "thinking")
-    extra = {k: v for k, v in body.items() if k not in (*fields, "stream")}  # context_management, output_config
+    extra = {
+        k: v for k, v in body.items() if k not in (*fields, "stream")
+    }  # context_management, output_config
     headers = {"anthropic-beta": captured["headers"]["anthropic-beta"]}
     counted = client.messages.count_tokens(
-        model="gemma3", system=body["system"], messages=body["messages"], tools=body["tools"],
-        thinking=body["thinking"], extra_headers=headers,
+        model="gemma3",
+        system=body["system"],
+        messages=body["messages"],
+        tools=body["tools"],
+        thinking=body["thinking"],
+        extra_headers=headers,
     ).input_tokens
     assert 10_000 < counted < 32_768 - 32  # fits Gemma's context (not SmolLM2's 8192)
-    with client.messages.stream(**{k: body[k] for k in fields}, extra_body=extra, extra_headers=headers) as stream:
+    with client.messages.stream(
+        **{k: body[k] for k in fields}, extra_body=extra, extra_headers=headers
+    ) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_message()
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert final.usage.input_tokens + final.usage.cache_read_input_tokens == counted
     assert 0 < final.usage.output_tokens <= 32
     assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    assert not any(b.type == "thinking" for b in final.content)  # adaptive thinking, a model that does not reason
+    assert not any(
+        b.type == "thinking" for b in final.content
+    )  # adaptive thinking, a model that does not reason

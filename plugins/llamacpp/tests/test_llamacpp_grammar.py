@@ -15,8 +15,13 @@ UNANCHORED = {"type": "object", "properties": {"n": {"type": "string", "pattern"
 NOT = {"type": "object", "properties": {"x": {"not": {"type": "string"}}, "y": False, "z": True}}
 REMOTE = {"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}}
 CONDITIONAL = {"type": "object", "properties": {"x": {"if": {"type": "string"}, "then": {"minLength": 2}}}}
-NESTED_REF = {"$ref": "#/$defs/Args", "$defs": {"Args": {"type": "object", "properties": {
-    "x": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}}}, "B": {"type": "string"}}}
+NESTED_REF = {
+    "$ref": "#/$defs/Args",
+    "$defs": {
+        "Args": {"type": "object", "properties": {"x": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]}}},
+        "B": {"type": "string"},
+    },
+}
 ANY_CHOICE = ToolChoice(mode="any", parallel=False)
 
 

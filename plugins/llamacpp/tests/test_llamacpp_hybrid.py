@@ -67,7 +67,9 @@ def auto(gguf_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def pool(gguf_path: Path) -> Iterator[ServerProcess]:
-    config = {"models": {MODEL: {**entry(gguf_path, parallel=5, kv_pool_tokens=32768), "context_window": 12288}}}
+    config = {
+        "models": {MODEL: {**entry(gguf_path, parallel=5, kv_pool_tokens=32768), "context_window": 12288}}
+    }
     with serve_process(config, timeout=300) as server:
         yield server
 
@@ -76,13 +78,17 @@ def sdk(server: ServerProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=DEADLINE)
 
 
-def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 12) -> tuple[Any, int]:
+def ask(
+    client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 12
+) -> tuple[Any, int]:
     """The answer and the prompt's ``count_tokens``; usage is checked exact."""
     return ask_counted(client, MODEL, messages, system, max_tokens, **GREEDY)
 
 
 def status(server: ServerProcess) -> dict[str, Any]:
-    info: dict[str, Any] = httpx.get(f"{server.url}/v1/status", timeout=30).json()["models"][MODEL]["driver_status"]
+    info: dict[str, Any] = httpx.get(f"{server.url}/v1/status", timeout=30).json()["models"][MODEL][
+        "driver_status"
+    ]
     return info
 
 
@@ -105,10 +111,16 @@ def test_four_turns_with_side_requests_read_from_cache(auto: ServerProcess) -> N
         read = message.usage.cache_read_input_tokens or 0
         if turn > 0:
             assert read >= 0.95 * counted, f"turn {turn}: {read} of {counted} prompt tokens read from cache"
-        messages.append({"role": "assistant", "content": message.content[0].text if message.content else "ok"})
+        messages.append(
+            {"role": "assistant", "content": message.content[0].text if message.content else "ok"}
+        )
         # Claude Code's side requests between turns: a title with its own system prompt.
-        ask(client, [{"role": "user", "content": "Title for: " + words(30, f"side{turn}")}],
-            "Write a 5-word title for the conversation.", max_tokens=6)
+        ask(
+            client,
+            [{"role": "user", "content": "Title for: " + words(30, f"side{turn}")}],
+            "Write a 5-word title for the conversation.",
+            max_tokens=6,
+        )
 
 
 def test_an_edited_last_turn_restores_a_checkpoint(auto: ServerProcess) -> None:
@@ -156,6 +168,10 @@ def test_four_long_conversations_share_the_pool_with_a_fifth(pool: ServerProcess
         assert state["host_cache_entries"] >= 1, state
     # The first conversation's next turn: from its slot or back from host memory.
     answer = results[0][0].content[0].text if results[0][0].content else "ok"
-    follow = [*conversations[0], {"role": "assistant", "content": answer}, {"role": "user", "content": "And then?"}]
+    follow = [
+        *conversations[0],
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And then?"},
+    ]
     message, counted = run(follow)
     assert (message.usage.cache_read_input_tokens or 0) >= 0.9 * counted

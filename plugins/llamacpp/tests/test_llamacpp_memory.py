@@ -36,7 +36,11 @@ GEMMA_LINES = [
 
 def test_llama_cpp_report_is_read() -> None:
     report = parse_report(GEMMA_LINES)
-    assert [(c.recurrent, c.cells, c.layers) for c in report.caches] == [(False, 1280, 3), (False, 1024, 15), (True, 1, 4)]
+    assert [(c.recurrent, c.cells, c.layers) for c in report.caches] == [
+        (False, 1280, 3),
+        (False, 1024, 15),
+        (True, 1, 4),
+    ]
     assert report.kv_bytes == round(20.75 * MIB) and report.compute_bytes == round(98.25 * MIB)
     assert report.flash_attn is True
     costs = per_token_costs(report, 1280, n_swa=512)
@@ -61,23 +65,51 @@ def test_fit_chooses_window_slots_and_pool() -> None:
     got = fit("m", COSTS, tight, trained=8192, window=8192, parallel="auto", pool="auto", unified=False)
     assert got.slots == 1 and got.pool == 8192
     # context_window on auto: what fits, up to the trained context.
-    got = fit("m", COSTS, Budget(100 * MIB, "test"), trained=131072, window=None, parallel=1, pool="auto", unified=True)
+    got = fit(
+        "m",
+        COSTS,
+        Budget(100 * MIB, "test"),
+        trained=131072,
+        window=None,
+        parallel=1,
+        pool="auto",
+        unified=True,
+    )
     assert got.window == 100 * MIB // 23040
 
 
 def test_a_window_that_cannot_fit_is_a_start_up_error() -> None:
     with pytest.raises(ConfigError) as caught:
-        fit("big", COSTS, Budget(100 * MIB, "RAM: test"), trained=131072, window=65536, parallel="auto", pool="auto",
-            unified=True)
+        fit(
+            "big",
+            COSTS,
+            Budget(100 * MIB, "RAM: test"),
+            trained=131072,
+            window=65536,
+            parallel="auto",
+            pool="auto",
+            unified=True,
+        )
     message = str(caught.value)
     assert "model 'big': one conversation of 65536 tokens needs 1440 MiB of KV cache" in message
     assert "only 100 MiB" in message and "cache_type_k" in message
     with pytest.raises(ConfigError, match="kv_pool_tokens = 4096 is smaller than context_window = 8192"):
-        fit("m", COSTS, Budget(4096 * MIB, "test"), trained=8192, window=8192, parallel=2, pool=4096, unified=True)
+        fit(
+            "m",
+            COSTS,
+            Budget(4096 * MIB, "test"),
+            trained=8192,
+            window=8192,
+            parallel=2,
+            pool=4096,
+            unified=True,
+        )
 
 
 def test_settings_are_validated() -> None:
-    s = parse_settings("m", {"model_path": "x", "cache_type_k": "Q8_0", "cache_type_v": "q8_0", "n_ubatch": 256})
+    s = parse_settings(
+        "m", {"model_path": "x", "cache_type_k": "Q8_0", "cache_type_v": "q8_0", "n_ubatch": 256}
+    )
     assert (s.cache_type_k, s.flash_attn, s.kv_unified, s.kv_pool_tokens) == ("q8_0", "auto", True, "auto")
     with pytest.raises(ConfigError, match="needs flash attention"):
         parse_settings("m", {"model_path": "x", "cache_type_v": "q4_0", "flash_attn": "off"})
@@ -92,7 +124,9 @@ def test_settings_are_validated() -> None:
 def load(caplog: pytest.LogCaptureFixture, context: int | None, **settings: Any) -> tuple[Any, str]:
     from missive_llamacpp.runner import LlamaCppRunner
 
-    runner = LlamaCppRunner("smol", parse_settings("smol", {"model_path": str(default_model_path()), **settings}), context)
+    runner = LlamaCppRunner(
+        "smol", parse_settings("smol", {"model_path": str(default_model_path()), **settings}), context
+    )
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="missive.llamacpp"):
         info = runner.load()
@@ -115,9 +149,13 @@ def test_the_default_model_loads_with_auto_sizes(caplog: pytest.LogCaptureFixtur
     assert "KV 4 slots x 8192 tokens (kv_unified = false), 720 MiB" in split, split
 
 
-def test_a_window_beyond_memory_stops_the_load(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_window_beyond_memory_stops_the_load(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import missive_llamacpp.context as context
 
     monkeypatch.setattr(context, "free_memory", lambda **_: Budget(64 * MIB, "RAM: pretend"))
-    with pytest.raises(ConfigError, match=r"one conversation of 8192 tokens needs 180 MiB of KV cache .* only 64 MiB"):
+    with pytest.raises(
+        ConfigError, match=r"one conversation of 8192 tokens needs 180 MiB of KV cache .* only 64 MiB"
+    ):
         load(caplog, 8192)

@@ -20,20 +20,37 @@ from missive.api import RawValueLanguage, ToolChoice, ToolDefinition, ToolParser
 from missive.tools.parsers.base import CallArgs, CallStart
 from missive.tools.parsers.gemma4 import Gemma4Parser
 from missive.tools.parsers.xml import (
-    DeepSeekV4Parser, DeepSeekV32Parser, DeepSeekV41Parser, Glm45Parser, MiniMaxM2Parser, QwenXmlParser, SeedOssParser,
+    DeepSeekV4Parser,
+    DeepSeekV32Parser,
+    DeepSeekV41Parser,
+    Glm45Parser,
+    MiniMaxM2Parser,
+    QwenXmlParser,
+    SeedOssParser,
 )
 from missive.tools.parsers.xtml import KimiK3Parser
 from missive_llamacpp.grammar import tool_call_grammar
 
 PARSERS = [
-    QwenXmlParser, SeedOssParser, MiniMaxM2Parser, Glm45Parser, DeepSeekV32Parser, DeepSeekV4Parser, DeepSeekV41Parser,
-    KimiK3Parser, Gemma4Parser,
+    QwenXmlParser,
+    SeedOssParser,
+    MiniMaxM2Parser,
+    Glm45Parser,
+    DeepSeekV32Parser,
+    DeepSeekV4Parser,
+    DeepSeekV41Parser,
+    KimiK3Parser,
+    Gemma4Parser,
 ]
-WRITE = ToolDefinition("Write", "", {
-    "type": "object",
-    "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
-    "required": ["file_path", "content"],
-})
+WRITE = ToolDefinition(
+    "Write",
+    "",
+    {
+        "type": "object",
+        "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["file_path", "content"],
+    },
+)
 CODE = [
     "if a < b and b > c:\n    print('<tag>')",
     "<root><![CDATA[ x ]]></root>",

@@ -39,7 +39,9 @@ def with_metadata(source: Path, target: Path, extra: dict[str, tuple[Any, Any]])
     for key, (value, kind) in extra.items():
         writer.add_key_value(key, value, kind)
     for tensor in reader.tensors:
-        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type)
+        writer.add_tensor_info(
+            tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -52,17 +54,29 @@ def with_metadata(source: Path, target: Path, extra: dict[str, tuple[Any, Any]])
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     assert MODEL_PATH is not None
-    path = with_metadata(MODEL_PATH, tmp_path_factory.mktemp("gguf") / "smollm2-topk1.gguf",
-                         {"general.sampling.top_k": (1, gguf.GGUFValueType.INT32)})
-    config = {"models": {"smol-topk1": {"driver": "llamacpp", "context_window": 2048,
-                                        "settings": {"model_path": str(path), "parallel": 1}}}}
+    path = with_metadata(
+        MODEL_PATH,
+        tmp_path_factory.mktemp("gguf") / "smollm2-topk1.gguf",
+        {"general.sampling.top_k": (1, gguf.GGUFValueType.INT32)},
+    )
+    config = {
+        "models": {
+            "smol-topk1": {
+                "driver": "llamacpp",
+                "context_window": 2048,
+                "settings": {"model_path": str(path), "parallel": 1},
+            }
+        }
+    }
     with serve_process(config) as process:
         yield process
 
 
 def _text(client: anthropic.Anthropic, max_tokens: int = 40, **sampling: Any) -> str:
     # extra_body: this SDK version no longer takes temperature/top_p/top_k as arguments
-    message = client.messages.create(model="smol-topk1", max_tokens=max_tokens, messages=PROMPT, extra_body=sampling)
+    message = client.messages.create(
+        model="smol-topk1", max_tokens=max_tokens, messages=PROMPT, extra_body=sampling
+    )
     return "".join(b.text for b in message.content if b.type == "text")
 
 

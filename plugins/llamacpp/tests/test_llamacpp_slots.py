@@ -38,8 +38,8 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-
 from greedy_reference import assert_same_greedy_answer
+
 from missive.testing import live_server
 from missive_llamacpp.plugin import default_model_path
 
@@ -197,8 +197,9 @@ def alone(client: anthropic.Anthropic) -> dict[str, tuple[anthropic.types.Messag
     return answers
 
 
-def same_answer(got: anthropic.types.Message, wanted: anthropic.types.Message, p: dict[str, Any], n: int,
-                what: str) -> bool:
+def same_answer(
+    got: anthropic.types.Message, wanted: anthropic.types.Message, p: dict[str, Any], n: int, what: str
+) -> bool:
     """``got``'s text is ``wanted``'s, or parts from it only at a near tie
     (:func:`greedy_reference.assert_same_greedy_answer`; ``p`` the request,
     ``n`` its ``count_tokens``). True when the texts are equal."""
@@ -483,18 +484,25 @@ def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.
     ``tool_use`` with its schema's input, the free answers equal their alone
     texts up to near ties (no grammar leaked into them), the stop sequence ends only its own
     answer."""
-    forced = {**params("What is the weather in Paris?", max_tokens=64), "tools": [WEATHER],
-              "tool_choice": {"type": "any"}}
+    forced = {
+        **params("What is the weather in Paris?", max_tokens=64),
+        "tools": [WEATHER],
+        "tool_choice": {"type": "any"},
+    }
     free = [params(p) for p in PROMPTS[:2]]
     alone = [text_of(create(client, p)) for p in free]
     stop_at = alone[0].split()[2]  # a word the first answer reaches
     stopped = {**free[0], "stop_sequences": [stop_at]}
-    call, first, second, cut = concurrently(*(lambda p=p: create(client, p) for p in (forced, *free, stopped)))
+    call, first, second, cut = concurrently(
+        *(lambda p=p: create(client, p) for p in (forced, *free, stopped))
+    )
     assert call.stop_reason == "tool_use", call
     use = next(block for block in call.content if block.type == "tool_use")
     assert use.name == "get_weather" and isinstance(use.input.get("city"), str), use
     for got, wanted, p in zip((first, second), alone, free):
-        assert_same_greedy_answer(text_of(got), wanted, p["messages"], None, counted(client, p), "beside a grammar")
+        assert_same_greedy_answer(
+            text_of(got), wanted, p["messages"], None, counted(client, p), "beside a grammar"
+        )
     if cut.stop_reason == "stop_sequence":
         assert cut.stop_sequence == stop_at
         assert alone[0].startswith(text_of(cut)) and stop_at not in text_of(cut)
@@ -503,5 +511,6 @@ def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.
         # tie before the stop word (assert_same_greedy_answer raises for any
         # other parting), so the stop sequence never came.
         assert stop_at not in text_of(cut)
-        assert not assert_same_greedy_answer(text_of(cut), alone[0], free[0]["messages"], None,
-                                             counted(client, free[0]), "the stopped answer")
+        assert not assert_same_greedy_answer(
+            text_of(cut), alone[0], free[0]["messages"], None, counted(client, free[0]), "the stopped answer"
+        )

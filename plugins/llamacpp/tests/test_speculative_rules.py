@@ -137,7 +137,9 @@ def test_sampled_runs_keep_the_target_distribution() -> None:
         while len(emitted) < 2:
             got, _ = verify(
                 lambda i: draw(rng, p_first if len(emitted) + i == 0 else p_second[(emitted + draft)[0]]),
-                draft[len(emitted):][: 2 - len(emitted) - 1], lambda t: False)
+                draft[len(emitted) :][: 2 - len(emitted) - 1],
+                lambda t: False,
+            )
             emitted += [t for t in got if t is not None]
         return emitted[0], emitted[1]
 

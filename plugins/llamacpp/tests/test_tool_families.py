@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -56,13 +55,21 @@ WRITE = {
     "description": "Write a file.",
     "input_schema": {
         "type": "object",
-        "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}},
+        "properties": {
+            "path": {"type": "string"},
+            "content": {"type": "string"},
+            "mode": {"type": "integer"},
+        },
         "required": ["path", "content"],
     },
 }
 HISTORY_CALLS = [
     ("toolu_01", "get_weather", {"city": "Paris", "days": 3, "metric": True}),
-    ("toolu_02", "write_file", {"path": "/tmp/a b.py", "content": 'if a < b:\n    print("x, y")\n', "mode": 420}),
+    (
+        "toolu_02",
+        "write_file",
+        {"path": "/tmp/a b.py", "content": 'if a < b:\n    print("x, y")\n', "mode": 420},
+    ),
 ]
 
 
@@ -107,7 +114,9 @@ def test_past_calls_are_rendered_in_the_family_syntax(family: Family, specs: Any
     else:
         # Declared in the system prompt in the family's own words; history native.
         assert extra == {} and messages[0]["role"] == "system"
-        assert "### get_weather" in messages[0]["content"] and "<｜tool▁calls▁begin｜>" in messages[0]["content"]
+        assert (
+            "### get_weather" in messages[0]["content"] and "<｜tool▁calls▁begin｜>" in messages[0]["content"]
+        )
     prompt = render_prompt(family.template, messages, **extra)
     # The history's calls, read back from the prompt by the family's parser.
     parser = build_parser(specs, family.parser, request.tools, constrained=False)
@@ -116,8 +125,11 @@ def test_past_calls_are_rendered_in_the_family_syntax(family: Family, specs: Any
     if family.parser == "llama4_pythonic":
         # Calls are read only at the start of a reply (the format allows no
         # text with calls; the history's "Doing both." is rendered before them).
-        turns = [turn.split("<|eot|>")[0] for turn in prompt.split("<|header_start|>assistant<|header_end|>\n\n")[1:]]
-        pieces = [turn[turn.find("["):] for turn in turns if "[" in turn]
+        turns = [
+            turn.split("<|eot|>")[0]
+            for turn in prompt.split("<|header_start|>assistant<|header_end|>\n\n")[1:]
+        ]
+        pieces = [turn[turn.find("[") :] for turn in turns if "[" in turn]
     for piece in pieces:
         events = parser.feed(piece) + parser.finish()
         for event in events:

@@ -62,7 +62,9 @@ _QWEN = (
     "{%- if message.role == 'user' -%}<|im_start|>user\n{{ message.content }}<|im_end|>\n"
     "{%- elif message.role == 'assistant' -%}<|im_start|>assistant\n{{ message.content }}"
     "{%- for tc in message.tool_calls or [] -%}\n<tool_call>\n<function={{ tc.function.name }}>\n"
-    "{%- for k, v in tc.function.arguments.items() %}\n<parameter={{ k }}>\n" + _VALUE + "\n</parameter>{% endfor %}\n"
+    "{%- for k, v in tc.function.arguments.items() %}\n<parameter={{ k }}>\n"
+    + _VALUE
+    + "\n</parameter>{% endfor %}\n"
     "</function>\n</tool_call>{%- endfor -%}<|im_end|>\n"
     "{%- elif message.role == 'tool' -%}<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response><|im_end|>\n"
     "{%- endif -%}{%- endfor -%}"
@@ -81,7 +83,9 @@ _SEED = (
     "{%- if message.role == 'user' -%}<seed:bos>user\n{{ message.content }}<seed:eos>"
     "{%- elif message.role == 'assistant' -%}<seed:bos>assistant\n{{ message.content }}"
     "{%- for tc in message.tool_calls or [] -%}\n<seed:tool_call>\n<function={{ tc.function.name }}>\n"
-    "{%- for k, v in tc.function.arguments.items() %}<parameter={{ k }}>" + _VALUE + "</parameter>\n{% endfor -%}"
+    "{%- for k, v in tc.function.arguments.items() %}<parameter={{ k }}>"
+    + _VALUE
+    + "</parameter>\n{% endfor -%}"
     "</function>\n</seed:tool_call>{%- endfor -%}<seed:eos>"
     "{%- elif message.role == 'tool' -%}<seed:bos>tool\n{{ message.content }}<seed:eos>"
     "{%- endif -%}{%- endfor -%}"
@@ -98,7 +102,9 @@ _MINIMAX = (
     "{%- elif message.role == 'assistant' -%}]~b]ai\n{{ message.content }}"
     "{%- if message.tool_calls -%}\n<minimax:tool_call>\n"
     "{%- for tc in message.tool_calls -%}<invoke name=\"{{ tc.function.name }}\">\n"
-    "{%- for k, v in tc.function.arguments.items() %}<parameter name=\"{{ k }}\">" + _VALUE + "</parameter>\n{% endfor -%}"
+    "{%- for k, v in tc.function.arguments.items() %}<parameter name=\"{{ k }}\">"
+    + _VALUE
+    + "</parameter>\n{% endfor -%}"
     "</invoke>\n{%- endfor -%}</minimax:tool_call>{%- endif -%}[e~[\n"
     "{%- elif message.role == 'tool' -%}]~b]tool\n<response>{{ message.content }}</response>[e~[\n"
     "{%- endif -%}{%- endfor -%}"
@@ -114,7 +120,9 @@ _GLM = (
     "{%- elif message.role == 'user' -%}<|user|>\n{{ message.content }}"
     "{%- elif message.role == 'assistant' -%}<|assistant|>\n<think></think>\n{{ message.content }}"
     "{%- for tc in message.tool_calls or [] -%}\n<tool_call>{{ tc.function.name }}\n"
-    "{%- for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>" + _VALUE + "</arg_value>\n{% endfor -%}"
+    "{%- for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>"
+    + _VALUE
+    + "</arg_value>\n{% endfor -%}"
     "</tool_call>{%- endfor -%}"
     "{%- elif message.role == 'tool' -%}<|observation|>\n<tool_response>\n{{ message.content }}\n</tool_response>"
     "{%- endif -%}{%- endfor -%}"
@@ -138,7 +146,9 @@ _KIMI = (
 
 _DEEPSEEK_V31 = (
     "{{ bos_token }}{% for message in messages if message.role == 'system' %}{{ message.content }}{% endfor %}"
-    "{% if tools %}\n\n## Tools\n" + _TOOLS_JSON + "To call a tool: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name"
+    "{% if tools %}\n\n## Tools\n"
+    + _TOOLS_JSON
+    + "To call a tool: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name"
     "<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜><｜tool▁calls▁end｜>{% endif %}"
     "{%- for message in messages -%}"
     "{%- if message.role == 'user' -%}<｜User｜>{{ message.content }}"
@@ -156,14 +166,16 @@ _DEEPSEEK_V32 = (
     "{% if tools %}\n\n## Tools\nInvoke functions with a <｜DSML｜function_calls> block:\n<｜DSML｜function_calls>\n"
     "<｜DSML｜invoke name=\"$FUNCTION_NAME\">\n<｜DSML｜parameter name=\"$PARAMETER_NAME\" string=\"true|false\">"
     "$PARAMETER_VALUE</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>\n<functions>\n"
-    + _TOOLS_JSON + "</functions>\n{% endif %}"
+    + _TOOLS_JSON
+    + "</functions>\n{% endif %}"
     "{%- for message in messages -%}"
     "{%- if message.role == 'user' -%}<｜User｜>{{ message.content }}<｜Assistant｜></think>"
     "{%- elif message.role == 'assistant' -%}{{ message.content }}"
     "{%- if message.tool_calls -%}\n\n<｜DSML｜function_calls>"
     "{%- for tc in message.tool_calls -%}\n<｜DSML｜invoke name=\"{{ tc.function.name }}\">"
     "{%- for k, v in tc.function.arguments.items() %}\n<｜DSML｜parameter name=\"{{ k }}\" string=\"{{ 'true' if v is string else 'false' }}\">"
-    + _VALUE + "</｜DSML｜parameter>{% endfor %}\n</｜DSML｜invoke>{%- endfor -%}\n</｜DSML｜function_calls>{%- endif -%}<｜end▁of▁sentence｜>"
+    + _VALUE
+    + "</｜DSML｜parameter>{% endfor %}\n</｜DSML｜invoke>{%- endfor -%}\n</｜DSML｜function_calls>{%- endif -%}<｜end▁of▁sentence｜>"
     "{%- elif message.role == 'tool' -%}\n\n<function_results>\n<result>{{ message.content }}</result>\n</function_results>\n\n</think>"
     "{%- endif -%}{%- endfor -%}"
 )
@@ -205,7 +217,8 @@ _LLAMA4_PYTHONIC = (
     "{{ bos_token }}{% if tools or messages[0].role == 'system' %}<|header_start|>system<|header_end|>\n\n"
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n{% endif %}"
     "{% if tools %}Use exact format: [func_name1(param1=value1, param2=value2), func_name2(...)]\n"
-    + _TOOLS_JSON + "{% endif %}<|eot|>{% endif %}"
+    + _TOOLS_JSON
+    + "{% endif %}<|eot|>{% endif %}"
     "{%- for message in messages if message.role != 'system' -%}"
     "{%- if message.role == 'assistant' -%}<|header_start|>assistant<|header_end|>\n\n{{ message.content }}"
     "{%- if message.tool_calls -%}["
@@ -283,7 +296,8 @@ _KIMI_K3 = (
     "{%- for tc in message.tool_calls -%}<|open|>call tool=\"{{ tc.function.name }}\" index=\"{{ loop.index }}\"<|sep|>"
     "{%- for k, v in tc.function.arguments.items() -%}<|open|>argument key=\"{{ k }}\" type=\""
     "{{ 'string' if v is string else ('boolean' if v is boolean else ('number' if v is number else 'object')) }}\"<|sep|>"
-    + _VALUE + "<|close|>argument<|sep|>{%- endfor -%}<|close|>call<|sep|>{%- endfor -%}<|close|>tools<|sep|>{%- endif -%}"
+    + _VALUE
+    + "<|close|>argument<|sep|>{%- endfor -%}<|close|>call<|sep|>{%- endfor -%}<|close|>tools<|sep|>{%- endif -%}"
     "<|close|>message<|sep|><|end_of_msg|>"
     "{%- elif message.role == 'tool' -%}<|open|>message role=\"tool\" tool=\"{{ message.name }}\"<|sep|>"
     "{{ message.content }}<|close|>message<|sep|><|end_of_msg|>"
@@ -304,7 +318,13 @@ _GRANITE3 = _GRANITE4.replace(
     "\"arguments\": {{ tc.function.arguments | tojson }}}{{ ', ' if not loop.last }}{%- endfor -%}]{%- endif -%}",
 )
 
-_DSML_SPECIALS = ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>")
+_DSML_SPECIALS = (
+    "<｜end▁of▁sentence｜>",
+    "<｜begin▁of▁sentence｜>",
+    "<｜User｜>",
+    "<｜Assistant｜>",
+    "</think>",
+)
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -313,51 +333,208 @@ FAMILIES: dict[str, Family] = {
         # The same format on the other architectures that write it.
         Family("qwen3.5", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="qwen35"),
         Family("nemotron-3-nano", "qwen3_xml", _QWEN, _QWEN_SPECIALS, "<|im_end|>", arch="nemotron_h_moe"),
-        Family("seed-oss", "seed_oss", _SEED, ("<seed:eos>", "<seed:bos>", "<seed:tool_call>", "</seed:tool_call>"),
-               "<seed:eos>", arch="seed_oss"),
-        Family("minimax-m2", "minimax_m2", _MINIMAX, ("[e~[", "]~b]", "]~!b[", "<minimax:tool_call>", "</minimax:tool_call>"),
-               "[e~[", arch="minimax-m2"),
-        Family("glm-4.5", "glm45", _GLM, ("<|user|>", "<|observation|>", "<|assistant|>", "<|system|>", "[gMASK]", "<sop>",
-                                           "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
-               "<|user|>", arch="glm4moe"),
-        Family("kimi-k2", "kimi_k2", _KIMI, ("<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>",
-                                              "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
-                                              "<|tool_call_argument_begin|>", "<|tool_call_end|>"),
-               "<|im_end|>", arch="deepseek2"),  # Kimi-K2 is DeepSeek-V3's architecture
-        Family("deepseek-v3.1", "deepseek_v31", _DEEPSEEK_V31,
-               ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>",
-                "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
-                "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
-               "<｜end▁of▁sentence｜>", arch="deepseek2"),
-        Family("deepseek-v3.2", "deepseek_v32", _DEEPSEEK_V32,
-               ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>"),
-               "<｜end▁of▁sentence｜>", arch="deepseek32"),
-        Family("gemma-4", "gemma4", _GEMMA4, ("<turn|>", "<|turn>", "<|tool_call>", "<tool_call|>", '<|"|>', "<|tool>", "<tool|>",
-                                               "<|tool_response>", "<tool_response|>"),
-               "<turn|>", arch="gemma4"),
-        Family("nemotron", "nemotron", _NEMOTRON, ("<SPECIAL_12>", "<SPECIAL_10>", "<SPECIAL_11>", "<TOOLCALL>", "</TOOLCALL>"),
-               "<SPECIAL_12>", arch="nemotron_h"),  # Nano v2 (Llama-3.3-Nemotron-Super: deci)
-        Family("llama-4", "llama4_pythonic", _LLAMA4_PYTHONIC, ("<|eot|>", "<|header_start|>", "<|header_end|>",
-                                                                "<|python_start|>", "<|python_end|>"),
-               "<|eot|>", arch="llama4"),
-        Family("devstral", "mistral", _MISTRAL, ("</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]", "[AVAILABLE_TOOLS]",
-                                                 "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]",
-                                                 "[/SYSTEM_PROMPT]"),
-               "</s>", arch="mistral3"),  # Devstral 2, Ministral 3 (Devstral Small 1.x: llama)
-        Family("deepseek-v3.1-card", "deepseek_v31", _DEEPSEEK_V31_CARD,
-               ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>",
-                "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>",
-                "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>"),
-               "<｜end▁of▁sentence｜>", arch="deepseek2", tool_list=False),
+        Family(
+            "seed-oss",
+            "seed_oss",
+            _SEED,
+            ("<seed:eos>", "<seed:bos>", "<seed:tool_call>", "</seed:tool_call>"),
+            "<seed:eos>",
+            arch="seed_oss",
+        ),
+        Family(
+            "minimax-m2",
+            "minimax_m2",
+            _MINIMAX,
+            ("[e~[", "]~b]", "]~!b[", "<minimax:tool_call>", "</minimax:tool_call>"),
+            "[e~[",
+            arch="minimax-m2",
+        ),
+        Family(
+            "glm-4.5",
+            "glm45",
+            _GLM,
+            (
+                "<|user|>",
+                "<|observation|>",
+                "<|assistant|>",
+                "<|system|>",
+                "[gMASK]",
+                "<sop>",
+                "<tool_call>",
+                "</tool_call>",
+                "<arg_key>",
+                "</arg_key>",
+                "<arg_value>",
+                "</arg_value>",
+            ),
+            "<|user|>",
+            arch="glm4moe",
+        ),
+        Family(
+            "kimi-k2",
+            "kimi_k2",
+            _KIMI,
+            (
+                "<|im_end|>",
+                "<|im_user|>",
+                "<|im_assistant|>",
+                "<|im_system|>",
+                "<|im_middle|>",
+                "<|tool_calls_section_begin|>",
+                "<|tool_calls_section_end|>",
+                "<|tool_call_begin|>",
+                "<|tool_call_argument_begin|>",
+                "<|tool_call_end|>",
+            ),
+            "<|im_end|>",
+            arch="deepseek2",
+        ),  # Kimi-K2 is DeepSeek-V3's architecture
+        Family(
+            "deepseek-v3.1",
+            "deepseek_v31",
+            _DEEPSEEK_V31,
+            (
+                "<｜end▁of▁sentence｜>",
+                "<｜begin▁of▁sentence｜>",
+                "<｜User｜>",
+                "<｜Assistant｜>",
+                "</think>",
+                "<｜tool▁calls▁begin｜>",
+                "<｜tool▁calls▁end｜>",
+                "<｜tool▁call▁begin｜>",
+                "<｜tool▁call▁end｜>",
+                "<｜tool▁sep｜>",
+                "<｜tool▁output▁begin｜>",
+                "<｜tool▁output▁end｜>",
+            ),
+            "<｜end▁of▁sentence｜>",
+            arch="deepseek2",
+        ),
+        Family(
+            "deepseek-v3.2",
+            "deepseek_v32",
+            _DEEPSEEK_V32,
+            ("<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>"),
+            "<｜end▁of▁sentence｜>",
+            arch="deepseek32",
+        ),
+        Family(
+            "gemma-4",
+            "gemma4",
+            _GEMMA4,
+            (
+                "<turn|>",
+                "<|turn>",
+                "<|tool_call>",
+                "<tool_call|>",
+                '<|"|>',
+                "<|tool>",
+                "<tool|>",
+                "<|tool_response>",
+                "<tool_response|>",
+            ),
+            "<turn|>",
+            arch="gemma4",
+        ),
+        Family(
+            "nemotron",
+            "nemotron",
+            _NEMOTRON,
+            ("<SPECIAL_12>", "<SPECIAL_10>", "<SPECIAL_11>", "<TOOLCALL>", "</TOOLCALL>"),
+            "<SPECIAL_12>",
+            arch="nemotron_h",
+        ),  # Nano v2 (Llama-3.3-Nemotron-Super: deci)
+        Family(
+            "llama-4",
+            "llama4_pythonic",
+            _LLAMA4_PYTHONIC,
+            ("<|eot|>", "<|header_start|>", "<|header_end|>", "<|python_start|>", "<|python_end|>"),
+            "<|eot|>",
+            arch="llama4",
+        ),
+        Family(
+            "devstral",
+            "mistral",
+            _MISTRAL,
+            (
+                "</s>",
+                "[INST]",
+                "[/INST]",
+                "[TOOL_CALLS]",
+                "[ARGS]",
+                "[AVAILABLE_TOOLS]",
+                "[/AVAILABLE_TOOLS]",
+                "[TOOL_RESULTS]",
+                "[/TOOL_RESULTS]",
+                "[SYSTEM_PROMPT]",
+                "[/SYSTEM_PROMPT]",
+            ),
+            "</s>",
+            arch="mistral3",
+        ),  # Devstral 2, Ministral 3 (Devstral Small 1.x: llama)
+        Family(
+            "deepseek-v3.1-card",
+            "deepseek_v31",
+            _DEEPSEEK_V31_CARD,
+            (
+                "<｜end▁of▁sentence｜>",
+                "<｜begin▁of▁sentence｜>",
+                "<｜User｜>",
+                "<｜Assistant｜>",
+                "</think>",
+                "<｜tool▁calls▁begin｜>",
+                "<｜tool▁calls▁end｜>",
+                "<｜tool▁call▁begin｜>",
+                "<｜tool▁call▁end｜>",
+                "<｜tool▁sep｜>",
+                "<｜tool▁output▁begin｜>",
+                "<｜tool▁output▁end｜>",
+            ),
+            "<｜end▁of▁sentence｜>",
+            arch="deepseek2",
+            tool_list=False,
+        ),
         # DeepSeek-V4's own architecture (llama.cpp's deepseek4: hyper-connections,
         # compressed KV, hash routing) has no tiny writer yet.
-        Family("deepseek-v4", "deepseek_v4", _dsml("tool_calls", "｜DSML｜"), _DSML_SPECIALS, "<｜end▁of▁sentence｜>", arch=None),
-        Family("deepseek-v4.1", "deepseek_v41", _dsml("calls", "｜DSML｜ "), _DSML_SPECIALS, "<｜end▁of▁sentence｜>", arch=None),
-        Family("kimi-k3", "kimi_k3", _KIMI_K3, ("<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"), "<|end_of_msg|>",
-               arch=None),  # K3's llama.cpp architecture is not identified here
-        Family("granite-3", "granite", _GRANITE3, ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"),
-               "<|end_of_text|>", arch="granite"),
-        Family("granite-4", "hermes", _GRANITE4, ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>", "</tool_call>"),
-               "<|end_of_text|>", arch="granitehybrid"),  # the H models (4.0 Micro: granite)
+        Family(
+            "deepseek-v4",
+            "deepseek_v4",
+            _dsml("tool_calls", "｜DSML｜"),
+            _DSML_SPECIALS,
+            "<｜end▁of▁sentence｜>",
+            arch=None,
+        ),
+        Family(
+            "deepseek-v4.1",
+            "deepseek_v41",
+            _dsml("calls", "｜DSML｜ "),
+            _DSML_SPECIALS,
+            "<｜end▁of▁sentence｜>",
+            arch=None,
+        ),
+        Family(
+            "kimi-k3",
+            "kimi_k3",
+            _KIMI_K3,
+            ("<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"),
+            "<|end_of_msg|>",
+            arch=None,
+        ),  # K3's llama.cpp architecture is not identified here
+        Family(
+            "granite-3",
+            "granite",
+            _GRANITE3,
+            ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>"),
+            "<|end_of_text|>",
+            arch="granite",
+        ),
+        Family(
+            "granite-4",
+            "hermes",
+            _GRANITE4,
+            ("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>", "</tool_call>"),
+            "<|end_of_text|>",
+            arch="granitehybrid",
+        ),  # the H models (4.0 Micro: granite)
     )
 }

@@ -47,8 +47,14 @@ class LlamaChunkTranslator(ChunkTranslator):
             cache warm-up, which shows nothing).
     """
 
-    def __init__(self, *, tool_choice: str | None = None, forced_name: str | None = None,
-                 forced: ForcedCall | None = None, show_thinking: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        tool_choice: str | None = None,
+        forced_name: str | None = None,
+        forced: ForcedCall | None = None,
+        show_thinking: bool = True,
+    ) -> None:
         super().__init__(tool_choice=tool_choice, forced_name=forced_name)
         self.forced = forced
         self.show_thinking = show_thinking
@@ -78,7 +84,9 @@ class LlamaChunkTranslator(ChunkTranslator):
         cached = timings.get("cache_n")
         if not isinstance(cached, int):
             evaluated = timings.get("prompt_n")
-            cached = usage.prompt_tokens - evaluated if isinstance(evaluated, int) and evaluated >= 0 else None
+            cached = (
+                usage.prompt_tokens - evaluated if isinstance(evaluated, int) and evaluated >= 0 else None
+            )
         if isinstance(cached, int):
             usage.cached_tokens = max(0, min(cached, usage.prompt_tokens))
 

@@ -60,7 +60,6 @@ then in the slot's KV cache.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -151,14 +150,28 @@ class LlamaServerDriver(OpenAIDriver):
         if self.entry.context_window is None:
             self._context = context
         elif context is not None and self.entry.context_window > context:
-            log.warning("model %s: context_window %d is larger than the server's slot context %d; "
-                        "llama-server will refuse prompts over %d tokens",
-                        self.model_id, self.entry.context_window, context, context)
+            log.warning(
+                "model %s: context_window %d is larger than the server's slot context %d; "
+                "llama-server will refuse prompts over %d tokens",
+                self.model_id,
+                self.entry.context_window,
+                context,
+                context,
+            )
         if not self.native_tools(info):
-            log.info("model %s: the chat template does not render tools; tools are described in the "
-                     "system prompt (Hermes convention)", self.model_id)
-        log.info("model %s: %s %s, slot context %s, %s slot(s)", self.model_id, info.fork,
-                 info.build or "(build unknown)", context, info.total_slots or "?")
+            log.info(
+                "model %s: the chat template does not render tools; tools are described in the "
+                "system prompt (Hermes convention)",
+                self.model_id,
+            )
+        log.info(
+            "model %s: %s %s, slot context %s, %s slot(s)",
+            self.model_id,
+            info.fork,
+            info.build or "(build unknown)",
+            context,
+            info.total_slots or "?",
+        )
         self.info = info
         return info
 
@@ -175,8 +188,11 @@ class LlamaServerDriver(OpenAIDriver):
         try:
             await self.server_info()
         except MissiveError as exc:  # the server may come up later: not fatal
-            log.warning("model %s: could not read /props from llama-server (%s); will retry on the first "
-                        "request", self.model_id, exc.message)
+            log.warning(
+                "model %s: could not read /props from llama-server (%s); will retry on the first request",
+                self.model_id,
+                exc.message,
+            )
 
     async def discover_context(self) -> int | None:
         return (await self.server_info()).n_ctx
@@ -192,7 +208,9 @@ class LlamaServerDriver(OpenAIDriver):
         if self.native_tools(info) or not (offered or conv.has_tool_blocks()):
             return chat_messages(conv, prefill=prefill), True
         # Deferred tools stand where a tool_reference loaded them, not in the list.
-        messages: list[dict[str, Any]] = list(hermes_messages(conv, tuple(t for t in offered if not t.deferred)))
+        messages: list[dict[str, Any]] = list(
+            hermes_messages(conv, tuple(t for t in offered if not t.deferred))
+        )
         if prefill:
             messages.append({"role": "assistant", "content": conv.prefill})
         return messages, False
@@ -217,7 +235,8 @@ class LlamaServerDriver(OpenAIDriver):
         if mode == "auto" and "response_format" in body:
             raise CapabilityError(
                 capability='output_config.format together with tools under tool_choice "auto"',
-                model=self.model_id, driver=self.name,
+                model=self.model_id,
+                driver=self.name,
                 supported='structured output without tools, or with tool_choice "any", "tool" or "none"',
             )
         if mode in ("auto", "any", "tool") and native:
@@ -275,13 +294,17 @@ class LlamaServerDriver(OpenAIDriver):
         rendered = await self.http.json("POST", "/apply-template", body)
         prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
         if not isinstance(prompt, str):
-            raise BadGatewayError(f"llama-server of model '{self.model_id}' answered /apply-template "
-                                  "without a prompt")
-        answer = await self.http.json("POST", "/tokenize",
-                                      {"content": prompt, "add_special": True, "parse_special": True})
+            raise BadGatewayError(
+                f"llama-server of model '{self.model_id}' answered /apply-template without a prompt"
+            )
+        answer = await self.http.json(
+            "POST", "/tokenize", {"content": prompt, "add_special": True, "parse_special": True}
+        )
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):
-            raise BadGatewayError(f"llama-server of model '{self.model_id}' answered /tokenize without tokens")
+            raise BadGatewayError(
+                f"llama-server of model '{self.model_id}' answered /tokenize without tokens"
+            )
         return len(tokens)
 
     async def count_tokens(self, request: GenerationRequest) -> int:
@@ -304,8 +327,11 @@ class LlamaServerDriver(OpenAIDriver):
         forced = choice.mode in ("any", "tool") and bool(request.tools) and not warm_up
         translator = LlamaChunkTranslator(
             tool_choice="auto" if request.tools and choice.mode == "auto" else "none",
-            forced=ForcedCall({t.name for t in request.tools if choice.mode == "any" or t.name == choice.name})
-            if forced else None,
+            forced=ForcedCall(
+                {t.name for t in request.tools if choice.mode == "any" or t.name == choice.name}
+            )
+            if forced
+            else None,
             show_thinking=not warm_up,
         )
         stream = self.http.chat(body, prompt=prompt, route=self.transport.route_key(body, request.session))
@@ -318,15 +344,20 @@ class LlamaServerDriver(OpenAIDriver):
                         continue
                     if warm_up:
                         assert isinstance(event, Finished)
-                        event = Finished("max_tokens", output_tokens=0, input_tokens=event.input_tokens,
-                                         cache_read_input_tokens=event.cache_read_input_tokens)
+                        event = Finished(
+                            "max_tokens",
+                            output_tokens=0,
+                            input_tokens=event.input_tokens,
+                            cache_read_input_tokens=event.cache_read_input_tokens,
+                        )
                     yield event
         finally:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async def _chunk_events(self, stream: RemoteStream, translator: LlamaChunkTranslator
-                            ) -> AsyncIterator[GenerationEvent]:
+    async def _chunk_events(
+        self, stream: RemoteStream, translator: LlamaChunkTranslator
+    ) -> AsyncIterator[GenerationEvent]:
         """The stream's ``data:`` chunks as events, then the translator's end.
 
         Raises:
@@ -345,9 +376,12 @@ class LlamaServerDriver(OpenAIDriver):
                     translated = translate_error(error, model=self.model_id, endpoint="/v1/chat/completions")
                     if isinstance(translated, PromptTooLongError):
                         raise translated
-                    raise BadGatewayError(f"llama-server failed mid-answer on model '{self.model_id}': "
-                                          f"{error.message}")
+                    raise BadGatewayError(
+                        f"llama-server failed mid-answer on model '{self.model_id}': {error.message}"
+                    )
                 for event in translator.feed(chunk):
                     yield event
-        for event in translator.finish(ended_cleanly=stream.sse_ended or translator.finish_reason is not None):
+        for event in translator.finish(
+            ended_cleanly=stream.sse_ended or translator.finish_reason is not None
+        ):
             yield event

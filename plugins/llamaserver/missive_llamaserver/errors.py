@@ -55,8 +55,14 @@ def is_replica_failure(error: UpstreamError) -> bool:
     return error.status >= 500 and not _is_envelope(error)
 
 
-def translate_error(error: UpstreamError, *, model: str, endpoint: str, retry_after: int | None = None,
-                    prompt_estimate: int | None = None) -> MissiveError:
+def translate_error(
+    error: UpstreamError,
+    *,
+    model: str,
+    endpoint: str,
+    retry_after: int | None = None,
+    prompt_estimate: int | None = None,
+) -> MissiveError:
     """The client-facing error for llama-server's ``error`` answer to ``endpoint``.
 
     * ``exceed_context_size_error`` -> :class:`PromptTooLongError` with the

@@ -67,7 +67,9 @@ def parse_props(props: Any, server_header: str | None = None) -> ServerInfo:
         n_ctx=slot_ctx or _positive_int(props.get("n_ctx")),
         total_slots=_positive_int(props.get("total_slots")),
         chat_template=props.get("chat_template") if isinstance(props.get("chat_template"), str) else "",
-        template_caps={k: v for k, v in caps.items() if isinstance(v, bool)} if isinstance(caps, dict) else {},
+        template_caps={k: v for k, v in caps.items() if isinstance(v, bool)}
+        if isinstance(caps, dict)
+        else {},
         vision=bool(modalities.get("vision")) if isinstance(modalities, dict) else False,
         build=props.get("build_info") if isinstance(props.get("build_info"), str) else "",
         fork=fork,

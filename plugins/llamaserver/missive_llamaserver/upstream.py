@@ -27,7 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from missive.api import (
-    Answer, BadGatewayError, Classify, Failover, MissiveError, RemoteStream, RemoteTransport, RouteKey,
+    Answer,
+    BadGatewayError,
+    Classify,
+    Failover,
+    MissiveError,
+    RemoteStream,
+    RemoteTransport,
+    RouteKey,
 )
 from missive_openai.upstream_errors import parse_error_body, retry_after_header
 
@@ -54,17 +61,25 @@ class LlamaServerHTTP:
     def classify(self, endpoint: str, prompt: int | None = None) -> Classify:
         """The reading of llama-server's error answers to ``endpoint`` (see the module doc)."""
 
-        def classify(status: int, raw: bytes, headers: Mapping[str, str], url: str) -> Failover | MissiveError:
+        def classify(
+            status: int, raw: bytes, headers: Mapping[str, str], url: str
+        ) -> Failover | MissiveError:
             error = parse_error_body(status, raw)
             if is_replica_failure(error):
                 return Failover(f"HTTP {error.status}: {error.message[:200]}")
-            return translate_error(error, model=self.model_id, endpoint=endpoint, prompt_estimate=prompt,
-                                   retry_after=retry_after_header(headers.get("retry-after")))
+            return translate_error(
+                error,
+                model=self.model_id,
+                endpoint=endpoint,
+                prompt_estimate=prompt,
+                retry_after=retry_after_header(headers.get("retry-after")),
+            )
 
         return classify
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                      prompt: int | None = None) -> Answer:
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, prompt: int | None = None
+    ) -> Answer:
         """``method path`` with a JSON ``body``: the first successful (2xx) answer.
 
         Args:
@@ -90,13 +105,15 @@ class LlamaServerHTTP:
                 f"llama-server of model '{self.model_id}' answered {path} with malformed JSON"
             ) from None
 
-    async def json(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                   prompt: int | None = None) -> Any:
+    async def json(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, prompt: int | None = None
+    ) -> Any:
         """:meth:`request`, then :meth:`decode` (same errors)."""
         return self.decode(await self.request(method, path, body, prompt=prompt), path)
 
     def chat(self, body: dict[str, Any], *, prompt: int, route: RouteKey | None = None) -> RemoteStream:
         """Start the streaming ``POST /v1/chat/completions`` of ``body`` now,
         on the replica the replica policy picks for ``route``."""
-        return self.transport.stream("POST", CHAT_PATH, body, classify=self.classify(CHAT_PATH, prompt),
-                                     route=route)
+        return self.transport.stream(
+            "POST", CHAT_PATH, body, classify=self.classify(CHAT_PATH, prompt), route=route
+        )

@@ -41,14 +41,21 @@ def system_prompt(tag: str) -> str:
     """About 750 SmolLM2 tokens of rules, starting with ``tag`` (so two
     policies' prompts share nothing): a later turn adds a few dozen tokens
     (the last answer's end, the new question), well under 5 % of it."""
-    rules = " ".join(f"Rule {i}: when asked about subject {i * 7 % 23}, answer in one short sentence and "
-                     f"mention section {i * 5 % 17}." for i in range(32))
+    rules = " ".join(
+        f"Rule {i}: when asked about subject {i * 7 % 23}, answer in one short sentence and "
+        f"mention section {i * 5 % 17}."
+        for i in range(32)
+    )
     return f"[{tag}] You are a careful assistant for a software team. {rules}"
 
 
 def fleet_config(replicas: list[str], **models: dict[str, Any]) -> dict[str, Any]:
-    return {"models": {name: {"driver": "llamaserver", "settings": {"base_urls": replicas, **settings}}
-                       for name, settings in models.items()}}
+    return {
+        "models": {
+            name: {"driver": "llamaserver", "settings": {"base_urls": replicas, **settings}}
+            for name, settings in models.items()
+        }
+    }
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +72,13 @@ def url(replicas: list[str]) -> Iterator[str]:
 
 
 def client_for(url: str, session: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=300,
-                               default_headers={"x-claude-code-session-id": session})
+    return anthropic.Anthropic(
+        base_url=url,
+        api_key="test",
+        max_retries=0,
+        timeout=300,
+        default_headers={"x-claude-code-session-id": session},
+    )
 
 
 class Conversation:
@@ -82,28 +94,43 @@ class Conversation:
 
     def turn(self, text: str) -> None:
         self.messages.append({"role": "user", "content": f"{self.topic}: {text}"})
-        answer = self.client.messages.create(model=self.model, max_tokens=8, system=self.system,
-                                             messages=self.messages, extra_body={"temperature": 0.0})
+        answer = self.client.messages.create(
+            model=self.model,
+            max_tokens=8,
+            system=self.system,
+            messages=self.messages,
+            extra_body={"temperature": 0.0},
+        )
         assert answer.stop_reason in ("end_turn", "max_tokens") and answer.content, answer
         if len(self.messages) > 1:
             self.later.append(answer.usage)
-        self.messages.append({"role": "assistant", "content": answer.content[0].text if answer.content[0].type ==
-                              "text" else "ok"})
+        self.messages.append(
+            {
+                "role": "assistant",
+                "content": answer.content[0].text if answer.content[0].type == "text" else "ok",
+            }
+        )
 
     def side(self, text: str) -> None:
         """A side request of the same session (Claude Code's title or topic
         calls: another short system prompt)."""
-        answer = self.client.messages.create(model=self.model, max_tokens=4, extra_body={"temperature": 0.0},
-                                             system="Write a title of three words.",
-                                             messages=[{"role": "user", "content": text}])
+        answer = self.client.messages.create(
+            model=self.model,
+            max_tokens=4,
+            extra_body={"temperature": 0.0},
+            system="Write a title of three words.",
+            messages=[{"role": "user", "content": text}],
+        )
         assert answer.content, answer
 
 
 def converse(url: str, model: str, tag: str) -> float:
     """Two interleaved conversations with side requests; the cache read
     fraction of their later turns (cache read / whole prompt)."""
-    talks = [Conversation(url, model, system_prompt(f"{tag}, project {i}"), f"{tag}-session-{i}", topic)
-             for i, topic in enumerate(("the build scripts", "the database schema"))]
+    talks = [
+        Conversation(url, model, system_prompt(f"{tag}, project {i}"), f"{tag}-session-{i}", topic)
+        for i, topic in enumerate(("the build scripts", "the database schema"))
+    ]
     questions = ("Where do I start?", "What comes next?", "Any pitfall?", "Summarise it.")
     for round_, question in enumerate(questions):
         for talk in talks:
@@ -112,7 +139,9 @@ def converse(url: str, model: str, tag: str) -> float:
                 talk.side(f"{talk.topic} {round_}")
     usages = [u for talk in talks for u in talk.later]
     assert len(usages) == 6
-    print(f"\n{model}: later turns (input, cache read): {[(u.input_tokens, u.cache_read_input_tokens) for u in usages]}")
+    print(
+        f"\n{model}: later turns (input, cache read): {[(u.input_tokens, u.cache_read_input_tokens) for u in usages]}"
+    )
     read = sum(u.cache_read_input_tokens or 0 for u in usages)
     return read / sum(u.input_tokens + (u.cache_read_input_tokens or 0) for u in usages)
 
@@ -120,7 +149,9 @@ def converse(url: str, model: str, tag: str) -> float:
 def routed(url: str, model: str) -> dict[tuple[str, str], float]:
     """``missive:replica_routed_total`` of ``model``: {(replica, reason): count}."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
-    pattern = re.compile(r'^missive:replica_routed_total\{model_name="([^"]*)",replica="([^"]*)",route="([^"]*)"\} (\S+)$')
+    pattern = re.compile(
+        r'^missive:replica_routed_total\{model_name="([^"]*)",replica="([^"]*)",route="([^"]*)"\} (\S+)$'
+    )
     found = {}
     for line in text.splitlines():
         match = pattern.match(line)
@@ -135,7 +166,9 @@ def test_prefix_policy_reads_later_turns_from_the_cache(url: str) -> None:
     print(f"\nlater-turn cache read: prefix {prefix:.3f}, least_outstanding {least_outstanding:.3f}")
     assert prefix >= 0.95
     reasons = routed(url, "fleet-prefix")
-    assert sum(n for (_, why), n in reasons.items() if why == "prefix") >= 6  # every later turn, by its prefix
+    assert (
+        sum(n for (_, why), n in reasons.items() if why == "prefix") >= 6
+    )  # every later turn, by its prefix
     assert {why for _, why in routed(url, "fleet-lo")} == {"least_outstanding"}
 
 
@@ -158,6 +191,8 @@ def test_a_conversation_whose_replica_dies_goes_on_elsewhere() -> None:
             after = routed(base, "fleet")
             assert after.get((other, "session"), 0) + after.get((other, "prefix"), 0) == 2, after
             last = talk.later[-1]
-            assert (last.cache_read_input_tokens or 0) >= 0.9 * (last.input_tokens + (last.cache_read_input_tokens or 0))
+            assert (last.cache_read_input_tokens or 0) >= 0.9 * (
+                last.input_tokens + (last.cache_read_input_tokens or 0)
+            )
             metrics = httpx.get(f"{base}/metrics", timeout=30).text
             assert f'missive:replica_healthy{{model_name="fleet",replica="{home}"}} 0.0' in metrics

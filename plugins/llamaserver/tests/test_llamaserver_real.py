@@ -40,8 +40,15 @@ def url(server: str) -> Iterator[str]:
         "models": {
             "ls": {"driver": "llamaserver", "settings": {"base_url": server}},
             "ls-replicas": {"driver": "llamaserver", "settings": {"base_urls": [dead, server]}},
-            "ls-bigger": {"driver": "llamaserver", "context_window": 4 * CTX, "settings": {"base_url": server}},
-            "ls-noeos": {"driver": "llamaserver", "settings": {"base_url": server, "extra_body": {"ignore_eos": True}}},
+            "ls-bigger": {
+                "driver": "llamaserver",
+                "context_window": 4 * CTX,
+                "settings": {"base_url": server},
+            },
+            "ls-noeos": {
+                "driver": "llamaserver",
+                "settings": {"base_url": server, "extra_body": {"ignore_eos": True}},
+            },
         },
     }
     with live_server(config) as base:
@@ -67,29 +74,73 @@ def greedy(**kwargs: Any) -> dict[str, Any]:
 
 
 TOOLS = [
-    {"name": "get_weather", "description": "Get the current weather in a city",
-     "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
-                                                        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                      "required": ["city", "unit"], "additionalProperties": False}},
-    {"name": "get_time", "description": "Get the time in a timezone",
-     "input_schema": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}},
+    {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "get_time",
+        "description": "Get the time in a timezone",
+        "input_schema": {
+            "type": "object",
+            "properties": {"timezone": {"type": "string"}},
+            "required": ["timezone"],
+        },
+    },
 ]
 
 CONVERSATIONS: dict[str, dict[str, Any]] = {
     "plain": {"messages": [{"role": "user", "content": "Hello, who are you?"}]},
     "system": {"system": "You are terse.", "messages": [{"role": "user", "content": "Name a fruit."}]},
-    "multi-turn": {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
-                                {"role": "user", "content": "Tell me a joke."}]},
-    "prefill": {"messages": [{"role": "user", "content": "What colour is the sky?"},
-                             {"role": "assistant", "content": "The sky is"}]},
+    "multi-turn": {
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Tell me a joke."},
+        ]
+    },
+    "prefill": {
+        "messages": [
+            {"role": "user", "content": "What colour is the sky?"},
+            {"role": "assistant", "content": "The sky is"},
+        ]
+    },
     "tools-auto": {"tools": TOOLS, "messages": [{"role": "user", "content": "Weather in Paris?"}]},
-    "tools-forced": {"tools": TOOLS, "tool_choice": {"type": "tool", "name": "get_time"},
-                     "messages": [{"role": "user", "content": "Time in Tokyo?"}]},
-    "tool-history": {"tools": TOOLS, "messages": [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01", "name": "get_weather",
-                                           "input": {"city": "Paris", "unit": "celsius"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "18 C, sunny"}]}]},
+    "tools-forced": {
+        "tools": TOOLS,
+        "tool_choice": {"type": "tool", "name": "get_time"},
+        "messages": [{"role": "user", "content": "Time in Tokyo?"}],
+    },
+    "tool-history": {
+        "tools": TOOLS,
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_01",
+                        "name": "get_weather",
+                        "input": {"city": "Paris", "unit": "celsius"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "18 C, sunny"}],
+            },
+        ],
+    },
 }
 
 
@@ -108,7 +159,9 @@ def test_count_tokens_is_what_the_server_counts(client: anthropic.Anthropic, nam
 
 
 def test_repeated_prompt_is_read_from_the_cache(client: anthropic.Anthropic) -> None:
-    body = greedy(max_tokens=5, messages=[{"role": "user", "content": "Describe a cat in a few words. " * 20}])
+    body = greedy(
+        max_tokens=5, messages=[{"role": "user", "content": "Describe a cat in a few words. " * 20}]
+    )
     first = client.messages.create(**body).usage
     second = client.messages.create(**body).usage
     total = first.input_tokens + first.cache_read_input_tokens
@@ -128,8 +181,12 @@ def test_max_tokens_zero_warms_the_cache(client: anthropic.Anthropic) -> None:
 def test_forced_tool_call_is_schema_valid(client: anthropic.Anthropic, stream: bool) -> None:
     """llama-server ignores a named tool_choice; the grammar makes even the
     135M model call the named tool with arguments valid against its schema."""
-    body = greedy(max_tokens=120, tools=TOOLS, tool_choice={"type": "tool", "name": "get_weather"},
-                  messages=[{"role": "user", "content": "What is the weather like in Paris?"}])
+    body = greedy(
+        max_tokens=120,
+        tools=TOOLS,
+        tool_choice={"type": "tool", "name": "get_weather"},
+        messages=[{"role": "user", "content": "What is the weather like in Paris?"}],
+    )
     if stream:
         with client.messages.stream(**body) as s:
             message = s.get_final_message()
@@ -145,8 +202,14 @@ def test_forced_tool_call_is_schema_valid(client: anthropic.Anthropic, stream: b
 
 def test_any_tool_choice_calls_an_offered_tool(client: anthropic.Anthropic) -> None:
     strict = [{**TOOLS[1], "strict": True}, TOOLS[0]]
-    message = client.messages.create(**greedy(max_tokens=120, tools=strict, tool_choice={"type": "any"},
-                                              messages=[{"role": "user", "content": "What time is it in Tokyo?"}]))
+    message = client.messages.create(
+        **greedy(
+            max_tokens=120,
+            tools=strict,
+            tool_choice={"type": "any"},
+            messages=[{"role": "user", "content": "What time is it in Tokyo?"}],
+        )
+    )
     assert message.stop_reason == "tool_use" and len(message.content) == 1
     call = message.content[0]
     assert call.name in ("get_time", "get_weather")
@@ -158,16 +221,29 @@ def test_tool_result_round_trip(client: anthropic.Anthropic) -> None:
     body = CONVERSATIONS["tool-history"]
     message = client.messages.create(**greedy(max_tokens=40, **body))
     assert message.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    assert message.usage.input_tokens + message.usage.cache_read_input_tokens == client.messages.count_tokens(
-        model="ls", **body).input_tokens
+    assert (
+        message.usage.input_tokens + message.usage.cache_read_input_tokens
+        == client.messages.count_tokens(model="ls", **body).input_tokens
+    )
 
 
 def test_structured_output_follows_the_schema(client: anthropic.Anthropic) -> None:
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-              "required": ["name", "age"], "additionalProperties": False}
-    message = client.messages.create(**greedy(
-        max_tokens=60, messages=[{"role": "user", "content": "Invent a person."}],
-        extra_body={"temperature": 0.0, "output_config": {"format": {"type": "json_schema", "schema": schema}}}))
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    message = client.messages.create(
+        **greedy(
+            max_tokens=60,
+            messages=[{"role": "user", "content": "Invent a person."}],
+            extra_body={
+                "temperature": 0.0,
+                "output_config": {"format": {"type": "json_schema", "schema": schema}},
+            },
+        )
+    )
     data = json.loads(message.content[0].text)
     assert set(data) == {"name", "age"} and isinstance(data["age"], int)
 
@@ -190,18 +266,28 @@ def test_context_read_from_props(client: anthropic.Anthropic) -> None:
 
 def test_max_tokens_clamped_to_the_context(client: anthropic.Anthropic) -> None:
     text = "Repeat after me: " + "word " * 1980
-    prompt = client.messages.count_tokens(model="ls-noeos", messages=[{"role": "user", "content": text}]).input_tokens
+    prompt = client.messages.count_tokens(
+        model="ls-noeos", messages=[{"role": "user", "content": text}]
+    ).input_tokens
     assert CTX - 60 < prompt < CTX
-    message = client.messages.create(model="ls-noeos", max_tokens=1000, messages=[{"role": "user", "content": text}])
+    message = client.messages.create(
+        model="ls-noeos", max_tokens=1000, messages=[{"role": "user", "content": text}]
+    )
     assert message.stop_reason == "max_tokens"
     assert 0 < message.usage.output_tokens <= CTX - prompt
 
 
 def test_replicas_skip_the_dead_one(client: anthropic.Anthropic) -> None:
     for _ in range(3):
-        assert client.messages.count_tokens(model="ls-replicas", messages=[{"role": "user", "content": "hi"}]).input_tokens
-        message = client.messages.create(model="ls-replicas", max_tokens=5, messages=[{"role": "user", "content": "hi"}],
-                                         extra_body={"temperature": 0})
+        assert client.messages.count_tokens(
+            model="ls-replicas", messages=[{"role": "user", "content": "hi"}]
+        ).input_tokens
+        message = client.messages.create(
+            model="ls-replicas",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_body={"temperature": 0},
+        )
         assert message.usage.output_tokens > 0
 
 
@@ -219,24 +305,38 @@ def _predicted(server: str) -> int:
     A slot adds its tokens to the counter when it is reset for the next task,
     so one token is generated first to flush the previous task's count."""
     _wait_idle(server)
-    httpx.post(f"{server}/v1/chat/completions", timeout=60,
-               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    httpx.post(
+        f"{server}/v1/chat/completions",
+        timeout=60,
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1},
+    )
     _wait_idle(server)
     metrics = httpx.get(f"{server}/metrics", timeout=10).text
-    value = next(line.split()[-1] for line in metrics.splitlines() if line.startswith("llamacpp:tokens_predicted_total"))
+    value = next(
+        line.split()[-1]
+        for line in metrics.splitlines()
+        if line.startswith("llamacpp:tokens_predicted_total")
+    )
     return int(float(value))
 
 
 @pytest.mark.parametrize("how", ["disconnect", "stop_sequence"])
-def test_closing_the_answer_stops_the_server(url: str, server: str, client: anthropic.Anthropic, how: str) -> None:
+def test_closing_the_answer_stops_the_server(
+    url: str, server: str, client: anthropic.Anthropic, how: str
+) -> None:
     """ignore_eos: uncancelled, the server would decode all max_tokens; when
     Missive closes the upstream request it stops early."""
     max_tokens = 1500
     messages = [{"role": "user", "content": "Count from one to one thousand in words."}]
     stop = None
     if how == "stop_sequence":
-        first = client.messages.create(model="ls-noeos", max_tokens=6, messages=messages,
-                                       extra_body={"temperature": 0.0}).content[0].text
+        first = (
+            client.messages.create(
+                model="ls-noeos", max_tokens=6, messages=messages, extra_body={"temperature": 0.0}
+            )
+            .content[0]
+            .text
+        )
         stop = first.split()[1] if len(first.split()) > 1 else first.strip()[-2:]
     before = _predicted(server)
     if how == "disconnect":
@@ -248,8 +348,13 @@ def test_closing_the_answer_stops_the_server(url: str, server: str, client: anth
                 if deltas >= 3:
                     break
     else:
-        message = client.messages.create(model="ls-noeos", max_tokens=max_tokens, messages=messages,
-                                         stop_sequences=[stop], extra_body={"temperature": 0.0})
+        message = client.messages.create(
+            model="ls-noeos",
+            max_tokens=max_tokens,
+            messages=messages,
+            stop_sequences=[stop],
+            extra_body={"temperature": 0.0},
+        )
         assert message.stop_reason == "stop_sequence" and message.stop_sequence == stop
     generated = _predicted(server) - before - 1  # less the flushing token
     assert 0 < generated < max_tokens / 2, generated
@@ -288,8 +393,12 @@ def test_harness_falls_back_to_no_repack(tmp_path: Any) -> None:
         config = {"models": {"ls": {"driver": "llamaserver", "settings": {"base_url": upstream}}}}
         with live_server(config) as base:
             client = anthropic.Anthropic(base_url=base, api_key="test", max_retries=0, timeout=120)
-            assert client.messages.create(**greedy(max_tokens=4, messages=[{"role": "user", "content": "hi"}])).usage.output_tokens > 0
+            assert (
+                client.messages.create(
+                    **greedy(max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+                ).usage.output_tokens
+                > 0
+            )
     # The outcome is kept: the next server of that binary starts with --no-repack at once.
     with llama_server(ctx_size=CTX, binary=wrapper) as upstream:
         assert "--no-repack" in COMMANDS[upstream]
-

@@ -134,7 +134,9 @@ def _host_memory() -> tuple[int, int]:
     except OSError:
         pass
     total, available = fields.get("MemTotal", 0), fields.get("MemAvailable", 0)
-    if not total or not available:  # no /proc: the page counts (SC_AVPHYS_PAGES is Linux's; else half the RAM)
+    if (
+        not total or not available
+    ):  # no /proc: the page counts (SC_AVPHYS_PAGES is Linux's; else half the RAM)
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
@@ -215,16 +217,22 @@ def fit(
         # Once a cache reaches quantized_start tokens mlx-lm quantizes it: for
         # a moment the full cache of that length and its quantized copy both exist.
         if quantized is not None and tokens >= quantized_start:
-            return max(costs.nbytes(quantized_start) + quantized.nbytes(quantized_start), quantized.nbytes(tokens))
+            return max(
+                costs.nbytes(quantized_start) + quantized.nbytes(quantized_start), quantized.nbytes(tokens)
+            )
         return costs.nbytes(tokens)
 
     steps = [f"KV {costs.describe()}"]
     if quantized is not None:
         steps.append(f"quantized from {quantized_start} tokens: {quantized.describe()}")
-    steps.append(f"{budget.where} = {budget.nbytes // MIB} MiB for {conversations} caches (1 + {entries} kept)")
+    steps.append(
+        f"{budget.where} = {budget.nbytes // MIB} MiB for {conversations} caches (1 + {entries} kept)"
+    )
     if window is None:
         if not trained:
-            raise ConfigError(f"model '{model_id}': config.json gives no max_position_embeddings; set context_window")
+            raise ConfigError(
+                f"model '{model_id}': config.json gives no max_position_embeddings; set context_window"
+            )
         w = _largest(lambda t: conversations * one(t) <= budget.nbytes, trained)
         steps.append(f"context_window auto = min(trained {trained}, fits {w})")
         if w < min(trained, MIN_AUTO_WINDOW):
@@ -234,7 +242,9 @@ def fit(
         if one(w) > budget.nbytes:
             raise ConfigError(_no_room(model_id, w, 1, one, budget))
         if conversations * one(w) > budget.nbytes:
-            steps.append(f"{conversations} full caches of {w} tokens would exceed it: lower prompt_cache_entries if they do")
+            steps.append(
+                f"{conversations} full caches of {w} tokens would exceed it: lower prompt_cache_entries if they do"
+            )
     kv = conversations * one(w)
     steps.append(f"context_window {w}: {one(w) // MIB} MiB a cache, {kv // MIB} MiB for {conversations}")
     return Fit(w, kv, "; ".join(steps))
@@ -259,7 +269,9 @@ def _no_room(model_id: str, window: int, conversations: int, one: Any, budget: B
     )
 
 
-def probe(model_id: str, model: Any, kv_bits: int | None, kv_group_size: int) -> tuple[KvCosts, KvCosts | None]:
+def probe(
+    model_id: str, model: Any, kv_bits: int | None, kv_group_size: int
+) -> tuple[KvCosts, KvCosts | None]:
     """Run one token through a fresh cache of ``model`` and measure it; with
     ``kv_bits``, quantize it as ``generate_step`` would
     (``mlx_lm.generate.maybe_quantize_kv_cache``), run a second token through

@@ -142,7 +142,9 @@ class MlxRunner:
             raise ConfigError(f"model '{self.model_id}': mlx-lm could not load {path}: {exc}") from exc
         settings = self.settings
         costs, quantized = probe(self.model_id, model, settings.kv_bits, settings.kv_group_size)
-        self.checkpoints = settings.prompt_cache_entries > 0 and not always_trimmable(make_prompt_cache(model))
+        self.checkpoints = settings.prompt_cache_entries > 0 and not always_trimmable(
+            make_prompt_cache(model)
+        )
         sized = fit(
             self.model_id,
             costs,
@@ -163,8 +165,12 @@ class MlxRunner:
             self.settings.prompt_cache_entries, can_trim=can_trim_prompt_cache, trim=trim_prompt_cache
         )
         self.model, self.tokenizer = model, tokenizer
-        kv = "model dtype" if settings.kv_bits is None else (
-            f"{settings.kv_bits}-bit (group {settings.kv_group_size}) from {settings.quantized_kv_start} tokens"
+        kv = (
+            "model dtype"
+            if settings.kv_bits is None
+            else (
+                f"{settings.kv_bits}-bit (group {settings.kv_group_size}) from {settings.quantized_kv_start} tokens"
+            )
         )
         log.info(
             "model %s loaded from %s: context %d, eos %s, %d cached prefixes, checkpoints %s, "
@@ -302,7 +308,9 @@ class MlxRunner:
         return IncrementalDetokenizer(self._decode, seq.prompt.tokens)
 
     def _decode(self, ids: Any) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+        return str(
+            self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
 
     def end(self, seq: Sequence, ok: bool) -> None:
         state: _State | None = seq.state

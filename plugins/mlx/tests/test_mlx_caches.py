@@ -62,7 +62,9 @@ def sdk(server: ServerProcess) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=DEADLINE)
 
 
-def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 8) -> tuple[Any, int]:
+def ask(
+    client: anthropic.Anthropic, messages: list[dict[str, Any]], system: str, max_tokens: int = 8
+) -> tuple[Any, int]:
     """The answer and the prompt's ``count_tokens``; usage is checked exact."""
     return ask_counted(client, MODEL, messages, system, max_tokens, **GREEDY)
 
@@ -96,8 +98,12 @@ def test_four_turns_with_side_requests_read_from_cache(untrimmable: ServerProces
             assert read >= 0.95 * counted, f"turn {turn}: {read} of {counted} prompt tokens read from cache"
         messages.append({"role": "assistant", "content": answer_text(message)})
         if turn < 3:  # Claude Code's side requests between turns: a title with its own system prompt
-            ask(client, [{"role": "user", "content": "Title for: " + words(30, f"side{turn}")}],
-                "Write a 5-word title for the conversation.", max_tokens=4)
+            ask(
+                client,
+                [{"role": "user", "content": "Title for: " + words(30, f"side{turn}")}],
+                "Write a 5-word title for the conversation.",
+                max_tokens=4,
+            )
     # The last turn edited: nothing of the last prompt past the edit can be cut
     # back, so it starts from the turn before (its entry, or its checkpoint at
     # the end of its prompt); before checkpoints, this read nothing.
@@ -114,8 +120,11 @@ def test_kv_bits_second_turn_reads_the_first_exactly(quantized: ServerProcess) -
     question = [{"role": "user", "content": "What is the capital of France?"}]
     first, counted = ask(client, question, "You are terse.", max_tokens=12)
     assert not first.usage.cache_read_input_tokens
-    follow_up = [*question, {"role": "assistant", "content": answer_text(first)},
-                 {"role": "user", "content": "And Italy?"}]
+    follow_up = [
+        *question,
+        {"role": "assistant", "content": answer_text(first)},
+        {"role": "user", "content": "And Italy?"},
+    ]
     second, _ = ask(client, follow_up, "You are terse.", max_tokens=4)
     # the whole first prompt and its answer (re-rendered by the template) from the quantized cache
     assert (second.usage.cache_read_input_tokens or 0) >= counted + first.usage.output_tokens
@@ -124,7 +133,11 @@ def test_kv_bits_second_turn_reads_the_first_exactly(quantized: ServerProcess) -
     assert "KV cache 8-bit (group 64) from 0 tokens" in line and "checkpoints off" in line, line
     assert "prefill_step_size 2048" in line, line
     memory = next(x for x in lines if f"model {MODEL} memory:" in x)
-    assert "(30 KVCache)" in memory and "quantized from 0 tokens:" in memory and "(30 QuantizedKVCache)" in memory, memory
+    assert (
+        "(30 KVCache)" in memory
+        and "quantized from 0 tokens:" in memory
+        and "(30 QuantizedKVCache)" in memory
+    ), memory
 
 
 # -- start-up errors (the driver alone) ----------------------------------------
@@ -138,7 +151,9 @@ def anyio_backend() -> str:
 async def start(path: Path, context_window: int | None = None, **settings: Any) -> None:
     from missive_mlx.driver import MlxDriver
 
-    entry = ModelEntry(driver="mlx", context_window=context_window, settings={"model_path": str(path), **settings})
+    entry = ModelEntry(
+        driver="mlx", context_window=context_window, settings={"model_path": str(path), **settings}
+    )
     driver = MlxDriver("m", entry)
     try:
         await driver.start()
@@ -148,19 +163,26 @@ async def start(path: Path, context_window: int | None = None, **settings: Any) 
 
 @pytest.mark.anyio
 async def test_kv_bits_on_a_sliding_window_model_is_a_start_up_error(sliding_model_dir: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model 'm': mlx-lm cannot quantize this model's KV cache with kv_bits = 8.*"
-                                          r"RotatingKVCache.*unset kv_bits"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model 'm': mlx-lm cannot quantize this model's KV cache with kv_bits = 8.*"
+        r"RotatingKVCache.*unset kv_bits",
+    ):
         await start(sliding_model_dir, kv_bits=8)
 
 
 @pytest.mark.anyio
 async def test_a_group_size_that_does_not_divide_the_head_is_a_start_up_error(hybrid_model_dir: Path) -> None:
     # head dimension 32 (the LFM2 here: 64 hidden / 2 heads); mx.quantize needs the group to divide it
-    with pytest.raises(ConfigError, match=r"kv_group_size = 64 .*ValueError.*divides the model's head dimension"):
+    with pytest.raises(
+        ConfigError, match=r"kv_group_size = 64 .*ValueError.*divides the model's head dimension"
+    ):
         await start(hybrid_model_dir, kv_bits=4, kv_group_size=64)
 
 
 @pytest.mark.anyio
 async def test_a_window_that_cannot_fit_is_a_start_up_error_naming_the_memory(mlx_model_dir: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model 'm': a KV cache of 1000000000 tokens needs \d+ MiB, but only \d+ MiB"):
+    with pytest.raises(
+        ConfigError, match=r"model 'm': a KV cache of 1000000000 tokens needs \d+ MiB, but only \d+ MiB"
+    ):
         await start(mlx_model_dir, context_window=10**9)

@@ -24,7 +24,9 @@ def test_serve_an_mlx_repository_by_reference(mlx_model_dir: Path, tmp_path: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=url, HF_HUB_CACHE=str(tmp_path), HF_HUB_DISABLE_TELEMETRY="1")
     try:
-        with serve_process(None, args=("--model", f"hf://{REPO}", "--context-window", "2048"), env=env) as server:
+        with serve_process(
+            None, args=("--model", f"hf://{REPO}", "--context-window", "2048"), env=env
+        ) as server:
             client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
             models = {m.id: m for m in client.models.list()}
             reply = client.messages.create(
@@ -36,5 +38,8 @@ def test_serve_an_mlx_repository_by_reference(mlx_model_dir: Path, tmp_path: Pat
     assert models["smollm2-135m-instruct-4bit"].max_input_tokens == 2048
     assert "claude-smollm2-135m-instruct-4bit" in models
     assert reply.usage.output_tokens > 0
-    assert "driver mlx, context 2048 tokens" in log and "(Hugging Face mlx-community/SmolLM2-135M-Instruct-4bit" in log
+    assert (
+        "driver mlx, context 2048 tokens" in log
+        and "(Hugging Face mlx-community/SmolLM2-135M-Instruct-4bit" in log
+    )
     assert hub.downloads("model.safetensors") == [None]

@@ -84,11 +84,29 @@ def test_auto_window_shrinks_to_what_fits_for_the_kept_caches() -> None:
 def test_quantized_cache_fits_a_longer_window() -> None:
     q8 = KvCosts(per_token=544)  # about half, as mx.quantize's 8 bits with group 64
     plain = fit("m", COSTS, Budget(10 * MIB, "x"), trained=65536, window=None, entries=0)
-    quant = fit("m", COSTS, Budget(10 * MIB, "x"), trained=65536, window=None, entries=0, quantized=q8, quantized_start=0)
+    quant = fit(
+        "m",
+        COSTS,
+        Budget(10 * MIB, "x"),
+        trained=65536,
+        window=None,
+        entries=0,
+        quantized=q8,
+        quantized_start=0,
+    )
     assert plain.window == 10240 and quant.window == 10 * MIB // 544
     assert "quantized from 0 tokens: 544 B/token" in quant.arithmetic
     # before quantized_start the cache keeps its dtype; at it both copies exist for a moment
-    late = fit("m", COSTS, Budget(10 * MIB, "x"), trained=65536, window=None, entries=0, quantized=q8, quantized_start=5000)
+    late = fit(
+        "m",
+        COSTS,
+        Budget(10 * MIB, "x"),
+        trained=65536,
+        window=None,
+        entries=0,
+        quantized=q8,
+        quantized_start=5000,
+    )
     assert late.window == 10 * MIB // 544 and late.kv_bytes >= 5000 * (1024 + 544)
 
 
@@ -106,7 +124,9 @@ def test_a_set_window_whose_kept_caches_may_not_fit_is_logged() -> None:
 
 
 def test_auto_window_below_the_minimum_is_a_config_error_naming_the_memory() -> None:
-    with pytest.raises(ConfigError, match=r"a KV cache of 2048 tokens \(5 caches: .*\) needs 10 MiB, but only 1 MiB"):
+    with pytest.raises(
+        ConfigError, match=r"a KV cache of 2048 tokens \(5 caches: .*\) needs 10 MiB, but only 1 MiB"
+    ):
         fit("m", COSTS, Budget(1 * MIB, "x"), trained=8192, window=None, entries=4)
     with pytest.raises(ConfigError, match="gives no max_position_embeddings"):
         fit("m", COSTS, Budget(1 * MIB, "x"), trained=None, window=None, entries=4)

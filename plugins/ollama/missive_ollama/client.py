@@ -57,7 +57,11 @@ __all__ = ["ContextOverflow", "OllamaClient", "ChatStream", "HEALTH_PATH"]
 #: the runners' ``errorInputTooLong`` ("the input length exceeds the context
 #: length") and llama-server's ``exceed_context_size_error`` ("the request
 #: exceeds the available context size") in Ollama's native chat mode.
-_OVERFLOW_MARKERS = ("exceeds the context length", "exceeds the available context size", "exceed_context_size")
+_OVERFLOW_MARKERS = (
+    "exceeds the context length",
+    "exceeds the available context size",
+    "exceed_context_size",
+)
 
 
 class ContextOverflow(BadGatewayError):
@@ -86,9 +90,15 @@ class OllamaClient:
         self.settings = settings
         self.urls = settings.urls
         self.transport = RemoteTransport(
-            self.urls, name=settings.tag, backend="Ollama", classify=self.classify,
-            connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout,
-            health_path=HEALTH_PATH, retry_after=settings.retry_after, policy=policy_for(settings),
+            self.urls,
+            name=settings.tag,
+            backend="Ollama",
+            classify=self.classify,
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+            health_path=HEALTH_PATH,
+            retry_after=settings.retry_after,
+            policy=policy_for(settings),
         )
 
     @property
@@ -122,7 +132,9 @@ class OllamaClient:
                 "or fix settings.model"
             )
         if status == 429:
-            return RateLimitError(f"{where} is rate limiting: {message}", retry_after=self.settings.retry_after)
+            return RateLimitError(
+                f"{where} is rate limiting: {message}", retry_after=self.settings.retry_after
+            )
         if status == 503:
             return OverloadedError(f"{where} is busy: {message}", retry_after=self.settings.retry_after)
         if status == 400:
@@ -140,7 +152,9 @@ class OllamaClient:
             message = raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
         return message
 
-    def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str) -> Failover | MissiveError:
+    def classify(
+        self, status: int, raw: bytes, headers: Mapping[str, str], url: str
+    ) -> Failover | MissiveError:
         """Ollama's error answer before the stream began
         (:data:`missive.remote.transport.Classify`): a 503 skips the replica for
         this call (busy, not down); anything else is :meth:`error`."""
@@ -159,8 +173,7 @@ class OllamaClient:
             data = None
         if not isinstance(data, dict):
             raise BadGatewayError(
-                f"Ollama at {response.url} answered "
-                f"{path} with something other than a JSON object"
+                f"Ollama at {response.url} answered {path} with something other than a JSON object"
             )
         return data
 

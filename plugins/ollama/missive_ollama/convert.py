@@ -161,7 +161,9 @@ def think_value(request: GenerationRequest, *, model_thinks: bool, settings: Oll
     return level
 
 
-def options(request: GenerationRequest, settings: OllamaSettings, *, num_ctx: int | None, num_predict: int) -> dict[str, Any]:
+def options(
+    request: GenerationRequest, settings: OllamaSettings, *, num_ctx: int | None, num_predict: int
+) -> dict[str, Any]:
     """``options``: ``num_ctx`` (always, when known: Ollama's default context is
     small and silently shared), ``num_predict`` and sampling.
 

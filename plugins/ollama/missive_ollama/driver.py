@@ -159,7 +159,9 @@ class OllamaDriver(Driver):
         except MissiveError as exc:
             log.warning("model %s: %s; will retry on the first request", self.model_id, exc.message)
             return
-        names = {m.get("name") for m in tags.get("models") or []} | {m.get("model") for m in tags.get("models") or []}
+        names = {m.get("name") for m in tags.get("models") or []} | {
+            m.get("model") for m in tags.get("models") or []
+        }
         if tag not in names:
             listed = ", ".join(sorted(n for n in names if n)) or "none"
             raise ConfigError(
@@ -206,8 +208,12 @@ class OllamaDriver(Driver):
             async with aclosing(stream.lines()) as lines:
                 async for obj in lines:
                     if obj.get("done"):
-                        log.info("model %s: Ollama loaded %s (%s)", self.model_id, self.settings.tag,
-                                 obj.get("done_reason"))
+                        log.info(
+                            "model %s: Ollama loaded %s (%s)",
+                            self.model_id,
+                            self.settings.tag,
+                            obj.get("done_reason"),
+                        )
         except MissiveError as exc:
             raise ConfigError(f"model '{self.model_id}': preloading failed: {exc.message}") from exc
         finally:
@@ -304,7 +310,9 @@ class OllamaDriver(Driver):
                         continue  # after the done line (the client reads the body's end: the connection is reused)
                     message = obj.get("message") or {}
                     if not isinstance(message, dict):
-                        raise BadGatewayError(f"Ollama sent a 'message' that is not an object: {str(message)[:200]}")
+                        raise BadGatewayError(
+                            f"Ollama sent a 'message' that is not an object: {str(message)[:200]}"
+                        )
                     thinking = message.get("thinking") or ""
                     content = message.get("content") or ""
                     if thinking and show_thinking:
@@ -343,7 +351,9 @@ class OllamaDriver(Driver):
         elif reason in ("load", "unload"):
             raise BadGatewayError(f"Ollama answered done_reason '{reason}' without generating")
         else:
-            log.warning("model %s: unknown Ollama done_reason %r, reported as end_turn", self.model_id, reason)
+            log.warning(
+                "model %s: unknown Ollama done_reason %r, reported as end_turn", self.model_id, reason
+            )
             stop = "end_turn"
         if warm_up:
             stop, output = "max_tokens", 0
@@ -355,7 +365,9 @@ class OllamaDriver(Driver):
         if total != prompt:
             log.debug("model %s: prompt estimate %d, Ollama counted %d", self.model_id, prompt, total)
         cached = min(cached, total)
-        return Finished(stop, output_tokens=output, input_tokens=total - cached, cache_read_input_tokens=cached)
+        return Finished(
+            stop, output_tokens=output, input_tokens=total - cached, cache_read_input_tokens=cached
+        )
 
 
 def _count(obj: dict[str, Any], key: str) -> int | None:

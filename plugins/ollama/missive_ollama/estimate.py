@@ -42,7 +42,9 @@ def body_size(body: dict[str, Any]) -> tuple[int, int]:
         chars += len(message.get("tool_name") or "")
         for call in message.get("tool_calls") or []:
             function = call.get("function", {})
-            chars += len(function.get("name", "")) + len(json.dumps(function.get("arguments", {}), ensure_ascii=False))
+            chars += len(function.get("name", "")) + len(
+                json.dumps(function.get("arguments", {}), ensure_ascii=False)
+            )
         images += len(message.get("images") or [])
     if body.get("tools"):
         chars += len(json.dumps(body["tools"], ensure_ascii=False))

@@ -160,7 +160,13 @@ class FakeOllama:
 
     async def _json(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> bool:
         data = json.dumps(obj).encode()
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            500: "Internal Server Error",
+            503: "Service Unavailable",
+        }
         writer.write(
             f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: application/json; charset=utf-8\r\n"
             f"Content-Length: {len(data)}\r\n\r\n".encode()
@@ -169,7 +175,9 @@ class FakeOllama:
         await writer.drain()
         return True
 
-    async def _route(self, method: str, path: str, body: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _route(
+        self, method: str, path: str, body: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         if method == "GET" and path == "/api/version":
             return await self._json(writer, 200, {"version": "0.12.6"})
         if method == "GET" and path == "/api/tags":
@@ -190,7 +198,12 @@ class FakeOllama:
             "modified_at": "2025-06-01T10:00:00.000000000Z",
             "size": 5_200_000_000,
             "digest": "a" * 64,
-            "details": {"format": "gguf", "family": self.models[tag].arch, "parameter_size": "8.2B", "quantization_level": "Q4_K_M"},
+            "details": {
+                "format": "gguf",
+                "family": self.models[tag].arch,
+                "parameter_size": "8.2B",
+                "quantization_level": "Q4_K_M",
+            },
         }
 
     def _show(self, tag: str, model: FakeModel) -> dict[str, Any]:
@@ -215,7 +228,9 @@ class FakeOllama:
         now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
         return {"model": model, "created_at": now, "message": {"role": "assistant", **message}, "done": False}
 
-    async def _chat(self, body: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _chat(
+        self, body: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         record = ChatRecord(body=body)
         self.chats.append(record)
         tag = body.get("model", "")
@@ -230,7 +245,9 @@ class FakeOllama:
         if model is None or model.chat_missing:
             return await fail(404, f"model '{tag}' not found")
         if not body.get("messages"):
-            return await self._json(writer, 200, {**self._chunk(tag, {"content": ""}), "done_reason": "load", "done": True})
+            return await self._json(
+                writer, 200, {**self._chunk(tag, {"content": ""}), "done_reason": "load", "done": True}
+            )
         think = body.get("think")
         if think not in (None, True, False, "low", "medium", "high"):
             return await fail(400, "think must be a boolean or string (\"high\", \"medium\", \"low\")")
@@ -259,9 +276,18 @@ class FakeOllama:
         script = json.loads(content[5:]) if content.startswith("FAKE:") else None
         return await self._play(record, writer, reader, tag, model, body, script, total, cached)
 
-    async def _play(self, record: ChatRecord, writer: asyncio.StreamWriter, reader: asyncio.StreamReader,
-                    tag: str, model: FakeModel, body: dict[str, Any], script: dict[str, Any] | None,
-                    total: int, cached: int) -> bool:
+    async def _play(
+        self,
+        record: ChatRecord,
+        writer: asyncio.StreamWriter,
+        reader: asyncio.StreamReader,
+        tag: str,
+        model: FakeModel,
+        body: dict[str, Any],
+        script: dict[str, Any] | None,
+        total: int,
+        cached: int,
+    ) -> bool:
         """Stream the answer. A script ``{"steps": [...], "final": {...}}`` has steps:
         ``{"content"}``, ``{"thinking"}``, ``{"tool_calls": [...]}`` (a chunk each),
         ``{"sleep": s}``, ``{"wait": gate}``, ``{"status": n, "error": msg}`` (first
@@ -297,7 +323,9 @@ class FakeOllama:
         if script is None:
             steps = []
             if body.get("think") and "thinking" in model.capabilities:
-                steps += [{"thinking": w if i == 0 else " " + w} for i, w in enumerate("Let me think.".split())]
+                steps += [
+                    {"thinking": w if i == 0 else " " + w} for i, w in enumerate("Let me think.".split())
+                ]
             last = next((m for m in reversed(body["messages"]) if m.get("role") == "user"), {})
             words = str(last.get("content") or "ok").split() or ["ok"]
             steps += [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]

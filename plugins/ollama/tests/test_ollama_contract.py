@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from missive_ollama.testing import FakeModel, FakeOllama
 
 from missive.testing import DriverContract, live_server
+from missive_ollama.testing import FakeModel, FakeOllama
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,11 @@ def contract_url() -> Iterator[str]:
     with FakeOllama({"qwen3:8b": FakeModel(capabilities=["completion", "tools", "thinking"])}) as fake:
         config = {
             "models": {
-                "qwen": {"driver": "ollama", "context_window": 2048, "settings": {"model": "qwen3:8b", "base_url": fake.url}}
+                "qwen": {
+                    "driver": "ollama",
+                    "context_window": 2048,
+                    "settings": {"model": "qwen3:8b", "base_url": fake.url},
+                }
             }
         }
         with live_server(config) as url:

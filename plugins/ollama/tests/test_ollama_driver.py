@@ -16,9 +16,9 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
 from missive.testing import free_port, live_server
+from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
 TOOLS = [
     {
@@ -26,11 +26,16 @@ TOOLS = [
         "description": "Current weather in a city",
         "input_schema": {
             "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
             "required": ["city"],
         },
     }
 ]
+
+
 def _image(fmt: str, size: tuple[int, int] = (8, 8)) -> str:
     import io
 
@@ -51,7 +56,11 @@ def fake_script(*steps: dict[str, Any], **extra: Any) -> str:
 
 def tool_call_chunk(name: str, arguments: dict[str, Any], index: int = 0) -> dict[str, Any]:
     """A tool call as Ollama streams it: whole, arguments as an object, its own id."""
-    return {"tool_calls": [{"id": f"call_{index}abc123", "function": {"index": index, "name": name, "arguments": arguments}}]}
+    return {
+        "tool_calls": [
+            {"id": f"call_{index}abc123", "function": {"index": index, "name": name, "arguments": arguments}}
+        ]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +68,9 @@ def fake() -> Iterator[FakeOllama]:
     models = {
         "qwen3:8b": FakeModel(capabilities=["completion", "tools", "thinking"], context_length=40960),
         "gemma3:4b": FakeModel(capabilities=["completion", "vision"], context_length=8192, arch="gemma3"),
-        "qwen2.5vl:3b": FakeModel(capabilities=["completion", "vision", "tools"], context_length=8192, arch="qwen25vl"),
+        "qwen2.5vl:3b": FakeModel(
+            capabilities=["completion", "vision", "tools"], context_length=8192, arch="qwen25vl"
+        ),
         "llama3.2:latest": FakeModel(capabilities=["completion"], context_length=131072, arch="llama"),
         "ghost:1b": FakeModel(chat_missing=True),
         "gpt-oss:20b": FakeModel(capabilities=["completion", "tools", "thinking"], arch="gptoss"),
@@ -71,7 +82,10 @@ def fake() -> Iterator[FakeOllama]:
 @pytest.fixture(scope="module")
 def url(fake: FakeOllama) -> Iterator[str]:
     def model(tag: str, context: int | None = 2048, **settings: Any) -> dict[str, Any]:
-        entry: dict[str, Any] = {"driver": "ollama", "settings": {"model": tag, "base_url": fake.url, **settings}}
+        entry: dict[str, Any] = {
+            "driver": "ollama",
+            "settings": {"model": tag, "base_url": fake.url, **settings},
+        }
         if context is not None:
             entry["context_window"] = context
         return entry
@@ -116,7 +130,10 @@ def test_request_sends_think_false_num_ctx_and_no_stop(client: anthropic.Anthrop
     assert body["model"] == "qwen3:8b" and body["stream"] is True
     assert body["think"] is False  # a thinking model: absent would turn thinking on
     assert body["truncate"] is False and body["shift"] is False
-    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there"}]
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello there"},
+    ]
     opts = body["options"]
     assert opts["num_ctx"] == 2048 and opts["num_predict"] == 50
     assert "stop" not in opts and "stop" not in body
@@ -125,7 +142,9 @@ def test_request_sends_think_false_num_ctx_and_no_stop(client: anthropic.Anthrop
 
 
 def test_sampling_passed_and_model_defaults_left_alone(client: anthropic.Anthropic, fake: FakeOllama) -> None:
-    client.messages.create(model="qwen", max_tokens=5, messages=user("a b"), extra_body={"temperature": 0.2, "top_k": 7})
+    client.messages.create(
+        model="qwen", max_tokens=5, messages=user("a b"), extra_body={"temperature": 0.2, "top_k": 7}
+    )
     opts = last_chat(fake)["options"]
     assert opts["temperature"] == 0.2 and opts["top_k"] == 7 and opts["top_p"] == 1.0
     client.messages.create(model="plain", max_tokens=5, messages=user("a b"))
@@ -143,9 +162,14 @@ def test_models_listing_reports_the_context_sent_as_num_ctx(client: anthropic.An
 # -- thinking -------------------------------------------------------------------
 
 
-def test_thinking_enabled_sends_think_true_and_streams_thinking(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+def test_thinking_enabled_sends_think_true_and_streams_thinking(
+    client: anthropic.Anthropic, fake: FakeOllama
+) -> None:
     kwargs: dict[str, Any] = dict(
-        model="qwen", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1024}, messages=user("sky blue")
+        model="qwen",
+        max_tokens=2000,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=user("sky blue"),
     )
     plain = client.messages.create(**kwargs)
     assert last_chat(fake)["think"] is True
@@ -159,26 +183,42 @@ def test_thinking_enabled_sends_think_true_and_streams_thinking(client: anthropi
     # the signed block replayed reaches Ollama as the message's thinking; a changed one does not
     replay = [b.model_dump(exclude_none=True) for b in plain.content]
     for thinking, expected in ((replay[0], "Let me think."), ({**replay[0], "thinking": "Forged."}, None)):
-        conversation = [*user("sky blue"), {"role": "assistant", "content": [thinking, replay[1]]}, *user("again")]
+        conversation = [
+            *user("sky blue"),
+            {"role": "assistant", "content": [thinking, replay[1]]},
+            *user("again"),
+        ]
         client.messages.create(model="qwen", max_tokens=20, messages=conversation)
         assistant = last_chat(fake)["messages"][1]
         assert assistant["content"] == "sky blue" and assistant.get("thinking") == expected
 
 
-def test_adaptive_thinking_on_a_model_that_cannot_think_sends_false(client: anthropic.Anthropic, fake: FakeOllama) -> None:
-    msg = client.messages.create(model="plain", max_tokens=20, thinking={"type": "adaptive"}, messages=user("hi"))
+def test_adaptive_thinking_on_a_model_that_cannot_think_sends_false(
+    client: anthropic.Anthropic, fake: FakeOllama
+) -> None:
+    msg = client.messages.create(
+        model="plain", max_tokens=20, thinking={"type": "adaptive"}, messages=user("hi")
+    )
     assert last_chat(fake)["think"] is False and [b.type for b in msg.content] == ["text"]
 
 
 def test_enabled_thinking_refused_for_a_model_without_it(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(
-            model="vision", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1024}, messages=user("hi")
+            model="vision",
+            max_tokens=2000,
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            messages=user("hi"),
         )
-    assert "thinking" in caught.value.body["error"]["message"] and "'vision'" in caught.value.body["error"]["message"]
+    assert (
+        "thinking" in caught.value.body["error"]["message"]
+        and "'vision'" in caught.value.body["error"]["message"]
+    )
 
 
-def test_reasoning_sent_although_not_asked_is_not_shown(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+def test_reasoning_sent_although_not_asked_is_not_shown(
+    client: anthropic.Anthropic, fake: FakeOllama
+) -> None:
     # gpt-oss reasons even with think false; the client did not ask for thinking blocks.
     content = fake_script({"thinking": "musing"}, {"content": "Answer."})
     msg = client.messages.create(model="oss", max_tokens=20, messages=user(content))
@@ -189,7 +229,11 @@ def test_reasoning_sent_although_not_asked_is_not_shown(client: anthropic.Anthro
 
 def test_effort_maps_to_think_level(client: anthropic.Anthropic, fake: FakeOllama) -> None:
     client.messages.create(
-        model="oss", max_tokens=20, thinking={"type": "adaptive"}, messages=user("hi"), extra_body={"output_config": {"effort": "max"}}
+        model="oss",
+        max_tokens=20,
+        thinking={"type": "adaptive"},
+        messages=user("hi"),
+        extra_body={"output_config": {"effort": "max"}},
     )
     assert last_chat(fake)["think"] == "high"
 
@@ -207,7 +251,14 @@ def test_tool_loop(client: anthropic.Anthropic, fake: FakeOllama) -> None:
     )
     sent = last_chat(fake)
     assert sent["tools"] == [
-        {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": TOOLS[0]["input_schema"]}}
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather in a city",
+                "parameters": TOOLS[0]["input_schema"],
+            },
+        }
     ]
     assert first.stop_reason == "tool_use"
     assert [b.type for b in first.content] == ["text", "tool_use"]
@@ -235,12 +286,19 @@ def test_tool_loop(client: anthropic.Anthropic, fake: FakeOllama) -> None:
         "tool_calls": [{"id": call.id, "function": {"index": 0, "name": "get_weather", "arguments": args}}],
     }
     assert list(messages[1]["tool_calls"][0]["function"]["arguments"]) == ["unit", "city"]
-    assert messages[2] == {"role": "tool", "content": "Error: service down", "tool_call_id": call.id, "tool_name": "get_weather"}
+    assert messages[2] == {
+        "role": "tool",
+        "content": "Error: service down",
+        "tool_call_id": call.id,
+        "tool_name": "get_weather",
+    }
     assert messages[3] == {"role": "user", "content": "try again"}
 
 
 def test_streamed_tool_call_is_one_valid_json_object(client: anthropic.Anthropic) -> None:
-    content = fake_script(tool_call_chunk("get_weather", {"city": "Oslo"}), tool_call_chunk("get_weather", {"city": "Rome"}, 1))
+    content = fake_script(
+        tool_call_chunk("get_weather", {"city": "Oslo"}), tool_call_chunk("get_weather", {"city": "Rome"}, 1)
+    )
     kwargs: dict[str, Any] = dict(model="qwen", max_tokens=100, tools=TOOLS, messages=user(content))
     plain = client.messages.create(**kwargs)
     with client.messages.stream(**kwargs) as stream:
@@ -248,29 +306,44 @@ def test_streamed_tool_call_is_one_valid_json_object(client: anthropic.Anthropic
         final = stream.get_final_message()
     assert [json.loads(p) for p in partials] == [{"city": "Oslo"}, {"city": "Rome"}]
     for msg in (plain, final):
-        assert [(b.name, b.input) for b in msg.content] == [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})]
+        assert [(b.name, b.input) for b in msg.content] == [
+            ("get_weather", {"city": "Oslo"}),
+            ("get_weather", {"city": "Rome"}),
+        ]
         assert msg.stop_reason == "tool_use"
     assert plain.content[0].id != final.content[0].id  # ids are Missive's, per answer
 
 
 def test_disable_parallel_tool_use_keeps_one_call(client: anthropic.Anthropic) -> None:
-    content = fake_script(tool_call_chunk("get_weather", {"city": "Oslo"}), tool_call_chunk("get_weather", {"city": "Rome"}, 1))
+    content = fake_script(
+        tool_call_chunk("get_weather", {"city": "Oslo"}), tool_call_chunk("get_weather", {"city": "Rome"}, 1)
+    )
     msg = client.messages.create(
-        model="qwen", max_tokens=100, tools=TOOLS, tool_choice={"type": "auto", "disable_parallel_tool_use": True}, messages=user(content)
+        model="qwen",
+        max_tokens=100,
+        tools=TOOLS,
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        messages=user(content),
     )
     assert [b.input for b in msg.content] == [{"city": "Oslo"}]
 
 
 def test_tool_choice_none_sends_no_tools(client: anthropic.Anthropic, fake: FakeOllama) -> None:
-    msg = client.messages.create(model="qwen", max_tokens=20, tools=TOOLS, tool_choice={"type": "none"}, messages=user("hi you"))
+    msg = client.messages.create(
+        model="qwen", max_tokens=20, tools=TOOLS, tool_choice={"type": "none"}, messages=user("hi you")
+    )
     assert "tools" not in last_chat(fake) and msg.content[0].text == "hi you"
 
 
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
 def test_forced_tool_choice_refused(client: anthropic.Anthropic, choice: dict[str, Any]) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(model="qwen", max_tokens=20, tools=TOOLS, tool_choice=choice, messages=user("hi"))
-    assert caught.value.body["error"]["message"].startswith(f'tools with tool_choice "{choice["type"]}" is not supported')
+        client.messages.create(
+            model="qwen", max_tokens=20, tools=TOOLS, tool_choice=choice, messages=user("hi")
+        )
+    assert caught.value.body["error"]["message"].startswith(
+        f'tools with tool_choice "{choice["type"]}" is not supported'
+    )
 
 
 def test_tools_refused_for_a_model_without_the_tools_capability(client: anthropic.Anthropic) -> None:
@@ -291,7 +364,11 @@ def test_malformed_tool_arguments_are_a_502(client: anthropic.Anthropic) -> None
 
 def test_images_go_to_message_images(client: anthropic.Anthropic, fake: FakeOllama) -> None:
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
-    client.messages.create(model="vision", max_tokens=20, messages=[{"role": "user", "content": [image, {"type": "text", "text": "what is it"}]}])
+    client.messages.create(
+        model="vision",
+        max_tokens=20,
+        messages=[{"role": "user", "content": [image, {"type": "text", "text": "what is it"}]}],
+    )
     assert last_chat(fake)["messages"] == [{"role": "user", "content": "what is it", "images": [PNG]}]
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model="qwen", max_tokens=20, messages=[{"role": "user", "content": [image]}])
@@ -301,10 +378,16 @@ def test_images_go_to_message_images(client: anthropic.Anthropic, fake: FakeOlla
 def test_webp_converted_to_png_for_ollama(client: anthropic.Anthropic, fake: FakeOllama) -> None:
     """Ollama's vision models decode PNG and JPEG; the core converts a WebP
     (inside a tool result, as Claude Code's Read tool sends screenshots)."""
-    webp = {"type": "image", "source": {"type": "base64", "media_type": "image/webp", "data": _image("WEBP", (30, 20))}}
+    webp = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/webp", "data": _image("WEBP", (30, 20))},
+    }
     messages = [
         {"role": "user", "content": "look"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [webp]}]},
     ]
     tools = [{"name": "Read", "input_schema": {"type": "object", "properties": {}}}]
@@ -333,9 +416,15 @@ def test_usage_starts_with_the_estimate_and_ends_exact(client: anthropic.Anthrop
 
 
 def test_cached_prefix_reported_as_cache_read(client: anthropic.Anthropic, fake: FakeOllama) -> None:
-    history = [*user("first question here"), {"role": "assistant", "content": "first answer"}, *user("second one")]
+    history = [
+        *user("first question here"),
+        {"role": "assistant", "content": "first answer"},
+        *user("second one"),
+    ]
     client.messages.create(model="vision", max_tokens=20, messages=history)
-    again = client.messages.create(model="vision", max_tokens=20, messages=history[:2] + user("another question"))
+    again = client.messages.create(
+        model="vision", max_tokens=20, messages=history[:2] + user("another question")
+    )
     body = last_chat(fake)
     shared = prompt_tokens(body, body["messages"][:2])
     assert again.usage.cache_read_input_tokens == shared
@@ -359,14 +448,18 @@ def test_max_tokens_zero_warms_the_cache_silently(client: anthropic.Anthropic, f
 
 
 def test_prefill_is_a_final_assistant_message(client: anthropic.Anthropic, fake: FakeOllama) -> None:
-    client.messages.create(model="qwen", max_tokens=20, messages=[*user("go"), {"role": "assistant", "content": "Sure:"}])
+    client.messages.create(
+        model="qwen", max_tokens=20, messages=[*user("go"), {"role": "assistant", "content": "Sure:"}]
+    )
     assert last_chat(fake)["messages"][-1] == {"role": "assistant", "content": "Sure:"}
 
 
 # -- errors -----------------------------------------------------------------------
 
 
-def test_prompt_over_the_context_refused_before_sending(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+def test_prompt_over_the_context_refused_before_sending(
+    client: anthropic.Anthropic, fake: FakeOllama
+) -> None:
     sent = len(fake.chats)
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model="qwen", max_tokens=20, messages=user("word " * 4000))
@@ -374,7 +467,9 @@ def test_prompt_over_the_context_refused_before_sending(client: anthropic.Anthro
     assert len(fake.chats) == sent
 
 
-def test_prompt_near_the_limit_refused_by_ollama_is_a_400(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+def test_prompt_near_the_limit_refused_by_ollama_is_a_400(
+    client: anthropic.Anthropic, fake: FakeOllama
+) -> None:
     # 6600 characters: 1886 estimated tokens (3.5 characters each), above 0.9 × 2048 and
     # below 2048, so Missive sends it and waits for Ollama's verdict before starting the
     # message; the fake counts 3304 tokens > num_ctx and refuses (truncate: false).
@@ -403,11 +498,16 @@ def test_ollama_http_error_before_the_stream_is_a_502(client: anthropic.Anthropi
     content = fake_script({"status": 500, "error": "llama runner process has terminated: signal: killed"})
     with pytest.raises(anthropic.APIStatusError) as caught:
         client.messages.create(model="qwen", max_tokens=20, messages=user(content))
-    assert caught.value.status_code == 502 and "llama runner process has terminated" in caught.value.body["error"]["message"]
+    assert (
+        caught.value.status_code == 502
+        and "llama runner process has terminated" in caught.value.body["error"]["message"]
+    )
 
 
 def test_ollama_busy_is_a_529_with_retry_after(client: anthropic.Anthropic) -> None:
-    content = fake_script({"status": 503, "error": "server busy, please try again.  maximum pending requests exceeded"})
+    content = fake_script(
+        {"status": 503, "error": "server busy, please try again.  maximum pending requests exceeded"}
+    )
     with pytest.raises(anthropic.APIStatusError) as caught:
         client.messages.create(model="qwen", max_tokens=20, messages=user(content))
     assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "5"
@@ -417,7 +517,10 @@ def test_ollama_busy_is_a_529_with_retry_after(client: anthropic.Anthropic) -> N
     "steps, wording",
     [
         ([{"content": "partial"}, {"raw": "{not json"}], "malformed stream line"),
-        ([{"content": "partial"}, {"error_line": "an error was encountered while running the model"}], "an error was encountered"),
+        (
+            [{"content": "partial"}, {"error_line": "an error was encountered while running the model"}],
+            "an error was encountered",
+        ),
         ([{"content": "partial"}, {"no_done": True}], "without its final (done) line"),
         ([{"content": "partial"}, {"close": True}], "Ollama at"),
     ],
@@ -442,7 +545,18 @@ def test_done_reason_load_without_an_answer_is_a_502(client: anthropic.Anthropic
 
 
 def test_unreachable_ollama_is_a_529_with_retry_after() -> None:
-    config = {"models": {"q": {"driver": "ollama", "settings": {"model": "qwen3:8b", "base_url": f"http://127.0.0.1:{free_port()}", "retry_after": 7}}}}
+    config = {
+        "models": {
+            "q": {
+                "driver": "ollama",
+                "settings": {
+                    "model": "qwen3:8b",
+                    "base_url": f"http://127.0.0.1:{free_port()}",
+                    "retry_after": 7,
+                },
+            }
+        }
+    }
     with live_server(config) as base:  # start-up goes on: Ollama may come up later
         client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0)
         for call in (
@@ -466,7 +580,14 @@ def test_unknown_tag_fails_start_up(fake: FakeOllama) -> None:
 
 def test_preload_at_start(fake: FakeOllama) -> None:
     before = len(fake.chats)
-    config = {"models": {"q": {"driver": "ollama", "settings": {"model": "qwen3:8b", "base_url": fake.url, "preload": True}}}}
+    config = {
+        "models": {
+            "q": {
+                "driver": "ollama",
+                "settings": {"model": "qwen3:8b", "base_url": fake.url, "preload": True},
+            }
+        }
+    }
     with live_server(config):
         loads = [c for c in fake.chats[before:] if c.body["messages"] == []]
         assert len(loads) == 1 and loads[0].body["think"] is False
@@ -479,7 +600,12 @@ def test_message_start_is_sent_before_ollama_answers(url: str, fake: FakeOllama)
     # The fake sends nothing (not even headers) until the test opens the gate, so a
     # driver that waited for Ollama before starting the message would time out here.
     gate = fake.gate("prefill")
-    body = {"model": "qwen", "max_tokens": 20, "stream": True, "messages": user(fake_script({"wait": "prefill"}, {"content": "done"}))}
+    body = {
+        "model": "qwen",
+        "max_tokens": 20,
+        "stream": True,
+        "messages": user(fake_script({"wait": "prefill"}, {"content": "done"})),
+    }
     with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=20) as resp:
         lines = resp.iter_lines()
         first = next(line for line in lines if line.startswith("event: "))
@@ -491,7 +617,11 @@ def test_message_start_is_sent_before_ollama_answers(url: str, fake: FakeOllama)
 
 @pytest.mark.parametrize("where", ["prefill", "answer"])
 def test_disconnect_closes_the_upstream_request(url: str, fake: FakeOllama, where: str) -> None:
-    steps = [{"sleep": 30}, {"content": "late"}] if where == "prefill" else [{"content": "first"}, {"sleep": 30}, {"content": "never"}]
+    steps = (
+        [{"sleep": 30}, {"content": "late"}]
+        if where == "prefill"
+        else [{"content": "first"}, {"sleep": 30}, {"content": "never"}]
+    )
     body = {"model": "qwen", "max_tokens": 20, "stream": True, "messages": user(fake_script(*steps))}
     seen = len(fake.chats)
     with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=20) as resp:
@@ -506,7 +636,9 @@ def test_disconnect_closes_the_upstream_request(url: str, fake: FakeOllama, wher
     assert record.disconnected and not record.finished
 
 
-def test_matched_stop_sequence_closes_the_upstream_request(client: anthropic.Anthropic, fake: FakeOllama) -> None:
+def test_matched_stop_sequence_closes_the_upstream_request(
+    client: anthropic.Anthropic, fake: FakeOllama
+) -> None:
     # The core closes the driver (no cancellation) when a stop sequence matches:
     # the driver itself must close the HTTP request so Ollama stops generating.
     content = fake_script({"content": "alpha"}, {"content": " STOP"}, {"sleep": 30}, {"content": " never"})
@@ -527,18 +659,38 @@ def test_server_tool_history_and_definitions_converted() -> None:
     from missive.testing import generation_request
     from missive_ollama.convert import chat_messages, chat_tools
 
-    call = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_fetch", "input": {"url": "https://a.org"}}
-    result = {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1",
-              "content": {"type": "web_fetch_tool_result_error", "error_code": "unavailable"}}
+    call = {
+        "type": "server_tool_use",
+        "id": "srvtoolu_1",
+        "name": "web_fetch",
+        "input": {"url": "https://a.org"},
+    }
+    result = {
+        "type": "web_fetch_tool_result",
+        "tool_use_id": "srvtoolu_1",
+        "content": {"type": "web_fetch_tool_result_error", "error_code": "unavailable"},
+    }
     request = generation_request(
         [{"role": "user", "content": "read a.org"}, {"role": "assistant", "content": [call, result]}],
         tools=[{"type": "web_fetch_20250910", "name": "web_fetch"}],
     )
     assert chat_messages(request.conversation) == [
         {"role": "user", "content": "read a.org"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "srvtoolu_1", "function": {"index": 0, "name": "web_fetch", "arguments": {"url": "https://a.org"}}}]},
-        {"role": "tool", "content": "Error: the web_fetch tool returned an error: unavailable",
-         "tool_call_id": "srvtoolu_1", "tool_name": "web_fetch"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "srvtoolu_1",
+                    "function": {"index": 0, "name": "web_fetch", "arguments": {"url": "https://a.org"}},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "content": "Error: the web_fetch tool returned an error: unavailable",
+            "tool_call_id": "srvtoolu_1",
+            "tool_name": "web_fetch",
+        },
     ]
     assert chat_tools(request)[0]["function"]["parameters"]["required"] == ["url"]

@@ -183,7 +183,9 @@ class ChunkTranslator:
         new_id = str(fragment["id"]) if fragment.get("id") else None
         key = self._current.get(index)
         call = self._calls.get(key) if key is not None else None
-        if call is None or (new_id is not None and call.id is not None and new_id != call.id and call.complete()):
+        if call is None or (
+            new_id is not None and call.id is not None and new_id != call.id and call.complete()
+        ):
             key = index if call is None and index not in self._calls else max([*self._calls, index]) + 1
             call = self._calls[key] = _Call(index)
             self._current[index] = key
@@ -236,7 +238,9 @@ class ChunkTranslator:
     def _emit(self, call: _Call) -> list[GenerationEvent]:
         call.emitted = True
         if not call.name:
-            raise BadGatewayError(f"the backend sent a tool call (index {call.index}) without a function name")
+            raise BadGatewayError(
+                f"the backend sent a tool call (index {call.index}) without a function name"
+            )
         raw = _paired("".join(call.arguments)).strip()
         if raw:
             try:

@@ -127,14 +127,20 @@ def _assistant_message(turn: Turn) -> dict[str, Any]:
                 {
                     "id": block.id,
                     "type": "function",
-                    "function": {"name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)},
+                    "function": {
+                        "name": block.name,
+                        "arguments": json.dumps(block.input, ensure_ascii=False),
+                    },
                 }
             )
         else:
             part = _block_part(block)
             if part is not None and part["type"] == "text":
                 texts.append(part["text"])
-    message: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts or not calls else None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "\n".join(texts) if texts or not calls else None,
+    }
     if turn.thinking():
         # Replayed thinking whose signature verified, in the field vLLM and
         # llama-server pass to the chat template (templates that keep past

@@ -109,7 +109,9 @@ def estimate_tokens(body: dict[str, Any], *, image_tokens: int = 0) -> int:
             chars += len(json.dumps(message["tool_calls"]))
     if body.get("tools"):
         chars += len(json.dumps(body["tools"]))
-    return math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(body.get("messages", [])) + image_tokens
+    return (
+        math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_MESSAGE * len(body.get("messages", [])) + image_tokens
+    )
 
 
 class OpenAIDriver(Driver):
@@ -129,8 +131,9 @@ class OpenAIDriver(Driver):
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         self.settings = parse_settings(model_id, entry.settings, self.settings_model, self.label)
-        caps = apply_capabilities(model_id, self.refine_capabilities(capabilities), self.settings.capabilities,
-                                  self.label)
+        caps = apply_capabilities(
+            model_id, self.refine_capabilities(capabilities), self.settings.capabilities, self.label
+        )
         if caps.count_tokens == "exact" and not self.exact_prompt_tokens:
             raise ConfigError(
                 f"model '{model_id}': settings.capabilities.count_tokens = 'exact' needs a tokenize endpoint, "
@@ -142,9 +145,15 @@ class OpenAIDriver(Driver):
         self._context: int | None = entry.context_window
         headers = {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
         self.transport = RemoteTransport(
-            self.settings.urls, name=model_id, backend=self.backend_name, classify=self.classify,
-            connect_timeout=self.settings.connect_timeout, read_timeout=self.settings.read_timeout,
-            health_path=self.settings.health_path, headers=headers, policy=policy_for(self.settings),
+            self.settings.urls,
+            name=model_id,
+            backend=self.backend_name,
+            classify=self.classify,
+            connect_timeout=self.settings.connect_timeout,
+            read_timeout=self.settings.read_timeout,
+            health_path=self.settings.health_path,
+            headers=headers,
+            policy=policy_for(self.settings),
         )
         self.pool = self.transport.pool
 
@@ -178,8 +187,9 @@ class OpenAIDriver(Driver):
             try:
                 self._context = await self.discover_context()
             except Exception as exc:  # the backend may come up later: not fatal
-                log.warning("model %s: could not read the context length from the backend: %s",
-                            self.model_id, exc)
+                log.warning(
+                    "model %s: could not read the context length from the backend: %s", self.model_id, exc
+                )
 
     async def aclose(self) -> None:
         await self.transport.aclose()
@@ -228,7 +238,10 @@ class OpenAIDriver(Driver):
                 body[name] = value
         schema = req.output_format_schema()
         if schema is not None:
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": schema},
+            }
         body.update(self.extra_fields(request))
         return body
 
@@ -260,8 +273,9 @@ class OpenAIDriver(Driver):
                 async for event in events:
                     yield event
 
-    async def warm_up(self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
-                      ) -> AsyncIterator[GenerationEvent]:
+    async def warm_up(
+        self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
+    ) -> AsyncIterator[GenerationEvent]:
         """A ``max_tokens: 0`` request: the prompt sent with ``max_tokens: 1``
         (no server generates nothing; one token is the least that makes it
         evaluate, and cache, the prompt), its output dropped, the server's
@@ -286,13 +300,25 @@ class OpenAIDriver(Driver):
         if usage is None:
             yield Finished("max_tokens", output_tokens=0)
         else:
-            yield Finished("max_tokens", output_tokens=0, input_tokens=usage.prompt_tokens - usage.cached_tokens,
-                           cache_read_input_tokens=usage.cached_tokens)
+            yield Finished(
+                "max_tokens",
+                output_tokens=0,
+                input_tokens=usage.prompt_tokens - usage.cached_tokens,
+                cache_read_input_tokens=usage.cached_tokens,
+            )
 
     # -- HTTP (policy: missive.remote.transport) ------------------------------------------
 
-    def classify(self, status: int, raw: bytes, headers: Mapping[str, str], url: str, *,
-                 prompt: int | None = None, budget_retry: bool = False) -> Failover | MissiveError:
+    def classify(
+        self,
+        status: int,
+        raw: bytes,
+        headers: Mapping[str, str],
+        url: str,
+        *,
+        prompt: int | None = None,
+        budget_retry: bool = False,
+    ) -> Failover | MissiveError:
         """The reading of an error answer (:data:`missive.remote.transport.Classify`):
         a 5xx means the replica is not serving (out of rotation, next
         replica); a 4xx is translated (:func:`.upstream_errors.translate`,
@@ -303,15 +329,20 @@ class OpenAIDriver(Driver):
         if status >= 500:
             return Failover(f"HTTP {status}: {error.message[:200]}")
         overflow = context_overflow(error)
-        translated = translate(error, model=self.model_id, prompt_estimate=prompt,
-                               retry_after=retry_after_header(headers.get("retry-after")))
+        translated = translate(
+            error,
+            model=self.model_id,
+            prompt_estimate=prompt,
+            retry_after=retry_after_header(headers.get("retry-after")),
+        )
         if budget_retry and overflow is not None and overflow.output_only:
             assert overflow.context is not None and overflow.prompt_tokens is not None
             return OutputBudgetTooLarge(translated.message, left=overflow.context - overflow.prompt_tokens)
         return translated
 
-    async def backend_json(self, method: str, path: str, body: dict[str, Any] | None = None,
-                           *, prompt: int | None = None) -> Any:
+    async def backend_json(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, prompt: int | None = None
+    ) -> Any:
         """A JSON request to the least busy healthy replica, by the transport's
         failover policy (:mod:`missive.remote.transport`).
 
@@ -322,9 +353,12 @@ class OpenAIDriver(Driver):
             BadGatewayError: a 2xx answer that is not JSON.
         """
         return await self.transport.json(
-            method, path, body, classify=lambda *a: self.classify(*a, prompt=prompt))
+            method, path, body, classify=lambda *a: self.classify(*a, prompt=prompt)
+        )
 
-    async def open_chat(self, body: dict[str, Any], prompt: int, route: RouteKey | None = None) -> RemoteStream:
+    async def open_chat(
+        self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
+    ) -> RemoteStream:
         """``POST /v1/chat/completions`` of ``body``, accepted (status line
         received), on the replica the replica policy picks for ``route``
         (:meth:`RouteKey.of_chat <missive.routing.prefix.RouteKey.of_chat>`);
@@ -340,14 +374,24 @@ class OpenAIDriver(Driver):
         """
         path = "/v1/chat/completions"
         stream = self.transport.stream(
-            "POST", path, body, classify=lambda *a: self.classify(*a, prompt=prompt, budget_retry=True), route=route)
+            "POST",
+            path,
+            body,
+            classify=lambda *a: self.classify(*a, prompt=prompt, budget_retry=True),
+            route=route,
+        )
         try:
             await stream.wait_open(None)
             return stream
         except OutputBudgetTooLarge as exc:
             await stream.aclose()
-            stream = self.transport.stream("POST", path, {**body, "max_tokens": exc.left},
-                                           classify=lambda *a: self.classify(*a, prompt=prompt), route=route)
+            stream = self.transport.stream(
+                "POST",
+                path,
+                {**body, "max_tokens": exc.left},
+                classify=lambda *a: self.classify(*a, prompt=prompt),
+                route=route,
+            )
         except BaseException:
             await stream.aclose()
             raise
@@ -359,8 +403,9 @@ class OpenAIDriver(Driver):
         return stream
 
     @contextlib.asynccontextmanager
-    async def _open_stream(self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
-                           ) -> AsyncIterator[RemoteStream]:
+    async def _open_stream(
+        self, body: dict[str, Any], prompt: int, route: RouteKey | None = None
+    ) -> AsyncIterator[RemoteStream]:
         """:meth:`open_chat` as a context manager that closes the stream."""
         stream = await self.open_chat(body, prompt, route)
         try:
@@ -368,7 +413,9 @@ class OpenAIDriver(Driver):
         finally:
             await stream.aclose()
 
-    async def _events(self, stream: RemoteStream, translator: ChunkTranslator) -> AsyncIterator[GenerationEvent]:
+    async def _events(
+        self, stream: RemoteStream, translator: ChunkTranslator
+    ) -> AsyncIterator[GenerationEvent]:
         """The stream's ``data:`` chunks as events, then the translator's end.
 
         Raises:
@@ -383,11 +430,14 @@ class OpenAIDriver(Driver):
                     raise BadGatewayError(f"malformed chunk from the backend: {data[:200]!r}") from None
                 if isinstance(chunk, dict) and (chunk.get("object") == "error" or "error" in chunk):
                     error = parse_error_body(500, data.encode())
-                    raise BadGatewayError(f"the backend of model '{self.model_id}' failed mid-answer: "
-                                          f"{error.message}")
+                    raise BadGatewayError(
+                        f"the backend of model '{self.model_id}' failed mid-answer: {error.message}"
+                    )
                 for event in translator.feed(chunk):
                     yield event
-        for event in translator.finish(ended_cleanly=stream.sse_ended or translator.finish_reason is not None):
+        for event in translator.finish(
+            ended_cleanly=stream.sse_ended or translator.finish_reason is not None
+        ):
             yield event
 
 

@@ -98,8 +98,12 @@ def _problems(exc: ValidationError) -> str:
     )
 
 
-def parse_settings(model_id: str, settings: dict[str, Any], model: type[OpenAISettings] = OpenAISettings,
-                   driver: str = "openai") -> OpenAISettings:
+def parse_settings(
+    model_id: str,
+    settings: dict[str, Any],
+    model: type[OpenAISettings] = OpenAISettings,
+    driver: str = "openai",
+) -> OpenAISettings:
     """Validate a model entry's ``settings`` with ``model`` (a subclass for vLLM).
 
     Raises:
@@ -111,7 +115,9 @@ def parse_settings(model_id: str, settings: dict[str, Any], model: type[OpenAISe
         raise ConfigError(f"model '{model_id}': invalid {driver} setting {_problems(exc)}") from exc
 
 
-def apply_capabilities(model_id: str, base: Capabilities, overrides: dict[str, Any], driver: str) -> Capabilities:
+def apply_capabilities(
+    model_id: str, base: Capabilities, overrides: dict[str, Any], driver: str
+) -> Capabilities:
     """``base`` with the operator's ``settings.capabilities`` applied and validated.
 
     Raises:
@@ -121,6 +127,7 @@ def apply_capabilities(model_id: str, base: Capabilities, overrides: dict[str, A
         return Capabilities.model_validate({**base.model_dump(), **overrides})
     except ValidationError as exc:
         problems = "; ".join(
-            f"settings.capabilities.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+            f"settings.capabilities.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            for err in exc.errors()
         )
         raise ConfigError(f"model '{model_id}': invalid {driver} setting {problems}") from exc

@@ -269,8 +269,12 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._authorized():
                 return
             card: dict[str, Any] = {
-                "id": fake.model, "object": "model", "created": 1700000000, "owned_by": "vllm",
-                "root": fake.model, "parent": None,
+                "id": fake.model,
+                "object": "model",
+                "created": 1700000000,
+                "owned_by": "vllm",
+                "root": fake.model,
+                "parent": None,
             }
             if fake.vllm:
                 card["max_model_len"] = fake.max_model_len
@@ -286,8 +290,14 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             fake.tokenize_requests.append(body)
             tokens = render_tokens(body)
-            self._json(200, {"count": len(tokens), "max_model_len": fake.max_model_len,
-                             "tokens": [_token_id(t) for t in tokens]})
+            self._json(
+                200,
+                {
+                    "count": len(tokens),
+                    "max_model_len": fake.max_model_len,
+                    "tokens": [_token_id(t) for t in tokens],
+                },
+            )
         elif self.path == "/v1/chat/completions":
             fake.headers.append({k.lower(): v for k, v in self.headers.items()})
             if not self._authorized():
@@ -300,29 +310,49 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, body: dict[str, Any]) -> None:
         fake = self.server_fake
         if fake.fail_status is not None:
-            self._json(fake.fail_status, fake.error_body("engine unavailable", fake.fail_status, "InternalServerError"))
+            self._json(
+                fake.fail_status,
+                fake.error_body("engine unavailable", fake.fail_status, "InternalServerError"),
+            )
             return
         if body.get("model") != fake.model:
-            self._json(404, fake.error_body(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError"))
+            self._json(
+                404, fake.error_body(f"The model `{body.get('model')}` does not exist.", 404, "NotFoundError")
+            )
             return
         if body.get("tools") and body.get("tool_choice", "auto") == "auto" and not fake.auto_tools:
-            self._json(400, fake.error_body(
-                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set', 400))
+            self._json(
+                400,
+                fake.error_body(
+                    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+                    400,
+                ),
+            )
             return
         tokens = render_tokens(body)
         prompt = len(tokens)
         limit = fake.max_model_len
         if prompt > limit:
-            self._json(400, fake.error_body(
-                f"This model's maximum context length is {limit} tokens. However, your request has "
-                f"{prompt} input tokens. Please reduce the length of the input messages.", 400))
+            self._json(
+                400,
+                fake.error_body(
+                    f"This model's maximum context length is {limit} tokens. However, your request has "
+                    f"{prompt} input tokens. Please reduce the length of the input messages.",
+                    400,
+                ),
+            )
             return
         max_tokens = body.get("max_tokens") or (limit - prompt)
         if prompt + max_tokens > limit:
-            self._json(400, fake.error_body(
-                f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
-                f"context length is {limit} tokens and your request has {prompt} input tokens "
-                f"({max_tokens} > {limit} - {prompt}).", 400))
+            self._json(
+                400,
+                fake.error_body(
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+                    f"context length is {limit} tokens and your request has {prompt} input tokens "
+                    f"({max_tokens} > {limit} - {prompt}).",
+                    400,
+                ),
+            )
             return
         if not body.get("stream"):
             self._json(400, fake.error_body("the fake serves stream: true only", 400))
@@ -349,8 +379,13 @@ class _Handler(BaseHTTPRequestHandler):
             choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
             if finish is not None:
                 choice["stop_reason"] = None
-            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": fake.model,
-                    "choices": [choice]}
+            return {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": fake.model,
+                "choices": [choice],
+            }
 
         self._event(chunk({"role": "assistant", "content": ""}))
         text = _last_user_text(body.get("messages", []))
@@ -393,11 +428,24 @@ class _Handler(BaseHTTPRequestHandler):
                 call = step["tool_call"]
                 index = calls
                 calls += 1
-                self._event(chunk({"tool_calls": [{
-                    "id": call.get("id", f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"), "type": "function",
-                    "index": index, "function": {"name": call["name"], "arguments": ""}}]}))
+                self._event(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "id": call.get("id", f"chatcmpl-tool-{uuid.uuid4().hex[:24]}"),
+                                    "type": "function",
+                                    "index": index,
+                                    "function": {"name": call["name"], "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
+                )
                 for fragment in call.get("arguments", []):
-                    self._event(chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}))
+                    self._event(
+                        chunk({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
+                    )
         if finish is None:
             used += 1  # the EOS token: counted, its text empty
             reason = (script or {}).get("finish_reason") or ("tool_calls" if calls else "stop")
@@ -405,12 +453,23 @@ class _Handler(BaseHTTPRequestHandler):
         elif finish == "length":
             self._event(chunk({}, "length"))
         if body.get("stream_options", {}).get("include_usage") and (script or {}).get("usage", True):
-            usage: dict[str, Any] = {"prompt_tokens": prompt, "total_tokens": prompt + used,
-                                     "completion_tokens": used}
+            usage: dict[str, Any] = {
+                "prompt_tokens": prompt,
+                "total_tokens": prompt + used,
+                "completion_tokens": used,
+            }
             if fake.prompt_tokens_details and cached:
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
-            self._event({"id": rid, "object": "chat.completion.chunk", "created": created, "model": fake.model,
-                         "choices": [], "usage": usage})
+            self._event(
+                {
+                    "id": rid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": fake.model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
         self._chunk(b"data: [DONE]\n\n")
 
     @staticmethod
@@ -419,7 +478,11 @@ class _Handler(BaseHTTPRequestHandler):
         call the tool with ``{}`` (vLLM's guided decoding forces a call)."""
         choice = body.get("tool_choice")
         if body.get("tools") and (choice == "required" or isinstance(choice, dict)):
-            name = choice["function"]["name"] if isinstance(choice, dict) else body["tools"][0]["function"]["name"]
+            name = (
+                choice["function"]["name"]
+                if isinstance(choice, dict)
+                else body["tools"][0]["function"]["name"]
+            )
             return [{"tool_call": {"name": name, "arguments": ["{", "}"]}}]
         words = _words(text)
         return [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]

@@ -125,8 +125,9 @@ def context_overflow(error: UpstreamError) -> ContextOverflow | None:
     return ContextOverflow(prompt, context, output_only)
 
 
-def translate(error: UpstreamError, *, model: str, prompt_estimate: int | None = None,
-              retry_after: int | None = None) -> MissiveError:
+def translate(
+    error: UpstreamError, *, model: str, prompt_estimate: int | None = None, retry_after: int | None = None
+) -> MissiveError:
     """The client-facing error for a backend's error answer.
 
     * context overflow -> :class:`PromptTooLongError` (``prompt is too long:
@@ -152,8 +153,10 @@ def translate(error: UpstreamError, *, model: str, prompt_estimate: int | None =
     if status == 404:
         return BadGatewayError(f"the backend of model '{model}' answered 404: {error.message}")
     if status == 429:
-        return RateLimitError(f"the backend of model '{model}' is rate limited: {error.message}",
-                              retry_after=retry_after or DEFAULT_RETRY_AFTER)
+        return RateLimitError(
+            f"the backend of model '{model}' is rate limited: {error.message}",
+            retry_after=retry_after or DEFAULT_RETRY_AFTER,
+        )
     if 400 <= status < 500:
         return InvalidRequestError(f"the backend of model '{model}' rejected the request: {error.message}")
     return OverloadedError(

@@ -91,8 +91,12 @@ def one_round(port: int, kind: str, seed: int) -> str:
     says (a random amount for ``leave_mid``), closes its connection."""
     rng = random.Random(seed)
     words = " ".join(f"w{i}" for i in range(40))
-    body: dict[str, Any] = {"model": "gen", "max_tokens": 200, "stream": True,
-                            "messages": [{"role": "user", "content": slow_script()}]}
+    body: dict[str, Any] = {
+        "model": "gen",
+        "max_tokens": 200,
+        "stream": True,
+        "messages": [{"role": "user", "content": slow_script()}],
+    }
     if kind == "stop_sequence":
         body["messages"][0]["content"] = words
         body["stop_sequences"] = [f"w{rng.randrange(2, 38)}"]
@@ -124,7 +128,15 @@ def test_streams_left_at_random_points_close_their_generators(server: ServerProc
     no ``already running`` and no ``didn't stop after athrow``, and the next
     request is answered."""
     rng = random.Random(SEED)
-    kinds = ["leave_before", "leave_mid", "leave_mid", "leave_after", "stop_sequence", "complete", "non_stream_left"]
+    kinds = [
+        "leave_before",
+        "leave_mid",
+        "leave_mid",
+        "leave_after",
+        "stop_sequence",
+        "complete",
+        "non_stream_left",
+    ]
     plan = [(rng.choice(kinds), rng.randrange(1 << 30)) for _ in range(ROUNDS)]
     with ThreadPoolExecutor(8) as pool:
         done = list(pool.map(lambda p: one_round(server.port, *p), plan))
@@ -132,7 +144,9 @@ def test_streams_left_at_random_points_close_their_generators(server: ServerProc
     client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=30)
     # Every answer has ended (each one's log line is written when it ends).
     assert wait_until(lambda: server.log().count("POST /v1/messages") >= ROUNDS, 10), server.log()[-2000:]
-    message = client.messages.create(model="gen", max_tokens=8, messages=[{"role": "user", "content": "one two"}])
+    message = client.messages.create(
+        model="gen", max_tokens=8, messages=[{"role": "user", "content": "one two"}]
+    )
     assert message.content[0].text == "one two"
     log = server.log()
     assert finalized_generators(log, under=OWN_CODE) == []

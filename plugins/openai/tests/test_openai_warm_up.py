@@ -11,9 +11,9 @@ from typing import Any
 
 import anthropic
 import pytest
-from missive_openai.testing import FakeChatServer
 
 from missive.testing import live_server
+from missive_openai.testing import FakeChatServer
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,21 @@ def fake() -> Iterator[FakeChatServer]:
 
 @pytest.fixture(scope="module")
 def client(fake: FakeChatServer) -> Iterator[anthropic.Anthropic]:
-    settings = {"base_url": fake.url, "model": "fake-model",
-                "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]}}
-    config: dict[str, Any] = {"models": {"gen": {"driver": "openai", "context_window": 2048, "settings": settings}}}
+    settings = {
+        "base_url": fake.url,
+        "model": "fake-model",
+        "capabilities": {"tool_choice": ["auto", "any", "tool", "none"]},
+    }
+    config: dict[str, Any] = {
+        "models": {"gen": {"driver": "openai", "context_window": 2048, "settings": settings}}
+    }
     with live_server(config) as url:
         yield anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
 
 
-def test_warm_up_reaches_the_backend_and_answers_empty(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+def test_warm_up_reaches_the_backend_and_answers_empty(
+    client: anthropic.Anthropic, fake: FakeChatServer
+) -> None:
     messages = [{"role": "user", "content": " ".join(f"warm{i}" for i in range(80))}]
     sent = len(fake.requests)
     warm = client.messages.create(model="gen", max_tokens=0, messages=messages)
@@ -44,8 +51,19 @@ def test_warm_up_reaches_the_backend_and_answers_empty(client: anthropic.Anthrop
 
 
 def test_forced_tool_warm_up_is_sent_unforced(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
-    tool = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-    warm = client.messages.create(model="gen", max_tokens=0, tools=[tool], tool_choice={"type": "any"},
-                                  messages=[{"role": "user", "content": "weather in Rome"}])
+    tool = {
+        "name": "get_weather",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    warm = client.messages.create(
+        model="gen",
+        max_tokens=0,
+        tools=[tool],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "weather in Rome"}],
+    )
     assert warm.content == [] and warm.stop_reason == "max_tokens"
-    assert fake.requests[-1]["tool_choice"] == "auto" and fake.requests[-1]["tools"][0]["function"]["name"] == "get_weather"
+    assert (
+        fake.requests[-1]["tool_choice"] == "auto"
+        and fake.requests[-1]["tools"][0]["function"]["name"] == "get_weather"
+    )

@@ -148,7 +148,9 @@ class VLLMDriver(OpenAIDriver):
         answer = await self.backend_json("POST", "/tokenize", tokenize)
         count = answer.get("count") if isinstance(answer, dict) else None
         if not isinstance(count, int) or count < 0:
-            raise BadGatewayError(f"the backend of model '{self.model_id}' answered /tokenize without a count")
+            raise BadGatewayError(
+                f"the backend of model '{self.model_id}' answered /tokenize without a count"
+            )
         limit = answer.get("max_model_len")
         if self.entry.context_window is None and isinstance(limit, int) and limit > 0:
             self._context = limit
@@ -184,15 +186,23 @@ class VLLMDriver(OpenAIDriver):
                     "model %s: the vLLM server refuses tool_choice \"auto\" (%s): start it with "
                     "--enable-auto-tool-choice --tool-call-parser <parser>. Until then requests with tools "
                     "and tool_choice auto (Claude Code's) are answered 400; tool_choice now: %s",
-                    self.model_id, exc.message, ", ".join(sorted(self.capabilities.tool_choice)) or "none",
+                    self.model_id,
+                    exc.message,
+                    ", ".join(sorted(self.capabilities.tool_choice)) or "none",
                 )
                 return False
-            log.warning("model %s: could not check whether the vLLM server accepts tool_choice \"auto\": %s",
-                        self.model_id, exc.message)
+            log.warning(
+                "model %s: could not check whether the vLLM server accepts tool_choice \"auto\": %s",
+                self.model_id,
+                exc.message,
+            )
             return None
         except Exception as exc:  # the backend may come up later: not fatal
-            log.warning("model %s: could not check whether the vLLM server accepts tool_choice \"auto\": %s",
-                        self.model_id, exc)
+            log.warning(
+                "model %s: could not check whether the vLLM server accepts tool_choice \"auto\": %s",
+                self.model_id,
+                exc,
+            )
             return None
         log.info("model %s: the vLLM server accepts tool_choice \"auto\"", self.model_id)
         return True
@@ -204,5 +214,7 @@ class VLLMDriver(OpenAIDriver):
             if isinstance(card, dict) and card.get("id") == self.upstream_model:
                 limit = card.get("max_model_len")
                 return limit if isinstance(limit, int) and limit > 0 else None
-        log.warning("model %s: the backend does not list '%s' in /v1/models", self.model_id, self.upstream_model)
+        log.warning(
+            "model %s: the backend does not list '%s' in /v1/models", self.model_id, self.upstream_model
+        )
         return None

@@ -67,9 +67,15 @@ def url(fake: FakeChatServer) -> Iterator[str]:
         "server": {"ping_interval": 0.2},
         "models": {
             "vllm": {**base, "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True}},
-            "vllm-vision": {**base, "settings": {"base_url": fake.url + "/v1", "model": "fake-model",
-                                                 "vision": True}},
-            "vllm-down": {**base, "context_window": 4096, "settings": {"base_url": dead, "model": "fake-model"}},
+            "vllm-vision": {
+                **base,
+                "settings": {"base_url": fake.url + "/v1", "model": "fake-model", "vision": True},
+            },
+            "vllm-down": {
+                **base,
+                "context_window": 4096,
+                "settings": {"base_url": dead, "model": "fake-model"},
+            },
             "vllm-replicas": {**base, "settings": {"base_urls": [dead, fake.url], "model": "fake-model"}},
         },
     }
@@ -87,16 +93,25 @@ def script(*steps: dict[str, Any], **extra: Any) -> str:
 
 
 TOOLS = [
-    {"name": "get_weather", "description": "Weather of a city",
-     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    {
+        "name": "get_weather",
+        "description": "Weather of a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
     {"name": "get_time", "input_schema": {"type": "object", "properties": {}}},
 ]
 
 
-def test_text_stream_equals_non_stream_and_upstream_body(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
-    kwargs: dict[str, Any] = dict(model="vllm", max_tokens=50, stop_sequences=["zzz"],
-                                  messages=[{"role": "user", "content": "red orange yellow"}],
-                                  extra_body={"temperature": 0.0, "top_k": 5})
+def test_text_stream_equals_non_stream_and_upstream_body(
+    client: anthropic.Anthropic, fake: FakeChatServer
+) -> None:
+    kwargs: dict[str, Any] = dict(
+        model="vllm",
+        max_tokens=50,
+        stop_sequences=["zzz"],
+        messages=[{"role": "user", "content": "red orange yellow"}],
+        extra_body={"temperature": 0.0, "top_k": 5},
+    )
     plain = client.messages.create(**kwargs)
     sent = fake.requests[-1]
     with client.messages.stream(**kwargs) as stream:
@@ -109,8 +124,13 @@ def test_text_stream_equals_non_stream_and_upstream_body(client: anthropic.Anthr
     assert sent["temperature"] == 0.0 and sent["top_k"] == 5 and sent["max_tokens"] == 50
     assert "stop" not in sent  # the core matches stop sequences itself
     # thinking absent: switched off (Qwen3/GLM read enable_thinking, DeepSeek-V3.1 thinking)
-    assert sent["chat_template_kwargs"] == {"enable_thinking": False, "thinking": False, "thinking_budget": 0,
-                                        "preserve_thinking": True, "clear_thinking": False}
+    assert sent["chat_template_kwargs"] == {
+        "enable_thinking": False,
+        "thinking": False,
+        "thinking_budget": 0,
+        "preserve_thinking": True,
+        "clear_thinking": False,
+    }
     assert sent["reasoning_effort"] == "low"  # gpt-oss cannot switch reasoning off
     assert sent["messages"] == [{"role": "user", "content": "red orange yellow"}]
 
@@ -119,11 +139,15 @@ def test_count_tokens_is_tokenize_count_and_usage(client: anthropic.Anthropic, f
     messages = [{"role": "user", "content": "one two three four"}]
     counted = client.messages.count_tokens(model="vllm", messages=messages, tools=TOOLS, system="be brief")
     tokenize = fake.tokenize_requests[-1]
-    assert tokenize["tools"][0]["function"]["name"] == "get_weather" and tokenize["add_generation_prompt"] is True
+    assert (
+        tokenize["tools"][0]["function"]["name"] == "get_weather"
+        and tokenize["add_generation_prompt"] is True
+    )
     assert tokenize["messages"][0] == {"role": "system", "content": "be brief"}
     assert counted.input_tokens == len(render_tokens(tokenize))
-    usage = client.messages.create(model="vllm", max_tokens=20, messages=messages, tools=TOOLS,
-                                   system="be brief").usage
+    usage = client.messages.create(
+        model="vllm", max_tokens=20, messages=messages, tools=TOOLS, system="be brief"
+    ).usage
     assert usage.input_tokens + usage.cache_read_input_tokens == counted.input_tokens
 
 
@@ -137,11 +161,23 @@ def test_cached_tokens_reported_as_cache_read(client: anthropic.Anthropic, fake:
             if event.type == "message_start":
                 start_usage = event.message.usage
         final = stream.get_final_message()
-    total = len(render_tokens({"messages": [{"role": "user", "content": long_text}],
-                               "chat_template_kwargs": {"enable_thinking": False, "thinking": False,
-                                                        "thinking_budget": 0, "preserve_thinking": True,
-                                                        "clear_thinking": False}}))
-    assert start_usage is not None and start_usage.input_tokens == total  # the /tokenize count, before the split
+    total = len(
+        render_tokens(
+            {
+                "messages": [{"role": "user", "content": long_text}],
+                "chat_template_kwargs": {
+                    "enable_thinking": False,
+                    "thinking": False,
+                    "thinking_budget": 0,
+                    "preserve_thinking": True,
+                    "clear_thinking": False,
+                },
+            }
+        )
+    )
+    assert (
+        start_usage is not None and start_usage.input_tokens == total
+    )  # the /tokenize count, before the split
     # vLLM reports whole cached blocks of 16, at least one token recomputed.
     assert final.usage.cache_read_input_tokens == ((total - 1) // 16) * 16 > 0
     assert final.usage.input_tokens == total - final.usage.cache_read_input_tokens
@@ -156,8 +192,9 @@ def test_tool_calls_stream_and_non_stream_accumulate_the_same_input(
         {"tool_call": {"name": "get_time", "arguments": []}},
         finish_reason="stop",  # as vLLM's named tool choice reports it: tool_use all the same
     )
-    kwargs: dict[str, Any] = dict(model="vllm", max_tokens=100, tools=TOOLS,
-                                  messages=[{"role": "user", "content": content}])
+    kwargs: dict[str, Any] = dict(
+        model="vllm", max_tokens=100, tools=TOOLS, messages=[{"role": "user", "content": content}]
+    )
     plain = client.messages.create(**kwargs)
     with client.messages.stream(**kwargs) as stream:
         final = stream.get_final_message()
@@ -175,22 +212,39 @@ def test_tool_calls_stream_and_non_stream_accumulate_the_same_input(
     [
         ({"type": "auto"}, {"tool_choice": "auto"}),
         ({"type": "any"}, {"tool_choice": "required"}),
-        ({"type": "tool", "name": "get_time"}, {"tool_choice": {"type": "function", "function": {"name": "get_time"}}}),
+        (
+            {"type": "tool", "name": "get_time"},
+            {"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+        ),
         ({"type": "none"}, {"tool_choice": "none"}),
-        ({"type": "any", "disable_parallel_tool_use": True}, {"tool_choice": "required", "parallel_tool_calls": False}),
+        (
+            {"type": "any", "disable_parallel_tool_use": True},
+            {"tool_choice": "required", "parallel_tool_calls": False},
+        ),
     ],
 )
 def test_tool_choice_modes_sent_upstream(
     client: anthropic.Anthropic, fake: FakeChatServer, choice: dict[str, Any], sent: dict[str, Any]
 ) -> None:
-    message = client.messages.create(model="vllm", max_tokens=30, tools=TOOLS, tool_choice=choice,
-                                     messages=[{"role": "user", "content": "hello there"}])
+    message = client.messages.create(
+        model="vllm",
+        max_tokens=30,
+        tools=TOOLS,
+        tool_choice=choice,
+        messages=[{"role": "user", "content": "hello there"}],
+    )
     body = fake.requests[-1]
     assert {k: body.get(k) for k in sent} == sent
     if "parallel_tool_calls" not in sent:
         assert "parallel_tool_calls" not in body
-    assert body["tools"][0] == {"type": "function", "function": {
-        "name": "get_weather", "description": "Weather of a city", "parameters": TOOLS[0]["input_schema"]}}
+    assert body["tools"][0] == {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": TOOLS[0]["input_schema"],
+        },
+    }
     if choice["type"] in ("any", "tool"):  # the fake forces a call, as vLLM's guided decoding
         assert message.stop_reason == "tool_use"
         assert message.content[-1].name == choice.get("name", "get_weather")
@@ -200,27 +254,47 @@ def test_tool_choice_modes_sent_upstream(
 
 def test_tool_history_converted(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
     client.messages.create(
-        model="vllm", max_tokens=10, tools=TOOLS,
+        model="vllm",
+        max_tokens=10,
+        tools=TOOLS,
         messages=[
             {"role": "user", "content": "weather in Paris and the time?"},
-            {"role": "assistant", "content": [
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-                {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
-                {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
-                 "content": [{"type": "text", "text": "clock unavailable"}]},
-                {"type": "text", "text": "thanks"},
-            ]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "toolu_2", "name": "get_time", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_2",
+                        "is_error": True,
+                        "content": [{"type": "text", "text": "clock unavailable"}],
+                    },
+                    {"type": "text", "text": "thanks"},
+                ],
+            },
         ],
     )
     assert fake.requests[-1]["messages"][1:] == [
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-            {"id": "toolu_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
-        ]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {"id": "toolu_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: clock unavailable"},
         {"role": "user", "content": "thanks"},
@@ -236,7 +310,10 @@ def test_anthropic_defined_and_server_tools(client: anthropic.Anthropic, fake: F
         model="vllm",
         max_tokens=20,
         messages=[{"role": "user", "content": "tide times"}],
-        tools=[{"type": "bash_20250124", "name": "bash"}, {"type": "web_search_20250305", "name": "web_search"}],
+        tools=[
+            {"type": "bash_20250124", "name": "bash"},
+            {"type": "web_search_20250305", "name": "web_search"},
+        ],
         tool_choice={"type": "tool", "name": "web_search"},
     )
     first, second = fake.requests[before:]
@@ -250,9 +327,18 @@ def test_anthropic_defined_and_server_tools(client: anthropic.Anthropic, fake: F
     assert message.content[2].text == "tide times" and message.stop_reason == "end_turn"
     assert second["tool_choice"] == "auto"
     assert second["messages"][-2:] == [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": call_id, "type": "function", "function": {"name": "web_search", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": call_id, "content": "Error: the web_search tool returned an error: unavailable"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "web_search", "arguments": "{}"}}
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": "Error: the web_search tool returned an error: unavailable",
+        },
     ]
     prompts = [len(render_tokens(body)) for body in (first, second)]
     total = message.usage.input_tokens + message.usage.cache_read_input_tokens
@@ -267,15 +353,24 @@ def test_server_tool_loop_pauses_the_turn(client: anthropic.Anthropic, fake: Fak
     search = script({"tool_call": {"name": "web_search", "arguments": ['{"query": "q"}']}})
     tools = [{"type": "web_search_20250305", "name": "web_search"}]
     before = len(fake.requests)
-    message = client.messages.create(model="vllm", max_tokens=50, tools=tools,
-                                     messages=[{"role": "user", "content": search}])
+    message = client.messages.create(
+        model="vllm", max_tokens=50, tools=tools, messages=[{"role": "user", "content": search}]
+    )
     assert message.stop_reason == "pause_turn"
-    assert [b.type for b in message.content] == ["server_tool_use", "web_search_tool_result"] * MAX_SERVER_CALLS
+    assert [b.type for b in message.content] == [
+        "server_tool_use",
+        "web_search_tool_result",
+    ] * MAX_SERVER_CALLS
     assert len(fake.requests) - before == MAX_SERVER_CALLS
     client.messages.create(
-        model="vllm", max_tokens=1, tools=tools, tool_choice={"type": "none"},
-        messages=[{"role": "user", "content": "q"},
-                  {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]}],
+        model="vllm",
+        max_tokens=1,
+        tools=tools,
+        tool_choice={"type": "none"},
+        messages=[
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]},
+        ],
     )
     sent = fake.requests[-1]["messages"]
     assert [m["role"] for m in sent] == ["user"] + ["assistant", "tool"] * MAX_SERVER_CALLS
@@ -283,13 +378,23 @@ def test_server_tool_loop_pauses_the_turn(client: anthropic.Anthropic, fake: Fak
 
 
 def test_reasoning_becomes_thinking_block(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
-    content = script({"reasoning": "Let me"}, {"reasoning": " think.", "field": "reasoning"}, {"content": "Four."})
-    kwargs: dict[str, Any] = dict(model="vllm", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 1024},
-                                  messages=[{"role": "user", "content": content}])
+    content = script(
+        {"reasoning": "Let me"}, {"reasoning": " think.", "field": "reasoning"}, {"content": "Four."}
+    )
+    kwargs: dict[str, Any] = dict(
+        model="vllm",
+        max_tokens=2000,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[{"role": "user", "content": content}],
+    )
     plain = client.messages.create(**kwargs)
-    assert fake.requests[-1]["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True,
-                                                         "thinking_budget": 1024, "preserve_thinking": True,
-                                                         "clear_thinking": False}
+    assert fake.requests[-1]["chat_template_kwargs"] == {
+        "enable_thinking": True,
+        "thinking": True,
+        "thinking_budget": 1024,
+        "preserve_thinking": True,
+        "clear_thinking": False,
+    }
     assert fake.requests[-1]["reasoning_effort"] == "low"  # budget 1024: gpt-oss "low"
     with client.messages.stream(**kwargs) as stream:
         final = stream.get_final_message()
@@ -315,8 +420,11 @@ def test_reasoning_becomes_thinking_block(client: anthropic.Anthropic, fake: Fak
 
 
 def test_prefill_continues_final_message(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
-    message = client.messages.create(model="vllm", max_tokens=10, messages=[
-        {"role": "user", "content": "alpha beta"}, {"role": "assistant", "content": "The answer:"}])
+    message = client.messages.create(
+        model="vllm",
+        max_tokens=10,
+        messages=[{"role": "user", "content": "alpha beta"}, {"role": "assistant", "content": "The answer:"}],
+    )
     body = fake.requests[-1]
     assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
     assert body["messages"][-1] == {"role": "assistant", "content": "The answer:"}
@@ -326,16 +434,25 @@ def test_prefill_continues_final_message(client: anthropic.Anthropic, fake: Fake
 
 def test_structured_output_and_images(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": "x"}],
-                           extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}})
+    client.messages.create(
+        model="vllm",
+        max_tokens=10,
+        messages=[{"role": "user", "content": "x"}],
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+    )
     assert fake.requests[-1]["response_format"] == {
-        "type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema},
+    }
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}}
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model="vllm", max_tokens=10, messages=[{"role": "user", "content": [image]}])
     assert "input media type image/png" in caught.value.body["error"]["message"]
-    client.messages.create(model="vllm-vision", max_tokens=10,
-                           messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
+    client.messages.create(
+        model="vllm-vision",
+        max_tokens=10,
+        messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}],
+    )
     assert fake.requests[-1]["messages"][0]["content"] == [
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
         {"type": "text", "text": "what?"},
@@ -354,19 +471,36 @@ def test_images_and_documents_in_tool_results(client: anthropic.Anthropic, fake:
 
     big = io.BytesIO()
     Image.new("RGB", (3200, 1600), (0, 90, 200)).save(big, format="WEBP")
-    screenshot = {"type": "image", "source": {"type": "base64", "media_type": "image/webp",
-                                              "data": base64.b64encode(big.getvalue()).decode()}}
-    pdf = {"type": "document", "title": "spec.pdf",
-           "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(PDF).decode()}}
+    screenshot = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/webp",
+            "data": base64.b64encode(big.getvalue()).decode(),
+        },
+    }
+    pdf = {
+        "type": "document",
+        "title": "spec.pdf",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(PDF).decode()},
+    }
     messages = [
         {"role": "user", "content": "read both"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": "a"}},
-                                          {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"p": "b"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [screenshot]},
-            {"type": "tool_result", "tool_use_id": "toolu_2", "content": [pdf]},
-            {"type": "text", "text": "what do they say?"},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"p": "a"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"p": "b"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [screenshot]},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": [pdf]},
+                {"type": "text", "text": "what do they say?"},
+            ],
+        },
     ]
     tools = [{"name": "Read", "input_schema": {"type": "object", "properties": {"p": {"type": "string"}}}}]
     count = client.messages.count_tokens(model="vllm-vision", messages=messages, tools=tools).input_tokens
@@ -374,29 +508,39 @@ def test_images_and_documents_in_tool_results(client: anthropic.Anthropic, fake:
     sent = fake.requests[-1]["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
     assert sent[2]["content"] == ""
-    assert sent[3]["content"].startswith("<document>\n<title>spec.pdf</title>\n<page number=\"1\">\nMissive PDF page")
+    assert sent[3]["content"].startswith(
+        "<document>\n<title>spec.pdf</title>\n<page number=\"1\">\nMissive PDF page"
+    )
     parts = sent[4]["content"]
     assert parts[0]["type"] == "image_url" and parts[1] == {"type": "text", "text": "what do they say?"}
     uri = parts[0]["image_url"]["url"]
     assert uri.startswith("data:image/webp;base64,")
     with Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))) as img:
         assert img.size == (1568, 784)  # fitted to media.image_max_edge
-    assert count == len(render_tokens(fake.requests[-1])) == message.usage.input_tokens + (
-        message.usage.cache_read_input_tokens or 0)
+    assert (
+        count
+        == len(render_tokens(fake.requests[-1]))
+        == message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    )
     assert "<|image|>" in render_tokens(fake.requests[-1])
 
 
 def test_prompt_too_long_before_generation(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
     sent = len(fake.requests)
     with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.create(model="vllm", max_tokens=10,
-                               messages=[{"role": "user", "content": "hello " * MAX_MODEL_LEN}])
+        client.messages.create(
+            model="vllm", max_tokens=10, messages=[{"role": "user", "content": "hello " * MAX_MODEL_LEN}]
+        )
     count = len(render_tokens(fake.tokenize_requests[-1]))
-    assert caught.value.body["error"]["message"] == f"prompt is too long: {count} tokens > {MAX_MODEL_LEN - 1} maximum"
+    assert (
+        caught.value.body["error"]["message"]
+        == f"prompt is too long: {count} tokens > {MAX_MODEL_LEN - 1} maximum"
+    )
     assert len(fake.requests) == sent  # refused from the /tokenize count, nothing generated
     # max_tokens is clamped to what the context leaves (vLLM would refuse it with a 400).
-    message = client.messages.create(model="vllm", max_tokens=100_000,
-                                     messages=[{"role": "user", "content": "fits"}])
+    message = client.messages.create(
+        model="vllm", max_tokens=100_000, messages=[{"role": "user", "content": "fits"}]
+    )
     assert message.content[0].text == "fits"
     assert fake.requests[-1]["max_tokens"] == MAX_MODEL_LEN - len(render_tokens(fake.tokenize_requests[-1]))
 
@@ -406,8 +550,11 @@ def test_models_listing_reports_max_model_len(client: anthropic.Anthropic) -> No
 
 
 def test_backend_down_is_529_with_retry_after(url: str) -> None:
-    response = httpx.post(f"{url}/v1/messages", json={
-        "model": "vllm-down", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    response = httpx.post(
+        f"{url}/v1/messages",
+        json={"model": "vllm-down", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=30,
+    )
     assert response.status_code == 529
     assert response.json()["error"]["type"] == "overloaded_error"
     assert int(response.headers["retry-after"]) >= 1
@@ -415,15 +562,25 @@ def test_backend_down_is_529_with_retry_after(url: str) -> None:
 
 def test_replica_failover_before_first_byte(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
     for _ in range(3):
-        message = client.messages.create(model="vllm-replicas", max_tokens=10,
-                                         messages=[{"role": "user", "content": "still here"}])
+        message = client.messages.create(
+            model="vllm-replicas", max_tokens=10, messages=[{"role": "user", "content": "still here"}]
+        )
         assert message.content[0].text == "still here"
 
 
 def test_malformed_chunk_is_an_error_event(url: str) -> None:
     content = script({"content": "Hi"}, {"raw": "data: {not json"})
-    with httpx.stream("POST", f"{url}/v1/messages", timeout=30, json={
-        "model": "vllm", "max_tokens": 20, "stream": True, "messages": [{"role": "user", "content": content}]}) as r:
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/messages",
+        timeout=30,
+        json={
+            "model": "vllm",
+            "max_tokens": 20,
+            "stream": True,
+            "messages": [{"role": "user", "content": content}],
+        },
+    ) as r:
         body = r.read().decode()
     assert r.status_code == 200
     assert "event: error" in body and "malformed chunk from the backend" in body
@@ -433,8 +590,9 @@ def test_malformed_chunk_is_an_error_event(url: str) -> None:
 def test_malformed_tool_arguments_are_502(client: anthropic.Anthropic) -> None:
     content = script({"tool_call": {"name": "get_time", "arguments": ['{"a": ', "oops"]}})
     with pytest.raises(anthropic.APIStatusError) as caught:
-        client.messages.create(model="vllm", max_tokens=20, tools=TOOLS,
-                               messages=[{"role": "user", "content": content}])
+        client.messages.create(
+            model="vllm", max_tokens=20, tools=TOOLS, messages=[{"role": "user", "content": content}]
+        )
     assert caught.value.status_code == 502
     assert "malformed JSON arguments for tool 'get_time'" in caught.value.body["error"]["message"]
 
@@ -449,8 +607,9 @@ def test_backend_error_chunk_mid_stream(client: anthropic.Anthropic) -> None:
 def test_client_disconnect_closes_upstream(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
     steps = [{"content": "tick"}] + [{"sleep": 0.05}, {"content": " tick"}] * 200
     before = len(fake.disconnects)
-    with client.messages.stream(model="vllm", max_tokens=1000,
-                                messages=[{"role": "user", "content": script(*steps)}]) as stream:
+    with client.messages.stream(
+        model="vllm", max_tokens=1000, messages=[{"role": "user", "content": script(*steps)}]
+    ) as stream:
         for text in stream.text_stream:
             if text:
                 break
@@ -479,25 +638,37 @@ def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) ->
             "models": {
                 "bare": {"driver": "vllm", "settings": {"base_url": bare.url, "model": "fake-model"}},
                 "full": {"driver": "vllm", "settings": {"base_url": full.url, "model": "fake-model"}},
-                "unprobed": {"driver": "vllm",
-                             "settings": {"base_url": bare.url, "model": "fake-model", "startup_probe": False}},
+                "unprobed": {
+                    "driver": "vllm",
+                    "settings": {"base_url": bare.url, "model": "fake-model", "startup_probe": False},
+                },
             }
         }
         with serve_process(config) as server:
             log = server.log_path.read_text()
             client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=60)
             with pytest.raises(anthropic.BadRequestError) as refused:
-                client.messages.create(model="bare", max_tokens=20, tools=TOOLS,
-                                       messages=[{"role": "user", "content": "hello"}])
+                client.messages.create(
+                    model="bare", max_tokens=20, tools=TOOLS, messages=[{"role": "user", "content": "hello"}]
+                )
             sent_to_bare = len(bare.requests)
             forced = client.messages.create(
-                model="bare", max_tokens=20, tools=TOOLS, tool_choice={"type": "tool", "name": "get_time"},
-                messages=[{"role": "user", "content": "hello"}])
-            auto = client.messages.create(model="full", max_tokens=20, tools=TOOLS,
-                                          messages=[{"role": "user", "content": "hello"}])
+                model="bare",
+                max_tokens=20,
+                tools=TOOLS,
+                tool_choice={"type": "tool", "name": "get_time"},
+                messages=[{"role": "user", "content": "hello"}],
+            )
+            auto = client.messages.create(
+                model="full", max_tokens=20, tools=TOOLS, messages=[{"role": "user", "content": "hello"}]
+            )
             with pytest.raises(anthropic.BadRequestError) as passed_on:
-                client.messages.create(model="unprobed", max_tokens=20, tools=TOOLS,
-                                       messages=[{"role": "user", "content": "hello"}])
+                client.messages.create(
+                    model="unprobed",
+                    max_tokens=20,
+                    tools=TOOLS,
+                    messages=[{"role": "user", "content": "hello"}],
+                )
     assert "model bare: the vLLM server refuses tool_choice \"auto\"" in log
     assert "--enable-auto-tool-choice --tool-call-parser" in log
     assert "model full: the vLLM server accepts tool_choice \"auto\"" in log

@@ -86,12 +86,16 @@ class MessageStream:
         self.message_id = message_id
         self.model = model
         self.source: AsyncIterator[GenerationEvent] | None = None
-        self.blocks = Blocks(request.thinking, request.thinking_position, signer or Signer(secrets.token_bytes(32)))
+        self.blocks = Blocks(
+            request.thinking, request.thinking_position, signer or Signer(secrets.token_bytes(32))
+        )
         self.usage = Usage(request.max_tokens)
         self.tool_calls = 0
         self._server = ServerCalls(server_tools)
         self._prelude: list[Event] = []
-        self._checked_call: tuple[str, list[str]] | None = None  # tool_use name and arguments, for the schema check
+        self._checked_call: tuple[str, list[str]] | None = (
+            None  # tool_use name and arguments, for the schema check
+        )
 
     async def start(self) -> Event:
         """Run the driver up to its :class:`Started` event; return ``message_start``.
@@ -259,7 +263,9 @@ class MessageStream:
             self._checked_call[1].append(event.partial_json)
         return self.blocks.delta({"type": "input_json_delta", "partial_json": event.partial_json})
 
-    def _message_delta(self, stop_reason: str, stop_sequence: str | None, driver_output_tokens: int | None) -> Event:
+    def _message_delta(
+        self, stop_reason: str, stop_sequence: str | None, driver_output_tokens: int | None
+    ) -> Event:
         """The ``message_delta`` ending the message (:mod:`.usage`)."""
         if self._server.round_stop is not None:
             stop_reason = self._server.round_stop

@@ -14,12 +14,27 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
-from ...driver.events import Finished, GenerationEvent, TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from ...driver.events import (
+    Finished,
+    GenerationEvent,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from ...driver.interface import Driver, GenerationRequest
 from ...protocol.errors import BadGatewayError
 from ...reasoning.base import ReasoningParser
 from ...tools.parsers.base import (
-    CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Reasoning, Text, ToolParser,
+    CallArgs,
+    CallEnd,
+    CallStart,
+    MalformedToolCall,
+    ParseEvent,
+    Reasoning,
+    Text,
+    ToolParser,
 )
 from ...tools.parsers.unparsed import UnparsedCallWatch
 
@@ -89,7 +104,7 @@ class _Parsers:
                 if trims:
                     text = self._space + event.text
                     body = text.rstrip()
-                    self._space = text[len(body):]
+                    self._space = text[len(body) :]
                     if body:
                         out.append(TextDelta(body, tokens=0))
                     continue
@@ -106,7 +121,10 @@ class _Parsers:
 
 
 async def parsed_events(
-    driver: Driver, request: GenerationRequest, source: AsyncIterator[GenerationEvent], count: Callable[[int], None]
+    driver: Driver,
+    request: GenerationRequest,
+    source: AsyncIterator[GenerationEvent],
+    count: Callable[[int], None],
 ) -> AsyncGenerator[GenerationEvent, None]:
     """``source`` with reasoning and tool calls written as text turned into
     thinking and call events; ``count`` receives the tokens of the text

@@ -99,7 +99,10 @@ class ServerCalls:
         """``usage.server_tool_use``, when the message holds a server tool call."""
         if not self.blocks:
             return None
-        return {"web_search_requests": self._runs["web_search"], "web_fetch_requests": self._runs["web_fetch"]}
+        return {
+            "web_search_requests": self._runs["web_search"],
+            "web_fetch_requests": self._runs["web_fetch"],
+        }
 
     async def _answer(
         self, request: GenerationRequest, tool: ServerTool, call_id: str, call_input: dict[str, Any]
@@ -171,7 +174,9 @@ class ServerCalls:
         choice = choice_after_server_call(request.tool_choice, stream.driver.capabilities, request.tools)
         if choice is None:
             return None, "pause_turn"
-        conversation = continue_after(request.conversation, answer_blocks(stream.blocks.round_text, call, result))
+        conversation = continue_after(
+            request.conversation, answer_blocks(stream.blocks.round_text, call, result)
+        )
         remaining = stream.usage.budget - used
         return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
 

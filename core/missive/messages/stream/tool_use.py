@@ -52,8 +52,9 @@ def check_call(request: GenerationRequest, name: str, fragments: list[str]) -> N
         return
     problem = schema_violation(tool.input_schema, input_object("".join(fragments)))
     if problem is not None:
-        log.warning("%s: tool_use '%s' input does not match its input_schema: %s",
-                    request.request_id, name, problem)
+        log.warning(
+            "%s: tool_use '%s' input does not match its input_schema: %s", request.request_id, name, problem
+        )
 
 
 def check_structured_output(request: GenerationRequest, text: str) -> None:
@@ -107,9 +108,18 @@ async def unrepeated(
                 args = "".join(e.partial_json for e in held if isinstance(e, ToolCallDelta))
                 key = (start.name, _canonical(args))
                 if key in seen:
-                    count(sum(e.tokens for e in held if isinstance(e, (ToolCallStart, ToolCallDelta, ToolCallEnd))))
-                    log.info("%s: the model repeated its call of '%s'; the answer ends before it",
-                             request.request_id, start.name)
+                    count(
+                        sum(
+                            e.tokens
+                            for e in held
+                            if isinstance(e, (ToolCallStart, ToolCallDelta, ToolCallEnd))
+                        )
+                    )
+                    log.info(
+                        "%s: the model repeated its call of '%s'; the answer ends before it",
+                        request.request_id,
+                        start.name,
+                    )
                     return
                 seen.add(key)
                 events, held = held, None

@@ -89,7 +89,9 @@ class Usage:
         return {**self.input(), "output_tokens": self._settled + round_tokens}
 
 
-def final_stop_reason(stop_reason: str, stop_sequence: str | None, *, tool_calls: int) -> tuple[str, str | None]:
+def final_stop_reason(
+    stop_reason: str, stop_sequence: str | None, *, tool_calls: int
+) -> tuple[str, str | None]:
     """The message's ``(stop_reason, stop_sequence)``: ``tool_use`` when a
     call was emitted and the answer ended on its own or on a stop sequence."""
     if tool_calls and stop_reason in ("end_turn", "stop_sequence"):

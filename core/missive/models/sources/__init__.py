@@ -17,7 +17,14 @@ from .local import LocalModel, ModelFacts, local_path_model, model_facts
 from .refs import ModelRef, ModelRefError, is_reference, parse_ref
 
 __all__ = [
-    "LocalModel", "ModelFacts", "ModelRef", "ModelRefError", "is_reference", "parse_ref", "resolve", "model_facts",
+    "LocalModel",
+    "ModelFacts",
+    "ModelRef",
+    "ModelRefError",
+    "is_reference",
+    "parse_ref",
+    "resolve",
+    "model_facts",
 ]
 
 

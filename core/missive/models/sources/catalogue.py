@@ -84,7 +84,9 @@ def _row(name: str, kind: str, local: LocalModel, **extra: Any) -> CatalogueRow:
     )
 
 
-def configured_rows(models: Mapping[str, ModelEntry], drivers: Mapping[str, DriverSpec]) -> list[CatalogueRow]:
+def configured_rows(
+    models: Mapping[str, ModelEntry], drivers: Mapping[str, DriverSpec]
+) -> list[CatalogueRow]:
     """A row per configured model whose driver loads model files."""
     rows = []
     for model_id, entry in models.items():
@@ -97,11 +99,27 @@ def configured_rows(models: Mapping[str, ModelEntry], drivers: Mapping[str, Driv
         try:
             local = resolve(value, download=False)
         except ModelRefError as exc:
-            rows.append(CatalogueRow(model_id, "configured", None, None, None, None, None, value, entry.driver, str(exc)))
+            rows.append(
+                CatalogueRow(
+                    model_id, "configured", None, None, None, None, None, value, entry.driver, str(exc)
+                )
+            )
             continue
         if not local.path.exists():
-            rows.append(CatalogueRow(model_id, "configured", str(local.path), None, None, None, None, value,
-                                     entry.driver, f"{local.path} does not exist"))
+            rows.append(
+                CatalogueRow(
+                    model_id,
+                    "configured",
+                    str(local.path),
+                    None,
+                    None,
+                    None,
+                    None,
+                    value,
+                    entry.driver,
+                    f"{local.path} does not exist",
+                )
+            )
             continue
         rows.append(_row(model_id, "configured", local, reference=value, driver=entry.driver))
     return rows
@@ -155,12 +173,24 @@ def hf_cache_rows() -> list[CatalogueRow]:
                 if parts[0] in seen:
                     continue
                 seen.add(parts[0])
-                local = LocalModel(ref, "gguf", snapshot / parts[0], None, tuple(snapshot / p for p in parts),
-                                   f"Hugging Face {repo.repo_id}")
+                local = LocalModel(
+                    ref,
+                    "gguf",
+                    snapshot / parts[0],
+                    None,
+                    tuple(snapshot / p for p in parts),
+                    f"Hugging Face {repo.repo_id}",
+                )
                 rows.append(_row(_gguf_name(repo.repo_id, parts[0], files), "huggingface", local))
             if not ggufs and "config.json" in files and any(f.endswith(".safetensors") for f in files):
-                local = LocalModel(ref, "mlx", snapshot, None, tuple(snapshot / f for f in files),
-                                   f"Hugging Face {repo.repo_id}")
+                local = LocalModel(
+                    ref,
+                    "mlx",
+                    snapshot,
+                    None,
+                    tuple(snapshot / f for f in files),
+                    f"Hugging Face {repo.repo_id}",
+                )
                 rows.append(_row(f"hf://{repo.repo_id}", "huggingface", local))
     return rows
 

@@ -71,7 +71,11 @@ def resolve_entry(model_id: str, entry: ModelEntry, spec: DriverSpec | None) -> 
             f"and driver '{spec.name}' loads {spec.model_format.upper()} models"
         )
     settings: dict[str, Any] = {**entry.settings, spec.model_setting: str(local.path)}
-    if local.projector is not None and spec.projector_setting and spec.projector_setting not in entry.settings:
+    if (
+        local.projector is not None
+        and spec.projector_setting
+        and spec.projector_setting not in entry.settings
+    ):
         settings[spec.projector_setting] = str(local.projector)
     return ResolvedEntry(entry.model_copy(update={"settings": settings}), local)
 

@@ -37,7 +37,14 @@ from pathlib import Path
 from .local import LocalModel, human_size
 from .refs import ModelRef, ModelRefError
 
-__all__ = ["resolve_hf", "choose_gguf", "choose_projector", "quiet_progress", "hub_endpoint", "PREFERRED_QUANTS"]
+__all__ = [
+    "resolve_hf",
+    "choose_gguf",
+    "choose_projector",
+    "quiet_progress",
+    "hub_endpoint",
+    "PREFERRED_QUANTS",
+]
 
 log = logging.getLogger("missive.sources")
 
@@ -69,7 +76,11 @@ def hub_endpoint() -> str:
 def quiet_progress(quiet: bool = True) -> Iterator[None]:
     """Within the block, huggingface_hub draws no progress bars (when
     ``quiet``); they are turned back on after if they were on before."""
-    from huggingface_hub.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from huggingface_hub.utils.tqdm import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
 
     was_on = not are_progress_bars_disabled()
     if quiet and was_on:
@@ -109,7 +120,9 @@ def choose_gguf(files: list[str], selector: str | None) -> list[str]:
     if not models:
         raise ModelRefError("no GGUF model file")
     if selector is not None and selector.lower().endswith(".gguf"):
-        chosen = [f for f in models if f == selector] or [f for f in models if f.rsplit("/", 1)[-1] == selector]
+        chosen = [f for f in models if f == selector] or [
+            f for f in models if f.rsplit("/", 1)[-1] == selector
+        ]
         if len(chosen) != 1:
             raise ModelRefError(f"no GGUF file {selector!r} (files: {', '.join(models)})")
         first = chosen[0]
@@ -123,7 +136,9 @@ def choose_gguf(files: list[str], selector: str | None) -> list[str]:
                 break
         if not first:
             if selector is not None:
-                raise ModelRefError(f"no GGUF file with quantization {selector!r} (files: {', '.join(models)})")
+                raise ModelRefError(
+                    f"no GGUF file with quantization {selector!r} (files: {', '.join(models)})"
+                )
             first = models[0]
     split = _SPLIT.search(first)
     if split is None:
@@ -188,13 +203,19 @@ def _list(ref: ModelRef, download: bool) -> _Listing:
     if download and not _offline():
         try:
             tree = HfApi().list_repo_tree(ref.repo, recursive=True, revision=ref.revision)
-            return _Listing({item.path: getattr(item, "size", None) for item in tree if hasattr(item, "size")}, None)
+            return _Listing(
+                {item.path: getattr(item, "size", None) for item in tree if hasattr(item, "size")}, None
+            )
         except (errors.GatedRepoError, errors.RepositoryNotFoundError, errors.RevisionNotFoundError) as exc:
             raise _hub_error(ref, exc) from None
         except Exception as exc:  # unreachable server, 5xx: the cache may do
-            log.warning("%s: cannot list %s at %s (%s); looking in the cache", ref, ref.repo, hub_endpoint(), exc)
+            log.warning(
+                "%s: cannot list %s at %s (%s); looking in the cache", ref, ref.repo, hub_endpoint(), exc
+            )
     try:
-        folder = Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True, allow_patterns=[]))
+        folder = Path(
+            snapshot_download(ref.repo, revision=ref.revision, local_files_only=True, allow_patterns=[])
+        )
     except Exception:
         if not download:
             raise ModelRefError(f"{ref}: not downloaded yet (`missive pull {ref}` fetches it)") from None
@@ -202,10 +223,14 @@ def _list(ref: ModelRef, download: bool) -> _Listing:
             fix = f"unset HF_HUB_OFFLINE to download it (`missive pull {ref}`)"
             why = "HF_HUB_OFFLINE is set"
         else:
-            fix = ("check the network (or the proxy), or point HF_ENDPOINT at a reachable mirror, "
-                   "then run this again")
+            fix = (
+                "check the network (or the proxy), or point HF_ENDPOINT at a reachable mirror, "
+                "then run this again"
+            )
             why = f"{hub_endpoint()} cannot be reached"
-        raise ModelRefError(f"{ref}: {why} and the cache ({_cache_dir()}) has nothing of {ref.repo}; {fix}") from None
+        raise ModelRefError(
+            f"{ref}: {why} and the cache ({_cache_dir()}) has nothing of {ref.repo}; {fix}"
+        ) from None
     files: dict[str, int | None] = {
         p.relative_to(folder).as_posix(): None for p in folder.rglob("*") if p.is_file() or p.is_symlink()
     }
@@ -235,7 +260,9 @@ def _fetch(ref: ModelRef, listing: _Listing, wanted: list[str]) -> list[Path]:
     out = []
     for name in wanted:
         if not isinstance(try_to_load_from_cache(ref.repo, name, revision=ref.revision), str):
-            log.info("%s: downloading %s (%s) from %s", ref, name, human_size(listing.files.get(name)), ref.repo)
+            log.info(
+                "%s: downloading %s (%s) from %s", ref, name, human_size(listing.files.get(name)), ref.repo
+            )
         try:
             out.append(Path(hf_hub_download(ref.repo, name, revision=ref.revision)))
         except Exception as exc:

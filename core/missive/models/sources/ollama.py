@@ -28,7 +28,15 @@ from pathlib import Path
 from .local import LocalModel
 from .refs import ModelRef, ModelRefError
 
-__all__ = ["OllamaModel", "ollama_dirs", "find_ollama", "list_ollama", "resolve_ollama", "MODEL_LAYER", "PROJECTOR_LAYER"]
+__all__ = [
+    "OllamaModel",
+    "ollama_dirs",
+    "find_ollama",
+    "list_ollama",
+    "resolve_ollama",
+    "MODEL_LAYER",
+    "PROJECTOR_LAYER",
+]
 
 MODEL_LAYER = "application/vnd.ollama.image.model"
 PROJECTOR_LAYER = "application/vnd.ollama.image.projector"
@@ -86,7 +94,9 @@ def _read_manifest(store: Path, manifest: Path, name: str) -> OllamaModel:
     by_type = {layer.get("mediaType"): layer.get("digest") for layer in layers if isinstance(layer, dict)}
     digest = by_type.get(MODEL_LAYER)
     if not digest:
-        raise ModelRefError(f"Ollama model {name}: its manifest {manifest} has no model layer ({MODEL_LAYER})")
+        raise ModelRefError(
+            f"Ollama model {name}: its manifest {manifest} has no model layer ({MODEL_LAYER})"
+        )
     projector = by_type.get(PROJECTOR_LAYER)
     return OllamaModel(
         name=name,
@@ -129,7 +139,9 @@ def find_ollama(name: str, tag: str | None = None) -> OllamaModel:
         if manifest is not None:
             found = _read_manifest(store, manifest, short)
             if not found.model.is_file():
-                raise ModelRefError(f"Ollama model {short}: its blob {found.model} is missing (pull it again)")
+                raise ModelRefError(
+                    f"Ollama model {short}: its blob {found.model} is missing (pull it again)"
+                )
             return found
     where = ", ".join(str(s) for s in stores) or "no Ollama store (~/.ollama/models; set OLLAMA_MODELS)"
     have = sorted(m.name for m in list_ollama())

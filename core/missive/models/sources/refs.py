@@ -93,7 +93,7 @@ def parse_ref(text: str) -> ModelRef:
     if not text:
         raise ModelRefError("empty model reference")
     if text.startswith(HF_SCHEME):
-        rest = text[len(HF_SCHEME):]
+        rest = text[len(HF_SCHEME) :]
         repo, sep, selector = rest.partition(":")
         repo, at, revision = repo.partition("@")
         if not _HF_REPO.match(repo) or (at and not revision) or (sep and not selector):
@@ -103,7 +103,7 @@ def parse_ref(text: str) -> ModelRef:
             )
         return ModelRef("hf", text, repo=repo, revision=revision or None, selector=selector or None)
     explicit = text.startswith(OLLAMA_SCHEME)
-    name = text[len(OLLAMA_SCHEME):] if explicit else text
+    name = text[len(OLLAMA_SCHEME) :] if explicit else text
     if explicit or not _looks_like_path(text):
         if _OLLAMA_NAME.match(name):
             model, sep, tag = name.rpartition(":") if _has_tag(name) else (name, "", "")

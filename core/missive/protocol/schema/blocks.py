@@ -13,7 +13,7 @@ execution, MCP...) as :class:`ServerToolBlock`, which is reported as ignored.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
@@ -94,9 +94,9 @@ class ContentSource(Open):
     content: str | list[dict[str, Any]]
 
 
-ImageSource = Annotated[Union[Base64Source, UrlSource, FileSource], Field(discriminator="type")]
+ImageSource = Annotated[Base64Source | UrlSource | FileSource, Field(discriminator="type")]
 DocumentSource = Annotated[
-    Union[Base64Source, UrlSource, FileSource, TextSource, ContentSource], Field(discriminator="type")
+    Base64Source | UrlSource | FileSource | TextSource | ContentSource, Field(discriminator="type")
 ]
 
 
@@ -260,15 +260,7 @@ def _tag(known: frozenset[str]) -> Any:
 
 
 ToolResultContentBlock = Annotated[
-    Union[
-        Annotated[TextBlock, Tag("text")],
-        Annotated[ImageBlock, Tag("image")],
-        Annotated[DocumentBlock, Tag("document")],
-        Annotated[SearchResultBlock, Tag("search_result")],
-        Annotated[ToolReferenceBlock, Tag("tool_reference")],
-        Annotated[ServerToolBlock, Tag("server_tool")],
-        Annotated[UnknownBlock, Tag("unknown")],
-    ],
+    Annotated[TextBlock, Tag("text")] | Annotated[ImageBlock, Tag("image")] | Annotated[DocumentBlock, Tag("document")] | Annotated[SearchResultBlock, Tag("search_result")] | Annotated[ToolReferenceBlock, Tag("tool_reference")] | Annotated[ServerToolBlock, Tag("server_tool")] | Annotated[UnknownBlock, Tag("unknown")],
     _tag(frozenset({"text", "image", "document", "search_result", "tool_reference"})),
 ]
 
@@ -281,23 +273,7 @@ class ToolResultBlock(_Block):
 
 
 ContentBlock = Annotated[
-    Union[
-        Annotated[TextBlock, Tag("text")],
-        Annotated[ImageBlock, Tag("image")],
-        Annotated[DocumentBlock, Tag("document")],
-        Annotated[SearchResultBlock, Tag("search_result")],
-        Annotated[ToolUseBlock, Tag("tool_use")],
-        Annotated[ToolResultBlock, Tag("tool_result")],
-        Annotated[ThinkingBlock, Tag("thinking")],
-        Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
-        Annotated[ServerToolUseBlock, Tag("server_tool_use")],
-        Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")],
-        Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")],
-        Annotated[CompactionBlock, Tag("compaction")],
-        Annotated[FallbackBlock, Tag("fallback")],
-        Annotated[ServerToolBlock, Tag("server_tool")],
-        Annotated[UnknownBlock, Tag("unknown")],
-    ],
+    Annotated[TextBlock, Tag("text")] | Annotated[ImageBlock, Tag("image")] | Annotated[DocumentBlock, Tag("document")] | Annotated[SearchResultBlock, Tag("search_result")] | Annotated[ToolUseBlock, Tag("tool_use")] | Annotated[ToolResultBlock, Tag("tool_result")] | Annotated[ThinkingBlock, Tag("thinking")] | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")] | Annotated[ServerToolUseBlock, Tag("server_tool_use")] | Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")] | Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")] | Annotated[CompactionBlock, Tag("compaction")] | Annotated[FallbackBlock, Tag("fallback")] | Annotated[ServerToolBlock, Tag("server_tool")] | Annotated[UnknownBlock, Tag("unknown")],
     _tag(
         frozenset(
             {

@@ -20,7 +20,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .management import CompactEdit, UnknownEdit
 from .blocks import (
     ServerToolBlock,
     ServerToolUseBlock,
@@ -28,6 +27,7 @@ from .blocks import (
     WebFetchToolResultBlock,
     WebSearchToolResultBlock,
 )
+from .management import CompactEdit, UnknownEdit
 
 _ASSISTANT_ONLY = (ServerToolUseBlock, WebSearchToolResultBlock, WebFetchToolResultBlock)
 
@@ -40,6 +40,7 @@ def _server_tool_limits(value: BaseModel) -> frozenset[str]:
     if "input_schema" in type(value).model_fields and server_tool_of(getattr(value, "type", None)):
         return LIMIT_FIELDS
     return frozenset()
+
 
 __all__ = ["collect_ignored"]
 
@@ -67,7 +68,7 @@ def _walk(value: Any, path: str, found: list[str], role: str | None = None) -> N
         return
     if isinstance(value, BaseModel):
         if "role" in type(value).model_fields:  # a message: its blocks' place
-            role = getattr(value, "role")
+            role = getattr(value, "role")  # noqa: B009 (mypy knows BaseModel only)
         limits = _server_tool_limits(value)
         for key in value.model_extra or {}:
             if key not in limits:

@@ -21,7 +21,7 @@ at parse time".
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
@@ -76,7 +76,7 @@ class AllThinkingTurns(Open):
     type: Literal["all"]
 
 
-Trigger = Annotated[Union[InputTokens, ToolUses], Field(discriminator="type")]
+Trigger = Annotated[InputTokens | ToolUses, Field(discriminator="type")]
 
 
 class ClearToolUsesEdit(Open):
@@ -96,7 +96,9 @@ class ClearThinkingEdit(Open):
     out of the prompt."""
 
     type: Literal["clear_thinking_20251015"]
-    keep: Annotated[Union[ThinkingTurns, AllThinkingTurns], Field(discriminator="type")] | Literal["all"] | None = None
+    keep: (
+        Annotated[ThinkingTurns | AllThinkingTurns, Field(discriminator="type")] | Literal["all"] | None
+    ) = None
 
     def kept_turns(self) -> int | None:
         """How many of the latest assistant turns keep their thinking (None: all)."""
@@ -127,12 +129,7 @@ def _edit_tag(value: Any) -> str:
 
 
 Edit = Annotated[
-    Union[
-        Annotated[ClearToolUsesEdit, Tag("clear_tool_uses_20250919")],
-        Annotated[ClearThinkingEdit, Tag("clear_thinking_20251015")],
-        Annotated[CompactEdit, Tag("compact_20260112")],
-        Annotated[UnknownEdit, Tag("unknown")],
-    ],
+    Annotated[ClearToolUsesEdit, Tag("clear_tool_uses_20250919")] | Annotated[ClearThinkingEdit, Tag("clear_thinking_20251015")] | Annotated[CompactEdit, Tag("compact_20260112")] | Annotated[UnknownEdit, Tag("unknown")],
     Discriminator(_edit_tag),
 ]
 

@@ -11,13 +11,11 @@ does not act on are not declared: they land in ``model_extra`` and are reported
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from ...tools.validate import schema_error
-
-from .management import CompactionConfig, ContextManagement, FallbackEntry
 from .blocks import (
     CacheControl,
     ContentBlock,
@@ -28,6 +26,7 @@ from .blocks import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from .management import CompactionConfig, ContextManagement, FallbackEntry
 from .thread import Diagnostics, MessageThread
 
 __all__ = [
@@ -105,7 +104,7 @@ class ToolChoiceTool(_ToolChoiceBase):
 
 
 ToolChoice = Annotated[
-    Union[ToolChoiceAuto, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool], Field(discriminator="type")
+    ToolChoiceAuto | ToolChoiceAny | ToolChoiceNone | ToolChoiceTool, Field(discriminator="type")
 ]
 
 

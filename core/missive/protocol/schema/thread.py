@@ -9,7 +9,7 @@ validated: :func:`missive.threads.thread.thread_param`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -32,7 +32,7 @@ class ThreadContinue(Open):
     previous_message_id: str
 
 
-MessageThread = Annotated[Union[ThreadCreate, ThreadContinue], Field(discriminator="type")]
+MessageThread = Annotated[ThreadCreate | ThreadContinue, Field(discriminator="type")]
 
 
 class Diagnostics(Open):

@@ -81,4 +81,6 @@ def register(app: Quart, prefix: str) -> None:
     app.add_url_rule(f"{base}/<batch_id>", f"{prefix}-batches-retrieve", retrieve_batch, methods=["GET"])
     app.add_url_rule(f"{base}/<batch_id>", f"{prefix}-batches-delete", delete_batch, methods=["DELETE"])
     app.add_url_rule(f"{base}/<batch_id>/cancel", f"{prefix}-batches-cancel", cancel_batch, methods=["POST"])
-    app.add_url_rule(f"{base}/<batch_id>/results", f"{prefix}-batches-results", batch_results, methods=["GET"])
+    app.add_url_rule(
+        f"{base}/<batch_id>/results", f"{prefix}-batches-results", batch_results, methods=["GET"]
+    )

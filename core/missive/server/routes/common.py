@@ -9,28 +9,37 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel
 from quart import g, request
 
-from ..admission import Admission
 from ...config import Config
-from ...protocol.errors import InvalidRequestError
+from ...context import HANDLED_BETAS as CONTEXT_BETAS
 from ...kernel.plugins import Kernel
 from ...keys import access
 from ...keys.ring import Identity
 from ...models.table import ModelTable
-from ..record import RequestRecord
+from ...protocol.errors import InvalidRequestError
+from ...protocol.schema.ignored import collect_ignored
 from ...protocol.schema.request import MessagesRequest
+from ...protocol.validation import parse_json, validate_body
 from ...routing.fallbacks import with_model_chain
 from ...routing.rules import RoutingRules
-from ...protocol.schema.ignored import collect_ignored
+from ...threads import HANDLED_BETAS as THREAD_BETAS
+from ..admission import Admission
+from ..record import RequestRecord
 from ..services import services
 from ..shutdown import Drain
-from ...context import HANDLED_BETAS as CONTEXT_BETAS
-from ...threads import HANDLED_BETAS as THREAD_BETAS
-from ...protocol.validation import parse_json, validate_body
 
 __all__ = [
-    "config_kernel_models", "admission", "drain", "record", "authenticate",
-    "authenticate_admin", "resolve_for", "read_request",
-    "read_raw_body", "page_limit", "routed_model", "with_default_fallbacks",
+    "config_kernel_models",
+    "admission",
+    "drain",
+    "record",
+    "authenticate",
+    "authenticate_admin",
+    "resolve_for",
+    "read_request",
+    "read_raw_body",
+    "page_limit",
+    "routed_model",
+    "with_default_fallbacks",
 ]
 
 log = logging.getLogger("missive.request")
@@ -166,8 +175,11 @@ def note_betas(ignored: list[str]) -> None:
     implements (:data:`missive.threads.HANDLED_BETAS`,
     :data:`missive.context.HANDLED_BETAS`) are not reported."""
     handled = THREAD_BETAS | CONTEXT_BETAS
-    betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",")
-             if b.strip() and b.strip() not in handled]
+    betas = [
+        b.strip()
+        for b in request.headers.get("anthropic-beta", "").split(",")
+        if b.strip() and b.strip() not in handled
+    ]
     ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
     if ignored:
         log.info("ignored: %s", ", ".join(ignored))

@@ -43,7 +43,15 @@ from ...threads.keeper import keeper
 from ..record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
 from ..services import services
 from ..shutdown import Drain
-from .common import authenticate, read_request, record, resolve_for, routed_model, config_kernel_models, with_default_fallbacks
+from .common import (
+    authenticate,
+    config_kernel_models,
+    read_request,
+    record,
+    resolve_for,
+    routed_model,
+    with_default_fallbacks,
+)
 
 log = logging.getLogger("missive.messages")
 
@@ -68,7 +76,9 @@ def _caller(facts: RequestRecord) -> Caller:
     """The service's view of this HTTP request."""
     config, _, _ = config_kernel_models()
     return Caller(
-        request_id=g.request_id, record=facts, notes=Notes(strict=config.server.strict),
+        request_id=g.request_id,
+        record=facts,
+        notes=Notes(strict=config.server.strict),
         headers={name.lower(): value for name, value in request.headers.items()},
     )
 
@@ -124,8 +134,12 @@ async def _create_message() -> Response | dict[str, Any]:
         asked = prepared.request  # the fallback entry's request when a fallback answers
         assert isinstance(asked, MessagesRequest)
         try:
-            kept.start(asked, model=prepared.model_id, system=prepared.generation.conversation.system,
-                       first=answer.first)
+            kept.start(
+                asked,
+                model=prepared.model_id,
+                system=prepared.generation.conversation.system,
+                first=answer.first,
+            )
         except BaseException:
             await answer.aclose()
             raise
@@ -215,8 +229,11 @@ async def _body(answer: Answer, ctx: _StreamContext) -> AsyncGenerator[bytes, No
         yield frame(answer.first)
         try:
             batches = paced_batches(
-                answer.events(), ping_interval=server.ping_interval, delta_interval=server.delta_interval,
-                stop=shutdown.expired, stop_error=shutdown.ended_error,
+                answer.events(),
+                ping_interval=server.ping_interval,
+                delta_interval=server.delta_interval,
+                stop=shutdown.expired,
+                stop_error=shutdown.ended_error,
             )
             async with aclosing(batches):
                 async for batch in batches:
@@ -245,4 +262,6 @@ async def count_tokens() -> dict[str, Any]:
 
 def register(app: Quart, prefix: str) -> None:
     app.add_url_rule(f"{prefix}/messages", f"{prefix}-messages", create_message, methods=["POST"])
-    app.add_url_rule(f"{prefix}/messages/count_tokens", f"{prefix}-count-tokens", count_tokens, methods=["POST"])
+    app.add_url_rule(
+        f"{prefix}/messages/count_tokens", f"{prefix}-count-tokens", count_tokens, methods=["POST"]
+    )

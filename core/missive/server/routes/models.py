@@ -20,12 +20,14 @@ from quart import Quart, request
 
 from ...context.capabilities import lifecycle_fields, model_capabilities
 from ...driver.interface import Driver
-from ...protocol.errors import InvalidRequestError
 from ...keys.ring import Identity
-from .common import authenticate, page_limit, record, resolve_for, config_kernel_models
+from ...protocol.errors import InvalidRequestError
+from .common import authenticate, config_kernel_models, page_limit, record, resolve_for
 
 
-def _model_object(model_id: str, driver: Driver, identity: Identity, shown_id: str | None = None) -> dict[str, Any]:
+def _model_object(
+    model_id: str, driver: Driver, identity: Identity, shown_id: str | None = None
+) -> dict[str, Any]:
     entry = driver.entry
     created = entry.created_at.isoformat().replace("+00:00", "Z")
     obj: dict[str, Any] = {
@@ -41,7 +43,10 @@ def _model_object(model_id: str, driver: Driver, identity: Identity, shown_id: s
         obj["max_tokens"] = entry.max_output_tokens or context
     config, _, models = config_kernel_models()
     obj["capabilities"] = model_capabilities(
-        driver.capabilities, entry, batches=config.batches.enabled, web_search=config.server_tools.web_search is not None,
+        driver.capabilities,
+        entry,
+        batches=config.batches.enabled,
+        web_search=config.server_tools.web_search is not None,
     )
     obj.update(lifecycle_fields(entry))
     obj["line"] = None  # no Claude model line (the API: "do not infer a line from the id")

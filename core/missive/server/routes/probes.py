@@ -18,7 +18,7 @@ from __future__ import annotations
 from quart import Quart
 
 from ..model_status import readiness
-from .common import drain, config_kernel_models
+from .common import config_kernel_models, drain
 
 
 def register(app: Quart) -> None:

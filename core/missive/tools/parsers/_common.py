@@ -9,7 +9,15 @@ from collections.abc import Iterable, Sequence
 from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, ToolParser
 from .jsonscan import Key, ScanEvent, loads_strict
 
-__all__ = ["find_marker", "InvalidCall", "InvalidCallHeader", "CallObject", "decode_arguments", "give_back", "SteppedParser"]
+__all__ = [
+    "find_marker",
+    "InvalidCall",
+    "InvalidCallHeader",
+    "CallObject",
+    "decode_arguments",
+    "give_back",
+    "SteppedParser",
+]
 
 
 def find_marker(buf: str, markers: Sequence[str]) -> tuple[int, str | None]:

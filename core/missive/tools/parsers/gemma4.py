@@ -37,7 +37,14 @@ _HEAD = re.compile(r"call:(?P<name>[A-Za-z0-9_\-.]{1,64})\s*\{")
 #: writes keys as they are: ``Basic LLM Chain:{...}``, ollama/ollama#18390).
 _KEY = re.compile(r"\s*(?P<key>[^\s:{}\[\],\"<>][^:{}\[\],\"<>]*?)\s*:")
 _SCALAR = re.compile(r"\s*(?P<tok>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|None|True|False)")
-_WORDS: dict[str, Any] = {"true": True, "false": False, "True": True, "False": False, "null": None, "None": None}
+_WORDS: dict[str, Any] = {
+    "true": True,
+    "false": False,
+    "True": True,
+    "False": False,
+    "null": None,
+    "None": None,
+}
 
 
 class _Reader:
@@ -57,7 +64,7 @@ class _Reader:
 
     def _take(self, literal: str) -> None:
         if not self._peek(literal):
-            raise InvalidCall(f"expected {literal!r} at {self.text[self.pos:self.pos + 30]!r}")
+            raise InvalidCall(f"expected {literal!r} at {self.text[self.pos : self.pos + 30]!r}")
         self.pos += len(literal)
 
     def value(self) -> Any:
@@ -95,7 +102,7 @@ class _Reader:
                 return items
         scalar = _SCALAR.match(self.text, self.pos)
         if scalar is None:
-            raise InvalidCall(f"unexpected value at {self.text[self.pos:self.pos + 30]!r}")
+            raise InvalidCall(f"unexpected value at {self.text[self.pos : self.pos + 30]!r}")
         self.pos = scalar.end()
         tok = scalar.group("tok")
         return _WORDS[tok] if tok in _WORDS else json.loads(tok)
@@ -115,7 +122,7 @@ class _Reader:
             else:
                 match = _KEY.match(self.text, self.pos)
                 if match is None:
-                    raise InvalidCall(f"expected a key at {self.text[self.pos:self.pos + 30]!r}")
+                    raise InvalidCall(f"expected a key at {self.text[self.pos : self.pos + 30]!r}")
                 key = match.group("key")
                 self.pos = match.end()
             pairs.append((str(key), self.value()))

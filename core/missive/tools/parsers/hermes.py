@@ -128,7 +128,10 @@ class HermesParser(ToolParser):
                     return True
                 self._scanner = JsonScanner("{", track_levels=1)
                 self._call = CallObject(
-                    level=1, args_keys=self.ARGS_KEYS, tool_names=self.tool_names, stream=self.stream_arguments
+                    level=1,
+                    args_keys=self.ARGS_KEYS,
+                    tool_names=self.tool_names,
+                    stream=self.stream_arguments,
                 )
                 self._state = _JSON
                 return True

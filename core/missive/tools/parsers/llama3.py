@@ -136,7 +136,10 @@ class Llama3JsonParser(ToolParser):
                 from .pythonic import Llama4PythonicParser
 
                 self._pythonic = Llama4PythonicParser(
-                    self.tool_names, stream_arguments=self.stream_arguments, strict=self.strict, schemas=self.schemas
+                    self.tool_names,
+                    stream_arguments=self.stream_arguments,
+                    strict=self.strict,
+                    schemas=self.schemas,
                 )
                 self._buf = ""
                 out += self._pythonic.feed(buf)

@@ -74,7 +74,9 @@ class KimiK2Parser(BlockParser):
     BLOCKS = {"<|tool_calls_section_begin|>": "<|tool_calls_section_end|>"}
     CALL_END = "<|tool_call_end|>"
     FOLLOWERS = ("<|tool_call_begin|>", "<|tool_calls_section_end|>")
-    _HEAD = re.compile(r"<\|tool_call_begin\|>\s*(?:functions\.)?(?P<name>[A-Za-z0-9_\-]{1,64})(?::\d+)?\s*<\|tool_call_argument_begin\|>")
+    _HEAD = re.compile(
+        r"<\|tool_call_begin\|>\s*(?:functions\.)?(?P<name>[A-Za-z0-9_\-]{1,64})(?::\d+)?\s*<\|tool_call_argument_begin\|>"
+    )
     call_separator = ""
     output_markers = ("<|tool_call_begin|>",)
 
@@ -108,7 +110,10 @@ class DeepSeekV31Parser(BlockParser):
 
     @classmethod
     def call_syntax(cls, name: str) -> tuple[str, str]:
-        return f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>", "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+        return (
+            f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>",
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        )
 
     @classmethod
     def tool_instructions(cls, functions: Sequence[Mapping[str, Any]]) -> str | None:
@@ -118,8 +123,13 @@ class DeepSeekV31Parser(BlockParser):
         per tool, then the call syntax with its markers)."""
         parts = ["## Tools", "You have access to the following tools:", ""]
         for fn in functions:
-            parts += [f"### {fn['name']}", f"Description: {fn.get('description') or ''}", "",
-                      f"Parameters: {json.dumps(fn.get('parameters') or {}, ensure_ascii=False)}", ""]
+            parts += [
+                f"### {fn['name']}",
+                f"Description: {fn.get('description') or ''}",
+                "",
+                f"Parameters: {json.dumps(fn.get('parameters') or {}, ensure_ascii=False)}",
+                "",
+            ]
         parts += [
             "IMPORTANT: to use a tool, write exactly:",
             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"

@@ -78,7 +78,11 @@ class UnparsedCallWatch:
                 self._warn(
                     "model %s wrote a tool call in the %s format (%r) that its tool parser %s does not read, "
                     "so the client got it as text; set settings.tool_parser = \"%s\" for this model",
-                    self.model_id, name, marker, self.parser.name, name,
+                    self.model_id,
+                    name,
+                    marker,
+                    self.parser.name,
+                    name,
                 )
                 return
         own = self.parser.output_markers
@@ -96,7 +100,9 @@ class UnparsedCallWatch:
                 "model %s wrote what looks like a tool call (%r) that its tool parser %s does not read and "
                 "no registered parser knows, so the client got it as text; set the model's "
                 "settings.tool_parser to its format (docs/tools.md) or register a parser for it",
-                self.model_id, self._hint, self.parser.name,
+                self.model_id,
+                self._hint,
+                self.parser.name,
             )
 
     def _warn(self, message: str, *args: object) -> None:

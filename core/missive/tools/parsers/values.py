@@ -35,7 +35,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["schema_types", "property_schema", "typed_value", "allows_string", "arguments_json", "strip_value_newlines"]
+__all__ = [
+    "schema_types",
+    "property_schema",
+    "typed_value",
+    "allows_string",
+    "arguments_json",
+    "strip_value_newlines",
+]
 
 _JSON_TYPES = {
     str: "string",

@@ -78,7 +78,12 @@ from .blocks import BlockParser, ParsedCall
 from .values import arguments_json, property_schema, strip_value_newlines, typed_value
 
 __all__ = [
-    "QwenXmlParser", "SeedOssParser", "MiniMaxM2Parser", "Glm45Parser", "DeepSeekV32Parser", "DeepSeekV4Parser",
+    "QwenXmlParser",
+    "SeedOssParser",
+    "MiniMaxM2Parser",
+    "Glm45Parser",
+    "DeepSeekV32Parser",
+    "DeepSeekV4Parser",
     "DeepSeekV41Parser",
 ]
 
@@ -129,7 +134,10 @@ class _ParameterParser(BlockParser):
     @classmethod
     def _forbids(cls, value_end: str, call_end: str) -> tuple[tuple[str, ...], ...]:
         param_open = cls.PARAM_PREFIX.split("{", 1)[0]
-        out: list[tuple[str, ...]] = [(value_end, param_open), ("\n" + param_open,) if cls.VALUE_NEWLINES else (param_open,)]
+        out: list[tuple[str, ...]] = [
+            (value_end, param_open),
+            ("\n" + param_open,) if cls.VALUE_NEWLINES else (param_open,),
+        ]
         out += [(call_end, follower) for follower in cls.FOLLOWERS]
         if cls.CALL_END is None:
             # The block's close ends the call, and text may follow it: a
@@ -156,7 +164,7 @@ class _ParameterParser(BlockParser):
                 break
             tag = self.PARAM.match(text, pos)
             if tag is None:
-                raise InvalidCall(f"unexpected text in a call: {text[pos:pos + 40]!r}")
+                raise InvalidCall(f"unexpected text in a call: {text[pos : pos + 40]!r}")
             key = self._unescape(tag.group("key").strip())
             seen = {k for k, _ in pairs} | {key}
             end, pos = self._value_end(text, tag.end(), properties, seen)
@@ -318,7 +326,9 @@ class DeepSeekV32Parser(_ParameterParser):
     CALL_END = "</｜DSML｜invoke>"
     FOLLOWERS = (*BLOCKS.values(), "<｜DSML｜invoke", "<｜DSML｜ invoke")
     HEADER = re.compile(rf"<｜DSML｜ ?invoke name=\"(?P<name>{_NAME})\"/?>")
-    PARAM = re.compile(r"<｜DSML｜ ?parameter name=\"(?P<key>[^\">\n]{1,200})\"(?: string=\"(?P<string>true|false)\")?>")
+    PARAM = re.compile(
+        r"<｜DSML｜ ?parameter name=\"(?P<key>[^\">\n]{1,200})\"(?: string=\"(?P<string>true|false)\")?>"
+    )
     VALUE_END = "</｜DSML｜parameter>"
     CALL_PREFIX = '<｜DSML｜function_calls>\n<｜DSML｜invoke name="{name}">\n'
     CALL_SUFFIX = "</｜DSML｜invoke>\n</｜DSML｜function_calls>"
@@ -337,7 +347,8 @@ class DeepSeekV32Parser(_ParameterParser):
     def value_forbids(cls) -> tuple[tuple[str, ...], ...]:
         # Every DSML generation is read: the spaced tags end a value too.
         spaced: tuple[tuple[str, ...], ...] = (
-            ("</｜DSML｜ parameter>", "<｜DSML｜ parameter"), ("<｜DSML｜ parameter name=",),
+            ("</｜DSML｜ parameter>", "<｜DSML｜ parameter"),
+            ("<｜DSML｜ parameter name=",),
             *(("</｜DSML｜ invoke>", f) for f in cls.FOLLOWERS),
         )
         return cls._forbids("</｜DSML｜parameter>", "</｜DSML｜invoke>") + spaced

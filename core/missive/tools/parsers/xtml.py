@@ -45,8 +45,12 @@ class KimiK3Parser(_ParameterParser):
     CALL_END = "<|close|>call<|sep|>"
     FOLLOWERS = ("<|open|>call", "<|close|>tools<|sep|>")
     HEADER = re.compile(r'<\|open\|>call tool="(?P<name>[^"<>]{1,200})"(?: index="\d{1,6}")?<\|sep\|>')
-    PARAM = re.compile(r'<\|open\|>argument key="(?P<key>[^"<>]{1,400})"(?: type="(?P<type>[a-z]{1,16})")?<\|sep\|>')
-    _JSON = re.compile(r'\s*<\|open\|>json(?: type="object")?<\|sep\|>(?P<body>.*)<\|close\|>json<\|sep\|>\s*$', re.DOTALL)
+    PARAM = re.compile(
+        r'<\|open\|>argument key="(?P<key>[^"<>]{1,400})"(?: type="(?P<type>[a-z]{1,16})")?<\|sep\|>'
+    )
+    _JSON = re.compile(
+        r'\s*<\|open\|>json(?: type="object")?<\|sep\|>(?P<body>.*)<\|close\|>json<\|sep\|>\s*$', re.DOTALL
+    )
     VALUE_END = "<|close|>argument<|sep|>"
     CALL_PREFIX = '<|open|>tools<|sep|><|open|>call tool="{name}" index="1"<|sep|>'
     CALL_SUFFIX = "<|close|>call<|sep|><|close|>tools<|sep|>"
