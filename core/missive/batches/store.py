@@ -157,8 +157,8 @@ class BatchStore:
         done = sum(counts.values())
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, canceled, "
-                "expired, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO batches (id, created_at, expires_at, ended_at, total, succeeded, errored, "
+                "canceled, expired, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     batch_id,
                     created_at,
@@ -174,7 +174,8 @@ class BatchStore:
             )
             seq = cursor.lastrowid
             db.executemany(
-                "INSERT INTO requests (batch_seq, idx, custom_id, model, params, state, result) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO requests (batch_seq, idx, custom_id, model, params, state, result) VALUES (?, "
+                "?, ?, ?, ?, ?, ?)",
                 (
                     (
                         seq,
@@ -259,8 +260,8 @@ class BatchStore:
         rows = self._db.execute(
             "SELECT r.batch_seq, r.idx, b.id, r.custom_id, r.model, r.params, b.owner FROM requests r "
             "JOIN batches b ON b.seq = r.batch_seq "
-            "WHERE r.model = ? AND r.state = 'pending' AND b.ended_at IS NULL AND b.cancel_initiated_at IS NULL "
-            "ORDER BY r.batch_seq, r.idx LIMIT ?",
+            "WHERE r.model = ? AND r.state = 'pending' AND b.ended_at IS NULL AND b.cancel_initiated_at IS "
+            "NULL ORDER BY r.batch_seq, r.idx LIMIT ?",
             (model, limit + len(skip)),
         ).fetchall()
         jobs = [Job(*r) for r in rows if (r[0], r[1]) not in skip]
@@ -290,7 +291,8 @@ class BatchStore:
         assert kind in RESULT_TYPES
         with self._write() as db:
             changed = db.execute(
-                "UPDATE requests SET state = ?, result = ? WHERE batch_seq = ? AND idx = ? AND state = 'pending'",
+                "UPDATE requests SET state = ?, result = ? WHERE batch_seq = ? AND idx = ? AND state = "
+                "'pending'",
                 (kind, json.dumps(result, ensure_ascii=False), *key),
             ).rowcount
             if not changed:
@@ -337,8 +339,8 @@ class BatchStore:
         if found is None:
             return [], -1
         rows = self._db.execute(
-            "SELECT idx, custom_id, result FROM requests WHERE batch_seq = ? AND idx > ? AND result IS NOT NULL "
-            "ORDER BY idx LIMIT ?",
+            "SELECT idx, custom_id, result FROM requests WHERE batch_seq = ? AND idx > ? AND result IS NOT "
+            "NULL ORDER BY idx LIMIT ?",
             (found[0], after, RESULT_PAGE),
         ).fetchall()
         if not rows:
@@ -385,7 +387,8 @@ class BatchStore:
         their ids."""
         with self._write() as db:
             ids = db.execute(
-                "SELECT seq, id FROM batches WHERE archived_at IS NULL AND ended_at IS NOT NULL AND created_at < ?",
+                "SELECT seq, id FROM batches WHERE archived_at IS NULL AND ended_at IS NOT NULL AND "
+                "created_at < ?",
                 (before,),
             ).fetchall()
             for seq, _ in ids:

@@ -147,13 +147,14 @@ def context_warning(model: dict[str, Any]) -> str | None:
     if not isinstance(context, int) or context >= CLAUDE_MIN_CONTEXT:
         return None
     fix = (
-        f"serve a model with {CLAUDE_MIN_CONTEXT}+ tokens of context ({CLAUDE_GOOD_CONTEXT}+ for real work), e.g. "
-        f"missive serve --model hf://unsloth/Qwen3-4B-Instruct-2507-GGUF:Q4_K_M --context-window {CLAUDE_GOOD_CONTEXT}, "
-        "or raise its context_window (docs/models.md, \"Models for Claude Code\")"
+        f"serve a model with {CLAUDE_MIN_CONTEXT}+ tokens of context ({CLAUDE_GOOD_CONTEXT}+ for real work), "
+        "e.g. missive serve --model hf://unsloth/Qwen3-4B-Instruct-2507-GGUF:Q4_K_M --context-window "
+        f"{CLAUDE_GOOD_CONTEXT}, or raise its context_window (docs/models.md, \"Models for Claude Code\")"
     )
     if context < CLAUDE_FIRST_REQUEST:
         return (
-            f"warning: model '{model['id']}' has {context} tokens of context, too few for Claude Code: its first "
+            f"warning: model '{model['id']}' has {context} tokens of context, too few for Claude Code: its "
+            "first "
             f"request alone is 12,000 to 20,000 tokens, so it will fail with \"Prompt is too long\"; {fix}"
         )
     return (

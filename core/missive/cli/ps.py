@@ -102,7 +102,8 @@ def render_status(status: dict[str, Any]) -> str:
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS) - 1)]
     table = "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
+        for row in rows
     )
     worker = status.get("worker") or {}
     if worker.get("count", 1) > 1:

@@ -22,13 +22,18 @@ def register_image_processors() -> list[ImageProcessorSpec]:
             name="pillow",
             factory="missive.media.images:PillowImageProcessor",
             media_types=IMAGE_MEDIA_TYPES,
-            description="Checks the format by its bytes, decodes under a pixel limit, downscales and converts (Pillow)",
+            description=(
+                "Checks the format by its bytes, decodes under a pixel limit, downscales and converts "
+                "(Pillow)"
+            ),
         ),
         ImageProcessorSpec(
             name="placeholder",
             factory="missive.media.images:PlaceholderImageProcessor",
             media_types=IMAGE_MEDIA_TYPES,
-            description="Fallback for text-only models (media.image_fallback): a line of text naming the image",
+            description=(
+                "Fallback for text-only models (media.image_fallback): a line of text naming the image"
+            ),
         ),
     ]
 

@@ -41,7 +41,9 @@ def register_search_providers() -> list[SearchProviderSpec]:
         SearchProviderSpec(
             name="searxng",
             factory="missive.default_plugins.searxng:SearxngProvider",
-            description="A SearXNG instance's JSON API (self-hosted, no key): [server_tools.search] url = ...",
+            description=(
+                "A SearXNG instance's JSON API (self-hosted, no key): [server_tools.search] url = ..."
+            ),
         )
     ]
 

@@ -42,49 +42,73 @@ def register_tool_parsers() -> list[ToolParserSpec]:
         ToolParserSpec(
             name="seed_oss",
             factory="missive.tools.parsers.xml:SeedOssParser",
-            description="Seed-OSS: <seed:tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></seed:tool_call>",
+            description=(
+                "Seed-OSS: <seed:tool_call><function=NAME><parameter=KEY>VALUE</parameter></function>"
+                "</seed:tool_call>"
+            ),
             template_markers=("<seed:tool_call>",),
         ),
         ToolParserSpec(
             name="minimax_m2",
             factory="missive.tools.parsers.xml:MiniMaxM2Parser",
-            description='MiniMax-M2: <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke>',
+            description=(
+                'MiniMax-M2: <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter>'
+                '</invoke>'
+            ),
             template_markers=("<minimax:tool_call>",),
         ),
         ToolParserSpec(
             name="qwen3_xml",
             factory="missive.tools.parsers.xml:QwenXmlParser",
-            description="Qwen3-Coder, Qwen3.5/3.6, Nemotron 3: <tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>",
+            description=(
+                "Qwen3-Coder, Qwen3.5/3.6, Nemotron 3: <tool_call><function=NAME><parameter=KEY>VALUE"
+                "</parameter></function></tool_call>"
+            ),
             template_markers=("<parameter=",),
         ),
         ToolParserSpec(
             name="glm45",
             factory="missive.tools.parsers.xml:Glm45Parser",
-            description="GLM-4.5/4.6/4.7: <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>",
+            description=(
+                "GLM-4.5/4.6/4.7: <tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>"
+                "</tool_call>"
+            ),
             template_markers=("<arg_key>",),
         ),
         ToolParserSpec(
             name="kimi_k2",
             factory="missive.tools.parsers.sections:KimiK2Parser",
-            description="Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>",
+            description=(
+                "Kimi-K2: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0"
+                "<|tool_call_argument_begin|>{...}<|tool_call_end|>"
+            ),
             template_markers=("<|tool_calls_section_begin|>",),
         ),
         ToolParserSpec(
             name="kimi_k3",
             factory="missive.tools.parsers.xtml:KimiK3Parser",
-            description='Kimi-K3 XTML: <|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|><|open|>argument key="KEY" type="string"<|sep|>VALUE<|close|>argument<|sep|>...',
+            description=(
+                'Kimi-K3 XTML: <|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|><|open|>argument '
+                'key="KEY" type="string"<|sep|>VALUE<|close|>argument<|sep|>...'
+            ),
             template_markers=("open_tag('call'", '<|open|>call tool="'),
         ),
         ToolParserSpec(
             name="deepseek_v41",
             factory="missive.tools.parsers.xml:DeepSeekV41Parser",
-            description='DeepSeek-V4.1 DSML: <｜DSML｜ calls><｜DSML｜ invoke name="NAME"><｜DSML｜ parameter name="KEY" string="true">VALUE</｜DSML｜ parameter>',
+            description=(
+                'DeepSeek-V4.1 DSML: <｜DSML｜ calls><｜DSML｜ invoke name="NAME"><｜DSML｜ parameter '
+                'name="KEY" string="true">VALUE</｜DSML｜ parameter>'
+            ),
             template_markers=("<｜DSML｜ calls>", "dsml_token }} calls>", "dsml_token + ' calls>"),
         ),
         ToolParserSpec(
             name="deepseek_v4",
             factory="missive.tools.parsers.xml:DeepSeekV4Parser",
-            description='DeepSeek-V4 DSML: <｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>',
+            description=(
+                'DeepSeek-V4 DSML: <｜DSML｜tool_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter '
+                'name="KEY" string="true">VALUE</｜DSML｜parameter>'
+            ),
             template_markers=(
                 "<｜DSML｜tool_calls>",
                 "dsml_token }}tool_calls>",
@@ -94,13 +118,18 @@ def register_tool_parsers() -> list[ToolParserSpec]:
         ToolParserSpec(
             name="deepseek_v32",
             factory="missive.tools.parsers.xml:DeepSeekV32Parser",
-            description='DeepSeek-V3.2 DSML: <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="KEY" string="true">VALUE</｜DSML｜parameter>',
+            description=(
+                'DeepSeek-V3.2 DSML: <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="KEY" '
+                'string="true">VALUE</｜DSML｜parameter>'
+            ),
             template_markers=("｜DSML｜",),
         ),
         ToolParserSpec(
             name="deepseek_v31",
             factory="missive.tools.parsers.sections:DeepSeekV31Parser",
-            description="DeepSeek-V3.1 (and V3/R1): <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>",
+            description=(
+                "DeepSeek-V3.1 (and V3/R1): <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>"
+            ),
             template_markers=("<｜tool▁calls▁begin｜>",),
         ),
         ToolParserSpec(
@@ -124,7 +153,9 @@ def register_tool_parsers() -> list[ToolParserSpec]:
         ToolParserSpec(
             name="llama4_pythonic",
             factory="missive.tools.parsers.pythonic:Llama4PythonicParser",
-            description="Llama 4 pythonic: [NAME(key=value, ...)], optionally in <|python_start|>...<|python_end|>",
+            description=(
+                "Llama 4 pythonic: [NAME(key=value, ...)], optionally in <|python_start|>...<|python_end|>"
+            ),
             template_markers=("[func_name1(",),
         ),
         ToolParserSpec(
@@ -136,7 +167,10 @@ def register_tool_parsers() -> list[ToolParserSpec]:
         ToolParserSpec(
             name="llama3",
             factory="missive.tools.parsers.llama3:Llama3JsonParser",
-            description='Llama 3.1-3.3 JSON: {"name": ..., "parameters": {...}}, optional <|python_tag|>, "; " between calls',
+            description=(
+                'Llama 3.1-3.3 JSON: {"name": ..., "parameters": {...}}, optional <|python_tag|>, "; " '
+                'between calls'
+            ),
             template_markers=(
                 "<|python_tag|>",
                 "Environment: ipython",
@@ -158,7 +192,10 @@ def register_tool_parsers() -> list[ToolParserSpec]:
         ToolParserSpec(
             name="harmony",
             factory="missive.tools.parsers.harmony:HarmonyParser",
-            description="gpt-oss harmony: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>",
+            description=(
+                "gpt-oss harmony: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}"
+                "<|call|>"
+            ),
             template_markers=("<|channel|>",),
         ),
     ]

@@ -35,9 +35,10 @@ pool, so a decode never fails for lack of cells:
   keeps) before any new one joins, as soon as its cells are free again.
   One sequence alone always fits (``context_window`` is at most the pool),
   so the oldest always makes progress (vLLM preempts the newest requests
-  the same way when its KV blocks run out). A failed step fails every sequence in it (each gets the error as an SSE
-``error`` event); a bug in the loop itself fails every sequence it holds, so
-no request is ever left waiting for a loop that died.
+  the same way when its KV blocks run out). A failed step fails every
+  sequence in it (each gets the error as an SSE ``error`` event); a bug in
+  the loop itself fails every sequence it holds, so no request is ever left
+  waiting for a loop that died.
 """
 
 from __future__ import annotations
@@ -360,7 +361,9 @@ class Batcher:
                 self._release(producer)
             self._active = []
             return
-        self._active = [p for p, result in zip(active, results) if p.accept(result) or self._release(p)]
+        self._active = [
+            p for p, result in zip(active, results, strict=True) if p.accept(result) or self._release(p)
+        ]
 
     def _release(self, producer: Producer) -> bool:
         """Free the slot the (ended) producer holds, if any; always False."""

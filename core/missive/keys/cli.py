@@ -82,10 +82,10 @@ def render_usage(report: dict[str, Any]) -> str:
     """``totals`` of a ``GET /v1/usage`` answer as a table."""
     columns = ("KEY", "MODEL", *(c.upper() for c in COUNTS))
     rows = [(r["key_name"] or "-", r["model"], *(str(r[c]) for c in COUNTS)) for r in report["totals"]]
-    widths = [max(len(str(x)) for x in column) for column in zip(columns, *rows)]
+    widths = [max(len(str(x)) for x in column) for column in zip(columns, *rows, strict=True)]
     head = f"usage from {report['starting_at']} to {report['ending_at']}"
-    lines = [head, "  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
+    lines = [head, "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += ["  ".join(x.ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     if not rows:
         lines.append("(no requests)")
     return "\n".join(lines)

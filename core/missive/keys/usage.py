@@ -169,7 +169,7 @@ class UsageRecorder:
                 await self._call("add", dict(pending))
             except BaseException:
                 for row, counts in pending.items():  # kept for the next flush
-                    self._pending[row] = [a + b for a, b in zip(self._pending[row], counts)]
+                    self._pending[row] = [a + b for a, b in zip(self._pending[row], counts, strict=True)]
                 raise
         now = time.time()
         # A server that has counted nothing writes nothing (no database is made to be pruned).
@@ -237,7 +237,7 @@ class UsageRecorder:
         for hour, key, model_id, *counts in rows:
             for target in (buckets[hour // step * step], totals):
                 kept = target.setdefault((key, model_id), [0] * len(COUNTS))
-                target[(key, model_id)] = [a + b for a, b in zip(kept, counts)]
+                target[(key, model_id)] = [a + b for a, b in zip(kept, counts, strict=True)]
         return {
             "data": [
                 {"starting_at": rfc3339(b), "ending_at": rfc3339(b + step), "results": _results(found)}
@@ -252,7 +252,7 @@ class UsageRecorder:
 
 def _results(found: dict[tuple[str, str], list[int]]) -> list[dict[str, Any]]:
     return [
-        {"key_name": key, "model": model, **dict(zip(COUNTS, counts))}
+        {"key_name": key, "model": model, **dict(zip(COUNTS, counts, strict=True))}
         for (key, model), counts in sorted(found.items())
     ]
 

@@ -124,7 +124,7 @@ async def _checked_address(url: httpx.URL, policy: FetchPolicy, path: str) -> st
             except ValueError:
                 continue
         if not addresses:
-            raise MediaError(path, f"cannot fetch {url}: the host {host} has no address")
+            raise MediaError(path, f"cannot fetch {url}: the host {host} has no address") from None
     for ip in addresses:
         reason = refusal(ip)
         if reason and not policy.allow.allows(host, ip):

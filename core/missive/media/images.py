@@ -304,7 +304,10 @@ class PlaceholderImageProcessor(ImageProcessor):
             image, max_side=self.config.image_max_side, max_pixels=self.config.image_max_pixels
         )
         media_type = sniff_image(image.data)
-        return f"[image: {media_type}, {width}x{height} pixels; not shown: model '{target.model}' reads text only]"
+        return (
+            f"[image: {media_type}, {width}x{height} pixels; not shown: model '{target.model}' reads text "
+            "only]"
+        )
 
 
 assert set(_PIL_FORMATS) == set(IMAGE_MEDIA_TYPES)

@@ -158,7 +158,8 @@ class MediaPipeline:
         if config.image_fallback is not None and config.image_fallback not in self.image_specs:
             known = ", ".join(sorted(self.image_specs)) or "none"
             raise ConfigError(
-                f"media.image_fallback: no image processor named {config.image_fallback!r} (registered: {known})"
+                f"media.image_fallback: no image processor named {config.image_fallback!r} (registered: "
+                f"{known})"
             )
         self.policy = policy or FetchPolicy(
             enabled=config.fetch_urls,

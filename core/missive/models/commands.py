@@ -153,7 +153,7 @@ def render_rows(rows: list[CatalogueRow]) -> str:
         if row.error:
             notes.append(f"{row.name}: {row.error}")
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
     return "\n".join(lines + notes) + "\n"
 
 

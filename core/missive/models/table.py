@@ -340,7 +340,8 @@ class ModelTable:
             if remaining <= 0:
                 raise OverloadedError(
                     f"model '{model_id}' cannot be loaded now: server.memory_budget_mib "
-                    f"({server.memory_budget_mib} MiB) is held by models in use ({', '.join(sorted(busy))}); retry later",
+                    f"({server.memory_budget_mib} MiB) is held by models in use ({', '.join(sorted(busy))}); "
+                    "retry later",
                     retry_after=10,
                 )
             log.info("model %s waits for memory: %s in use", model_id, ", ".join(sorted(busy)))

@@ -1,4 +1,5 @@
-"""Identifiers in the API's shapes: ``req_``, ``msg_``, ``msgbatch_``, ``toolu_`` and ``srvtoolu_`` + base62."""
+"""Identifiers in the API's shapes: ``req_``, ``msg_``, ``msgbatch_``, ``toolu_`` and
+``srvtoolu_`` + base62."""
 
 from __future__ import annotations
 

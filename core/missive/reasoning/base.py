@@ -22,7 +22,7 @@ rendered prompt first, so the parser sees the tag the prompt opened.
 from __future__ import annotations
 
 import abc
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from ..tools.parsers.base import Reasoning, Text
 
@@ -36,7 +36,7 @@ __all__ = [
     "Gemma4ThinkParser",
 ]
 
-ReasoningEvent = Union[Text, Reasoning]
+ReasoningEvent = Text | Reasoning
 
 
 class ReasoningParser(abc.ABC):

@@ -267,7 +267,7 @@ class ReplicaPool:
     async def _check_all(self) -> None:
         targets = self.healthy()
         results = await asyncio.gather(*(self.probe(r) for r in targets), return_exceptions=True)
-        for replica, ok in zip(targets, results):
+        for replica, ok in zip(targets, results, strict=True):
             if ok is not True and replica.healthy:
                 self.mark_failed(replica, replica.last_error or f"health check failed: {ok!r}")
 

@@ -24,28 +24,29 @@ TCP connection.
 
 Failure and timeout policy (the same for every remote driver):
 
-=========================  =============================================  ==============  ====================
-when                       what happened                                  the replica     the request
-=========================  =============================================  ==============  ====================
-before the status line     cannot connect (refused, unreachable, no       marked down     next replica
-                           connection within ``connect_timeout``)
-before the status line     connection reset or closed while sending or    marked down     once more on a fresh
-                           before the answer, or an answer that is not    (the second     connection, then the
-                           HTTP (a kept-alive connection the backend      time)           next replica
-                           closed as it was reused looks like this)
-before the status line     no status line within ``read_timeout``: the    kept (it is     504 ``timeout_error``
-                           backend is up, queued or prefilling; sending   up, only slow)
-                           it again elsewhere would double the work
-status line                an error status: the driver's ``classify``     ``Failover``:   next replica, or the
-                           says :class:`Failover` (``down`` or not) or    as it says      driver's error
-                           returns the client-facing error
-after the status line      ``read_timeout`` seconds without a byte        kept            504 ``timeout_error``
-after the status line      connection lost (backend killed, network)      kept: the next  502 ``api_error``
-                                                                          connect finds
-                                                                          out
-no replica left            every one down or tried                        (none)          529 ``overloaded_error``
-                                                                                          with ``retry-after``
-=========================  =============================================  ==============  ====================
+======================  =============================================  ==============  ====================
+when                    what happened                                  the replica     the request
+======================  =============================================  ==============  ====================
+before the status line  cannot connect (refused, unreachable, no       marked down     next replica
+                        connection within ``connect_timeout``)
+before the status line  connection reset or closed while sending or    marked down     once more on a fresh
+                        before the answer, or an answer that is not    (the second     connection, then the
+                        HTTP (a kept-alive connection the backend      time)           next replica
+                        closed as it was reused looks like this)
+before the status line  no status line within ``read_timeout``: the    kept (it is     504 ``timeout_error``
+                        backend is up, queued or prefilling; sending   up, only slow)
+                        it again elsewhere would double the work
+status line             an error status: the driver's ``classify``     ``Failover``:   next replica, or the
+                        says :class:`Failover` (``down`` or not) or    as it says      driver's error
+                        returns the client-facing error
+after the status line   ``read_timeout`` seconds without a byte        kept            504 ``timeout_error``
+after the status line   connection lost (backend killed, network)      kept: the next  502 ``api_error``
+                                                                       connect finds
+                                                                       out
+no replica left         every one down or tried                        (none)          529
+                                                                                       ``overloaded_error``
+                                                                                       with ``retry-after``
+======================  =============================================  ==============  ====================
 
 A request is only sent again before a byte of the answer arrived (nothing
 reached the client yet); after that, an error ends the message (an SSE

@@ -52,7 +52,8 @@ def write_skeleton(name: str, parent: Path) -> Path:
     """
     if not NAME_PATTERN.fullmatch(name):
         raise ValueError(
-            f"driver name {name!r} must be lower-case letters and digits, words joined by - or _ (e.g. my-backend)"
+            f"driver name {name!r} must be lower-case letters and digits, words joined by - or _ (e.g. "
+            "my-backend)"
         )
     taken = _taken(name)
     if taken:

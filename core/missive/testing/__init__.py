@@ -65,4 +65,6 @@ __all__ = [
     "watch_async_generators",
     "finalized_generators",
     "GENERATOR_ERRORS",
+    "FINALIZED_MARK",
+    "tests_state_home",
 ]

@@ -45,14 +45,14 @@ _QWEN3_TOOLS = """\
                 {{- '}\\n</tool_call>' }}
             {%- endfor %}
         {%- endif %}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _QWEN3_THINK = """\
             {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}
     {%- if enable_thinking is defined and enable_thinking is false %}
         {{- '<think>\\n\\n</think>\\n\\n' }}
     {%- endif %}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _QWEN_XML_TOOLS = """\
 {%- if tools and tools is iterable and tools is not mapping %}
@@ -75,7 +75,7 @@ _QWEN_XML_TOOLS = """\
                 {{- '</function>\\n</tool_call>' }}
             {%- endfor %}
         {%- endif %}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _GLM_TOOLS = """\
 {%- if tools -%}
@@ -104,7 +104,7 @@ For each function call, output the function name and arguments within the follow
 {% endif %}
 {{ '<think>' + reasoning_content.strip() +  '</think>'}}
 {{'/nothink' if (enable_thinking is defined and not enable_thinking and not content.endswith("/nothink")) else ''}}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _GPT_OSS = """\
 {%- if tools -%}
@@ -131,7 +131,7 @@ _DEEPSEEK_V3 = """\
   {%- endif -%}
   {%- if message['role'] == 'tool' -%}{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}
   {%- endif -%}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _DEEPSEEK_V31 = """\
   {%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] is not none -%}
@@ -151,7 +151,7 @@ _DEEPSEEK_V31 = """\
     {%- else -%}{{'<think>'}}
   {%- endif -%}
 {%- endif %}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 
 def _dsml(block: str, space: str) -> str:
@@ -173,7 +173,7 @@ You can invoke functions by writing a "<{{{{ dsml_token }}}}{space}{block}>" blo
 {{%- endfor -%}}
 {{{{ "\\n" }}}}</{{{{ dsml_token }}}}{space}{block}>
     {{%- endif -%}}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 
 _KIMI_K2 = """\
@@ -187,14 +187,14 @@ _KIMI_K2 = """\
         <|tool_call_begin|>{{ formatted_id }}<|tool_call_argument_begin|>{{ tool_call['function']['arguments'] | tojson }}<|tool_call_end|>
       {%- endfor -%}
       <|tool_calls_section_end|>
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _KIMI_K2_THINKING = (
     _KIMI_K2
     + """\
       {%- if message.get('reasoning_content') -%}<think>{{ message['reasoning_content'] }}</think>{%- else -%}<think></think>{%- endif -%}
 <|im_assistant|>assistant<|im_middle|>{%- if thinking is defined and thinking is false -%}<think></think>{%- else -%}<think>{%- endif -%}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 )
 
 _KIMI_K3 = """\
@@ -244,7 +244,7 @@ _LLAMA33 = """\
             {{- tool_call.arguments | tojson }}
             {{- "}" }}
         {%- endif %}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _LLAMA4 = """\
 {%- if tools is not none %}
@@ -258,7 +258,7 @@ _LLAMA4 = """\
             {{- '{"name": "' + tool_call.name + '", ' }}
             {{- '"parameters": ' }}
             {{- tool_call.arguments | tojson }}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 
 _MISTRAL_V3 = """\
 {%- if message["role"] == "user" %}
@@ -295,7 +295,7 @@ _MAGISTRAL_2506 = (
     _MISTRAL_V11
     + """\
 {%- set default_system_message = "A user will ask you to solve a task. You should first draft your thinking process (inner monologue) until you have derived the final answer. Afterwards, write a self-contained summary of your thoughts.\\n\\nYour thinking process must follow the template below:\\n<think>\\nYour thoughts or/and draft, like working through an exercise on scratch paper.\\n</think>\\n\\nHere, provide a concise summary." %}
-"""
+"""  # noqa: E501 - lines quoted whole from the published template
 )
 
 _MISTRAL_THINK = (

@@ -67,8 +67,8 @@ def resolve_entry(model_id: str, entry: ModelEntry, spec: DriverSpec | None) -> 
         return ResolvedEntry(entry, local)
     if local.format != spec.model_format:
         raise ConfigError(
-            f"model '{model_id}': {ref} is a{'n' if local.format == 'mlx' else ''} {local.format.upper()} model, "
-            f"and driver '{spec.name}' loads {spec.model_format.upper()} models"
+            f"model '{model_id}': {ref} is a{'n' if local.format == 'mlx' else ''} {local.format.upper()} "
+            f"model, and driver '{spec.name}' loads {spec.model_format.upper()} models"
         )
     settings: dict[str, Any] = {**entry.settings, spec.model_setting: str(local.path)}
     if (
@@ -92,8 +92,8 @@ def driver_for(local: LocalModel, drivers: Mapping[str, DriverSpec]) -> str:
             return name
     extra = "llamacpp" if local.format == "gguf" else "mlx"
     raise ConfigError(
-        f"{local.ref} is a{'n' if local.format == 'mlx' else ''} {local.format.upper()} model and no installed "
-        f"driver loads those; pip install 'missive-server[{extra}]'"
+        f"{local.ref} is a{'n' if local.format == 'mlx' else ''} {local.format.upper()} model and no "
+        f"installed driver loads those; pip install 'missive-server[{extra}]'"
     )
 
 

@@ -250,7 +250,7 @@ def _fetch(ref: ModelRef, listing: _Listing, wanted: list[str]) -> list[Path]:
 
     if listing.cached_snapshot is not None:
         paths = [listing.cached_snapshot / f for f in wanted]
-        missing = [f for f, p in zip(wanted, paths) if not p.exists()]
+        missing = [f for f, p in zip(wanted, paths, strict=True) if not p.exists()]
         if missing:
             raise ModelRefError(
                 f"{ref}: the cache lacks {', '.join(missing)} of {ref.repo}; "

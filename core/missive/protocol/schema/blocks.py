@@ -260,7 +260,15 @@ def _tag(known: frozenset[str]) -> Any:
 
 
 ToolResultContentBlock = Annotated[
-    Annotated[TextBlock, Tag("text")] | Annotated[ImageBlock, Tag("image")] | Annotated[DocumentBlock, Tag("document")] | Annotated[SearchResultBlock, Tag("search_result")] | Annotated[ToolReferenceBlock, Tag("tool_reference")] | Annotated[ServerToolBlock, Tag("server_tool")] | Annotated[UnknownBlock, Tag("unknown")],
+    (
+        Annotated[TextBlock, Tag("text")]
+        | Annotated[ImageBlock, Tag("image")]
+        | Annotated[DocumentBlock, Tag("document")]
+        | Annotated[SearchResultBlock, Tag("search_result")]
+        | Annotated[ToolReferenceBlock, Tag("tool_reference")]
+        | Annotated[ServerToolBlock, Tag("server_tool")]
+        | Annotated[UnknownBlock, Tag("unknown")]
+    ),
     _tag(frozenset({"text", "image", "document", "search_result", "tool_reference"})),
 ]
 
@@ -273,7 +281,23 @@ class ToolResultBlock(_Block):
 
 
 ContentBlock = Annotated[
-    Annotated[TextBlock, Tag("text")] | Annotated[ImageBlock, Tag("image")] | Annotated[DocumentBlock, Tag("document")] | Annotated[SearchResultBlock, Tag("search_result")] | Annotated[ToolUseBlock, Tag("tool_use")] | Annotated[ToolResultBlock, Tag("tool_result")] | Annotated[ThinkingBlock, Tag("thinking")] | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")] | Annotated[ServerToolUseBlock, Tag("server_tool_use")] | Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")] | Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")] | Annotated[CompactionBlock, Tag("compaction")] | Annotated[FallbackBlock, Tag("fallback")] | Annotated[ServerToolBlock, Tag("server_tool")] | Annotated[UnknownBlock, Tag("unknown")],
+    (
+        Annotated[TextBlock, Tag("text")]
+        | Annotated[ImageBlock, Tag("image")]
+        | Annotated[DocumentBlock, Tag("document")]
+        | Annotated[SearchResultBlock, Tag("search_result")]
+        | Annotated[ToolUseBlock, Tag("tool_use")]
+        | Annotated[ToolResultBlock, Tag("tool_result")]
+        | Annotated[ThinkingBlock, Tag("thinking")]
+        | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
+        | Annotated[ServerToolUseBlock, Tag("server_tool_use")]
+        | Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")]
+        | Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")]
+        | Annotated[CompactionBlock, Tag("compaction")]
+        | Annotated[FallbackBlock, Tag("fallback")]
+        | Annotated[ServerToolBlock, Tag("server_tool")]
+        | Annotated[UnknownBlock, Tag("unknown")]
+    ),
     _tag(
         frozenset(
             {

@@ -129,7 +129,12 @@ def _edit_tag(value: Any) -> str:
 
 
 Edit = Annotated[
-    Annotated[ClearToolUsesEdit, Tag("clear_tool_uses_20250919")] | Annotated[ClearThinkingEdit, Tag("clear_thinking_20251015")] | Annotated[CompactEdit, Tag("compact_20260112")] | Annotated[UnknownEdit, Tag("unknown")],
+    (
+        Annotated[ClearToolUsesEdit, Tag("clear_tool_uses_20250919")]
+        | Annotated[ClearThinkingEdit, Tag("clear_thinking_20251015")]
+        | Annotated[CompactEdit, Tag("compact_20260112")]
+        | Annotated[UnknownEdit, Tag("unknown")]
+    ),
     Discriminator(_edit_tag),
 ]
 
