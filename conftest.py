@@ -33,7 +33,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     report = os.environ.get("MISSIVE_TEST_TIERS_REPORT")  # a file: one "node id<TAB>tier" line per test
     if report:
         tiers = [next(value for name, value in item.user_properties if name == "tier") for item in items]
-        Path(report).write_text("".join(f"{item.nodeid}\t{tier}\n" for item, tier in zip(items, tiers)))
+        Path(report).write_text(
+            "".join(f"{item.nodeid}\t{tier}\n" for item, tier in zip(items, tiers, strict=True))
+        )
 
 
 #: The test suite's own switches (``MISSIVE_TEST_SHOW_LOGS``,

@@ -279,7 +279,8 @@ def main() -> None:
         print(
             f"server CPU per request: bad key {r.cpu_ms_bad_key:.3f} ms"
             + (
-                f", GET /livez {r.cpu_ms_livez:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_livez:.2f}x), valid-key echo "
+                f", GET /livez {r.cpu_ms_livez:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_livez:.2f}x), valid-key "
+                "echo "
                 f"message {r.cpu_ms_valid_message:.3f} ms ({r.cpu_ms_bad_key / r.cpu_ms_valid_message:.2f}x)"
                 if args.baseline
                 else ""

@@ -144,7 +144,8 @@ def main() -> None:
             rounds(url, 1, 1, 4)  # warm-up
             print(
                 f"SmolLM2-135M, parallel={args.parallel}, batches.max_slots={args.max_slots}, "
-                f"interactive max_tokens={args.tokens}, batch {args.batch_requests} x {args.batch_tokens} tokens"
+                f"interactive max_tokens={args.tokens}, batch {args.batch_requests} x {args.batch_tokens} "
+                "tokens"
             )
             for concurrency in levels:
                 idle = summary(rounds(url, concurrency, args.iterations, args.tokens))
@@ -191,8 +192,8 @@ def main() -> None:
                 batch_rate = sum(r["message"]["usage"]["output_tokens"] for r in finished) / elapsed
                 print(f"\ninteractive concurrency {concurrency} ({args.iterations} rounds)")
                 print(
-                    f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} {'decode tok/s':>13} "
-                    f"{'prompt read':>12}"
+                    f"  {'':8} {'TTFT p50':>9} {'TTFT p90':>9} {'e2e p50':>9} {'e2e p90':>9} "
+                    f"{'decode tok/s':>13} {'prompt read':>12}"
                 )
                 for name, s in (("idle", idle), ("batch", during)):
                     print(
@@ -203,7 +204,8 @@ def main() -> None:
                 print(
                     f"  TTFT p50 batch/idle {ratio:.2f} (target <= 1.5 at the slot count); decode speed "
                     f"batch/idle {during['decode_p50'] / idle['decode_p50']:.2f}; batch output "
-                    f"{batch_rate:.1f} tokens/s ({len(finished)} requests finished); {preemptions:.0f} preemptions"
+                    f"{batch_rate:.1f} tokens/s ({len(finished)} requests finished); {preemptions:.0f} "
+                    "preemptions"
                 )
 
 

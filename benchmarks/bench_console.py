@@ -95,8 +95,8 @@ def main() -> None:
     for name, runs in (("cold", cold), ("warm", warm)):
         load, first = median([r["load_ms"] for r in runs]), median([r["first_data_ms"] for r in runs])
         print(
-            f"{name}: {runs[0]['files']} files, {median([r['transfer_bytes'] for r in runs]):.0f} bytes transferred "
-            f"({median([r['decoded_bytes'] for r in runs]):.0f} decoded), first data calls "
+            f"{name}: {runs[0]['files']} files, {median([r['transfer_bytes'] for r in runs]):.0f} bytes "
+            f"transferred ({median([r['decoded_bytes'] for r in runs]):.0f} decoded), first data calls "
             f"{median([r['data_transfer_bytes'] for r in runs]):.0f} bytes; load event {load:.1f} ms "
             f"({load / base:.2f}x baseline), first data shown {first:.1f} ms ({first / base:.2f}x baseline)"
         )

@@ -106,7 +106,8 @@ def main() -> None:
         print(f"extra buffer types {'on ' if use else 'off'}      {med[use][0]:14.1f}{med[use][1]:14.1f}")
     if choice.use_extra_bufts:
         print(
-            f"ratio off/on              {med[False][0] / med[True][0]:14.3f}{med[False][1] / med[True][1]:14.3f}"
+            "ratio off/on              "
+            f"{med[False][0] / med[True][0]:14.3f}{med[False][1] / med[True][1]:14.3f}"
         )
 
 

@@ -358,8 +358,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     notes = [
-        f"load generator: {generator_name(args.python_loadgen)}; machine: {os.cpu_count()} CPUs, load average "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
+        f"load generator: {generator_name(args.python_loadgen)}; machine: {os.cpu_count()} CPUs, load "
+        f"average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the start"
     ]
     rows: list[Row] = []
     with instant_backend() as backend:

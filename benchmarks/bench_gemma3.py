@@ -130,8 +130,9 @@ def main() -> None:
         f"decode {result['decode_tokens_per_s'] / baseline['decode_tokens_per_s']:.2f}x"
     )
     print(
-        f"gemma3: Claude Code's first request, {result['claude_code_prompt_tokens']} tokens: first token after "
-        f"{result['claude_code_ttft_s']:.1f} s ({result['claude_code_prompt_tokens_per_s']:.0f} prompt tokens/s)"
+        f"gemma3: Claude Code's first request, {result['claude_code_prompt_tokens']} tokens: first token "
+        f"after {result['claude_code_ttft_s']:.1f} s ({result['claude_code_prompt_tokens_per_s']:.0f} prompt "
+        "tokens/s)"
     )
 
 

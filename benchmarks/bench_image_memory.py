@@ -67,7 +67,8 @@ def main() -> None:
     )
     for name, r in (("baseline (no release)", baseline), ("missive", missive)):
         print(
-            f"  {name:22} resident before {r['before']:7.0f} MB, after {r['after']:7.0f} MB ({r['after'] / r['before']:.1f}x)"
+            f"  {name:22} resident before {r['before']:7.0f} MB, after {r['after']:7.0f} MB "
+            f"({r['after'] / r['before']:.1f}x)"
         )
     ratio = missive["after"] / baseline["after"]
     print(

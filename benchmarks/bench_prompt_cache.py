@@ -142,7 +142,8 @@ def main() -> None:
         with live_server(config(cache), timeout=300) as url:
             runs[name] = conversation(url, system, args.turns, interleave)
     print(
-        f"{args.model}: main prompt {runs['alone'][0][2]} tokens on turn 1 (read whole: {runs['alone'][0][0]:.2f} s);"
+        f"{args.model}: main prompt {runs['alone'][0][2]} tokens on turn 1 (read whole: "
+        f"{runs['alone'][0][0]:.2f} s);"
         f" {args.turns} turns\n"
     )
     print(f"{'':24}{'later-turn TTFT (median)':>26}{'cache reads per turn':>34}")
@@ -153,7 +154,8 @@ def main() -> None:
         reads = ", ".join(f"{r[1]}/{r[2]}" for r in results[1:])
         print(f"{name:24}{medians[name]:24.2f} s  {reads:>32}")
     print(
-        f"\nratio interleaved / alone:           {medians['interleaved'] / medians['alone']:.2f} (target <= 1.3)"
+        f"\nratio interleaved / alone:           {medians['interleaved'] / medians['alone']:.2f} (target <= "
+        "1.3)"
     )
     print(f"ratio interleaved, no cache / alone: {medians['interleaved, no cache'] / medians['alone']:.2f}")
     record(

@@ -44,8 +44,10 @@ from missive_llamacpp.settings import available_cpus
 
 #: Gemma 3's chat format (the GGUF of the test extra has none).
 GEMMA3_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' }}\n"
-    "{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+    "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else 'user' "
+    "}}\n"
+    "{{ m.content | trim }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% "
+    "endif %}"
 )
 
 
@@ -190,7 +192,7 @@ def main() -> None:
                     return seconds, tokens
 
                 readers[f"llama-server -fa {flash}"] = read
-        for label, reader in readers.items():  # warm-up
+        for reader in readers.values():  # warm-up
             reader(text(64))
         order = list(readers.items())
         for r in range(args.repeats):
@@ -204,8 +206,8 @@ def main() -> None:
                 )
 
     print(
-        f"\n{args.model}, ~{args.prompt_tokens} prompt tokens, {args.threads} threads, -b {args.batch} -ub {args.ubatch}, "
-        f"median of {args.repeats}" + (f", Missive settings {chosen}" if chosen else "")
+        f"\n{args.model}, ~{args.prompt_tokens} prompt tokens, {args.threads} threads, -b {args.batch} -ub "
+        f"{args.ubatch}, median of {args.repeats}" + (f", Missive settings {chosen}" if chosen else "")
     )
     median = {label: statistics.median(values) for label, values in rates.items()}
     for label, value in median.items():

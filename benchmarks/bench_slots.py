@@ -386,7 +386,9 @@ def main() -> None:
     )
     for parallel, o in overlap.items():
         ratio = med(o.busy) / med(o.idle)
-        longs = "; ".join(f"{n} {s} {a}" for n, s, a in zip(o.long_tokens, o.long_stops, o.long_after))
+        longs = "; ".join(
+            f"{n} {s} {a}" for n, s, a in zip(o.long_tokens, o.long_stops, o.long_after, strict=True)
+        )
         streaming = f"{sum(o.still_streaming)}/{len(o.still_streaming)}"
         print(
             f"{'missive parallel=' + str(parallel):24}"

@@ -243,8 +243,8 @@ def main() -> None:
             f"{r.errors} errors {r.error_kinds or ''}".rstrip()
         )
         print(
-            f"resident memory: idle {r.rss_idle:.1f} MiB, start {r.rss_start:.1f} MiB, end {r.rss_end:.1f} MiB "
-            f"({(r.rss_end / r.rss_start - 1) * 100:+.1f} %)"
+            f"resident memory: idle {r.rss_idle:.1f} MiB, start {r.rss_start:.1f} MiB, end {r.rss_end:.1f} "
+            f"MiB ({(r.rss_end / r.rss_start - 1) * 100:+.1f} %)"
         )
         print(
             f"open descriptors: start {r.fds_start}, peak {r.fds_peak}, end {r.fds_end}; "

@@ -168,7 +168,8 @@ def main() -> None:
             ok = met(r.value, r.target)
             missed += ok is False
             print(
-                f"{step.name:22}{r.name[:77]:78}{r.value:8.2f}{r.target:>9}  {'-' if ok is None else 'yes' if ok else 'NO'}"
+                f"{step.name:22}{r.name[:77]:78}{r.value:8.2f}{r.target:>9}  "
+                f"{'-' if ok is None else 'yes' if ok else 'NO'}"
             )
     print()
     for name, outcome in outcomes.items():

@@ -348,8 +348,8 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is not met")
     args = parser.parse_args()
     print(
-        f"cache {args.cache_tokens:,} tokens per replica, {args.sessions_per_replica:g} sessions per replica, "
-        f"{args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, "
+        f"cache {args.cache_tokens:,} tokens per replica, {args.sessions_per_replica:g} sessions per "
+        f"replica, {args.minutes:g} min of arrivals, load_bound {args.load_bound:g}, "
         f"load_slack {args.load_slack:g}, seed {args.seed}\n"
     )
     print(

@@ -43,8 +43,16 @@ w.add_layer_norm_rms_eps(1e-5)
 w.add_rope_dimension_count(n_embd // n_head)
 w.add_file_type(1)
 rng = np.random.default_rng(0)
-f16 = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float16)
-ones = lambda n: np.ones(n, dtype=np.float32)
+
+
+def f16(*s):
+    return (rng.standard_normal(s) * 0.02).astype(np.float16)
+
+
+def ones(n):
+    return np.ones(n, dtype=np.float32)
+
+
 w.add_tensor("token_embd.weight", f16(vocab, n_embd))
 w.add_tensor("output_norm.weight", ones(n_embd))
 kv = 2 * (n_embd // n_head)

@@ -92,7 +92,8 @@ class Layout:
             "none": f"whole cached prefix or checkpoints ({settings.ctx_checkpoints} a slot)",
         }[self.cut]
         return (
-            f"{layout}, {self.report.kv_bytes // MIB} MiB (K {settings.cache_type_k}, V {settings.cache_type_v}), "
+            f"{layout}, {self.report.kv_bytes // MIB} MiB (K {settings.cache_type_k}, V "
+            f"{settings.cache_type_v}), "
             f"compute {self.report.compute_bytes // MIB} MiB, flash_attn {settings.flash_attn}: {flash}, "
             f"n_batch {settings.n_batch}, n_ubatch {settings.n_ubatch}, prompt reuse: {reuse}"
         )

@@ -108,7 +108,8 @@ class LlamaCppDriver(LocalDriver):
             ) from exc
         if relaxed:
             self.log.info(
-                "%s: the grammar does not enforce %s (the output is checked against the full schema afterwards)",
+                "%s: the grammar does not enforce %s (the output is checked against the full schema "
+                "afterwards)",
                 request.request_id,
                 ", ".join(relaxed),
             )

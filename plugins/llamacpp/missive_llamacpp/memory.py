@@ -59,7 +59,8 @@ AUTO_MAX_SLOTS = 4
 MIN_AUTO_WINDOW = 2048
 
 _CACHE_LINE = re.compile(
-    r"(?P<kind>llama_kv_cache|llama_memory_recurrent): size =\s*(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers"
+    r"(?P<kind>llama_kv_cache|llama_memory_recurrent): size =\s*(?P<mib>[\d.]+) MiB \(\s*(?P<cells>\d+) "
+    r"cells,\s*(?P<layers>\d+) layers"
 )
 _COMPUTE_LINE = re.compile(r"(?P<dev>\S+) compute buffer size =\s*(?P<mib>[\d.]+) MiB")
 _FLASH_LINE = re.compile(r"Flash Attention (?:was auto, set to )?(?P<state>enabled|disabled)", re.IGNORECASE)

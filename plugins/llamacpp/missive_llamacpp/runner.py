@@ -58,7 +58,8 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   and never for a sequence with ``Sequence.draft`` False;
 * **detokenizer**: token bytes through an incremental UTF-8 decoder (a
   character split across tokens is emitted whole, invalid bytes become
-  U+FFFD), special tokens as their text (tool call and reasoning markers); bytes of a character cut off by ``max_tokens`` are dropped, not
+  U+FFFD), special tokens as their text (tool call and reasoning
+  markers); bytes of a character cut off by ``max_tokens`` are dropped, not
   shown as U+FFFD: the API never returns half a character;
 * **append**: the tokens are queued after the last sampled one and decoded
   by the next step (the thinking budget's close);
@@ -679,7 +680,8 @@ class LlamaCppRunner(PortableSlots):
         after = self.projector.decode(self.llm, span, seq.slot, self._n_batch)
         if after != span.end:
             raise ApiError(
-                f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not ..{span.end}"
+                f"llama.cpp placed an image of {span.n_tokens} tokens at {span.start}..{after}, not "
+                f"..{span.end}"
             )
         slot.tokens.extend(state.pending[: span.n_tokens])
         del state.pending[: span.n_tokens]

@@ -12,19 +12,29 @@ Example::
     n_batch = 512                   # prompt tokens per decode call
     n_ubatch = 512                  # tokens per compute pass inside a decode call
     flash_attn = "auto"             # flash attention: "auto" (llama.cpp decides), "on", "off"
-    cache_type_k = "q8_0"           # KV cache types: f16 (default), q8_0 (half), q4_0...; quantized V needs flash attention
+    cache_type_k = "q8_0"           # KV cache types: f16 (default), q8_0 (half), q4_0...;
+                                    #   quantized V needs flash attention
     cache_type_v = "q8_0"
-    n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU build; 0: CPU)
+    n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU
+                                    #   build; 0: CPU)
     extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
-    parallel = 4                    # slots: sequences decoded together; default "auto" (4, fewer if memory is short)
-    kv_unified = true               # one KV pool the slots share (default); false: a window of its own per slot
-    kv_pool_tokens = 32768          # the pool's size in tokens; default "auto": what fits, at most parallel x window
-    swa_full = false                # sliding-window models: keep the whole window (cuts anywhere) instead of checkpoints
-    ctx_checkpoints = 16            # context checkpoints per slot (hybrid, recurrent, sliding-window models); 0: off
+    parallel = 4                    # slots: sequences decoded together; default "auto"
+                                    #   (4, fewer if memory is short)
+    kv_unified = true               # one KV pool the slots share (default);
+                                    #   false: a window of its own per slot
+    kv_pool_tokens = 32768          # the pool's size in tokens; default "auto": what fits,
+                                    #   at most parallel x window
+    swa_full = false                # sliding-window models: keep the whole window
+                                    #   (cuts anywhere) instead of checkpoints
+    ctx_checkpoints = 16            # context checkpoints per slot (hybrid, recurrent,
+                                    #   sliding-window models); 0: off
     checkpoint_interval = 4096      # tokens between checkpoints inside a long prompt
-    cache_ram_mib = 4096            # host RAM for prompts that left the context; default: 1/4 of RAM, <= 8192; 0: off
-    cache_disk_mib = 8192           # their disk tier in the state directory; default: 1/4 of the free disk, <= 8192; 0: off
-    speculative = "ngram"           # speculative decoding: "auto" (default: where a timed step says it pays), "ngram", "off"
+    cache_ram_mib = 4096            # host RAM for prompts that left the context;
+                                    #   default: 1/4 of RAM, <= 8192; 0: off
+    cache_disk_mib = 8192           # their disk tier in the state directory;
+                                    #   default: 1/4 of the free disk, <= 8192; 0: off
+    speculative = "ngram"           # speculative decoding: "auto" (default: where a timed
+                                    #   step says it pays), "ngram", "off"
     draft_max = 16                  # most tokens drafted a step (the length adapts per sequence)
     draft_min = 1                   # fewest tokens a shrinking draft length goes down to
     prompt_lookup_min = 2           # shortest n-gram looked up in the sequence's earlier tokens
@@ -261,8 +271,8 @@ class LlamaCppSettings(BaseModel):
         # ("quantized V cache requires flash_attn to be enabled", llama_init_from_model).
         if self.flash_attn == "off" and self.cache_type_v not in ("f32", "f16", "bf16"):
             raise ValueError(
-                f"cache_type_v = {self.cache_type_v!r} needs flash attention: set flash_attn to \"auto\" or \"on\", "
-                "or cache_type_v to \"f16\""
+                f"cache_type_v = {self.cache_type_v!r} needs flash attention: set flash_attn to \"auto\" or "
+                "\"on\", or cache_type_v to \"f16\""
             )
         if self.draft_min > self.draft_max:
             raise ValueError(f"draft_min ({self.draft_min}) cannot exceed draft_max ({self.draft_max})")

@@ -117,7 +117,9 @@ class NgramDrafter:
             if first >= size:
                 continue
             window = seq[first - n : size - 1]
-            index.update(zip(zip(*(window[i:] for i in range(n))), range(first, size)))
+            index.update(
+                zip(zip(*(window[i:] for i in range(n)), strict=False), range(first, size), strict=True)
+            )
 
     def propose(self, k: int) -> list[int]:
         """At most ``k`` tokens that followed the most recent earlier

@@ -63,7 +63,7 @@ def write_tiny_gguf(
     special_tokens: Sequence[str] = (),
     eos: str | None = None,
     bos: str | None = None,
-    model: TinyModel = TinyModel(),
+    model: TinyModel = TinyModel(),  # noqa: B008 - frozen, so one shared default is safe
     name: str = "tiny",
 ) -> pathlib.Path:
     """Write a tiny random-weight model to ``path`` and return it.

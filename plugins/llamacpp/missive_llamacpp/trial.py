@@ -153,7 +153,8 @@ def choose_extra_buffer_types(settings: LlamaCppSettings, model_id: str) -> Buff
     if isinstance(record, dict) and record.get("extra_buffer_types") in ("on", "off"):
         return BufferChoice(
             record["extra_buffer_types"] == "on",
-            f"auto: {record.get('why', 'trial')}, recorded {record.get('at', '?')} in {state_dir() / RECORD_FILE}",
+            f"auto: {record.get('why', 'trial')}, recorded {record.get('at', '?')} in "
+            f"{state_dir() / RECORD_FILE}",
         )
     failures: list[tuple[str, ChildOutcome]] = []
     for use in (True, False):
@@ -165,7 +166,8 @@ def choose_extra_buffer_types(settings: LlamaCppSettings, model_id: str) -> Buff
                     f"the trial with extra_buffer_types={lab} was {o.reason()}" for lab, o in failures
                 )
                 log.warning(
-                    "model %s: llama.cpp crashed with extra buffer types on this machine (%s); serving without "
+                    "model %s: llama.cpp crashed with extra buffer types on this machine (%s); serving "
+                    "without "
                     "them. Known upstream (ggml-org/llama.cpp #20824); set settings.extra_buffer_types to "
                     "choose without a trial. CPU features: %s",
                     model_id,

@@ -238,7 +238,8 @@ class Projector:
         )
         if rc != 0:
             raise ApiError(
-                f"llama.cpp could not encode an image into the context (mtmd_helper_eval_chunk_single returned {rc})"
+                "llama.cpp could not encode an image into the context (mtmd_helper_eval_chunk_single "
+                f"returned {rc})"
             )
         return int(new_n_past.value)
 
@@ -327,7 +328,8 @@ def probe_projector(model_path: Path, path: Path, *, model_id: str) -> None:
         return
     if outcome.returncode is None:
         raise ConfigError(
-            f"model '{model_id}': trying the projector {path} took over {PROBE_TIMEOUT} s (settings.mmproj_path)"
+            f"model '{model_id}': trying the projector {path} took over {PROBE_TIMEOUT} s "
+            "(settings.mmproj_path)"
         )
     raise ConfigError(
         f"model '{model_id}': the projector {path} (settings.mmproj_path) failed its trial "
@@ -409,7 +411,8 @@ def load_projector(
     if not mtmd.mtmd_support_vision(ctx):
         projector.close()
         raise ConfigError(
-            f"model '{model_id}': the projector {path} has no vision encoder (audio-only projectors are not supported)"
+            f"model '{model_id}': the projector {path} has no vision encoder (audio-only projectors are not "
+            "supported)"
         )
     if mtmd.mtmd_decode_use_mrope(ctx):
         projector.close()

@@ -58,7 +58,7 @@ def assert_same_greedy_tokens(
 
 def _assert_near_tie(llm: Any, prompt: list[int], a: list[int], b: list[int], what: str) -> None:
     """Token sequences ``a`` and ``b`` after ``prompt`` part at a near tie of ``llm``, read alone."""
-    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     llm.reset()
     llm.eval(prompt + a[:k])
     # The last token's logits (``Llama.scores`` keeps them only with

@@ -473,10 +473,12 @@ async def test_typed_special_tokens_stay_text(driver) -> None:
 #: A ChatML template with native tools (as Qwen's): tool definitions and call
 #: names/arguments are rendered by the template itself, not as message text.
 NATIVE_TOOLS_CHATML = (
-    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n"
+    "{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m.role }}\n"
     "{% if m.content.startswith('<tool_response>') %}(response){% endif %}{{ m.content | trim }}"
-    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} {{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }} "
+    "{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

@@ -33,10 +33,12 @@ CAPTURE = Path(__file__).with_name("claude_code_first_request.json")
 #: the system prompt (the Hermes convention), as for any such template.
 GEMMA3_TEMPLATE = """\
 {{ bos_token }}
-{%- if messages[0].role == 'system' %}{% set first = messages[0].content + '\\n\\n' %}{% set loop_messages = messages[1:] %}
+{%- if messages[0].role == 'system' %}{% set first = messages[0].content + '\\n\\n' %}
+{%- set loop_messages = messages[1:] %}
 {%- else %}{% set first = '' %}{% set loop_messages = messages %}{% endif %}
 {%- for message in loop_messages %}
-{%- if (message.role == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}
+{%- if (message.role == 'user') != (loop.index0 % 2 == 0) %}
+{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}
 {{- '<start_of_turn>' + ('model' if message.role == 'assistant' else 'user') + '\\n' }}
 {{- (first if loop.first else '') + message.content | trim }}<end_of_turn>
 {% endfor %}

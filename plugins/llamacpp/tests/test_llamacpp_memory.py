@@ -26,9 +26,12 @@ from missive_llamacpp.settings import parse_settings
 #: probe's 1280 cells and a window cache of 512 x 1 + 512 (+ padding) cells.
 GEMMA_LINES = [
     "llama_kv_cache:        CPU KV buffer size =     3.75 MiB\n",
-    "llama_kv_cache: size =    3.75 MiB (  1280 cells,   3 layers,  1/1 seqs), K (f16):    1.88 MiB, V (f16):    1.88 MiB\n",
-    "llama_kv_cache: size =   15.00 MiB (  1024 cells,  15 layers,  1/1 seqs), K (f16):    7.50 MiB, V (f16):    7.50 MiB\n",
-    "llama_memory_recurrent: size =    2.00 MiB (     1 cells,   4 layers,  1 seqs), R (f32): 1.00 MiB, S (f32): 1.00 MiB\n",
+    "llama_kv_cache: size =    3.75 MiB (  1280 cells,   3 layers,  1/1 seqs), K (f16):    1.88 MiB, V "
+    "(f16):    1.88 MiB\n",
+    "llama_kv_cache: size =   15.00 MiB (  1024 cells,  15 layers,  1/1 seqs), K (f16):    7.50 MiB, V "
+    "(f16):    7.50 MiB\n",
+    "llama_memory_recurrent: size =    2.00 MiB (     1 cells,   4 layers,  1 seqs), R (f32): 1.00 MiB, S "
+    "(f32): 1.00 MiB\n",
     "sched_reserve:        CPU compute buffer size =   98.25 MiB\n",
     "resolve_fused_ops: Flash Attention enabled\n",
 ]

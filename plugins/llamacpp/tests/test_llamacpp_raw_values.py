@@ -100,7 +100,9 @@ def written(parser: type[ToolParser], values: dict[str, str]) -> str:
     """The call as the grammar writes it (the parser's call and parameter syntax)."""
     prefix, suffix = parser.call_syntax("Write")
     params = [parser.parameter_syntax(k, True) for k in values]
-    body = (parser.parameter_separator or "").join(p + v + s for (p, s), v in zip(params, values.values()))
+    body = (parser.parameter_separator or "").join(
+        p + v + s for (p, s), v in zip(params, values.values(), strict=True)
+    )
     return prefix + body + suffix
 
 

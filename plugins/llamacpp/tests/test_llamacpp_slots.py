@@ -229,7 +229,7 @@ def test_concurrent_greedy_conversations_answer_as_they_do_alone(
     in one batch never leak into each other's KV cache or sampling."""
     prompts = PROMPTS[:n]
     replies = concurrently(*(lambda p=p: create(client, params(p)) for p in prompts))
-    for prompt, reply in zip(prompts, replies):
+    for prompt, reply in zip(prompts, replies, strict=True):
         solo, tokens = alone[prompt]
         check_as_alone(reply, solo, tokens, prompt)
 
@@ -332,7 +332,7 @@ def test_closing_one_stream_leaves_the_others_running(
     kept = PROMPTS[:2]
     deltas, *replies = concurrently(abandoned, *(lambda p=p: finished(p) for p in kept))
     assert deltas == 3
-    for prompt, reply in zip(kept, replies):
+    for prompt, reply in zip(kept, replies, strict=True):
         solo, tokens = alone[prompt]
         assert reply.stop_reason in ("end_turn", "max_tokens"), reply.stop_reason
         check_as_alone(reply, solo, tokens, prompt)
@@ -454,7 +454,7 @@ def test_usage_stays_exact_when_a_conversation_is_restored_while_slots_are_busy(
         for i, prompt in enumerate(PROMPTS)
     ]
     replies = concurrently(*(lambda p=p: create(client, p) for p in others))
-    for p, reply in zip(others, replies):
+    for p, reply in zip(others, replies, strict=True):
         assert prompt_size(reply) == counted(client, p), reply.usage
 
     history = [turn(question), {"role": "assistant", "content": text_of(one)}]
@@ -499,7 +499,7 @@ def test_a_forced_tool_call_and_free_answers_decoded_together(client: anthropic.
     assert call.stop_reason == "tool_use", call
     use = next(block for block in call.content if block.type == "tool_use")
     assert use.name == "get_weather" and isinstance(use.input.get("city"), str), use
-    for got, wanted, p in zip((first, second), alone, free):
+    for got, wanted, p in zip((first, second), alone, free, strict=True):
         assert_same_greedy_answer(
             text_of(got), wanted, p["messages"], None, counted(client, p), "beside a grammar"
         )

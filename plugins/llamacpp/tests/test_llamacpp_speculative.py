@@ -183,7 +183,7 @@ def test_four_concurrent_streams_answer_as_without_speculation(
     before = drafts(url)
     replies = concurrently(*(lambda p=p: streamed(p) for p in prompts))
     assert drafts(url)[1] > before[1], "four streams: no draft token accepted"
-    for prompt, reply in zip(prompts, replies):
+    for prompt, reply in zip(prompts, replies, strict=True):
         check_same(client, reply, plain_answers[prompt], params("spec", prompt), f"4 streams: {prompt[:20]}")
 
 

@@ -117,7 +117,8 @@ def test_greedy_output_is_the_same_with_any_draft() -> None:
     while len(out) < 150:
         k = rng.randrange(0, 6)
         draft = [answer[len(out) + i] if rng.random() < 0.7 else rng.randrange(5) for i in range(k)]
-        emitted, _ = verify(lambda i, base=len(out): answer[base + i], draft, lambda t: False)
+        base = len(out)
+        emitted, _ = verify(lambda i, base=base: answer[base + i], draft, lambda t: False)
         out += [t for t in emitted if t is not None]
     assert out == answer[: len(out)]
 
@@ -140,7 +141,7 @@ def test_sampled_runs_keep_the_target_distribution() -> None:
                 draft[len(emitted) :][: 2 - len(emitted) - 1],
                 lambda t: False,
             )
-            emitted += [t for t in got if t is not None]
+            emitted.extend(t for t in got if t is not None)
         return emitted[0], emitted[1]
 
     n = 20_000

@@ -45,9 +45,10 @@ Per request:
    anything is generated, and ``max_tokens`` is clamped to what is left.
 3. **Generation** (:meth:`.upstream.LlamaServerHTTP.chat`): streamed, to the
    healthy replica the model's ``replica_policy`` picks (the least busy, or
-   the one holding the conversation's prefix: :mod:`missive.routing.policy`); ``message_start`` after the headers or
-   ``settings.start_wait`` seconds, whichever comes first (llama-server sends
-   its headers with the first token). Chunks become events
+   the one holding the conversation's prefix: :mod:`missive.routing.policy`);
+   ``message_start`` after the headers or ``settings.start_wait`` seconds,
+   whichever comes first (llama-server sends its headers with the first
+   token). Chunks become events
    (:mod:`.chunks`); the final usage carries the exact split into
    ``input_tokens`` and ``cache_read_input_tokens`` (the reused KV-cache
    prefix). Closing the generator closes the connection; llama-server

@@ -44,7 +44,9 @@ def register_drivers() -> list[DriverSpec]:
             name="llamaserver",
             factory="missive_llamaserver.driver:LlamaServerDriver",
             capabilities=CAPABILITIES,
-            description="llama.cpp's llama-server or ik_llama.cpp (exact counts, prompt cache, forced tool calls)",
+            description=(
+                "llama.cpp's llama-server or ik_llama.cpp (exact counts, prompt cache, forced tool calls)"
+            ),
             extra="llamaserver",
         )
     ]

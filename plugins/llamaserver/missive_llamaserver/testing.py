@@ -369,7 +369,7 @@ class FakeLlamaServer:
     def cached(self, tokens: list[str]) -> int:
         """Tokens shared with the previous prompt (at least one re-evaluated)."""
         common = 0
-        for a, b in zip(self._previous, tokens):
+        for a, b in zip(self._previous, tokens, strict=False):
             if a != b:
                 break
             common += 1

@@ -69,7 +69,8 @@ def test_request_body_and_exact_usage(client: anthropic.Anthropic, fakes: dict[s
     assert fakes["main"].templated[-1]["messages"] == body["messages"]  # counted as it is generated
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["cache_prompt"] is True and body["max_tokens"] == 50 and "stop" not in body
-    # sampling_defaults = "model": what the request leaves unset is llama-server's (the GGUF's recommended values)
+    # sampling_defaults = "model": what the request leaves unset is llama-server's
+    # (the GGUF's recommended values)
     assert body["top_k"] == 5 and not {"temperature", "top_p", "min_p"} & set(body)
     assert body["chat_template_kwargs"] == {
         "enable_thinking": False,

@@ -140,7 +140,8 @@ def converse(url: str, model: str, tag: str) -> float:
     usages = [u for talk in talks for u in talk.later]
     assert len(usages) == 6
     print(
-        f"\n{model}: later turns (input, cache read): {[(u.input_tokens, u.cache_read_input_tokens) for u in usages]}"
+        f"\n{model}: later turns (input, cache read): "
+        f"{[(u.input_tokens, u.cache_read_input_tokens) for u in usages]}"
     )
     read = sum(u.cache_read_input_tokens or 0 for u in usages)
     return read / sum(u.input_tokens + (u.cache_read_input_tokens or 0) for u in usages)

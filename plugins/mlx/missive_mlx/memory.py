@@ -166,13 +166,15 @@ def free_memory() -> Budget:
         margin = margin_bytes(working_set)
         return Budget(
             max(0, working_set - active - margin),
-            f"Metal: working set {working_set // MIB} MiB - in use {active // MIB} MiB - margin {margin // MIB} MiB",
+            f"Metal: working set {working_set // MIB} MiB - in use {active // MIB} MiB - margin "
+            f"{margin // MIB} MiB",
         )
     total, available = _host_memory()
     margin = margin_bytes(total)
     return Budget(
         max(0, available - margin),
-        f"RAM: {available // MIB} MiB available of {total // MIB} MiB (weights loaded) - margin {margin // MIB} MiB",
+        f"RAM: {available // MIB} MiB available of {total // MIB} MiB (weights loaded) - margin "
+        f"{margin // MIB} MiB",
     )
 
 
@@ -243,7 +245,8 @@ def fit(
             raise ConfigError(_no_room(model_id, w, 1, one, budget))
         if conversations * one(w) > budget.nbytes:
             steps.append(
-                f"{conversations} full caches of {w} tokens would exceed it: lower prompt_cache_entries if they do"
+                f"{conversations} full caches of {w} tokens would exceed it: lower prompt_cache_entries if "
+                "they do"
             )
     kv = conversations * one(w)
     steps.append(f"context_window {w}: {one(w) // MIB} MiB a cache, {kv // MIB} MiB for {conversations}")
@@ -301,7 +304,8 @@ def probe(
             f"model '{model_id}': mlx-lm cannot quantize this model's KV cache with kv_bits = {kv_bits}, "
             f"kv_group_size = {kv_group_size} ({type(exc).__name__}: {exc}); "
             + (
-                "its sliding-window layers use a RotatingKVCache, which mlx-lm does not quantize: unset kv_bits"
+                "its sliding-window layers use a RotatingKVCache, which mlx-lm does not quantize: unset "
+                "kv_bits"
                 if isinstance(exc, NotImplementedError)
                 else "choose a kv_group_size that divides the model's head dimension, or unset kv_bits"
             )

@@ -46,7 +46,9 @@ def register_drivers() -> list[DriverSpec]:
             name="mlx",
             factory="missive_mlx.driver:MlxDriver",
             capabilities=CAPABILITIES,
-            description="MLX models in-process with mlx-lm (Apple Silicon; CPU on Linux), prompt-prefix cache",
+            description=(
+                "MLX models in-process with mlx-lm (Apple Silicon; CPU on Linux), prompt-prefix cache"
+            ),
             extra="mlx",
             model_format="mlx",
         )

@@ -131,7 +131,8 @@ class MlxRunner:
         path = self.settings.path
         if not (path / "config.json").is_file():
             raise ConfigError(
-                f"model '{self.model_id}': not an MLX model folder (no config.json): {path} (settings.model_path)"
+                f"model '{self.model_id}': not an MLX model folder (no config.json): {path} "
+                "(settings.model_path)"
             )
         import mlx_lm
         from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
@@ -169,7 +170,8 @@ class MlxRunner:
             "model dtype"
             if settings.kv_bits is None
             else (
-                f"{settings.kv_bits}-bit (group {settings.kv_group_size}) from {settings.quantized_kv_start} tokens"
+                f"{settings.kv_bits}-bit (group {settings.kv_group_size}) from {settings.quantized_kv_start} "
+                "tokens"
             )
         )
         log.info(

@@ -307,7 +307,8 @@ class OllamaDriver(Driver):
             async with aclosing(stream.lines()) as lines:
                 async for obj in lines:
                     if done is not None:
-                        continue  # after the done line (the client reads the body's end: the connection is reused)
+                        # after the done line (the client reads the body's end: the connection is reused)
+                        continue
                     message = obj.get("message") or {}
                     if not isinstance(message, dict):
                         raise BadGatewayError(

@@ -3,8 +3,9 @@
 Reproduces, from Ollama's ``api/types.go``, ``docs/api.md`` and
 ``server/routes.go``:
 
-* ``GET /api/version`` (the replica health probe), ``GET /api/tags`` and ``POST /api/show`` (``model_info`` with
-  ``<arch>.context_length``, ``capabilities``);
+* ``GET /api/version`` (the replica health probe), ``GET /api/tags`` and
+  ``POST /api/show`` (``model_info`` with ``<arch>.context_length``,
+  ``capabilities``);
 * ``POST /api/chat`` as ``application/x-ndjson`` with chunked transfer
   encoding, headers sent with the first line (gin writes them on the first
   flush); one ``{"model", "created_at", "message": {"role": "assistant",
@@ -168,7 +169,8 @@ class FakeOllama:
             503: "Service Unavailable",
         }
         writer.write(
-            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: application/json; charset=utf-8\r\n"
+            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\nContent-Type: application/json; "
+            "charset=utf-8\r\n"
             f"Content-Length: {len(data)}\r\n\r\n".encode()
             + data
         )
@@ -264,7 +266,7 @@ class FakeOllama:
             return await fail(400, "the input length exceeds the context length")
         previous = self._previous.get(tag, [])
         shared = 0
-        for a, b in zip(previous, body["messages"]):
+        for a, b in zip(previous, body["messages"], strict=False):
             if a != b:
                 break
             shared += 1
@@ -303,7 +305,10 @@ class FakeOllama:
             head = b""
             if not started:
                 started = True
-                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+                head = (
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
+                )
             payload = data.encode()
             writer.write(head + f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
             await writer.drain()

@@ -206,7 +206,8 @@ class ChunkTranslator:
         if call.emitted:
             if arguments.strip():
                 raise BadGatewayError(
-                    f"the backend sent more arguments for tool '{call.name}' after its JSON object was complete"
+                    f"the backend sent more arguments for tool '{call.name}' after its JSON object was "
+                    "complete"
                 )
             return
         call.arguments.append(arguments)
@@ -251,7 +252,8 @@ class ChunkTranslator:
                 ) from None
             if not isinstance(parsed, dict):
                 raise BadGatewayError(
-                    f"the backend sent tool arguments for '{call.name}' that are not a JSON object: {raw[:200]!r}"
+                    f"the backend sent tool arguments for '{call.name}' that are not a JSON object: "
+                    f"{raw[:200]!r}"
                 )
         if self.tool_choice == "none":
             raise BadGatewayError(f"the backend called tool '{call.name}' although tool_choice was none")

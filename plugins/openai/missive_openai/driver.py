@@ -136,8 +136,8 @@ class OpenAIDriver(Driver):
         )
         if caps.count_tokens == "exact" and not self.exact_prompt_tokens:
             raise ConfigError(
-                f"model '{model_id}': settings.capabilities.count_tokens = 'exact' needs a tokenize endpoint, "
-                f"which the {self.label} driver does not use; declare 'approximate' or 'none' "
+                f"model '{model_id}': settings.capabilities.count_tokens = 'exact' needs a tokenize "
+                f"endpoint, which the {self.label} driver does not use; declare 'approximate' or 'none' "
                 "(the vllm driver counts exactly)"
             )
         super().__init__(model_id, entry, caps)

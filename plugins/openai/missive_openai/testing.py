@@ -210,7 +210,7 @@ class FakeChatServer:
         least one token recomputed (as vLLM)."""
         with self._lock:
             common = 0
-            for a, b in zip(self._cache, tokens):
+            for a, b in zip(self._cache, tokens, strict=False):
                 if a != b:
                     break
                 common += 1
@@ -347,8 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(
                 400,
                 fake.error_body(
-                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
-                    f"context length is {limit} tokens and your request has {prompt} input tokens "
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+                    f"maximum context length is {limit} tokens and your request has {prompt} input tokens "
                     f"({max_tokens} > {limit} - {prompt}).",
                     400,
                 ),

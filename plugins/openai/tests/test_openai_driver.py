@@ -210,8 +210,8 @@ def test_backend_5xx_is_529(client: anthropic.Anthropic, fake: FakeChatServer) -
         (
             {
                 "error": {
-                    "message": "This model's maximum context length is 4096 tokens. However, your request has "
-                    "5000 input tokens. Please reduce the length of the input messages.",
+                    "message": "This model's maximum context length is 4096 tokens. However, your request "
+                    "has 5000 input tokens. Please reduce the length of the input messages.",
                     "type": "BadRequestError",
                     "param": None,
                     "code": 400,
@@ -259,8 +259,8 @@ def test_backend_5xx_is_529(client: anthropic.Anthropic, fake: FakeChatServer) -
         (
             {
                 "error": {
-                    "message": "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum "
-                    "context length is 4096 tokens and your request has 100 input tokens "
+                    "message": "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's "
+                    "maximum context length is 4096 tokens and your request has 100 input tokens "
                     "(5000 > 4096 - 100).",
                     "code": 400,
                 }

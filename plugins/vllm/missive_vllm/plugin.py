@@ -38,7 +38,9 @@ def register_drivers() -> list[DriverSpec]:
             name="vllm",
             factory="missive_vllm.driver:VLLMDriver",
             capabilities=CAPABILITIES,
-            description="vLLM's OpenAI-compatible server (exact counts via /tokenize, tools, structured output)",
+            description=(
+                "vLLM's OpenAI-compatible server (exact counts via /tokenize, tools, structured output)"
+            ),
             extra="vllm",
         )
     ]
