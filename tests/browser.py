@@ -125,7 +125,8 @@ def rows(driver: Any, selector: str) -> list[list[str]]:
     """The texts of the cells of each table row ``selector`` matches, read at once."""
     return list(
         driver.execute_script(
-            "return [...document.querySelectorAll(arguments[0])].map((r) => [...r.cells].map((c) => c.textContent))",
+            "return [...document.querySelectorAll(arguments[0])].map((r) => [...r.cells].map((c) => "
+            "c.textContent))",
             selector,
         )
     )

@@ -86,7 +86,7 @@ QWEN3 = """\
 
 </think>
 
-{% endif %}{% endif %}"""
+{% endif %}{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # Qwen3.5 / Qwen3.6 (Qwen/Qwen3.6 chat_template.jinja): as Qwen3, but the
 # generation prompt opens "<think>\n" itself with thinking on, and
@@ -97,7 +97,8 @@ QWEN35 = QWEN3.replace(
     "{% else %}<think>\n{% endif %}",
 ).replace(
     "{% if loop.index0 > ns.last_query_index %}",
-    "{% if (preserve_thinking is defined and preserve_thinking is true) or loop.index0 > ns.last_query_index %}",
+    "{% if (preserve_thinking is defined and preserve_thinking is true) "
+    "or loop.index0 > ns.last_query_index %}",
 )
 
 # MiniMax-M2 (MiniMaxAI/MiniMax-M2 chat_template.jinja; llama.cpp
@@ -137,7 +138,7 @@ MINIMAX_M2 = """\
 {%- endfor %}
 {%- if add_generation_prompt %}]~b]ai
 <think>
-{% endif %}"""
+{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # Kimi-K2-Thinking (moonshotai/Kimi-K2-Thinking chat_template.jinja; llama.cpp
 # models/templates/Kimi-K2-Thinking.jinja): messages after the last assistant
@@ -163,7 +164,7 @@ KIMI_K2_THINKING = """\
 {{- '<|tool_calls_section_end|>' }}{% endif %}<|im_end|>
 {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"""
+{%- if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # GLM-4.5 / GLM-4.6 (zai-org/GLM-4.6 chat_template.jinja; llama.cpp
 # models/templates/GLM-4.6.jinja): enable_thinking false adds "/nothink" to
@@ -198,7 +199,7 @@ GLM45 = """\
 {{ m.content }}
 {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}<|assistant|>{{ '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' }}{% endif %}"""
+{%- if add_generation_prompt %}<|assistant|>{{ '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' }}{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # GLM-4.7 (zai-org/GLM-4.7 chat_template.jinja): as GLM-4.6, but the
 # generation prompt opens "<think>" itself with thinking on (closed
@@ -209,8 +210,10 @@ GLM47 = GLM45.replace(
     "{%- if ((clear_thinking is defined and not clear_thinking) or loop.index0 > ns.last_user_index)"
     " and m.reasoning_content %}",
 ).replace(
-    "{%- if add_generation_prompt %}<|assistant|>{{ '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' }}{% endif %}",
-    "{%- if add_generation_prompt %}<|assistant|>{{ '</think>' if (enable_thinking is defined and not enable_thinking) else '<think>' }}{% endif %}",
+    "{%- if add_generation_prompt %}<|assistant|>"
+    "{{ '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' }}{% endif %}",
+    "{%- if add_generation_prompt %}<|assistant|>"
+    "{{ '</think>' if (enable_thinking is defined and not enable_thinking) else '<think>' }}{% endif %}",
 )
 
 # DeepSeek-V3.1 (deepseek-ai/DeepSeek-V3.1 tokenizer_config.json; llama.cpp
@@ -229,7 +232,7 @@ DEEPSEEK_V31 = """\
 {%- elif message.role == 'tool' %}<｜tool▁output▁begin｜>{{ message.content }}<｜tool▁output▁end｜>
 {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}<｜Assistant｜>{{ '<think>' if thinking else '</think>' }}{% endif %}"""
+{%- if add_generation_prompt %}<｜Assistant｜>{{ '<think>' if thinking else '</think>' }}{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # DeepSeek-V3.2 (llama.cpp models/templates/DeepSeek-V3.2.jinja): the
 # variable is enable_thinking (default true); every user turn and the end of
@@ -265,7 +268,7 @@ DEEPSEEK_V32 = """\
 {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt and messages[-1].role != 'tool' and messages[-1].role != 'user' %}<｜User｜>
-<｜Assistant｜>{{ '<think>' if enable_thinking else '</think>' }}{% endif %}"""
+<｜Assistant｜>{{ '<think>' if enable_thinking else '</think>' }}{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # Seed-OSS (ByteDance-Seed/Seed-OSS-36B-Instruct chat_template.jinja; llama.cpp
 # models/templates/ByteDance-Seed-OSS.jinja): thinking_budget (-1 default:
@@ -300,7 +303,7 @@ Your thinking budget is {{ thinking_budget }} tokens.<seed:eos>{% endif %}
 {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}<seed:bos>assistant
-{% if thinking_budget == 0 %}<seed:think><seed:cot_budget_reflect>{% endif %}{% endif %}"""
+{% if thinking_budget == 0 %}<seed:think><seed:cot_budget_reflect>{% endif %}{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # Gemma 4 (google/gemma-4 chat_template.jinja; llama.cpp
 # models/templates/gemma4.jinja): enable_thinking puts <|think|> at the top of
@@ -321,7 +324,7 @@ GEMMA4 = """\
 {%- endfor %}
 {%- if add_generation_prompt %}<|turn>model
 {% if not enable_thinking %}<|channel>thought
-<channel|>{% endif %}{% endif %}"""
+<channel|>{% endif %}{% endif %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 # Magistral (mistralai/Magistral-Small-2509 chat template): without a system
 # message, a default one asks for the reasoning between [THINK] and [/THINK]
@@ -337,7 +340,7 @@ arrive at a response. Write it as [THINK]your thoughts[/THINK] followed by your 
 {%- for call in message.tool_calls or [] %}[TOOL_CALLS]{{ call.function.name }}[ARGS]{{ call.function.arguments | tojson }}{% endfor %}{{ eos_token }}
 {%- elif message.role == 'tool' %}[TOOL_RESULTS]{{ message.content }}[/TOOL_RESULTS]
 {%- endif %}
-{%- endfor %}"""
+{%- endfor %}"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 R = "The user wants the weather; call get_weather for Paris."
 
@@ -418,7 +421,8 @@ FAMILIES: tuple[Family, ...] = (
         "deepseek-v3.2",
         DEEPSEEK_V32,
         "think",
-        "The user wants it.</think>Checking.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">",
+        "The user wants it.</think>Checking.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke "
+        "name=\"get_weather\">",
         "The user wants it.",
         "Checking.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">",
         True,
@@ -428,7 +432,8 @@ FAMILIES: tuple[Family, ...] = (
         "seed-oss",
         SEED_OSS,
         "seed_think",
-        "<seed:think>The user wants it.<seed:cot_budget_reflect>I have used 5 tokens.</seed:cot_budget_reflect>"
+        "<seed:think>The user wants it.<seed:cot_budget_reflect>I have used 5 tokens."
+        "</seed:cot_budget_reflect>"
         "</seed:think>Checking.\n<seed:tool_call>\n<function=get_weather>",
         "The user wants it.<seed:cot_budget_reflect>I have used 5 tokens.</seed:cot_budget_reflect>",
         "Checking.\n<seed:tool_call>\n<function=get_weather>",

@@ -53,7 +53,9 @@ def assert_counted_whole(
     with ``cached``, each after the first also read at least the previous
     prompt from the prefix cache."""
     bodies = [r["body"] for r in records]
-    for i, (conversation, reply) in enumerate(zip(whole_conversations(bodies, replies), replies)):
+    for i, (conversation, reply) in enumerate(
+        zip(whole_conversations(bodies, replies), replies, strict=False)
+    ):
         counted = client.beta.messages.count_tokens(messages=conversation, **count)
         assert prompt(reply) == counted.input_tokens, f"request {i}"
         if cached and i:

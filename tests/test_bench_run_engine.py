@@ -16,7 +16,8 @@ from bench_modules import load_bench
 SCRIPT = """
 import json, os
 with open(os.environ["MISSIVE_BENCH_RATIOS"], "a") as out:
-    out.write(json.dumps({{"bench": "fake", "name": {name!r}, "value": {value}, "target": {target!r}}}) + "\\n")
+    row = {{"bench": "fake", "name": {name!r}, "value": {value}, "target": {target!r}}}
+    out.write(json.dumps(row) + "\\n")
 """
 
 

@@ -32,7 +32,9 @@ SEARCH = {
 }
 GREP = {
     "name": "grep",
-    "description": "Search file contents with a regular expression and report every matching line with its path.",
+    "description": (
+        "Search file contents with a regular expression and report every matching line with its path."
+    ),
     "input_schema": {
         "type": "object",
         "properties": {

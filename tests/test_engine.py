@@ -75,7 +75,7 @@ class ScriptedRunner:
 
     def reusable(self, prompt: Prompt) -> int:
         n = 0
-        for a, b in zip(self.cached, prompt.tokens):
+        for a, b in zip(self.cached, prompt.tokens, strict=False):
             if a != b:
                 break
             n += 1
@@ -274,7 +274,7 @@ class BatchedRunner(ScriptedRunner):
     def reusable_in(self, prompt: Prompt, slot: int) -> int:
         cached = self.slots[slot]
         n = 0
-        for a, b in zip(cached, prompt.tokens):
+        for a, b in zip(cached, prompt.tokens, strict=False):
             if a != b:
                 break
             n += 1

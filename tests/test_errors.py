@@ -121,7 +121,8 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
                     }
                 ],
             },
-            "tools.0: input_schema: JSON schema is invalid ($ref '#/defs/missing' points to nothing in the schema)",
+            "tools.0: input_schema: JSON schema is invalid ($ref '#/defs/missing' points to nothing in the "
+            "schema)",
         ),
         (
             {

@@ -198,15 +198,17 @@ def test_a_keys_models_hide_the_others_as_if_absent(server: ServerProcess) -> No
     )
     for model in ("private", "claude-sonnet-4-5"):
         message = not_found(
-            lambda: narrow.messages.create(
+            lambda model=model: narrow.messages.create(
                 model=model, max_tokens=5, messages=[{"role": "user", "content": "hi"}]
             )
         )
         assert message == absent.replace("no-such-model", model)
         not_found(
-            lambda: narrow.messages.count_tokens(model=model, messages=[{"role": "user", "content": "hi"}])
+            lambda model=model: narrow.messages.count_tokens(
+                model=model, messages=[{"role": "user", "content": "hi"}]
+            )
         )
-        not_found(lambda: narrow.models.retrieve(model))
+        not_found(lambda model=model: narrow.models.retrieve(model))
     stream = httpx.post(
         f"{server.url}/v1/messages",
         headers={"x-api-key": NARROW},
@@ -255,7 +257,7 @@ CREATE TABLE batches (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UN
 CREATE TABLE requests (batch_seq INTEGER NOT NULL REFERENCES batches(seq) ON DELETE CASCADE, idx INTEGER NOT NULL,
     custom_id TEXT NOT NULL, model TEXT, params TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending', result TEXT,
     PRIMARY KEY (batch_seq, idx));
-"""
+"""  # noqa: E501 - an earlier release's schema, as it wrote it
 
 
 def test_batches_from_before_owners_are_for_admin_keys_only(tmp_path: Path) -> None:

@@ -236,9 +236,8 @@ def test_office_document(client: anthropic.Anthropic) -> None:
         "data": b64(out.getvalue()),
     }
     got = blocks(received(client, [document(source, title="minutes.docx")], model="text"))
-    assert (
-        got[0]["text"]
-        == "<document>\n<title>minutes.docx</title>\n<content>\nMinutes of the meeting\n</content>\n</document>"
+    assert got[0]["text"] == (
+        "<document>\n<title>minutes.docx</title>\n<content>\nMinutes of the meeting\n</content>\n</document>"
     )
 
 
@@ -375,7 +374,8 @@ def _bad_inputs() -> list[tuple[str, dict[str, Any], str]]:
         (
             "unknown media type",
             image(PNG, "image/bmp"),
-            "messages.0.content.0.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+            "messages.0.content.0.source.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' "
+            "or 'image/webp'",
         ),
         ("not an image", image(b"<svg/>" * 10), "is not a JPEG, PNG, GIF or WebP image"),
         ("truncated", image(truncated[: len(truncated) - 40]), "truncated or corrupt"),
@@ -411,7 +411,8 @@ def _bad_inputs() -> list[tuple[str, dict[str, Any], str]]:
         (
             "unsupported document",
             document({"type": "base64", "media_type": "application/zip", "data": b64(b"PK\x03\x04")}),
-            "document media type application/zip is not supported; supported: application/json, application/pdf",
+            "document media type application/zip is not supported; supported: application/json, "
+            "application/pdf",
         ),
         (
             "content item",

@@ -95,8 +95,8 @@ def test_pull_downloads_into_the_cache_resumes_and_reuses_it(hub: Hub, tmp_path:
     )
     assert sha256(path) == sha256(smollm2())
     assert (
-        "(Hugging Face HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, 93.8 MiB, Q4_1, trained context 8192, chat template chatml)"
-        in first.stdout
+        "(Hugging Face HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, 93.8 MiB, Q4_1, trained context 8192, chat "
+        "template chatml)" in first.stdout
     )
     assert f"downloading {SMOL_FILE} (93.8 MiB) from {SMOL_REPO}" in first.stderr
     ranges = hub.downloads(SMOL_FILE)
@@ -257,7 +257,8 @@ def test_serve_fetches_references_on_start_with_defaults_from_the_file(hub: Hub,
     # What was chosen is printed: the file, its facts, the driver, context, aliases...
     assert (
         f"model smollm2-135m-instruct: {tmp_path / 'hub'}" in log
-        and "(Hugging Face HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, 93.8 MiB, Q4_1, trained context 8192, chat template chatml)"
+        and "(Hugging Face HuggingFaceTB/SmolLM2-135M-Instruct-GGUF, 93.8 MiB, Q4_1, trained context 8192, "
+        "chat template chatml)"
         "; driver llamacpp, context 8192 tokens, aliases claude-smollm2-135m-instruct, claude-*"
         in log
     ), log

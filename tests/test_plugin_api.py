@@ -120,7 +120,8 @@ from missive.api import Capabilities, DriverSpec, hookimpl
 
 @hookimpl
 def register_drivers():
-    return [DriverSpec(name="{driver}", factory="missive_echo.driver:EchoDriver", capabilities=Capabilities())]
+    spec = DriverSpec(name="{driver}", factory="missive_echo.driver:EchoDriver", capabilities=Capabilities())
+    return [spec]
 '''
 
 

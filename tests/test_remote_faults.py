@@ -296,7 +296,7 @@ def test_client_disconnect_aborts_the_backend_generation(
     with httpx.Client(base_url=servers[kind], headers={"x-api-key": "t"}, timeout=30) as http:
         with http.stream("POST", "/v1/messages", json=stream_body(scripted(kind, steps), 1000)) as response:
             assert response.status_code == 200
-            for name, data in sse_events(response):
+            for name, _ in sse_events(response):
                 if name == "content_block_delta":
                     break  # leave mid-answer: the connection closes with the block
     assert wait_until(lambda: disconnects(kind, fake) > before, 10), "the backend never saw the disconnect"

@@ -49,7 +49,7 @@ def test_chat_keys_share_the_blocks_of_a_shared_prefix() -> None:
     assert (
         second.blocks[: len(first.blocks) - 1] == first.blocks[:-1]
     )  # the last block of a turn may be partial
-    shared = next(i for i, (a, b) in enumerate(zip(first.blocks, other.blocks)) if a != b)
+    shared = next(i for i, (a, b) in enumerate(zip(first.blocks, other.blocks, strict=False)) if a != b)
     assert 0 < shared < len(first.blocks) - 2  # the system prompt and tools only
     assert RouteKey.of_text("x" * (BLOCK_CHARS - 1)).blocks == ()  # only whole blocks count
 

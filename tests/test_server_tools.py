@@ -252,7 +252,8 @@ def test_model_without_tool_use(echo_url: str, echo: anthropic.Anthropic) -> Non
             messages=[{"role": "user", "content": "x"}],
         )
     assert info.value.body["error"]["message"] == (
-        "tools with tool_choice \"tool\" is not supported by model 'echo' (driver 'echo'); supported: no tool use"
+        "tools with tool_choice \"tool\" is not supported by model 'echo' (driver 'echo'); supported: no "
+        "tool use"
     )
 
 

@@ -417,7 +417,7 @@ def test_a_client_gone_while_queued_is_recorded_when_it_leaves() -> None:
         waiting.close()  # the client leaves while queued
         until(lambda: gone() == 1, "the departed client counted", timeout=15.0)
         line = until(
-            lambda: [l for l in server.log().splitlines() if " 499 " in l], "a 499 log line", timeout=15.0
+            lambda: [ln for ln in server.log().splitlines() if " 499 " in ln], "a 499 log line", timeout=15.0
         )[-1]
         assert "client_disconnected" in line
         duration = float(re.search(r"duration_s=([0-9.]+)", line).group(1))

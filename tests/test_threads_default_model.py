@@ -54,7 +54,7 @@ def test_thread_helper_turns_cost_what_the_whole_conversation_counts(
         sent = list(thread.messages)[:-1]  # this turn's prompt: everything but its reply
         counted = client.beta.messages.count_tokens(model=MODEL, system=system, messages=sent)
         assert prompt(replies[-1]) == counted.input_tokens
-    for before, after in zip(replies, replies[1:]):
+    for before, after in zip(replies, replies[1:], strict=False):
         assert after.usage.cache_read_input_tokens >= prompt(before)
 
 

@@ -132,7 +132,8 @@ def minimax_block(*calls: tuple[str, dict[str, Any]]) -> str:
 
 def glm_call(name: str, args: dict[str, Any], newline: str = "\n") -> str:
     pairs = "".join(
-        f"<arg_key>{k}</arg_key>{newline}<arg_value>{v if isinstance(v, str) else json.dumps(v)}</arg_value>{newline}"
+        f"<arg_key>{k}</arg_key>{newline}<arg_value>{v if isinstance(v, str) else json.dumps(v)}"
+        f"</arg_value>{newline}"
         for k, v in args.items()
     )
     return f"<tool_call>{name}{newline}{pairs}</tool_call>"
@@ -167,7 +168,8 @@ def kimi_k3_tools(*calls: tuple[str, dict[str, Any]]) -> str:
     body = "".join(
         f'<|open|>call tool="{name}" index="{i + 1}"<|sep|>'
         + "".join(
-            f'<|open|>argument key="{k}" type="{xtml_type(v)}"<|sep|>{v if isinstance(v, str) else json.dumps(v)}'
+            f'<|open|>argument key="{k}" type="{xtml_type(v)}"'
+            f'<|sep|>{v if isinstance(v, str) else json.dumps(v)}'
             "<|close|>argument<|sep|>"
             for k, v in args.items()
         )
@@ -346,7 +348,10 @@ def test_a_string_value_keeps_its_text_but_qwen_s_newlines() -> None:
 
 
 def test_unexpected_text_inside_a_call_is_malformed() -> None:
-    raw = "<tool_call>\n<function=get_weather>\nhello\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    raw = (
+        "<tool_call>\n<function=get_weather>\nhello\n<parameter=city>\nParis\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
     assert all(isinstance(e, Text) for e in parse(QwenXmlParser, [raw]))
 
 
@@ -374,7 +379,10 @@ def test_deepseek_v3_fenced_form() -> None:
 
 def test_kimi_names_from_the_call_id() -> None:
     for head in ("functions.get_weather:7", "get_weather:0", "get_weather"):
-        text = f'<|tool_calls_section_begin|><|tool_call_begin|>{head}<|tool_call_argument_begin|>{{"city": "Rome"}}<|tool_call_end|><|tool_calls_section_end|>'
+        text = (
+            f"<|tool_calls_section_begin|><|tool_call_begin|>{head}<|tool_call_argument_begin|>"
+            '{"city": "Rome"}<|tool_call_end|><|tool_calls_section_end|>'
+        )
         assert_parses(KimiK2Parser, text, call("get_weather", {"city": "Rome"}))
 
 

@@ -83,7 +83,7 @@ def splits(text: str, seed: int = 1234) -> Iterator[list[str]]:
     rng = random.Random(seed)
     for _ in range(40):
         cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(2, 12))))
-        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        yield [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
 
 
 def assert_parses(cls: type[ToolParser], text: str, expected: list[ParseEvent], **kw: bool) -> None:
@@ -425,7 +425,10 @@ def test_harmony_reasoning_preamble_and_call(stream: bool) -> None:
 
 
 def test_harmony_final_answer() -> None:
-    text = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4 <|x|>.<|return|>"
+    text = (
+        "<|channel|>analysis<|message|>Easy.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4 <|x|>.<|return|>"
+    )
     assert_parses(HarmonyParser, text, [Reasoning("Easy."), Text("2 + 2 = 4 <|x|>.")])
 
 
@@ -498,7 +501,7 @@ QWEN25_TEMPLATE = """\
             {{- tool_call.arguments | tojson }}
             {{- '}\\n</tool_call>' }}
         {%- endfor %}
-"""
+"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 LLAMA31_TEMPLATE = """\
 {{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}
@@ -515,7 +518,7 @@ LLAMA31_TEMPLATE = """\
             {{- tool_call.arguments | tojson }}
             {{- "}" }}
         {%- endif %}
-"""
+"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 LLAMA32_TEMPLATE = """\
 {%- if tools is not none %}
@@ -551,7 +554,7 @@ GPT_OSS_TEMPLATE = """\
 
 CHATML_TEMPLATE = """\
 {% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}
-"""
+"""  # noqa: E501 - template lines kept whole: a line break would be rendered
 
 
 @pytest.fixture(scope="module")

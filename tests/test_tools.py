@@ -26,7 +26,10 @@ def echo(echo_in_process: anthropic.Anthropic) -> anthropic.Anthropic:
     return echo_in_process
 
 
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 🌧", "n": {"deep": [1, "}"]}}}\n</tool_call>'
+CALL = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich 🌧", "n": {"deep": [1, "}"]}}}\n'
+    "</tool_call>"
+)
 
 
 def pieces(text: str, size: int) -> list[dict]:
@@ -184,7 +187,8 @@ def test_tool_choice_errors(echo: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as info:
         echo.messages.create(model="echo", max_tokens=5, tools=[WEATHER], messages=user)
     assert info.value.body["error"]["message"] == (
-        "tools with tool_choice \"auto\" is not supported by model 'echo' (driver 'echo'); supported: no tool use"
+        "tools with tool_choice \"auto\" is not supported by model 'echo' (driver 'echo'); supported: no "
+        "tool use"
     )
 
 

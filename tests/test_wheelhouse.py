@@ -154,7 +154,8 @@ def test_core_with_llamacpp_serves_the_default_model(llamacpp_venv: tuple[Path, 
         home,
         "python",
         "-c",
-        "import missive, importlib.metadata as m; print(missive.__file__); print(m.version('missive-server'))",
+        "import missive, importlib.metadata as m; print(missive.__file__); "
+        "print(m.version('missive-server'))",
     )
     module, version = where.split()
     assert (

@@ -151,7 +151,8 @@ class Missive:
                 continue
             body = r["body"] if isinstance(r["body"], dict) else {}
             lines.append(
-                f"{r['method']} {r['path']}?{r['query']} -> {r['status']} keys={sorted(body)} ignored={r['ignored']}"
+                f"{r['method']} {r['path']}?{r['query']} -> {r['status']} keys={sorted(body)} "
+                f"ignored={r['ignored']}"
             )
         return "\n".join(lines)
 
@@ -260,7 +261,8 @@ class ClaudeCode:
             stdin=subprocess.DEVNULL,
         )
         print(
-            f"$ claude -p {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+            f"$ claude -p {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: "
+            f"{proc.stderr[-3000:]}"
         )
         return ClientRun(proc.returncode, proc.stdout, proc.stderr)
 
@@ -386,7 +388,8 @@ class Opencode:
             stdin=subprocess.DEVNULL,
         )
         print(
-            f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+            f"$ opencode run {prompt!r} (exit {proc.returncode})\nstdout: {proc.stdout[-3000:]}\nstderr: "
+            f"{proc.stderr[-3000:]}"
         )
         events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         return ClientRun(proc.returncode, proc.stdout, proc.stderr), events

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-#: Test tier (docs/contributing.md): a real model through model_missive (imported where it is used, so not read)
+#: Test tier (docs/contributing.md): a real model through model_missive (imported where it is used,
+#: so not read)
 pytestmark = pytest.mark.model
 
 if TYPE_CHECKING:
@@ -33,7 +34,10 @@ def _dsml(name: str, params: dict[str, tuple[str, bool]]) -> str:
         f'<｜DSML｜parameter name="{k}" string="{"true" if s else "false"}">{v}</｜DSML｜parameter>\n'
         for k, (v, s) in params.items()
     )
-    return f'\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{name}">\n{body}</｜DSML｜invoke>\n</｜DSML｜tool_calls>'
+    return (
+        f'\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{name}">\n{body}'
+        "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
+    )
 
 
 def _xtml(name: str, params: dict[str, tuple[str, str]]) -> str:
@@ -42,7 +46,10 @@ def _xtml(name: str, params: dict[str, tuple[str, str]]) -> str:
         f'<|open|>argument key="{k}" type="{t}"<|sep|>{v}<|close|>argument<|sep|>'
         for k, (v, t) in params.items()
     )
-    return f'<|open|>tools<|sep|><|open|>call tool="{name}" index="1"<|sep|>{body}<|close|>call<|sep|><|close|>tools<|sep|>'
+    return (
+        f'<|open|>tools<|sep|><|open|>call tool="{name}" index="1"<|sep|>{body}'
+        "<|close|>call<|sep|><|close|>tools<|sep|>"
+    )
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import pytest
 from web_standins import StandIn, server_tools_config
 
-#: Test tier (docs/contributing.md): a live server through scripted_missive (imported where it is used, so not read)
+#: Test tier (docs/contributing.md): a live server through scripted_missive (imported where it is
+#: used, so not read)
 pytestmark = pytest.mark.live
 
 if TYPE_CHECKING:  # fixtures' types (conftest modules are not imported by name)

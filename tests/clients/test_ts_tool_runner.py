@@ -51,7 +51,7 @@ def test_ts_tool_runner_three_rounds_on_one_thread(missive: Missive, ts_sdk: Pat
         (200, "continue"),
         (200, "continue"),
     ]
-    for record, previous in zip(records[1:], replies):
+    for record, previous in zip(records[1:], replies, strict=False):
         body = record["body"]
         assert body["thread"]["previous_message_id"] == previous["id"]
         assert [m["content"][0]["type"] for m in body["messages"]] == ["tool_result"]
