@@ -21,7 +21,7 @@ import io, json, sys
 from concurrent.futures import ThreadPoolExecutor
 from PIL import Image
 import missive.media.images as images
-from missive.media.types import ImageTarget, SourceBytes
+from missive.driver.media import ImageTarget, SourceBytes
 
 side, count, release = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
 if not release:

@@ -1,5 +1,5 @@
 """Compaction (``compaction: {"type": "summarize"}``) through the official SDK
-(core/missive/context/compaction.py): the model writes the summary, the
+(core/missive/context_management/compaction.py): the model writes the summary, the
 response is one signed ``compaction`` block (``stop_reason: "compaction"``),
 stream and non-stream alike; the next request sends the block first and
 continues from it; blocks the API refuses get its errors with
@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.context.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
+from missive.context_management.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
 from missive.testing import live_server
 from missive.thinking.signing import Signer
 

@@ -1,5 +1,5 @@
 """Context editing (``context_management``) through the official SDK
-(core/missive/context/editing.py): each edit's effect on the rendered prompt
+(core/missive/context_management/editing.py): each edit's effect on the rendered prompt
 (the echo driver's ``settings.report`` shows what the driver received), on
 the token counts (the default model's real tokenizer: ``count_tokens``,
 ``usage`` and ``applied_edits`` agree), defaults, and the response shape.
@@ -14,7 +14,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.context.editing import PLACEHOLDER
+from missive.context_management.editing import PLACEHOLDER
 from missive.testing import live_server
 from missive.thinking.signing import Signer
 

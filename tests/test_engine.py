@@ -18,6 +18,7 @@ import pytest
 from missive.config import ModelEntry
 from missive.driver.capabilities import Capabilities
 from missive.driver.events import Finished, Started, TextDelta
+from missive.driver.thinking import ThinkingPlan
 from missive.engine import Cancelled, ImageMarks, LocalDriver, ModelInfo, Prompt, Runner, Sequence
 from missive.engine.runner import PENDING, Batched
 from missive.engine.scheduler import Scheduler
@@ -31,7 +32,6 @@ from missive.testing import (
 from missive.testing import (
     collect_events as collect,
 )
-from missive.thinking.plan import ThinkingPlan
 
 EOG = 0
 CHATML = (

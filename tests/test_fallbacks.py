@@ -1,4 +1,4 @@
-"""``fallbacks`` through the official SDK (core/missive/context/fallbacks.py):
+"""``fallbacks`` through the official SDK (core/missive/routing/chain.py):
 a model whose only slot is busy and whose queue is full (529) hands the
 request to the next entry, with that entry's overrides; the answer names the
 model that served it (``model`` and a ``fallback_message`` entry in

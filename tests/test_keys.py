@@ -25,7 +25,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.keys.entry import derived_name
+from missive.config.keys import derived_name
 from missive.testing import ServerProcess, serve_process
 
 DEADLINE = 60.0  # seconds; only reached when a test fails

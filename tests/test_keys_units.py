@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from missive.cli.main import cli
 from missive.config import ConfigError, load_config
+from missive.config.keys import derived_name, hash_key
 from missive.keys import limits as limits_module
 from missive.keys.buckets import SharedTable
-from missive.keys.entry import derived_name, hash_key
 from missive.keys.limits import Limiter, RateLimited
 from missive.keys.ring import ANONYMOUS, KeyRing
 from missive.keys.usage import UsageStore, parse_time

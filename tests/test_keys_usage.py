@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from missive.cli.main import cli
-from missive.keys.entry import derived_name
+from missive.config.keys import derived_name
 from missive.testing import ServerProcess, serve_process
 from missive_echo import script
 

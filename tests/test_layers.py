@@ -1,152 +1,187 @@
-"""The core's layer packages import downwards only (docs/architecture.md).
+"""The core's packages import downwards only, and no file imports itself back
+(docs/architecture.md).
 
-Walks every module of ``core/missive`` with :mod:`ast` and fails on an
-import of a higher layer that is not one of the known exceptions below, so
-the diagram in docs/architecture.md stays true. Imports under
-``if TYPE_CHECKING:`` are annotations, not dependencies at run time, and
-are not counted; imports inside functions are.
+The import graph is :mod:`grimp`'s (the graph import-linter checks), built
+from every ``import`` of ``core/missive``: at module level, inside functions
+and under ``if TYPE_CHECKING:`` alike, since an annotation is a dependency of
+the code that reads it too. Three rules hold it:
+
+* each package has a floor (:data:`FLOORS`, lowest first; a package may
+  import its own floor's packages and those below); an import of a higher
+  floor ("an arrow back up") fails unless it is one of :data:`EXCEPTIONS`,
+  each with its reason, and there are at most :data:`MAX_ARROWS_UP` of them;
+* no circle between files: every file's imports can be ordered
+  (:mod:`graphlib` names a circle when one exists);
+* no package of the answer's features imports ``messages/`` (the answer is
+  built from them, not the other way round).
 """
 
 from __future__ import annotations
 
-import ast
+import graphlib
+from collections import defaultdict
+from functools import cache
 from pathlib import Path
+
+import grimp
 
 import missive
 
 ROOT = Path(missive.__file__).parent
 
-#: Lowest first. A package may import its own layer and those below it.
-#: Modules named ``cli.py`` belong to the CLI layer wherever they live (the
-#: ``missive keys`` and ``missive batches`` commands).
-LAYERS: list[tuple[str, set[str]]] = [
-    ("wire", {"protocol"}),
-    ("settings and kernel", {"config", "kernel"}),
+#: Lowest first: (band, packages in their order). The order inside a band
+#: counts as much as the order of bands. ``missive`` is the package's own
+#: ``__init__`` (the version and ``hookimpl``).
+FLOORS: list[tuple[str, list[str]]] = [
+    ("wire", ["protocol"]),
+    ("settings", ["config"]),
+    ("driver contract", ["driver"]),
+    ("plugin kernel", ["kernel", "missive"]),
     (
-        "one answer",
-        {
-            "driver",
-            "messages",
-            "tools",
-            "thinking",
-            "reasoning",
-            "media",
+        "the answer's features",
+        [
             "sampling",
-            "context",
+            "media",
+            "chat_template",
+            "thinking",
+            "tools",
+            "reasoning",
             "default_plugins",
-        },
+            "context_management",
+        ],
     ),
-    ("backends and models", {"engine", "remote", "routing", "models"}),
-    ("server", {"server", "keys", "threads", "batches", "console"}),
-    ("entry points", {"cli", "api", "asgi", "testing", "pytest_plugin", "scaffold", "__main__"}),
+    ("models and the answer", ["models", "routing", "messages"]),
+    ("backends", ["engine", "remote"]),
+    ("server features", ["keys", "threads", "batches", "console"]),
+    ("HTTP shell", ["server"]),
+    ("entry points", ["scaffold", "cli", "api", "asgi", "testing", "pytest_plugin", "__main__"]),
 ]
 
-#: Upward imports that exist, each with why: (importing module, imported
-#: module). A new one fails the test until it is removed or listed here.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    (
-        "protocol.schema.request",
-        "tools.validate",
-    ): "a tool's input_schema is checked as the body is validated (a 400 with the field path)",
-    (
-        "protocol.schema.ignored",
-        "tools.server",
-    ): "which server-tool blocks are answered, hence not reported as ignored",
-    ("config.schema", "keys.entry"): "the [keys.NAME] and [usage] sections are part of the config model",
-    ("config.schema", "routing.rules"): "the [[routing.rules]] section is part of the config model",
-    (
-        "config.schema",
-        "context.capabilities",
-    ): "a model's capability overrides are checked against the known keys",
-    ("config.schema", "media.addresses"): "media.fetch_allow is parsed when the config loads",
-    ("kernel.specs", "driver.capabilities"): "a DriverSpec carries the driver's Capabilities",
+#: The packages ``messages/`` is built from: none of them may import it.
+FEATURES = {
+    "sampling",
+    "media",
+    "chat_template",
+    "thinking",
+    "tools",
+    "reasoning",
+    "default_plugins",
+    "context_management",
+    "driver",
+    "config",
+    "protocol",
+    "kernel",
 }
 
+#: Arrows back up that exist, each with why: (importing package, imported package).
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("protocol", "tools"): "a tool's input_schema is checked as the body is validated (a 400 with the field "
+    "path), and which server-tool blocks are answered is not reported as ignored",
+    ("config", "media"): "media.fetch_allow is parsed when the config loads (media.addresses)",
+    ("driver", "remote"): "annotation only: Driver.replica_pool() returns a remote backend's ReplicaPool",
+    ("kernel", "missive"): "the plugin compatibility check names the core's version",
+    (
+        "tools",
+        "default_plugins",
+    ): "the built-in tool parsers' specs, for a template's parser without a kernel",
+    ("reasoning", "default_plugins"): "the built-in reasoning parsers' specs, likewise",
+    ("messages", "server"): "the admission permit and the request record are still the server's",
+    ("keys", "batches"): "a batch request's usage counts as its endpoint's; `missive keys` shares its CLI",
+    ("keys", "cli"): "`missive keys` finds the running server as the CLI does",
+    ("keys", "server"): "the request record, and the key checks reach the services",
+    ("threads", "server"): "the thread keeper reaches the services",
+    ("batches", "cli"): "`missive batches` finds the running server as the CLI does",
+    ("batches", "server"): "a batch request is admitted and recorded as an HTTP one",
+    ("console", "server"): "the console's routes reuse the server's route helpers and request records",
+}
 
-def layer_of(module: str) -> int | None:
-    """The layer index of ``module`` (dotted, without ``missive.``)."""
+#: The most arrows back up there may be (issue 41).
+MAX_ARROWS_UP = 15
+
+
+def _package(module: str) -> str:
     parts = module.split(".")
-    name = "cli" if parts[-1] == "cli" and len(parts) > 1 else parts[0]
-    for n, (_, packages) in enumerate(LAYERS):
-        if name in packages:
-            return n
-    return None
+    return parts[1] if len(parts) > 1 else "missive"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+@cache
+def _graph() -> grimp.ImportGraph:
+    return grimp.build_graph("missive", exclude_type_checking_imports=False)
 
 
-def _imports(path: Path) -> list[str]:
-    """The ``missive`` modules ``path`` imports at run time (``missive.`` stripped)."""
-    module = _module_name(path)
-    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-    found: list[str] = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                for orelse in child.orelse:
-                    visit(orelse)
-                continue
-            if isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package[: len(package) - (child.level - 1)]
-                    target = ".".join([*base, *([child.module] if child.module else [])])
-                else:
-                    target = (child.module or "").removeprefix("missive").lstrip(".")
-                    if not (child.module or "").startswith("missive"):
-                        continue
-                if target:
-                    found.append(target)
-                else:  # from missive import x
-                    found.extend(alias.name for alias in child.names)
-            elif isinstance(child, ast.Import):
-                found.extend(
-                    a.name.removeprefix("missive.") for a in child.names if a.name.startswith("missive.")
-                )
-            visit(child)
-
-    visit(ast.parse(path.read_text(), str(path)))
-    return found
+def _file_imports() -> dict[str, set[str]]:
+    graph = _graph()
+    return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
 
 
-def upward_imports() -> dict[tuple[str, str], tuple[str, str]]:
-    """Every (importer, imported) pair going up a layer, with the layers' names."""
-    found = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        module = _module_name(path)
-        own = layer_of(module)
-        if own is None:
-            continue
-        for target in _imports(path):
-            theirs = layer_of(target)
-            if theirs is not None and theirs > own:
-                found[(module, target)] = (LAYERS[own][0], LAYERS[theirs][0])
-    return found
+def floor_of(package: str) -> int | None:
+    """The floor index of a top-level package (``config``), or None."""
+    order = [p for _, packages in FLOORS for p in packages]
+    return order.index(package) if package in order else None
 
 
-def test_every_package_has_a_layer() -> None:
-    tops = {
-        p.stem if p.is_file() else p.name
-        for p in ROOT.iterdir()
-        if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+def package_arrows() -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """(importing package, imported package) -> the (file, file) imports behind it."""
+    arrows: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+    for module, imported in _file_imports().items():
+        for target in imported:
+            if _package(module) != _package(target):
+                arrows[(_package(module), _package(target))].add((module, target))
+    return arrows
+
+
+def arrows_up() -> dict[tuple[str, str], set[tuple[str, str]]]:
+    return {
+        pair: files
+        for pair, files in package_arrows().items()
+        if (a := floor_of(pair[0])) is not None and (b := floor_of(pair[1])) is not None and b > a
     }
-    tops.discard("__init__")
-    assert {t for t in tops if layer_of(t) is None} == set()
 
 
-def test_no_upward_import_but_the_listed_exceptions() -> None:
-    found = upward_imports()
-    unlisted = {pair: layers for pair, layers in found.items() if pair not in EXCEPTIONS}
-    assert unlisted == {}, "imports of a higher layer (move the code, or list the exception with its reason)"
+def test_every_package_has_a_floor() -> None:
+    packages = {_package(m) for m in _graph().modules}
+    assert {p for p in packages if floor_of(p) is None} == set()
+
+
+def test_no_arrow_back_up_but_the_listed_exceptions() -> None:
+    unlisted = {pair: sorted(files)[:3] for pair, files in arrows_up().items() if pair not in EXCEPTIONS}
+    assert unlisted == {}, "imports of a higher floor (move the code, or list the exception with its reason)"
 
 
 def test_every_exception_still_exists() -> None:
-    assert set(EXCEPTIONS) - set(upward_imports()) == set()
+    assert set(EXCEPTIONS) - set(arrows_up()) == set()
+
+
+def test_at_most_fifteen_arrows_back_up() -> None:
+    assert len(arrows_up()) <= MAX_ARROWS_UP
+
+
+def test_no_circle_between_files() -> None:
+    sorter = graphlib.TopologicalSorter(_file_imports())
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        raise AssertionError(f"import circle: {' -> '.join(exc.args[1])}") from None
+
+
+def test_the_answers_features_do_not_import_messages() -> None:
+    found = {
+        pair: sorted(files)[:3]
+        for pair, files in package_arrows().items()
+        if pair[0] in FEATURES and pair[1] == "messages"
+    }
+    assert found == {}
+
+
+def test_the_driver_contract_imports_only_settings_and_the_wire() -> None:
+    allowed = {"driver", "config", "protocol"}
+    found = {pair for pair in package_arrows() if pair[0] == "driver" and pair[1] not in allowed}
+    assert found <= {("driver", "remote")}, found  # the listed annotation
+
+
+def test_config_imports_only_the_wire() -> None:
+    found = {pair for pair in package_arrows() if pair[0] == "config" and pair[1] != "protocol"}
+    assert found <= {("config", "media")}, found  # the listed exception
 
 
 MAX_LINES = 450

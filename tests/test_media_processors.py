@@ -11,11 +11,11 @@ from media_files import image_bytes, make_pdf, png_header_only
 from PIL import Image
 
 from missive.config import MediaConfig
+from missive.driver.media import IMAGE_MEDIA_TYPES, ImageTarget, Section, SourceBytes
 from missive.media.documents import PdfDocumentProcessor, TextDocumentProcessor, render_document
 from missive.media.images import PillowImageProcessor, PlaceholderImageProcessor, sniff_image
 from missive.media.office import DOCX, PPTX, XLSX, OfficeDocumentProcessor
 from missive.media.tokens import estimate_image_tokens
-from missive.media.types import IMAGE_MEDIA_TYPES, ImageTarget, Section, SourceBytes
 from missive.protocol.errors import MediaError
 
 CONFIG = MediaConfig()

@@ -1,5 +1,5 @@
 """``capabilities`` and ``lifecycle`` in ``GET /v1/models``
-(core/missive/context/capabilities.py): parsed by the official SDK's
+(core/missive/models/capabilities.py): parsed by the official SDK's
 ``client.models.list()`` with every key its ``ModelCapabilities`` lists,
 derived from each model's driver capabilities and configuration overrides;
 and llm-anthropic, which reads them to decide what to send, working with

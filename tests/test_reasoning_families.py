@@ -13,12 +13,12 @@ import pytest
 from reasoning_families import FAMILIES, SEED_OSS, Family
 from test_reasoning_parsers import run, splits
 
+from missive.chat_template.rendering import render_prompt
+from missive.driver.thinking import ThinkingPlan, plan_thinking
 from missive.messages.conversation import build_conversation
-from missive.messages.templating import render_prompt
 from missive.reasoning.base import Gemma4ThinkParser, SeedThinkParser
 from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from missive.testing import generation_request
-from missive.thinking.plan import ThinkingPlan, plan_thinking
 from missive.tools.render import template_messages
 
 IDS = [f.name for f in FAMILIES]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from missive.driver.parsing import Reasoning, Text
 from missive.reasoning.base import MistralThinkParser, ReasoningParser, SeedThinkParser, ThinkParser
 from missive.reasoning.harmony import HarmonyReasoningParser
 from missive.reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
-from missive.tools.parsers.base import Reasoning, Text
 
 
 def run(parser: ReasoningParser, pieces: list[str]) -> tuple[str, str, list[str]]:

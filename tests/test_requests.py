@@ -79,7 +79,7 @@ def test_system_role_and_merging(echo: anthropic.Anthropic) -> None:
     ]
     msg = echo.messages.create(model="echo", max_tokens=20, system="sys prompt", messages=messages)
     # consecutive user turns merge into one turn, the system message kept in its
-    # place as a marked note (missive.messages.system_turns); echo answers with that turn's text
+    # place as a marked note (missive.chat_template.system_turns); echo answers with that turn's text
     assert msg.content[0].text == "one <system_message> # Environment cwd: /tmp </system_message> two three"
     # system prompt (2 words) + system message (4 words: "#", "Environment", "cwd:", "/tmp") + 2 tags + 3
     assert msg.usage.input_tokens == 2 + 4 + 2 + 3

@@ -370,7 +370,7 @@ def test_template_rendering_of_llamacpp_and_mlx_shows_the_call_and_the_error() -
     """The in-process drivers render with template_messages: the history's
     server call and error reach the prompt in both renderings, also when
     tool_choice none offers no tools; web_search is offered like any tool."""
-    from missive.messages.templating import render_prompt
+    from missive.chat_template.rendering import render_prompt
     from missive.testing import generation_request
     from missive.tools.render import template_messages
 

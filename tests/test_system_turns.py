@@ -1,4 +1,4 @@
-"""Mid-conversation system messages stay where they are sent (:mod:`missive.messages.system_turns`).
+"""Mid-conversation system messages stay where they are sent (:mod:`missive.chat_template.system_turns`).
 
 Units: which chat templates take a late system turn, and how the
 conversation renders for each. Then the default model (SmolLM2, whose
@@ -12,10 +12,10 @@ from typing import Any
 
 import anthropic
 
-from missive.media.types import ImageInput
+from missive.chat_template.rendering import render_prompt
+from missive.chat_template.system_turns import NOTE_CLOSE, NOTE_OPEN, SystemNote, template_accepts_system
+from missive.driver.media import ImageInput
 from missive.messages.conversation import Conversation, Turn, build_conversation
-from missive.messages.system_turns import NOTE_CLOSE, NOTE_OPEN, SystemNote, template_accepts_system
-from missive.messages.templating import render_prompt
 from missive.protocol.schema.request import CountTokensRequest
 from missive.tools.render import hermes_messages, native_messages
 

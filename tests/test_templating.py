@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from missive.messages.templating import render_prompt, render_segments
+from missive.chat_template.rendering import render_prompt, render_segments
 from missive.protocol.errors import InvalidRequestError
 
 CHATML = (

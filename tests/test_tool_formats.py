@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from test_tool_parsers import merge, splits
 
-from missive.tools.parsers.base import (
+from missive.driver.parsing import (
     CallArgs,
     CallEnd,
     CallStart,

@@ -14,9 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from missive.kernel.plugins import Kernel
-from missive.kernel.specs import ToolParserSpec, load_object
-from missive.tools.parsers.base import (
+from missive.driver.parsing import (
     CallArgs,
     CallEnd,
     CallStart,
@@ -26,6 +24,8 @@ from missive.tools.parsers.base import (
     Text,
     ToolParser,
 )
+from missive.kernel.plugins import Kernel
+from missive.kernel.specs import ToolParserSpec, load_object
 from missive.tools.parsers.harmony import HarmonyParser, parse_header
 from missive.tools.parsers.hermes import HermesParser
 from missive.tools.parsers.jsonscan import JsonScanner, JsonSyntaxError

@@ -14,7 +14,7 @@ The names, grouped by what they are for:
   was built for as ``MISSIVE_API = "1"``, checked when it is loaded:
   :mod:`missive.kernel.compat`);
 * writing a driver: :class:`Driver`, :class:`GenerationRequest`,
-  :func:`clamp_max_tokens`, :class:`Capabilities`, :func:`check_request`,
+  :func:`clamp_max_tokens`, :func:`fit_prompt`, :class:`Capabilities`, :func:`check_request`,
   :class:`ModelEntry`, :class:`ConfigError`, the events a generation yields
   (:class:`Started` ... :class:`Finished`), the errors that become the
   Anthropic error envelope (:class:`MissiveError` and its subclasses), the
@@ -44,6 +44,7 @@ from __future__ import annotations
 from .config import ConfigError, ModelEntry
 from .config.state_dir import read_json, state_dir, write_json
 from .driver.capabilities import Capabilities, ToolChoiceMode, check_request
+from .driver.conversation import Conversation, Turn
 from .driver.events import (
     Finished,
     GenerationEvent,
@@ -55,7 +56,23 @@ from .driver.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from .driver.interface import Driver, GenerationRequest, clamp_max_tokens
+from .driver.interface import Driver, GenerationRequest, clamp_max_tokens, fit_prompt
+from .driver.media import DocumentProcessor, ImageInput, ImageProcessor, ImageTarget, Section, SourceBytes
+from .driver.parsing import (
+    CallArgs,
+    CallEnd,
+    CallStart,
+    MalformedToolCall,
+    ParseEvent,
+    Reasoning,
+    ReasoningEvent,
+    ReasoningParser,
+    ReasoningParserSpec,
+    Text,
+    ToolParser,
+    ToolParserSpec,
+)
+from .driver.tools import ToolChoice, ToolDefinition
 from .engine.host_cache import common_prefix, default_cache_bytes
 from .engine.local import LocalDriver
 from .engine.runner import (
@@ -83,16 +100,12 @@ from .kernel.specs import (
     DocumentProcessorSpec,
     DriverSpec,
     ImageProcessorSpec,
-    ReasoningParserSpec,
     SearchProviderSpec,
     TokenizerSpec,
-    ToolParserSpec,
     load_object,
 )
 from .media.images import to_8bit, upright
 from .media.tokens import conversation_image_tokens, estimate_image_tokens
-from .media.types import DocumentProcessor, ImageInput, ImageProcessor, ImageTarget, Section, SourceBytes
-from .messages.conversation import Conversation, Turn
 from .protocol.errors import (
     ApiError,
     AuthenticationError,
@@ -111,24 +124,13 @@ from .protocol.errors import (
 from .protocol.fastjson import dumps as json_dumps
 from .protocol.fastjson import loads as json_loads
 from .protocol.schema.blocks import SearchResultBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from .reasoning.base import ReasoningEvent, ReasoningParser, TagReasoningParser
+from .reasoning.base import TagReasoningParser
 from .reasoning.registry import reasoning_parser_class
 from .remote.replicas import Replica, ReplicaPool
 from .remote.transport import Answer, Classify, Failover, RemoteStream, RemoteTransport, sse_done
 from .routing.policy import ReplicaRouting, policy_for
 from .routing.prefix import RouteKey
 from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
-from .tools.definitions import ToolChoice, ToolDefinition
-from .tools.parsers.base import (
-    CallArgs,
-    CallEnd,
-    CallStart,
-    MalformedToolCall,
-    ParseEvent,
-    Reasoning,
-    Text,
-    ToolParser,
-)
 from .tools.parsers.raw_values import RawValueLanguage
 from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
@@ -158,6 +160,7 @@ __all__ = [
     "Driver",
     "GenerationRequest",
     "clamp_max_tokens",
+    "fit_prompt",
     "Capabilities",
     "ToolChoiceMode",
     "check_request",

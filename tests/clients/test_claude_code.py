@@ -52,7 +52,7 @@ def test_plain_answer_and_request_shape(missive: Missive, claude: ClaudeCode) ->
     assert body["thinking"]["type"] == "adaptive"
     assert (
         "context_management" in body and "context_management" not in req["ignored"]
-    )  # applied: missive.context.editing
+    )  # applied: missive.context_management.editing
     names = {t["name"] for t in body["tools"]}
     assert {"Bash", "Write", "Read", "Edit"} <= names, names
     # Mid-conversation system messages: the prompt's environment section.

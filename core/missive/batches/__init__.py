@@ -12,3 +12,6 @@
 * :mod:`~missive.batches.metrics`: their Prometheus metrics;
 * :mod:`~missive.batches.cli`: ``missive batches`` (list, show, results).
 """
+
+#: The endpoint of every batch request's record (its usage counts as this endpoint's).
+ENDPOINT = "/v1/messages/batches"

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from quart import Quart
 
 from ..messages.prepare import Notes
-from ..messages.service import Caller
+from ..messages.service import Caller, Messages
 from ..messages.stream import accumulate
 from ..models.table import ModelTable
 from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
@@ -34,8 +33,8 @@ from ..protocol.validation import validate_body
 from ..server.admission import Gate, Permit
 from ..server.logs import request_id_var
 from ..server.record import RequestRecord
-from ..server.services import Services, services
 from ..threads.errors import ThreadUnsupportedRequestError
+from . import ENDPOINT
 from .shapes import errored_result
 
 if TYPE_CHECKING:
@@ -45,8 +44,6 @@ __all__ = ["check_params", "execute", "Stopped", "ENDPOINT"]
 
 log = logging.getLogger("missive.batches")
 
-#: The ``endpoint`` of a batch request's log line.
-ENDPOINT = "/v1/messages/batches"
 
 
 class Stopped(Exception):
@@ -95,7 +92,9 @@ def check_params(params: dict[str, Any], models: ModelTable, *, strict: bool) ->
 
 
 async def execute(
-    app: Quart,
+    messages: Messages,
+    models: ModelTable,
+    strict: bool,
     job: Job,
     gate: Gate,
     cap: int,
@@ -110,7 +109,9 @@ async def execute(
     the same request would have got on its own).
 
     Args:
-        app: the server's app (its :class:`~missive.server.services.Services`).
+        messages: the Messages service (:class:`~missive.messages.service.Messages`).
+        models: the served models.
+        strict: ``server.strict`` (ignored fields are a 400).
         job: the request (its ``model`` is the configured id).
         on_preempt: called when an interactive request needs the slot; the
             caller must then cancel this call (the slot is given back as it
@@ -135,7 +136,7 @@ async def execute(
     facts.key = job.owner  # its usage is its batch's key's
     try:
         try:
-            return await _succeeded(services(app), job, rid, facts, admit)
+            return await _succeeded(messages, models, strict, job, rid, facts, admit)
         except OverloadedError as exc:
             if gate.closed:
                 facts.finish(exc.status, exc.error_type)
@@ -166,7 +167,13 @@ async def execute(
 
 
 async def _succeeded(
-    found: Services, job: Job, rid: str, facts: RequestRecord, admit: Callable[[], Awaitable[Permit]]
+    messages: Messages,
+    models: ModelTable,
+    strict: bool,
+    job: Job,
+    rid: str,
+    facts: RequestRecord,
+    admit: Callable[[], Awaitable[Permit]],
 ) -> dict[str, Any]:
     """The ``succeeded`` result of ``job``, answered by the
     :class:`~missive.messages.service.Messages` service under the permit
@@ -175,13 +182,11 @@ async def _succeeded(
     Raises:
         MissiveError: the error the same request would have got on its own.
     """
-    if job.model not in found.models.drivers:
+    if job.model not in models.drivers:
         raise InvalidRequestError(f"model '{job.model}' is no longer served")
-    messages = found.messages
     # Held until the record finishes: a model in use is never unloaded.
     driver = await messages.hold(job.model, facts)
-    strict = found.config.server.strict
-    checked = check_params(json.loads(job.params), found.models, strict=strict)
+    checked = check_params(json.loads(job.params), models, strict=strict)
     caller = Caller(request_id=rid, record=facts, notes=Notes(strict=strict))
     prepared = await messages.prepare(checked.request, job.model, driver, caller)
     # As for an interactive request: an in-process driver's prompt is

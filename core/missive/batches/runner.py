@@ -42,9 +42,8 @@ from .execute import Stopped, execute
 from .store import Job
 
 if TYPE_CHECKING:
-    from quart import Quart
-
     from ..config import BatchesConfig
+    from ..messages.service import Messages
     from ..models.table import ModelTable
     from ..server.admission import Admission
     from ..server.record import RequestRecord
@@ -83,7 +82,7 @@ class BatchRunner:
     """Runs the pending requests of every served model (see the module doc).
 
     Args:
-        app: the server's app (its context for :func:`execute`).
+        messages: the Messages service that answers each request (:func:`execute`).
         models, admission: the served models and their gates.
         config: ``[batches]`` (``max_slots``).
         db: ``await db(method_name, *args)``: a call on the store in its thread.
@@ -95,16 +94,18 @@ class BatchRunner:
 
     def __init__(
         self,
-        app: Quart,
+        messages: Messages,
         models: ModelTable,
         admission: Admission,
         config: BatchesConfig,
+        strict: bool,
         db: Callable[..., Awaitable[Any]],
         observe: Callable[[RequestRecord], None],
         on_result: Callable[[str, str], None],
         on_ended: Callable[[], None] = lambda: None,
     ) -> None:
-        self.app = app
+        self.messages = messages
+        self.strict = strict
         self.models = models
         self.admission = admission
         self.config = config
@@ -200,7 +201,9 @@ class BatchRunner:
         try:
             with running.scope:
                 result = await execute(
-                    self.app,
+                    self.messages,
+                    self.models,
+                    self.strict,
                     job,
                     gate,
                     cap,

@@ -41,10 +41,9 @@ from .shapes import BatchRow, batch_object, check_create_body, deleted_object, e
 from .store import BatchStore, NewRequest
 
 if TYPE_CHECKING:
-    from quart import Quart
-
     from ..config import Config
     from ..keys.ring import Identity
+    from ..messages.service import Messages
     from ..models.table import ModelTable
     from ..server.admission import Admission
     from ..server.record import RequestRecord
@@ -65,7 +64,7 @@ class Batches:
     """See the module doc.
 
     Args:
-        app: the server's app.
+        messages: the Messages service that answers each request.
         config: the whole configuration (``[batches]``, ``server.strict``).
         models, admission, drain: the served models, their gates, the shutdown state.
         observe: receives each batch request's finished record.
@@ -75,7 +74,7 @@ class Batches:
 
     def __init__(
         self,
-        app: Quart,
+        messages: Messages,
         config: Config,
         models: ModelTable,
         admission: Admission,
@@ -95,10 +94,11 @@ class Batches:
         self._limiter = anyio.CapacityLimiter(1)
         self._housekeeping = anyio.Event()
         self.runner = BatchRunner(
-            app,
+            messages,
             models,
             admission,
             self.settings,
+            config.server.strict,
             self._db,
             observe,
             on_result,

@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from ..keys.entry import KeyEntry, UsageConfig, check_key_name, hash_key
-from ..routing.rules import RoutingConfig
+from ..protocol.capabilities import CAPABILITY_KEYS, unknown_keys
+from .keys import KeyEntry, UsageConfig, check_key_name, hash_key
+from .routing import RoutingConfig
 
 __all__ = [
     "ServerConfig",
@@ -123,13 +124,13 @@ class ModelEntry(_Strict):
             ``fallbacks: "default"``, and for every request that names no
             ``fallbacks`` with ``routing.default_fallbacks``: model ids, or
             tables with the API's per-entry overrides (``{model = "x",
-            max_tokens = 512}``) (:mod:`missive.context.fallbacks`,
+            max_tokens = 512}``) (:mod:`missive.routing.chain`,
             :mod:`missive.routing.fallbacks`).
         capabilities: overrides of what ``GET /v1/models`` reports in
             ``capabilities``, keyed by the API's dotted names
             (``"pdf_input" = false``, ``"thinking.types.adaptive" = true``);
             they change what clients are told, not what the model does
-            (:mod:`missive.context.capabilities`).
+            (:mod:`missive.models.capabilities`).
         lifecycle, deprecated_at, retires_at: the model's ``lifecycle``
             (``active`` or ``deprecated``) and its dates in ``GET /v1/models``.
     """
@@ -156,8 +157,6 @@ class ModelEntry(_Strict):
     @field_validator("capabilities")
     @classmethod
     def _known_capabilities(cls, overrides: dict[str, bool]) -> dict[str, bool]:
-        from ..context.capabilities import CAPABILITY_KEYS, unknown_keys
-
         unknown = unknown_keys(overrides)
         if unknown:
             raise ValueError(

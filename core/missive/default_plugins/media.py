@@ -8,11 +8,11 @@ and without them an office document is a 400 naming the extra.
 
 from __future__ import annotations
 
+from ..driver.media import IMAGE_MEDIA_TYPES
 from ..kernel.hookspecs import hookimpl
 from ..kernel.specs import DocumentProcessorSpec, ImageProcessorSpec
 from ..media.documents import PDF_MEDIA_TYPE, TEXT_MEDIA_TYPES
 from ..media.office import OFFICE_MEDIA_TYPES
-from ..media.types import IMAGE_MEDIA_TYPES
 
 
 @hookimpl

@@ -17,8 +17,8 @@ are literal strings of the published chat templates:
 
 from __future__ import annotations
 
+from ..driver.parsing import ReasoningParserSpec
 from ..kernel.hookspecs import hookimpl
-from ..kernel.specs import ReasoningParserSpec
 
 
 @hookimpl

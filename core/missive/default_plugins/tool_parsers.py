@@ -32,8 +32,8 @@ templates contain Hermes' ``<tool_call>``, Seed-OSS's Qwen's ``<function=``):
 
 from __future__ import annotations
 
+from ..driver.parsing import ToolParserSpec
 from ..kernel.hookspecs import hookimpl
-from ..kernel.specs import ToolParserSpec
 
 
 @hookimpl

@@ -19,7 +19,7 @@ from ..protocol.errors import CapabilityError
 
 if TYPE_CHECKING:
     from ..protocol.schema.request import CountTokensRequest
-    from ..tools.definitions import ToolChoice, ToolDefinition
+    from .tools import ToolChoice, ToolDefinition
 
 __all__ = ["Capabilities", "ToolChoiceMode", "check_request"]
 

@@ -23,20 +23,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..config import ModelEntry
-from ..kernel.specs import ReasoningParserSpec, ToolParserSpec
-from ..messages.conversation import Conversation
+from ..protocol.errors import PromptTooLongError
 from ..protocol.schema.request import CountTokensRequest
-from ..reasoning.base import ReasoningParser
-from ..thinking.plan import ThinkingPlan
-from ..tools.definitions import ToolChoice, ToolDefinition
-from ..tools.parsers.base import ToolParser
 from .capabilities import Capabilities
+from .conversation import Conversation
 from .events import GenerationEvent
+from .parsing import ReasoningParser, ReasoningParserSpec, ToolParser, ToolParserSpec
+from .thinking import ThinkingPlan
+from .tools import ToolChoice, ToolDefinition
 
 if TYPE_CHECKING:
     from ..remote.replicas import ReplicaPool
 
-__all__ = ["Driver", "GenerationRequest", "clamp_max_tokens"]
+__all__ = ["Driver", "GenerationRequest", "clamp_max_tokens", "fit_prompt"]
 
 
 @dataclass(frozen=True)
@@ -52,12 +51,15 @@ class GenerationRequest:
             (temperature 1.0, no nucleus or top-k cut).
         stop_sequences: the core matches these on the text (do not pass them
             to a backend: it would cut the text before the core sees the match).
-        request: the validated request, for fields a driver needs beyond these.
+        request: the validated request as the client sent it. Drivers read
+            the fields above instead (a driver reading the wire body is tied
+            to the Messages API's shape); kept for plugins written before
+            ``output_schema``.
         tools: the tools offered to the model (see :mod:`missive.tools.definitions`).
         tool_choice: mode, forced name and whether parallel calls are allowed.
             With mode ``none`` a driver must not let the model call tools.
         thinking: whether thinking blocks are wanted, the budget, the effort
-            (see :mod:`missive.thinking.plan`). A driver turns the model's
+            (see :mod:`missive.driver.thinking`). A driver turns the model's
             reasoning switch on or off accordingly; the core drops reasoning
             the client did not ask for.
         thinking_position: ``(assistant turn, first thinking block ordinal)``
@@ -67,6 +69,9 @@ class GenerationRequest:
             the driver cannot force: :mod:`missive.tools.server_runner`);
             drivers ignore it (the pipeline sends them the conversation
             with the call and its result).
+        output_schema: the JSON schema the answer must follow
+            (``output_config.format``, or the older ``output_format``), None
+            for free text.
         session: the client's session id (``x-claude-code-session-id``, or
             the one in ``metadata.user_id``), for drivers that prefer the
             cache of the request's own session (:mod:`missive.messages.session`).
@@ -87,6 +92,7 @@ class GenerationRequest:
     thinking_position: tuple[int, int] = (0, 0)
     server_call: tuple[str, dict[str, Any]] | None = None
     session: str | None = None
+    output_schema: dict[str, Any] | None = None
 
 
 class Driver(abc.ABC):
@@ -210,3 +216,19 @@ def clamp_max_tokens(max_tokens: int, prompt_tokens: int, context_window: int | 
     if context_window is None:
         return max_tokens
     return max(0, min(max_tokens, context_window - prompt_tokens))
+
+
+def fit_prompt(max_tokens: int, prompt_tokens: int, context_window: int | None) -> int:
+    """The prompt-fit rule every driver applies before ``Started``: a prompt
+    that leaves no token to answer is refused, else ``max_tokens`` is
+    clamped to what the context leaves (:func:`clamp_max_tokens`).
+
+    Contract section 5: ``prompt is too long: N tokens > M maximum`` with
+    M = context - 1, since one token must be left for the answer.
+
+    Raises:
+        PromptTooLongError: ``prompt_tokens >= context_window``.
+    """
+    if context_window is not None and prompt_tokens >= context_window:
+        raise PromptTooLongError(prompt_tokens, context_window - 1)
+    return clamp_max_tokens(max_tokens, prompt_tokens, context_window)

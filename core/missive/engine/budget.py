@@ -11,7 +11,7 @@ thinking budget processors). Used by :mod:`missive.engine.producer`.
 
 from __future__ import annotations
 
-from ..reasoning.base import ReasoningParser
+from ..driver.parsing import ReasoningParser
 
 __all__ = ["ThinkingBudget"]
 

@@ -51,7 +51,7 @@ from typing import Any
 import xxhash
 
 from ..config.state_dir import lock_exclusive
-from .runner import PortableStates, SavedContext
+from .runner import PortableStates, SavedContext, common_prefix
 
 __all__ = ["FORMAT", "MAX_ENTRIES", "DiskPromptCache", "OnDisk", "default_disk_bytes"]
 
@@ -191,8 +191,6 @@ class DiskPromptCache:
     def best(self, tokens: Sequence[int], better_than: int = 0) -> tuple[OnDisk | None, int]:
         """The file sharing the longest prefix with ``tokens``, if longer
         than ``better_than``, and that prefix's length."""
-        from .host_cache import common_prefix
-
         with self._lock:
             entries = list(self._entries)
         found: OnDisk | None = None

@@ -40,12 +40,11 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ApiError
-from .runner import ContextStates, Prompt, Runner, SavedContext, SharedPool
+from .runner import ContextStates, Prompt, Runner, SavedContext, SharedPool, common_prefix
 
 if TYPE_CHECKING:
     from .disk_cache import DiskPromptCache
@@ -86,17 +85,6 @@ def default_cache_bytes() -> int:
     except (ValueError, OSError, AttributeError):
         return FALLBACK_BYTES
     return int(min(8 * 1024**3, total // 4))
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences (the
-    measure every prompt cache of the engine and its runners uses)."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class HostPromptCache:

@@ -20,16 +20,15 @@ import anyio
 import anyio.to_thread
 from jinja2 import TemplateError
 
+from ..chat_template.rendering import compile_template
 from ..config import ConfigError, ModelEntry
 from ..driver.capabilities import Capabilities
 from ..driver.events import Finished, GenerationEvent, Started, StopReason, TextDelta
-from ..driver.interface import Driver, GenerationRequest, clamp_max_tokens
-from ..messages.templating import compile_template
-from ..protocol.errors import ApiError, PromptTooLongError
-from ..reasoning.base import ReasoningParser
+from ..driver.interface import Driver, GenerationRequest, fit_prompt
+from ..driver.parsing import ReasoningParser, ToolParser
+from ..protocol.errors import ApiError
 from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from ..sampling import NO_DEFAULTS
-from ..tools.parsers.base import ToolParser
 from ..tools.parsers.registry import build_parser
 from ..tools.parsers.selection import parser_for_template
 from .batcher import Batcher
@@ -238,7 +237,7 @@ class LocalDriver(Driver):
         if not self.constrains_output:
             return False
         forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
-        return forced or request.request.output_format_schema() is not None
+        return forced or request.output_schema is not None
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
         """The parser of the model's tool call format: the ``tool_parser``
@@ -357,9 +356,7 @@ class LocalDriver(Driver):
             raise ApiError(f"model '{self.model_id}' is not loaded")
         tokens = prepared.prompt.tokens
         context = info.context_window
-        if len(tokens) >= context:
-            raise PromptTooLongError(len(tokens), context - 1)  # one token must be left to answer
-        max_new = clamp_max_tokens(request.max_tokens, len(tokens), context)
+        max_new = fit_prompt(request.max_tokens, len(tokens), context)
         yield Started(input_tokens=len(tokens) - prepared.reusable, cache_read_input_tokens=prepared.reusable)
         if prepared.opened:
             # The template opened the reasoning tag: the output starts inside it.

@@ -8,10 +8,10 @@ construction:
    tools into the template's messages (images replaced by the runner's marker
    texts when the model takes images, see
    :class:`~missive.engine.runner.ImageMarks`);
-2. :func:`missive.messages.templating.render_segments` renders them with the model's
+2. :func:`missive.chat_template.rendering.render_segments` renders them with the model's
    chat template in jinja2's sandbox, with the prefill, the template's
    ``bos_token``/``eos_token`` and the reasoning switches of the request
-   (:meth:`missive.thinking.plan.ThinkingPlan.template_kwargs`; switched off
+   (:meth:`missive.driver.thinking.ThinkingPlan.template_kwargs`; switched off
    when a constraint makes the whole reply a call or a JSON value), client
    strings holding a control token's text escaped;
 3. :meth:`~missive.engine.runner.Runner.tokenize` tokenizes the pieces (client
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..chat_template.rendering import render_segments
 from ..driver.interface import GenerationRequest
-from ..messages.templating import render_segments
-from ..reasoning.base import ReasoningParser
-from ..thinking.plan import ThinkingPlan
+from ..driver.parsing import ReasoningParser
+from ..driver.thinking import ThinkingPlan
 from ..tools.render import template_messages
 from .runner import ImageMarks, ModelInfo, Prompt, Runner
 

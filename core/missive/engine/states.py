@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .runner import Prompt, Sequence
+    from .sequences import Prompt, Sequence
 
 __all__ = ["ContextStates", "PortableStates", "SavedContext", "SharedPool"]
 

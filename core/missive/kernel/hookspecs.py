@@ -19,15 +19,14 @@ if TYPE_CHECKING:
     import click
 
     from ..config import Config
+    from ..driver.parsing import ReasoningParserSpec, ToolParserSpec
     from .specs import (
         DefaultModel,
         DocumentProcessorSpec,
         DriverSpec,
         ImageProcessorSpec,
-        ReasoningParserSpec,
         SearchProviderSpec,
         TokenizerSpec,
-        ToolParserSpec,
     )
 
 PROJECT = "missive"

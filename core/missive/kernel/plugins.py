@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import pluggy
 
+from ..driver.parsing import ReasoningParserSpec, ToolParserSpec
 from . import hookspecs
 from .compat import API_VERSION, api_mismatch, declared_versions, import_failure
 from .specs import (
@@ -38,10 +39,8 @@ from .specs import (
     DocumentProcessorSpec,
     DriverSpec,
     ImageProcessorSpec,
-    ReasoningParserSpec,
     SearchProviderSpec,
     TokenizerSpec,
-    ToolParserSpec,
 )
 
 __all__ = ["Kernel", "PluginInfo", "DEFAULT_PLUGINS", "ENTRY_POINT_GROUP"]

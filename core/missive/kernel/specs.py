@@ -7,11 +7,12 @@ capabilities (``missive plugins``) never imports llama_cpp, mlx or torch.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import ModelEntry
 from ..driver.capabilities import Capabilities
+from ..driver.parsing import ReasoningParserSpec, ToolParserSpec
 
 __all__ = [
     "load_object",
@@ -121,42 +122,6 @@ class DefaultModel:
 
 
 @dataclass(frozen=True)
-class ToolParserSpec:
-    """A streaming parser of tool calls in model text (Hermes, Llama 3, Mistral...).
-
-    ``factory`` builds a parser object; its interface is defined with the tool
-    parsing feature (issue 3) and documented in docs/hooks.md.
-    """
-
-    name: str
-    factory: str
-    description: str = ""
-    template_markers: tuple[str, ...] = field(default=())
-
-
-@dataclass(frozen=True)
-class ReasoningParserSpec:
-    """A streaming parser separating reasoning from the answer in model text
-    (``<think>...</think>``, harmony's analysis channel...).
-
-    Attributes:
-        name: what a driver's ``reasoning_parser`` setting refers to.
-        factory: ``"module:attr"`` of a
-            :class:`~missive.reasoning.base.ReasoningParser` subclass, built
-            with no arguments, one per generation.
-        description: one line for listings.
-        template_markers: literal strings that only chat templates of this
-            format contain; the first spec with one in a model's template is
-            chosen for that model.
-    """
-
-    name: str
-    factory: str
-    description: str = ""
-    template_markers: tuple[str, ...] = field(default=())
-
-
-@dataclass(frozen=True)
 class TokenizerSpec:
     """A tokenizer usable for counting tokens of models whose driver cannot."""
 
@@ -169,9 +134,9 @@ class TokenizerSpec:
 class ImageProcessorSpec:
     """Turns image blocks of the given media types into what drivers accept.
 
-    ``factory`` names a :class:`~missive.media.types.ImageProcessor` subclass,
+    ``factory`` names a :class:`~missive.driver.media.ImageProcessor` subclass,
     built once as ``cls(config.media)``; its ``process(image, target)``
-    returns an :class:`~missive.media.types.ImageInput` or text (a fallback).
+    returns an :class:`~missive.driver.media.ImageInput` or text (a fallback).
     """
 
     name: str
@@ -184,9 +149,9 @@ class ImageProcessorSpec:
 class DocumentProcessorSpec:
     """Turns document blocks of the given media types into text.
 
-    ``factory`` names a :class:`~missive.media.types.DocumentProcessor`
+    ``factory`` names a :class:`~missive.driver.media.DocumentProcessor`
     subclass, built once as ``cls(config.media)``; its ``process(document)``
-    returns :class:`~missive.media.types.Section` objects (pages, sheets...).
+    returns :class:`~missive.driver.media.Section` objects (pages, sheets...).
     """
 
     name: str

@@ -21,7 +21,7 @@ import click
 
 from ..batches.cli import _get
 from ..config import Config
-from .entry import LIMIT_FIELDS, check_key_name, derived_name, hash_key
+from ..config.keys import LIMIT_FIELDS, check_key_name, derived_name, hash_key
 from .usage import COUNTS
 
 __all__ = ["keys_group", "register", "new_key", "key_table", "list_keys", "render_usage", "KEY_PREFIX"]

@@ -9,7 +9,7 @@ no early exit, so the time taken depends neither on which key matched nor on
 how much of one did.
 
 A key's :class:`Identity` is its name (the ``[keys.NAME]`` table's, or for
-the plain ``server.api_keys`` list :func:`~missive.keys.entry.derived_name`):
+the plain ``server.api_keys`` list :func:`~missive.config.keys.derived_name`):
 the name owns the key's batches, threads and usage, and is what logs and
 metrics say. With no key configured everyone is :data:`ANONYMOUS`, with the
 admin scope (such a server stays on loopback unless told otherwise:
@@ -24,8 +24,8 @@ import hmac
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from ..config.keys import derived_name
 from ..protocol.errors import AuthenticationError
-from .entry import derived_name
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -49,7 +49,7 @@ class Identity:
         name: the key's name; ``""`` for :data:`ANONYMOUS`.
         scope: ``user`` or ``admin``.
         models: configured model ids or globs the key may use (None: all).
-        limits: the key's limits by field name (:data:`~missive.keys.entry.LIMIT_FIELDS`).
+        limits: the key's limits by field name (:data:`~missive.config.keys.LIMIT_FIELDS`).
         row: the key's row in the shared limit table (:mod:`.limits`).
     """
 
@@ -93,7 +93,7 @@ def presented_keys(headers: HeaderLookup) -> list[str]:
 
 class KeyRing:
     """The configured keys: ``[keys.NAME]`` tables, then ``server.api_keys``
-    (user keys, named by :func:`~missive.keys.entry.derived_name`)."""
+    (user keys, named by :func:`~missive.config.keys.derived_name`)."""
 
     def __init__(self, config: Config) -> None:
         entries: list[tuple[bytes, Identity, bool]] = []

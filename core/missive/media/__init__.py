@@ -15,6 +15,6 @@ Modules, one job each:
 The limits and every source are listed in docs/media.md.
 """
 
-from .types import IMAGE_MEDIA_TYPES, ImageInput, Section
+from ..driver.media import IMAGE_MEDIA_TYPES, ImageInput, Section
 
 __all__ = ["IMAGE_MEDIA_TYPES", "ImageInput", "Section"]

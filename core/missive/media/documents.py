@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import io
 
+from ..driver.media import DocumentProcessor, Section, SourceBytes
 from ..protocol.errors import MediaError
-from .types import DocumentProcessor, Section, SourceBytes
 
 __all__ = [
     "render_document",

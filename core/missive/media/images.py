@@ -27,8 +27,8 @@ import io
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from ..driver.media import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
 from ..protocol.errors import MediaError
-from .types import IMAGE_MEDIA_TYPES, ImageInput, ImageProcessor, ImageTarget, SourceBytes
 
 if TYPE_CHECKING:  # Pillow is imported when an image is decoded, not with this module
     from PIL.Image import Image as PillowImage

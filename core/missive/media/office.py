@@ -21,8 +21,8 @@ from __future__ import annotations
 import io
 import zipfile
 
+from ..driver.media import DocumentProcessor, Section, SourceBytes
 from ..protocol.errors import MediaError
-from .types import DocumentProcessor, Section, SourceBytes
 
 __all__ = ["OfficeDocumentProcessor", "DOCX", "XLSX", "PPTX", "OFFICE_MEDIA_TYPES", "check_zip"]
 

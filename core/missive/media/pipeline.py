@@ -8,7 +8,7 @@ request, :meth:`MediaPipeline.prepare` walks every ``image`` and
 ``document`` block, ``tool_result`` contents included, and returns what
 replaces each block in the conversation:
 
-* an image becomes an :class:`~missive.media.types.ImageInput` (checked,
+* an image becomes an :class:`~missive.driver.media.ImageInput` (checked,
   fitted to the model), or text from the fallback processor
   (``media.image_fallback``) when the model takes no images;
 * a document becomes one text block (:func:`~missive.media.documents.render_document`),
@@ -38,6 +38,15 @@ import anyio
 from pydantic import ValidationError
 
 from ..config import ConfigError, MediaConfig
+from ..driver.media import (
+    IMAGE_MEDIA_TYPES,
+    DocumentProcessor,
+    ImageInput,
+    ImageProcessor,
+    ImageTarget,
+    Section,
+    SourceBytes,
+)
 from ..kernel.specs import DocumentProcessorSpec, ImageProcessorSpec, load_object
 from ..protocol.errors import MediaError, MissiveError
 from ..protocol.schema.blocks import (
@@ -56,15 +65,6 @@ from .documents import PDF_MEDIA_TYPE, render_document
 from .fetch import FetchPolicy, fetch
 from .images import sniff_image
 from .office import DOCX, PPTX, XLSX
-from .types import (
-    IMAGE_MEDIA_TYPES,
-    DocumentProcessor,
-    ImageInput,
-    ImageProcessor,
-    ImageTarget,
-    Section,
-    SourceBytes,
-)
 
 __all__ = ["MediaPipeline", "Prepared", "accepted_images"]
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from .types import ImageInput
+from ..driver.media import ImageInput
 
 __all__ = ["PIXELS_PER_TOKEN", "estimate_image_tokens", "iter_images", "conversation_image_tokens"]
 

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:
-    from ..context.response import EventStream
     from ..server.admission import Permit
-    from .service import Prepared
+    from .extras import EventStream
+    from .prepared import Prepared
 
 __all__ = ["Answer", "Event"]
 

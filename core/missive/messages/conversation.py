@@ -9,9 +9,9 @@ section 2):
   the real API does;
 * ``system`` and the ``role: "system"`` messages before the first user or
   assistant message are the leading system prompt; a later system message
-  stays where it is, a :class:`~missive.messages.system_turns.SystemNote` of a
+  stays where it is, a :class:`~missive.chat_template.system_turns.SystemNote` of a
   user-side turn (rendered as a system turn where the chat template accepts
-  one there, else as a marked note: :mod:`missive.messages.system_turns`), so a new
+  one there, else as a marked note: :mod:`missive.chat_template.system_turns`), so a new
   one moves no earlier token;
 * consecutive turns of the same role are merged, not rejected;
 * a final ``assistant`` message is a prefill: the answer continues it;
@@ -30,7 +30,7 @@ section 2):
   (:func:`missive.protocol.ids.client_tool_id`) are turned back into the backend's own;
 * image and document blocks are kept by :func:`build_conversation`, then
   replaced by the media pipeline (:meth:`Conversation.replace_blocks`): an
-  image by a :class:`~missive.media.types.ImageInput` (or the text of a
+  image by a :class:`~missive.driver.media.ImageInput` (or the text of a
   fallback), a document by a text block. Drivers never see the raw blocks.
 
 Everything is deterministic so the rendered prompt is byte-stable across turns
@@ -40,10 +40,9 @@ Everything is deterministic so the rendered prompt is byte-stable across turns
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from ..media.types import ImageInput, ImageMarker
+from ..driver.conversation import Conversation, Turn, system_note
 from ..protocol.ids import backend_tool_id
 from ..protocol.schema.blocks import (
     DocumentBlock,
@@ -56,125 +55,11 @@ from ..protocol.schema.blocks import (
 )
 from ..protocol.schema.request import CountTokensRequest
 from ..tools.server import is_server_block, split_server_blocks
-from .system_turns import SystemNote, segments, system_note
 
 __all__ = ["Turn", "Conversation", "build_conversation", "continue_after", "unrendered_media"]
 
 
-@dataclass
-class Turn:
-    """One turn: ``role`` and its content blocks: validated text, search
-    result and tool blocks, and, once the media pipeline has run,
-    :class:`~missive.media.types.ImageInput` for images (documents are text
-    blocks by then)."""
-
-    role: Literal["user", "assistant"]
-    blocks: list[Any] = field(default_factory=list)
-
-    def text(self, image_marker: ImageMarker | None = None) -> str:
-        """The turn's text parts joined by newlines (search results as text).
-
-        With ``image_marker``, each image (:class:`~missive.media.types.ImageInput`)
-        is a part of its own, the text ``image_marker(image)`` returns, in its
-        place among the text: drivers that put image embeddings into the prompt
-        themselves (llama.cpp's ``mtmd``) split the rendered prompt at the
-        markers. Without, images are left out (drivers that send them apart, as
-        ``image_url`` parts...).
-        """
-        parts: list[str] = []
-        for block in self.blocks:
-            if isinstance(block, TextBlock):
-                parts.append(block.text)
-            elif image_marker is not None and isinstance(block, ImageInput):
-                parts.append(image_marker(block))
-            elif isinstance(block, SearchResultBlock):
-                body = "\n".join(t.text for t in block.content)
-                parts.append(f"[{block.title}]({block.source})\n{body}")
-        return "\n".join(parts)
-
-    def has_system_notes(self) -> bool:
-        """Whether the turn holds a mid-conversation system message
-        (:class:`~missive.messages.system_turns.SystemNote`)."""
-        return any(isinstance(b, SystemNote) for b in self.blocks)
-
-    def thinking(self) -> str:
-        """The turn's kept (verified) thinking blocks' text, joined by newlines."""
-        return "\n".join(b.thinking for b in self.blocks if isinstance(b, ThinkingBlock) and b.thinking)
-
-
-@dataclass
-class Conversation:
-    system: str | None
-    turns: list[Turn]
-    prefill: str | None = None
-
-    def replace_blocks(self, replacements: Mapping[int, list[Any]]) -> None:
-        """Replace blocks, found by identity (``id(block)`` of the request's
-        block), by the given parts, in the turns and inside ``tool_result``
-        contents (the result is copied, never changed in place)."""
-        if not replacements:
-            return
-
-        def swap(blocks: list[Any]) -> list[Any]:
-            out: list[Any] = []
-            for block in blocks:
-                if id(block) in replacements:
-                    out.extend(replacements[id(block)])
-                    continue
-                if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-                    if any(id(inner) in replacements for inner in block.content):
-                        block = block.model_copy(update={"content": swap(block.content)})
-                out.append(block)
-            return out
-
-        for turn in self.turns:
-            turn.blocks = swap(turn.blocks)
-
-    def has_tool_blocks(self) -> bool:
-        """Whether any turn holds ``tool_use`` or ``tool_result`` blocks."""
-        return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for t in self.turns for b in t.blocks)
-
-    def chat_messages(
-        self, image_marker: ImageMarker | None = None, *, system_turns: bool = False
-    ) -> list[dict[str, str]]:
-        """OpenAI/HF-style ``[{"role", "content"}]`` with the system first.
-
-        An assistant turn with kept thinking also carries it as
-        ``reasoning_content`` (the key Qwen3, DeepSeek-R1, GLM and llama.cpp
-        templates read) and ``thinking`` (gpt-oss); templates that do not
-        render past reasoning ignore both.
-        The prefill is not included; drivers render it (see
-        :func:`missive.messages.templating.render_prompt`). ``image_marker``: see
-        :meth:`Turn.text`. ``system_turns``: mid-conversation system
-        messages as ``role: "system"`` messages in their place (else as
-        marked notes in the user turn: :mod:`missive.messages.system_turns`).
-        """
-        messages: list[dict[str, str]] = []
-        if self.system is not None:
-            messages.append({"role": "system", "content": self.system})
-        for turn in self.turns:
-            if system_turns and turn.role == "user" and turn.has_system_notes():
-                for role, blocks in segments(turn.blocks):
-                    if role == "system":
-                        messages.append({"role": "system", "content": blocks[0].system})
-                    else:
-                        messages.append({"role": "user", "content": Turn("user", blocks).text(image_marker)})
-                continue
-            message = {"role": turn.role, "content": turn.text(image_marker)}
-            messages.append(with_reasoning(message, turn))
-        return messages
-
-
 _KEPT = (TextBlock, SearchResultBlock, ToolUseBlock, ToolResultBlock, ImageBlock, DocumentBlock)
-
-
-def with_reasoning(message: dict[str, Any], turn: Turn) -> dict[str, Any]:
-    """``message`` with the turn's kept thinking as ``reasoning_content`` and
-    ``thinking`` (see :meth:`Conversation.chat_messages`); unchanged without."""
-    if turn.role == "assistant" and (thinking := turn.thinking()):
-        message["reasoning_content"] = thinking
-        message["thinking"] = thinking
-    return message
 
 
 def _append(turns: list[Turn], role: str, blocks: list[Any], *, server_tools: bool) -> None:
@@ -225,7 +110,7 @@ def build_conversation(
             text = "\n".join(b.text for b in message.blocks() if isinstance(b, TextBlock))
             if not text:
                 continue
-            if turns:  # after the first turn: kept in its place (missive.messages.system_turns)
+            if turns:  # after the first turn: kept in its place (missive.chat_template.system_turns)
                 _append(turns, "user", [system_note(text)], server_tools=server_tools)
             else:
                 system_parts.append(text)

@@ -26,7 +26,7 @@ found is the error):
 
 Conversation management (compaction, context editing) runs before these
 steps and may run them more than once to measure the prompt
-(:func:`missive.context.prepare.prepare_in_context`).
+(:func:`missive.messages.management.prepare_in_context`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING
 
 from ..driver.capabilities import Capabilities, check_request
 from ..driver.interface import GenerationRequest
+from ..driver.thinking import plan_thinking
 from ..protocol.errors import InvalidRequestError
 from ..protocol.schema.request import CountTokensRequest
 from ..thinking.between_tools import as_text as between_tools_text
-from ..thinking.plan import plan_thinking
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..thinking.signing import Signer
 from ..tools.deferred import expand_references
@@ -201,6 +201,7 @@ def build_generation(
         thinking_position=answer_position(req.messages),
         server_call=server_call,
         session=session_of(req, headers),
+        output_schema=req.output_format_schema(),
     )
 
 

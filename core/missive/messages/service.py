@@ -8,7 +8,7 @@ whichever way it came:
 1. :meth:`Messages.hold`: the model is held for the request (never unloaded
    while in use) and loaded if it is not;
 2. :meth:`Messages.prepare` -> :class:`Prepared`: conversation management
-   (:mod:`missive.context.prepare`), then the core's checks and conversions
+   (:mod:`missive.messages.management`), then the core's checks and conversions
    (:mod:`.prepare`); the notes that become response headers are collected
    in the :class:`Caller`'s :class:`~.prepare.Notes`, never in Quart's ``g``;
 3. :meth:`Messages.begin` -> :class:`~.answer.Answer`: the stream
@@ -28,21 +28,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..context.fallbacks import TRIGGERS, Attempt
-from ..context.prepare import count_tokens_body, prepare_in_context
-from ..context.response import ContextExtras, finish_stream
 from ..driver.interface import Driver, GenerationRequest
 from ..protocol.errors import CapabilityError
 from ..protocol.ids import message_id
 from ..protocol.schema.request import CountTokensRequest
+from ..routing.chain import TRIGGERS, Attempt
 from .answer import Answer
+from .extras import finish_stream
+from .management import count_tokens_body, prepare_in_context
 from .prepare import Notes, Target, prepare_generation
+from .prepared import Admit, Caller, Prepared
 from .stream import MessageStream
 
 if TYPE_CHECKING:
@@ -56,61 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["Messages", "Caller", "Prepared", "Admit"]
 
 log = logging.getLogger("missive.messages")
-
-#: Takes an admission permit for an answer (waits for it; raises a 529 when
-#: the queue is full).
-Admit = Callable[[], Awaitable["Permit"]]
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who asks for an answer: what the service needs of the HTTP request
-    (or of a batch's request), and where it reports back.
-
-    Attributes:
-        request_id: ``req_...``.
-        record: the request's record (log line, metrics).
-        notes: what becomes the ``missive-ignored`` and
-            ``missive-dropped-thinking`` headers.
-        headers: the HTTP request's headers, names lowercased (empty for
-            a batch request).
-    """
-
-    request_id: str
-    record: RequestRecord
-    notes: Notes
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A request ready to begin on one model.
-
-    Attributes:
-        request: the request as the client sent it (its ``model`` names the
-            answer's model).
-        model_id: the configured model that answers.
-        driver: that model's driver.
-        generation: what the driver is asked.
-        extras: what conversation management adds to the answer.
-        caller: who asks (and its notes).
-        fallback: the model answers as a ``fallbacks`` entry (the answer
-            says so in ``usage.iterations``).
-    """
-
-    request: CountTokensRequest
-    model_id: str
-    driver: Driver
-    generation: GenerationRequest
-    extras: ContextExtras
-    caller: Caller
-    fallback: bool = False
-
-    @property
-    def notes(self) -> Notes:
-        """What becomes the response's headers."""
-        return self.caller.notes
-
 
 class Messages:
     """See the module doc.
@@ -245,7 +189,7 @@ class Messages:
     async def answer(self, chain: list[Attempt], caller: Caller) -> Answer:
         """Hold, prepare and begin the requested model (``chain[0]``), then
         each ``fallbacks`` entry in turn while the one before could not take
-        the request (429, 529: :data:`missive.context.fallbacks.TRIGGERS`);
+        the request (429, 529: :data:`missive.routing.chain.TRIGGERS`);
         nothing has been sent then. The last model's error is the answer
         when every one fails.
 

@@ -88,20 +88,22 @@ REQUEST_FIELDS: dict[str, Row] = {
     "tools": _h("missive.tools.definitions", "offered to the model ([tools.md](tools.md))"),
     "tool_choice": _h("missive.tools.definitions", "enforced exactly where the driver declares the mode"),
     "thinking": _h(
-        "missive.thinking.plan", "mapped to the model's reasoning switch ([thinking.md](thinking.md))"
+        "missive.driver.thinking", "mapped to the model's reasoning switch ([thinking.md](thinking.md))"
     ),
     "output_config": _h(
-        "missive.thinking.plan", "`effort` sets the reasoning depth; `format` needs `structured_output`"
+        "missive.driver.thinking", "`effort` sets the reasoning depth; `format` needs `structured_output`"
     ),
     "cache_control": Row("accepted", "prompt prefixes are reused automatically"),
     "context_management": _h(
-        "missive.context.editing", "edits applied before rendering ([Context editing](#context-editing))"
+        "missive.context_management.editing",
+        "edits applied before rendering ([Context editing](#context-editing))",
     ),
     "compaction": _h(
-        "missive.context.compaction", "the model summarises the conversation ([Compaction](#compaction))"
+        "missive.context_management.compaction",
+        "the model summarises the conversation ([Compaction](#compaction))",
     ),
     "fallbacks": _h(
-        "missive.context.fallbacks", "tried in order when a model is overloaded ([Fallbacks](#fallbacks))"
+        "missive.routing.chain", "tried in order when a model is overloaded ([Fallbacks](#fallbacks))"
     ),
     "thread": _h(
         "missive.threads.thread", "server-held conversation state ([Message threads](#message-threads))"
@@ -110,7 +112,7 @@ REQUEST_FIELDS: dict[str, Row] = {
         "missive.threads.fingerprint", "`cache_miss_reason` ([Cache diagnostics](#cache-diagnostics))"
     ),
     "speed": _h(
-        "missive.context.routing", '`"standard"` is what every model does; `"fast"` is reported as ignored'
+        "missive.messages.placement", '`"standard"` is what every model does; `"fast"` is reported as ignored'
     ),
     "inference_geo": _ignored("inference runs where the server runs", "us"),
     "service_tier": _ignored("one service tier", "auto"),
@@ -151,7 +153,7 @@ BLOCK_TYPES: dict[str, Row] = {
     ),
     "web_search_tool_result": _h("missive.tools.server", "rendered with its call"),
     "web_fetch_tool_result": _h("missive.tools.server", "rendered with its call"),
-    "compaction": _h("missive.context.compaction", "verified and rendered as the summary"),
+    "compaction": _h("missive.context_management.compaction", "verified and rendered as the summary"),
     "fallback": Row("accepted", "not rendered, as the API does"),
     "advisor_tool_result": _ignored(
         _SERVER_TOOL, {"type": "advisor_tool_result", "tool_use_id": "srvtoolu_1", "content": []}
@@ -194,9 +196,9 @@ BLOCK_TYPES: dict[str, Row] = {
 }
 
 THINKING_TYPES: dict[str, Row] = {
-    "enabled": _h("missive.thinking.plan", "reasoning on with a budget; needs the `thinking` capability"),
-    "adaptive": _h("missive.thinking.plan", "reasoning on; the model decides"),
-    "disabled": _h("missive.thinking.plan", "reasoning off"),
+    "enabled": _h("missive.driver.thinking", "reasoning on with a budget; needs the `thinking` capability"),
+    "adaptive": _h("missive.driver.thinking", "reasoning on; the model decides"),
+    "disabled": _h("missive.driver.thinking", "reasoning off"),
     "between_tools": _h(
         "missive.thinking.between_tools", "reasoning off; text before a tool call returned as thinking"
     ),
@@ -204,9 +206,11 @@ THINKING_TYPES: dict[str, Row] = {
 
 EDIT_TYPES: dict[str, Row] = {
     "clear_tool_uses_20250919": _h(
-        "missive.context.editing", "older tool results (and inputs) replaced by a placeholder"
+        "missive.context_management.editing", "older tool results (and inputs) replaced by a placeholder"
     ),
-    "clear_thinking_20251015": _h("missive.context.editing", "thinking of older assistant turns left out"),
+    "clear_thinking_20251015": _h(
+        "missive.context_management.editing", "thinking of older assistant turns left out"
+    ),
     "compact_20260112": _ignored(
         "automatic compaction is not run; send `compaction` to compact", {"type": "compact_20260112"}
     ),
@@ -218,7 +222,7 @@ RESPONSE_FIELDS: dict[str, Row] = {
         for name in ("id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage")
     },
     "context_management": Row(
-        "produced", "`applied_edits`, when the request had `context_management`", "missive.context.response"
+        "produced", "`applied_edits`, when the request had `context_management`", "missive.messages.extras"
     ),
     "diagnostics": Row(
         "produced", "`cache_miss_reason`, with `diagnostics.previous_message_id`", "missive.threads.keeper"
@@ -242,7 +246,7 @@ USAGE_FIELDS: dict[str, Row] = {
     },
     "server_tool_use": Row("produced", "when a server tool was called", "missive.messages.stream"),
     "iterations": Row(
-        "produced", "a `fallback_message` entry when a fallback model answered", "missive.context.response"
+        "produced", "a `fallback_message` entry when a fallback model answered", "missive.messages.extras"
     ),
     "cache_creation": Row("absent", "automatic prefix caching has no cache writes by TTL"),
     "output_tokens_details": Row("absent", "reasoning tokens are counted in `output_tokens`"),
@@ -269,7 +273,9 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
         "the page where `[server_tools]` runs fetches, else the `unavailable` error",
         "missive.tools.server_runner",
     ),
-    "compaction": Row("produced", "the answer of a compaction request", "missive.context.compaction"),
+    "compaction": Row(
+        "produced", "the answer of a compaction request", "missive.context_management.compaction"
+    ),
     "redacted_thinking": Row("absent", "reasoning is never redacted"),
     "fallback": Row("absent", "no model starts answering and then declines"),
     **{
@@ -298,11 +304,11 @@ MODEL_FIELDS: dict[str, Row] = {
         "produced", "`max_output_tokens`, else the context window", "missive.server.routes.models"
     ),
     "capabilities": Row(
-        "produced", "every key, from the driver's capabilities and overrides", "missive.context.capabilities"
+        "produced", "every key, from the driver's capabilities and overrides", "missive.models.capabilities"
     ),
-    "lifecycle": Row("produced", "`active` unless configured `deprecated`", "missive.context.capabilities"),
-    "deprecated_at": Row("produced", "configured, else null", "missive.context.capabilities"),
-    "retires_at": Row("produced", "configured, else null", "missive.context.capabilities"),
+    "lifecycle": Row("produced", "`active` unless configured `deprecated`", "missive.models.capabilities"),
+    "deprecated_at": Row("produced", "configured, else null", "missive.models.capabilities"),
+    "retires_at": Row("produced", "configured, else null", "missive.models.capabilities"),
     "line": Row("produced", "null: no Claude model line", "missive.server.routes.models"),
     "allowed_fallback_models": Row("produced", "every other served model", "missive.server.routes.models"),
 }

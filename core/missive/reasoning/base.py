@@ -1,8 +1,8 @@
 """The reasoning parser interface and the tag-delimited implementation.
 
 A parser is fed the model's text in arbitrary pieces (a tag may be split
-across tokens) and returns :class:`~missive.tools.parsers.base.Reasoning` and
-:class:`~missive.tools.parsers.base.Text` events. Rules:
+across tokens) and returns :class:`~missive.driver.parsing.Reasoning` and
+:class:`~missive.driver.parsing.Text` events. Rules:
 
 * reasoning comes first: the opening tag is recognised only before any answer
   text (DeepSeek-R1, Qwen3, GLM, Magistral write it first), so an answer that
@@ -21,10 +21,9 @@ rendered prompt first, so the parser sees the tag the prompt opened.
 
 from __future__ import annotations
 
-import abc
 from typing import ClassVar
 
-from ..tools.parsers.base import Reasoning, Text
+from ..driver.parsing import Reasoning, ReasoningEvent, ReasoningParser, Text
 
 __all__ = [
     "ReasoningParser",
@@ -35,45 +34,6 @@ __all__ = [
     "SeedThinkParser",
     "Gemma4ThinkParser",
 ]
-
-ReasoningEvent = Text | Reasoning
-
-
-class ReasoningParser(abc.ABC):
-    """Splits generated text into reasoning and answer (see module doc)."""
-
-    #: Markers that end the reasoning as its closing tag does, kept as
-    #: answer text: the opening markers of the model's tool calls (the core
-    #: sets them from the tool parser's ``call_openers``,
-    #: :mod:`missive.messages.stream.parsing`). Qwen3.5 may write a call
-    #: inside a ``<think>`` it never closes; llama.cpp's Qwen3.5 parser reads
-    #: the call there too. Parsers whose reasoning has no such case ignore it.
-    interrupts: tuple[str, ...] = ()
-
-    @abc.abstractmethod
-    def feed(self, text: str) -> list[ReasoningEvent]:
-        """Events for the next piece of generated text."""
-
-    @abc.abstractmethod
-    def finish(self) -> list[ReasoningEvent]:
-        """Events for anything held back, at the end of generation."""
-
-    @property
-    @abc.abstractmethod
-    def in_reasoning(self) -> bool:
-        """Whether the text fed so far leaves the model inside its reasoning."""
-
-    @classmethod
-    def prompt_prefix(cls, prompt: str) -> str:
-        """Text the rendered ``prompt`` already opened (to feed first), or ""."""
-        return ""
-
-    @classmethod
-    def close_text(cls) -> str:
-        """Text that ends the reasoning, for drivers that enforce a thinking
-        budget by writing it into the model's context; "" if unsupported."""
-        return ""
-
 
 def _partial_suffix(text: str, tag: str) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""

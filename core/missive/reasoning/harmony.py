@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..tools.parsers.base import Reasoning, Text
+from ..driver.parsing import Reasoning, ReasoningEvent, ReasoningParser, Text
 from ..tools.parsers.harmony import MESSAGE, START, TERMINATORS, HarmonyParser
-from .base import ReasoningEvent, ReasoningParser
 
 __all__ = ["HarmonyReasoningParser"]
 

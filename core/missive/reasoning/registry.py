@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..kernel.specs import ReasoningParserSpec, load_registered
-from .base import ReasoningParser
+from ..driver.parsing import ReasoningParser, ReasoningParserSpec
+from ..kernel.specs import load_registered
 
 __all__ = ["reasoning_parser_for_template", "reasoning_parser_class"]
 

@@ -26,9 +26,8 @@ element's content.
 
 from __future__ import annotations
 
+from ..driver.parsing import Reasoning, ReasoningEvent, ReasoningParser, Text
 from ..tools.parsers._common import find_marker
-from ..tools.parsers.base import Reasoning, Text
-from .base import ReasoningEvent, ReasoningParser
 
 __all__ = ["KimiK3ThinkParser", "OPEN_THINK", "CLOSE_THINK", "OPEN_RESPONSE", "CLOSE_RESPONSE"]
 

@@ -9,20 +9,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiohttp
 import anyio
 
-from ..protocol.errors import OverloadedError
+from ..protocol.errors import BadGatewayError, OverloadedError, TimeoutError_
 from ..routing.prefix import RouteKey
-from .answers import END_GRACE, Classify, Failover, sse_done
-from .replicas import Replica
+from .answers import END_GRACE, Answer, Classify, Failover, sse_done
+from .replicas import Replica, ReplicaPool
 
-if TYPE_CHECKING:
-    from .transport import RemoteTransport
+__all__ = ["RemoteStream", "Transport"]
 
-__all__ = ["RemoteStream"]
+
+class Transport(Protocol):
+    """What a stream needs of its :class:`~missive.remote.transport.RemoteTransport`
+    (which builds it): the replicas, one attempt, the failover count, the errors."""
+
+    pool: ReplicaPool
+
+    def timeout_error(self, what: str) -> TimeoutError_: ...
+
+    def lost_error(self, exc: BaseException, where: str | None = None) -> BadGatewayError: ...
+
+    def _none_left(self, tried: set[Replica], skipped: list[tuple[Replica, Failover]]) -> OverloadedError: ...
+
+    async def _attempt(
+        self, replica: Replica, method: str, path: str, json: Any, *, stream: bool, classify: Classify | None
+    ) -> aiohttp.ClientResponse | Answer | Failover: ...
+
+    def _note(
+        self,
+        replica: Replica,
+        failover: Failover,
+        tried: set[Replica],
+        skipped: list[tuple[Replica, Failover]],
+        again: set[Replica],
+    ) -> bool: ...
 
 
 class RemoteStream:
@@ -48,7 +71,7 @@ class RemoteStream:
 
     def __init__(
         self,
-        transport: RemoteTransport,
+        transport: Transport,
         method: str,
         path: str,
         json: Any,

@@ -1,6 +1,6 @@
 """Fallbacks across a fleet: what an operator adds to the API's ``fallbacks``.
 
-The Messages API's ``fallbacks`` field (:mod:`missive.context.fallbacks`: a
+The Messages API's ``fallbacks`` field (:mod:`missive.routing.chain`: a
 list of models tried in order after the requested one when it cannot take
 the request, or ``"default"`` for the model's configured chain,
 ``models.<id>.fallbacks``) is what a client asks for. A fleet's operator
@@ -22,7 +22,7 @@ needs three things on top of it:
   ``ping`` events meanwhile; they carry nothing of an answer.
 
 Which errors move on (429, 529 before the answer) is the API field's rule
-(:data:`missive.context.fallbacks.TRIGGERS`); a model a request's key may not
+(:data:`missive.routing.chain.TRIGGERS`); a model a request's key may not
 use is never tried.
 """
 

@@ -50,71 +50,15 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ..config import ConfigError
+from ..config.routing import RoutingConfig, RoutingRule, ThinkingType
 
 __all__ = ["RoutingRule", "RoutingConfig", "RoutingRules", "estimate_prompt_tokens"]
 
 #: Characters per token of the prompt estimate.
 CHARS_PER_TOKEN = 4
-ThinkingType = Literal["enabled", "adaptive"]
-
-
-class RoutingRule(BaseModel):
-    """One ``[[routing.rules]]`` entry (see the module doc)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    to: str = Field(min_length=1)
-    model: list[str] = Field(default_factory=list)
-    images: bool | None = None
-    min_prompt_tokens: int | None = Field(default=None, ge=1)
-    thinking: bool | list[ThinkingType] | None = None
-
-    @model_validator(mode="after")
-    def _has_a_condition(self) -> RoutingRule:
-        if (
-            not self.model
-            and self.images is None
-            and self.min_prompt_tokens is None
-            and self.thinking is None
-        ):
-            raise ValueError(
-                f"rule '{self.name}' has no condition (model, images, min_prompt_tokens or thinking)"
-            )
-        return self
-
-    def describe(self) -> str:
-        """The rule in one line: ``images and thinking (enabled) -> model``."""
-        parts = []
-        if self.model:
-            parts.append("model " + " or ".join(self.model))
-        if self.images is not None:
-            parts.append("images" if self.images else "no images")
-        if self.min_prompt_tokens is not None:
-            parts.append(f"prompt >= {self.min_prompt_tokens} tokens (estimated)")
-        if self.thinking is not None:
-            kinds = (
-                self.thinking
-                if isinstance(self.thinking, list)
-                else (["enabled", "adaptive"] if self.thinking else [])
-            )
-            parts.append(f"thinking ({', '.join(kinds)})" if kinds else "no thinking")
-        return f"{' and '.join(parts)} -> {self.to}"
-
-
-class RoutingConfig(BaseModel):
-    """``[routing]``: the rules, tried in order, and whether each model's
-    ``fallbacks`` chain applies to requests that name none
-    (:mod:`missive.routing.fallbacks`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rules: list[RoutingRule] = Field(default_factory=list)
-    default_fallbacks: bool = False
-
 
 def _strings(value: Any) -> Iterable[str]:
     """Every string in a JSON-like value, base64 image and document data left out."""
@@ -156,7 +100,6 @@ class RoutingRules:
         models: Sequence[str],
         fallbacks: Mapping[str, Sequence[str | Mapping[str, Any]]] | None = None,
     ) -> None:
-        from ..config import ConfigError  # config imports this module for RoutingConfig
 
         for model_id, chain in (fallbacks or {}).items():
             for entry in chain:

@@ -170,12 +170,12 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         keys.observe(record)
         log_request(record)
 
-    batches = Batches(app, config, models, admission, drain, observe_batch, metrics.batches.count)
-    metrics.batches.attach(batches)
-    history = History()  # what the web console shows of the past (missive.console)
     messages = Messages(
         models=models, admission=admission, signer=signer, media=media, server_tools=server_tools
     )
+    batches = Batches(messages, config, models, admission, drain, observe_batch, metrics.batches.count)
+    metrics.batches.attach(batches)
+    history = History()  # what the web console shows of the past (missive.console)
     app.extensions[EXTENSION] = Services(
         config=config,
         kernel=kernel,

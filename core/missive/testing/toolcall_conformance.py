@@ -201,7 +201,7 @@ def parsers_for(model: str, mode: str, generation_prompt: str | None) -> tuple[s
 
 
 def _tool_definitions(tools: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
-    from ..tools.definitions import ToolDefinition
+    from ..driver.tools import ToolDefinition
 
     out = []
     for tool in tools:
@@ -236,12 +236,12 @@ def parse_deltas(
     from canitoolcall.results import StreamAccumulator
 
     from ..driver.events import TextDelta, ThinkingDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+    from ..driver.thinking import ThinkingPlan
+    from ..driver.tools import ToolChoice
     from ..messages.stream.blocks import Blocks
     from ..messages.stream.parsing import parsed_events
     from ..protocol.errors import ApiError
-    from ..thinking.plan import ThinkingPlan
     from ..thinking.signing import Signer
-    from ..tools.definitions import ToolChoice
 
     request = _Request(_tool_definitions(tools), ToolChoice())
     acc = StreamAccumulator()

@@ -7,7 +7,7 @@ docstring of ``ThinkingTypes.between_tools``, anthropic 2.15; Anthropic docs,
 ``thinking`` blocks). Mapped onto a local model:
 
 * its reasoning switch is off, as for ``disabled`` (the plan's ``requested``
-  is False: :mod:`missive.thinking.plan`), and reasoning it writes anyway is
+  is False: :mod:`missive.driver.thinking`), and reasoning it writes anyway is
   dropped (its tokens still count);
 * answer text followed by a tool call in the same answer is a progress
   update: it becomes a thinking block (signed like any other, so it can be
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 
+from ..driver.conversation import Conversation
 from ..driver.events import Finished, GenerationEvent, TextDelta, ThinkingDelta, ToolCallStart
-from ..messages.conversation import Conversation
 from ..protocol.schema.blocks import TextBlock, ThinkingBlock
 
 __all__ = ["progress_as_thinking", "as_text"]

@@ -26,7 +26,7 @@ read the reasoning; the HMAC only proves this server produced it there.
   ``display: "omitted"``).
 
 Each part is length-prefixed, so no two inputs encode alike. ``compaction``
-blocks (conversation summaries, :mod:`missive.context.compaction`) are
+blocks (conversation summaries, :mod:`missive.context_management.compaction`) are
 signed with the same key under their own domain, so a thinking signature
 never passes for a summary's or the other way round:
 

@@ -19,7 +19,7 @@ the first place the two diverge, in the SDK's shapes
   prompt);
 * ``messages_changed``: the other messages, later ``role: "system"``
   messages included (Missive renders them where they stand:
-  :mod:`missive.messages.system_turns`), are not the previous request's followed by
+  :mod:`missive.chat_template.system_turns`), are not the previous request's followed by
   new ones;
 * ``unavailable``: model, tools, system and messages match but another
   prompt-affecting parameter (``thinking``, ``tool_choice``,

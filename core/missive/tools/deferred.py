@@ -40,8 +40,8 @@ from ..protocol.schema.blocks import TextBlock, ToolReferenceBlock, ToolResultBl
 from ..protocol.schema.request import CountTokensRequest
 
 if TYPE_CHECKING:
-    from ..messages.conversation import Conversation
-    from .definitions import ToolDefinition
+    from ..driver.conversation import Conversation
+    from ..driver.tools import ToolDefinition
 
 __all__ = ["loaded_names", "is_deferred", "reference_text", "expand_references"]
 

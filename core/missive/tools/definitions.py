@@ -23,14 +23,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..driver.capabilities import Capabilities
+from ..driver.tools import ToolChoice, ToolDefinition
 from ..protocol.errors import InvalidRequestError
 from ..protocol.schema.request import CountTokensRequest
 from .deferred import is_deferred, loaded_names
-from .server import ServerTool, server_tool_of
+from .server import server_tool_of
 
 __all__ = ["ToolDefinition", "ToolChoice", "offered_tools", "tool_choice_of", "choice_after_server_call"]
 
@@ -65,53 +65,6 @@ CLIENT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "bash_": ("Run commands in a bash shell. State persists between calls.", _BASH_SCHEMA),
     "text_editor_": ("View, create and edit text files.", _TEXT_EDITOR_SCHEMA),
 }
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    """A tool as the model sees it.
-
-    Attributes:
-        name: the tool name (``^[a-zA-Z0-9_-]{1,64}$``).
-        description: text for the model, "" if none.
-        input_schema: JSON Schema of the arguments object.
-        strict: the request asked for schema-exact arguments (``strict: true``).
-        server: the server tool this is (``web_search``...), None for tools
-            the client runs; its calls become ``server_tool_use`` blocks.
-        deferred: declared ``defer_loading: true`` and loaded by a
-            ``tool_reference``: callable, but its definition is rendered
-            where the reference stands, not in the prompt's tool list
-            (:mod:`missive.tools.deferred`).
-    """
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    strict: bool = False
-    server: ServerTool | None = None
-    deferred: bool = False
-
-    def openai_function(self) -> dict[str, Any]:
-        """The OpenAI/Hugging Face ``{"type": "function", "function": {...}}`` form."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.input_schema},
-        }
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """``tool_choice`` reduced to what generation needs.
-
-    Attributes:
-        mode: ``auto``, ``any``, ``tool`` or ``none``.
-        name: the forced tool for ``tool``.
-        parallel: more than one call allowed (``disable_parallel_tool_use`` not set).
-    """
-
-    mode: str = "auto"
-    name: str | None = None
-    parallel: bool = True
 
 
 def offered_tools(

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..chat_template.system_turns import template_accepts_system
+from ..driver.conversation import Conversation, Turn, segments, with_reasoning
 from ..driver.interface import GenerationRequest
-from ..media.types import ImageInput, ImageMarker
-from ..messages.conversation import Conversation, Turn, with_reasoning
-from ..messages.system_turns import segments, template_accepts_system
+from ..driver.media import ImageInput, ImageMarker
+from ..driver.tools import ToolDefinition
 from ..protocol.schema.blocks import TextBlock, ToolResultBlock, ToolUseBlock
-from .definitions import ToolDefinition
-from .parsers.base import ToolParser
+from .parsers.selection import system_prompt_format, template_supports_tools
 
 __all__ = [
     "tool_result_text",
@@ -54,31 +54,6 @@ For each function call, return a json object with function name and arguments wi
 <tool_call>
 {{"name": <function-name>, "arguments": <args-json-object>}}
 </tool_call>"""
-
-
-def template_supports_tools(template: str) -> bool:
-    """Whether a chat template renders ``tools`` and assistant ``tool_calls`` itself."""
-    return "tools" in template and "tool_calls" in template
-
-
-def system_prompt_format(template: str) -> type[ToolParser] | None:
-    """The built-in tool format whose declarations go into the system prompt,
-    for a template that renders past ``tool_calls`` in a format of its own
-    (its markers select the parser) but takes no ``tools`` list
-    (DeepSeek-V3 and V3.1); None for any other template, or a format with no
-    :meth:`~missive.tools.parsers.base.ToolParser.tool_instructions`."""
-    if "tool_calls" not in template or template_supports_tools(template):
-        return None
-    from ..default_plugins.tool_parsers import register_tool_parsers
-    from .parsers.registry import parser_class
-    from .parsers.selection import select_parser
-
-    specs = {s.name: s for s in register_tool_parsers()}
-    name = select_parser(template, specs)
-    if name is None:
-        return None
-    cls = parser_class(specs, name)
-    return cls if cls.tool_instructions([]) is not None else None
 
 
 def tool_result_text(block: ToolResultBlock, image_marker: ImageMarker | None = None) -> str:
@@ -109,7 +84,7 @@ def _user_side(
 ) -> list[dict[str, Any]]:
     """A user turn holding mid-conversation system messages, after its tool
     results, for a template that accepts system turns there: user and
-    system messages in the turn's order (:mod:`missive.messages.system_turns`).
+    system messages in the turn's order (:mod:`missive.chat_template.system_turns`).
     ``results``: texts put first in the first user message (the Hermes
     rendering's ``<tool_response>`` blocks), or in one of their own before
     a leading system message."""

@@ -35,11 +35,11 @@ blocks are reported as ignored (:mod:`missive.protocol.schema.ignored`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import TypeAdapter
 
+from ..driver.tools import ServerTool
 from ..protocol.ids import server_tool_use_id
 from ..protocol.schema.blocks import (
     ContentBlock,
@@ -96,25 +96,6 @@ LIMIT_FIELDS = frozenset(
 _CONTENT_BLOCK: TypeAdapter[Any] = TypeAdapter(ContentBlock)
 
 _SERVER_BLOCKS = (ServerToolUseBlock, WebSearchToolResultBlock, WebFetchToolResultBlock)
-
-
-@dataclass(frozen=True)
-class ServerTool:
-    """One family of server tools (all versions of ``web_search_*`` or ``web_fetch_*``).
-
-    Attributes:
-        name: the name the API gives the tool and its calls (``web_search``).
-        description: offered to the model when the request gives none.
-        input_schema: the arguments the model writes.
-        result_type: the result block's ``type`` (``web_search_tool_result``).
-        error_type: its error content's ``type`` (``web_search_tool_result_error``).
-    """
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    result_type: str
-    error_type: str
 
 
 #: Tool ``type`` prefix -> the tool. Schemas: the inputs the API documents for

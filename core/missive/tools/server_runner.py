@@ -23,13 +23,14 @@ from typing import Any
 
 from ..config import ConfigError, ServerToolsConfig
 from ..driver.capabilities import Capabilities
+from ..driver.tools import ServerTool, ToolChoice, ToolDefinition
 from ..kernel.specs import SearchProviderSpec, load_object
 from ..media.fetch import FetchPolicy
 from ..protocol.schema.blocks import TextBlock
 from ..protocol.schema.request import CountTokensRequest
-from .definitions import ToolChoice, ToolDefinition, choice_after_server_call
+from .definitions import choice_after_server_call
 from .search import MAX_QUERY_CHARS, SearchError, SearchProvider, SearchQuery, search_result_blocks
-from .server import ServerTool, error_result
+from .server import error_result
 from .web_fetch import run_web_fetch
 
 __all__ = ["ServerToolRunner", "forced_call_input", "build_search_provider", "server_first", "prior_context"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ..kernel.specs import ToolParserSpec
+from ..driver.parsing import ToolParserSpec
 from .parsers.registry import parser_class
 from .validate import schema_error
 

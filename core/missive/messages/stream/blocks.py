@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...thinking.plan import ThinkingPlan
+from ...driver.thinking import ThinkingPlan
 from ...thinking.signing import Signer
 
 __all__ = ["Blocks", "Event"]

@@ -24,18 +24,18 @@ from ...driver.events import (
     ToolCallStart,
 )
 from ...driver.interface import Driver, GenerationRequest
-from ...protocol.errors import BadGatewayError
-from ...reasoning.base import ReasoningParser
-from ...tools.parsers.base import (
+from ...driver.parsing import (
     CallArgs,
     CallEnd,
     CallStart,
     MalformedToolCall,
     ParseEvent,
     Reasoning,
+    ReasoningParser,
     Text,
     ToolParser,
 )
+from ...protocol.errors import BadGatewayError
 from ...tools.parsers.unparsed import UnparsedCallWatch
 
 __all__ = ["parsed_events"]
@@ -69,7 +69,7 @@ class _Parsers:
     def finish(self, cut: bool = False) -> list[GenerationEvent]:
         """Events for what the parsers hold at the end; ``cut``: the
         generation was cut by ``max_tokens`` (an unfinished call is dropped:
-        :meth:`~missive.tools.parsers.base.ToolParser.finish_cut`)."""
+        :meth:`~missive.driver.parsing.ToolParser.finish_cut`)."""
         out = self._split(list(self.reasoning.finish())) if self.reasoning is not None else []
         if self.tool is not None:
             out += self._from_tool(self.tool.finish_cut() if cut else self.tool.finish())
@@ -92,7 +92,7 @@ class _Parsers:
     def _from_tool(self, parsed: list[ParseEvent]) -> list[GenerationEvent]:
         """Tool parser events as generation events. Where the format writes
         whitespace before a call as part of its markup
-        (:attr:`~missive.tools.parsers.base.ToolParser.space_before_call`),
+        (:attr:`~missive.driver.parsing.ToolParser.space_before_call`),
         trailing whitespace of the text is held until more text follows,
         and dropped when a call comes next."""
         out: list[GenerationEvent] = []

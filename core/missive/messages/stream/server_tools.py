@@ -27,18 +27,18 @@ Rules (Anthropic docs, "Server tools"; :mod:`missive.tools.server`):
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...driver.events import GenerationEvent, Started
-from ...driver.interface import GenerationRequest
+from ...driver.interface import Driver, GenerationRequest
+from ...driver.tools import ServerTool
 from ...protocol.errors import ApiError, PromptTooLongError
 from ...tools.definitions import choice_after_server_call
 from ...tools.server import (
     MAX_SERVER_CALLS,
     UNAVAILABLE,
-    ServerTool,
     answer_blocks,
     error_result,
     max_uses_of,
@@ -46,11 +46,25 @@ from ...tools.server import (
 )
 from ...tools.server_runner import ServerToolRunner
 from ..conversation import continue_after
-from .blocks import Event
+from .blocks import Blocks, Event
 from .tool_use import input_object
+from .usage import Usage
 
-if TYPE_CHECKING:
-    from .message import MessageStream
+
+class MessageStream(Protocol):
+    """What the server calls need of their message
+    (:class:`~missive.messages.stream.message.MessageStream`, which holds them)."""
+
+    driver: Driver
+    request: GenerationRequest
+    source: AsyncIterator[GenerationEvent] | None
+    usage: Usage
+    tool_calls: int
+    blocks: Blocks
+
+    async def aclose(self) -> None: ...
+
+    def parsed(self) -> AsyncGenerator[GenerationEvent, None]: ...
 
 __all__ = ["ServerCalls"]
 

@@ -214,7 +214,7 @@ class ServerToolBlock(_Block):
 class CompactionBlock(_Block):
     """A conversation summary returned by a compaction request, sent back at
     the head of ``messages`` (``BetaCompactionBlockParam``; checked and
-    rendered by :mod:`missive.context.compaction`). ``content`` None is a
+    rendered by :mod:`missive.context_management.compaction`). ``content`` None is a
     failed compaction, which the API treats as a no-op."""
 
     type: Literal["compaction"]

@@ -58,7 +58,7 @@ def _join(prefix: str, key: object) -> str:
 
 def _walk(value: Any, path: str, found: list[str], role: str | None = None) -> None:
     if isinstance(value, (CompactEdit, UnknownEdit)):
-        # context_management edits Missive does not apply (missive.context.editing).
+        # context_management edits Missive does not apply (missive.context_management.editing).
         found.append(f'{path} (edit type "{value.type}")')
         return
     if isinstance(value, (UnknownBlock, ServerToolBlock)) or (

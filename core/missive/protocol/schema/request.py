@@ -181,7 +181,7 @@ class CountTokensRequest(Open):
     output_format: OutputFormat | None = None
     cache_control: CacheControl | None = None  # automatic prefix caching: nothing to do
 
-    # -- Issue 26 part B: conversation management (missive.context) --------
+    # -- Issue 26 part B: conversation management (missive.context_management) --------
     # context_management: edits applied before rendering (count_tokens too);
     # compaction: a compaction request (count_tokens accepts and ignores it).
     context_management: ContextManagement | None = None
@@ -277,8 +277,8 @@ class MessagesRequest(CountTokensRequest):
     diagnostics: Diagnostics | None = None
 
     # -- Issue 26 part B: fallbacks and request-routing fields -------------
-    # fallbacks: missive.context.fallbacks; speed, inference_geo:
-    # missive.context.routing (what cannot be honoured is reported as
+    # fallbacks: missive.routing.chain; speed, inference_geo:
+    # missive.messages.placement (what cannot be honoured is reported as
     # ignored, with the reason; the SDK sends user_profile_id and
     # workspace_id as headers, handled there too).
     fallbacks: list[FallbackEntry] | Literal["default"] | None = None

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from quart import g, request
 
 from ...config import Config
-from ...context import HANDLED_BETAS as CONTEXT_BETAS
+from ...context_management import HANDLED_BETAS as CONTEXT_BETAS
 from ...kernel.plugins import Kernel
 from ...keys import access
 from ...keys.ring import Identity
@@ -173,7 +173,7 @@ def note_betas(ignored: list[str]) -> None:
     reported but never rejected, even in strict mode: clients send new
     ones with every release (contract section 1). Betas of features Missive
     implements (:data:`missive.threads.HANDLED_BETAS`,
-    :data:`missive.context.HANDLED_BETAS`) are not reported."""
+    :data:`missive.context_management.HANDLED_BETAS`) are not reported."""
     handled = THREAD_BETAS | CONTEXT_BETAS
     betas = [
         b.strip()

@@ -30,7 +30,6 @@ from typing import Any
 from quart import Quart, Response, g, request
 
 from ...config import ServerConfig
-from ...context.fallbacks import attempts
 from ...keys.access import admit
 from ...messages.answer import Answer
 from ...messages.prepare import Notes
@@ -39,6 +38,7 @@ from ...messages.stream import accumulate
 from ...protocol.errors import ApiError, MissiveError
 from ...protocol.schema.request import CountTokensRequest, MessagesRequest
 from ...protocol.sse import PING, frame, paced_batches
+from ...routing.chain import attempts
 from ...threads.keeper import keeper
 from ..record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
 from ..services import services

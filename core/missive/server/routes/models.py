@@ -5,7 +5,7 @@ The listing pages with ``limit`` (1-1000, default 20), ``after_id`` and
 (the SDK's auto-pagination stops only on ``has_more: false``).
 
 Each model carries ``capabilities`` and ``lifecycle`` as the API always
-sends them (:mod:`missive.context.capabilities`).
+sends them (:mod:`missive.models.capabilities`).
 
 Aliases written as plain ids (no glob characters), such as
 ``claude-local``, are listed too, after the configured models: Claude Code
@@ -18,9 +18,9 @@ from typing import Any
 
 from quart import Quart, request
 
-from ...context.capabilities import lifecycle_fields, model_capabilities
 from ...driver.interface import Driver
 from ...keys.ring import Identity
+from ...models.capabilities import lifecycle_fields, model_capabilities
 from ...protocol.errors import InvalidRequestError
 from .common import authenticate, config_kernel_models, page_limit, record, resolve_for
 
@@ -50,7 +50,7 @@ def _model_object(
     )
     obj.update(lifecycle_fields(entry))
     obj["line"] = None  # no Claude model line (the API: "do not infer a line from the id")
-    # Any other served model the key may use can be a `fallbacks` entry (missive.context.fallbacks).
+    # Any other served model the key may use can be a `fallbacks` entry (missive.routing.chain).
     obj["allowed_fallback_models"] = [m for m in models.drivers if m != model_id and identity.may_use(m)]
     return obj
 

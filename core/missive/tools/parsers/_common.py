@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 
-from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, ToolParser
+from ...driver.parsing import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, ToolParser
 from .jsonscan import Key, ScanEvent, loads_strict
 
 __all__ = [
@@ -197,7 +197,7 @@ def give_back(strict: bool, started: bool, raw: str, reason: str) -> list[ParseE
     """What a failed call becomes: its raw text as :class:`Text`, or
     :class:`MalformedToolCall` when output was constrained (``strict``) or the
     call's ``CallStart`` was already emitted (it cannot be retracted)."""
-    from .base import Text
+    from ...driver.parsing import Text
 
     if strict or started:
         raise MalformedToolCall(f"{reason}: {raw[:200]!r}")

@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from ...driver.parsing import CallArgs, CallEnd, CallStart, ParseEvent, Text
 from ._common import InvalidCall, InvalidCallHeader, SteppedParser, find_marker, give_back
-from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text
 
 __all__ = ["BlockParser", "ParsedCall"]
 

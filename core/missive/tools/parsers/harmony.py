@@ -12,7 +12,7 @@ HF chat template renders past calls). A call ends with the stop token
 
     <|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>
 
-Rules (beyond :mod:`missive.tools.parsers.base`):
+Rules (beyond :mod:`missive.driver.parsing`):
 
 * ``final`` and ``commentary`` messages without recipient (answers and the
   user-visible "preambles") are :class:`Text`; ``analysis`` messages are
@@ -37,8 +37,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...driver.parsing import (
+    CallArgs,
+    CallEnd,
+    CallStart,
+    MalformedToolCall,
+    ParseEvent,
+    Reasoning,
+    Text,
+    ToolParser,
+)
 from ._common import find_marker, give_back
-from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Reasoning, Text, ToolParser
 from .jsonscan import JsonScanner, JsonSyntaxError
 
 __all__ = ["HarmonyParser"]

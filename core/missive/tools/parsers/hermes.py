@@ -9,7 +9,7 @@ Qwen3 chat templates, which render a past call as
     {"name": "get_weather", "arguments": {"city": "Paris"}}
     </tool_call>
 
-Rules (beyond :mod:`missive.tools.parsers.base`):
+Rules (beyond :mod:`missive.driver.parsing`):
 
 * text outside the tags is :class:`Text` (a partial ``<tool_call>`` tag is held back);
 * ``"arguments"`` is an object, or (as some fine-tunes write it) a JSON string
@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...driver.parsing import ParseEvent, Text, ToolParser
 from ._common import CallObject, InvalidCall, find_marker, give_back
-from .base import ParseEvent, Text, ToolParser
 from .jsonscan import JsonScanner, JsonSyntaxError
 
 __all__ = ["HermesParser"]

@@ -7,7 +7,7 @@ first, and writes several calls separated by ``;`` (Meta's llama-models
 prompt format docs; vLLM's ``llama3_json`` parser accepts the same, and also
 ``"arguments"`` for ``"parameters"``, as here).
 
-Rules (beyond :mod:`missive.tools.parsers.base`):
+Rules (beyond :mod:`missive.driver.parsing`):
 
 * the reply is parsed as calls when it *starts* (after whitespace) with
   ``{``, or wherever ``<|python_tag|>`` stands; other text is :class:`Text`;
@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...driver.parsing import ParseEvent, Text, ToolParser
 from ._common import CallObject, InvalidCall, find_marker, give_back
-from .base import ParseEvent, Text, ToolParser
 from .jsonscan import JsonScanner, JsonSyntaxError
 
 __all__ = ["Llama3JsonParser"]

@@ -11,7 +11,7 @@
   be missing when the backend drops special tokens (``f{...}``), as vLLM's
   ``mistral_tool_parser.py`` also accepts.
 
-Rules (beyond :mod:`missive.tools.parsers.base`):
+Rules (beyond :mod:`missive.driver.parsing`):
 
 * text outside calls is :class:`Text` (a partial ``[TOOL_CALLS]`` is held back);
 * a v3 array is all or nothing: if any element is malformed or names a tool
@@ -28,8 +28,8 @@ import json
 import re
 from typing import Any
 
+from ...driver.parsing import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Text, ToolParser
 from ._common import CallObject, InvalidCall, find_marker, give_back
-from .base import CallArgs, CallEnd, CallStart, MalformedToolCall, ParseEvent, Text, ToolParser
 from .jsonscan import JsonScanner, JsonSyntaxError, loads_strict
 
 __all__ = ["MistralParser", "MistralV3Parser"]

@@ -28,8 +28,8 @@ import json
 import re
 from typing import Any
 
+from ...driver.parsing import CallArgs, CallEnd, CallStart, ParseEvent, Text
 from ._common import InvalidCall, SteppedParser, give_back
-from .base import CallArgs, CallEnd, CallStart, ParseEvent, Text
 from .values import arguments_json
 
 __all__ = ["Llama4PythonicParser"]

@@ -9,7 +9,7 @@ format's next element follows it (:attr:`~missive.tools.parsers.blocks.BlockPars
 :meth:`~missive.tools.parsers.xml._ParameterParser._value_end`). What a
 value must not hold is only what the parser would read as the end of the
 value or call: each parser lists those sequences
-(:meth:`~missive.tools.parsers.base.ToolParser.value_forbids`), and
+(:meth:`~missive.driver.parsing.ToolParser.value_forbids`), and
 :class:`RawValueLanguage` is the set of strings holding none of them, as a
 deterministic automaton that a grammar backend writes as rules (the
 llama.cpp driver's GBNF).

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...kernel.specs import ToolParserSpec, load_registered
-from ..definitions import ToolDefinition
-from .base import ToolParser
+from ...driver.parsing import ToolParser, ToolParserSpec
+from ...driver.tools import ToolDefinition
+from ...kernel.specs import load_registered
 
 __all__ = ["parser_class", "build_parser"]
 

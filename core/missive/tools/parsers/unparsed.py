@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ...kernel.specs import ToolParserSpec
-from .base import ToolParser
+from ...driver.parsing import ToolParser, ToolParserSpec
 
 __all__ = ["UnparsedCallWatch"]
 

@@ -21,15 +21,15 @@ configuration (dotted keys, ``"pdf_input" = false``) are applied:
   :mod:`missive.thinking.between_tools`). ``thinking.supported`` is true
   when any type but ``disabled`` is, since each can return thinking blocks.
 * ``effort``: the levels map to a reasoning model's depth
-  (:mod:`missive.thinking.plan`); without reasoning, effort changes nothing.
+  (:mod:`missive.driver.thinking`); without reasoning, effort changes nothing.
 * ``image_input``: the model takes an image type; ``pdf_input``: always (the
   core turns PDFs into text for every model, docs/media.md).
 * ``structured_outputs``: declared ``structured_output``.
 * ``compaction`` (``summarize``): every model writes its own summary
-  (:mod:`missive.context.compaction`).
+  (:mod:`missive.context_management.compaction`).
 * ``context_management``: ``clear_tool_uses_20250919`` and
   ``clear_thinking_20251015`` are applied by the core for every model
-  (:mod:`missive.context.editing`); ``compact_20260112`` is not.
+  (:mod:`missive.context_management.editing`); ``compact_20260112`` is not.
 * ``batch``: the Message Batches endpoints are on (``batches.enabled``).
 * ``server_tools.web_search`` (and ``server_tools``): a search provider
   runs ``web_search`` calls (``[server_tools] web_search``) and the model
@@ -46,8 +46,9 @@ from typing import Any
 
 from ..config import ModelEntry
 from ..driver.capabilities import Capabilities
+from ..protocol.capabilities import CAPABILITY_KEYS, unknown_keys
 
-__all__ = ["model_capabilities", "lifecycle_fields", "unknown_keys", "CAPABILITY_KEYS"]
+__all__ = ["model_capabilities", "lifecycle_fields", "derived_keys", "unknown_keys", "CAPABILITY_KEYS"]
 
 
 def _s(supported: bool) -> dict[str, bool]:
@@ -98,8 +99,10 @@ def _keys(tree: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
-#: Every dotted key a configuration override may name (``thinking.types.adaptive``...).
-CAPABILITY_KEYS = frozenset(_keys(_derived(Capabilities(), batches=False)))
+def derived_keys() -> frozenset[str]:
+    """The dotted keys of the tree this module derives (a test compares them
+    with :data:`missive.protocol.capabilities.CAPABILITY_KEYS`)."""
+    return frozenset(_keys(_derived(Capabilities(), batches=False)))
 
 
 def _override(tree: dict[str, Any], dotted: str, value: bool) -> None:
@@ -121,11 +124,6 @@ def model_capabilities(
         if dotted in CAPABILITY_KEYS:
             _override(tree, dotted, value)
     return tree
-
-
-def unknown_keys(overrides: Mapping[str, bool]) -> list[str]:
-    """Override keys that name no capability."""
-    return sorted(key for key in overrides if key not in CAPABILITY_KEYS)
 
 
 def _rfc3339(when: datetime | None) -> str | None:

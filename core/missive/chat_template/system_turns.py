@@ -25,46 +25,10 @@ message stays at its position:
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
-from ..protocol.schema.blocks import TextBlock
+from ..driver.conversation import NOTE_CLOSE, NOTE_OPEN, SystemNote, segments, system_note
 
 __all__ = ["SystemNote", "system_note", "template_accepts_system", "segments", "NOTE_OPEN", "NOTE_CLOSE"]
-
-#: What a system note's text starts and ends with on the user side.
-NOTE_OPEN = "<system_message>\n"
-NOTE_CLOSE = "\n</system_message>"
-
-
-class SystemNote(TextBlock):
-    """A mid-conversation system message in a user-side turn.
-
-    A :class:`~missive.protocol.schema.blocks.TextBlock` whose ``text`` is the marked
-    note (what renderers that know nothing of system turns show), with the
-    message's own text in ``system`` (what a system turn shows).
-    """
-
-    system: str
-
-
-def system_note(text: str) -> SystemNote:
-    """The note of a system message whose text blocks joined are ``text``."""
-    return SystemNote(type="text", text=f"{NOTE_OPEN}{text}{NOTE_CLOSE}", system=text)
-
-
-def segments(blocks: list[Any]) -> list[tuple[str, list[Any]]]:
-    """A user-side turn's blocks split at its system notes, in order:
-    ``[("user", blocks), ("system", [note]), ("user", blocks)...]``; empty
-    runs are left out."""
-    out: list[tuple[str, list[Any]]] = []
-    for block in blocks:
-        role = "system" if isinstance(block, SystemNote) else "user"
-        if out and out[-1][0] == role == "user":
-            out[-1][1].append(block)
-        else:
-            out.append((role, [block]))
-    return out
-
 
 _PROBE_MARK = "\ue020mid-conversation system\ue021"
 
@@ -75,7 +39,7 @@ def template_accepts_system(template_source: str) -> bool:
     turns, in its place: rendering ``system, user, assistant, system, user``
     neither raises nor drops or moves the late one. Cached per template."""
     from ..protocol.errors import MissiveError
-    from .templating import render_prompt
+    from .rendering import render_prompt
 
     messages = [
         {"role": "system", "content": "S"},

@@ -25,15 +25,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from ..context_management.compaction import expand_compaction, summarisation_request
+from ..context_management.editing import apply_edits
 from ..driver.interface import Driver, GenerationRequest
-from ..messages.prepare import Notes
 from ..protocol.errors import CapabilityError
 from ..protocol.schema.request import CountTokensRequest, MessagesRequest
 from ..thinking.signing import Signer
-from .compaction import expand_compaction, summarisation_request
-from .editing import apply_edits
-from .response import ContextExtras
-from .routing import ignored_routing
+from .extras import ContextExtras
+from .placement import ignored_routing
+from .prepare import Notes
 
 __all__ = ["BasePrepare", "prepare_in_context", "count_tokens_body"]
 

@@ -17,7 +17,7 @@ local model would otherwise prefill it all again) followed by a user turn
 holding the summarisation prompt, with thinking off. The block is signed with
 the thinking key under its own domain
 (:meth:`missive.thinking.signing.Signer.sign_compaction`) and streamed whole
-(:class:`missive.context.response.CompactionStream`).
+(:class:`missive.messages.extras.CompactionStream`).
 
 Sent back, the block must be the conversation's first block and verify;
 otherwise the API's errors, with ``error.details.error_code`` as the SDK's

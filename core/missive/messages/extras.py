@@ -5,9 +5,9 @@
   streamed ``message_delta`` (where the SDK's accumulator reads it) and so
   in the non-streaming message folded from it;
 * ``usage.iterations`` with a ``fallback_message`` entry when a fallback
-  model answered (:mod:`missive.context.fallbacks`);
+  model answered (:mod:`missive.routing.chain`);
 * the answer of a compaction request as one ``compaction`` block
-  (:class:`missive.context.compaction.CompactionStream`).
+  (:class:`missive.context_management.compaction.CompactionStream`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..routing.chain import iteration
 from ..thinking.signing import Signer
-from .fallbacks import iteration
 
 __all__ = ["EventStream", "ContextExtras", "AnswerStream", "CompactionStream", "finish_stream"]
 
@@ -94,7 +94,7 @@ class AnswerStream(_Wrapper):
 
 
 class CompactionStream(_Wrapper):
-    """The answer of a compaction request (:mod:`missive.context.compaction`):
+    """The answer of a compaction request (:mod:`missive.context_management.compaction`):
     its content is one ``compaction`` block holding the model's text, signed
     (:meth:`~missive.thinking.signing.Signer.sign_compaction`). It is sent
     whole once the model has finished: ``content_block_start`` (``content``
