@@ -73,7 +73,6 @@ from missive.api import (
     ModelEntry,
     NotFoundError,
     OverloadedError,
-    PromptTooLongError,
     RateLimitError,
     ReasoningParser,
     Started,
@@ -90,6 +89,7 @@ from missive.api import (
     build_parser,
     clamp_max_tokens,
     conversation_image_tokens,
+    fit_prompt,
     reasoning_parser_class,
 )
 
@@ -286,8 +286,7 @@ class EchoDriver(Driver):
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         script = self._script(request)
         prompt = self._prompt_tokens(request)
-        if self.context_window is not None and prompt >= self.context_window:
-            raise PromptTooLongError(prompt, self.context_window - 1)  # one token left to answer
+        fit_prompt(request.max_tokens, prompt, self.context_window)  # refused before anything starts
         if script and script.get("error_before_start"):
             raise _error(script["error_before_start"])
         cached = int(script.get("cache_read_input_tokens", 0)) if script else 0

@@ -81,7 +81,7 @@ class LlamaCppDriver(LocalDriver):
         """
         choice = request.tool_choice
         if request.thinking.budget_tokens is not None and self._reasoning is not None:
-            if (request.tools and choice.mode in ("any", "tool")) or request.request.output_format_schema():
+            if (request.tools and choice.mode in ("any", "tool")) or request.output_schema is not None:
                 # A grammar constrains the whole output: the model could not reason first.
                 raise InvalidRequestError(
                     "thinking {\"type\": \"enabled\"} cannot be combined with a constrained output "
@@ -93,7 +93,7 @@ class LlamaCppDriver(LocalDriver):
             if request.tools and choice.mode in ("any", "tool"):
                 cls = parser_class(self.tool_parser_specs, self._parser_name())
                 text = tool_call_grammar(cls, request.tools, choice, relaxed)
-            elif (schema := request.request.output_format_schema()) is not None:
+            elif (schema := request.output_schema) is not None:
                 text = json_schema_grammar(schema, relaxed)
             else:
                 return None

@@ -82,7 +82,7 @@ from missive.api import (
     Started,
     ToolParser,
     build_parser,
-    clamp_max_tokens,
+    fit_prompt,
     hermes_messages,
     json_loads,
     template_supports_tools,
@@ -319,9 +319,7 @@ class LlamaServerDriver(OpenAIDriver):
         body = self.build_body(request, info)
         prompt = await self.prompt_tokens(request, body)
         context = self.context_window
-        if context is not None and prompt >= context:
-            raise PromptTooLongError(prompt, context - 1)  # one token must remain for the answer
-        max_tokens = clamp_max_tokens(request.max_tokens, prompt, context)
+        max_tokens = fit_prompt(request.max_tokens, prompt, context)
         warm_up = max_tokens == 0
         body["max_tokens"] = max(1, max_tokens)
         choice = request.tool_choice

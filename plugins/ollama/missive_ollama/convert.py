@@ -137,8 +137,7 @@ def chat_tools(request: GenerationRequest) -> list[dict[str, Any]] | None:
 
 def thinking_requested(request: GenerationRequest) -> bool:
     """``thinking.type`` is ``enabled`` or ``adaptive`` (absent or ``disabled``: no)."""
-    thinking = request.request.thinking
-    return thinking is not None and thinking.type in ("enabled", "adaptive")
+    return request.thinking.requested
 
 
 def think_value(request: GenerationRequest, *, model_thinks: bool, settings: OllamaSettings) -> bool | str:

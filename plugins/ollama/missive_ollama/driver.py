@@ -71,7 +71,7 @@ from missive.api import (
     ToolCallEnd,
     ToolCallStart,
     check_request,
-    clamp_max_tokens,
+    fit_prompt,
 )
 
 from .client import ContextOverflow, OllamaClient
@@ -267,9 +267,7 @@ class OllamaDriver(Driver):
         body = self._body(request)
         prompt = self._estimator.estimate(body)
         ctx = self.context_window
-        if ctx is not None and prompt >= ctx:
-            raise PromptTooLongError(prompt, ctx - 1)  # one token must remain for the answer
-        budget = clamp_max_tokens(request.max_tokens, prompt, ctx)
+        budget = fit_prompt(request.max_tokens, prompt, ctx)
         warm_up = budget == 0  # max_tokens 0: evaluate the prompt, show nothing
         num_predict = max(1, budget)
         body["options"] = options(request, self.settings, num_ctx=ctx, num_predict=num_predict)

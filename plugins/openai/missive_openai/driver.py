@@ -63,14 +63,13 @@ from missive.api import (
     InvalidRequestError,
     MissiveError,
     ModelEntry,
-    PromptTooLongError,
     RemoteStream,
     RemoteTransport,
     ReplicaPool,
     RouteKey,
     Started,
-    clamp_max_tokens,
     conversation_image_tokens,
+    fit_prompt,
     json_loads,
     policy_for,
 )
@@ -217,7 +216,6 @@ class OpenAIDriver(Driver):
                 supported="answers that start a new assistant turn (set settings.prefill if the server "
                 "can continue a final assistant message)",
             )
-        req = request.request
         body: dict[str, Any] = {
             **self.settings.extra_body,
             "model": self.upstream_model,
@@ -236,7 +234,7 @@ class OpenAIDriver(Driver):
             value = getattr(request, name)
             if value is not None:
                 body[name] = value
-        schema = req.output_format_schema()
+        schema = request.output_schema
         if schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
@@ -251,9 +249,7 @@ class OpenAIDriver(Driver):
         context = self.context_window
         max_tokens = request.max_tokens
         if self.exact_prompt_tokens and context is not None:
-            if prompt >= context:
-                raise PromptTooLongError(prompt, context - 1)  # one token must remain for the answer
-            max_tokens = clamp_max_tokens(max_tokens, prompt, context)
+            max_tokens = fit_prompt(max_tokens, prompt, context)
         route = self.transport.route_key(body, request.session)
         if max_tokens == 0:
             async for event in self.warm_up(body, prompt, route):
