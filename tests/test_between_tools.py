@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive.thinking.signing import Signer
 from missive_echo import script
 
@@ -51,8 +51,8 @@ LOOKUP = {
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[anthropic.Anthropic]:
-    with live_server(CONFIG) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    with in_process_app(CONFIG) as app:
+        yield app.sdk(timeout=60)
 
 
 def call(q: str) -> dict[str, Any]:

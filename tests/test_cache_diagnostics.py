@@ -14,7 +14,7 @@ import anthropic
 import pytest
 from sdk_turns import as_param, prompt
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 
 CAPS = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True}
 TOOL = {"name": "lookup", "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}}}
@@ -34,8 +34,8 @@ def client() -> Iterator[anthropic.Anthropic]:
         },
         "echo-b": {"driver": "echo", "context_window": 5000, "settings": {"capabilities": CAPS}},
     }
-    with live_server({"models": models}) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    with in_process_app({"models": models}) as app:
+        yield app.sdk(timeout=60)
 
 
 def ask(client: anthropic.Anthropic, previous: str | None, *, stream: bool = False, **changes: Any) -> Any:

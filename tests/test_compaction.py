@@ -17,7 +17,7 @@ import anthropic
 import pytest
 
 from missive.context_management.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive.thinking.signing import Signer
 
 KEY = "compaction-test-key-0123456789"
@@ -60,8 +60,8 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[anthropic.Anthr
     path = tmp_path_factory.mktemp("compaction") / "script.json"
     path.write_text(json.dumps(SUMMARY_SCRIPT))
     config = json.loads(json.dumps(CONFIG).replace('"SCRIPT"', json.dumps(str(path))))
-    with live_server(config) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    with in_process_app(config) as app:
+        yield app.sdk(timeout=120)
 
 
 def conversation(last: str) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ import anthropic
 import pytest
 
 from missive.context_management.editing import PLACEHOLDER
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive.thinking.signing import Signer
 
 KEY = "context-editing-test-key-0123"
@@ -45,8 +45,8 @@ BETA = ["context-management-2025-06-27"]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[anthropic.Anthropic]:
-    with live_server(CONFIG) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    with in_process_app(CONFIG) as app:
+        yield app.sdk(timeout=120)
 
 
 def tool_history(rounds: int, *, names: tuple[str, ...] = ("read",), words: int = 40) -> list[dict[str, Any]]:

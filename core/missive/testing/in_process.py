@@ -23,13 +23,17 @@ import contextlib
 import sys
 import tempfile
 import threading
+import os
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = ["InProcessApp", "in_process_app", "sdk_http"]
 
@@ -91,6 +95,15 @@ class InProcessApp:
         http = http or sdk_http()
         return http.Client(transport=_transport(http, self.app, self._loop), base_url=self.url, **options)
 
+    def sdk(self, **options: Any) -> anthropic.Anthropic:
+        """An ``anthropic.Anthropic`` client of the app (``api_key="unused"``,
+        ``max_retries=0`` unless ``options`` say otherwise): what a test of a
+        live server builds from its URL."""
+        import anthropic
+
+        settings: dict[str, Any] = {"api_key": "unused", "max_retries": 0, **options}
+        return anthropic.Anthropic(base_url=self.url, http_client=self.http_client(), **settings)
+
     def async_http_client(self, **options: Any) -> httpx.AsyncClient:
         """An async httpx client bound to the app, for use on the app's own loop only
         (:meth:`run`); an ``AsyncAnthropic`` on another loop needs :meth:`http_client`'s sync form."""
@@ -102,16 +115,27 @@ class InProcessApp:
 
 
 @contextlib.contextmanager
-def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProcessApp]:
+def in_process_app(
+    config: Mapping[str, Any] | None = None,
+    *,
+    state_dir: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[InProcessApp]:
     """Create the app for ``config`` (a configuration mapping; None: the
     defaults, i.e. the default model), start it with its lifespan on a
     thread's event loop, yield it, then shut it down (models closed).
 
     Its batch and usage databases are files of its own (in a temporary
-    folder) unless ``config`` names them: one server per database, and an
-    app kept for a whole test session must not hold the state directory's
-    files that the test run's servers open (their batches would answer
-    "in use by another Missive server").
+    folder) unless ``config`` names them or ``state_dir`` is given: one
+    server per database, and an app kept for a whole test session must not
+    hold the state directory's files that the test run's servers open
+    (their batches would answer "in use by another Missive server").
+
+    ``state_dir``: the app's state directory (``MISSIVE_STATE_DIR`` while it
+    is created and runs, its databases there as ``missive serve`` keeps
+    them): a second app on the same folder is a restart. ``env``: further
+    environment variables set while the app is created and runs (restored
+    after). Both change this process's ``os.environ``: one such app at a time.
 
     Raises:
         ConfigError: a configuration the app refuses (as ``missive serve`` would).
@@ -121,14 +145,29 @@ def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProces
 
     own = tempfile.TemporaryDirectory(prefix="missive-in-process-")
     settings = dict(config or {})
-    for section, file in (("batches", "batches.sqlite3"), ("usage", "usage.sqlite3")):
-        table = dict(settings.get(section) or {})
-        table.setdefault("database", str(Path(own.name) / file))
-        settings[section] = table
+    variables = dict(env or {})
+    if state_dir is not None:
+        variables["MISSIVE_STATE_DIR"] = str(state_dir)
+    else:
+        for section, file in (("batches", "batches.sqlite3"), ("usage", "usage.sqlite3")):
+            table = dict(settings.get(section) or {})
+            table.setdefault("database", str(Path(own.name) / file))
+            settings[section] = table
+    saved = {name: os.environ.get(name) for name in variables}
+
+    def restore() -> None:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        own.cleanup()
+
+    os.environ.update(variables)
     try:
         app = create_app(Config.model_validate(settings))
     except BaseException:
-        own.cleanup()
+        restore()
         raise
     loop = asyncio.new_event_loop()
     started: Future[None] = Future()
@@ -155,4 +194,4 @@ def in_process_app(config: Mapping[str, Any] | None = None) -> Iterator[InProces
         loop.call_soon_threadsafe(stop.set)
         thread.join()
         loop.close()
-        own.cleanup()
+        restore()
