@@ -27,6 +27,7 @@ on one test stop the run.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
@@ -103,6 +104,7 @@ def _in_repo(obj: Any) -> bool:
     return path.is_relative_to(ROOT) and not any(path.is_relative_to(p) for p in _NOT_READ)
 
 
+@functools.cache  # the cases of one parametrized test read the same sources
 def tier_of_source(source: str) -> str:
     """The tier of a test whose reachable source is ``source``."""
     for tier, pattern in PATTERNS:
@@ -129,4 +131,6 @@ def tier_of(item: pytest.Item) -> str:
         if defs:
             sources.append(_read(defs[-1].func))  # the definition in effect
             sources.append(name)  # a fixture's name counts too (default_url, echo_url)
-    return tier_of_source("\n".join(sources))
+    # The most expensive tier of the parts: each part's is read once (the
+    # parts are the cached strings of _read), not once per test.
+    return max((tier_of_source(source) for source in sources), key=TIERS.index, default="unit")
