@@ -33,7 +33,7 @@ from anthropic.types.beta import (
 )
 
 from missive.protocol import coverage as cov
-from missive.testing import live_server
+from missive.testing import in_process_app
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "api-compatibility.md"
 
@@ -141,7 +141,8 @@ def test_docs_hold_the_generated_tables() -> None:
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
+def http() -> Iterator[httpx.Client]:
+    """Plain HTTP to the app in process (the headers the SDK hides)."""
     config = {
         "models": {
             "m": {
@@ -151,37 +152,37 @@ def url() -> Iterator[str]:
             }
         }
     }
-    with live_server(config) as url:
-        yield url
+    with in_process_app(config) as app:
+        yield app.http_client(httpx, timeout=60)
 
 
-def _ignored_header(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> str:
+def _ignored_header(http: httpx.Client, body: dict[str, Any], headers: dict[str, str] | None = None) -> str:
     base = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
-    response = httpx.post(f"{url}/v1/messages", json={**base, **body}, headers=headers or {}, timeout=60)
+    response = http.post("/v1/messages", json={**base, **body}, headers=headers or {})
     assert response.status_code == 200, response.text
     return response.headers.get("missive-ignored", "")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, r in cov.REQUEST_FIELDS.items() if r.kind == "ignored"))
-def test_ignored_request_fields_are_reported(url: str, name: str) -> None:
+def test_ignored_request_fields_are_reported(http: httpx.Client, name: str) -> None:
     example = cov.REQUEST_FIELDS[name].example
     if isinstance(example, tuple):  # a header the SDK sends for this parameter
         header, value = example
-        assert header in _ignored_header(url, {}, {header: value})
+        assert header in _ignored_header(http, {}, {header: value})
     else:
-        assert re.search(rf"(^|, ){name}\b", _ignored_header(url, {name: example}))
+        assert re.search(rf"(^|, ){name}\b", _ignored_header(http, {name: example}))
 
 
-def test_fast_speed_is_reported_and_standard_is_not(url: str) -> None:
-    assert "speed (no fast mode" in _ignored_header(url, {"speed": "fast"})
-    assert "speed" not in _ignored_header(url, {"speed": "standard"})
+def test_fast_speed_is_reported_and_standard_is_not(http: httpx.Client) -> None:
+    assert "speed (no fast mode" in _ignored_header(http, {"speed": "fast"})
+    assert "speed" not in _ignored_header(http, {"speed": "standard"})
 
 
 @pytest.mark.parametrize("name", sorted(n for n, r in cov.BLOCK_TYPES.items() if r.kind == "ignored"))
-def test_ignored_block_types_are_reported(url: str, name: str) -> None:
+def test_ignored_block_types_are_reported(http: httpx.Client, name: str) -> None:
     messages = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": [{"type": "text", "text": "ok"}, cov.BLOCK_TYPES[name].example]},
         {"role": "user", "content": "go on"},
     ]
-    assert f'messages.1.content.1 (block type "{name}")' in _ignored_header(url, {"messages": messages})
+    assert f'messages.1.content.1 (block type "{name}")' in _ignored_header(http, {"messages": messages})

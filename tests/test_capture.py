@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 
 
 def _captures(directory: Path) -> list[dict[str, Any]]:
@@ -27,8 +27,8 @@ def test_capture_writes_requests_with_credentials_redacted(tmp_path: Path) -> No
         "messages": [{"role": "user", "content": "hello there"}],
         "service_tier": "auto",
     }
-    with live_server(config) as url:
-        with httpx.Client(base_url=url, timeout=30) as http:
+    with in_process_app(config) as app:
+        with app.http_client(httpx, timeout=30) as http:
             ok = http.post(
                 "/v1/messages?beta=true",
                 json=body,
@@ -41,7 +41,7 @@ def test_capture_writes_requests_with_credentials_redacted(tmp_path: Path) -> No
             listing = http.get("/v1/models")
             missing = http.post("/v1/nothing", content=b"not json")
     assert ok.status_code == 200 and listing.status_code == 200 and missing.status_code == 404
-    records = [r for r in _captures(capture) if r["path"] != "/health"]  # live_server's start-up polls
+    records = [r for r in _captures(capture) if r["path"] != "/health"]  # a server's start-up polls
     assert [(r["method"], r["path"], r["status"]) for r in records] == [
         ("POST", "/v1/messages", 200),
         ("GET", "/v1/models", 200),
@@ -68,9 +68,9 @@ def test_unwritable_capture_dir_does_not_fail_requests(tmp_path: Path) -> None:
         "server": {"capture_dir": str(blocker / "sub")},
         "models": {"echo": {"driver": "echo", "context_window": 100}},
     }
-    with live_server(config) as url:
-        resp = httpx.post(
-            f"{url}/v1/messages",
+    with in_process_app(config) as app:
+        resp = app.http_client(httpx).post(
+            "/v1/messages",
             json={"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
             timeout=30,
         )

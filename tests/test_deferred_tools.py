@@ -131,10 +131,10 @@ def test_reference_to_an_unknown_tool_is_a_400(echo: anthropic.Anthropic) -> Non
     assert message.startswith("messages.2.content.0.content.0: tool_reference names the tool 'nope'")
 
 
-def test_reference_renders_the_definition_where_it_stands(echo_url: str) -> None:
+def test_reference_renders_the_definition_where_it_stands() -> None:
     """The echo driver's report shows the tool result as the model gets it:
     the loaded tool's definition, in the JSON function form of a tool list."""
-    from missive.testing import live_server
+    from missive.testing import in_process_app
 
     config = {
         "models": {
@@ -148,9 +148,9 @@ def test_reference_renders_the_definition_where_it_stands(echo_url: str) -> None
             }
         }
     }
-    with live_server(config) as url:
-        response = httpx.post(
-            f"{url}/v1/messages",
+    with in_process_app(config) as app:
+        response = app.http_client(httpx).post(
+            "/v1/messages",
             json={
                 "model": "echo",
                 "max_tokens": 5,

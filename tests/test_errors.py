@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import dump_toml, free_port, live_server
+from missive.testing import InProcessApp, dump_toml, free_port, in_process_app, live_server
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -334,42 +334,42 @@ def test_server_survives_every_bad_input(echo: anthropic.Anthropic) -> None:
 
 
 @pytest.fixture(scope="module")
-def auth_url(echo_config: dict) -> Iterator[str]:
+def auth_app(echo_config: dict) -> Iterator[InProcessApp]:
     config = {**echo_config, "server": {"api_keys": ["sk-one", "sk-two"]}}
-    with live_server(config) as url:
-        yield url
+    with in_process_app(config) as app:
+        yield app
 
 
-def test_auth(auth_url: str) -> None:
+def test_auth(auth_app: InProcessApp) -> None:
     for key in ("sk-one", "sk-two"):
-        client = anthropic.Anthropic(base_url=auth_url, api_key=key, max_retries=0)
+        client = auth_app.sdk(api_key=key)
         assert client.messages.create(model="echo", max_tokens=5, messages=USER).content[0].text == "hello"
-    bearer = anthropic.Anthropic(base_url=auth_url, auth_token="sk-two", max_retries=0)
+    bearer = anthropic.Anthropic(
+        base_url=auth_app.url, auth_token="sk-two", max_retries=0, http_client=auth_app.http_client()
+    )
     assert bearer.models.list().data
     with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=auth_url, api_key="wrong", max_retries=0).messages.create(
-            model="echo", max_tokens=5, messages=USER
-        )
-    resp = httpx.post(f"{auth_url}/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER})
+        auth_app.sdk(api_key="wrong").messages.create(model="echo", max_tokens=5, messages=USER)
+    http = auth_app.http_client(httpx)
+    resp = http.post("/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER})
     assert_envelope(resp, 401, "authentication_error")
-    resp = httpx.get(
-        f"{auth_url}/v1/models", headers={"x-api-key": "wrong", "authorization": "Bearer sk-one"}
-    )
+    resp = http.get("/v1/models", headers={"x-api-key": "wrong", "authorization": "Bearer sk-one"})
     assert resp.status_code == 200  # some clients send both headers
-    assert httpx.get(f"{auth_url}/health").status_code == 200
+    assert http.get("/health").status_code == 200
 
 
 def test_strict_mode_rejects_unknown_fields(echo_config: dict) -> None:
     config = {**echo_config, "server": {"strict": True}}
-    with live_server(config) as url:
-        resp = httpx.post(
-            f"{url}/v1/messages",
+    with in_process_app(config) as app:
+        http = app.http_client(httpx)
+        resp = http.post(
+            "/v1/messages",
             json={"model": "echo", "max_tokens": 5, "messages": USER, "service_tier": "auto"},
         )
         body = assert_envelope(resp, 400, "invalid_request_error")
         assert "service_tier" in body["error"]["message"]
-        ok = httpx.post(
-            f"{url}/v1/messages",
+        ok = http.post(
+            "/v1/messages",
             json={"model": "echo", "max_tokens": 5, "messages": USER},
             headers={"anthropic-beta": "a-beta-from-the-future"},  # betas are never rejected
         )

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from server_tool_defs import WEATHER, WEB_FETCH, WEB_SEARCH
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive.tools.server import MAX_SERVER_CALLS
 from missive_echo import script
 
@@ -259,8 +259,8 @@ def test_model_without_tool_use(echo_url: str, echo: anthropic.Anthropic) -> Non
 
 def test_strict_mode_accepts_server_tools(echo_config: dict) -> None:
     config = {**echo_config, "server": {"strict": True}}
-    with live_server(config) as url:
-        client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    with in_process_app(config) as app:
+        client = app.sdk()
         msg = client.messages.create(
             model="echo-tools",
             max_tokens=50,

@@ -21,7 +21,7 @@ import pytest
 from server_tool_defs import WEB_FETCH, WEB_SEARCH
 from web_standins import StandIn, server_tools_config
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive_echo import script
 from missive_openai.testing import FakeChatServer
 
@@ -77,8 +77,8 @@ def client(
             },
         },
     }
-    with live_server(config) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    with in_process_app(config) as app:
+        yield app.sdk(timeout=60)
 
 
 def fetch_call(url: str) -> dict[str, Any]:
@@ -159,8 +159,8 @@ def test_loopback_refused_unless_allowed(web: StandIn, echo_settings: dict[str, 
         "models": {"echo": {"driver": "echo", "context_window": 4000, "settings": echo_settings}},
     }
     before = len(web.requests)
-    with live_server(config) as url:
-        client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    with in_process_app(config) as app:
+        client = app.sdk()
         page = f"{web.url}/page.html"
         msg = ask(client, f"Read {page}", [fetch_call(page)])
     assert msg.content[1].content.error_code == "url_not_accessible"

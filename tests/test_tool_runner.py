@@ -17,7 +17,7 @@ import anthropic
 import pytest
 from sdk_turns import assert_counted_whole, captured
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive_echo import tool_loop
 
 CAPS = {"tool_choice": ["auto", "any", "tool", "none"]}
@@ -29,8 +29,8 @@ ROUNDS = tool_loop("lookup", [{"word": "tea"}, {"word": "milk"}, {"word": "sugar
 def echo_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[anthropic.Anthropic, Path]]:
     captures = tmp_path_factory.mktemp("captures")
     models = {"echo": {"driver": "echo", "context_window": 20_000, "settings": {"capabilities": CAPS}}}
-    with live_server({"server": {"capture_dir": str(captures)}, "models": models}) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60), captures
+    with in_process_app({"server": {"capture_dir": str(captures)}, "models": models}) as app:
+        yield app.sdk(timeout=60), captures
 
 
 @pytest.mark.parametrize("stream", [False, True])
