@@ -18,7 +18,7 @@ import anthropic
 import pytest
 from sdk_turns import as_param, captured, prompt
 
-from missive.testing import live_server, until
+from missive.testing import InProcessApp, in_process_app, live_server, until
 from missive_echo import script
 
 KEY_A, KEY_B = "sk-thread-key-a", "sk-thread-key-b"
@@ -40,19 +40,19 @@ def echo_models(**extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessApp, Path]]:
     captures = tmp_path_factory.mktemp("captures")
     config = {"server": {"api_keys": [KEY_A, KEY_B], "capture_dir": str(captures)}, "models": echo_models()}
-    with live_server(config) as url:
-        yield url, captures
+    with in_process_app(config) as app:
+        yield app, captures
 
 
-def client_for(url: str, key: str = KEY_A) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=60)
+def client_for(app: InProcessApp, key: str = KEY_A) -> anthropic.Anthropic:
+    return app.sdk(api_key=key, timeout=60)
 
 
 @pytest.fixture
-def client(server: tuple[str, Path]) -> anthropic.Anthropic:
+def client(server: tuple[InProcessApp, Path]) -> anthropic.Anthropic:
     return client_for(server[0])
 
 
@@ -165,7 +165,15 @@ def test_malformed_thread_fields_are_400s(client: anthropic.Anthropic, thread: A
     assert problem in error.value.message
 
 
-def test_a_continue_in_flight_refuses_a_second_one(client: anthropic.Anthropic) -> None:
+def test_a_continue_in_flight_refuses_a_second_one() -> None:
+    """A stream read as it is written, then closed by the client: a live server
+    (the in-process transport hands a response over once it has ended)."""
+    config = {"models": echo_models()}
+    with live_server(config) as url:
+        _continue_in_flight(anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60))
+
+
+def _continue_in_flight(client: anthropic.Anthropic) -> None:
     first = client.beta.messages.create(
         model="echo", max_tokens=20, messages=[{"role": "user", "content": "go"}], thread={"type": "create"}
     )
@@ -194,9 +202,9 @@ def test_a_continue_in_flight_refuses_a_second_one(client: anthropic.Anthropic) 
     assert until(continued, "continued after the first continue was closed").content[0].text == "after"
 
 
-def test_threads_are_private_to_their_api_key(server: tuple[str, Path]) -> None:
-    url, _ = server
-    a, b = client_for(url, KEY_A), client_for(url, KEY_B)
+def test_threads_are_private_to_their_api_key(server: tuple[InProcessApp, Path]) -> None:
+    app, _ = server
+    a, b = client_for(app, KEY_A), client_for(app, KEY_B)
     first = a.beta.messages.create(
         model="echo",
         max_tokens=20,
@@ -230,10 +238,10 @@ def test_threads_are_private_to_their_api_key(server: tuple[str, Path]) -> None:
 
 
 def test_the_thread_helper_sends_only_new_messages_and_counts_the_whole_conversation(
-    server: tuple[str, Path],
+    server: tuple[InProcessApp, Path],
 ) -> None:
-    url, captures = server
-    client = client_for(url)
+    app, captures = server
+    client = client_for(app)
     before = len(captured(captures))
     thread = client.beta.messages.thread(
         model="echo", max_tokens=30, system="Count every word.", tools=[TOOL]
@@ -268,7 +276,7 @@ def test_the_thread_helper_streams(client: anthropic.Anthropic) -> None:
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessApp, Path]]:
     """A server keeping 3 responses at most, threads for one second."""
     captures = tmp_path_factory.mktemp("captures-small")
     config = {
@@ -276,8 +284,8 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
         "threads": {"ttl": 1.0, "max_count": 3},
         "models": echo_models(),
     }
-    with live_server(config) as url:
-        yield url, captures
+    with in_process_app(config) as app:
+        yield app, captures
 
 
 def assert_replayed(captures: Path, since: int) -> None:
@@ -293,9 +301,9 @@ def assert_replayed(captures: Path, since: int) -> None:
     assert len(after["body"]["messages"]) == 3
 
 
-def test_an_expired_thread_is_resent_by_the_sdk(small: tuple[str, Path]) -> None:
-    url, captures = small
-    client = client_for(url)
+def test_an_expired_thread_is_resent_by_the_sdk(small: tuple[InProcessApp, Path]) -> None:
+    app, captures = small
+    client = client_for(app)
     thread = client.beta.messages.thread(model="echo", max_tokens=30)
     assert thread.send({"role": "user", "content": "before the pause"}).content[0].text == "before the pause"
     time.sleep(1.5)  # past the server's threads.ttl (1 s): the thread has expired
@@ -305,9 +313,9 @@ def test_an_expired_thread_is_resent_by_the_sdk(small: tuple[str, Path]) -> None
     assert_replayed(captures, since)
 
 
-def test_a_thread_dropped_for_room_is_resent_by_the_sdk(small: tuple[str, Path]) -> None:
-    url, captures = small
-    client = client_for(url)
+def test_a_thread_dropped_for_room_is_resent_by_the_sdk(small: tuple[InProcessApp, Path]) -> None:
+    app, captures = small
+    client = client_for(app)
     thread = client.beta.messages.thread(model="echo", max_tokens=30)
     thread.send({"role": "user", "content": "first turn"})
     for i in range(3):  # three newer responses: the store keeps 3
@@ -324,8 +332,8 @@ def test_a_thread_dropped_for_room_is_resent_by_the_sdk(small: tuple[str, Path])
 
 def test_disabled_threads_send_the_tool_runner_unthreaded(tmp_path: Path) -> None:
     config = {"threads": {"enabled": False}, "models": echo_models()}
-    with live_server(config) as url:
-        client = client_for(url)
+    with in_process_app(config) as app:
+        client = client_for(app)
         with pytest.raises(anthropic.BadRequestError) as refused:
             client.beta.messages.create(
                 model="echo",
