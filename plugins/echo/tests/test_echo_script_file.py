@@ -11,7 +11,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive_echo import script
 
 TOOLS = [
@@ -38,8 +38,8 @@ def client(script_path: Path) -> Iterator[anthropic.Anthropic]:
             }
         }
     }
-    with live_server(config) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    with in_process_app(config) as app:
+        yield app.sdk()
 
 
 def _write(path: Path, entries: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import free_port, live_server
+from missive.testing import free_port, in_process_app
 from missive_llamaserver.testing import FakeLlamaServer
 
 N_CTX = 512
@@ -55,8 +55,8 @@ def client(fakes: dict[str, FakeLlamaServer]) -> Iterator[anthropic.Anthropic]:
             "api-sampling": model(fakes["main"].url, sampling_defaults="api"),
         },
     }
-    with live_server(config) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+    with in_process_app(config) as app:
+        yield app.sdk(api_key="test", timeout=60)
 
 
 def test_request_body_and_exact_usage(client: anthropic.Anthropic, fakes: dict[str, FakeLlamaServer]) -> None:

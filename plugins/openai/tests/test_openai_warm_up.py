@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import live_server
+from missive.testing import in_process_app
 from missive_openai.testing import FakeChatServer
 
 
@@ -32,8 +32,8 @@ def client(fake: FakeChatServer) -> Iterator[anthropic.Anthropic]:
     config: dict[str, Any] = {
         "models": {"gen": {"driver": "openai", "context_window": 2048, "settings": settings}}
     }
-    with live_server(config) as url:
-        yield anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+    with in_process_app(config) as app:
+        yield app.sdk(api_key="test", timeout=60)
 
 
 def test_warm_up_reaches_the_backend_and_answers_empty(
