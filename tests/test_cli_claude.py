@@ -7,8 +7,11 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from missive.testing import dump_toml, free_port, live_server
 
@@ -24,6 +27,13 @@ CONFIG: dict[str, Any] = {
         "echo-32k": {"driver": "echo", "context_window": 32768},
     },
 }
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    """One server of ``CONFIG`` for the tests that read it (none changes it)."""
+    with live_server(CONFIG) as url:
+        yield url
 
 
 def _missive_claude(
@@ -57,14 +67,13 @@ def _exports(stdout: str) -> dict[str, str]:
     return env
 
 
-def test_prints_the_environment_for_the_running_server(tmp_path: Path) -> None:
-    with live_server(CONFIG) as url:
-        port = url.rsplit(":", 1)[1]
-        config_file = tmp_path / "missive.toml"
-        config_file.write_text(dump_toml({**CONFIG, "server": {**CONFIG["server"], "port": int(port)}}))
-        first = _missive_claude(config_file)
-        small = _missive_claude(config_file, "--model", "echo-32k", "--small-model", "echo-big")
-        alias = _missive_claude(config_file, "--model", "claude-sonnet-4-5")
+def test_prints_the_environment_for_the_running_server(url: str, tmp_path: Path) -> None:
+    port = url.rsplit(":", 1)[1]
+    config_file = tmp_path / "missive.toml"
+    config_file.write_text(dump_toml({**CONFIG, "server": {**CONFIG["server"], "port": int(port)}}))
+    first = _missive_claude(config_file)
+    small = _missive_claude(config_file, "--model", "echo-32k", "--small-model", "echo-big")
+    alias = _missive_claude(config_file, "--model", "claude-sonnet-4-5")
     assert first.returncode == 0, first.stderr
     assert _exports(first.stdout) == {
         "ANTHROPIC_BASE_URL": url,
@@ -84,19 +93,18 @@ def test_prints_the_environment_for_the_running_server(tmp_path: Path) -> None:
     assert _exports(alias.stdout)["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
 
 
-def test_errors_name_the_problem(tmp_path: Path) -> None:
+def test_errors_name_the_problem(url: str, tmp_path: Path) -> None:
     nobody = tmp_path / "nobody.toml"
     nobody.write_text(dump_toml({"server": {"port": free_port()}}))
     down = _missive_claude(nobody)
     assert down.returncode == 1 and "no Missive server answers at http://127.0.0.1:" in down.stderr
-    with live_server(CONFIG) as url:
-        port = int(url.rsplit(":", 1)[1])
-        bad_key = tmp_path / "bad.toml"
-        bad_key.write_text(dump_toml({"server": {"port": port, "api_keys": ["wrong"]}}))
-        refused = _missive_claude(bad_key)
-        good = tmp_path / "good.toml"
-        good.write_text(dump_toml({"server": {"port": port, "api_keys": ["sk-k1"]}}))
-        unknown = _missive_claude(good, "--model", "nope")
+    port = int(url.rsplit(":", 1)[1])
+    bad_key = tmp_path / "bad.toml"
+    bad_key.write_text(dump_toml({"server": {"port": port, "api_keys": ["wrong"]}}))
+    refused = _missive_claude(bad_key)
+    good = tmp_path / "good.toml"
+    good.write_text(dump_toml({"server": {"port": port, "api_keys": ["sk-k1"]}}))
+    unknown = _missive_claude(good, "--model", "nope")
     assert refused.returncode == 1 and "answered 401" in refused.stderr, refused.stderr
     assert "--api-key KEY" in refused.stderr and "MISSIVE_API_KEY" in refused.stderr
     assert unknown.returncode == 1 and "answered 404" in unknown.stderr and "nope" in unknown.stderr, (
@@ -105,14 +113,15 @@ def test_errors_name_the_problem(tmp_path: Path) -> None:
     assert refused.stdout == unknown.stdout == ""
 
 
-def test_readme_sequence_without_config_takes_the_key_from_the_option_or_environment(tmp_path: Path) -> None:
+def test_readme_sequence_without_config_takes_the_key_from_the_option_or_environment(
+    url: str, tmp_path: Path
+) -> None:
     """The server reads its keys from missive.toml; ``missive claude`` run
     without ``--config`` gets the key from ``--api-key`` or MISSIVE_API_KEY,
     and without one says how to pass it."""
-    with live_server(CONFIG) as url:
-        without = _missive_claude(None, "--url", url)
-        option = _missive_claude(None, "--url", url, "--api-key", "sk-k1")
-        environment = _missive_claude(None, "--url", url, env={"MISSIVE_API_KEY": "sk-k1"})
+    without = _missive_claude(None, "--url", url)
+    option = _missive_claude(None, "--url", url, "--api-key", "sk-k1")
+    environment = _missive_claude(None, "--url", url, env={"MISSIVE_API_KEY": "sk-k1"})
     assert without.returncode == 1 and "answered 401" in without.stderr
     assert "sent no key" in without.stderr and "--api-key KEY" in without.stderr, without.stderr
     for done in (option, environment):
