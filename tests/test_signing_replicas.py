@@ -2,7 +2,9 @@
 (docs/deployment.md): a thinking block one ``missive serve`` returned is
 replayed, in the next turn of the conversation, to another one.
 
-Each server is a real ``missive serve`` on the echo driver; the echo model's
+Replica A is a real ``missive serve``, the others the app in this process
+(another server, another process: nothing but the key is shared), all on
+the echo driver; the echo model's
 ``{"echo_thinking": true}`` step answers with the thinking it received back
 (verified, hence in the prompt), or ``(no replayed thinking)``.
 """
@@ -16,7 +18,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import serve_process
+from missive.testing import in_process_app, serve_process
 from missive_echo import script
 
 KEY = "replicas-share-this-key-0123456789"
@@ -59,13 +61,17 @@ def first_turn(url: str, display: str | None) -> tuple[list[dict[str, Any]], dic
     return messages, {"role": "assistant", "content": [block, msg.content[1].model_dump()]}
 
 
-def replay(url: str, messages: list[dict[str, Any]], assistant: dict[str, Any]) -> tuple[str, str | None]:
-    """The next turn sent to ``url``: the text of its answer (the thinking
-    it got back) and its ``missive-dropped-thinking`` header."""
+def replay(
+    thinking: dict[str, str], messages: list[dict[str, Any]], assistant: dict[str, Any]
+) -> tuple[str, str | None]:
+    """The next turn sent to another replica, configured with ``thinking``:
+    the text of its answer (the thinking it got back) and its
+    ``missive-dropped-thinking`` header."""
     follow = [*messages, assistant, {"role": "user", "content": script({"echo_thinking": True})}]
-    raw = client(url).messages.with_raw_response.create(
-        model="echo", max_tokens=2000, thinking=THINKING, messages=follow
-    )
+    with in_process_app(config(thinking)) as replica:
+        raw = replica.sdk(timeout=60).messages.with_raw_response.create(
+            model="echo", max_tokens=2000, thinking=THINKING, messages=follow
+        )
     return raw.parse().content[-1].text, raw.headers.get("missive-dropped-thinking")
 
 
@@ -78,8 +84,7 @@ def test_a_block_from_one_replica_is_accepted_by_another_with_the_same_key(
     ``display: "omitted"`` (Claude Code) the text reaches B only through A's
     sealed signature."""
     messages, assistant = first_turn(replica_a, display)
-    with serve_process(config({"signing_key": KEY})) as replica_b:
-        text, dropped = replay(replica_b.url, messages, assistant)
+    text, dropped = replay({"signing_key": KEY}, messages, assistant)
     assert text == f"replayed thinking: {REASONING}"
     assert dropped is None
 
@@ -92,8 +97,7 @@ def test_a_shared_key_file_works_like_a_shared_key(replica_a: str, tmp_path: Pat
     key_file.write_bytes(KEY.encode())
     key_file.chmod(0o400)  # read-only, like a mounted Secret
     messages, assistant = first_turn(replica_a, "omitted")
-    with serve_process(config({"key_file": str(key_file)})) as replica_b:
-        text, dropped = replay(replica_b.url, messages, assistant)
+    text, dropped = replay({"key_file": str(key_file)}, messages, assistant)
     assert text == f"replayed thinking: {REASONING}"
     assert dropped is None
 
@@ -103,7 +107,6 @@ def test_a_replica_with_another_key_accepts_the_block_but_leaves_it_out(replica_
     block (docs/thinking.md): the request is accepted, the reasoning is left
     out of the prompt, and the response says so in ``missive-dropped-thinking``."""
     messages, assistant = first_turn(replica_a, None)
-    with serve_process(config({"signing_key": "another-replicas-key-9876543210"})) as replica_c:
-        text, dropped = replay(replica_c.url, messages, assistant)
+    text, dropped = replay({"signing_key": "another-replicas-key-9876543210"}, messages, assistant)
     assert text == "replayed thinking: (no replayed thinking)"
     assert dropped == "messages.1.content.0 (signature not from this server, or the block was changed)"
