@@ -22,7 +22,7 @@ import pytest
 from media_files import b64, image_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import ServerProcess, in_process_app, serve_process, until
 from missive_echo import script
 
 KEY = "sk-metrics-test-key"  # an admin key: /metrics needs one
@@ -84,29 +84,29 @@ def ask(text: str, model: str = "echo", **extra: Any) -> dict[str, Any]:
     return {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": text}], **extra}
 
 
-def test_metrics_need_a_key() -> None:
+def test_metrics_need_a_key(server: ServerProcess) -> None:
     """With API keys configured, /metrics answers 401 in the API's envelope
     without one, 403 to a user key, and the exposition with an admin key
     (x-api-key or Bearer)."""
-    with serve_process(CONFIG) as proc:
-        refused = httpx.get(f"{proc.url}/metrics", timeout=10)
-        assert refused.status_code == 401
-        assert refused.json()["error"]["type"] == "authentication_error"
-        user = httpx.get(f"{proc.url}/metrics", headers={"x-api-key": USER_KEY}, timeout=10)
-        assert user.status_code == 403 and user.json()["error"]["type"] == "permission_error"
-        bearer = httpx.get(f"{proc.url}/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=10)
-        assert bearer.status_code == 200
-        assert bearer.headers["content-type"].startswith("text/plain; version=0.0.4")
-        assert "# TYPE missive:requests_total counter" in bearer.text
+    refused = httpx.get(f"{server.url}/metrics", timeout=10)
+    assert refused.status_code == 401
+    assert refused.json()["error"]["type"] == "authentication_error"
+    user = httpx.get(f"{server.url}/metrics", headers={"x-api-key": USER_KEY}, timeout=10)
+    assert user.status_code == 403 and user.json()["error"]["type"] == "permission_error"
+    bearer = httpx.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=10)
+    assert bearer.status_code == 200
+    assert bearer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "# TYPE missive:requests_total counter" in bearer.text
 
 
 def test_metrics_public_needs_no_key() -> None:
     """``server.metrics_public = true`` serves /metrics without a key while
     the API itself still requires one."""
     config = {**CONFIG, "server": {**CONFIG["server"], "metrics_public": True}}
-    with serve_process(config) as proc:
-        assert httpx.get(f"{proc.url}/metrics", timeout=10).status_code == 200
-        assert httpx.get(f"{proc.url}/v1/models", timeout=10).status_code == 401
+    with in_process_app(config) as app:
+        http = app.http_client(httpx, timeout=10)
+        assert http.get("/metrics").status_code == 200
+        assert http.get("/v1/models").status_code == 401
 
 
 def test_token_counters_move_by_the_reported_usage(
