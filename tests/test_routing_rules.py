@@ -24,7 +24,7 @@ from PIL import Image
 from missive.config import Config, ConfigError
 from missive.protocol.schema.request import MessagesRequest
 from missive.routing.rules import RoutingConfig, RoutingRule, RoutingRules, estimate_prompt_tokens
-from missive.testing import ServerProcess, dump_toml, serve_process, until
+from missive.testing import ServerProcess, dump_toml, in_process_app, serve_process, until
 
 VISION = {"input_media": ["image/png", "image/jpeg"]}
 MODELS: dict[str, Any] = {
@@ -110,10 +110,10 @@ def test_each_rule_sends_its_requests_to_its_model(
     )
 
 
-def test_without_the_rule_an_image_is_refused_by_the_text_model(server: ServerProcess) -> None:
-    with serve_process({"models": MODELS}) as plain:
-        answer = httpx.post(
-            f"{plain.url}/v1/messages",
+def test_without_the_rule_an_image_is_refused_by_the_text_model() -> None:
+    with in_process_app({"models": MODELS}) as plain:
+        answer = plain.http_client(httpx).post(
+            "/v1/messages",
             timeout=60,
             json={
                 "model": "claude-sonnet-4-5",
