@@ -20,7 +20,7 @@ import pytest
 from media_files import FileServer, b64, image_bytes, make_pdf, png_header_only
 
 from missive.media.tokens import estimate_image_tokens
-from missive.testing import live_server
+from missive.testing import InProcessApp, in_process_app, live_server
 
 ALL_IMAGES = ["image/jpeg", "image/png", "image/gif", "image/webp"]
 TOOLS_CAPS = ["auto", "any", "tool", "none"]
@@ -47,7 +47,7 @@ def files() -> Iterator[FileServer]:
 
 
 @pytest.fixture(scope="module")
-def url(files: FileServer) -> Iterator[str]:
+def app(files: FileServer) -> Iterator[InProcessApp]:
     config = {
         "server": {"max_body_bytes": 8_000_000},
         "media": {
@@ -62,13 +62,13 @@ def url(files: FileServer) -> Iterator[str]:
             "text": report_model(),
         },
     }
-    with live_server(config) as base:
-        yield base
+    with in_process_app(config) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(url: str) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=url, api_key="t", max_retries=0, timeout=60) as c:
+def client(app: InProcessApp) -> Iterator[anthropic.Anthropic]:
+    with app.sdk(api_key="t", timeout=60) as c:
         yield c
 
 
@@ -241,7 +241,7 @@ def test_office_document(client: anthropic.Anthropic) -> None:
     )
 
 
-def test_citations_accepted_and_reported_as_ignored(url: str) -> None:
+def test_citations_accepted_and_reported_as_ignored(app: InProcessApp) -> None:
     body = {
         "model": "text",
         "max_tokens": 5,
@@ -257,13 +257,13 @@ def test_citations_accepted_and_reported_as_ignored(url: str) -> None:
             }
         ],
     }
-    response = httpx.post(f"{url}/v1/messages", json=body, timeout=30)
+    response = app.http_client(httpx).post("/v1/messages", json=body, timeout=30)
     assert response.status_code == 200
     assert "messages.0.content.0.citations" in response.headers["missive-ignored"]
     assert response.json()["content"][0]["type"] == "text"  # answered without citations
 
 
-def test_media_no_prompt_shows_is_reported_as_ignored(url: str) -> None:
+def test_media_no_prompt_shows_is_reported_as_ignored(app: InProcessApp) -> None:
     """Images and documents in a system message or in the assistant prefill
     are not rendered: reported, never dropped silently."""
     body = {
@@ -275,7 +275,7 @@ def test_media_no_prompt_shows_is_reported_as_ignored(url: str) -> None:
             {"role": "assistant", "content": [{"type": "text", "text": "Sure"}, image(PNG)]},
         ],
     }
-    response = httpx.post(f"{url}/v1/messages", json=body, timeout=30)
+    response = app.http_client(httpx).post("/v1/messages", json=body, timeout=30)
     assert response.status_code == 200, response.text
     ignored = response.headers["missive-ignored"]
     assert "messages.0.content.1 (image in a system message" in ignored
@@ -473,10 +473,7 @@ def test_placeholder_fallback_and_fetching_off(files: FileServer) -> None:
         "media": {"image_fallback": "placeholder", "fetch_urls": False},
         "models": {"text": report_model()},
     }
-    with (
-        live_server(config) as base,
-        anthropic.Anthropic(base_url=base, api_key="t", max_retries=0) as client,
-    ):
+    with in_process_app(config) as app, app.sdk(api_key="t") as client:
         got = blocks(
             received(
                 client,
