@@ -1,4 +1,4 @@
-"""Images and documents end to end: the official SDK against a live server
+"""Images and documents end to end: the official SDK against the app in process
 whose echo models report what the driver received (``settings.report``).
 
 Covers every source (base64, url, text, content, file), images and
