@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import tempfile
 import threading
-import os
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
