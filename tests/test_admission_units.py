@@ -1,4 +1,4 @@
-"""missive.server.admission.Gate on its own: FIFO hand-over, the bounds, cancellation.
+"""missive.serving.admission.Gate on its own: FIFO hand-over, the bounds, cancellation.
 
 The end-to-end behaviour (through a live server and the SDK) is in
 tests/test_admission.py; these cover orderings a server cannot produce on demand.
@@ -12,7 +12,7 @@ import gc
 import pytest
 
 from missive.protocol.errors import OverloadedError
-from missive.server.admission import DEFAULT_RETRY_AFTER, Gate
+from missive.serving.admission import DEFAULT_RETRY_AFTER, Gate
 
 pytestmark = pytest.mark.anyio
 
@@ -145,7 +145,7 @@ async def test_slot_dropped_unreleased_is_freed() -> None:
 async def test_model_keys_override_the_server_defaults() -> None:
     from missive.config import Config, ModelEntry
     from missive.driver.capabilities import Capabilities
-    from missive.server.admission import Admission
+    from missive.serving.admission import Admission
 
     class Stub:
         def __init__(self, entry: ModelEntry, limit: int | None) -> None:
@@ -166,7 +166,7 @@ async def test_close_refuses_the_waiting_and_the_new_but_not_the_running() -> No
     and applies to a gate built after it too."""
     from missive.config import Config, ModelEntry
     from missive.driver.capabilities import Capabilities
-    from missive.server.admission import Admission
+    from missive.serving.admission import Admission
 
     class Stub:
         def __init__(self, limit: int | None) -> None:

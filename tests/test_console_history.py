@@ -19,7 +19,7 @@ from missive.console.history import (
     Series,
     quantile,
 )
-from missive.server.record import RequestRecord
+from missive.serving.record import RequestRecord
 
 T0 = 1_800_000_000.0  # a bucket boundary (divisible by 10)
 

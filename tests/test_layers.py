@@ -51,8 +51,9 @@ FLOORS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("models and the answer", ["models", "routing", "messages"]),
+    ("serving one request", ["serving"]),
     ("backends", ["engine", "remote"]),
-    ("server features", ["keys", "threads", "batches", "console"]),
+    ("server features", ["threads", "keys", "batches", "console"]),
     ("HTTP shell", ["server"]),
     ("entry points", ["scaffold", "cli", "api", "asgi", "testing", "pytest_plugin", "__main__"]),
 ]
@@ -85,14 +86,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "default_plugins",
     ): "the built-in tool parsers' specs, for a template's parser without a kernel",
     ("reasoning", "default_plugins"): "the built-in reasoning parsers' specs, likewise",
-    ("messages", "server"): "the admission permit and the request record are still the server's",
-    ("keys", "batches"): "a batch request's usage counts as its endpoint's; `missive keys` shares its CLI",
-    ("keys", "cli"): "`missive keys` finds the running server as the CLI does",
-    ("keys", "server"): "the request record, and the key checks reach the services",
-    ("threads", "server"): "the thread keeper reaches the services",
-    ("batches", "cli"): "`missive batches` finds the running server as the CLI does",
-    ("batches", "server"): "a batch request is admitted and recorded as an HTTP one",
-    ("console", "server"): "the console's routes reuse the server's route helpers and request records",
 }
 
 #: The most arrows back up there may be (issue 41).

@@ -27,10 +27,10 @@ import pytest
 
 from missive.config import Config
 from missive.server import shutdown
-from missive.server.admission import Admission
 from missive.server.app import create_app
 from missive.server.services import services
 from missive.server.shutdown import Drain, serve_until_stopped
+from missive.serving.admission import Admission
 from missive.testing import ServerProcess, serve_process, until
 from missive_echo import script
 

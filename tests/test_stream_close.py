@@ -21,8 +21,8 @@ from quart import g
 
 from missive.config import Config
 from missive.server.app import create_app
-from missive.server.record import CLIENT_GONE
 from missive.server.services import services
+from missive.serving.record import CLIENT_GONE
 from missive_echo import script
 
 

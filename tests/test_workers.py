@@ -27,8 +27,8 @@ from click.testing import CliRunner
 
 from missive.cli.main import cli
 from missive.config import Config, ConfigError, ModelEntry
-from missive.server.admission import Admission
-from missive.server.workers import check, settle_batches, share
+from missive.server.workers import check, settle_batches
+from missive.serving.admission import Admission, share
 from missive.testing import ServerProcess, dump_toml, free_port, serve_process, until
 from missive_openai.testing import FakeChatServer
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from .config import ConfigError, ModelEntry
 from .config.state_dir import read_json, state_dir, write_json
-from .driver.capabilities import Capabilities, ToolChoiceMode, check_request
+from .driver.capabilities import Capabilities, ToolChoiceMode
 from .driver.conversation import Conversation, Turn
 from .driver.events import (
     Finished,
@@ -106,6 +106,7 @@ from .kernel.specs import (
 )
 from .media.images import to_8bit, upright
 from .media.tokens import conversation_image_tokens, estimate_image_tokens
+from .messages.capabilities import check_request
 from .protocol.errors import (
     ApiError,
     AuthenticationError,

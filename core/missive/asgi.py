@@ -13,7 +13,7 @@ from __future__ import annotations
 from .config import load_config
 from .server.app import create_app
 from .server.connections import install as close_connections_promptly
-from .server.logs import setup_logging
+from .serving.logs import setup_logging
 
 _config = load_config(search=True)
 setup_logging(_config.server.log_level, _config.server.log_format)

@@ -10,8 +10,5 @@
 * :mod:`~missive.batches.service`: the operations the routes call, expiry,
   archiving, the database's lifecycle;
 * :mod:`~missive.batches.metrics`: their Prometheus metrics;
-* :mod:`~missive.batches.cli`: ``missive batches`` (list, show, results).
+* :mod:`~missive.cli.batches`: ``missive batches`` (list, show, results).
 """
-
-#: The endpoint of every batch request's record (its usage counts as this endpoint's).
-ENDPOINT = "/v1/messages/batches"

@@ -5,7 +5,7 @@ run as ``POST /v1/messages`` with ``stream: false`` would run it, into a result.
 gets its ``errored`` result at once, and never takes a slot); :func:`execute`
 when the runner gives it a slot. Both produce the same errors as the request
 sent on its own (the same validation, the same
-:class:`~missive.messages.service.Messages` service, whose answer is folded
+:class:`~missive.serving.service.Messages` service, whose answer is folded
 by :func:`~missive.messages.stream.accumulate`), so a result equals what the
 request would have been answered on its own.
 """
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..messages.prepare import Notes
-from ..messages.service import Caller, Messages
 from ..messages.stream import accumulate
 from ..models.table import ModelTable
 from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, OverloadedError
@@ -30,20 +29,19 @@ from ..protocol.ids import request_id
 from ..protocol.schema.ignored import collect_ignored
 from ..protocol.schema.request import MessagesRequest
 from ..protocol.validation import validate_body
-from ..server.admission import Gate, Permit
-from ..server.logs import request_id_var
-from ..server.record import RequestRecord
+from ..serving.admission import Gate, Permit
+from ..serving.logs import request_id_var
+from ..serving.record import BATCH_ENDPOINT, RequestRecord
+from ..serving.service import Caller, Messages
 from ..threads.errors import ThreadUnsupportedRequestError
-from . import ENDPOINT
 from .shapes import errored_result
 
 if TYPE_CHECKING:
     from .store import Job
 
-__all__ = ["check_params", "execute", "Stopped", "ENDPOINT"]
+__all__ = ["check_params", "execute", "Stopped"]
 
 log = logging.getLogger("missive.batches")
-
 
 
 class Stopped(Exception):
@@ -109,7 +107,7 @@ async def execute(
     the same request would have got on its own).
 
     Args:
-        messages: the Messages service (:class:`~missive.messages.service.Messages`).
+        messages: the Messages service (:class:`~missive.serving.service.Messages`).
         models: the served models.
         strict: ``server.strict`` (ignored fields are a 400).
         job: the request (its ``model`` is the configured id).
@@ -131,7 +129,9 @@ async def execute(
 
     rid = request_id()
     token = request_id_var.set(rid)
-    facts = RequestRecord(rid, "BATCH", f"{ENDPOINT}/{job.batch_id}/{job.custom_id}", ENDPOINT, observe)
+    facts = RequestRecord(
+        rid, "BATCH", f"{BATCH_ENDPOINT}/{job.batch_id}/{job.custom_id}", BATCH_ENDPOINT, observe
+    )
     facts.model = job.model
     facts.key = job.owner  # its usage is its batch's key's
     try:
@@ -176,7 +176,7 @@ async def _succeeded(
     admit: Callable[[], Awaitable[Permit]],
 ) -> dict[str, Any]:
     """The ``succeeded`` result of ``job``, answered by the
-    :class:`~missive.messages.service.Messages` service under the permit
+    :class:`~missive.serving.service.Messages` service under the permit
     ``admit`` takes.
 
     Raises:

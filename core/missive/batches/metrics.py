@@ -32,8 +32,8 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from ..models.table import ModelTable
-    from ..server.admission import Admission
-    from ..server.record import RequestRecord
+    from ..serving.admission import Admission
+    from ..serving.record import RequestRecord
     from .service import Batches
 
 __all__ = ["BatchMetrics"]

@@ -4,7 +4,7 @@ interactive traffic.
 One dispatcher per served model loops: load the model if it is not loaded
 and has pending batch requests (on demand, as a request would; a model in
 use by a batch request is not unloaded), wait until the model's gate has room
-for background work (:meth:`~missive.server.admission.Gate.wait_background_room`: a
+for background work (:meth:`~missive.serving.admission.Gate.wait_background_room`: a
 permit free, no request waiting, fewer than ``batches.max_slots`` permits held
 by batches), take the oldest pending request of that model, and start it
 (:func:`~missive.batches.execute.execute`) in a task of its own; then wait
@@ -43,10 +43,10 @@ from .store import Job
 
 if TYPE_CHECKING:
     from ..config import BatchesConfig
-    from ..messages.service import Messages
     from ..models.table import ModelTable
-    from ..server.admission import Admission
-    from ..server.record import RequestRecord
+    from ..serving.admission import Admission
+    from ..serving.record import RequestRecord
+    from ..serving.service import Messages
 
 __all__ = ["BatchRunner", "Running"]
 

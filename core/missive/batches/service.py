@@ -1,7 +1,7 @@
 """The Message Batches of one server: the store, the runner and the
 housekeeping (expiry, archiving), behind the operations the routes call.
 
-Built by :func:`missive.server.app.create_app` (``services().batches``, :mod:`missive.server.services`);
+Built by :func:`missive.server.services.build_services` (``services().batches``);
 :meth:`Batches.start` runs after the models have started, :meth:`Batches.aclose`
 before they close. The database is opened on the first batch created, or at
 start when the file already exists, so a server that is never sent a batch
@@ -43,11 +43,11 @@ from .store import BatchStore, NewRequest
 if TYPE_CHECKING:
     from ..config import Config
     from ..keys.ring import Identity
-    from ..messages.service import Messages
     from ..models.table import ModelTable
-    from ..server.admission import Admission
-    from ..server.record import RequestRecord
-    from ..server.shutdown import Drain
+    from ..serving.admission import Admission
+    from ..serving.drain import Drain
+    from ..serving.record import RequestRecord
+    from ..serving.service import Messages
 
 __all__ = ["Batches", "DATABASE"]
 

@@ -29,7 +29,7 @@ def pull(config_path: str | None, overrides: tuple[str, ...], refs: tuple[str, .
     from ..models.commands import configured_references, progress_on_terminal
     from ..models.commands import pull as pull_refs
     from ..models.sources import ModelRefError
-    from ..server.logs import setup_logging
+    from ..serving.logs import setup_logging
 
     setup_logging("info")
     if not refs:

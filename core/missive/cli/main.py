@@ -1,6 +1,6 @@
 """The ``missive`` command line: ``serve`` (:mod:`.serve`); ``pull``,
 ``models``, ``plugins`` (:mod:`.local`); ``ps``, ``batches``, ``claude``
-(:mod:`.running`); ``keys``, ``usage`` (:mod:`missive.keys.cli`);
+(:mod:`.running`); ``keys``, ``usage`` (:mod:`missive.cli.keys`);
 ``new-driver``; and the commands plugins add."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import click
 
 from .. import __version__
 from ..kernel.plugins import Kernel
-from ..keys.cli import register as register_keys
+from .keys import register as register_keys
 from .local import models_command, plugins, pull
 from .options import config_options, config_origin, load, server_and_key, unavailable
 from .running import batches, claude, ps

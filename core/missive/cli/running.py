@@ -62,7 +62,7 @@ def batches_list(
     as_json: bool,
 ) -> None:
     """List batches, newest first: status and request counts."""
-    from ..batches.cli import list_batches, render_list
+    from .batches import list_batches, render_list
     from .claude_env import ServerUnavailable
 
     base, key = server_and_key(config_path, overrides, url, api_key)
@@ -86,7 +86,7 @@ def batches_show(
     batch_id: str,
 ) -> None:
     """Show one batch: status, counts, times, results URL."""
-    from ..batches.cli import get_batch, render_batch
+    from .batches import get_batch, render_batch
     from .claude_env import ServerUnavailable
 
     base, key = server_and_key(config_path, overrides, url, api_key)
@@ -104,7 +104,7 @@ def batches_results(
     config_path: str | None, overrides: tuple[str, ...], url: str | None, api_key: str | None, batch_id: str
 ) -> None:
     """Write an ended batch's results to stdout as JSON Lines."""
-    from ..batches.cli import stream_results
+    from .batches import stream_results
     from .claude_env import ServerUnavailable
 
     base, key = server_and_key(config_path, overrides, url, api_key)

@@ -138,10 +138,10 @@ def _serve(
 
     from ..server.app import create_app
     from ..server.connections import install as close_connections_promptly
-    from ..server.logs import setup_logging
     from ..server.services import services
     from ..server.shutdown import CLOSE_MARGIN, serve_until_stopped
     from ..server.workers import WorkerInfo, check, listening_sockets, settle_batches, supervise
+    from ..serving.logs import setup_logging
 
     count = config.server.workers
     try:

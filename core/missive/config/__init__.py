@@ -43,9 +43,9 @@ Shape (every key optional)::
 
     [batches]                   # message batches (docs/operations.md#message-batches)
     enabled = true
-    expiry = 86400.0            # seconds a batch may run before its unfinished requests expire (the API's 24 h)
+    expiry = 86400.0            # seconds before a batch's unfinished requests expire (the API's 24 h)
     retention = 2505600.0       # seconds after creation its results are kept (the API's 29 days)
-    max_slots = 0.5             # slots of a model batch requests may hold: a fraction (float) or a count (int)
+    max_slots = 0.5             # slots of a model batches may hold: a fraction (float) or a count (int)
     max_requests = 100000       # requests per batch (the API's limit)
     max_body_bytes = 268435456  # 256 MiB, the API's limit on a batch's body
     database = "~/.local/state/missive/batches.sqlite3"   # default: in the state directory
@@ -136,4 +136,11 @@ __all__ = [
     "config_search_path",
     "find_config",
     "SYSTEM_CONFIG",
+    "LOOPBACK_HOSTS",
+    "MiB",
+    "ENV_PREFIX",
+    "env_overrides",
+    "parse_value",
+    "set_path",
+    "split_key",
 ]

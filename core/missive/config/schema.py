@@ -46,7 +46,7 @@ class ServerConfig(_Strict):
     """``[server]``. Every key is described in docs/configuration.md.
 
     ``queue_depth`` and ``queue_timeout`` are the defaults of the models' own
-    keys (see :class:`ModelEntry` and :mod:`missive.server.admission`).
+    keys (see :class:`ModelEntry` and :mod:`missive.serving.admission`).
     ``shutdown_grace`` is how long ``missive serve`` lets running generations
     finish after SIGTERM or SIGINT (:mod:`missive.server.shutdown`).
     ``memory_budget_mib``: MiB the loaded models may take together (each

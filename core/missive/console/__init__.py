@@ -3,6 +3,6 @@ graphs of the last hour, a playground and the message batches, in a browser
 (docs/operations.md, "Web console").
 
 :mod:`~missive.console.history` keeps what the page shows of the past (in
-memory, per process); :mod:`~missive.console.routes` serves the page (the
+memory, per process); :mod:`~missive.server.routes.console` serves the page (the
 static files in ``static/``, shipped in the package) and its JSON calls.
 """

@@ -1,12 +1,12 @@
 """What the console shows of the past: recent requests and counters over the last hour.
 
 Kept in memory by each server process, from the same finished
-:class:`~missive.server.record.RequestRecord` objects the metrics and the access
+:class:`~missive.serving.record.RequestRecord` objects the metrics and the access
 log are made of (:meth:`History.observe`), so the console needs no
 Prometheus:
 
 * :class:`RecentRequests`: the last :data:`RECENT` requests, each as its
-  access-log fields (:meth:`~missive.server.record.RequestRecord.fields`) plus its
+  access-log fields (:meth:`~missive.serving.record.RequestRecord.fields`) plus its
   id, wall-clock time and the ``missive-ignored`` list. Never prompt or
   answer text: that exists only in ``server.capture_dir`` files;
 * :class:`Series`: per model, one :class:`Bucket` of :data:`BUCKET_SECONDS`
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..server.record import RequestRecord
+    from ..serving.record import RequestRecord
 
 __all__ = [
     "History",
@@ -83,7 +83,7 @@ class RecentRequests:
     ``error_type``, ``key``: the name of its API key...) and ``ignored``
     (client text cut to :data:`PATH_CHARS`, :data:`IGNORED_ITEMS` and
     :data:`IGNORED_CHARS`). Beside it is kept who sent it (the key's name,
-    :attr:`~missive.server.record.RequestRecord.key`: None when no key was
+    :attr:`~missive.serving.record.RequestRecord.key`: None when no key was
     accepted), for :meth:`find`.
     """
 

@@ -94,7 +94,8 @@ def _verified_summary(req: CountTokensRequest, signer: Signer) -> tuple[int, int
         m, b, _ = found[1]
         raise CompactionError(
             "compaction_block_ambiguous",
-            f"messages.{m}.content.{b}: more than one compaction block with content; send only the last one returned",
+            f"messages.{m}.content.{b}: more than one compaction block with content; "
+            "send only the last one returned",
         )
     m, b, block = found[0]
     before = req.messages[0].blocks()[:b] if m == 0 else []
@@ -107,7 +108,8 @@ def _verified_summary(req: CountTokensRequest, signer: Signer) -> tuple[int, int
     if not signer.verify_compaction(block.signature, block.content):
         raise CompactionError(
             "compaction_signature_invalid",
-            f"messages.{m}.content.{b}: Invalid `signature` in `compaction` block: it was not produced by this "
+            f"messages.{m}.content.{b}: Invalid `signature` in `compaction` block: "
+            "it was not produced by this "
             "server for this content",
         )
     return m, b
@@ -169,7 +171,8 @@ def summarisation_request(req: CountTokensRequest, *, can_choose: bool) -> Count
     if last.role == "assistant" and any(isinstance(b, ToolUseBlock) for b in last.blocks()):
         raise CompactionError(
             "compaction_incomplete_turn",
-            f"messages.{len(req.messages) - 1}: the conversation ends with tool calls whose results were not sent; "
+            f"messages.{len(req.messages) - 1}: the conversation ends with tool calls "
+            "whose results were not sent; "
             "send the tool_result blocks first, then compact",
         )
     prompt = req.compaction.prompt_override() or SUMMARY_PROMPT

@@ -1,27 +1,23 @@
-"""What a driver declares it can do, and the check of a request against it.
+"""What a driver declares it can do.
 
 A driver's :class:`Capabilities` is a frozen pydantic model, declared on its
 :class:`~missive.kernel.specs.DriverSpec` (so ``missive plugins`` can list it without
 importing the driver) and refined per model by the driver instance (a model
 entry may say it has vision, for example).
 
-The core never weakens a request to fit a driver: :func:`check_request` raises
-:class:`~missive.protocol.errors.CapabilityError` naming the first missing capability.
+The core never weakens a request to fit a driver:
+:func:`missive.messages.capabilities.check_request` (the answer's policy)
+raises :class:`~missive.protocol.errors.CapabilityError` naming the first
+missing capability.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..protocol.errors import CapabilityError
-
-if TYPE_CHECKING:
-    from ..protocol.schema.request import CountTokensRequest
-    from .tools import ToolChoice, ToolDefinition
-
-__all__ = ["Capabilities", "ToolChoiceMode", "check_request"]
+__all__ = ["Capabilities", "ToolChoiceMode"]
 
 ToolChoiceMode = Literal["auto", "any", "tool", "none"]
 
@@ -54,7 +50,7 @@ class Capabilities(BaseModel):
         in_process: the model runs inside the Missive process.
         max_concurrency: requests generated at once per model (None: unbounded,
             the backend queues). Enforced by the core for every driver, with a
-            bounded wait queue in front (:mod:`missive.server.admission`).
+            bounded wait queue in front (:mod:`missive.serving.admission`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -79,66 +75,3 @@ class Capabilities(BaseModel):
         """A JSON-friendly dict with sets sorted, for listings."""
         data = self.model_dump()
         return {k: sorted(v) if isinstance(v, frozenset) else v for k, v in data.items()}
-
-
-def _fmt(values: frozenset[str]) -> str:
-    return ", ".join(f'"{v}"' for v in sorted(values))
-
-
-def check_request(
-    request: CountTokensRequest,
-    caps: Capabilities,
-    *,
-    model: str,
-    driver: str,
-    tools: tuple[ToolDefinition, ...] = (),
-    tool_choice: ToolChoice | None = None,
-    image_fallback: bool = False,
-) -> None:
-    """Raise :class:`CapabilityError` if ``request`` needs what ``caps`` lacks.
-
-    Checked, in order: the tool_choice mode (when tools are offered), strict
-    tools in that mode, parallel calls, tool blocks in the history, image
-    blocks (also inside tool_result content) for a model that takes no image
-    type, unless ``image_fallback`` (an operator's ``media.image_fallback``
-    turns them into text), thinking ``enabled``, structured output, sampling
-    parameters, stop sequences. Document blocks need no capability: the core
-    turns them into text.
-    ``thinking.type: adaptive`` needs no capability: the API lets the model
-    decide not to think.
-    """
-
-    def fail(capability: str, supported: str) -> None:
-        raise CapabilityError(capability=capability, model=model, driver=driver, supported=supported)
-
-    if tools:
-        mode = tool_choice.mode if tool_choice is not None else "auto"
-        if mode not in caps.tool_choice:
-            supported = f"tool_choice modes {_fmt(caps.tool_choice)}" if caps.tool_choice else "no tool use"
-            fail(f'tools with tool_choice "{mode}"', supported)
-        if mode != "none" and any(t.strict for t in tools) and mode not in caps.strict_tools:
-            supported = (
-                f"strict tools with tool_choice {_fmt(caps.strict_tools)}"
-                if caps.strict_tools
-                else "no strict tools"
-            )
-            fail(f'strict tools with tool_choice "{mode}"', supported)
-    if request.uses_tool_blocks() and not caps.tool_choice:
-        fail("tool_use/tool_result content blocks", "no tool use")
-    images = frozenset(m for m in caps.input_media if m.startswith("image/"))
-    if not images and not image_fallback:
-        for media in request.media_types():
-            if media == "image" or media.startswith("image/"):
-                fail(f"input media type {media}", "text only")
-    if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
-        fail(
-            'thinking {"type": "enabled"}',
-            'thinking "disabled", "adaptive" or "between_tools" (no reasoning)',
-        )
-    if request.output_format_schema() is not None and not caps.structured_output:
-        fail("output_config.format (structured output)", "free-form text")
-    for name in ("temperature", "top_p", "top_k"):
-        if getattr(request, name) is not None and name not in caps.sampling:
-            fail(name, f"sampling parameters {_fmt(caps.sampling)}")
-    if request.stop_sequences and not caps.stop_sequences:
-        fail("stop_sequences", "no stop sequences")

@@ -20,7 +20,7 @@ before ``Started`` produces an HTTP error status; after it, an SSE ``error`` eve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 __all__ = [
     "Started",
@@ -120,6 +120,4 @@ class Finished:
     cache_creation_input_tokens: int | None = None
 
 
-GenerationEvent = Union[
-    Started, TextDelta, ThinkingDelta, ToolCallStart, ToolCallDelta, ToolCallEnd, Finished
-]
+GenerationEvent = Started | TextDelta | ThinkingDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished

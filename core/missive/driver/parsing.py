@@ -33,7 +33,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, ClassVar, Literal
 
 __all__ = [
     "Text",
@@ -76,7 +76,7 @@ class Reasoning:
     text: str
 
 
-ParseEvent = Union[Text, CallStart, CallArgs, CallEnd, Reasoning]
+ParseEvent = Text | CallStart | CallArgs | CallEnd | Reasoning
 
 
 class MalformedToolCall(Exception):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter
 
 if TYPE_CHECKING:
-    from ..server.record import RequestRecord
+    from ..serving.record import RequestRecord
 
 __all__ = ["KeyMetrics", "TOKEN_FIELDS"]
 

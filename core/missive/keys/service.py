@@ -1,6 +1,6 @@
 """The keys of one app: the ring, the limits, the usage, the metrics.
 
-Built by :func:`missive.server.app.create_app` (``services().keys``, :mod:`missive.server.services`)
+Built by :func:`missive.server.services.build_services` (``services().keys``)
 before the workers are forked, so the limits' shared table is every
 worker's (:mod:`.buckets`); :meth:`KeyServices.start` runs in each worker.
 """
@@ -19,7 +19,7 @@ from .usage import UsageRecorder
 
 if TYPE_CHECKING:
     from ..config import Config
-    from ..server.record import RequestRecord
+    from ..serving.record import RequestRecord
 
 __all__ = ["KeyServices"]
 

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..batches import ENDPOINT as BATCH_ENDPOINT
 from ..config.state_dir import state_dir
 from ..protocol.errors import InvalidRequestError
+from ..serving.record import BATCH_ENDPOINT
 
 if TYPE_CHECKING:
     from ..config.keys import UsageConfig
-    from ..server.record import RequestRecord
+    from ..serving.record import RequestRecord
 
 __all__ = ["UsageStore", "UsageRecorder", "COUNTS", "DATABASE", "FLUSH_INTERVAL", "parse_time", "rfc3339"]
 

@@ -1,4 +1,4 @@
-"""Moved to :mod:`missive.driver.media` (the driver contract); this name stays for plugins that import it."""
+"""Moved to :mod:`missive.driver.media`; the name stays for plugins that import it."""
 
 from __future__ import annotations
 

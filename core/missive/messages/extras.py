@@ -29,7 +29,7 @@ Event = dict[str, Any]
 
 
 class EventStream(Protocol):
-    """What an :class:`~missive.messages.answer.Answer` drives: a
+    """What an :class:`~missive.serving.answer.Answer` drives: a
     :class:`~missive.messages.stream.MessageStream` or a wrapper of one."""
 
     async def start(self) -> Event: ...
@@ -42,7 +42,7 @@ class EventStream(Protocol):
 @dataclass
 class ContextExtras:
     """What the preparation of one request found (part of its
-    :class:`~missive.messages.service.Prepared`).
+    :class:`~missive.serving.service.Prepared`).
 
     Attributes:
         applied_edits: the edits applied; None when the request had no

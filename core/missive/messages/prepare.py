@@ -15,7 +15,7 @@ found is the error):
    tool history's pairing checked (:mod:`missive.tools`);
 2. a forced call of a server tool the driver cannot force is made by the
    server first (:func:`missive.tools.server_runner.server_first`);
-3. :func:`~missive.driver.capabilities.check_request` against the driver's
+3. :func:`~missive.messages.capabilities.check_request` against the driver's
    capabilities;
 4. replayed thinking checked against its signature (:mod:`missive.thinking.replay`),
    the conversation built (:mod:`.conversation`), deferred tools' references
@@ -32,11 +32,12 @@ steps and may run them more than once to measure the prompt
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..driver.capabilities import Capabilities, check_request
+from ..driver.capabilities import Capabilities
 from ..driver.interface import GenerationRequest
 from ..driver.thinking import plan_thinking
 from ..protocol.errors import InvalidRequestError
@@ -49,12 +50,12 @@ from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
 from ..tools.server import server_block_paths
 from ..tools.server_runner import ServerToolRunner, server_first
+from .capabilities import check_request
 from .conversation import build_conversation, unrendered_media
 from .session import session_of
 
 if TYPE_CHECKING:
     from ..media.pipeline import MediaPipeline
-    from ..server.record import RequestRecord
 
 __all__ = ["Notes", "Target", "build_generation", "prepare_generation"]
 
@@ -213,13 +214,14 @@ async def prepare_generation(
     signer: Signer,
     notes: Notes,
     media: MediaPipeline,
-    record: RequestRecord | None = None,
+    media_counts: Counter[str] | None = None,
     headers: Mapping[str, str] | None = None,
     server_tools: ServerToolRunner | None = None,
     cleared_thinking: frozenset[int] = frozenset(),
 ) -> GenerationRequest:
     """:func:`build_generation`, then step 6: the image and document blocks
-    processed by ``media`` (what it processed is noted in ``record``).
+    processed by ``media`` (what it processed is counted in
+    ``media_counts``, the request record's).
 
     Raises:
         InvalidRequestError, CapabilityError: see :func:`build_generation`.
@@ -243,6 +245,6 @@ async def prepare_generation(
         )
         notes.ignore(processed.ignored)
         generation.conversation.replace_blocks(processed.replacements)
-        if record is not None:
-            record.media.update(processed.processed)
+        if media_counts is not None:
+            media_counts.update(processed.processed)
     return generation

@@ -1,4 +1,4 @@
-"""Moved to :mod:`missive.chat_template.rendering`; this name stays for plugins that import it."""
+"""Moved to :mod:`missive.chat_template.rendering`; the name stays for plugins that import it."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ do:
   whole budget is loaded alone, with a warning.
 
 A request *uses* its model from before it is loaded until its record
-finishes (:meth:`~missive.server.record.RequestRecord.at_finish`): a model in use
+finishes (:meth:`~missive.serving.record.RequestRecord.at_finish`): a model in use
 is never unloaded.
 """
 

@@ -172,7 +172,7 @@ class TimeoutError_(MissiveError):
 class OverloadedError(MissiveError):
     """529: no capacity now; the client should retry (the SDKs do, honouring
     ``retry_after`` up to 60 s). Raised by the core when a model's wait queue
-    is full or a request waited ``queue_timeout`` (:mod:`missive.server.admission`),
+    is full or a request waited ``queue_timeout`` (:mod:`missive.serving.admission`),
     and by drivers whose backend is unreachable or busy."""
 
     status = 529

@@ -9,7 +9,6 @@ raised it, is rendered here as the Anthropic envelope (contract sections 1, 5).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -17,14 +16,8 @@ from quart import Quart, Request, Response, g, request
 from quart.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from ..batches.service import Batches
 from ..config import Config
-from ..console.history import History
 from ..kernel.plugins import Kernel
-from ..keys.service import KeyServices
-from ..media.pipeline import MediaPipeline
-from ..messages.service import Messages
-from ..models.table import ModelTable
 from ..protocol import fastjson
 from ..protocol.errors import (
     ApiError,
@@ -34,19 +27,10 @@ from ..protocol.errors import (
     RequestTooLargeError,
 )
 from ..protocol.ids import request_id
-from ..routing.rules import RoutingRules
-from ..thinking.signing import load_signer
-from ..threads.store import ResponseStore
-from ..tools.server_runner import ServerToolRunner, build_search_provider
-from ..tools.warm import warm_up
-from .admission import Admission
+from ..serving.logs import request_id_var
+from ..serving.record import RequestRecord, endpoint_label
 from .capture import write_capture
-from .logs import log_request, request_id_var
-from .metrics import Metrics
-from .record import RequestRecord, endpoint_label
-from .services import EXTENSION, Services
-from .shutdown import Drain
-from .workers import PUBLISH_INTERVAL
+from .services import EXTENSION, build_services
 
 __all__ = ["create_app", "error_response"]
 
@@ -127,7 +111,8 @@ def _request_class(config: Config) -> type[Request]:
 
 
 def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str | None = None) -> Quart:
-    """Build the app: load plugins, build the model table, register routes.
+    """Build the app: the services (:func:`~missive.server.services.build_services`:
+    plugins, the model table...), started and stopped with it, and the routes.
 
     ``metrics_dir``: the directory the workers of one server share their
     metrics in (:mod:`missive.server.workers`, ``server.workers`` > 1); the app's
@@ -139,19 +124,6 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         ConfigError: a configured model cannot be served (unknown driver,
             missing dependency), or ``media.image_fallback`` names no processor.
     """
-    kernel = kernel or Kernel(block=config.plugins.block)
-    models = ModelTable(config, kernel)
-    routing = RoutingRules(
-        config.routing,
-        list(models.drivers),
-        {model_id: entry.fallbacks for model_id, entry in models.entries.items()},
-    )
-    signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
-    media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
-    server_tools = ServerToolRunner(
-        config.server_tools, media.policy, build_search_provider(config.server_tools, kernel.search_providers)
-    )
-
     app = Quart("missive")
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
     app.config["RESPONSE_TIMEOUT"] = None
@@ -159,70 +131,17 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
     # Key order is part of the client's bytes (tool_use.input) and of caching.
     app.json = _JSONProvider(app)
     app.request_class = _request_class(config)
-    admission = Admission(config)
-    metrics = Metrics(models, admission, shared_dir=metrics_dir)
-    drain = Drain(config.server.shutdown_grace, admission)
-    # Built before any worker is forked: the limits' table is shared (missive.keys.buckets).
-    keys = KeyServices(config, metrics.registry)
-
-    def observe_batch(record: RequestRecord) -> None:
-        metrics.batches.observe(record)
-        keys.observe(record)
-        log_request(record)
-
-    messages = Messages(
-        models=models, admission=admission, signer=signer, media=media, server_tools=server_tools
-    )
-    batches = Batches(messages, config, models, admission, drain, observe_batch, metrics.batches.count)
-    metrics.batches.attach(batches)
-    history = History()  # what the web console shows of the past (missive.console)
-    app.extensions[EXTENSION] = Services(
-        config=config,
-        kernel=kernel,
-        models=models,
-        signer=signer,
-        media=media,
-        server_tools=server_tools,
-        routing=routing,
-        admission=admission,
-        metrics=metrics,
-        drain=drain,
-        batches=batches,
-        keys=keys,
-        responses=ResponseStore(config.threads.max_count, config.threads.max_bytes),
-        history=history,
-        messages=messages,
-    )
-    publishing: list[asyncio.Task[None]] = []
-
-    def observe(record: RequestRecord) -> None:
-        metrics.observe(record)
-        keys.observe(record)
-        history.observe(record)
-        log_request(record)
+    found = build_services(config, kernel=kernel, metrics_dir=metrics_dir)
+    app.extensions[EXTENSION] = found
+    drain = found.drain
 
     @app.before_serving
     async def _start() -> None:
-        await models.start()
-        await asyncio.to_thread(warm_up, kernel.tool_parsers)  # not in the first request's time
-        await batches.start()
-        await keys.start()
-        if metrics.shared_dir is not None:
-            publishing.append(asyncio.ensure_future(_publish_load(metrics)))
+        await found.start()
 
     @app.after_serving
     async def _stop() -> None:
-        for task in publishing:
-            task.cancel()
-        try:
-            await keys.aclose()
-            await batches.aclose()
-        finally:
-            try:
-                await models.aclose()
-            finally:
-                if server_tools.provider is not None:
-                    await server_tools.provider.aclose()
+        await found.stop()
 
     @app.before_request
     async def _identify() -> None:
@@ -231,7 +150,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         g.ignored = []
         g.dropped_thinking = []
         rule = request.url_rule.rule if request.url_rule is not None else _rule_of_other_method(app)
-        g.record = RequestRecord(g.request_id, request.method, request.path, endpoint_label(rule), observe)
+        g.record = RequestRecord(
+            g.request_id, request.method, request.path, endpoint_label(rule), found.observe
+        )
         if drain.begun and request.path.startswith("/v1/"):
             # Shutting down: only what was running goes on (missive.server.shutdown).
             raise drain.refusal()
@@ -307,16 +228,6 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
 
     register_routes(app)
     return app
-
-
-async def _publish_load(metrics: Metrics) -> None:
-    """Publish this worker's load gauges every :data:`~missive.server.workers.PUBLISH_INTERVAL` seconds."""
-    while True:
-        try:
-            metrics.publish_load()
-        except Exception:  # metrics must never take the server down
-            log.exception("could not publish the load metrics")
-        await asyncio.sleep(PUBLISH_INTERVAL)
 
 
 def _rule_of_other_method(app: Quart) -> str | None:

@@ -9,11 +9,11 @@ collide.
 
 Two kinds of metric:
 
-* per request, from each finished :class:`~missive.server.record.RequestRecord`
+* per request, from each finished :class:`~missive.serving.record.RequestRecord`
   (:meth:`Metrics.observe`): counters of requests, tokens and media blocks,
   histograms of times;
 * the state at scrape time (:class:`LoadCollector`): requests running and
-  waiting per model (:mod:`missive.server.admission`), the health of each
+  waiting per model (:mod:`missive.serving.admission`), the health of each
   replica of a remote backend (:mod:`missive.remote.replicas`), which models are
   loaded and how often they were loaded and unloaded (:mod:`missive.models.residency`).
 """
@@ -41,8 +41,8 @@ from ..remote.replicas import redact_url
 
 if TYPE_CHECKING:
     from ..models.table import ModelTable
-    from .admission import Admission
-    from .record import RequestRecord
+    from ..serving.admission import Admission
+    from ..serving.record import RequestRecord
 
 __all__ = ["Metrics", "LoadCollector", "PREFIX", "CONTENT_TYPE"]
 
@@ -277,7 +277,7 @@ class Metrics:
 class LoadCollector(Collector):
     """Gauges read at scrape time: ``missive:num_requests_running`` and
     ``missive:num_requests_waiting`` per model (slots held and requests
-    queued, :mod:`missive.server.admission`), ``missive:replica_healthy`` per
+    queued, :mod:`missive.serving.admission`), ``missive:replica_healthy`` per
     replica of a remote model (1 healthy, 0 out of rotation),
     ``missive:model_loaded`` per model (1 loaded, 0 not: lazy or unloaded);
     counter ``missive:replica_routed_total`` per replica and reason
@@ -409,7 +409,8 @@ _DISK_COUNTERS = {
     "hits": "Prompt states read back from the prompt cache's disk tier and restored.",
     "misses": "Sequences for which the disk tier held no better state than the slots or RAM.",
     "writes": "Prompt states written to the disk tier.",
-    "corrupt": "Disk-tier files dropped: bad header, another build or layout, truncated, or a wrong checksum.",
+    "corrupt": "Disk-tier files dropped: bad header, another build or layout, truncated, "
+    "or a wrong checksum.",
     "evictions": "Disk-tier files deleted, least recently used first, to stay within its bytes or files.",
 }
 _DISK_GAUGES = {

@@ -32,7 +32,7 @@ from ..remote.replicas import redact_url
 if TYPE_CHECKING:
     from ..driver.interface import Driver
     from ..models.table import ModelTable
-    from .admission import Admission
+    from ..serving.admission import Admission
 
 __all__ = ["readiness", "model_status", "CHECK_WAIT", "DRIVER_STATUS_TIMEOUT"]
 

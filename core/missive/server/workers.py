@@ -46,7 +46,7 @@ serve`` with one worker.
 **What is per worker, what is shared.**
 
 * Admission is per worker: each worker admits its share of a model's
-  ``max_concurrency`` and ``queue_depth`` (:func:`share`: together they
+  ``max_concurrency`` and ``queue_depth`` (:func:`missive.serving.admission.share`: together they
   add up to the configured values; ``max_concurrency`` below N is refused,
   each worker needs a permit). The kernel spreads connections over the
   workers, not requests: one worker may answer 529 while another has room.
@@ -80,7 +80,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from ..config import ConfigError
-from .logs import set_worker
+from ..serving.logs import set_worker
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -89,7 +89,6 @@ if TYPE_CHECKING:
 __all__ = [
     "check",
     "settle_batches",
-    "share",
     "supervise",
     "listening_sockets",
     "shared_metrics_dir",
@@ -116,12 +115,6 @@ class WorkerInfo:
         return {"index": self.index, "count": self.count, "pid": os.getpid()}
 
 
-def share(total: int, index: int, count: int) -> int:
-    """Worker ``index``'s part of ``total`` over ``count`` workers: the parts
-    differ by at most one and add up to ``total`` (10 over 4: 3, 3, 2, 2)."""
-    return total // count + (1 if index < total % count else 0)
-
-
 def check(workers: int, models: ModelTable) -> None:
     """Refuse ``workers`` above 1 where it cannot work (module doc).
 
@@ -145,7 +138,8 @@ def check(workers: int, models: ModelTable) -> None:
             )
         if caps.max_concurrency is not None and caps.max_concurrency < workers:
             raise ConfigError(
-                f"server.workers = {workers}: model '{model_id}' admits max_concurrency = {caps.max_concurrency} "
+                f"server.workers = {workers}: model '{model_id}' admits "
+                f"max_concurrency = {caps.max_concurrency} "
                 "generations at once, and each worker needs at least one; lower server.workers or raise "
                 "its max_concurrency"
             )

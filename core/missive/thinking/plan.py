@@ -1,4 +1,4 @@
-"""Moved to :mod:`missive.driver.thinking` (the driver contract); this name stays for plugins that import it."""
+"""Moved to :mod:`missive.driver.thinking`; the name stays for plugins that import it."""
 
 from __future__ import annotations
 

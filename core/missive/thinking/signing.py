@@ -193,7 +193,8 @@ def _read_or_create(path: Path) -> bytes:
             return path.read_bytes()  # another replica created it first: use theirs
     except OSError as exc:
         raise ConfigError(
-            f"thinking.key_file {path} cannot be created ({exc}); set thinking.key_file or thinking.signing_key"
+            f"thinking.key_file {path} cannot be created ({exc}); "
+            "set thinking.key_file or thinking.signing_key"
         ) from exc
     log.info("created the thinking signing key %s", path)
     return key

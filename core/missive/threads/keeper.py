@@ -1,6 +1,7 @@
 """One ``POST /v1/messages`` request's part in the kept responses.
 
-The route makes a :class:`Keeper` per request (:func:`keeper`) and calls it
+The route makes a :class:`Keeper` per request
+(:func:`missive.server.routes.messages.keeper`) and calls it
 at four points:
 
 1. :meth:`Keeper.expand` on the parsed body, before validation: a thread
@@ -17,20 +18,16 @@ at four points:
 
 from __future__ import annotations
 
-from typing import Any, cast
-
-from quart import g
+from typing import Any
 
 from ..config import ThreadsConfig
-from ..keys.access import current_identity
 from ..messages.stream import accumulate
 from ..protocol.schema.request import MessagesRequest
-from ..server.services import services
 from .fingerprint import cache_miss_reason, fingerprint_of
 from .store import ResponseStore
 from .thread import ThreadTurn, begin_turn
 
-__all__ = ["Keeper", "keeper"]
+__all__ = ["Keeper"]
 
 
 class Keeper:
@@ -97,16 +94,3 @@ class Keeper:
         self._events = []
         if turn is not None:
             turn.release()
-
-
-def keeper() -> Keeper:
-    """This request's :class:`Keeper`, made on first use; it is closed when
-    the request's record finishes."""
-    existing = getattr(g, "keeper", None)
-    if existing is not None:
-        return cast(Keeper, existing)
-    found = services()
-    made = Keeper(found.responses, found.config.threads, current_identity().name)
-    g.keeper = made
-    g.record.at_finish(made.close)
-    return made

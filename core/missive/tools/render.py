@@ -53,7 +53,7 @@ You are provided with function signatures within <tools></tools> XML tags:
 For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
 <tool_call>
 {{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>"""
+</tool_call>"""  # noqa: E501 - the prompt text is sent as it is: a line break would be sent too
 
 
 def tool_result_text(block: ToolResultBlock, image_marker: ImageMarker | None = None) -> str:

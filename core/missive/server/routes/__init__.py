@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from quart import Quart
 
-from ...console import routes as console
-from ...keys import routes as keys
-from . import batches, health, messages, metrics, models, probes, status
+from . import batches, console, health, messages, metrics, models, probes, status, usage
 
 PREFIXES = ("/v1", "/v1/v1")
 
@@ -20,9 +18,9 @@ def register_routes(app: Quart) -> None:
         batches.register(app, prefix)
         models.register(app, prefix)
         status.register(app, prefix)
-        keys.register(app, prefix)
+        usage.register(app, prefix)
     health.register(app)
     probes.register(app)
     metrics.register(app)
-    keys.install(app)
+    usage.install(app)
     console.register(app)

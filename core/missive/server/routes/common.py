@@ -12,20 +12,17 @@ from quart import g, request
 from ...config import Config
 from ...context_management import HANDLED_BETAS as CONTEXT_BETAS
 from ...kernel.plugins import Kernel
-from ...keys import access
 from ...keys.ring import Identity
 from ...models.table import ModelTable
 from ...protocol.errors import InvalidRequestError
 from ...protocol.schema.ignored import collect_ignored
-from ...protocol.schema.request import MessagesRequest
 from ...protocol.validation import parse_json, validate_body
-from ...routing.fallbacks import with_model_chain
-from ...routing.rules import RoutingRules
+from ...serving.admission import Admission
+from ...serving.drain import Drain
+from ...serving.record import RequestRecord
 from ...threads import HANDLED_BETAS as THREAD_BETAS
-from ..admission import Admission
-from ..record import RequestRecord
+from .. import access
 from ..services import services
-from ..shutdown import Drain
 
 __all__ = [
     "config_kernel_models",
@@ -38,8 +35,6 @@ __all__ = [
     "read_request",
     "read_raw_body",
     "page_limit",
-    "routed_model",
-    "with_default_fallbacks",
 ]
 
 log = logging.getLogger("missive.request")
@@ -53,47 +48,23 @@ def config_kernel_models() -> tuple[Config, Kernel, ModelTable]:
     return found.config, found.kernel, found.models
 
 
-def routed_model(req: Any, model_id: str, identity: Identity) -> str:
-    """The model that answers ``req``, whose model id resolved to
-    ``model_id``: the first ``[[routing.rules]]`` rule's whose target the
-    key ``identity`` may use (named in the request's record: its log line
-    and metrics), else ``model_id`` (:mod:`missive.routing.rules`)."""
-    rule = _routing().route(req, allowed=identity.may_use)
-    if rule is None:
-        return model_id
-    record().rule = rule.name
-    return rule.to
-
-
-def with_default_fallbacks(req: MessagesRequest, model_id: str) -> MessagesRequest:
-    """``req`` as it asks for fallbacks: with ``routing.default_fallbacks``,
-    a request that names none asks for its model's configured chain
-    (``fallbacks: "default"``, :mod:`missive.routing.fallbacks`)."""
-    _, _, models = config_kernel_models()
-    return with_model_chain(req, models.entries[model_id].fallbacks, _routing().default_fallbacks)
-
-
-def _routing() -> RoutingRules:
-    return services().routing
-
-
 def drain() -> Drain:
     """The app's :class:`~missive.server.shutdown.Drain` (graceful shutdown)."""
     return services().drain
 
 
 def admission() -> Admission:
-    """The app's :class:`~missive.server.admission.Admission` (per-model permits and queues)."""
+    """The app's :class:`~missive.serving.admission.Admission` (per-model permits and queues)."""
     return services().admission
 
 
 def record() -> RequestRecord:
-    """This request's :class:`~missive.server.record.RequestRecord` (log line, metrics)."""
+    """This request's :class:`~missive.serving.record.RequestRecord` (log line, metrics)."""
     return cast(RequestRecord, g.record)
 
 
 def authenticate() -> Identity:
-    """The request's key (:func:`missive.keys.access.authenticate`).
+    """The request's key (:func:`missive.server.access.authenticate`).
 
     Raises:
         AuthenticationError: 401, keys are configured and none matches.
@@ -102,15 +73,13 @@ def authenticate() -> Identity:
 
 
 def resolve_for(identity: Identity, requested: str) -> str:
-    """The configured model serving ``requested`` for the key ``identity``.
+    """The configured model serving ``requested`` for the key ``identity``
+    (:meth:`missive.serving.choice.ModelChoice.resolve`).
 
     Raises:
         ModelNotFoundError: 404, no served model matches, or the key may not use it.
     """
-    _, _, models = config_kernel_models()
-    model_id, _ = models.resolve(requested)
-    access.check_model(identity, model_id, requested)
-    return model_id
+    return services().choice.resolve(requested, identity.may_use)
 
 
 def authenticate_admin(what: str) -> Identity:

@@ -2,7 +2,7 @@
 
 ``/health`` also reports the load, summed over the models:
 ``{"status": "ok", "generating": N, "waiting": M}`` (generations running, and
-requests waiting in the per-model queues of :mod:`missive.server.admission`). No model
+requests waiting in the per-model queues of :mod:`missive.serving.admission`). No model
 ids: the endpoint needs no key. The log names the model of each queued request.
 """
 

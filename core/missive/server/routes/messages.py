@@ -1,16 +1,16 @@
 """``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: HTTP in,
 HTTP out; the answer itself comes from the
-:class:`~missive.messages.service.Messages` service.
+:class:`~missive.serving.service.Messages` service.
 
 Stream or not is decided by the body's ``stream`` field alone (Claude Code
 sends ``accept: application/json`` for streams too). Both are the same
-:class:`~missive.messages.answer.Answer`: errors before it starts are HTTP
+:class:`~missive.serving.answer.Answer`: errors before it starts are HTTP
 errors, errors after it are an SSE ``error`` event with no ``message_stop``
 after it (contract section 4); a non-streaming answer is the fold of its
 events (:func:`~missive.messages.stream.accumulate`).
 
 The answer holds one of its model's admission slots until it ends
-(:mod:`missive.messages.answer`); a full queue is a 529 before anything is
+(:mod:`missive.serving.answer`); a full queue is a 529 before anything is
 sent. ``count_tokens`` takes no slot.
 
 When the server shuts down (:mod:`missive.server.shutdown`), a message still running
@@ -25,32 +25,28 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from quart import Quart, Response, g, request
 
 from ...config import ServerConfig
-from ...keys.access import admit
-from ...messages.answer import Answer
 from ...messages.prepare import Notes
-from ...messages.service import Caller
 from ...messages.stream import accumulate
 from ...protocol.errors import ApiError, MissiveError
 from ...protocol.schema.request import CountTokensRequest, MessagesRequest
 from ...protocol.sse import PING, frame, paced_batches
-from ...routing.chain import attempts
-from ...threads.keeper import keeper
-from ..record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
+from ...serving.answer import Answer
+from ...serving.drain import Drain
+from ...serving.record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
+from ...serving.service import Caller
+from ...threads.keeper import Keeper
+from ..access import admit, current_identity
 from ..services import services
-from ..shutdown import Drain
 from .common import (
     authenticate,
     config_kernel_models,
     read_request,
     record,
-    resolve_for,
-    routed_model,
-    with_default_fallbacks,
 )
 
 log = logging.getLogger("missive.messages")
@@ -70,6 +66,19 @@ async def create_message() -> Response | dict[str, Any]:
         if not facts.finished:
             facts.finish(CLIENT_CLOSED, CLIENT_GONE)
         raise
+
+
+def keeper() -> Keeper:
+    """This request's :class:`Keeper`, made on first use; it is closed when
+    the request's record finishes."""
+    existing = getattr(g, "keeper", None)
+    if existing is not None:
+        return cast(Keeper, existing)
+    found = services()
+    made = Keeper(found.responses, found.config.threads, current_identity().name)
+    g.keeper = made
+    g.record.at_finish(made.close)
+    return made
 
 
 def _caller(facts: RequestRecord) -> Caller:
@@ -112,16 +121,15 @@ async def _create_message() -> Response | dict[str, Any]:
     identity = authenticate()
     admit(identity)  # the key's limits: 429 before the body is read
     found = services()
+    facts = record()
     kept = keeper()
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=kept.expand)
-    model_id = routed_model(req, resolve_for(identity, req.model), identity)
-    facts = record()
+    model_id, facts.rule = found.choice.route(req, identity.may_use)
     facts.model = model_id
     # The model, then its fallbacks (each one the key may use); the model's
     # own chain for a request that names none, with routing.default_fallbacks.
-    req = with_default_fallbacks(req, model_id)
-    chain = attempts(req, model_id, found.models, lambda requested: resolve_for(identity, requested))
+    chain = found.choice.chain(req, model_id, identity.may_use)
     caller = _caller(facts)
 
     async def begin() -> Answer:
@@ -250,8 +258,8 @@ async def _body(answer: Answer, ctx: _StreamContext) -> AsyncGenerator[bytes, No
 async def count_tokens() -> dict[str, Any]:
     identity = authenticate()
     req = await read_request(CountTokensRequest)
-    model_id = routed_model(req, resolve_for(identity, req.model), identity)
     facts = record()
+    model_id, facts.rule = services().choice.route(req, identity.may_use)
     facts.model = model_id
     caller = _caller(facts)
     try:

@@ -30,7 +30,7 @@ Rules (beyond :mod:`missive.driver.parsing`):
   message before it.
 
 The backend must render special tokens as text for this parser to see them.
-"""
+"""  # noqa: E501 - the sample completion is one line, as the model writes it
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Union
 
 __all__ = ["JsonScanner", "JsonSyntaxError", "ScanEvent", "loads_strict"]
 
@@ -34,7 +33,7 @@ _VALUE, _ARR_FIRST, _OBJ_FIRST, _OBJ_KEY, _COLON, _AFTER, _STRING, _ESC, _UHEX, 
 _N_MINUS, _N_ZERO, _N_INT, _N_DOT, _N_FRAC, _N_E, _N_ESIGN, _N_EXP = range(8)
 _N_CAN_END = frozenset({_N_ZERO, _N_INT, _N_FRAC, _N_EXP})
 
-Key = Union[str, int, None]
+Key = str | int | None
 
 
 class JsonSyntaxError(ValueError):

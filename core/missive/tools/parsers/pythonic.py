@@ -51,7 +51,7 @@ def _literal(node: ast.expr) -> Any:
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict):
         out: dict[str, Any] = {}
-        for key, value in zip(node.keys, node.values):
+        for key, value in zip(node.keys, node.values, strict=False):
             if key is None:
                 raise InvalidCall("** in a dict")
             k = _literal(key)

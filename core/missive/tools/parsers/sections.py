@@ -31,7 +31,7 @@ arguments written back as JSON (key order kept). Syntax, from each model's chat 
   ``nemotron_json_tool_parser.py``): a JSON array of calls, all or nothing::
 
       <TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</TOOLCALL>
-"""
+"""  # noqa: E501 - the sample completions are one line each, as the models write them
 
 from __future__ import annotations
 
@@ -135,8 +135,9 @@ class DeepSeekV31Parser(BlockParser):
             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
             "<｜tool▁call▁end｜>{additional_tool_calls}<｜tool▁calls▁end｜>",
             "",
-            "where `tool_call_name` is exactly one of the tools above, `tool_call_arguments` is a JSON object "
-            "that follows the tool's Parameters schema, and further calls follow directly, with no separator.",
+            "where `tool_call_name` is exactly one of the tools above, `tool_call_arguments` is a "
+            "JSON object that follows the tool's Parameters schema, and further calls follow "
+            "directly, with no separator.",
         ]
         return "\n".join(parts)
 

@@ -267,7 +267,10 @@ class SeedOssParser(QwenXmlParser):
 
 
 class MiniMaxM2Parser(_ParameterParser):
-    """``<minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke>...</minimax:tool_call>``."""
+    """MiniMax-M2's calls::
+
+    <minimax:tool_call><invoke name="NAME"><parameter name="KEY">VALUE</parameter></invoke>...</minimax:tool_call>
+    """  # noqa: E501 - the sample is one line, as the model writes it
 
     name = "minimax_m2"
     BLOCKS = {"<minimax:tool_call>": "</minimax:tool_call>"}

@@ -33,24 +33,24 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..driver.interface import Driver, GenerationRequest
+from ..messages.extras import finish_stream
+from ..messages.management import count_tokens_body, prepare_in_context
+from ..messages.prepare import Notes, Target, prepare_generation
+from ..messages.stream import MessageStream
 from ..protocol.errors import CapabilityError
 from ..protocol.ids import message_id
 from ..protocol.schema.request import CountTokensRequest
 from ..routing.chain import TRIGGERS, Attempt
 from .answer import Answer
-from .extras import finish_stream
-from .management import count_tokens_body, prepare_in_context
-from .prepare import Notes, Target, prepare_generation
 from .prepared import Admit, Caller, Prepared
-from .stream import MessageStream
 
 if TYPE_CHECKING:
     from ..media.pipeline import MediaPipeline
     from ..models.table import ModelTable
-    from ..server.admission import Admission, Permit
-    from ..server.record import RequestRecord
     from ..thinking.signing import Signer
     from ..tools.server_runner import ServerToolRunner
+    from .admission import Admission, Permit
+    from .record import RequestRecord
 
 __all__ = ["Messages", "Caller", "Prepared", "Admit"]
 
@@ -118,7 +118,7 @@ class Messages:
                 signer=self.signer,
                 notes=notes,
                 media=self.media,
-                record=caller.record,
+                media_counts=caller.record.media,
                 headers=caller.headers,
                 server_tools=self.server_tools,
                 cleared_thinking=cleared,

@@ -1,8 +1,8 @@
 """A request on its way to an answer: who asks (:class:`Caller`) and what
 is ready to begin on one model (:class:`Prepared`).
 
-Made by :meth:`missive.messages.service.Messages.prepare`, begun by
-:meth:`~missive.messages.service.Messages.begin`.
+Made by :meth:`missive.serving.service.Messages.prepare`, begun by
+:meth:`~missive.serving.service.Messages.begin`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..driver.interface import Driver, GenerationRequest
+from ..messages.extras import ContextExtras
+from ..messages.prepare import Notes
 from ..protocol.schema.request import CountTokensRequest
-from .extras import ContextExtras
-from .prepare import Notes
 
 if TYPE_CHECKING:
-    from ..server.admission import Permit
-    from ..server.record import RequestRecord
+    from .admission import Permit
+    from .record import RequestRecord
 
 __all__ = ["Admit", "Caller", "Prepared"]
 

@@ -47,13 +47,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..protocol.errors import OverloadedError
-from .workers import share
 
 if TYPE_CHECKING:
     from ..config import Config
     from ..driver.interface import Driver
 
-__all__ = ["Admission", "Gate", "Permit", "DEFAULT_RETRY_AFTER"]
+__all__ = ["Admission", "Gate", "Permit", "DEFAULT_RETRY_AFTER", "share"]
 
 log = logging.getLogger("missive.admission")
 
@@ -390,7 +389,7 @@ class Admission:
     Attributes:
         worker: ``(index, count)``: this process is worker ``index`` of
             ``count`` (:mod:`missive.server.workers`); its gates get that worker's
-            share of each model's permits and queue (:func:`missive.server.workers.share`).
+            share of each model's permits and queue (:func:`share`).
     """
 
     def __init__(self, config: Config) -> None:
@@ -434,3 +433,9 @@ class Admission:
             "generating": sum(g.running for g in self.gates.values()),
             "waiting": sum(g.waiting for g in self.gates.values()),
         }
+
+
+def share(total: int, index: int, count: int) -> int:
+    """Worker ``index``'s part of ``total`` over ``count`` workers: the parts
+    differ by at most one and add up to ``total`` (10 over 4: 3, 3, 2, 2)."""
+    return total // count + (1 if index < total % count else 0)

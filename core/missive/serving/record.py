@@ -25,7 +25,19 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RequestRecord", "endpoint_label", "QUIET_PATHS", "QUIET_PREFIXES", "CLIENT_GONE", "CLIENT_CLOSED"]
+__all__ = [
+    "RequestRecord",
+    "endpoint_label",
+    "QUIET_PATHS",
+    "QUIET_PREFIXES",
+    "CLIENT_GONE",
+    "CLIENT_CLOSED",
+    "BATCH_ENDPOINT",
+]
+
+#: The ``endpoint`` of a batch request's record (its log line; its usage
+#: counts as this endpoint's).
+BATCH_ENDPOINT = "/v1/messages/batches"
 
 log = logging.getLogger("missive.record")
 
@@ -71,7 +83,7 @@ class RequestRecord:
             refused with 401. Never the key, nor its hash.
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
-        queue_seconds: time spent waiting for an admission permit (:mod:`missive.server.admission`).
+        queue_seconds: time spent waiting for an admission permit (:mod:`missive.serving.admission`).
         first_token_at, last_token_at: monotonic times the first and the
             last content event were sent.
         input_tokens, cache_read_input_tokens, cache_creation_input_tokens,

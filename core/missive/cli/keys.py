@@ -19,10 +19,10 @@ from typing import Any
 
 import click
 
-from ..batches.cli import _get
 from ..config import Config
 from ..config.keys import LIMIT_FIELDS, check_key_name, derived_name, hash_key
-from .usage import COUNTS
+from ..keys.usage import COUNTS
+from .batches import _get
 
 __all__ = ["keys_group", "register", "new_key", "key_table", "list_keys", "render_usage", "KEY_PREFIX"]
 
@@ -195,7 +195,7 @@ def register(
         as_json: bool,
     ) -> None:
         """A running server's usage per key and model: requests and tokens (GET /v1/usage)."""
-        from ..cli.claude_env import ServerUnavailable
+        from .claude_env import ServerUnavailable
 
         base, key = server(config_path, overrides, url, api_key)
         params = {

@@ -15,9 +15,9 @@ from typing import Any
 
 from quart import Quart, request
 
-from ..protocol.errors import NotFoundError
-from .access import add_rate_limit_headers, authenticate, keys, require_admin
-from .usage import parse_time
+from ...keys.usage import parse_time
+from ...protocol.errors import NotFoundError
+from ..access import add_rate_limit_headers, authenticate, keys, require_admin
 
 __all__ = ["register", "get_usage"]
 

@@ -1,9 +1,9 @@
 """One answer begun: its ``message_start``, the events after it, its admission permit.
 
-:meth:`missive.messages.service.Messages.begin` makes an :class:`Answer`;
+:meth:`missive.serving.service.Messages.begin` makes an :class:`Answer`;
 the HTTP route sends it as JSON or SSE, the batch runner folds it into a
 result. Whoever holds it calls :meth:`Answer.aclose` when done with it,
-however it ended. The permit (a :class:`~missive.server.admission.Permit`) is
+however it ended. The permit (a :class:`~missive.serving.admission.Permit`) is
 given back in one place, :meth:`Answer._release`, reached three ways:
 
 * the answer completes: just before ``message_stop`` is handed on (the
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:
-    from ..server.admission import Permit
-    from .extras import EventStream
+    from ..messages.extras import EventStream
+    from .admission import Permit
     from .prepared import Prepared
 
 __all__ = ["Answer", "Event"]

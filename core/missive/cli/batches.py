@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ..cli.claude_env import ServerUnavailable
+from .claude_env import ServerUnavailable
 
 __all__ = ["list_batches", "get_batch", "stream_results", "render_list", "render_batch"]
 

@@ -26,7 +26,7 @@ The data calls need an admin key (:func:`console_access`), as
 
 The page is a client of the Messages API like any other: the playground
 posts to ``/v1/messages``, the batches view uses ``/v1/messages/batches``.
-Every ``/console`` request is quiet (:data:`missive.server.record.QUIET_PREFIXES`):
+Every ``/console`` request is quiet (:data:`missive.serving.record.QUIET_PREFIXES`):
 debug-level log lines, no metrics, not in the recent requests.
 ``server.console = false`` leaves every route out (404).
 """
@@ -43,20 +43,20 @@ from typing import Any
 import anyio.to_thread
 from quart import Quart, Response, request, send_from_directory
 
-from ..keys.access import keys
-from ..keys.ring import Identity
-from ..protocol.errors import InvalidRequestError, NotFoundError
-from ..server.routes.common import authenticate_admin, config_kernel_models, page_limit
-from ..server.routes.status import status_document
-from ..server.services import services
-from .history import BUCKET_SECONDS, WINDOW_SECONDS, History
+from ...console.history import BUCKET_SECONDS, WINDOW_SECONDS, History
+from ...keys.ring import Identity
+from ...protocol.errors import InvalidRequestError, NotFoundError
+from ..access import keys
+from ..services import services
+from .common import authenticate_admin, config_kernel_models, page_limit
+from .status import status_document
 
 __all__ = ["register", "console_access", "STATIC", "SAMPLE_INTERVAL"]
 
 log = logging.getLogger("missive.console")
 
 #: The page's files (package data: ``pyproject.toml``).
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parents[2] / "console" / "static"
 #: Seconds between two samples of each model's waiting and running requests.
 SAMPLE_INTERVAL = 2.0
 

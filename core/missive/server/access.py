@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from quart import Response, g, request
 
+from ..keys.limits import RateLimited
+from ..keys.ring import Identity
+from ..keys.service import KeyServices
 from ..protocol.errors import ModelNotFoundError, PermissionDeniedError
-from ..server.services import services
-from .limits import RateLimited
-from .ring import Identity
-from .service import KeyServices
+from .services import services
 
 __all__ = [
     "keys",
