@@ -5,6 +5,10 @@ answers reported, per key and model, batch requests counted for their
 batch's key; ``missive usage`` prints the same; usage survives a restart
 (it is kept in the state directory) and ``usage.enabled = false`` turns it
 off.
+
+The restarted server, the one with usage off and the one that counted
+nothing are the app in process on a state folder of the test's (no
+socket: what they check is the state directory and the answers).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from missive.cli.main import cli
 from missive.config.keys import derived_name
-from missive.testing import ServerProcess, serve_process
+from missive.testing import InProcessApp, ServerProcess, in_process_app, serve_process
 from missive_echo import script
 
 ALICE, BOB, ADMIN = "sk-usage-alice", "sk-usage-bob", "sk-usage-admin"
@@ -59,8 +63,16 @@ def add(sums: Sums, key: str, model: str, usage: Any) -> None:
         counts[name] += getattr(usage, name) or 0
 
 
-def usage_report(url: str, **params: str) -> dict[str, Any]:
-    answer = httpx.get(f"{url}/v1/usage", params=params, headers={"x-api-key": ADMIN}, timeout=30)
+def http_of(server: str | InProcessApp) -> Any:
+    """An HTTP client of a live server's URL or of an app in process."""
+    if isinstance(server, InProcessApp):
+        return server.http_client(timeout=30)
+    return httpx.Client(base_url=server, timeout=30)
+
+
+def usage_report(server: str | InProcessApp, **params: str) -> dict[str, Any]:
+    with http_of(server) as http:
+        answer = http.get("/v1/usage", params=params, headers={"x-api-key": ADMIN})
     assert answer.status_code == 200, answer.text
     report: dict[str, Any] = answer.json()
     return report
@@ -237,25 +249,23 @@ def test_usage_survives_a_restart(traffic: tuple[ServerProcess, Sums], state: Pa
     server, sums = traffic
     server.process.terminate()
     server.process.wait(timeout=30)
-    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(state)}) as again:
-        assert totals(usage_report(again.url)) == sums
+    with in_process_app(CONFIG, state_dir=state) as again:
+        assert totals(usage_report(again)) == sums
 
 
 def test_usage_can_be_turned_off(tmp_path: Path) -> None:
     config = {**CONFIG, "usage": {"enabled": False}}
-    with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
-        client(server.url, ALICE).messages.create(
+    with in_process_app(config, state_dir=tmp_path) as app:
+        app.sdk(api_key=ALICE).messages.create(
             model="echo", max_tokens=5, messages=[{"role": "user", "content": "x"}]
         )
-        answer = httpx.get(f"{server.url}/v1/usage", headers={"x-api-key": ADMIN}, timeout=10)
+        answer = app.http_client().get("/v1/usage", headers={"x-api-key": ADMIN})
         assert answer.status_code == 404 and "usage.enabled" in answer.json()["error"]["message"]
     assert not (tmp_path / "usage.sqlite3").exists()
 
 
 def test_a_server_that_counted_nothing_writes_nothing(tmp_path: Path) -> None:
     """No request, no usage database (only probes and a listing were answered)."""
-    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
-        assert (
-            httpx.get(f"{server.url}/v1/models", headers={"x-api-key": ALICE}, timeout=10).status_code == 200
-        )
+    with in_process_app(CONFIG, state_dir=tmp_path) as app:
+        assert app.http_client().get("/v1/models", headers={"x-api-key": ALICE}).status_code == 200
     assert not list(tmp_path.glob("usage.sqlite3*"))
