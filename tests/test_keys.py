@@ -6,6 +6,10 @@ were kept are admin-only, user keys get 403 on the admin routes, a key's
 ``models`` hide the others as if absent, and the access log names the key
 by name, never by value or hash.
 
+The tests run on the app in process (``server``, no socket), but for the
+access log's test: what the process writes is the point, so it starts a
+live server of its own.
+
 Limits are in tests/test_keys_limits.py, usage in tests/test_keys_usage.py,
 a flood of bad keys in tests/test_keys_flood.py, units in
 tests/test_keys_units.py.
@@ -26,7 +30,7 @@ import httpx
 import pytest
 
 from missive.config.keys import derived_name
-from missive.testing import ServerProcess, serve_process
+from missive.testing import InProcessApp, ServerProcess, in_process_app, serve_process
 
 DEADLINE = 60.0  # seconds; only reached when a test fails
 ALICE, BOB, ADMIN, NARROW = "alice-key", "bob-key", "sk-admin-test-key", "sk-narrow-test-key"
@@ -53,17 +57,15 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("state")
+def server() -> Iterator[InProcessApp]:
+    """The app of ``CONFIG`` in process (its own batch database)."""
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
-@pytest.fixture(scope="module")
-def server(state: Path) -> Iterator[ServerProcess]:
-    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(state)}) as proc:
-        yield proc
-
-
-def client(server: ServerProcess, key: str) -> anthropic.Anthropic:
+def client(server: InProcessApp | ServerProcess, key: str) -> anthropic.Anthropic:
+    if isinstance(server, InProcessApp):
+        return server.sdk(api_key=key, timeout=DEADLINE)
     return anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0, timeout=DEADLINE)
 
 
@@ -90,7 +92,7 @@ def not_found(call: Any) -> str:
     return str(body["error"]["message"])
 
 
-def test_the_issues_scenario_bob_cannot_reach_alices_batch(server: ServerProcess) -> None:
+def test_the_issues_scenario_bob_cannot_reach_alices_batch(server: InProcessApp) -> None:
     """Alice creates a batch whose request holds a private question; Bob,
     with his own key of the same server.api_keys list, does not list it,
     and retrieve, results, cancel and delete of it answer 404 as for a batch
@@ -108,8 +110,8 @@ def test_the_issues_scenario_bob_cannot_reach_alices_batch(server: ServerProcess
     not_found(lambda: bob.messages.batches.cancel(batch.id))
     not_found(lambda: bob.messages.batches.delete(batch.id))
     # The raw results endpoint too (no SDK retrieve first): nothing of the answer.
-    raw = httpx.get(
-        f"{server.url}/v1/messages/batches/{batch.id}/results", headers={"x-api-key": BOB}, timeout=10
+    raw = server.http_client().get(
+        f"/v1/messages/batches/{batch.id}/results", headers={"x-api-key": BOB}, timeout=10
     )
     assert raw.status_code == 404 and "Zebediah" not in raw.text
 
@@ -119,7 +121,7 @@ def test_the_issues_scenario_bob_cannot_reach_alices_batch(server: ServerProcess
     assert alice.messages.batches.retrieve(batch.id).id == batch.id  # not deleted by Bob's attempt
 
 
-def test_listing_shows_each_key_its_own_and_cursors_stay_within_it(server: ServerProcess) -> None:
+def test_listing_shows_each_key_its_own_and_cursors_stay_within_it(server: InProcessApp) -> None:
     """Each key lists its own batches only, paging included: another key's
     batch id is no cursor (an empty page, as an unknown id)."""
     alice, bob = client(server, ALICE), client(server, BOB)
@@ -131,18 +133,14 @@ def test_listing_shows_each_key_its_own_and_cursors_stay_within_it(server: Serve
     # Pages of one: the SDK follows after_id through Alice's batches only.
     paged = [b.id for b in alice.messages.batches.list(limit=1)]
     assert paged == listed_by_alice
-    page = httpx.get(
-        f"{server.url}/v1/messages/batches",
-        params={"after_id": mine[-1]},
-        headers={"x-api-key": BOB},
-        timeout=10,
-    ).json()
+    http = server.http_client()
+    page = http.get("/v1/messages/batches", params={"after_id": mine[-1]}, headers={"x-api-key": BOB}).json()
     assert page == {"data": [], "has_more": False, "first_id": None, "last_id": None}
     for batch_id in [*mine, theirs]:
         wait_ended(client(server, ADMIN), batch_id)
 
 
-def test_admin_keys_see_cancel_and_delete_every_batch(server: ServerProcess) -> None:
+def test_admin_keys_see_cancel_and_delete_every_batch(server: InProcessApp) -> None:
     alice, admin = client(server, ALICE), client(server, ADMIN)
     batch = alice.messages.batches.create(requests=[ask("for-admin", PRIVATE)])
     assert batch.id in [b.id for b in admin.messages.batches.list(limit=100)]
@@ -154,7 +152,7 @@ def test_admin_keys_see_cancel_and_delete_every_batch(server: ServerProcess) -> 
     not_found(lambda: alice.messages.batches.retrieve(batch.id))
 
 
-def test_user_keys_get_403_on_admin_routes(server: ServerProcess) -> None:
+def test_user_keys_get_403_on_admin_routes(server: InProcessApp) -> None:
     """/v1/status, /metrics and /v1/usage answer a user key 403
     permission_error in the API's envelope, a bad key 401, an admin key 200."""
     for path in ("/v1/status", "/metrics", "/v1/usage", "/v1/v1/status"):
@@ -162,22 +160,22 @@ def test_user_keys_get_403_on_admin_routes(server: ServerProcess) -> None:
             (ALICE, 403, "permission_error"),
             ("sk-wrong", 401, "authentication_error"),
         ):
-            answer = httpx.get(f"{server.url}{path}", headers={"x-api-key": key}, timeout=10)
+            answer = server.http_client().get(path, headers={"x-api-key": key}, timeout=10)
             body = answer.json()
             assert (answer.status_code, body["type"], body["error"]["type"]) == (status, "error", kind), path
             assert body["request_id"] == answer.headers["request-id"]
-        admin = httpx.get(f"{server.url}{path}", headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
+        admin = server.http_client().get(path, headers={"authorization": f"Bearer {ADMIN}"}, timeout=10)
         assert admin.status_code == 200, (path, admin.text)
-    denied = httpx.get(f"{server.url}/v1/status", headers={"x-api-key": ALICE}, timeout=10).json()
+    denied = server.http_client().get("/v1/status", headers={"x-api-key": ALICE}, timeout=10).json()
     assert "admin key" in denied["error"]["message"] and ALICE not in denied["error"]["message"]
 
 
-def test_a_disabled_key_is_refused(server: ServerProcess) -> None:
-    answer = httpx.get(f"{server.url}/v1/models", headers={"x-api-key": "sk-disabled-key"}, timeout=10)
+def test_a_disabled_key_is_refused(server: InProcessApp) -> None:
+    answer = server.http_client().get("/v1/models", headers={"x-api-key": "sk-disabled-key"}, timeout=10)
     assert answer.status_code == 401 and "disabled" in answer.json()["error"]["message"]
 
 
-def test_a_keys_models_hide_the_others_as_if_absent(server: ServerProcess) -> None:
+def test_a_keys_models_hide_the_others_as_if_absent(server: InProcessApp) -> None:
     """A key with ``models = ["echo", "echo-?"]`` lists those only; any other
     model, by id or through an alias, answers 404 ``model: {id}`` on
     messages, count_tokens and the models endpoints, and a batch request
@@ -209,8 +207,8 @@ def test_a_keys_models_hide_the_others_as_if_absent(server: ServerProcess) -> No
             )
         )
         not_found(lambda model=model: narrow.models.retrieve(model))
-    stream = httpx.post(
-        f"{server.url}/v1/messages",
+    stream = server.http_client().post(
+        "/v1/messages",
         headers={"x-api-key": NARROW},
         timeout=10,
         json={
@@ -231,9 +229,15 @@ def test_a_keys_models_hide_the_others_as_if_absent(server: ServerProcess) -> No
     assert results["hidden"].error.error.message == "model: private"
 
 
-def test_the_access_log_names_the_key_never_its_value_or_hash(server: ServerProcess) -> None:
+def test_the_access_log_names_the_key_never_its_value_or_hash(tmp_path: Path) -> None:
     """Each request's line says ``key=<name>`` (the derived name of a plain
-    key); no key value, and no key's SHA-256, is ever written."""
+    key); no key value, and no key's SHA-256, is ever written. (A live
+    server of its own: the log the process writes is the point.)"""
+    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
+        check_access_log(server)
+
+
+def check_access_log(server: ServerProcess) -> None:
     client(server, ALICE).messages.create(
         model="echo", max_tokens=5, messages=[{"role": "user", "content": "x"}]
     )
@@ -288,8 +292,8 @@ def test_batches_from_before_owners_are_for_admin_keys_only(tmp_path: Path) -> N
         db.execute(
             "INSERT INTO requests VALUES (1, 0, 'old', 'echo', '{}', 'succeeded', ?)", (json.dumps(result),)
         )
-    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
-        alice, admin = client(proc, ALICE), client(proc, ADMIN)
+    with in_process_app(CONFIG, state_dir=tmp_path) as app:
+        alice, admin = client(app, ALICE), client(app, ADMIN)
         assert [b.id for b in alice.messages.batches.list()] == []
         not_found(lambda: alice.messages.batches.retrieve("msgbatch_old000000000000000000"))
         not_found(lambda: list(alice.messages.batches.results("msgbatch_old000000000000000000")))
