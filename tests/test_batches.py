@@ -1,11 +1,13 @@
 """Message Batches through the official SDK (``client.messages.batches``)
-against a live server on the echo driver: create, retrieve, list with the
-API's pagination, results as JSON Lines, cancel, delete, the create body's
-validation and limits, expiry and archiving.
+on the echo driver: create, retrieve, list with the API's pagination,
+results as JSON Lines, cancel, delete, the create body's validation and
+limits, expiry and archiving.
 
-Every server here has its own state directory (``MISSIVE_STATE_DIR``), so
-its batches database is its own. Waits are for events (the batch ending)
-under generous deadlines; no check depends on the machine's speed.
+The module's server is the app in process (no socket; its batches database
+its own). ``missive batches`` runs against a live server of its own, and
+"one server per database" needs a second process on the state directory
+of an app in process. Waits are for events (the batch ending) under
+generous deadlines; no check depends on the machine's speed.
 Scheduling below interactive traffic, the slot cap and restarts are in
 tests/test_batches_scheduling.py.
 """
@@ -25,7 +27,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process
+from missive.testing import InProcessApp, in_process_app, serve_process
 from missive_echo import script
 
 DEADLINE = 60.0  # seconds; only reached when a test fails
@@ -41,15 +43,18 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    state = tmp_path_factory.mktemp("state")
-    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(state)}) as proc:
-        yield proc
+def server() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+def client(server: InProcessApp) -> anthropic.Anthropic:
+    return server.sdk(timeout=DEADLINE)
+
+
+def live_client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=DEADLINE)
 
 
 def request(custom_id: str, text: str, model: str = "echo", **params: Any) -> dict[str, Any]:
@@ -156,10 +161,11 @@ def test_mixed_batch_results_equal_the_requests_alone(client: anthropic.Anthropi
         assert error.error.message == single.body["error"]["message"], custom_id
 
 
-def test_results_are_json_lines_in_request_order(client: anthropic.Anthropic, server: ServerProcess) -> None:
+def test_results_are_json_lines_in_request_order(client: anthropic.Anthropic, server: InProcessApp) -> None:
     items = [request(f"r{i}", f"line {i}") for i in range(12)]
     batch = wait_ended(client, client.messages.batches.create(requests=items).id)
-    raw = httpx.get(batch.results_url, headers={"x-api-key": "unused"}, timeout=DEADLINE)
+    http = server.http_client(timeout=DEADLINE)
+    raw = http.get(batch.results_url, headers={"x-api-key": "unused"})
     assert raw.status_code == 200
     lines = raw.text.splitlines()
     assert raw.text.endswith("\n") and len(lines) == len(items)
@@ -168,7 +174,7 @@ def test_results_are_json_lines_in_request_order(client: anthropic.Anthropic, se
     assert all(set(p) == {"custom_id", "result"} for p in parsed)
     assert parsed[3]["result"]["message"]["content"] == [{"type": "text", "text": "line 3"}]
     # Under the doubled prefix too (base URLs ending in /v1).
-    again = httpx.get(f"{server.url}/v1/v1/messages/batches/{batch.id}/results", timeout=DEADLINE)
+    again = http.get(f"/v1/v1/messages/batches/{batch.id}/results")
     assert again.text == raw.text
 
 
@@ -219,9 +225,9 @@ def test_delete_only_once_ended(client: anthropic.Anthropic) -> None:
     assert slow.id not in [b.id for b in client.messages.batches.list(limit=1000).data]
 
 
-def test_results_before_the_end_are_refused(client: anthropic.Anthropic, server: ServerProcess) -> None:
+def test_results_before_the_end_are_refused(client: anthropic.Anthropic, server: InProcessApp) -> None:
     slow = client.messages.batches.create(requests=[request("slow", script({"sleep": 30}, {"text": "late"}))])
-    answer = httpx.get(f"{server.url}/v1/messages/batches/{slow.id}/results", timeout=DEADLINE)
+    answer = server.http_client(timeout=DEADLINE).get(f"/v1/messages/batches/{slow.id}/results")
     assert answer.status_code == 400 and "processing_status is ended" in answer.json()["error"]["message"]
     with pytest.raises(anthropic.AnthropicError, match="No `results_url`"):
         client.messages.batches.results(slow.id)  # the SDK checks results_url itself
@@ -253,7 +259,7 @@ def test_create_body_rules_fail_the_whole_batch(
     assert client.messages.batches.list(limit=1000).data == before  # nothing stored
 
 
-def test_batch_body_limit_is_its_own(client: anthropic.Anthropic, server: ServerProcess) -> None:
+def test_batch_body_limit_is_its_own(client: anthropic.Anthropic) -> None:
     # server.max_body_bytes (4 KiB) limits messages, batches.max_body_bytes (400 kB) batches.
     big = [request(f"big{i}", "abcdefghijklmn " * 400) for i in range(10)]  # 6 kB each, 400 tokens
     batch = client.messages.batches.create(requests=big)
@@ -289,12 +295,12 @@ def test_cancel_a_queued_batch(client: anthropic.Anthropic) -> None:
     assert client.messages.batches.cancel(batch.id).model_dump() == ended.model_dump()
 
 
-def test_status_and_metrics(client: anthropic.Anthropic, server: ServerProcess) -> None:
+def test_status_and_metrics(client: anthropic.Anthropic, server: InProcessApp) -> None:
     batch = wait_ended(
         client, client.messages.batches.create(requests=[request("m1", "x"), BAD["no-messages"]]).id
     )
     assert batch.request_counts.succeeded == 1
-    metrics = httpx.get(f"{server.url}/metrics", timeout=DEADLINE).text
+    metrics = server.http_client(timeout=DEADLINE).get("/metrics").text
     assert 'missive:batch_requests_total{model_name="echo",result="succeeded"}' in metrics
     assert 'missive:batches{processing_status="ended"}' in metrics
     assert 'missive:batch_requests_running{model_name="echo"} 0.0' in metrics
@@ -309,7 +315,7 @@ def test_expiry_and_archiving(tmp_path: Path) -> None:
         "models": {"echo": {"driver": "echo", "context_window": 1000}},
     }
     with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
-        client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+        client = live_client(proc.url)
         items = [
             request("quick", "done"),
             request("slow", script({"sleep": 60}, {"text": "late"})),
@@ -340,13 +346,19 @@ def missive_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_missive_batches_cli(client: anthropic.Anthropic, server: ServerProcess) -> None:
+def test_missive_batches_cli(tmp_path: Path) -> None:
+    """``missive batches`` against a running server (a live one of its own)."""
+    with serve_process(CONFIG, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
+        check_batches_cli(live_client(server.url), server.url)
+
+
+def check_batches_cli(client: anthropic.Anthropic, url: str) -> None:
     older = [client.messages.batches.create(requests=[request("old", "x")]).id for _ in range(2)]
     batch = wait_ended(
         client,
         client.messages.batches.create(requests=[request("cli-good", "from the cli"), BAD["no-messages"]]).id,
     )
-    listed = missive_cli("batches", "list", "--url", server.url, "--limit", "3")
+    listed = missive_cli("batches", "list", "--url", url, "--limit", "3")
     assert listed.returncode == 0, listed.stderr
     header, first, *rest = listed.stdout.splitlines()
     assert header.split() == [
@@ -362,26 +374,26 @@ def test_missive_batches_cli(client: anthropic.Anthropic, server: ServerProcess)
     assert first.split()[0] == batch.id and first.split()[1] == "ended"
     assert first.split()[-5:] == ["0", "1", "1", "0", "0"]
     assert [line.split()[0] for line in rest] == older[::-1]  # --limit 3
-    as_json = json.loads(missive_cli("batches", "list", "--url", server.url, "--json", "--limit", "1").stdout)
+    as_json = json.loads(missive_cli("batches", "list", "--url", url, "--json", "--limit", "1").stdout)
     assert len(as_json) == 1 and as_json[0]["id"] == batch.id and as_json[0]["type"] == "message_batch"
-    shown = missive_cli("batches", "show", batch.id, "--url", server.url)
+    shown = missive_cli("batches", "show", batch.id, "--url", url)
     assert shown.returncode == 0 and f"id: {batch.id}" in shown.stdout
     assert "processing_status: ended" in shown.stdout and "requests.succeeded: 1" in shown.stdout
-    out = missive_cli("batches", "results", batch.id, "--url", server.url)
+    out = missive_cli("batches", "results", batch.id, "--url", url)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(x["custom_id"], x["result"]["type"]) for x in lines] == [
         ("cli-good", "succeeded"),
         ("no-messages", "errored"),
     ]
-    missing = missive_cli("batches", "show", "msgbatch_nothinghere000000000000", "--url", server.url)
+    missing = missive_cli("batches", "show", "msgbatch_nothinghere000000000000", "--url", url)
     assert missing.returncode == 1 and "404" in missing.stderr and "not found" in missing.stderr
 
 
 def test_disabled_and_fresh(tmp_path: Path) -> None:
     config = {"models": {"echo": {"driver": "echo", "context_window": 1000}}}
-    with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
-        client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+    with in_process_app(config, state_dir=tmp_path) as app:
+        client = app.sdk(timeout=DEADLINE)
         # Reading creates no database; the first batch does.
         assert client.messages.batches.list().data == []
         with pytest.raises(anthropic.NotFoundError):
@@ -389,17 +401,15 @@ def test_disabled_and_fresh(tmp_path: Path) -> None:
         assert not (tmp_path / "batches.sqlite3").exists()
         client.messages.batches.create(requests=[request("one", "x")])
         assert (tmp_path / "batches.sqlite3").exists()
-        # One server per database: a second one on the same state directory says so.
+        # One server per database: a second one (a process) on the same state directory says so.
         with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as other:
-            second = anthropic.Anthropic(
-                base_url=other.url, api_key="unused", max_retries=0, timeout=DEADLINE
-            )
+            second = live_client(other.url)
             with pytest.raises(anthropic.InternalServerError) as caught:
                 second.messages.batches.list()
             assert "in use by another Missive server" in caught.value.body["error"]["message"]
     off = {**config, "batches": {"enabled": False}}
-    with serve_process(off, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
-        client = anthropic.Anthropic(base_url=proc.url, api_key="unused", max_retries=0, timeout=DEADLINE)
+    with in_process_app(off, state_dir=tmp_path) as app:
+        client = app.sdk(timeout=DEADLINE)
         for call in (
             client.messages.batches.list,
             lambda: client.messages.batches.create(requests=[request("a", "b")]),
