@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import ServerProcess, in_process_app, serve_process, until
 from missive_echo import script
 
 KEY = "sk-console-Hq71"  # an admin key: the console needs one
@@ -255,9 +255,9 @@ def test_console_calls_stay_out_of_the_log_metrics_and_list(server: ServerProces
 
 def test_console_off_is_404() -> None:
     config = {"server": {"console": False}, "models": {"echo": {"driver": "echo"}}}
-    with serve_process(config) as proc:
+    with in_process_app(config) as app:
         for path in ("/console", "/console/", "/console/static/main.js", "/console/api/status"):
-            response = httpx.get(f"{proc.url}{path}")
+            response = app.http_client().get(path)
             assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error", path
 
 
