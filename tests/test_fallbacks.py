@@ -22,7 +22,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import live_server, until
+from missive.testing import in_process_app, live_server, until
 from missive_echo import script
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1, "tool_choice": ["auto", "none"]}}
@@ -228,8 +228,8 @@ def test_a_key_reaches_no_model_it_may_not_use_through_fallbacks() -> None:
         },
         "models": CONFIG["models"],
     }
-    with live_server(config) as url:
-        scoped = anthropic.Anthropic(base_url=url, api_key="sk-scoped-0001", max_retries=0, timeout=60)
+    with in_process_app(config) as app:  # no slot is held: no socket needed
+        scoped = app.sdk(api_key="sk-scoped-0001", timeout=60)
         with pytest.raises(anthropic.BadRequestError) as raised:
             scoped.beta.messages.create(
                 model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA
