@@ -23,7 +23,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import ServerProcess, in_process_app, serve_process, until
 from missive_echo import script
 
 DEADLINE = 60.0  # seconds; only reached when a test fails
@@ -216,8 +216,9 @@ def test_restart_mid_way_loses_nothing(tmp_path: Path, stop: str) -> None:
             first.process.terminate()
         first.process.wait(timeout=DEADLINE)
         assert first.process.returncode == (0 if stop == "sigterm" else -9), first.log()
-    with serve_process(config, env=env) as second:
-        client = make_client(second.url)
+    # The restart: the app in process on the same state directory (the stop is the process's).
+    with in_process_app(config, state_dir=tmp_path) as second:
+        client = second.sdk(timeout=DEADLINE)
         before = client.messages.batches.retrieve(batch.id)
         assert before.processing_status == "in_progress"
         assert 1 <= before.request_counts.succeeded < 4 and before.request_counts.errored == 0
