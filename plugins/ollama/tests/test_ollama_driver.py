@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import free_port, live_server
+from missive.testing import free_port, in_process_app, live_server
 from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
 TOOLS = [
@@ -557,8 +557,8 @@ def test_unreachable_ollama_is_a_529_with_retry_after() -> None:
             }
         }
     }
-    with live_server(config) as base:  # start-up goes on: Ollama may come up later
-        client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0)
+    with in_process_app(config) as app:  # start-up goes on: Ollama may come up later
+        client = app.sdk()
         for call in (
             lambda: client.messages.create(model="q", max_tokens=5, messages=user("hi")),
             lambda: client.messages.count_tokens(model="q", messages=user("hi")),
@@ -588,7 +588,7 @@ def test_preload_at_start(fake: FakeOllama) -> None:
             }
         }
     }
-    with live_server(config):
+    with in_process_app(config):
         loads = [c for c in fake.chats[before:] if c.body["messages"] == []]
         assert len(loads) == 1 and loads[0].body["think"] is False
 
