@@ -8,6 +8,11 @@ is read from the disk tier by the request that needs it. A state file
 damaged in between is refused (deleted, a warning logged) and the prompt
 read again, with the usage saying so. An idle unload and the load after it
 find the state too.
+
+Each server is the app in process on its state directory (the disk tier
+in it, as ``missive serve`` keeps it there), one after the other: a stop
+is the app's shutdown, which closes the model as SIGTERM does, and the
+log checked is what its ``missive`` loggers wrote.
 """
 
 from __future__ import annotations
@@ -15,15 +20,15 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import InProcessApp, in_process_app, until
 from missive_llamacpp.plugin import default_model_path
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "plugins" / "llamacpp" / "tests"))
@@ -54,15 +59,21 @@ def config(**extra: Any) -> dict[str, Any]:
     }
 
 
-def ask(server: ServerProcess, system: str = SYSTEM) -> anthropic.types.Message:
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=600)
+def serve(state: Path, **extra: Any) -> AbstractContextManager[InProcessApp]:
+    """The app of ``config(**extra)`` on the state directory ``state``."""
+    env = {"MISSIVE_PROMPT_CACHE_DIR": str(state / "prompt-cache")}
+    return in_process_app(config(**extra), state_dir=state, env=env)
+
+
+def ask(server: InProcessApp, system: str = SYSTEM) -> anthropic.types.Message:
+    client = server.sdk(timeout=600)
     return client.messages.create(
         model=MODEL, max_tokens=16, system=system, messages=MESSAGES, extra_body=GREEDY
     )
 
 
-def metric(url: str, name: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+def metric(server: InProcessApp, name: str) -> float:
+    text = server.http_client(timeout=30).get("/metrics").text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and sample.labels.get("model_name") == MODEL:
@@ -78,7 +89,7 @@ def state_files(state: Path) -> list[Path]:
 def first(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, anthropic.types.Message]]:
     """A state directory holding the state of the first answer's prompt, and that answer."""
     state = tmp_path_factory.mktemp("state")
-    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+    with serve(state) as server:
         answer = ask(server)
         assert answer.usage.cache_read_input_tokens == 0 and answer.usage.input_tokens > 500
     assert len(state_files(state)) == 1  # written when the model closed
@@ -96,7 +107,7 @@ def test_a_restarted_server_reads_the_prompt_from_disk(
 ) -> None:
     state, one = copy_of(first[0], tmp_path), first[1]
     prompt = one.usage.input_tokens
-    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+    with serve(state) as server:
         assert "(1 states found)" in server.log()
         assert "1 slot(s) given back their states from the disk tier" in server.log()
         two = ask(server)
@@ -104,7 +115,7 @@ def test_a_restarted_server_reads_the_prompt_from_disk(
         assert two.usage.cache_read_input_tokens >= prompt - 1, two.usage
         assert two.usage.input_tokens + two.usage.cache_read_input_tokens == prompt
         assert (
-            metric(server.url, "missive:prompt_cache_disk_hits_total") == 0
+            metric(server, "missive:prompt_cache_disk_hits_total") == 0
         )  # the slot held it: no request read disk
         assert_same_greedy_answer(
             two.content[0].text,
@@ -125,7 +136,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, anthro
     host cache writes it through to disk), the second is in the slot at the
     stop. The state directory, and the first prompt's answer."""
     state = tmp_path_factory.mktemp("state")
-    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+    with serve(state) as server:
         one = ask(server)
         ask(server, OTHER)
     assert len(state_files(state)) == 2
@@ -142,7 +153,7 @@ def test_a_state_not_in_a_slot_is_read_from_disk_after_a_restart(
     ``message_start`` is corrected in the final usage, the prompt read."""
     state, one = copy_of(two[0], tmp_path), two[1]
     older = min(state_files(state), key=lambda p: p.stat().st_mtime)
-    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+    with serve(state) as server:
         assert "1 slot(s) given back their states from the disk tier" in server.log()
         if damage:
             data = bytearray(older.read_bytes())
@@ -152,11 +163,11 @@ def test_a_state_not_in_a_slot_is_read_from_disk_after_a_restart(
         if damage:
             # only the few tokens the slot's other prompt shares with it ("<|im_start|>system\nYou are the")
             assert again.usage.cache_read_input_tokens < 16, again.usage
-            assert metric(server.url, "missive:prompt_cache_disk_corrupt_total") == 1
+            assert metric(server, "missive:prompt_cache_disk_corrupt_total") == 1
             assert not older.exists()
         else:
             assert again.usage.cache_read_input_tokens >= one.usage.input_tokens - 1, again.usage
-            assert metric(server.url, "missive:prompt_cache_disk_hits_total") == 1
+            assert metric(server, "missive:prompt_cache_disk_hits_total") == 1
         assert again.usage.input_tokens + again.usage.cache_read_input_tokens == one.usage.input_tokens
         assert_same_greedy_answer(
             again.content[0].text,
@@ -183,7 +194,7 @@ def test_a_damaged_state_file_is_refused(
     else:
         del data[-4096:]
     path.write_bytes(bytes(data))
-    with serve_process(config(), env={"MISSIVE_STATE_DIR": str(state)}) as server:
+    with serve(state) as server:
         two = ask(server)
         assert two.usage.cache_read_input_tokens == 0, two.usage  # what was truly read
         assert two.usage.input_tokens == one.usage.input_tokens
@@ -195,15 +206,15 @@ def test_a_damaged_state_file_is_refused(
             one.usage.input_tokens,
             "after a refused state file",
         )
-        assert metric(server.url, "missive:prompt_cache_disk_corrupt_total") == 1
+        assert metric(server, "missive:prompt_cache_disk_corrupt_total") == 1
         assert f"prompt cache: dropped {path}" in server.log()
         assert not path.exists()
 
 
 def test_an_idle_unload_and_the_load_after_it_find_the_state(tmp_path: Path) -> None:
-    with serve_process(config(idle_unload=1.0), env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
+    with serve(tmp_path, idle_unload=1.0) as server:
         one = ask(server)
-        until(lambda: metric(server.url, "missive:model_unloads_total") >= 1, "the model unloaded when idle")
+        until(lambda: metric(server, "missive:model_unloads_total") >= 1, "the model unloaded when idle")
         assert len(state_files(tmp_path)) == 1
         two = ask(server)
         assert two.usage.cache_read_input_tokens >= one.usage.input_tokens - 1, two.usage

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -75,6 +76,18 @@ def _transport(http: ModuleType, app: Any, loop: asyncio.AbstractEventLoop) -> A
     return SyncASGITransport()
 
 
+class _LogLines(logging.Handler):
+    """The lines of the records it is given, kept in memory."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
 class InProcessApp:
     """A started app (see :func:`in_process_app`).
 
@@ -83,10 +96,19 @@ class InProcessApp:
         url: the base URL to give clients (only :meth:`http_client`'s transport reaches it).
     """
 
-    def __init__(self, app: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, app: Any, loop: asyncio.AbstractEventLoop, lines: list[str] | None = None) -> None:
         self.app = app
         self.url = BASE_URL
         self._loop = loop
+        self._lines = lines if lines is not None else []
+
+    def log(self) -> str:
+        """What the ``missive`` loggers wrote at ``info`` and above since the
+        app was created (its start-up included; another app of this process
+        running meanwhile writes there too), one record a line: the messages
+        a server's log holds, not its format (a test of the format, or of
+        all a process writes, needs a live server)."""
+        return "".join(line + "\n" for line in self._lines)
 
     def http_client(self, http: ModuleType | None = None, **options: Any) -> Any:
         """A synchronous client bound to the app, of the httpx package
@@ -120,6 +142,7 @@ def in_process_app(
     *,
     state_dir: str | Path | None = None,
     env: Mapping[str, str] | None = None,
+    timeout: int = 300,
 ) -> Iterator[InProcessApp]:
     """Create the app for ``config`` (a configuration mapping; None: the
     defaults, i.e. the default model), start it with its lifespan on a
@@ -136,6 +159,8 @@ def in_process_app(
     them): a second app on the same folder is a restart. ``env``: further
     environment variables set while the app is created and runs (restored
     after). Both change this process's ``os.environ``: one such app at a time.
+    ``timeout``: the seconds its start-up, and its shutdown, may take (a
+    model's load, its state written at the close; Quart's own limit is 6).
 
     Raises:
         ConfigError: a configuration the app refuses (as ``missive serve`` would).
@@ -155,13 +180,25 @@ def in_process_app(
             settings[section] = table
     saved = {name: os.environ.get(name) for name in variables}
 
-    def restore() -> None:
+    def restore_environment() -> None:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
         own.cleanup()
+
+    logger = logging.getLogger("missive")
+    lines = _LogLines()
+    level = logger.level
+    logger.addHandler(lines)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+    def restore() -> None:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+        restore_environment()
 
     os.environ.update(variables)
     try:
@@ -175,7 +212,10 @@ def in_process_app(
 
     async def serve() -> None:
         try:
-            async with app.test_app():  # the lifespan: before_serving / after_serving
+            # The lifespan: before_serving / after_serving (Quart's TestApp; its
+            # protocol type leaves out the timeouts).
+            lifespan: Any = app.test_app_class
+            async with lifespan(app, startup_timeout=timeout, shutdown_timeout=timeout):
                 started.set_result(None)
                 await stop.wait()
         except BaseException as exc:
@@ -189,7 +229,7 @@ def in_process_app(
     thread.start()
     try:
         started.result()
-        yield InProcessApp(app, loop)
+        yield InProcessApp(app, loop, lines.lines)
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join()
