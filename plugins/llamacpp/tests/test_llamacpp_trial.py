@@ -27,7 +27,7 @@ import anthropic
 import pytest
 
 from missive.config import ConfigError
-from missive.testing import serve_process
+from missive.testing import InProcessApp, in_process_app, serve_process
 from missive_llamacpp.child import ChildOutcome
 from missive_llamacpp.plugin import default_model_path
 from missive_llamacpp.settings import parse_settings
@@ -167,10 +167,17 @@ def test_child_outcome_reasons() -> None:
 
 
 # -- through the server ---------------------------------------------------------
+#
+# The server whose start-up decides (and logs) is the app in process (its
+# trial child is a process all the same); a start that fails, and a crash
+# of the serving process, need ``missive serve``.
 
 
-def ask(url: str) -> anthropic.types.Message:
-    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
+def ask(server: str | InProcessApp) -> anthropic.types.Message:
+    if isinstance(server, InProcessApp):
+        client = server.sdk(timeout=120)
+    else:
+        client = anthropic.Anthropic(base_url=server, api_key="unused", max_retries=0, timeout=120)
     return client.messages.create(
         model="smollm2-135m",
         max_tokens=8,
@@ -183,8 +190,8 @@ def test_server_logs_the_trial_decision(tmp_path: Path) -> None:
     """On this machine's CPU, whichever way the trial goes: the start-up log
     names the decision and why, exactly as the record keeps it, and the
     model answers. (The forced fallback is the test below.)"""
-    with serve_process(None, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as server:
-        assert ask(server.url).usage.output_tokens > 0
+    with in_process_app(None, state_dir=tmp_path) as server:
+        assert ask(server).usage.output_tokens > 0
         log = server.log()
     [record] = records(tmp_path).values()
     use = record["extra_buffer_types"] == "on"
@@ -193,9 +200,9 @@ def test_server_logs_the_trial_decision(tmp_path: Path) -> None:
 
 
 def test_server_starts_on_the_fallback_and_answers(tmp_path: Path) -> None:
-    env = {"MISSIVE_STATE_DIR": str(tmp_path), CRASH_ENV: "trial-on"}
-    with serve_process(None, env=env) as server:
-        message = ask(server.url)
+    env = {CRASH_ENV: "trial-on"}
+    with in_process_app(None, state_dir=tmp_path, env=env) as server:
+        message = ask(server)
         log = server.log()
     assert message.stop_reason in ("end_turn", "max_tokens") and message.usage.output_tokens > 0
     assert message.content and message.content[0].type == "text" and message.content[0].text
@@ -203,8 +210,8 @@ def test_server_starts_on_the_fallback_and_answers(tmp_path: Path) -> None:
         "extra_buffer_types=off (auto: the trial with extra_buffer_types=on was killed by SIGSEGV" in log
     ), log
     # The next start reads the record: no trial, same choice.
-    with serve_process(None, env=env) as server:
-        assert ask(server.url).usage.output_tokens > 0
+    with in_process_app(None, state_dir=tmp_path, env=env) as server:
+        assert ask(server).usage.output_tokens > 0
         log = server.log()
     assert "extra_buffer_types=off (auto: " in log and "recorded " in log, log
 
