@@ -33,6 +33,7 @@ and writes the table of docs/models.md.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -228,6 +229,14 @@ async def _events(opened: str, deltas: Sequence[str], truncated: bool) -> AsyncI
     yield Finished(stop_reason="max_tokens" if truncated else "end_turn")
 
 
+@functools.cache
+def _loop() -> asyncio.AbstractEventLoop:
+    """One event loop for every replay (a new loop per parse, as
+    ``asyncio.run`` makes, costs more than the parse; nothing here runs
+    beside it)."""
+    return asyncio.new_event_loop()
+
+
 def parse_deltas(
     driver: _Driver, tools: Sequence[Mapping[str, Any]], deltas: Sequence[str], truncated: bool
 ) -> Any:
@@ -276,7 +285,7 @@ def parse_deltas(
         text(blocks.close_block())
 
     try:
-        asyncio.run(run())
+        _loop().run_until_complete(run())
     except ApiError as exc:
         return acc.result(exception=f"{type(exc).__name__}: {exc}")
     return acc.result()

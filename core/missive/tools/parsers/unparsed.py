@@ -12,6 +12,7 @@ first found is logged once per model with the setting that fixes it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 
@@ -28,23 +29,33 @@ _warned: set[str] = set()
 
 
 def _markers(specs: Mapping[str, ToolParserSpec], current: type[ToolParser]) -> list[tuple[str, str]]:
-    """``(marker, parser name)`` of every registered parser but ``current``."""
-    from .registry import parser_class
-
+    """``(marker, parser name)`` of every registered parser but ``current``
+    (worked out once per set of specs and parser: every generation with
+    tools asks)."""
     if not specs:  # a driver built outside the app: the built-ins
         from ...default_plugins.tool_parsers import register_tool_parsers
 
         specs = {s.name: s for s in register_tool_parsers()}
+    return list(_markers_of(tuple(specs.items()), current))
+
+
+@functools.lru_cache(maxsize=64)
+def _markers_of(
+    specs: tuple[tuple[str, ToolParserSpec], ...], current: type[ToolParser]
+) -> tuple[tuple[str, str], ...]:
+    from .registry import parser_class
+
+    registered = dict(specs)
     out: list[tuple[str, str]] = []
-    for name in specs:
+    for name in registered:
         try:
-            cls = parser_class(specs, name)
+            cls = parser_class(registered, name)
         except Exception:  # noqa: BLE001 - a plugin parser that does not load is not this warning's business
             continue
         if cls is current or cls.name == current.name:
             continue
         out += [(marker, name) for marker in cls.output_markers if marker not in current.output_markers]
-    return out
+    return tuple(out)
 
 
 class UnparsedCallWatch:
