@@ -154,9 +154,9 @@ def think_value(request: GenerationRequest, *, model_thinks: bool, settings: Oll
     if level is None:
         return True
     if level == "effort":
-        config = request.request.output_config
-        effort = (config.effort if config is not None else None) or "medium"
-        return {"low": "low", "medium": "medium", "high": "high", "max": "high"}.get(effort, "medium")
+        # The thinking plan's level: output_config.effort ("max" and "xhigh"
+        # are "high"), else from budget_tokens, else "medium".
+        return request.thinking.effort
     return level
 
 

@@ -45,7 +45,8 @@ class OllamaSettings(ReplicaRouting):
         think_level: what ``think`` is set to when thinking is on: None sends
             ``true``; ``"low"``/``"medium"``/``"high"`` sends that level (gpt-oss
             takes levels, other models answer 400); ``"effort"`` maps
-            ``output_config.effort`` (low/medium/high, max → high; unset → medium).
+            ``output_config.effort`` (low/medium/high; max and xhigh → high; unset →
+            from ``budget_tokens``, else medium: the thinking plan's level).
         sampling_defaults: ``"api"`` sends the Messages API defaults for unset
             sampling parameters (temperature 1.0, top_p 1.0, top_k 0 = off,
             repeat_penalty 1.0), so a request means the same on every driver;
