@@ -11,7 +11,8 @@ call to ``live_server`` counts, its body does not:
 
 * ``packaging``: builds or installs distributions (a virtual environment
   made by ``venv(``-named helpers, ``python -m build``, docker);
-* ``model``: runs a real model engine (``live_server(None)``, the
+* ``model``: runs a real model engine (``live_server(None)`` or
+  ``in_process_app(None)``: the default model; the
   ``llamacpp`` or ``mlx`` driver, llama.cpp, ``llama_server``, the default
   model's fixtures);
 * ``live``: starts a Missive process (``live_server``, ``serve_process``,
@@ -50,7 +51,7 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "model",
         re.compile(
-            r"\b(live_server|serve_process)\(\s*None\b|[\"'](llamacpp|mlx)[\"']|\bllama_cpp\b|\bmissive_llamacpp\b"
+            r"\b(live_server|serve_process|in_process_app)\(\s*None\b|[\"'](llamacpp|mlx)[\"']|\bllama_cpp\b|\bmissive_llamacpp\b"
             r"|\bmlx_lm\b|\bllama_server\(|\bsmollm2_gguf\(|\bdefault_url\b|\bsmol\b"
         ),
     ),
