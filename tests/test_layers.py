@@ -79,7 +79,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("protocol", "tools"): "a tool's input_schema is checked as the body is validated (a 400 with the field "
     "path), and which server-tool blocks are answered is not reported as ignored",
     ("config", "media"): "media.fetch_allow is parsed when the config loads (media.addresses)",
-    ("driver", "remote"): "annotation only: Driver.replica_pool() returns a remote backend's ReplicaPool",
     ("kernel", "missive"): "the plugin compatibility check names the core's version",
     (
         "tools",
@@ -169,7 +168,7 @@ def test_the_answers_features_do_not_import_messages() -> None:
 def test_the_driver_contract_imports_only_settings_and_the_wire() -> None:
     allowed = {"driver", "config", "protocol"}
     found = {pair for pair in package_arrows() if pair[0] == "driver" and pair[1] not in allowed}
-    assert found <= {("driver", "remote")}, found  # the listed annotation
+    assert found == set(), found
 
 
 def test_config_imports_only_the_wire() -> None:

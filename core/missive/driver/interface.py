@@ -18,9 +18,9 @@ built once per configured model: ``factory(model_id, entry)``. The core calls:
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..config import ModelEntry
 from ..protocol.errors import PromptTooLongError
@@ -32,10 +32,32 @@ from .parsing import ReasoningParser, ReasoningParserSpec, ToolParser, ToolParse
 from .thinking import ThinkingPlan
 from .tools import ToolChoice, ToolDefinition
 
-if TYPE_CHECKING:
-    from ..remote.replicas import ReplicaPool
 
-__all__ = ["Driver", "GenerationRequest", "clamp_max_tokens", "fit_prompt"]
+
+class ReplicaView(Protocol):
+    """What the server reads of one replica of a remote backend
+    (:class:`missive.remote.replicas.Replica`): ``/v1/status`` and ``/metrics``."""
+
+    url: str
+    healthy: bool
+    outstanding: int
+    last_error: str | None
+    routed: Mapping[str, int]
+
+
+class ReplicaPoolView(Protocol):
+    """What the server reads of a remote backend's replicas
+    (:class:`missive.remote.replicas.ReplicaPool`): ``/readyz``, ``/v1/status``
+    and ``/metrics``."""
+
+    @property
+    def replicas(self) -> Sequence[ReplicaView]: ...
+
+    def healthy(self) -> Sequence[ReplicaView]: ...
+
+    async def check(self, wait: float | None = None) -> None: ...
+
+__all__ = ["Driver", "GenerationRequest", "ReplicaPoolView", "ReplicaView", "clamp_max_tokens", "fit_prompt"]
 
 
 @dataclass(frozen=True)
@@ -159,7 +181,7 @@ class Driver(abc.ABC):
         empty (the default) for a driver without one."""
         return {}
 
-    def replica_pool(self) -> ReplicaPool | None:
+    def replica_pool(self) -> ReplicaPoolView | None:
         """The :class:`~missive.remote.replicas.ReplicaPool` of a remote backend's
         replicas, None (the default) for a driver without one. ``/readyz``
         reports the model unavailable while none of its replicas is
