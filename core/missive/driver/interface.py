@@ -33,7 +33,6 @@ from .thinking import ThinkingPlan
 from .tools import ToolChoice, ToolDefinition
 
 
-
 class ReplicaView(Protocol):
     """What the server reads of one replica of a remote backend
     (:class:`missive.remote.replicas.Replica`): ``/v1/status`` and ``/metrics``."""
