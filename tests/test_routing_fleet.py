@@ -1,4 +1,4 @@
-"""The ``prefix`` replica policy through a live server and real HTTP: the
+"""The ``prefix`` replica policy through the app in process and real HTTP: the
 ``openai`` driver in front of three fake vLLM-style replicas
 (:class:`missive_openai.testing.FakeChatServer`, which records every body it
 is sent), Claude Code-shaped sessions interleaved through the SDK. Each
@@ -15,7 +15,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import live_server
+from missive.testing import InProcessApp, in_process_app
 from missive_openai.testing import FakeChatServer
 
 TOPICS = ("the build scripts", "the database schema", "the release notes")
@@ -28,7 +28,8 @@ def fakes() -> Iterator[list[FakeChatServer]]:
 
 
 @pytest.fixture(scope="module")
-def url(fakes: list[FakeChatServer]) -> Iterator[str]:
+def app(fakes: list[FakeChatServer]) -> Iterator[InProcessApp]:
+    """The app in process (api tier): each answer is a request and its response, nothing needs a socket."""
     urls = [fake.url for fake in fakes]
     config = {
         "models": {
@@ -39,20 +40,15 @@ def url(fakes: list[FakeChatServer]) -> Iterator[str]:
             "spread": {"driver": "openai", "settings": {"base_urls": urls, "model": "fake-model"}},
         }
     }
-    with live_server(config) as base:
-        yield base
+    with in_process_app(config) as started:
+        yield started
 
 
-def converse(url: str, model: str, tag: str, turns: int = 4, sessions: int = 3) -> None:
+def converse(app: InProcessApp, model: str, tag: str, turns: int = 4, sessions: int = 3) -> None:
     """``sessions`` sessions, one conversation each, interleaved turn by turn."""
     talks: list[tuple[anthropic.Anthropic, str, list[dict[str, Any]]]] = [
         (
-            anthropic.Anthropic(
-                base_url=url,
-                api_key="test",
-                max_retries=0,
-                default_headers={"x-claude-code-session-id": f"{tag}-{i}"},
-            ),
+            app.sdk(api_key="test", default_headers={"x-claude-code-session-id": f"{tag}-{i}"}),
             f"[{tag} {i}] You help with {topic}. " + "Keep answers short and precise. " * 30,
             [],
         )
@@ -77,26 +73,28 @@ def replicas_of(fakes: list[FakeChatServer], tag: str) -> dict[str, set[int]]:
     return seen
 
 
-def test_each_conversation_stays_on_one_replica(url: str, fakes: list[FakeChatServer]) -> None:
-    converse(url, "prefix", "prefix")
+def test_each_conversation_stays_on_one_replica(app: InProcessApp, fakes: list[FakeChatServer]) -> None:
+    converse(app, "prefix", "prefix")
     seen = replicas_of(fakes, "prefix")
     assert len(seen) == 3 and all(len(where) == 1 for where in seen.values()), seen
 
 
-def test_least_outstanding_spreads_a_conversation(url: str, fakes: list[FakeChatServer]) -> None:
-    converse(url, "spread", "spread", sessions=2)  # two over three replicas: each turn of one moves
+def test_least_outstanding_spreads_a_conversation(app: InProcessApp, fakes: list[FakeChatServer]) -> None:
+    converse(app, "spread", "spread", sessions=2)  # two over three replicas: each turn of one moves
     seen = replicas_of(fakes, "spread")
     assert len(seen) == 2 and all(len(where) >= 2 for where in seen.values()), seen
 
 
-def test_a_failed_replica_s_conversations_go_on_elsewhere(url: str, fakes: list[FakeChatServer]) -> None:
-    converse(url, "prefix", "before", turns=2)
+def test_a_failed_replica_s_conversations_go_on_elsewhere(
+    app: InProcessApp, fakes: list[FakeChatServer]
+) -> None:
+    converse(app, "prefix", "before", turns=2)
     homes = replicas_of(fakes, "before")
     failing = next(iter(homes.values())).copy().pop()
     fakes[failing].fail_status = 503  # a 5xx before the answer: out of rotation, the next replica
     fakes[failing].health_status = 503
     try:
-        converse(url, "prefix", "before", turns=2)  # the same sessions and prompts, from the start
+        converse(app, "prefix", "before", turns=2)  # the same sessions and prompts, from the start
     finally:
         fakes[failing].fail_status = None
         fakes[failing].health_status = 200
