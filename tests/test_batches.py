@@ -4,9 +4,10 @@ results as JSON Lines, cancel, delete, the create body's validation and
 limits, expiry and archiving.
 
 The module's server is the app in process (no socket; its batches database
-its own). ``missive batches`` runs against a live server of its own, and
-"one server per database" needs a second process on the state directory
-of an app in process. Waits are for events (the batch ending) under
+its own), and so is expiry's (on the test's state folder). ``missive
+batches`` runs against a live server of its own, and "one server per
+database" needs a second process on the state directory of an app in
+process. Waits are for events (the batch ending) under
 generous deadlines; no check depends on the machine's speed.
 Scheduling below interactive traffic, the slot cap and restarts are in
 tests/test_batches_scheduling.py.
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
 from missive.testing import InProcessApp, in_process_app, serve_process
@@ -314,8 +314,8 @@ def test_expiry_and_archiving(tmp_path: Path) -> None:
         "batches": {"expiry": 2.0, "retention": 4.0},
         "models": {"echo": {"driver": "echo", "context_window": 1000}},
     }
-    with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
-        client = live_client(proc.url)
+    with in_process_app(config, state_dir=tmp_path) as app:
+        client = app.sdk(timeout=DEADLINE)
         items = [
             request("quick", "done"),
             request("slow", script({"sleep": 60}, {"text": "late"})),
@@ -335,7 +335,7 @@ def test_expiry_and_archiving(tmp_path: Path) -> None:
             time.sleep(0.1)
         archived = client.messages.batches.retrieve(batch.id)
         assert archived.results_url is None and archived.processing_status == "ended"
-        answer = httpx.get(f"{proc.url}/v1/messages/batches/{batch.id}/results", timeout=DEADLINE)
+        answer = app.http_client(timeout=DEADLINE).get(f"/v1/messages/batches/{batch.id}/results")
         assert answer.status_code == 404
 
 
