@@ -64,13 +64,19 @@ def request(custom_id: str, model: str, *steps: dict[str, Any]) -> dict[str, Any
     }
 
 
-def gauge(url: str, name: str, model: str) -> float:
-    return gauges(url, model, name)[name]
+def gauge(server: Any, name: str, model: str) -> float:
+    return gauges(server, model, name)[name]
 
 
-def gauges(url: str, model: str, *names: str) -> dict[str, float]:
-    """Several of ``model``'s metrics from one scrape (consistent together)."""
-    text = httpx.get(f"{url}/metrics", timeout=DEADLINE).text
+def gauges(server: Any, model: str, *names: str) -> dict[str, float]:
+    """Several of ``model``'s metrics from one scrape (consistent together):
+    ``server`` a live server's URL, or an app in process's HTTP client."""
+    metrics = (
+        httpx.get(f"{server}/metrics", timeout=DEADLINE)
+        if isinstance(server, str)
+        else server.get("/metrics")
+    )
+    text = metrics.text
     out = {}
     for name in names:
         found = re.search(rf'^missive:{name}\{{model_name="{re.escape(model)}"\}} (\S+)$', text, re.MULTILINE)
@@ -234,19 +240,21 @@ def test_a_lazy_model_loads_for_its_batch_and_stays_while_it_runs(tmp_path: Path
     config = {
         "models": {"later": {"driver": "echo", "context_window": 1000, "lazy": True, "idle_unload": 0.5}}
     }
-    with serve_process(config, env={"MISSIVE_STATE_DIR": str(tmp_path)}) as proc:
-        client = make_client(proc.url)
-        assert gauge(proc.url, "model_loaded", "later") == 0
+    # The app in process on the test's state folder: the batch and the gauges need no socket.
+    with in_process_app(config, state_dir=tmp_path) as app:
+        client = app.sdk(timeout=DEADLINE)
+        metrics = app.http_client(timeout=DEADLINE)
+        assert gauge(metrics, "model_loaded", "later") == 0
         items = [request(f"r{i}", "later", {"sleep": 1.0}, {"text": f"done {i}"}) for i in range(3)]
         batch = client.messages.batches.create(requests=items)
         seen = []
         while client.messages.batches.retrieve(batch.id).processing_status != "ended":
-            seen.append(gauge(proc.url, "model_loaded", "later"))
+            seen.append(gauge(metrics, "model_loaded", "later"))
             time.sleep(0.1)
         # Loaded on demand for the batch, never unloaded under it (idle_unload 0.5 s < each request).
         assert seen and 1.0 in seen and seen[seen.index(1.0) :].count(0.0) == 0, seen
         got = results(client, batch.id)
         assert [got[f"r{i}"].message.content[0].text for i in range(3)] == ["done 0", "done 1", "done 2"]
-        assert gauge(proc.url, "model_loads_total", "later") == 1
+        assert gauge(metrics, "model_loads_total", "later") == 1
         # Idle again: unloaded as configured.
-        wait_for(lambda: gauge(proc.url, "model_loaded", "later") == 0, "unloaded when idle")
+        wait_for(lambda: gauge(metrics, "model_loaded", "later") == 0, "unloaded when idle")
