@@ -2,7 +2,8 @@
 budget (:mod:`missive.models.residency`), observed from outside: ``/v1/models``,
 ``/readyz``, ``/v1/status``, ``/metrics``, the SSE bytes and the log. The
 echo driver stands for a model (``settings.start_delay``: a load that
-takes time; ``memory_mib``: what it weighs)."""
+takes time; ``memory_mib``: what it weighs), as the app in process (its
+log's messages from ``InProcessApp.log()``); the GGUF model on a live server."""
 
 from __future__ import annotations
 
@@ -18,14 +19,21 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from missive.models.residency import idle_expired, plan_eviction
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import InProcessApp, in_process_app, serve_process, until
 from missive_echo import script
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(url: str) -> Samples:
-    response = httpx.get(f"{url}/metrics", timeout=10)
+def get(server: Any, path: str) -> Any:
+    """``path`` of ``server``: a live server's URL, or an app in process's HTTP client."""
+    if isinstance(server, str):
+        return httpx.get(f"{server}{path}", timeout=10)
+    return server.get(path)
+
+
+def scrape(server: Any) -> Samples:
+    response = get(server, "/metrics")
     assert response.status_code == 200, response.text
     return {
         (s.name, frozenset(s.labels.items())): s.value
@@ -34,19 +42,23 @@ def scrape(url: str) -> Samples:
     }
 
 
-def metric(url: str, name: str, **labels: str) -> float:
-    return scrape(url).get((name, frozenset(labels.items())), 0.0)
+def metric(server: Any, name: str, **labels: str) -> float:
+    return scrape(server).get((name, frozenset(labels.items())), 0.0)
 
 
 def say(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 
 
-def raw_stream(url: str, model: str, text: str = "hello there") -> list[tuple[str, str]]:
-    """The (event, data) frames of a streamed message, as sent."""
+def raw_stream(server: Any, model: str, text: str = "hello there") -> list[tuple[str, str]]:
+    """The (event, data) frames of a streamed message, as sent (``server`` as for :func:`get`)."""
     body = {"model": model, "max_tokens": 50, "stream": True, "messages": say(text)}
     frames = []
-    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=30) as response:
+    if isinstance(server, str):
+        opened = httpx.stream("POST", f"{server}/v1/messages", json=body, timeout=30)
+    else:
+        opened = server.stream("POST", "/v1/messages", json=body)
+    with opened as response:
         assert response.status_code == 200, response.read()
         event = ""
         for line in response.iter_lines():
@@ -92,39 +104,41 @@ LAZY_CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def lazy_server() -> Iterator[ServerProcess]:
-    with serve_process(LAZY_CONFIG) as server:
-        yield server
+def lazy_server() -> Iterator[InProcessApp]:
+    """The app in process: the frames of a stream (its pings included), the
+    gauges and the log's messages need no socket."""
+    with in_process_app(LAZY_CONFIG) as app:
+        yield app
 
 
-def test_lazy_models_are_listed_ready_and_loaded_by_their_first_request(lazy_server: ServerProcess) -> None:
-    url = lazy_server.url
-    ready = httpx.get(f"{url}/readyz", timeout=10)
+def test_lazy_models_are_listed_ready_and_loaded_by_their_first_request(lazy_server: InProcessApp) -> None:
+    http = lazy_server.http_client(timeout=30)
+    ready = http.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["models"]["lazy"] == {"status": "ready", "loaded": False}
-    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    client = lazy_server.sdk()
     listed = {m.id: m for m in client.models.list()}
     assert set(LAZY_CONFIG["models"]) <= set(listed) and listed["lazy"].max_input_tokens == 1000
-    assert metric(url, "missive:model_loaded", model_name="lazy") == 0
-    assert metric(url, "missive:model_loaded", model_name="idle") == 1  # not lazy: loaded at start-up
+    assert metric(http, "missive:model_loaded", model_name="lazy") == 0
+    assert metric(http, "missive:model_loaded", model_name="idle") == 1  # not lazy: loaded at start-up
     assert "model lazy: loads on its first request (lazy)" in lazy_server.log()
 
     began = time.monotonic()
-    frames = raw_stream(url, "lazy")
+    frames = raw_stream(http, "lazy")
     waited = time.monotonic() - began
     events = [event for event, _ in frames]
     first = events.index("message_start")
     assert first >= 3 and set(events[:first]) == {"ping"}, events  # pings while it loads (1.2 s, every 0.2 s)
     assert waited >= 1.2 and events[-1] == "message_stop"
     assert '"text":"hello"' in "".join(data for _, data in frames)
-    assert metric(url, "missive:model_loaded", model_name="lazy") == 1
-    assert metric(url, "missive:model_loads_total", model_name="lazy") == 1
+    assert metric(http, "missive:model_loaded", model_name="lazy") == 1
+    assert metric(http, "missive:model_loads_total", model_name="lazy") == 1
     log = lazy_server.log()
     assert "loading model lazy (driver echo)" in log
     took = re.search(r"model lazy loaded on demand in (\d+(?:\.\d+)?) s", log)
     assert took and float(took.group(1)) >= 1.2, log  # its start_delay, and more on a busy machine
     # Loaded now: the next stream starts at once.
-    assert [e for e, _ in raw_stream(url, "lazy")][0] == "message_start"
+    assert [e for e, _ in raw_stream(http, "lazy")][0] == "message_start"
 
     # The SDK takes pings before message_start.
     with client.messages.stream(model="lazy-sdk", max_tokens=20, messages=say("from the sdk")) as stream:
@@ -133,8 +147,8 @@ def test_lazy_models_are_listed_ready_and_loaded_by_their_first_request(lazy_ser
     assert (
         client.messages.count_tokens(model="lazy-count", messages=say("three words here")).input_tokens == 3
     )
-    assert metric(url, "missive:model_loaded", model_name="lazy-count") == 1
-    status = httpx.get(f"{url}/v1/status", timeout=10).json()["models"]
+    assert metric(http, "missive:model_loaded", model_name="lazy-count") == 1
+    status = http.get("/v1/status").json()["models"]
     assert (
         status["lazy"]["loaded"] is True
         and status["lazy"]["lazy"] is True
@@ -142,29 +156,29 @@ def test_lazy_models_are_listed_ready_and_loaded_by_their_first_request(lazy_ser
     )
 
 
-def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server: ServerProcess) -> None:
-    url = lazy_server.url
-    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server: InProcessApp) -> None:
+    http = lazy_server.http_client(timeout=30)
+    client = lazy_server.sdk()
     with pytest.raises(anthropic.InternalServerError) as info:
         client.messages.create(model="broken", max_tokens=5, messages=say("hi"))
     assert info.value.status_code == 500
     assert "model 'broken' could not be loaded: model 'broken': weights are corrupt" in str(info.value)
-    frames = raw_stream(url, "broken")
+    frames = raw_stream(http, "broken")
     assert frames[-1][0] == "error" and "weights are corrupt" in frames[-1][1]
     assert "message_start" not in [e for e, _ in frames]
     assert (
         client.messages.create(model="idle", max_tokens=5, messages=say("still here")).content[0].text
         == "still here"
     )
-    assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["broken"] == {
+    assert http.get("/readyz").json()["models"]["broken"] == {
         "status": "ready",
         "loaded": False,
     }
 
 
-def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerProcess) -> None:
-    url = lazy_server.url
-    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: InProcessApp) -> None:
+    http = lazy_server.http_client(timeout=30)
+    client = lazy_server.sdk()
     # A 2.5 s answer, longer than idle_unload (1 s): the model stays loaded.
     done: list[str] = []
     worker = threading.Thread(
@@ -177,33 +191,33 @@ def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: ServerPro
         )
     )
     worker.start()
-    until(lambda: metric(url, "missive:num_requests_running", model_name="idle") == 1, "generating")
+    until(lambda: metric(http, "missive:num_requests_running", model_name="idle") == 1, "generating")
     # The baselines, read while it is in use: loaded by now (by this request
     # if it was unloaded since an earlier test used it), and not unloaded
     # while the request runs.
-    unloads = metric(url, "missive:model_unloads_total", model_name="idle", reason="idle")
-    loads = metric(url, "missive:model_loads_total", model_name="idle")
+    unloads = metric(http, "missive:model_unloads_total", model_name="idle", reason="idle")
+    loads = metric(http, "missive:model_loads_total", model_name="idle")
     time.sleep(2.0)
-    assert metric(url, "missive:model_loaded", model_name="idle") == 1
-    assert metric(url, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads
+    assert metric(http, "missive:model_loaded", model_name="idle") == 1
+    assert metric(http, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads
     worker.join(10)
     assert done == ["slow"]
     # Then idle: unloaded about a second later, still listed and ready.
     until(
-        lambda: metric(url, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads + 1,
+        lambda: metric(http, "missive:model_unloads_total", model_name="idle", reason="idle") == unloads + 1,
         "unloaded",
     )
-    assert metric(url, "missive:model_loaded", model_name="idle") == 0
+    assert metric(http, "missive:model_loaded", model_name="idle") == 0
     idle_for = re.findall(r"unloaded model idle \(idle for (\d+(?:\.\d+)?) s", lazy_server.log())
     assert idle_for and float(idle_for[-1]) >= 1.0, lazy_server.log()
-    assert httpx.get(f"{url}/readyz", timeout=10).json()["models"]["idle"] == {
+    assert http.get("/readyz").json()["models"]["idle"] == {
         "status": "ready",
         "loaded": False,
     }
     assert "idle" in {m.id for m in client.models.list()}
     # The next request loads it again.
     assert client.messages.create(model="idle", max_tokens=5, messages=say("back")).content[0].text == "back"
-    assert metric(url, "missive:model_loads_total", model_name="idle") == loads + 1
+    assert metric(http, "missive:model_loads_total", model_name="idle") == loads + 1
 
 
 BUDGET_CONFIG: dict[str, Any] = {
@@ -216,15 +230,16 @@ BUDGET_CONFIG: dict[str, Any] = {
 
 
 def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> None:
-    with serve_process(BUDGET_CONFIG) as server:
-        url = server.url
-        client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    # The app in process: the answers, the gauges and the log's messages need no socket.
+    with in_process_app(BUDGET_CONFIG) as server:
+        http = server.http_client(timeout=30)
+        client = server.sdk(timeout=60)
 
         def ask(model: str, text: str = "hi") -> str:
             return client.messages.create(model=model, max_tokens=20, messages=say(text)).content[0].text
 
         def loaded() -> set[str]:
-            samples = scrape(url)
+            samples = scrape(http)
             return {
                 m
                 for m in BUDGET_CONFIG["models"]
@@ -236,9 +251,9 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
         assert loaded() == {"a", "c"}  # 300 MiB: fits
         ask("b")  # 200 more: a, the least recently used, makes room
         assert loaded() == {"b", "c"}
-        assert metric(url, "missive:model_unloads_total", model_name="a", reason="memory") == 1
+        assert metric(http, "missive:model_unloads_total", model_name="a", reason="memory") == 1
         assert "unloaded model a (to make room for b in server.memory_budget_mib)" in server.log()
-        status = httpx.get(f"{url}/v1/status", timeout=10).json()["models"]
+        status = http.get("/v1/status").json()["models"]
         assert status["b"]["memory_bytes"] == 200 * 2**20 and status["a"]["loaded"] is False
 
         # Both loaded models busy: a waits until one of them is idle.
@@ -248,7 +263,7 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
         for w in workers:
             w.start()
         until(
-            lambda: sum(metric(url, "missive:num_requests_running", model_name=m) for m in "bc") == 2,
+            lambda: sum(metric(http, "missive:num_requests_running", model_name=m) for m in "bc") == 2,
             "both busy",
         )
         began = time.monotonic()
@@ -261,7 +276,7 @@ def test_the_memory_budget_unloads_the_least_recently_used(tmp_path: Any) -> Non
         # Unloaded for a: the least recently used of b and c, or both (when
         # both were idle by then and the first was c: 100 MiB was not enough).
         unloaded = sum(
-            metric(url, "missive:model_unloads_total", model_name=m, reason="memory") for m in "bc"
+            metric(http, "missive:model_unloads_total", model_name=m, reason="memory") for m in "bc"
         )
         assert "a" in loaded() and unloaded >= 1
 
