@@ -21,7 +21,7 @@ import pytest
 
 from missive.config import Config, ServerConfig
 from missive.server.shutdown import CLOSE_MARGIN
-from missive.testing import free_port, serve_process
+from missive.testing import free_port
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -252,7 +252,7 @@ def test_the_base_images() -> None:
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_the_healthcheck_probes_livez(name: str) -> None:
+def test_the_healthcheck_probes_livez(name: str, echo_url: str) -> None:
     """The HEALTHCHECK command requests a GET route the app has (/livez) on
     the default port: run as it is, it succeeds against a live server and
     fails where nothing listens."""
@@ -264,10 +264,9 @@ def test_the_healthcheck_probes_livez(name: str) -> None:
     assert (match.group(1), "GET") in app_routes()
     assert int(match.group(2)) == ServerConfig().port
     probe = [sys.executable, *command[1:]]
-    with serve_process({"models": {"echo": {"driver": "echo"}}}) as server:
-        port = server.url.rsplit(":", 1)[1]
-        ok = subprocess.run(probe, env={"MISSIVE__SERVER__PORT": port}, capture_output=True, timeout=30)
-        assert ok.returncode == 0, ok.stderr
+    port = echo_url.rsplit(":", 1)[1]  # the session's live echo server
+    ok = subprocess.run(probe, env={"MISSIVE__SERVER__PORT": port}, capture_output=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
     unused = str(free_port())
     nothing = subprocess.run(probe, env={"MISSIVE__SERVER__PORT": unused}, capture_output=True, timeout=30)
     assert nothing.returncode != 0
