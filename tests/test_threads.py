@@ -18,7 +18,7 @@ import anthropic
 import pytest
 from sdk_turns import as_param, captured, prompt
 
-from missive.testing import InProcessApp, in_process_app, live_server, until
+from missive.testing import InProcessApp, in_process_app, until
 from missive_echo import script
 
 KEY_A, KEY_B = "sk-thread-key-a", "sk-thread-key-b"
@@ -165,12 +165,11 @@ def test_malformed_thread_fields_are_400s(client: anthropic.Anthropic, thread: A
     assert problem in error.value.message
 
 
-def test_a_continue_in_flight_refuses_a_second_one() -> None:
-    """A stream read as it is written, then closed by the client: a live server
-    (the in-process transport hands a response over once it has ended)."""
-    config = {"models": echo_models()}
-    with live_server(config) as url:
-        _continue_in_flight(anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60))
+def test_a_continue_in_flight_refuses_a_second_one(echo_url: str) -> None:
+    """A stream read as it is written, then closed by the client: a live server,
+    the session's echo server (the in-process transport hands a response over
+    once it has ended)."""
+    _continue_in_flight(anthropic.Anthropic(base_url=echo_url, api_key="unused", max_retries=0, timeout=60))
 
 
 def _continue_in_flight(client: anthropic.Anthropic) -> None:
