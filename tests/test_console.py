@@ -1,5 +1,5 @@
-"""The web console's server side (core/missive/console/) through a live
-server on the echo driver, with httpx and the SDK: the page's files, its
+"""The web console's server side (core/missive/console/) through the app
+in process on the echo driver, with httpx and the SDK: the page's files, its
 JSON calls behind the keys, the recent requests (filters, detail, captured
 bodies per key), the graphs' series, and that the console's own calls stay
 out of the log, the metrics and the list. The page itself is tested in a
@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, in_process_app, serve_process, until
+from missive.testing import InProcessApp, in_process_app, until
 from missive_echo import script
 
 KEY = "sk-console-Hq71"  # an admin key: the console needs one
@@ -34,7 +34,8 @@ def capture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(capture_dir: Path) -> Iterator[ServerProcess]:
+def server(capture_dir: Path) -> Iterator[InProcessApp]:
+    """The app in process: the console's calls, answers and log lines need no socket."""
     config: dict[str, Any] = {
         "server": {"capture_dir": str(capture_dir)},
         "keys": {
@@ -46,48 +47,50 @@ def server(capture_dir: Path) -> Iterator[ServerProcess]:
             "echo-b": {"driver": "echo", "context_window": 1000},
         },
     }
-    with serve_process(config) as proc:
-        yield proc
+    with in_process_app(config) as app:
+        yield app
 
 
-def sdk(server: ServerProcess, key: str = KEY) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0)
+def sdk(server: InProcessApp, key: str = KEY) -> anthropic.Anthropic:
+    return server.sdk(api_key=key)
 
 
-def get(server: ServerProcess, path: str, api_key: str | None = KEY, **params: Any) -> httpx.Response:
+def get(server: InProcessApp, path: str, api_key: str | None = KEY, **params: Any) -> httpx.Response:
     headers = {"x-api-key": api_key} if api_key else {}
-    return httpx.get(f"{server.url}{path}", headers=headers, params=params)
+    with server.http_client() as http:
+        response: httpx.Response = http.get(path, headers=headers, params=params)
+    return response
 
 
-def recent(server: ServerProcess, **params: Any) -> dict[str, Any]:
+def recent(server: InProcessApp, **params: Any) -> dict[str, Any]:
     response = get(server, "/console/api/requests", **params)
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
-def test_the_page_and_its_files_need_no_key_and_forbid_foreign_code(server: ServerProcess) -> None:
+def test_the_page_and_its_files_need_no_key_and_forbid_foreign_code(server: InProcessApp) -> None:
     """``/console`` redirects to ``/console/`` (links are relative to it);
     the page and its files load without a key, with a content security
     policy allowing the server's own scripts only; other paths are 404s in
     the API's envelope."""
-    redirect = httpx.get(f"{server.url}/console")
+    redirect = get(server, "/console", None)
     assert redirect.status_code == 308 and redirect.headers["location"] == "console/"
-    page = httpx.get(f"{server.url}/console/")
+    page = get(server, "/console/", None)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
     for src in re.findall(r'(?:src|href)="(static/[^"]+)"', page.text):
-        assert httpx.get(f"{server.url}/console/{src}").status_code == 200, src
-    script_file = httpx.get(f"{server.url}/console/static/main.js")
+        assert get(server, f"/console/{src}", None).status_code == 200, src
+    script_file = get(server, "/console/static/main.js", None)
     assert script_file.headers["content-type"].startswith("text/javascript")
     assert "import" in script_file.text
     for missing in ("/console/static/nothing.js", "/console/static/..%2Froutes.py", "/console/api/nothing"):
-        response = httpx.get(f"{server.url}{missing}", headers={"x-api-key": KEY})
+        response = get(server, missing)
         assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error", missing
 
 
-def test_the_data_calls_need_an_admin_key(server: ServerProcess) -> None:
+def test_the_data_calls_need_an_admin_key(server: InProcessApp) -> None:
     """Every JSON call but ``api/config`` answers 401 in the envelope without
     a key or with a wrong one, 403 with a user key (as ``/v1/status``)."""
     assert get(server, "/console/api/config", api_key=None).json() == {"api_key_required": True}
@@ -109,14 +112,14 @@ def test_the_data_calls_need_an_admin_key(server: ServerProcess) -> None:
         )
 
 
-def test_status_is_the_v1_status(server: ServerProcess) -> None:
+def test_status_is_the_v1_status(server: InProcessApp) -> None:
     mine = get(server, "/console/api/status").json()
     theirs = get(server, "/v1/status").json()
     assert mine["models"].keys() == theirs["models"].keys() == {"echo", "echo-b"}
     assert mine["models"]["echo"]["status"] == "ready" and mine["version"] == theirs["version"]
 
 
-def test_a_request_is_listed_with_its_facts_and_ignored_fields(server: ServerProcess) -> None:
+def test_a_request_is_listed_with_its_facts_and_ignored_fields(server: InProcessApp) -> None:
     """A streamed request shows with its model, status, usage, times, stop
     reason and the ``missive-ignored`` items, newest first."""
     with sdk(server).messages.with_streaming_response.create(
@@ -143,7 +146,7 @@ def test_a_request_is_listed_with_its_facts_and_ignored_fields(server: ServerPro
     assert recent(server)["data"][0]["seq"] >= entry["seq"]
 
 
-def test_filters_and_paging(server: ServerProcess) -> None:
+def test_filters_and_paging(server: InProcessApp) -> None:
     """By model, endpoint, status class, ``error``, error type; ``limit`` and ``before`` page."""
     client = sdk(server)
     client.messages.create(model="echo-b", max_tokens=5, messages=[{"role": "user", "content": "bee"}])
@@ -179,7 +182,7 @@ def test_filters_and_paging(server: ServerProcess) -> None:
         assert response.status_code == 400 and response.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_detail_shows_the_captured_body_to_an_admin_key(server: ServerProcess) -> None:
+def test_detail_shows_the_captured_body_to_an_admin_key(server: InProcessApp) -> None:
     """With capture on, a request's detail holds its captured body (keys
     redacted), which an admin key sees whichever key sent it (as every
     batch, missive.keys); the user key that sent it may not use the console.
@@ -205,7 +208,7 @@ def test_detail_shows_the_captured_body_to_an_admin_key(server: ServerProcess) -
         assert response.status_code == 404 and response.json()["error"]["type"] == "not_found_error"
 
 
-def test_series_counts_requests_and_tokens_per_model(server: ServerProcess) -> None:
+def test_series_counts_requests_and_tokens_per_model(server: InProcessApp) -> None:
     """The graphs' points add each finished request's tokens into its
     model's bucket; all models together is the sum; the load sampler fills
     the waiting and running maxima."""
@@ -240,7 +243,7 @@ def test_series_counts_requests_and_tokens_per_model(server: ServerProcess) -> N
     )
 
 
-def test_console_calls_stay_out_of_the_log_metrics_and_list(server: ServerProcess) -> None:
+def test_console_calls_stay_out_of_the_log_metrics_and_list(server: InProcessApp) -> None:
     """Watching the server does not change what it shows: console calls log
     at debug only, count in no metric and are not among the recent requests."""
     for _ in range(3):
@@ -248,7 +251,9 @@ def test_console_calls_stay_out_of_the_log_metrics_and_list(server: ServerProces
         get(server, "/console/")
     listed = recent(server)["data"]
     assert not any(e["path"].startswith("/console") for e in listed)
-    assert " /console" not in "".join(line for line in server.log().splitlines() if "missive.access" in line)
+    get(server, "/v1/models")  # an API call, logged: the access lines are there to look in
+    access = "".join(line for line in server.log().splitlines() if "missive.access" in line)
+    assert " /v1/models" in access and " /console" not in access
     metrics = get(server, "/metrics").text
     assert 'endpoint="/console' not in metrics
 
