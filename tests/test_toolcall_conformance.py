@@ -32,10 +32,6 @@ from missive.testing.toolcall_report import (
     results_table,
 )
 
-#: Replayed once per worker that runs these tests (``_results`` is cached per
-#: process): under pytest-xdist the module stays on one worker.
-pytestmark = pytest.mark.xdist_group("toolcall_conformance")
-
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "models.md"
 
 
