@@ -14,7 +14,7 @@ import pytest
 
 from missive.driver.events import Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from missive.protocol.errors import BadGatewayError, InvalidRequestError, OverloadedError, PromptTooLongError
-from missive.testing import DriverContract, live_server
+from missive.testing import DriverContract, InProcessApp, in_process_app
 from missive_openai.chunks import ChunkTranslator
 from missive_openai.testing import FakeChatServer, render_tokens
 from missive_openai.upstream_errors import context_overflow, parse_error_body, translate
@@ -31,7 +31,7 @@ def fake() -> Iterator[FakeChatServer]:
 
 
 @pytest.fixture(scope="module")
-def url(fake: FakeChatServer) -> Iterator[str]:
+def app(fake: FakeChatServer) -> Iterator[InProcessApp]:
     settings = {"base_url": fake.url, "model": "fake-model", "api_key": "sk-upstream"}
     config: dict[str, Any] = {
         "models": {
@@ -59,13 +59,13 @@ def url(fake: FakeChatServer) -> Iterator[str]:
             },
         },
     }
-    with live_server(config) as base_url:
-        yield base_url
+    with in_process_app(config) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+def client(app: InProcessApp) -> anthropic.Anthropic:
+    return app.sdk(api_key="test", timeout=60)
 
 
 def test_estimate_at_start_exact_usage_at_the_end(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
@@ -603,14 +603,23 @@ def test_stream_cut_before_finish_and_forbidden_calls() -> None:
 
 
 @pytest.fixture(scope="module")
-def contract_url(url: str) -> str:
-    return url
+def contract_url(app: InProcessApp) -> str:
+    return app.url
 
 
+@pytest.mark.api  # the contract runs on the app in process, not on a live server
 class TestOpenAIContract(DriverContract):
     model = "gen"
     exact_count_tokens = False
     prompt = "red orange yellow green blue"
+
+    @pytest.fixture(autouse=True)
+    def _in_process(self, app: InProcessApp) -> None:
+        self.app = app
+
+    def client(self, url: str) -> anthropic.Anthropic:
+        assert url == self.app.url
+        return self.app.sdk(api_key="contract-test", timeout=120)
 
 
 def test_server_tool_history_and_definitions_converted() -> None:
