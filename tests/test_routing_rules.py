@@ -1,7 +1,7 @@
 """Routing by need (:mod:`missive.routing.rules`): ``[[routing.rules]]`` send
-a request to the model it needs, through the SDK against a live server of
-echo models; the rule shows in the log line, ``/metrics``, ``missive
-plugins`` and ``missive models``."""
+a request to the model it needs, through the SDK against the app of echo
+models in process (no socket); the rule shows in the log line,
+``/metrics``, ``missive plugins`` and ``missive models``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from PIL import Image
 from missive.config import Config, ConfigError
 from missive.protocol.schema.request import MessagesRequest
 from missive.routing.rules import RoutingConfig, RoutingRule, RoutingRules, estimate_prompt_tokens
-from missive.testing import ServerProcess, dump_toml, in_process_app, serve_process, until
+from missive.testing import InProcessApp, dump_toml, in_process_app, until
 
 VISION = {"input_media": ["image/png", "image/jpeg"]}
 MODELS: dict[str, Any] = {
@@ -44,14 +44,14 @@ CONFIG = {"models": MODELS, "routing": {"rules": RULES}}
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with serve_process(CONFIG) as process:
-        yield process
+def server() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0)
+def client(server: InProcessApp) -> anthropic.Anthropic:
+    return server.sdk(api_key="test")
 
 
 def png() -> str:
@@ -63,10 +63,12 @@ def png() -> str:
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png()}}
 
 
-def served(server: ServerProcess) -> dict[tuple[str, str], float]:
+def served(server: InProcessApp) -> dict[tuple[str, str], float]:
     """``missive:routing_rule_total``: {(model, rule): count}."""
     found = {}
-    for line in httpx.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+    with server.http_client(httpx, timeout=30) as http:
+        text = http.get("/metrics").text
+    for line in text.splitlines():
         match = re.match(r'^missive:routing_rule_total\{model_name="([^"]*)",rule="([^"]*)"\} (\S+)$', line)
         if match:
             found[(match.group(1), match.group(2))] = float(match.group(3))
@@ -80,9 +82,7 @@ def ask(
     return client.messages.create(model=model, max_tokens=2048, **body)
 
 
-def test_each_rule_sends_its_requests_to_its_model(
-    server: ServerProcess, client: anthropic.Anthropic
-) -> None:
+def test_each_rule_sends_its_requests_to_its_model(server: InProcessApp, client: anthropic.Anthropic) -> None:
     before = served(server)
     assert ask(client).content[0].text == "hello there"  # no rule: the alias's model
     small = ask(client, "claude-haiku-4-5-20251001")
@@ -186,9 +186,9 @@ def test_a_rule_never_sends_a_key_to_a_model_it_may_not_use() -> None:
         "max_tokens": 10,
         "messages": [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what is it?"}]}],
     }
-    with serve_process({**CONFIG, "keys": keys}) as keyed:
-        refused = httpx.post(f"{keyed.url}/v1/messages", json=body, headers={"x-api-key": narrow}, timeout=60)
-        routed = httpx.post(f"{keyed.url}/v1/messages", json=body, headers={"x-api-key": wide}, timeout=60)
+    with in_process_app({**CONFIG, "keys": keys}) as keyed, keyed.http_client(httpx, timeout=60) as http:
+        refused = http.post("/v1/messages", json=body, headers={"x-api-key": narrow})
+        routed = http.post("/v1/messages", json=body, headers={"x-api-key": wide})
         until(lambda: "rule=eyes" in keyed.log(), "the wide key's request routed")
     assert refused.status_code == 400 and "input media" in refused.json()["error"]["message"]
     assert routed.status_code == 200, routed.text
