@@ -1,10 +1,12 @@
 """Fallbacks across a fleet (:mod:`missive.routing.fallbacks`): a model's
 configured chain answers when it cannot take a request (its queue full: 529)
 before the answer starts, counted in ``/metrics`` and named in the log line;
-never once an answer has begun. Through the SDK against echo models."""
+never once an answer has begun. Through the SDK against echo models, on
+the app in process (no socket)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ from missive.protocol.schema.management import FallbackEntry
 from missive.protocol.schema.request import MessagesRequest
 from missive.routing.fallbacks import with_model_chain
 from missive.routing.rules import RoutingConfig, RoutingRules
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import InProcessApp, in_process_app, until
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1}}
 CONFIG: dict[str, Any] = {
@@ -34,15 +36,15 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with serve_process(CONFIG) as process:
-        yield process
+def server() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
-    """An SDK client of the fallback server, closed after each test."""
-    with anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0) as sdk:
+def client(server: InProcessApp) -> Iterator[anthropic.Anthropic]:
+    """An SDK client of the fallback app, closed after each test."""
+    with server.sdk(api_key="test") as sdk:
         yield sdk
 
 
@@ -50,38 +52,85 @@ def script(*steps: dict[str, Any]) -> str:
     return json.dumps({"script": list(steps)})
 
 
-def metric(server: ServerProcess, name: str, **labels: str) -> float:
-    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+def metric(server: InProcessApp, name: str, **labels: str) -> float:
+    with server.http_client(httpx, timeout=30) as http:
+        text = http.get("/metrics").text
     wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))  # the exposition sorts them
     match = re.search(rf"^missive:{name}\{{{re.escape(wanted)}\}} (\S+)$", text, re.M)
     return float(match.group(1)) if match else 0.0
 
 
 class Holder:
-    """A streaming request holding ``model``'s one slot until closed."""
+    """A streaming request holding ``model``'s one slot until closed.
 
-    def __init__(self, server: ServerProcess, model: str) -> None:
-        self.http = httpx.Client(timeout=60)
-        body = {
-            "model": model,
-            "max_tokens": 50,
-            "stream": True,
-            "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 60})}],
+    It is sent at the ASGI level on the app's loop, as Hypercorn would pass
+    it on: httpx's ASGI transport hands a response over only once its body
+    has ended, and this one does not end by itself. Closing it answers the
+    app's ``receive`` with ``http.disconnect`` (what Hypercorn sends when
+    the client's socket closes) and waits for the app to end the request."""
+
+    def __init__(self, server: InProcessApp, model: str) -> None:
+        self.server = server
+        self.received = bytearray()
+        body = json.dumps(
+            {
+                "model": model,
+                "max_tokens": 50,
+                "stream": True,
+                "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 60})}],
+            }
+        ).encode()
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/messages",
+            "raw_path": b"/v1/messages",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"missive.in-process"),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("missive.in-process", 80),
         }
-        self.response = self.http.send(
-            self.http.build_request("POST", f"{server.url}/v1/messages", json=body), stream=True
-        )
-        self.lines = self.response.iter_lines()  # kept: closing the iterator would close the stream
-        until(lambda: "held" in next(self.lines), "the holding stream's first text", timeout=60)
+
+        async def start() -> None:
+            self.left = asyncio.Event()
+            requested = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal requested
+                if not requested:
+                    requested = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                await self.left.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                self.received.extend(message.get("body", b""))
+
+            self.task = asyncio.ensure_future(server.app(scope, receive, send))
+
+        server.run(start())
+        until(lambda: b"held" in bytes(self.received), "the holding stream's first text", timeout=60)
 
     def close(self) -> None:
-        self.response.close()
-        self.http.close()
+        async def leave() -> None:
+            self.left.set()
+            await asyncio.wait([self.task], timeout=60)
+
+        self.server.run(leave())
+        assert self.task.done(), "the held request still runs after its client left"
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_full_queue_falls_back_to_the_next_model(
-    server: ServerProcess, client: anthropic.Anthropic, stream: bool
+    server: InProcessApp, client: anthropic.Anthropic, stream: bool
 ) -> None:
     before = metric(
         server, "fallbacks_total", model_name="main", fallback="spare", error_type="overloaded_error"
@@ -124,7 +173,7 @@ def test_a_full_queue_falls_back_to_the_next_model(
     assert "fallback=main->spare" in server.log()
 
 
-def test_a_model_without_a_chain_answers_529(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_a_model_without_a_chain_answers_529(server: InProcessApp, client: anthropic.Anthropic) -> None:
     holder = Holder(server, "alone")
     try:
         with pytest.raises(anthropic.APIStatusError) as caught:
@@ -134,7 +183,7 @@ def test_a_model_without_a_chain_answers_529(server: ServerProcess, client: anth
     assert caught.value.status_code == 529
 
 
-def test_no_fallback_once_the_answer_has_begun(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_no_fallback_once_the_answer_has_begun(server: InProcessApp, client: anthropic.Anthropic) -> None:
     """The model fails mid-stream with an overloaded error: the client keeps
     what it got and an ``error`` event; no other model is tried."""
     before = metric(
