@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
-from missive.testing import DriverContract, free_port, live_server
+from missive.testing import DriverContract, InProcessApp, free_port, in_process_app, live_server
 from missive_openai.testing import FakeChatServer, render_tokens
 
 MAX_MODEL_LEN = 2048
@@ -59,14 +58,19 @@ def fake() -> Iterator[FakeChatServer]:
         yield server
 
 
+def _vllm(fake: FakeChatServer) -> dict[str, Any]:
+    """The model ``vllm``: the fake, with thinking."""
+    return {"driver": "vllm", "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True}}
+
+
 @pytest.fixture(scope="module")
-def url(fake: FakeChatServer) -> Iterator[str]:
+def app(fake: FakeChatServer) -> Iterator[InProcessApp]:
     dead = f"http://127.0.0.1:{free_port()}"
     base = {"driver": "vllm"}
     config: dict[str, Any] = {
         "server": {"ping_interval": 0.2},
         "models": {
-            "vllm": {**base, "settings": {"base_url": fake.url, "model": "fake-model", "thinking": True}},
+            "vllm": _vllm(fake),
             "vllm-vision": {
                 **base,
                 "settings": {"base_url": fake.url + "/v1", "model": "fake-model", "vision": True},
@@ -79,13 +83,13 @@ def url(fake: FakeChatServer) -> Iterator[str]:
             "vllm-replicas": {**base, "settings": {"base_urls": [dead, fake.url], "model": "fake-model"}},
         },
     }
-    with live_server(config) as base_url:
-        yield base_url
+    with in_process_app(config) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+def client(app: InProcessApp) -> anthropic.Anthropic:
+    return app.sdk(api_key="test", timeout=60)
 
 
 def script(*steps: dict[str, Any], **extra: Any) -> str:
@@ -549,12 +553,13 @@ def test_models_listing_reports_max_model_len(client: anthropic.Anthropic) -> No
     assert client.models.retrieve("vllm").max_input_tokens == MAX_MODEL_LEN
 
 
-def test_backend_down_is_529_with_retry_after(url: str) -> None:
-    response = httpx.post(
-        f"{url}/v1/messages",
-        json={"model": "vllm-down", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
-        timeout=30,
-    )
+def test_backend_down_is_529_with_retry_after(app: InProcessApp) -> None:
+    with app.http_client() as http:
+        response = http.post(
+            "/v1/messages",
+            json={"model": "vllm-down", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+            timeout=30,
+        )
     assert response.status_code == 529
     assert response.json()["error"]["type"] == "overloaded_error"
     assert int(response.headers["retry-after"]) >= 1
@@ -568,19 +573,22 @@ def test_replica_failover_before_first_byte(client: anthropic.Anthropic, fake: F
         assert message.content[0].text == "still here"
 
 
-def test_malformed_chunk_is_an_error_event(url: str) -> None:
+def test_malformed_chunk_is_an_error_event(app: InProcessApp) -> None:
     content = script({"content": "Hi"}, {"raw": "data: {not json"})
-    with httpx.stream(
-        "POST",
-        f"{url}/v1/messages",
-        timeout=30,
-        json={
-            "model": "vllm",
-            "max_tokens": 20,
-            "stream": True,
-            "messages": [{"role": "user", "content": content}],
-        },
-    ) as r:
+    with (
+        app.http_client() as http,
+        http.stream(
+            "POST",
+            "/v1/messages",
+            timeout=30,
+            json={
+                "model": "vllm",
+                "max_tokens": 20,
+                "stream": True,
+                "messages": [{"role": "user", "content": content}],
+            },
+        ) as r,
+    ):
         body = r.read().decode()
     assert r.status_code == 200
     assert "event: error" in body and "malformed chunk from the backend" in body
@@ -604,26 +612,40 @@ def test_backend_error_chunk_mid_stream(client: anthropic.Anthropic) -> None:
     assert caught.value.status_code == 502 and "engine died" in caught.value.body["error"]["message"]
 
 
-def test_client_disconnect_closes_upstream(client: anthropic.Anthropic, fake: FakeChatServer) -> None:
+def test_client_disconnect_closes_upstream(fake: FakeChatServer) -> None:
+    """On a live server: the app in process hands a stream over only once it
+    has ended, so a client cannot leave it midway there."""
     steps = [{"content": "tick"}] + [{"sleep": 0.05}, {"content": " tick"}] * 200
-    before = len(fake.disconnects)
-    with client.messages.stream(
-        model="vllm", max_tokens=1000, messages=[{"role": "user", "content": script(*steps)}]
-    ) as stream:
-        for text in stream.text_stream:
-            if text:
-                break
-    assert fake.wait_for(lambda: len(fake.disconnects) > before), "the fake never saw the disconnect"
+    config = {"server": {"ping_interval": 0.2}, "models": {"vllm": _vllm(fake)}}
+    with live_server(config) as url:  # the server stays up: only the client leaves
+        before = len(fake.disconnects)
+        client = anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+        with client.messages.stream(
+            model="vllm", max_tokens=1000, messages=[{"role": "user", "content": script(*steps)}]
+        ) as stream:
+            for text in stream.text_stream:
+                if text:
+                    break
+        assert fake.wait_for(lambda: len(fake.disconnects) > before), "the fake never saw the disconnect"
 
 
 @pytest.fixture(scope="module")
-def contract_url(url: str) -> str:
-    return url
+def contract_url(app: InProcessApp) -> str:
+    return app.url
 
 
+@pytest.mark.api  # the contract runs on the app in process, not on a live server
 class TestVLLMContract(DriverContract):
     model = "vllm"
     prompt = "red orange yellow green blue"
+
+    @pytest.fixture(autouse=True)
+    def _in_process(self, app: InProcessApp) -> None:
+        self.app = app
+
+    def client(self, url: str) -> anthropic.Anthropic:
+        assert url == self.app.url
+        return self.app.sdk(api_key="contract-test", timeout=120)
 
 
 def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) -> None:
@@ -631,8 +653,6 @@ def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) ->
     start-up log, and ``auto`` leaves the model's effective capabilities: a
     request relying on it gets the core's 400 naming the capability (not a
     weakened answer), while forced choices still reach vLLM."""
-    from missive.testing import serve_process
-
     with FakeChatServer(auto_tools=False) as bare, FakeChatServer() as full:
         config = {
             "models": {
@@ -644,9 +664,9 @@ def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) ->
                 },
             }
         }
-        with serve_process(config) as server:
-            log = server.log_path.read_text()
-            client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0, timeout=60)
+        with in_process_app(config) as app:
+            log = app.log()
+            client = app.sdk(api_key="test", timeout=60)
             with pytest.raises(anthropic.BadRequestError) as refused:
                 client.messages.create(
                     model="bare", max_tokens=20, tools=TOOLS, messages=[{"role": "user", "content": "hello"}]
