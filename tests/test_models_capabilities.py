@@ -4,6 +4,9 @@
 derived from each model's driver capabilities and configuration overrides;
 and llm-anthropic, which reads them to decide what to send, working with
 ``-o thinking 0`` against a model that cannot reason.
+
+The SDK's tests run on the app in process (no socket); llm-anthropic is a
+program of its own, so its test starts a live server (once llm is installed).
 """
 
 from __future__ import annotations
@@ -20,11 +23,10 @@ import anthropic
 import pytest
 from venvs import fresh_venv, pip
 
-from missive.testing import live_server
+from missive.testing import InProcessApp, in_process_app, live_server
 
 TOOLS4 = ["auto", "any", "tool", "none"]
 CONFIG: dict[str, Any] = {
-    "server": {"capture_dir": "CAPTURE"},
     "models": {
         "claude-plain": {
             "driver": "echo",
@@ -51,20 +53,14 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("capture")
+def app() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def url(capture: Path) -> Iterator[str]:
-    config = json.loads(json.dumps(CONFIG).replace("CAPTURE", str(capture)))
-    with live_server(config) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+def client(app: InProcessApp) -> anthropic.Anthropic:
+    return app.sdk(timeout=60)
 
 
 def supported(tree: Any, *path: str) -> bool:
@@ -156,32 +152,32 @@ def llm_venv() -> Path:
     return llm
 
 
-def test_llm_anthropic_thinking_off_on_a_model_that_cannot_reason(
-    url: str, capture: Path, tmp_path: Path
-) -> None:
-    llm = llm_venv()
-    env = {
-        **os.environ,
-        "ANTHROPIC_BASE_URL": url,
-        "ANTHROPIC_API_KEY": "unused",
-        "LLM_USER_PATH": str(tmp_path),
-    }
-    refresh = subprocess.run(
-        [str(llm), "anthropic", "refresh"], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert refresh.returncode == 0, refresh.stderr
-    for request in capture.glob("*.json"):
-        request.unlink()
-    answer = subprocess.run(
-        [str(llm), "-m", "claude-plain", "-o", "thinking", "0", "--no-stream", "hello from llm"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert answer.returncode == 0, answer.stderr
-    assert answer.stdout.strip() == "hello from llm"
-    bodies = [json.loads(p.read_text()) for p in sorted(capture.glob("*.json"))]
+def test_llm_anthropic_thinking_off_on_a_model_that_cannot_reason(tmp_path: Path) -> None:
+    llm = llm_venv()  # before the server: a run that cannot install llm skips without one
+    capture = tmp_path / "capture"
+    with live_server({**CONFIG, "server": {"capture_dir": str(capture)}}) as url:
+        env = {
+            **os.environ,
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_API_KEY": "unused",
+            "LLM_USER_PATH": str(tmp_path),
+        }
+        refresh = subprocess.run(
+            [str(llm), "anthropic", "refresh"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert refresh.returncode == 0, refresh.stderr
+        for request in capture.glob("*.json"):
+            request.unlink()
+        answer = subprocess.run(
+            [str(llm), "-m", "claude-plain", "-o", "thinking", "0", "--no-stream", "hello from llm"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert answer.returncode == 0, answer.stderr
+        assert answer.stdout.strip() == "hello from llm"
+        bodies = [json.loads(p.read_text()) for p in sorted(capture.glob("*.json"))]
     sent = [b.get("body", b) for b in bodies]
     messages = [b for b in sent if isinstance(b, dict) and "messages" in b]
     assert messages and messages[-1].get("thinking") == {"type": "disabled"}, messages
