@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import free_port, in_process_app, live_server
+from missive.testing import InProcessApp, free_port, in_process_app, live_server
 from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
 TOOLS = [
@@ -79,35 +79,46 @@ def fake() -> Iterator[FakeOllama]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def url(fake: FakeOllama) -> Iterator[str]:
-    def model(tag: str, context: int | None = 2048, **settings: Any) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "driver": "ollama",
-            "settings": {"model": tag, "base_url": fake.url, **settings},
-        }
-        if context is not None:
-            entry["context_window"] = context
-        return entry
+def model(fake: FakeOllama, tag: str, context: int | None = 2048, **settings: Any) -> dict[str, Any]:
+    """A model of the fake Ollama, with its ``tag``."""
+    entry: dict[str, Any] = {
+        "driver": "ollama",
+        "settings": {"model": tag, "base_url": fake.url, **settings},
+    }
+    if context is not None:
+        entry["context_window"] = context
+    return entry
 
+
+@pytest.fixture(scope="module")
+def app(fake: FakeOllama) -> Iterator[InProcessApp]:
     config = {
         "models": {
-            "qwen": model("qwen3:8b"),
-            "vision": model("gemma3:4b"),
-            "vision-tools": model("qwen2.5vl:3b"),
-            "plain": model("llama3.2", context=None, sampling_defaults="model"),
-            "ghost": model("ghost:1b"),
-            "oss": model("gpt-oss:20b", think_level="effort"),
-            "edge": model("qwen3:8b"),  # only for the near-the-limit test: its estimate ratio stays untrained
+            "qwen": model(fake, "qwen3:8b"),
+            "vision": model(fake, "gemma3:4b"),
+            "vision-tools": model(fake, "qwen2.5vl:3b"),
+            "plain": model(fake, "llama3.2", context=None, sampling_defaults="model"),
+            "ghost": model(fake, "ghost:1b"),
+            "oss": model(fake, "gpt-oss:20b", think_level="effort"),
+            # only for the near-the-limit test: its estimate ratio stays untrained
+            "edge": model(fake, "qwen3:8b"),
         }
     }
-    with live_server(config) as base:
+    with in_process_app(config) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def url(fake: FakeOllama) -> Iterator[str]:
+    """A live server of the model ``qwen``, for the tests of a stream as it
+    is written (the app in process hands a stream over once it has ended)."""
+    with live_server({"models": {"qwen": model(fake, "qwen3:8b")}}) as base:
         yield base
 
 
 @pytest.fixture
-def client(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=60)
+def client(app: InProcessApp) -> anthropic.Anthropic:
+    return app.sdk(api_key="test", timeout=60)
 
 
 def last_chat(fake: FakeOllama) -> dict[str, Any]:
@@ -572,6 +583,8 @@ def test_unreachable_ollama_is_a_529_with_retry_after() -> None:
 
 def test_unknown_tag_fails_start_up(fake: FakeOllama) -> None:
     config = {"models": {"q": {"driver": "ollama", "settings": {"model": "nope:7b", "base_url": fake.url}}}}
+    # A start that fails: on a live server (the app in process would raise
+    # Quart's LifespanError, the ConfigError's type lost, from its thread).
     with pytest.raises(RuntimeError) as caught:
         with live_server(config, timeout=30):
             pass
