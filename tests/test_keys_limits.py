@@ -1,10 +1,16 @@
-"""Limits per key (issue 32, core/missive/keys/limits.py) through a live
-server and the official SDK: each limit (requests, input and output tokens
-per minute and per day, concurrent requests) answers 429
-``rate_limit_error`` with ``retry-after`` and the API's
-``anthropic-ratelimit-*`` headers once reached; admitted answers carry the
-headers too, streams included; and with two workers the limits are the
-server's, not each worker's.
+"""Limits per key (issue 32, core/missive/keys/limits.py) through the app
+and the official SDK: each limit (requests, input and output tokens per
+minute and per day, concurrent requests) answers 429 ``rate_limit_error``
+with ``retry-after`` and the API's ``anthropic-ratelimit-*`` headers once
+reached; admitted answers carry the headers too, streams included; and with
+two workers the limits are the server's, not each worker's.
+
+The tests run on the app in process (``server``, no socket), but for the
+two workers' test, which needs a live server of two processes. The
+concurrent test holds its running stream open on the app's event loop as
+an ASGI server does (:func:`held_stream`: its first event read, then the
+``http.disconnect`` a server gives the app when the client closes the
+connection).
 
 The echo model's tokens are words: an 8-word prompt is 8 input tokens and
 its echo 8 output tokens. Refills make values drift with time only upward
@@ -15,10 +21,15 @@ limits), and bounds elsewhere; none depends on the machine's speed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,7 +37,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import ServerProcess, serve_process, until
+from missive.testing import InProcessApp, in_process_app, serve_process, until
 from missive_echo import script
 from missive_openai.testing import FakeChatServer
 
@@ -61,13 +72,14 @@ CONFIG: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with serve_process(CONFIG) as proc:
-        yield proc
+def server() -> Iterator[InProcessApp]:
+    """The app of ``CONFIG`` in process."""
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
-def client(server: ServerProcess, name: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key=f"sk-{name}", max_retries=0, timeout=60)
+def client(server: InProcessApp, name: str) -> anthropic.Anthropic:
+    return server.sdk(api_key=f"sk-{name}", max_retries=0, timeout=60)
 
 
 def send(api: anthropic.Anthropic, text: str = EIGHT) -> dict[str, str]:
@@ -104,7 +116,7 @@ def reset_in(headers: dict[str, str], name: str) -> float:
     return at.timestamp() - time.time()
 
 
-def test_requests_per_minute(server: ServerProcess) -> None:
+def test_requests_per_minute(server: InProcessApp) -> None:
     api = client(server, "rpm")
     first, second = send(api), send(api)
     assert (first[f"{PREFIX}requests-limit"], first[f"{PREFIX}requests-remaining"]) == ("2", "1")
@@ -127,7 +139,7 @@ def test_requests_per_minute(server: ServerProcess) -> None:
     ],
 )
 def test_token_limits(
-    server: ServerProcess, name: str, kind: str, retry_most: int, reset_least: float
+    server: InProcessApp, name: str, kind: str, retry_most: int, reset_least: float
 ) -> None:
     """A key with 5 tokens a minute (or a day) is admitted while its bucket
     holds a token; the 8-token answer overdraws it, so the next request is
@@ -152,7 +164,7 @@ def test_token_limits(
     assert f"{PREFIX}{other}-tokens-limit" not in headers and f"{PREFIX}requests-limit" not in headers
 
 
-def test_cached_input_tokens_do_not_count(server: ServerProcess) -> None:
+def test_cached_input_tokens_do_not_count(server: InProcessApp) -> None:
     """Input tokens read from the cache do not count toward an input limit
     (the API's rule): a prompt of 8 tokens, 6 of them cache reads, takes 2."""
     api = client(server, "all")  # 50 input tokens a day: its most restrictive input limit
@@ -165,7 +177,7 @@ def test_cached_input_tokens_do_not_count(server: ServerProcess) -> None:
     assert spent == 2 + message.usage.input_tokens  # "a b", then the scripted prompt's uncached part
 
 
-def test_every_header_on_a_key_with_every_limit(server: ServerProcess) -> None:
+def test_every_header_on_a_key_with_every_limit(server: InProcessApp) -> None:
     """Admitted answers, streamed or not, carry the requests, tokens, input
     and output headers; the tokens ones are the most restrictive limit in
     effect (the per-day input limit here), each per-kind one the more
@@ -204,11 +216,11 @@ def test_every_header_on_a_key_with_every_limit(server: ServerProcess) -> None:
         assert reset_in(streamed, kind) > 0
 
 
-def test_a_key_without_limits_gets_no_headers(server: ServerProcess) -> None:
+def test_a_key_without_limits_gets_no_headers(server: InProcessApp) -> None:
     assert send(client(server, "free")) == {}
 
 
-def test_concurrent_requests(server: ServerProcess) -> None:
+def test_concurrent_requests(server: InProcessApp) -> None:
     """With one request running, a second of the key is refused (retry-after
     1); once the first ends (its client left), the key is admitted again."""
     api = client(server, "conc")
@@ -219,15 +231,87 @@ def test_concurrent_requests(server: ServerProcess) -> None:
         "stream": True,
         "messages": [{"role": "user", "content": long}],
     }
-    with httpx.Client(base_url=server.url, timeout=60) as http:
-        with http.stream("POST", "/v1/messages", json=body, headers={"x-api-key": "sk-conc"}) as running:
-            assert running.status_code == 200
-            lines = running.iter_lines()  # kept: a dropped iterator closes the stream
-            assert next(lines) == "event: message_start"  # it is running
-            message, retry, headers = refused(api)
-            assert retry == 1 and "1 requests running" in message and "concurrent_requests" in message
-            assert headers == {}  # no rate-limit header describes concurrency
+    with held_stream(server, body, {"x-api-key": "sk-conc"}) as (status, first):
+        assert status == 200
+        assert first.decode().splitlines()[0] == "event: message_start"  # it is running
+        message, retry, headers = refused(api)
+        assert retry == 1 and "1 requests running" in message and "concurrent_requests" in message
+        assert headers == {}  # no rate-limit header describes concurrency
     until(lambda: _admitted(api), "the key admitted once its request ended")
+
+
+@contextlib.contextmanager
+def held_stream(
+    server: InProcessApp, body: dict[str, Any], headers: dict[str, str]
+) -> Iterator[tuple[int, bytes]]:
+    """A POST of ``body`` to ``/v1/messages`` held open on the app's event
+    loop as an ASGI server holds a client's request (the in-process
+    transport would wait for the body's end): yields the response's status
+    and its first body chunk once the app has sent them, the request still
+    running; on exit its client leaves (``http.disconnect``, what Hypercorn
+    gives the app when the connection closes) and the request's end is
+    awaited."""
+    content = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/messages",
+        "raw_path": b"/v1/messages",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"missive.in-process"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(content)).encode()),
+            *((name.encode(), value.encode()) for name, value in headers.items()),
+        ],
+        "server": ("missive.in-process", 80),
+        "client": ("127.0.0.1", 50000),
+    }
+    began: Future[tuple[int, bytes]] = Future()
+    leave = threading.Event()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        read = False
+        status = 0
+
+        async def receive() -> dict[str, Any]:
+            nonlocal read
+            if not read:
+                read = True
+                return {"type": "http.request", "body": content, "more_body": False}
+            await loop.run_in_executor(None, leave.wait)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and not began.done():
+                began.set_result((status, message.get("body", b"")))
+
+        try:
+            await server.app(scope, receive, send)
+        finally:
+            if not began.done():
+                began.set_exception(
+                    AssertionError(f"the response ended before a body chunk (status {status})")
+                )
+
+    with ThreadPoolExecutor(1) as pool:
+        served = pool.submit(server.run, serve())
+        try:
+            yield began.result(60)
+        finally:
+            leave.set()
+            try:
+                served.result(60)
+            except TimeoutError:
+                raise AssertionError("the request still running 60 s after its client left") from None
 
 
 def _admitted(api: anthropic.Anthropic) -> bool:
@@ -238,11 +322,11 @@ def _admitted(api: anthropic.Anthropic) -> bool:
     return True
 
 
-def test_the_sdk_retries_a_429_after_retry_after(server: ServerProcess) -> None:
+def test_the_sdk_retries_a_429_after_retry_after(server: InProcessApp) -> None:
     """The SDK's own retry (max_retries) of a 429 honours retry-after: with a
     concurrent limit, its retry a second later succeeds once the running
     request has ended (here it already has: the retry is admitted)."""
-    api = anthropic.Anthropic(base_url=server.url, api_key="sk-conc", max_retries=2, timeout=60)
+    api = server.sdk(api_key="sk-conc", max_retries=2, timeout=60)
     assert api.messages.create(
         model="echo", max_tokens=5, messages=[{"role": "user", "content": "y"}]
     ).content
