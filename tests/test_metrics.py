@@ -1,20 +1,21 @@
-"""``GET /metrics`` (core/missive/metrics.py) through a live server on the echo
-driver: counters move by exactly what the answers reported, errors are
-counted by status and type, histograms get one observation per message,
-the load gauges follow held and queued requests, the endpoint needs a key
-unless ``server.metrics_public``, and the shipped Grafana dashboard uses only
-names the server exposes."""
+"""``GET /metrics`` (core/missive/metrics.py) through the app in process (no
+socket) on the echo driver: counters move by exactly what the answers
+reported, errors are counted by status and type, histograms get one
+observation per message, the load gauges follow held and queued requests
+(streams held open at the ASGI level, their clients hanging up with
+``http.disconnect``), the endpoint needs a key unless
+``server.metrics_public``, and the shipped Grafana dashboard uses only names
+the server exposes."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import anthropic
 import httpx
@@ -22,7 +23,7 @@ import pytest
 from media_files import b64, image_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
-from missive.testing import ServerProcess, in_process_app, serve_process, until
+from missive.testing import InProcessApp, in_process_app, until
 from missive_echo import script
 
 KEY = "sk-metrics-test-key"  # an admin key: /metrics needs one
@@ -49,20 +50,28 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with serve_process(CONFIG) as proc:
-        yield proc
+def server() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=server.url, api_key=KEY, max_retries=0, timeout=60) as c:
+def client(server: InProcessApp) -> Iterator[anthropic.Anthropic]:
+    with server.sdk(api_key=KEY, timeout=60) as c:
         yield c
 
 
-def scrape(url: str, key: str | None = KEY) -> Samples:
+@pytest.fixture(scope="module")
+def http(server: InProcessApp) -> Iterator[httpx.Client]:
+    """An httpx client of the app (no key of its own)."""
+    with server.http_client(httpx, timeout=10) as c:
+        yield c
+
+
+def scrape(server: InProcessApp, key: str | None = KEY) -> Samples:
     """Every sample of ``/metrics``: (name, labels) -> value."""
-    response = httpx.get(f"{url}/metrics", headers={"x-api-key": key} if key else {}, timeout=10)
+    with server.http_client(httpx, timeout=10) as http:
+        response = http.get("/metrics", headers={"x-api-key": key} if key else {})
     assert response.status_code == 200, response.text
     samples: Samples = {}
     for family in text_string_to_metric_families(response.text):
@@ -84,16 +93,16 @@ def ask(text: str, model: str = "echo", **extra: Any) -> dict[str, Any]:
     return {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": text}], **extra}
 
 
-def test_metrics_need_a_key(server: ServerProcess) -> None:
+def test_metrics_need_a_key(http: httpx.Client) -> None:
     """With API keys configured, /metrics answers 401 in the API's envelope
     without one, 403 to a user key, and the exposition with an admin key
     (x-api-key or Bearer)."""
-    refused = httpx.get(f"{server.url}/metrics", timeout=10)
+    refused = http.get("/metrics")
     assert refused.status_code == 401
     assert refused.json()["error"]["type"] == "authentication_error"
-    user = httpx.get(f"{server.url}/metrics", headers={"x-api-key": USER_KEY}, timeout=10)
+    user = http.get("/metrics", headers={"x-api-key": USER_KEY})
     assert user.status_code == 403 and user.json()["error"]["type"] == "permission_error"
-    bearer = httpx.get(f"{server.url}/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=10)
+    bearer = http.get("/metrics", headers={"authorization": f"Bearer {KEY}"})
     assert bearer.status_code == 200
     assert bearer.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert "# TYPE missive:requests_total counter" in bearer.text
@@ -109,21 +118,19 @@ def test_metrics_public_needs_no_key() -> None:
         assert http.get("/v1/models").status_code == 401
 
 
-def test_token_counters_move_by_the_reported_usage(
-    server: ServerProcess, client: anthropic.Anthropic
-) -> None:
+def test_token_counters_move_by_the_reported_usage(server: InProcessApp, client: anthropic.Anthropic) -> None:
     """Prompt, cached and output token counters grow by exactly the usage the
     client received, over a plain answer (with a cache hit), a stream cut
     by max_tokens, and count_tokens (which counts no tokens); successes are
     counted by stop reason and requests by status."""
-    before = scrape(server.url)
+    before = scrape(server)
     plain = client.messages.create(
         **ask(script({"text": "one two three", "tokens": 3}, cache_read_input_tokens=4))
     )
     with client.messages.stream(**ask("a b c d e f g h", max_tokens=3)) as stream:
         streamed = stream.get_final_message()
     counted = client.messages.count_tokens(model="echo", messages=[{"role": "user", "content": "x y z"}])
-    after = scrape(server.url)
+    after = scrape(server)
 
     assert plain.usage.cache_read_input_tokens == 4 and streamed.stop_reason == "max_tokens"
     usages = [plain.usage, streamed.usage]
@@ -145,12 +152,14 @@ def test_token_counters_move_by_the_reported_usage(
     assert counted.input_tokens == 3
 
 
-def test_errors_are_counted_by_status_and_type(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_errors_are_counted_by_status_and_type(
+    server: InProcessApp, client: anthropic.Anthropic, http: httpx.Client
+) -> None:
     """A 400 invalid_request_error (prompt too long, for a known model), a 404
     not_found_error (unknown model: model_name is empty, never the client's
     string), and an error event in a stream (status 200 with the error's
     type, no success counted)."""
-    before = scrape(server.url)
+    before = scrape(server)
     with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
         client.messages.create(**ask("word " * 40, model="small"))
     with pytest.raises(anthropic.NotFoundError):
@@ -160,9 +169,9 @@ def test_errors_are_counted_by_status_and_type(server: ServerProcess, client: an
             **ask(script({"text": "a"}, {"error": {"type": "overloaded_error"}}))
         ) as s:
             s.get_final_message()
-    assert httpx.get(server.url + "/v1/messages", headers={"x-api-key": "t"}).status_code == 405
-    assert httpx.get(server.url + "/v1/nowhere", headers={"x-api-key": "t"}).status_code == 404
-    after = scrape(server.url)
+    assert http.get("/v1/messages", headers={"x-api-key": "t"}).status_code == 405
+    assert http.get("/v1/nowhere", headers={"x-api-key": "t"}).status_code == 404
+    after = scrape(server)
 
     messages = {"endpoint": "/v1/messages"}
     assert (
@@ -230,14 +239,14 @@ def test_errors_are_counted_by_status_and_type(server: ServerProcess, client: an
     assert success == sum(v for (name, _), v in before.items() if name == "missive:request_success_total")
 
 
-def test_histograms_observe_each_message(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_histograms_observe_each_message(server: InProcessApp, client: anthropic.Anthropic) -> None:
     """One observation per message in the time-to-first-token, end-to-end,
     queue, decode and per-token histograms; a scripted 0.3 s silence before
     the first token shows in time to first token and end-to-end latency,
     and a 0.3 s pause between tokens in the decode time."""
-    before = scrape(server.url)
+    before = scrape(server)
     client.messages.create(**ask(script({"sleep": 0.3}, {"text": "a "}, {"sleep": 0.3}, {"text": "b"})))
-    after = scrape(server.url)
+    after = scrape(server)
 
     for name in (
         "time_to_first_token_seconds",
@@ -255,10 +264,10 @@ def test_histograms_observe_each_message(server: ServerProcess, client: anthropi
     )
 
 
-def test_media_blocks_are_counted_by_kind(server: ServerProcess, client: anthropic.Anthropic) -> None:
+def test_media_blocks_are_counted_by_kind(server: InProcessApp, client: anthropic.Anthropic) -> None:
     """An image block and a text document processed for one message add 1 to
     each kind."""
-    before = scrape(server.url)
+    before = scrape(server)
     image = {
         "type": "image",
         "source": {"type": "base64", "media_type": "image/png", "data": b64(image_bytes())},
@@ -271,15 +280,21 @@ def test_media_blocks_are_counted_by_kind(server: ServerProcess, client: anthrop
             {"role": "user", "content": [image, document, {"type": "text", "text": "describe"}]},
         ],
     )
-    after = scrape(server.url)
+    after = scrape(server)
     assert delta(before, after, "missive:media_processed_total", kind="image") == 1
     assert delta(before, after, "missive:media_processed_total", kind="document") == 1
 
 
 class Raw:
-    """A streaming ``POST /v1/messages`` on its own socket, to hold a slot."""
+    """A streaming ``POST /v1/messages`` to hold a slot, sent at the ASGI level
+    on the app's loop as Hypercorn would pass it on (httpx's ASGI transport
+    hands a response over only once its body has ended, and this one does
+    not end by itself). :meth:`close` is the client hanging up: the app's
+    ``receive`` answers ``http.disconnect``, what Hypercorn sends when the
+    client's socket closes."""
 
-    def __init__(self, url: str, model: str, steps: list[dict[str, Any]]) -> None:
+    def __init__(self, server: InProcessApp, model: str, steps: list[dict[str, Any]]) -> None:
+        self.server = server
         body = json.dumps(
             {
                 "model": model,
@@ -288,46 +303,92 @@ class Raw:
                 "messages": [{"role": "user", "content": script(*steps)}],
             }
         ).encode()
-        parsed = urlparse(url)
-        self.sock = socket.create_connection((parsed.hostname, parsed.port), timeout=DEADLINE)
-        self.sock.sendall(
-            b"POST /v1/messages HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n"
-            + f"x-api-key: {KEY}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-            + body
-        )
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/messages",
+            "raw_path": b"/v1/messages",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"test"),
+                (b"content-type", b"application/json"),
+                (b"x-api-key", KEY.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("missive.in-process", 80),
+        }
+
+        async def start() -> None:
+            self.left = asyncio.Event()
+            self.started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            requested = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal requested
+                if not requested:
+                    requested = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                await self.left.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start" and not self.started.done():
+                    self.started.set_result(message["status"])
+
+            self.task = asyncio.ensure_future(server.app(scope, receive, send))
+
+        server.run(start())
 
     def status(self) -> int:
-        line = self.sock.recv(4096).split(b"\r\n", 1)[0]
-        return int(line.split()[1])
+        """The response's status, once the app has started it."""
+
+        async def started() -> int:
+            return await asyncio.wait_for(asyncio.shield(self.started), DEADLINE)
+
+        return int(self.server.run(started()))
+
+    def close(self) -> None:
+        """Hang up, and give the app up to ``DEADLINE`` to end the request."""
+
+        async def leave() -> None:
+            self.left.set()
+            await asyncio.wait([self.task], timeout=DEADLINE)
+
+        self.server.run(leave())
 
 
-def test_load_gauges_follow_running_and_waiting_requests(server: ServerProcess) -> None:
+def test_load_gauges_follow_running_and_waiting_requests(server: InProcessApp) -> None:
     """A held slot shows as 1 running, a request behind it as 1 waiting; once
     both clients hang up the gauges fall back to 0, the waiter's queue time
     is observed, and the request cut mid-stream is counted with
     error_type client_disconnected."""
-    before = scrape(server.url)
-    holder = Raw(server.url, "single", [{"text": "holding"}, {"sleep": 120}])
+    before = scrape(server)
+    holder = Raw(server, "single", [{"text": "holding"}, {"sleep": 120}])
     assert holder.status() == 200
-    waiter = Raw(server.url, "single", [{"text": "served"}, {"sleep": 120}])
+    waiter = Raw(server, "single", [{"text": "served"}, {"sleep": 120}])
     try:
         until(
-            lambda: value(scrape(server.url), "missive:num_requests_waiting", model_name="single") == 1,
+            lambda: value(scrape(server), "missive:num_requests_waiting", model_name="single") == 1,
             "1 waiting",
         )
-        now = scrape(server.url)
+        now = scrape(server)
         assert value(now, "missive:num_requests_running", model_name="single") == 1
-        holder.sock.close()
+        holder.close()
         assert waiter.status() == 200  # admitted once the holder left
     finally:
-        holder.sock.close()
-        waiter.sock.close()
-    until(lambda: value(scrape(server.url), "missive:num_requests_running", model_name="single") == 0, "idle")
+        holder.close()
+        waiter.close()
+    until(lambda: value(scrape(server), "missive:num_requests_running", model_name="single") == 0, "idle")
     until(
         lambda: (
             delta(
                 before,
-                scrape(server.url),
+                scrape(server),
                 "missive:requests_total",
                 model_name="single",
                 endpoint="/v1/messages",
@@ -338,7 +399,7 @@ def test_load_gauges_follow_running_and_waiting_requests(server: ServerProcess) 
         ),
         "both cut streams counted",
     )
-    after = scrape(server.url)
+    after = scrape(server)
     assert value(after, "missive:num_requests_waiting", model_name="single") == 0
     assert delta(before, after, "missive:request_queue_time_seconds_count", model_name="single") == 2
     assert delta(before, after, "missive:request_queue_time_seconds_sum", model_name="single") > 0
@@ -350,11 +411,11 @@ def _dashboard_metric_names() -> set[str]:
     return {name for expr in exprs for name in re.findall(r"missive:[a-zA-Z0-9_:]+", expr)}
 
 
-def test_dashboard_uses_only_exposed_metric_names(server: ServerProcess) -> None:
+def test_dashboard_uses_only_exposed_metric_names(http: httpx.Client) -> None:
     """Every ``missive:`` series the Grafana dashboard queries is exposed by
     /metrics (histograms as ``_bucket``, ``_sum``, ``_count``), and the
     dashboard charts every metric family the server has."""
-    text = httpx.get(f"{server.url}/metrics", headers={"x-api-key": KEY}, timeout=10).text
+    text = http.get("/metrics", headers={"x-api-key": KEY}).text
     exposed: set[str] = set()
     families: set[str] = set()
     for name, kind in re.findall(r"^# TYPE (\S+) (\w+)$", text, re.MULTILINE):
