@@ -15,6 +15,14 @@
 The fakes reproduce each backend's wire format (``missive_openai.testing``
 for vLLM, ``missive_llamaserver.testing``, ``missive_ollama.testing``); the
 killed one runs in its own process so that it can be killed for real.
+
+One live server per kind (``servers``) serves every fault of its kind, each
+a model of its own: ``m`` (the fake in this process), ``killed`` (the fake
+in its own process) and ``hanging`` (a socket that never answers). The
+faults need the server's socket (a stream read as it arrives, a client
+leaving) but for the hanging backend's; it shares the servers rather than
+run in process, where its two read timeouts would add seconds of waiting to
+the fast tier.
 """
 
 from __future__ import annotations
@@ -116,9 +124,9 @@ def sse_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]
             event = None
 
 
-def stream_body(content: str, max_tokens: int = 200) -> dict[str, Any]:
+def stream_body(content: str, max_tokens: int = 200, model: str = "m") -> dict[str, Any]:
     return {
-        "model": "m",
+        "model": model,
         "max_tokens": max_tokens,
         "stream": True,
         "messages": [{"role": "user", "content": content}],
@@ -142,36 +150,34 @@ def read_until_error(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_backend_killed_mid_stream_then_restarted(kind: str) -> None:
-    fake = FakeProcess(kind, free_port())
-    fake.start()
-    try:
-        with live_server({"models": {"m": model_entry(kind, fake.url)}}) as base:
-            steps = [{"content": "one"}, {"content": " two"}, {"sleep": 60}]
-            killed = threading.Event()
+def test_backend_killed_mid_stream_then_restarted(
+    kind: str, killable: dict[str, FakeProcess], servers: dict[str, str]
+) -> None:
+    fake, base = killable[kind], servers[kind]
+    steps = [{"content": "one"}, {"content": " two"}, {"sleep": 60}]
+    killed = threading.Event()
 
-            def kill_after_two_words(text: str) -> None:
-                if text == "one two" and not killed.is_set():
-                    killed.set()
-                    fake.kill()
+    def kill_after_two_words(text: str) -> None:
+        if text == "one two" and not killed.is_set():
+            killed.set()
+            fake.kill()
 
-            with httpx.Client(base_url=base, headers={"x-api-key": "t"}, timeout=30) as http:
-                with http.stream("POST", "/v1/messages", json=stream_body(scripted(kind, steps))) as response:
-                    assert response.status_code == 200
-                    text, names, error = read_until_error(response, kill_after_two_words)
-            assert killed.is_set()
-            assert text == "one two", "what was streamed before the crash is kept, once"
-            assert error is not None and error["error"]["type"] == "api_error", names
-            assert "lost the connection" in error["error"]["message"]
-            assert "message_stop" not in names
-            fake.start()  # the backend comes back on its port
-            client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0)
-            message = client.messages.create(
-                model="m", max_tokens=50, messages=[{"role": "user", "content": "back again"}]
-            )
-            assert message.stop_reason == "end_turn" and "back again" in message.content[0].text
-    finally:
-        fake.stop()
+    body = stream_body(scripted(kind, steps), model="killed")
+    with httpx.Client(base_url=base, headers={"x-api-key": "t"}, timeout=30) as http:
+        with http.stream("POST", "/v1/messages", json=body) as response:
+            assert response.status_code == 200
+            text, names, error = read_until_error(response, kill_after_two_words)
+    assert killed.is_set()
+    assert text == "one two", "what was streamed before the crash is kept, once"
+    assert error is not None and error["error"]["type"] == "api_error", names
+    assert "lost the connection" in error["error"]["message"]
+    assert "message_stop" not in names
+    fake.start()  # the backend comes back on its port
+    client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0)
+    message = client.messages.create(
+        model="killed", max_tokens=50, messages=[{"role": "user", "content": "back again"}]
+    )
+    assert message.stop_reason == "end_turn" and "back again" in message.content[0].text
 
 
 class SilentBackend:
@@ -206,36 +212,32 @@ class SilentBackend:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_hanging_backend_is_timeout_error_within_read_timeout(kind: str) -> None:
-    silent = SilentBackend()
-    try:
-        with live_server({"models": {"m": model_entry(kind, silent.url)}}, timeout=60) as base:
-            client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0, timeout=30)
-            started = time.monotonic()
-            with pytest.raises(anthropic.APIStatusError) as caught:
-                client.messages.create(model="m", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
-            elapsed = time.monotonic() - started
-            assert caught.value.status_code == 504
-            assert caught.value.body["error"]["type"] == "timeout_error"
-            assert f"{READ_TIMEOUT:g} s" in caught.value.body["error"]["message"]
-            assert elapsed < READ_TIMEOUT * 2 + 5.0, f"took {elapsed:.1f} s"  # not the client's 30 s
+def test_hanging_backend_is_timeout_error_within_read_timeout(kind: str, servers: dict[str, str]) -> None:
+    base = servers[kind]
+    client = anthropic.Anthropic(base_url=base, api_key="t", max_retries=0, timeout=30)
+    started = time.monotonic()
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="hanging", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
+    elapsed = time.monotonic() - started
+    assert caught.value.status_code == 504
+    assert caught.value.body["error"]["type"] == "timeout_error"
+    assert f"{READ_TIMEOUT:g} s" in caught.value.body["error"]["message"]
+    assert elapsed < READ_TIMEOUT * 2 + 5.0, f"took {elapsed:.1f} s"  # not the client's 30 s
 
-            # Streaming: a 504 before the message began, or an SSE error event after it.
-            started = time.monotonic()
-            with httpx.Client(base_url=base, headers={"x-api-key": "t"}, timeout=30) as http:
-                with http.stream("POST", "/v1/messages", json=stream_body("hi")) as response:
-                    if response.status_code == 200:
-                        _, names, error = read_until_error(response)
-                        assert error is not None, names
-                    else:
-                        response.read()
-                        assert response.status_code == 504
-                        error = response.json()
-            assert error["error"]["type"] == "timeout_error"
-            assert time.monotonic() - started < READ_TIMEOUT * 2 + 5.0  # not the client's 30 s
-            assert httpx.get(base + "/health").json()["generating"] == 0
-    finally:
-        silent.close()
+    # Streaming: a 504 before the message began, or an SSE error event after it.
+    started = time.monotonic()
+    with httpx.Client(base_url=base, headers={"x-api-key": "t"}, timeout=30) as http:
+        with http.stream("POST", "/v1/messages", json=stream_body("hi", model="hanging")) as response:
+            if response.status_code == 200:
+                _, names, error = read_until_error(response)
+                assert error is not None, names
+            else:
+                response.read()
+                assert response.status_code == 504
+                error = response.json()
+    assert error["error"]["type"] == "timeout_error"
+    assert time.monotonic() - started < READ_TIMEOUT * 2 + 5.0  # not the client's 30 s
+    assert httpx.get(base + "/health").json()["generating"] == 0
 
 
 @pytest.fixture(scope="module")
@@ -253,13 +255,51 @@ def fakes() -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def servers(fakes: dict[str, Any]) -> Iterator[dict[str, str]]:
-    """One Missive per kind (so that ``/health`` counts one backend's generations)."""
+def killable() -> Iterator[dict[str, FakeProcess]]:
+    """A fake of each kind in its own process, started, on a port of its own."""
+    started: dict[str, FakeProcess] = {}
+    try:
+        for kind in KINDS:
+            started[kind] = FakeProcess(kind, free_port())
+            started[kind].start()
+        yield started
+    finally:
+        for fake in started.values():
+            fake.stop()
+
+
+@pytest.fixture(scope="module")
+def silent() -> Iterator[SilentBackend]:
+    backend = SilentBackend()
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+@pytest.fixture(scope="module")
+def servers(
+    fakes: dict[str, Any], killable: dict[str, FakeProcess], silent: SilentBackend
+) -> Iterator[dict[str, str]]:
+    """One Missive per kind (so that ``/health`` counts one kind's
+    generations), serving its fakes: ``m`` (``fakes``), ``killed``
+    (``killable``) and ``hanging`` (``silent``)."""
     import contextlib
 
     with contextlib.ExitStack() as stack:
         yield {
-            kind: stack.enter_context(live_server({"models": {"m": model_entry(kind, fakes[kind].url)}}))
+            kind: stack.enter_context(
+                live_server(
+                    {
+                        "models": {
+                            "m": model_entry(kind, fakes[kind].url),
+                            "killed": model_entry(kind, killable[kind].url),
+                            "hanging": model_entry(kind, silent.url),
+                        }
+                    },
+                    timeout=60,
+                )
+            )
             for kind in KINDS
         }
 
