@@ -21,15 +21,10 @@ limits), and bounds elsewhere; none depends on the machine's speed.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
-import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -231,87 +226,14 @@ def test_concurrent_requests(server: InProcessApp) -> None:
         "stream": True,
         "messages": [{"role": "user", "content": long}],
     }
-    with held_stream(server, body, {"x-api-key": "sk-conc"}) as (status, first):
-        assert status == 200
+    with server.hold("/v1/messages", body, {"x-api-key": "sk-conc"}) as held:
+        assert held.status() == 200
+        first = held.wait_for(b"\n\n")
         assert first.decode().splitlines()[0] == "event: message_start"  # it is running
         message, retry, headers = refused(api)
         assert retry == 1 and "1 requests running" in message and "concurrent_requests" in message
         assert headers == {}  # no rate-limit header describes concurrency
     until(lambda: _admitted(api), "the key admitted once its request ended")
-
-
-@contextlib.contextmanager
-def held_stream(
-    server: InProcessApp, body: dict[str, Any], headers: dict[str, str]
-) -> Iterator[tuple[int, bytes]]:
-    """A POST of ``body`` to ``/v1/messages`` held open on the app's event
-    loop as an ASGI server holds a client's request (the in-process
-    transport would wait for the body's end): yields the response's status
-    and its first body chunk once the app has sent them, the request still
-    running; on exit its client leaves (``http.disconnect``, what Hypercorn
-    gives the app when the connection closes) and the request's end is
-    awaited."""
-    content = json.dumps(body).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/messages",
-        "raw_path": b"/v1/messages",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"missive.in-process"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(content)).encode()),
-            *((name.encode(), value.encode()) for name, value in headers.items()),
-        ],
-        "server": ("missive.in-process", 80),
-        "client": ("127.0.0.1", 50000),
-    }
-    began: Future[tuple[int, bytes]] = Future()
-    leave = threading.Event()
-
-    async def serve() -> None:
-        loop = asyncio.get_running_loop()
-        read = False
-        status = 0
-
-        async def receive() -> dict[str, Any]:
-            nonlocal read
-            if not read:
-                read = True
-                return {"type": "http.request", "body": content, "more_body": False}
-            await loop.run_in_executor(None, leave.wait)
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, Any]) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and not began.done():
-                began.set_result((status, message.get("body", b"")))
-
-        try:
-            await server.app(scope, receive, send)
-        finally:
-            if not began.done():
-                began.set_exception(
-                    AssertionError(f"the response ended before a body chunk (status {status})")
-                )
-
-    with ThreadPoolExecutor(1) as pool:
-        served = pool.submit(server.run, serve())
-        try:
-            yield began.result(60)
-        finally:
-            leave.set()
-            try:
-                served.result(60)
-            except TimeoutError:
-                raise AssertionError("the request still running 60 s after its client left") from None
 
 
 def _admitted(api: anthropic.Anthropic) -> bool:

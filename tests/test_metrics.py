@@ -9,7 +9,6 @@ the server exposes."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
@@ -23,7 +22,7 @@ import pytest
 from media_files import b64, image_bytes
 from prometheus_client.parser import text_string_to_metric_families
 
-from missive.testing import InProcessApp, in_process_app, until
+from missive.testing import HeldRequest, InProcessApp, in_process_app, until
 from missive_echo import script
 
 KEY = "sk-metrics-test-key"  # an admin key: /metrics needs one
@@ -285,81 +284,16 @@ def test_media_blocks_are_counted_by_kind(server: InProcessApp, client: anthropi
     assert delta(before, after, "missive:media_processed_total", kind="document") == 1
 
 
-class Raw:
-    """A streaming ``POST /v1/messages`` to hold a slot, sent at the ASGI level
-    on the app's loop as Hypercorn would pass it on (httpx's ASGI transport
-    hands a response over only once its body has ended, and this one does
-    not end by itself). :meth:`close` is the client hanging up: the app's
-    ``receive`` answers ``http.disconnect``, what Hypercorn sends when the
-    client's socket closes."""
-
-    def __init__(self, server: InProcessApp, model: str, steps: list[dict[str, Any]]) -> None:
-        self.server = server
-        body = json.dumps(
-            {
-                "model": model,
-                "max_tokens": 50,
-                "stream": True,
-                "messages": [{"role": "user", "content": script(*steps)}],
-            }
-        ).encode()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/messages",
-            "raw_path": b"/v1/messages",
-            "query_string": b"",
-            "root_path": "",
-            "headers": [
-                (b"host", b"test"),
-                (b"content-type", b"application/json"),
-                (b"x-api-key", KEY.encode()),
-                (b"content-length", str(len(body)).encode()),
-            ],
-            "client": ("127.0.0.1", 50000),
-            "server": ("missive.in-process", 80),
-        }
-
-        async def start() -> None:
-            self.left = asyncio.Event()
-            self.started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            requested = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal requested
-                if not requested:
-                    requested = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                await self.left.wait()
-                return {"type": "http.disconnect"}
-
-            async def send(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.start" and not self.started.done():
-                    self.started.set_result(message["status"])
-
-            self.task = asyncio.ensure_future(server.app(scope, receive, send))
-
-        server.run(start())
-
-    def status(self) -> int:
-        """The response's status, once the app has started it."""
-
-        async def started() -> int:
-            return await asyncio.wait_for(asyncio.shield(self.started), DEADLINE)
-
-        return int(self.server.run(started()))
-
-    def close(self) -> None:
-        """Hang up, and give the app up to ``DEADLINE`` to end the request."""
-
-        async def leave() -> None:
-            self.left.set()
-            await asyncio.wait([self.task], timeout=DEADLINE)
-
-        self.server.run(leave())
+def held(server: InProcessApp, model: str, steps: list[dict[str, Any]]) -> HeldRequest:
+    """A streaming ``POST /v1/messages`` held open as a client's connection
+    (``InProcessApp.hold``): ``close()`` is the client hanging up."""
+    body = {
+        "model": model,
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": script(*steps)}],
+    }
+    return server.hold("/v1/messages", body, {"x-api-key": KEY})
 
 
 def test_load_gauges_follow_running_and_waiting_requests(server: InProcessApp) -> None:
@@ -368,9 +302,9 @@ def test_load_gauges_follow_running_and_waiting_requests(server: InProcessApp) -
     is observed, and the request cut mid-stream is counted with
     error_type client_disconnected."""
     before = scrape(server)
-    holder = Raw(server, "single", [{"text": "holding"}, {"sleep": 120}])
+    holder = held(server, "single", [{"text": "holding"}, {"sleep": 120}])
     assert holder.status() == 200
-    waiter = Raw(server, "single", [{"text": "served"}, {"sleep": 120}])
+    waiter = held(server, "single", [{"text": "served"}, {"sleep": 120}])
     try:
         until(
             lambda: value(scrape(server), "missive:num_requests_waiting", model_name="single") == 1,

@@ -6,7 +6,6 @@ the app in process (no socket)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from missive.protocol.schema.management import FallbackEntry
 from missive.protocol.schema.request import MessagesRequest
 from missive.routing.fallbacks import with_model_chain
 from missive.routing.rules import RoutingConfig, RoutingRules
-from missive.testing import InProcessApp, in_process_app, until
+from missive.testing import HeldRequest, InProcessApp, in_process_app, until
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1}}
 CONFIG: dict[str, Any] = {
@@ -60,72 +59,18 @@ def metric(server: InProcessApp, name: str, **labels: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-class Holder:
-    """A streaming request holding ``model``'s one slot until closed.
-
-    It is sent at the ASGI level on the app's loop, as Hypercorn would pass
-    it on: httpx's ASGI transport hands a response over only once its body
-    has ended, and this one does not end by itself. Closing it answers the
-    app's ``receive`` with ``http.disconnect`` (what Hypercorn sends when
-    the client's socket closes) and waits for the app to end the request."""
-
-    def __init__(self, server: InProcessApp, model: str) -> None:
-        self.server = server
-        self.received = bytearray()
-        body = json.dumps(
-            {
-                "model": model,
-                "max_tokens": 50,
-                "stream": True,
-                "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 60})}],
-            }
-        ).encode()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/messages",
-            "raw_path": b"/v1/messages",
-            "query_string": b"",
-            "root_path": "",
-            "headers": [
-                (b"host", b"missive.in-process"),
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-            "client": ("127.0.0.1", 50000),
-            "server": ("missive.in-process", 80),
-        }
-
-        async def start() -> None:
-            self.left = asyncio.Event()
-            requested = False
-
-            async def receive() -> dict[str, Any]:
-                nonlocal requested
-                if not requested:
-                    requested = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                await self.left.wait()
-                return {"type": "http.disconnect"}
-
-            async def send(message: dict[str, Any]) -> None:
-                self.received.extend(message.get("body", b""))
-
-            self.task = asyncio.ensure_future(server.app(scope, receive, send))
-
-        server.run(start())
-        until(lambda: b"held" in bytes(self.received), "the holding stream's first text", timeout=60)
-
-    def close(self) -> None:
-        async def leave() -> None:
-            self.left.set()
-            await asyncio.wait([self.task], timeout=60)
-
-        self.server.run(leave())
-        assert self.task.done(), "the held request still runs after its client left"
+def hold(server: InProcessApp, model: str) -> HeldRequest:
+    """A streaming request holding ``model``'s one slot until closed (held
+    open as a client's connection: ``InProcessApp.hold``)."""
+    body = {
+        "model": model,
+        "max_tokens": 50,
+        "stream": True,
+        "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 60})}],
+    }
+    held = server.hold("/v1/messages", body)
+    held.wait_for(b"held")
+    return held
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -138,7 +83,7 @@ def test_a_full_queue_falls_back_to_the_next_model(
     spare_before = metric(
         server, "requests_total", model_name="spare", endpoint="/v1/messages", status="200", error_type=""
     )
-    holder = Holder(server, "main")
+    holder = hold(server, "main")
     try:
         body: dict[str, Any] = {
             "model": "claude-sonnet-4-5",
@@ -174,7 +119,7 @@ def test_a_full_queue_falls_back_to_the_next_model(
 
 
 def test_a_model_without_a_chain_answers_529(server: InProcessApp, client: anthropic.Anthropic) -> None:
-    holder = Holder(server, "alone")
+    holder = hold(server, "alone")
     try:
         with pytest.raises(anthropic.APIStatusError) as caught:
             client.messages.create(model="alone", max_tokens=20, messages=[{"role": "user", "content": "hi"}])

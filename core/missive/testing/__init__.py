@@ -9,7 +9,7 @@ loopback port, so tests talk to it through real clients (the official
 
 :func:`in_process_app` runs the same app in this process, for API tests
 that need no socket. The helpers live in modules by job (:mod:`.servers`,
-:mod:`.in_process`, :mod:`.poll`, :mod:`.processes`, :mod:`.generators`,
+:mod:`.in_process`, :mod:`.held`, :mod:`.poll`, :mod:`.processes`, :mod:`.generators`,
 :mod:`.contract`, :mod:`.driver_units`, :mod:`.templates`, :mod:`.hub`,
 :mod:`.usage`);
 every public name is importable from ``missive.testing`` itself.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from .contract import DriverContract
 from .driver_units import check_order, collect_events, generation_request, text_of
 from .generators import FINALIZED_MARK, GENERATOR_ERRORS, finalized_generators, watch_async_generators
+from .held import HeldRequest
 from .in_process import InProcessApp, in_process_app, sdk_http
 from .poll import until, wait_until
 from .processes import open_fds, rss_mib, tcp_states
@@ -38,6 +39,7 @@ from .templates import HARMONY_FEWSHOT, THINKING_CHATML
 from .usage import ask_counted
 
 __all__ = [
+    "HeldRequest",
     "ask_counted",
     "in_process_app",
     "InProcessApp",

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .held import HeldRequest
+
 if TYPE_CHECKING:
     import anthropic
 
@@ -135,6 +137,14 @@ class InProcessApp:
         """Run ``coroutine`` on the app's event loop and return its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
+    def hold(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+    ) -> HeldRequest:
+        """``POST`` ``body`` to ``path``, held open as a client's connection
+        (:class:`~missive.testing.held.HeldRequest`): a slot kept busy, a
+        request queued behind it, a stream read while it is written."""
+        return HeldRequest(self, path, body, headers)
+
 
 @contextlib.contextmanager
 def in_process_app(
@@ -163,7 +173,9 @@ def in_process_app(
     model's load, its state written at the close; Quart's own limit is 6).
 
     Raises:
-        ConfigError: a configuration the app refuses (as ``missive serve`` would).
+        ConfigError: a configuration the app refuses (as ``missive serve``
+            would), when it is read or when the app starts (a driver's own
+            check); any other exception of a failed start, as raised.
     """
     from ..config import Config
     from ..server.app import create_app
@@ -211,17 +223,17 @@ def in_process_app(
     stop = asyncio.Event()
 
     async def serve() -> None:
+        # The lifespan's two halves (before_serving / after_serving), called
+        # as Quart's ASGI lifespan calls them, so that a failed start raises
+        # its own exception (a driver's ConfigError), not the lifespan's message.
         try:
-            # The lifespan: before_serving / after_serving (Quart's TestApp; its
-            # protocol type leaves out the timeouts).
-            lifespan: Any = app.test_app_class
-            async with lifespan(app, startup_timeout=timeout, shutdown_timeout=timeout):
-                started.set_result(None)
-                await stop.wait()
+            await asyncio.wait_for(app.startup(), timeout)
         except BaseException as exc:
-            if not started.done():
-                started.set_exception(exc)
-            raise
+            started.set_exception(exc)
+            return
+        started.set_result(None)
+        await stop.wait()
+        await asyncio.wait_for(app.shutdown(), timeout)
 
     thread = threading.Thread(
         target=lambda: loop.run_until_complete(serve()), name="missive-in-process", daemon=True

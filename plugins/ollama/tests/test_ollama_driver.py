@@ -17,6 +17,7 @@ import anthropic
 import httpx
 import pytest
 
+from missive.config import ConfigError
 from missive.testing import InProcessApp, free_port, in_process_app, live_server
 from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
@@ -583,10 +584,8 @@ def test_unreachable_ollama_is_a_529_with_retry_after() -> None:
 
 def test_unknown_tag_fails_start_up(fake: FakeOllama) -> None:
     config = {"models": {"q": {"driver": "ollama", "settings": {"model": "nope:7b", "base_url": fake.url}}}}
-    # A start that fails: on a live server (the app in process would raise
-    # Quart's LifespanError, the ConfigError's type lost, from its thread).
-    with pytest.raises(RuntimeError) as caught:
-        with live_server(config, timeout=30):
+    with pytest.raises(ConfigError) as caught:
+        with in_process_app(config, timeout=30):
             pass
     assert "has no model 'nope:7b'" in str(caught.value) and "ollama pull nope:7b" in str(caught.value)
 
