@@ -6,23 +6,23 @@ model that served it (``model`` and a ``fallback_message`` entry in
 other errors, and anything after an answer started, are not retried.
 
 A slot is held by a streaming request whose scripted answer sleeps; the
-test holds its connection open and closes it at the end (the server frees
-the slot when the client goes), then waits for ``/health`` to show the
-model idle, so nothing depends on timing.
+test holds its connection open on the app in process and closes it at the
+end (the server frees the slot when the client goes), then waits for
+``/health`` to show the model idle, so nothing depends on timing.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
 
-from missive.testing import in_process_app, live_server, until
+from missive.testing import InProcessApp, in_process_app, until
 from missive_echo import script
 
 ONE_SLOT = {"capabilities": {"max_concurrency": 1, "tool_choice": ["auto", "none"]}}
@@ -45,53 +45,50 @@ HELLO = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with live_server(CONFIG) as url:
-        yield url
+def app() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as app:
+        yield app
 
 
 @pytest.fixture(scope="module")
-def client(url: str) -> anthropic.Anthropic:
+def client(app: InProcessApp) -> anthropic.Anthropic:
     # max_retries=0: the SDK retries 529s by itself, which would hide them.
-    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+    return app.sdk(timeout=60)
 
 
 @contextmanager
-def holding(url: str, *models: str) -> Iterator[None]:
-    """Each of ``models``' one slot held by a sleeping stream (for the block)."""
+def holding(app: InProcessApp, *models: str) -> Iterator[None]:
+    """Each of ``models``' one slot held by a sleeping stream (for the block),
+    its connection held open (``InProcessApp.hold``) and closed at the end."""
     body = {
         "max_tokens": 50,
         "stream": True,
         "messages": [{"role": "user", "content": script({"text": "held"}, {"sleep": 120})}],
     }
-    with httpx.Client(timeout=60) as http:
-        streams = []
-        try:
-            for model in models:
-                held = http.stream("POST", f"{url}/v1/messages", json={**body, "model": model})
-                response = held.__enter__()
-                streams.append(held)
-                assert response.status_code == 200  # admitted: it holds the slot
-            yield
-        finally:
-            for held in streams:
-                held.__exit__(None, None, None)
-    until(lambda: httpx.get(f"{url}/health", timeout=10).json()["generating"] == 0, "idle again")
+    with ExitStack() as streams:
+        for model in models:
+            held = streams.enter_context(app.hold("/v1/messages", {**body, "model": model}))
+            assert held.status() == 200  # admitted: it holds the slot
+        yield
+    with app.http_client(httpx, timeout=10) as http:
+        until(lambda: http.get("/health").json()["generating"] == 0, "idle again")
 
 
-def test_without_fallbacks_a_full_model_is_529(url: str, client: anthropic.Anthropic) -> None:
-    with holding(url, "busy"):
+def test_without_fallbacks_a_full_model_is_529(app: InProcessApp, client: anthropic.Anthropic) -> None:
+    with holding(app, "busy"):
         with pytest.raises(anthropic.APIStatusError) as raised:
             client.messages.create(model="busy", max_tokens=20, messages=HELLO)
         assert raised.value.status_code == 529
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_full_queue_falls_back_to_the_next_entry(url: str, client: anthropic.Anthropic, stream: bool) -> None:
+def test_full_queue_falls_back_to_the_next_entry(
+    app: InProcessApp, client: anthropic.Anthropic, stream: bool
+) -> None:
     kwargs: dict[str, Any] = dict(
         model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "spare"}], betas=BETA
     )
-    with holding(url, "busy"):
+    with holding(app, "busy"):
         if stream:
             with client.beta.messages.stream(**kwargs) as answer:
                 msg = answer.get_final_message()
@@ -106,9 +103,11 @@ def test_full_queue_falls_back_to_the_next_entry(url: str, client: anthropic.Ant
     assert served.input_tokens == msg.usage.input_tokens
 
 
-def test_the_chain_goes_on_and_takes_each_entrys_overrides(url: str, client: anthropic.Anthropic) -> None:
+def test_the_chain_goes_on_and_takes_each_entrys_overrides(
+    app: InProcessApp, client: anthropic.Anthropic
+) -> None:
     chain = [{"model": "spare"}, {"model": "other", "max_tokens": 1}]
-    with holding(url, "busy", "spare"):
+    with holding(app, "busy", "spare"):
         msg = client.beta.messages.create(
             model="busy", max_tokens=2000, messages=HELLO, fallbacks=chain, betas=BETA
         )
@@ -126,12 +125,12 @@ def test_the_chain_goes_on_and_takes_each_entrys_overrides(url: str, client: ant
 
 
 def test_thinking_of_the_request_follows_what_the_fallback_supports(
-    url: str, client: anthropic.Anthropic
+    app: InProcessApp, client: anthropic.Anthropic
 ) -> None:
     """``enabled`` on a model without thinking becomes the model's default
     (no thinking); ``between_tools`` on a model without tools: ``disabled``."""
     steps = script({"thinking": "hmm"}, {"text": "ok"})
-    with holding(url, "busy"):
+    with holding(app, "busy"):
         msg = client.beta.messages.create(
             model="busy",
             max_tokens=2000,
@@ -143,7 +142,7 @@ def test_thinking_of_the_request_follows_what_the_fallback_supports(
     assert msg.model == "spare" and [b.type for b in msg.content] == ["text"]
 
 
-def test_bad_entries_and_other_errors_are_not_retried(url: str, client: anthropic.Anthropic) -> None:
+def test_bad_entries_and_other_errors_are_not_retried(app: InProcessApp, client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError, match=r"fallbacks\.0\.model: no model 'nope'"):
         client.beta.messages.create(
             model="busy", max_tokens=20, messages=HELLO, fallbacks=[{"model": "nope"}], betas=BETA
@@ -170,7 +169,7 @@ def test_bad_entries_and_other_errors_are_not_retried(url: str, client: anthropi
     assert "is not supported by model 'spare'" in raised.value.body["error"]["message"]  # type: ignore[index]
 
 
-def test_an_error_after_the_answer_started_is_not_retried(url: str) -> None:
+def test_an_error_after_the_answer_started_is_not_retried(app: InProcessApp) -> None:
     """The stream has begun (``message_start``): a failure is an ``error``
     event, never an answer from another model."""
     steps = script({"text": "partial"}, {"error": {"type": "overloaded_error", "message": "backend gone"}})
@@ -181,8 +180,9 @@ def test_an_error_after_the_answer_started_is_not_retried(url: str) -> None:
         "fallbacks": [{"model": "other"}],
         "messages": [{"role": "user", "content": steps}],
     }
-    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=60) as response:
-        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    with app.http_client(httpx, timeout=60) as http:
+        response = http.post("/v1/messages", json=body)
+    events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     assert events[0]["message"]["model"] == "spare"
     assert events[-1]["type"] == "error" and events[-1]["error"]["type"] == "overloaded_error"
     assert all(e["type"] != "message_stop" for e in events)
