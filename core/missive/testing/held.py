@@ -19,14 +19,20 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from .in_process import InProcessApp
-
 __all__ = ["HeldRequest"]
+
+
+class _App(Protocol):
+    """What a held request needs of :class:`~missive.testing.in_process.InProcessApp`."""
+
+    app: Any
+
+    def run(self, coroutine: Any) -> Any: ...
 
 
 class HeldRequest:
@@ -40,7 +46,7 @@ class HeldRequest:
 
     def __init__(
         self,
-        app: InProcessApp,
+        app: _App,
         path: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str] | None = None,
@@ -87,7 +93,7 @@ class HeldRequest:
                 elif message["type"] == "http.response.body":
                     self.received.extend(message.get("body", b""))
 
-            self._task = asyncio.ensure_future(app.app(scope, receive, send))
+            self._task: asyncio.Future[None] = asyncio.ensure_future(app.app(scope, receive, send))
 
         app.run(start())
 
