@@ -27,7 +27,7 @@ from missive.testing import free_port
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def _collect_leftover_clients() -> None:
     gc.collect()  # see tests/test_replicas.py
 

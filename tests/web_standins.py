@@ -88,7 +88,9 @@ class StandIn:
 
     @contextmanager
     def running(self) -> Iterator[StandIn]:
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         thread.start()
         try:
             yield self
