@@ -33,7 +33,7 @@ from missive.testing import live_server
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
 OPENCODE = ("opencode-ai", "1.18.33")
 #: The TypeScript SDK, for its tool runner (test_ts_tool_runner.py).
-TS_SDK = ("@anthropic-ai/sdk", "1.15.0")
+TS_SDK = ("@anthropic-ai/sdk", "1.16.0")
 
 NPM_TIMEOUT = 600
 CLIENT_TIMEOUT = 120
