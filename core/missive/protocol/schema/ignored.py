@@ -28,6 +28,7 @@ from .blocks import (
     WebSearchToolResultBlock,
 )
 from .management import CompactEdit, UnknownEdit
+from .unhonoured import unhonoured
 
 _ASSISTANT_ONLY = (ServerToolUseBlock, WebSearchToolResultBlock, WebFetchToolResultBlock)
 
@@ -46,9 +47,13 @@ __all__ = ["collect_ignored"]
 
 
 def collect_ignored(model: BaseModel, prefix: str = "") -> list[str]:
-    """Paths of unknown keys and unknown block types under ``model``, in order."""
+    """Paths of unknown keys and unknown block types under ``model``, in
+    order, then declared fields whose value is not acted on
+    (:mod:`missive.protocol.schema.unhonoured`)."""
     found: list[str] = []
     _walk(model, prefix, found)
+    if not prefix:
+        found += unhonoured(model)
     return found
 
 
