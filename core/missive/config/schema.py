@@ -59,6 +59,9 @@ class ServerConfig(_Strict):
     socket; above 1 only for configurations whose models all run remotely
     (:mod:`missive.server.workers`).
     ``console``: serve the web console at ``/console`` (:mod:`missive.console`).
+    ``tracing``: OpenTelemetry spans of the API's requests, continuing the
+    client's ``traceparent`` (:mod:`missive.serving.tracing`; needs the
+    ``otel`` extra).
     """
 
     host: str = "127.0.0.1"
@@ -80,6 +83,7 @@ class ServerConfig(_Strict):
     memory_budget_mib: int | None = Field(default=None, ge=1)
     default_model: str | None = None
     workers: int = Field(default=1, ge=1, le=256)
+    tracing: StrictBool = False
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

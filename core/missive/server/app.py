@@ -153,6 +153,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         g.record = RequestRecord(
             g.request_id, request.method, request.path, endpoint_label(rule), found.observe
         )
+        if found.tracing is not None and found.tracing.wanted(request.method, g.record.endpoint):
+            g.record.trace_headers = found.tracing.carrier(request.headers.get)
         if drain.begun and request.path.startswith("/v1/"):
             # Shutting down: only what was running goes on (missive.server.shutdown).
             raise drain.refusal()

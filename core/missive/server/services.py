@@ -30,6 +30,7 @@ from ..serving.drain import Drain
 from ..serving.logs import log_request
 from ..serving.record import RequestRecord
 from ..serving.service import Messages
+from ..serving.tracing import Tracing, build_tracing
 from ..thinking.signing import Signer, load_signer
 from ..threads.store import ResponseStore
 from ..tools.server_runner import ServerToolRunner, build_search_provider
@@ -69,6 +70,8 @@ class Services:
         started_at: ``time.monotonic()`` when the app was built (uptime).
         worker: this process's place among the server's workers (set after
             the fork, :mod:`missive.server.workers`).
+        tracing: the OpenTelemetry spans of the API's requests, None when off
+            (:mod:`missive.serving.tracing`, ``server.tracing``).
     """
 
     config: Config
@@ -89,15 +92,18 @@ class Services:
     choice: ModelChoice
     started_at: float = field(default_factory=time.monotonic)
     worker: WorkerInfo = field(default_factory=WorkerInfo)
+    tracing: Tracing | None = None
     _publishing: list[asyncio.Task[None]] = field(default_factory=list)
 
     def observe(self, record: RequestRecord) -> None:
         """Take in an HTTP request's finished record: metrics, key usage, the
-        console's history, the request log."""
+        console's history, the request log, its span when traced."""
         self.metrics.observe(record)
         self.keys.observe(record)
         self.history.observe(record)
         log_request(record)
+        if self.tracing is not None:
+            self.tracing.observe(record)
 
     async def start(self) -> None:
         """Start serving, in order: the models (loaded, or ready to load on
@@ -113,8 +119,8 @@ class Services:
 
     async def stop(self) -> None:
         """Stop in the reverse order: the publishing, the key services, the
-        batch runner, then the models and the search provider, each even
-        when one before failed."""
+        batch runner, then the models and the search provider, then the
+        tracing's last spans sent, each even when one before failed."""
         for task in self._publishing:
             task.cancel()
         try:
@@ -124,8 +130,12 @@ class Services:
             try:
                 await self.models.aclose()
             finally:
-                if self.server_tools.provider is not None:
-                    await self.server_tools.provider.aclose()
+                try:
+                    if self.server_tools.provider is not None:
+                        await self.server_tools.provider.aclose()
+                finally:
+                    if self.tracing is not None:
+                        await asyncio.to_thread(self.tracing.shutdown)
 
 
 def services(app: Quart | None = None) -> Services:
@@ -151,8 +161,10 @@ def build_services(
 
     Raises:
         ConfigError: a configured model cannot be served (unknown driver,
-            missing dependency), or ``media.image_fallback`` names no processor.
+            missing dependency), ``media.image_fallback`` names no processor,
+            or ``server.tracing`` cannot be served (:func:`~missive.serving.tracing.build_tracing`).
     """
+    tracing = build_tracing(config.server)
     kernel = kernel or Kernel(block=config.plugins.block)
     models = ModelTable(config, kernel)
     routing = RoutingRules(
@@ -198,6 +210,7 @@ def build_services(
         history=History(),  # what the web console shows of the past (missive.console)
         messages=messages,
         choice=ModelChoice(models, routing),
+        tracing=tracing,
     )
 
 

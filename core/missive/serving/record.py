@@ -83,6 +83,9 @@ class RequestRecord:
             refused with 401. Never the key, nor its hash.
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
+        requested_model: the request's ``model`` as the client sent it (a
+            message or a token count with a valid body), else None.
+        queued_at: monotonic time its wait for an admission permit began.
         queue_seconds: time spent waiting for an admission permit (:mod:`missive.serving.admission`).
         first_token_at, last_token_at: monotonic times the first and the
             last content event were sent.
@@ -99,6 +102,8 @@ class RequestRecord:
         duration: seconds from arrival to the end of the answer (when finished).
         ignored: what the server ignored of the request (the
             ``missive-ignored`` header's items).
+        trace_headers: its W3C trace context headers when the request is
+            traced (:mod:`missive.serving.tracing`), else None.
     """
 
     def __init__(
@@ -119,6 +124,8 @@ class RequestRecord:
         self.stream = False
         self.generated = False
         self.completed = False
+        self.requested_model: str | None = None
+        self.queued_at: float | None = None
         self.queue_seconds: float | None = None
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
@@ -134,6 +141,7 @@ class RequestRecord:
         self.error_type: str | None = None
         self.duration: float | None = None
         self.ignored: list[str] = []
+        self.trace_headers: dict[str, str] | None = None
         self._on_finish: Callable[[RequestRecord], None] | None = on_finish
         self._at_finish: list[Callable[[], None]] = []
 

@@ -179,7 +179,7 @@ class Messages:
         record = prepared.caller.record
 
         async def admit() -> Permit:
-            queued_at = time.monotonic()
+            queued_at = record.queued_at = time.monotonic()
             permit = await gate.admit()  # 529 when full; waits otherwise
             record.queue_seconds = time.monotonic() - queued_at
             return permit
