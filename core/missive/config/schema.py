@@ -16,6 +16,7 @@ from .routing import RoutingConfig
 __all__ = [
     "ServerConfig",
     "ModelEntry",
+    "AliasThinking",
     "PluginsConfig",
     "ThinkingConfig",
     "MediaConfig",
@@ -100,6 +101,10 @@ class ServerConfig(_Strict):
         return keys
 
 
+#: ``models.NAME.alias_thinking`` (:mod:`missive.thinking.through_alias`).
+AliasThinking = Literal["drop", "refuse"]
+
+
 class ModelEntry(_Strict):
     """One served model: which driver runs it, with which settings.
 
@@ -137,6 +142,11 @@ class ModelEntry(_Strict):
             (:mod:`missive.models.capabilities`).
         lifecycle, deprecated_at, retires_at: the model's ``lifecycle``
             (``active`` or ``deprecated``) and its dates in ``GET /v1/models``.
+        alias_thinking: a request that names the model through one of the
+            ``aliases`` (written for Claude) and asks for thinking the model
+            cannot do: ``drop`` answers it without thinking and reports it,
+            ``refuse`` gives the 400 a request naming the model's id gets
+            (:mod:`missive.thinking.through_alias`).
     """
 
     driver: str
@@ -157,6 +167,7 @@ class ModelEntry(_Strict):
     lifecycle: Literal["active", "deprecated"] = "active"
     deprecated_at: datetime | None = None
     retires_at: datetime | None = None
+    alias_thinking: AliasThinking = "drop"
 
     @field_validator("capabilities")
     @classmethod

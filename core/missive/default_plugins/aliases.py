@@ -12,12 +12,22 @@ from fnmatch import fnmatchcase
 from ..config import Config
 from ..kernel.hookspecs import hookimpl
 
+__all__ = ["resolve_model", "alias_match"]
+
+
+def alias_match(requested: str, config: Config) -> str | None:
+    """The configured model whose ``aliases`` match ``requested`` (None: it
+    is a configured id itself, or no pattern matches)."""
+    if requested in config.models:
+        return None
+    for model_id, entry in config.models.items():
+        if any(fnmatchcase(requested, pattern) for pattern in entry.aliases):
+            return model_id
+    return None
+
 
 @hookimpl(trylast=True)
 def resolve_model(requested: str, config: Config) -> str | None:
     if requested in config.models:
         return requested
-    for model_id, entry in config.models.items():
-        if any(fnmatchcase(requested, pattern) for pattern in entry.aliases):
-            return model_id
-    return None
+    return alias_match(requested, config)

@@ -15,7 +15,9 @@ found is the error):
    tool history's pairing checked (:mod:`missive.tools`);
 2. a forced call of a server tool the driver cannot force is made by the
    server first (:func:`missive.tools.server_runner.server_first`);
-3. :func:`~missive.messages.capabilities.check_request` against the driver's
+3. thinking a model cannot do, asked through an alias, answered without
+   it (:mod:`missive.thinking.through_alias`); then
+   :func:`~missive.messages.capabilities.check_request` against the driver's
    capabilities;
 4. replayed thinking checked against its signature (:mod:`missive.thinking.replay`),
    the conversation built (:mod:`.conversation`), deferred tools' references
@@ -37,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..config.schema import AliasThinking
 from ..driver.capabilities import Capabilities
 from ..driver.interface import GenerationRequest
 from ..driver.thinking import plan_thinking
@@ -45,6 +48,7 @@ from ..protocol.schema.request import CountTokensRequest
 from ..thinking.between_tools import as_text as between_tools_text
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..thinking.signing import Signer
+from ..thinking.through_alias import fit_thinking
 from ..tools.deferred import expand_references
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
@@ -105,12 +109,18 @@ class Target:
         driver: the driver's name (in capability errors).
         capabilities: what the driver can do.
         max_output_tokens: the model's output cap (None: none).
+        alias: the client's model id when it matched one of the models'
+            ``aliases`` (None: it named a configured model).
+        alias_thinking: the model's ``alias_thinking``
+            (:mod:`missive.thinking.through_alias`).
     """
 
     model_id: str
     driver: str
     capabilities: Capabilities
     max_output_tokens: int | None = None
+    alias: str | None = None
+    alias_thinking: AliasThinking = "drop"
 
 
 def build_generation(
@@ -154,6 +164,10 @@ def build_generation(
     check_tool_history(req)
     notes.ignore(skipped if can_call else [*skipped, *server_block_paths(req)])
     server_call, tools, choice = server_first(req, caps, tools, choice, server_tools)
+    req, dropped = fit_thinking(
+        req, caps, model=target.model_id, alias=target.alias, policy=target.alias_thinking
+    )
+    notes.ignore(dropped)
     check_request(
         req,
         caps,

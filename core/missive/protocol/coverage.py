@@ -196,7 +196,11 @@ BLOCK_TYPES: dict[str, Row] = {
 }
 
 THINKING_TYPES: dict[str, Row] = {
-    "enabled": _h("missive.driver.thinking", "reasoning on with a budget; needs the `thinking` capability"),
+    "enabled": _h(
+        "missive.driver.thinking",
+        "reasoning on with a budget; needs the `thinking` capability, except through an alias:"
+        " then answered without thinking (`alias_thinking`)",
+    ),
     "adaptive": _h("missive.driver.thinking", "reasoning on; the model decides"),
     "disabled": _h("missive.driver.thinking", "reasoning off"),
     "between_tools": _h(

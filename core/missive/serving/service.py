@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..default_plugins.aliases import alias_match
 from ..driver.interface import Driver, GenerationRequest
 from ..messages.extras import finish_stream
 from ..messages.management import count_tokens_body, prepare_in_context
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["Messages", "Caller", "Prepared", "Admit"]
 
 log = logging.getLogger("missive.messages")
+
 
 class Messages:
     """See the module doc.
@@ -106,7 +108,14 @@ class Messages:
             CapabilityError: the driver lacks something the request needs.
             MediaError: an image or document block that cannot be used.
         """
-        target = Target(model_id, driver.name, driver.capabilities, driver.entry.max_output_tokens)
+        target = Target(
+            model_id,
+            driver.name,
+            driver.capabilities,
+            driver.entry.max_output_tokens,
+            alias=req.model if alias_match(req.model, self.models.config) is not None else None,
+            alias_thinking=driver.entry.alias_thinking,
+        )
 
         async def base(
             edited: CountTokensRequest, cleared: frozenset[int], notes: Notes
