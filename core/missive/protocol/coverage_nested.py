@@ -220,7 +220,7 @@ NESTED: dict[str, Rule] = {
         "missive.driver.thinking", '`summarized` or `omitted`; `"updates"` is reported as ignored'
     ),
     "**.thinking[*].block_binding.**": _ig(
-        "a failed thinking check is always a 400 ([thinking.md](thinking.md))",
+        "a thinking block failing its check is left out, named in `missive-dropped-thinking`",
         {"thinking": {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "error"}}},
         "thinking.block_binding",
     ),
