@@ -25,6 +25,8 @@ class RoutingRule(BaseModel):
     images: bool | None = None
     min_prompt_tokens: int | None = Field(default=None, ge=1)
     thinking: bool | list[ThinkingType] | None = None
+    subagent: bool | None = None
+    agent_id: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _has_a_condition(self) -> RoutingRule:
@@ -33,9 +35,12 @@ class RoutingRule(BaseModel):
             and self.images is None
             and self.min_prompt_tokens is None
             and self.thinking is None
+            and self.subagent is None
+            and not self.agent_id
         ):
             raise ValueError(
-                f"rule '{self.name}' has no condition (model, images, min_prompt_tokens or thinking)"
+                f"rule '{self.name}' has no condition "
+                "(model, images, min_prompt_tokens, thinking, subagent or agent_id)"
             )
         return self
 
@@ -55,6 +60,10 @@ class RoutingRule(BaseModel):
                 else (["enabled", "adaptive"] if self.thinking else [])
             )
             parts.append(f"thinking ({', '.join(kinds)})" if kinds else "no thinking")
+        if self.subagent is not None:
+            parts.append("a subagent" if self.subagent else "not a subagent")
+        if self.agent_id:
+            parts.append("agent " + " or ".join(self.agent_id))
         return f"{' and '.join(parts)} -> {self.to}"
 
 
@@ -67,5 +76,3 @@ class RoutingConfig(BaseModel):
 
     rules: list[RoutingRule] = Field(default_factory=list)
     default_fallbacks: bool = False
-
-

@@ -16,6 +16,13 @@ The numbers are the API's usage fields as sent to the client
 (``input_tokens``, ``cache_creation_input_tokens``,
 ``cache_read_input_tokens``, ``output_tokens``): what each answer said,
 added up.
+
+Each row also says whether a Claude Code subagent made its requests (the
+``subagent`` column, :mod:`missive.protocol.agents`): the report adds both
+together unless asked to keep them apart (``group_by=subagent``). Agent ids
+themselves are not kept: every subagent has its own, and the rows would
+grow with them. A database written before the column existed is rebuilt
+with its rows counted as not a subagent's (:data:`MIGRATION`).
 """
 
 from __future__ import annotations
@@ -67,12 +74,24 @@ CREATE TABLE IF NOT EXISTS usage (
     hour INTEGER NOT NULL,
     key_name TEXT NOT NULL,
     model TEXT NOT NULL,
+    subagent INTEGER NOT NULL DEFAULT 0,
     {", ".join(f"{name} INTEGER NOT NULL DEFAULT 0" for name in COUNTS)},
-    PRIMARY KEY (hour, key_name, model)
+    PRIMARY KEY (hour, key_name, model, subagent)
 );
 """
+#: The rebuild of a table written before the ``subagent`` column (SQLite
+#: cannot change a primary key in place): its rows, as a main agent's.
+MIGRATION = (
+    "ALTER TABLE usage RENAME TO usage_before_subagent",
+    SCHEMA,
+    f"INSERT INTO usage (hour, key_name, model, subagent, {', '.join(COUNTS)}) "
+    f"SELECT hour, key_name, model, 0, {', '.join(COUNTS)} FROM usage_before_subagent",
+    "DROP TABLE usage_before_subagent",
+)
+#: ``group_by`` values of the report.
+GROUP_BY = ("subagent",)
 
-Row = tuple[int, str, str]  # hour, key name, model
+Row = tuple[int, str, str, int]  # hour, key name, model, subagent (0 or 1)
 
 
 class UsageStore:
@@ -84,11 +103,32 @@ class UsageStore:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
         self._db.execute("PRAGMA busy_timeout = 10000")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(usage)")}
+
+    def _migrate(self) -> None:
+        """Rebuild a table without the ``subagent`` column (:data:`MIGRATION`),
+        once, whichever worker comes first."""
+        if "subagent" in self._columns():
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if "subagent" not in self._columns():
+                for statement in MIGRATION:
+                    self._db.execute(statement)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+        log.info("usage database %s: the subagent column added", self._path)
 
     def close(self) -> None:
         self._db.close()
@@ -101,8 +141,8 @@ class UsageStore:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.executemany(
-                f"INSERT INTO usage (hour, key_name, model, {names}) VALUES (?, ?, ?, {marks}) "
-                f"ON CONFLICT (hour, key_name, model) DO UPDATE SET {update}",
+                f"INSERT INTO usage (hour, key_name, model, subagent, {names}) VALUES (?, ?, ?, ?, {marks}) "
+                f"ON CONFLICT (hour, key_name, model, subagent) DO UPDATE SET {update}",
                 [(*row, *counts) for row, counts in rows.items()],
             )
         except BaseException:
@@ -115,14 +155,17 @@ class UsageStore:
         return self._db.execute("DELETE FROM usage WHERE hour < ?", (int(before),)).rowcount
 
     def rows(self, start: int, end: int, key_name: str | None, model: str | None) -> list[tuple[Any, ...]]:
-        """``(hour, key_name, model, *COUNTS)`` of the hours in ``[start, end)``."""
-        sql = f"SELECT hour, key_name, model, {', '.join(COUNTS)} FROM usage WHERE hour >= ? AND hour < ?"
+        """``(hour, key_name, model, subagent, *COUNTS)`` of the hours in ``[start, end)``."""
+        sql = (
+            f"SELECT hour, key_name, model, subagent, {', '.join(COUNTS)} FROM usage "
+            "WHERE hour >= ? AND hour < ?"
+        )
         args: list[Any] = [start, end]
         for column, value in (("key_name", key_name), ("model", model)):
             if value is not None:
                 sql += f" AND {column} = ?"
                 args.append(value)
-        return self._db.execute(sql + " ORDER BY hour, key_name, model", args).fetchall()
+        return self._db.execute(sql + " ORDER BY hour, key_name, model, subagent", args).fetchall()
 
 
 class UsageRecorder:
@@ -144,7 +187,8 @@ class UsageRecorder:
         """Count one finished request (message requests of a key that named a served model)."""
         if record.key is None or not record.model or record.endpoint not in _ENDPOINTS:
             return
-        counts = self._pending[(int(time.time()) // _HOUR * _HOUR, record.key, record.model)]
+        hour = int(time.time()) // _HOUR * _HOUR
+        counts = self._pending[(hour, record.key, record.model, int(record.agent.subagent))]
         counts[0] += 1
         for i, name in enumerate(COUNTS[1:], 1):
             counts[i] += getattr(record, name) or 0
@@ -208,16 +252,23 @@ class UsageRecorder:
         width: str,
         key_name: str | None = None,
         model: str | None = None,
+        group_by: str | None = None,
     ) -> dict[str, Any]:
         """``GET /v1/usage``'s answer: buckets of ``width`` (``1h`` or ``1d``,
         aligned to UTC) from the one holding ``starting_at`` to the one
         holding ``ending_at`` (excluded when it starts there), each with one
         result per key and model that had requests, and ``totals`` per key
-        and model over them all.
+        and model over them all. ``group_by="subagent"`` splits each result
+        into the requests of Claude Code subagents and the others, with a
+        ``subagent`` boolean.
 
         Raises:
-            InvalidRequestError: a bad width, an empty range, too many buckets.
+            InvalidRequestError: a bad width, an empty range, too many
+                buckets, an unknown ``group_by``.
         """
+        if group_by is not None and group_by not in GROUP_BY:
+            raise InvalidRequestError(f"group_by: must be one of {', '.join(GROUP_BY)}, got {group_by!r}")
+        split = group_by == "subagent"
         if width not in WIDTHS:
             raise InvalidRequestError(f"bucket_width: must be one of {', '.join(WIDTHS)}, got {width!r}")
         step = WIDTHS[width]
@@ -232,12 +283,13 @@ class UsageRecorder:
             )
         await self.flush()
         rows = await self._call("rows", start, end, key_name, model)
-        buckets: dict[int, dict[tuple[str, str], list[int]]] = {b: {} for b in range(start, end, step)}
-        totals: dict[tuple[str, str], list[int]] = {}
-        for hour, key, model_id, *counts in rows:
+        buckets: dict[int, dict[Group, list[int]]] = {b: {} for b in range(start, end, step)}
+        totals: dict[Group, list[int]] = {}
+        for hour, key, model_id, subagent, *counts in rows:
+            group = (key, model_id, bool(subagent) if split else None)
             for target in (buckets[hour // step * step], totals):
-                kept = target.setdefault((key, model_id), [0] * len(COUNTS))
-                target[(key, model_id)] = [a + b for a, b in zip(kept, counts, strict=True)]
+                kept = target.setdefault(group, [0] * len(COUNTS))
+                target[group] = [a + b for a, b in zip(kept, counts, strict=True)]
         return {
             "data": [
                 {"starting_at": rfc3339(b), "ending_at": rfc3339(b + step), "results": _results(found)}
@@ -250,11 +302,20 @@ class UsageRecorder:
         }
 
 
-def _results(found: dict[tuple[str, str], list[int]]) -> list[dict[str, Any]]:
-    return [
-        {"key_name": key, "model": model, **dict(zip(COUNTS, counts, strict=True))}
-        for (key, model), counts in sorted(found.items())
-    ]
+#: What a result is for: key name, model, and subagent (None: not split).
+Group = tuple[str, str, bool | None]
+
+
+def _results(found: dict[Group, list[int]]) -> list[dict[str, Any]]:
+    out = []
+    for (key, model, subagent), counts in sorted(
+        found.items(), key=lambda item: (item[0][0], item[0][1], bool(item[0][2]))
+    ):
+        result: dict[str, Any] = {"key_name": key, "model": model}
+        if subagent is not None:
+            result["subagent"] = subagent
+        out.append({**result, **dict(zip(COUNTS, counts, strict=True))})
+    return out
 
 
 def rfc3339(seconds: float) -> str:

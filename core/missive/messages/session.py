@@ -9,6 +9,16 @@ prefers when two serve it equally (:mod:`missive.engine.batcher`,
 :mod:`missive.engine.host_cache`); it never changes what is reused, which is
 always an exact token prefix, so naming another client's session gains
 nothing but a tie.
+
+A Claude Code subagent sends its parent's session id, and its own agent id
+in ``x-claude-code-agent-id`` (:mod:`missive.protocol.agents`). Its
+conversation is not its parent's: it has its own system prompt and turns,
+and runs beside the parent, so sharing one affinity key would make the two
+compete for one slot or replica, each evicting the other's cached prefix.
+The key of a subagent's request is therefore its session and its agent id
+(``<session>/agent/<agent id>``: the same for every request of that
+subagent, another for each subagent, the session alone for the main
+conversation); a subagent naming no session is keyed by its agent id alone.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from ..protocol.agents import agent_of
 
 __all__ = ["session_of", "SESSION_HEADER"]
 
@@ -33,9 +45,18 @@ def _clean(value: object) -> str | None:
 
 
 def session_of(request: Any, headers: Mapping[str, str] | Any | None) -> str | None:
-    """The session id of a request: the header first, then ``metadata.user_id``.
-    ``headers``: the request's (a mapping, or Werkzeug's ``Headers``), None
-    without an HTTP request (a batch)."""
+    """The affinity key of a request: its session id (the header first, then
+    ``metadata.user_id``), with the subagent's id when a subagent sent it
+    (see the module doc). ``headers``: the request's (a mapping, or
+    Werkzeug's ``Headers``), None without an HTTP request (a batch)."""
+    session = _session_id(request, headers)
+    agent = agent_of(headers).id
+    if agent is None:
+        return session
+    return f"agent/{agent}" if session is None else f"{session}/agent/{agent}"
+
+
+def _session_id(request: Any, headers: Mapping[str, str] | Any | None) -> str | None:
     if headers is not None:
         found = _clean(headers.get(SESSION_HEADER))
         if found:

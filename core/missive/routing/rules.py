@@ -27,6 +27,11 @@ sends the request to its ``to`` model instead::
     thinking = ["enabled"]                    # true: enabled or adaptive
     to = "qwen3-32b"
 
+    [[routing.rules]]
+    name = "subagents"                        # Claude Code's Agent/Task tool
+    subagent = true
+    to = "qwen3-8b"
+
 Conditions (a rule needs at least one; all must hold):
 
 * ``model``: glob patterns (``fnmatch``) of the model id the client sent;
@@ -37,7 +42,12 @@ Conditions (a rule needs at least one; all must hold):
   estimate, as no model has been chosen yet to count exactly);
 * ``thinking``: thinking is requested: true for ``enabled`` or ``adaptive``
   (Claude Code asks for ``adaptive`` on every request), a list for those
-  types only, false for none.
+  types only, false for none;
+* ``subagent``: the request was made by a Claude Code subagent (true: it
+  carries ``x-claude-code-agent-id`` or ``x-claude-code-parent-agent-id``,
+  :mod:`missive.protocol.agents`) or by the main conversation (false);
+* ``agent_id``: glob patterns of ``x-claude-code-agent-id`` (a request
+  without one never matches).
 
 A rule whose model the request's API key may not use (``keys.NAME.models``)
 is passed over: routing never reaches a model the key could not name.
@@ -54,11 +64,13 @@ from typing import Any
 
 from ..config import ConfigError
 from ..config.routing import RoutingConfig, RoutingRule, ThinkingType
+from ..protocol.agents import NO_AGENT, Agent
 
 __all__ = ["RoutingRule", "RoutingConfig", "RoutingRules", "estimate_prompt_tokens"]
 
 #: Characters per token of the prompt estimate.
 CHARS_PER_TOKEN = 4
+
 
 def _strings(value: Any) -> Iterable[str]:
     """Every string in a JSON-like value, base64 image and document data left out."""
@@ -122,10 +134,12 @@ class RoutingRules:
                 raise ConfigError(f"two routing rules are named '{rule.name}'")
         self.rules = list(config.rules)
 
-    def route(self, req: Any, allowed: Callable[[str], bool] = lambda model: True) -> RoutingRule | None:
+    def route(
+        self, req: Any, allowed: Callable[[str], bool] = lambda model: True, agent: Agent = NO_AGENT
+    ) -> RoutingRule | None:
         """The first rule ``req`` (a validated Messages or count_tokens
-        request) meets whose model is ``allowed`` (the request's key may use
-        it), or None."""
+        request, sent by ``agent``) meets whose model is ``allowed`` (the
+        request's key may use it), or None."""
         estimate: int | None = None
         for rule in self.rules:
             if not allowed(rule.to):
@@ -135,6 +149,12 @@ class RoutingRules:
             if rule.images is not None and rule.images != _has_images(req):
                 continue
             if rule.thinking is not None and not _thinking_matches(rule.thinking, req):
+                continue
+            if rule.subagent is not None and rule.subagent != agent.subagent:
+                continue
+            if rule.agent_id and not (
+                agent.id is not None and any(fnmatch.fnmatchcase(agent.id, p) for p in rule.agent_id)
+            ):
                 continue
             if rule.min_prompt_tokens is not None:
                 if estimate is None:

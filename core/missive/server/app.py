@@ -19,6 +19,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from ..config import Config
 from ..kernel.plugins import Kernel
 from ..protocol import fastjson
+from ..protocol.agents import agent_of
 from ..protocol.errors import (
     ApiError,
     InvalidRequestError,
@@ -153,6 +154,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         g.record = RequestRecord(
             g.request_id, request.method, request.path, endpoint_label(rule), found.observe
         )
+        g.record.agent = agent_of(request.headers)
         if found.tracing is not None and found.tracing.wanted(request.method, g.record.endpoint):
             g.record.trace_headers = found.tracing.carrier(request.headers.get)
         if drain.begun and request.path.startswith("/v1/"):

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..models.table import ModelTable
+from ..protocol.agents import NO_AGENT, Agent
 from ..protocol.errors import ModelNotFoundError
 from ..protocol.schema.request import MessagesRequest
 from ..routing.chain import Attempt, attempts
@@ -58,11 +59,12 @@ class ModelChoice:
             raise ModelNotFoundError(requested)
         return model_id
 
-    def route(self, req: Any, allowed: Allowed) -> tuple[str, str | None]:
-        """The model that answers ``req`` and the routing rule that chose it
-        (None: no rule fired, the resolved model answers)."""
+    def route(self, req: Any, allowed: Allowed, agent: Agent = NO_AGENT) -> tuple[str, str | None]:
+        """The model that answers ``req`` (sent by ``agent``: a Claude Code
+        subagent, :mod:`missive.protocol.agents`) and the routing rule that
+        chose it (None: no rule fired, the resolved model answers)."""
         model_id = self.resolve(req.model, allowed)
-        rule = self.routing.route(req, allowed=allowed)
+        rule = self.routing.route(req, allowed=allowed, agent=agent)
         if rule is None:
             return model_id, None
         return rule.to, rule.name

@@ -25,6 +25,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from ..protocol.agents import NO_AGENT, Agent
+
 __all__ = [
     "RequestRecord",
     "endpoint_label",
@@ -81,6 +83,9 @@ class RequestRecord:
         key: the name of its API key (:mod:`missive.keys`), once it is
             authenticated (``""``: no key configured); None before, or
             refused with 401. Never the key, nor its hash.
+        agent: the Claude Code agent that sent it (:mod:`missive.protocol.agents`):
+            a subagent's id and its parent's, as ``agent_id`` and
+            ``parent_agent_id`` in the log fields (ids only, never a prompt).
         stream: an SSE answer was asked for.
         generated: a message was started (the model ran).
         requested_model: the request's ``model`` as the client sent it (a
@@ -121,6 +126,7 @@ class RequestRecord:
         self.started = time.monotonic()
         self.model = ""
         self.key: str | None = None
+        self.agent: Agent = NO_AGENT
         self.stream = False
         self.generated = False
         self.completed = False
@@ -233,6 +239,8 @@ class RequestRecord:
             "model": self.model or None,
             "key": self.key or None,
             "rule": self.rule,
+            "agent_id": self.agent.id,
+            "parent_agent_id": self.agent.parent_id,
         }
         if self.generated:
             out["stream"] = self.stream

@@ -41,7 +41,8 @@ Images count :func:`missive.media.tokens.estimate_image_tokens` tokens each
 (the echo "model" sees them as their pixel estimate). ``settings.report =
 true`` answers, when no script plays, with the conversation the driver
 received as one JSON text (system, turns, blocks; images as media type,
-size, byte count and SHA-256), so tests can see what the core handed over.
+size, byte count and SHA-256; the request's affinity key as ``session``),
+so tests can see what the core handed over.
 ``settings.start_delay`` (seconds) makes its start-up take that long and
 ``settings.start_error`` makes it fail with that message, for tests of
 models loaded on demand.
@@ -212,6 +213,7 @@ def report(request: GenerationRequest) -> str:
             "system": conv.system,
             "turns": [{"role": t.role, "blocks": [_describe(b) for b in t.blocks]} for t in conv.turns],
             "prefill": conv.prefill,
+            "session": request.session,
         }
     )
 

@@ -9,7 +9,7 @@ let selected = null;
 let shownKey = null;
 
 export function init() {
-  for (const id of ["rq-model", "rq-endpoint", "rq-key", "rq-status"]) $(id).addEventListener("change", () => refresh());
+  for (const id of ["rq-model", "rq-endpoint", "rq-key", "rq-agent", "rq-status"]) $(id).addEventListener("change", () => refresh());
   $("rq-search").addEventListener("input", () => refresh());
 }
 
@@ -28,6 +28,7 @@ function query() {
   if ($("rq-model").value !== "*") params.set("model", $("rq-model").value);
   if ($("rq-endpoint").value) params.set("endpoint", $("rq-endpoint").value);
   if ($("rq-key").value !== "*") params.set("key", $("rq-key").value);
+  if ($("rq-agent").value) params.set("subagent", $("rq-agent").value);
   if ($("rq-status").value) params.set("status", $("rq-status").value);
   return params;
 }
@@ -35,7 +36,7 @@ function query() {
 function matchesSearch(entry, text) {
   if (!text) return true;
   const hay = [entry.request_id, entry.stop_reason, entry.error_type, entry.path, entry.model, entry.key,
-    ...(entry.ignored || [])];
+    entry.agent_id, entry.parent_agent_id, ...(entry.ignored || [])];
   return hay.some((v) => v && String(v).toLowerCase().includes(text));
 }
 
@@ -51,7 +52,15 @@ function row(e) {
   num(e.input_tokens), num(e.cache_read_input_tokens), num(e.output_tokens),
   h("td", { class: "num" }, fmtSeconds(e.ttft_s)), h("td", { class: "num" }, fmtSeconds(e.duration_s)),
   h("td", {}, e.stop_reason || ""), h("td", { class: e.error_type ? "status-5" : null }, e.error_type || ""),
-  h("td", { title: (e.ignored || []).join(", ") }, e.ignored && e.ignored.length ? e.ignored.length : ""));
+  h("td", { title: (e.ignored || []).join(", ") }, e.ignored && e.ignored.length ? e.ignored.length : ""),
+  agentCell(e));
+}
+
+// Claude Code's subagent headers (x-claude-code-agent-id, -parent-agent-id): ids only.
+function agentCell(e) {
+  if (!e.agent_id && !e.parent_agent_id) return h("td", { class: "muted" }, "");
+  const title = `agent ${e.agent_id || "-"}` + (e.parent_agent_id ? `, spawned by ${e.parent_agent_id}` : "");
+  return h("td", { title }, "subagent " + (e.agent_id || "").slice(0, 8));
 }
 
 export async function refresh() {
@@ -71,7 +80,8 @@ export async function refresh() {
 
 const LABELS = [
   ["request_id", "request-id"], ["time", "time"], ["method", "method"], ["path", "path"], ["endpoint", "endpoint"],
-  ["model", "model"], ["key", "API key"], ["status", "status"], ["stream", "stream"], ["input_tokens", "input tokens"],
+  ["model", "model"], ["rule", "routing rule"], ["key", "API key"], ["agent_id", "subagent (x-claude-code-agent-id)"],
+  ["parent_agent_id", "parent agent"], ["status", "status"], ["stream", "stream"], ["input_tokens", "input tokens"],
   ["cache_read_input_tokens", "cache read tokens"], ["cache_creation_input_tokens", "cache creation tokens"],
   ["output_tokens", "output tokens"], ["images", "images"], ["documents", "documents"], ["queue_s", "queue"],
   ["ttft_s", "time to first token"], ["duration_s", "duration"], ["stop_reason", "stop reason"],

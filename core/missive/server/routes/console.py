@@ -15,7 +15,10 @@ The data calls need an admin key (:func:`console_access`), as
 * ``GET /console/api/status``: what ``GET /v1/status`` answers;
 * ``GET /console/api/requests``: the recent requests, newest first,
   filtered (``model``, ``endpoint``, ``status``: ``2xx``, ``4xx``, ``5xx``,
-  ``error`` or a code, ``error_type``, ``key``: a key's name), ``limit`` of
+  ``error`` or a code, ``error_type``, ``key``: a key's name; ``subagent``:
+  ``true`` for requests a Claude Code subagent made, ``false`` for the
+  others; ``agent_id``: the requests of that agent and of the subagents it
+  spawned, :mod:`missive.protocol.agents`), ``limit`` of
   them (1-1000, default 100) ``before`` a ``seq`` (the next page);
 * ``GET /console/api/requests/{request_id}``: one request, with its
   ``server.capture_dir`` file (body and headers, keys redacted) when
@@ -139,6 +142,19 @@ def _before() -> int | None:
         raise InvalidRequestError(f"before: Input should be a valid integer, got {raw!r}") from None
 
 
+def _flag(name: str) -> bool | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw not in ("true", "false"):
+        raise InvalidRequestError(f"{name}: expected true or false, got {raw!r}")
+    return raw == "true"
+
+
+def _is_subagent(entry: dict[str, Any]) -> bool:
+    return entry.get("agent_id") is not None or entry.get("parent_agent_id") is not None
+
+
 async def requests() -> dict[str, Any]:
     console_access()
     args = request.args
@@ -146,6 +162,8 @@ async def requests() -> dict[str, Any]:
     model, endpoint, error_type = args.get("model"), args.get("endpoint"), args.get("error_type")
     key = args.get("key")
     wanted = args.get("status", "")
+    subagent = _flag("subagent")
+    agent_id = args.get("agent_id")
 
     def match(entry: dict[str, Any]) -> bool:
         if model is not None and entry.get("model", "") != model:
@@ -155,6 +173,10 @@ async def requests() -> dict[str, Any]:
         if error_type and entry.get("error_type") != error_type:
             return False
         if key is not None and entry.get("key", "") != key:
+            return False
+        if subagent is not None and subagent != _is_subagent(entry):
+            return False
+        if agent_id and agent_id not in (entry.get("agent_id"), entry.get("parent_agent_id")):
             return False
         if wanted == "error":
             return entry.get("error_type") is not None

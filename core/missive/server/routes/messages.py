@@ -126,7 +126,7 @@ async def _create_message() -> Response | dict[str, Any]:
     # A thread continue is rebuilt into the whole conversation before validation.
     req = await read_request(MessagesRequest, expand=kept.expand)
     facts.requested_model = req.model
-    model_id, facts.rule = found.choice.route(req, identity.may_use)
+    model_id, facts.rule = found.choice.route(req, identity.may_use, facts.agent)
     facts.model = model_id
     # The model, then its fallbacks (each one the key may use); the model's
     # own chain for a request that names none, with routing.default_fallbacks.
@@ -261,7 +261,7 @@ async def count_tokens() -> dict[str, Any]:
     req = await read_request(CountTokensRequest)
     facts = record()
     facts.requested_model = req.model
-    model_id, facts.rule = services().choice.route(req, identity.may_use)
+    model_id, facts.rule = services().choice.route(req, identity.may_use, facts.agent)
     facts.model = model_id
     caller = _caller(facts)
     try:

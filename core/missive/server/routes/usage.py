@@ -5,7 +5,8 @@ Query parameters: ``starting_at`` and ``ending_at`` (RFC 3339, a date, or a
 duration before now such as ``7d``; default the last 7 days, or 24 hours
 with ``bucket_width=1h``, up to now), ``bucket_width`` (``1d``, the
 default, or ``1h``), ``key_name`` and ``model`` (only that key, that
-configured model).
+configured model), ``group_by=subagent`` (each result split into the
+requests of Claude Code subagents and the others, :mod:`missive.keys.usage`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ async def get_usage() -> dict[str, Any]:
         width,
         request.args.get("key_name"),
         request.args.get("model"),
+        request.args.get("group_by"),
     )
 
 
