@@ -21,7 +21,9 @@ from typing import Any
 
 import anthropic
 import pytest
+from click.testing import CliRunner
 
+from missive.cli.main import cli
 from missive.config.routing import RoutingRule
 from missive.keys.usage import UsageStore
 from missive.messages.session import session_of
@@ -214,3 +216,22 @@ def test_rules_on_agents_are_checked_and_described() -> None:
     assert rule.describe() == "a subagent and agent explore-* -> m"
     with pytest.raises(ValueError, match="subagent or agent_id"):
         RoutingRule(name="none", to="m")
+
+
+def test_missive_usage_by_subagent(app: InProcessApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``missive usage --by-subagent`` asks for ``group_by=subagent`` and
+    prints a SUBAGENT column (the CLI's HTTP call sent to the app in process)."""
+    ask(app, SUB)
+
+    def get(base: str, path: str, key: str | None, params: dict[str, Any] | None = None) -> Any:
+        with app.http_client(timeout=30) as http:
+            return http.get(path, params=params, headers={"x-api-key": key}).json()
+
+    monkeypatch.setattr("missive.cli.keys._get", get)
+    args = ["usage", "--url", app.url, "--api-key", ADMIN]
+    split = CliRunner().invoke(cli, [*args, "--by-subagent"])
+    assert split.exit_code == 0, split.output
+    assert split.output.splitlines()[1].split()[:3] == ["KEY", "MODEL", "SUBAGENT"]
+    assert any(line.split()[1:3] == ["small", "yes"] for line in split.output.splitlines()[2:])
+    whole = CliRunner().invoke(cli, args)
+    assert whole.exit_code == 0 and "SUBAGENT" not in whole.output

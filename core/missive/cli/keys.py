@@ -79,9 +79,19 @@ def list_keys(config: Config) -> list[dict[str, Any]]:
 
 
 def render_usage(report: dict[str, Any]) -> str:
-    """``totals`` of a ``GET /v1/usage`` answer as a table."""
-    columns = ("KEY", "MODEL", *(c.upper() for c in COUNTS))
-    rows = [(r["key_name"] or "-", r["model"], *(str(r[c]) for c in COUNTS)) for r in report["totals"]]
+    """``totals`` of a ``GET /v1/usage`` answer as a table (a SUBAGENT
+    column when the answer is split by it, ``group_by=subagent``)."""
+    split = any("subagent" in r for r in report["totals"])
+    columns = ("KEY", "MODEL", *(("SUBAGENT",) if split else ()), *(c.upper() for c in COUNTS))
+    rows = [
+        (
+            r["key_name"] or "-",
+            r["model"],
+            *((("yes" if r["subagent"] else "no"),) if split else ()),
+            *(str(r[c]) for c in COUNTS),
+        )
+        for r in report["totals"]
+    ]
     widths = [max(len(str(x)) for x in column) for column in zip(columns, *rows, strict=True)]
     head = f"usage from {report['starting_at']} to {report['ending_at']}"
     lines = [head, "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
@@ -181,6 +191,11 @@ def register(
     @click.option("--bucket-width", type=click.Choice(["1h", "1d"]), default="1d", show_default=True)
     @click.option("--key", "key_name", help="Only this key (its name).")
     @click.option("--model", help="Only this configured model.")
+    @click.option(
+        "--by-subagent",
+        is_flag=True,
+        help="Split each key's and model's usage into Claude Code subagents' and the rest.",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print GET /v1/usage as it is (with the buckets).")
     def usage_command(
         config_path: str | None,
@@ -192,6 +207,7 @@ def register(
         bucket_width: str,
         key_name: str | None,
         model: str | None,
+        by_subagent: bool,
         as_json: bool,
     ) -> None:
         """A running server's usage per key and model: requests and tokens (GET /v1/usage)."""
@@ -204,6 +220,7 @@ def register(
             "bucket_width": bucket_width,
             "key_name": key_name,
             "model": model,
+            "group_by": "subagent" if by_subagent else None,
         }
         try:
             report = _get(base, "/v1/usage", key, {k: v for k, v in params.items() if v is not None})

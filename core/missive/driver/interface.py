@@ -56,6 +56,7 @@ class ReplicaPoolView(Protocol):
 
     async def check(self, wait: float | None = None) -> None: ...
 
+
 __all__ = ["Driver", "GenerationRequest", "ReplicaPoolView", "ReplicaView", "clamp_max_tokens", "fit_prompt"]
 
 
@@ -77,6 +78,12 @@ class GenerationRequest:
             to the Messages API's shape); kept for plugins written before
             ``output_schema``.
         tools: the tools offered to the model (see :mod:`missive.tools.definitions`).
+        listed_tools: the tool list at the top of the prompt when
+            mid-conversation ``tool_addition``/``tool_removal`` blocks changed
+            the tools (:mod:`missive.tools.changes`): the tools of ``tools``
+            as declared, a removed one included, so the prompt before a
+            change stays the same. None: the tools not ``deferred``. Read
+            :meth:`prompt_tools`.
         tool_choice: mode, forced name and whether parallel calls are allowed.
             With mode ``none`` a driver must not let the model call tools.
         thinking: whether thinking blocks are wanted, the budget, the effort
@@ -114,6 +121,15 @@ class GenerationRequest:
     server_call: tuple[str, dict[str, Any]] | None = None
     session: str | None = None
     output_schema: dict[str, Any] | None = None
+    listed_tools: tuple[ToolDefinition, ...] | None = None
+
+    def prompt_tools(self) -> tuple[ToolDefinition, ...]:
+        """The tools a driver that renders the prompt itself lists at its top:
+        ``listed_tools``, else the tools not ``deferred`` (a deferred or
+        added tool's definition stands where the conversation loaded it)."""
+        if self.listed_tools is not None:
+            return self.listed_tools
+        return tuple(t for t in self.tools if not t.deferred)
 
 
 class Driver(abc.ABC):

@@ -12,7 +12,8 @@ section 2):
   stays where it is, a :class:`~missive.chat_template.system_turns.SystemNote` of a
   user-side turn (rendered as a system turn where the chat template accepts
   one there, else as a marked note: :mod:`missive.chat_template.system_turns`), so a new
-  one moves no earlier token;
+  one moves no earlier token; its ``tool_addition``/``tool_removal`` blocks
+  are the text :mod:`missive.tools.changes` gives them, in their place;
 * consecutive turns of the same role are merged, not rejected;
 * a final ``assistant`` message is a prefill: the answer continues it;
 * text blocks of one turn are joined with ``"\\n"``; ``search_result`` blocks
@@ -91,6 +92,7 @@ def build_conversation(
     kept_thinking: Mapping[tuple[int, int], str] | None = None,
     *,
     server_tools: bool = True,
+    tool_changes: Mapping[tuple[int, int], str] | None = None,
 ) -> Conversation:
     """Normalize ``request`` (see module doc). Never raises for valid requests.
 
@@ -99,6 +101,10 @@ def build_conversation(
     (:attr:`missive.thinking.replay.ReplayReport.kept`); others are left out.
     ``server_tools``: False for a model that cannot call tools; server-tool
     blocks are then left out of the prompt (the caller reports them).
+    ``tool_changes``: the text of each ``tool_addition``/``tool_removal``
+    block of a system message, by ``(message index, block index)``
+    (:attr:`missive.tools.changes.ToolChanges.texts`), joined to the
+    message's text in the block's place.
     """
     system_parts: list[str] = []
     top = _system_text(request)
@@ -107,7 +113,12 @@ def build_conversation(
     turns: list[Turn] = []
     for m, message in enumerate(request.messages):
         if message.role == "system":
-            text = "\n".join(b.text for b in message.blocks() if isinstance(b, TextBlock))
+            changes = tool_changes or {}
+            text = "\n".join(
+                block.text if isinstance(block, TextBlock) else changes[(m, b)]
+                for b, block in enumerate(message.blocks())
+                if isinstance(block, TextBlock) or (m, b) in changes
+            )
             if not text:
                 continue
             if turns:  # after the first turn: kept in its place (missive.chat_template.system_turns)

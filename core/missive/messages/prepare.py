@@ -11,8 +11,10 @@ The steps, in order (the order is part of the behaviour: the first problem
 found is the error):
 
 1. tools offered (server tools only to a model that can call tools, unless
-   ``tool_choice`` forces one), ``tool_choice`` checked against them, the
-   tool history's pairing checked (:mod:`missive.tools`);
+   ``tool_choice`` forces one), the history's ``tool_addition`` and
+   ``tool_removal`` blocks applied (:mod:`missive.tools.changes`),
+   ``tool_choice`` checked against the result, the tool history's pairing
+   checked (:mod:`missive.tools`);
 2. a forced call of a server tool the driver cannot force is made by the
    server first (:func:`missive.tools.server_runner.server_first`);
 3. thinking a model cannot do, asked through an alias, answered without
@@ -49,6 +51,7 @@ from ..thinking.between_tools import as_text as between_tools_text
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..thinking.signing import Signer
 from ..thinking.through_alias import fit_thinking
+from ..tools.changes import apply_tool_changes, check_forced_choice
 from ..tools.deferred import expand_references
 from ..tools.definitions import offered_tools, tool_choice_of
 from ..tools.history import check_tool_history
@@ -160,6 +163,9 @@ def build_generation(
     can_call = bool(caps.tool_choice)
     forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool")
     tools, skipped = offered_tools(req, server_tools=can_call or forced)
+    changes = apply_tool_changes(req, tools, server_tools=can_call or forced)
+    check_forced_choice(req, changes)
+    tools = changes.offered
     choice = tool_choice_of(req, tools)
     check_tool_history(req)
     notes.ignore(skipped if can_call else [*skipped, *server_block_paths(req)])
@@ -182,7 +188,7 @@ def build_generation(
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))
         notes.dropped_thinking = list(replay.dropped)
     kept = {at: text for at, text in replay.kept.items() if at[0] not in cleared_thinking}
-    conversation = build_conversation(req, kept, server_tools=can_call)
+    conversation = build_conversation(req, kept, server_tools=can_call, tool_changes=changes.texts)
     expand_references(conversation, tools)
     thinking = plan_thinking(req.thinking, req.output_config)
     if thinking.between_tools:
@@ -217,6 +223,7 @@ def build_generation(
         server_call=server_call,
         session=session_of(req, headers),
         output_schema=req.output_format_schema(),
+        listed_tools=changes.listed,
     )
 
 

@@ -180,19 +180,10 @@ BLOCK_TYPES: dict[str, Row] = {
     ),
     "mcp_tool_listing": _ignored(_SERVER_TOOL, {"type": "mcp_tool_listing", "server_name": "s", "tools": []}),
     "container_upload": _ignored(_SERVER_TOOL, {"type": "container_upload", "file_id": "file_1"}),
-    "tool_addition": _ignored(
-        "inline tool changes are not applied: send tools in `tools`",
-        {
-            "type": "tool_addition",
-            "tool": {
-                "type": "tool_definition",
-                "definition": {"name": "x", "input_schema": {"type": "object"}},
-            },
-        },
+    "tool_addition": _h(
+        "missive.tools.changes", "in a system message: the tool offered from there on, its definition there"
     ),
-    "tool_removal": _ignored(
-        "inline tool changes are not applied: send tools in `tools`", {"type": "tool_removal", "name": "x"}
-    ),
+    "tool_removal": _h("missive.tools.changes", "in a system message: the tool withdrawn from there on"),
 }
 
 THINKING_TYPES: dict[str, Row] = {

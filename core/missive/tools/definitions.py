@@ -28,11 +28,18 @@ from typing import Any
 from ..driver.capabilities import Capabilities
 from ..driver.tools import ToolChoice, ToolDefinition
 from ..protocol.errors import InvalidRequestError
-from ..protocol.schema.request import CountTokensRequest
+from ..protocol.schema.request import CountTokensRequest, Tool
 from .deferred import is_deferred, loaded_names
 from .server import server_tool_of
 
-__all__ = ["ToolDefinition", "ToolChoice", "offered_tools", "tool_choice_of", "choice_after_server_call"]
+__all__ = [
+    "ToolDefinition",
+    "ToolChoice",
+    "offered_tools",
+    "definition_of",
+    "tool_choice_of",
+    "choice_after_server_call",
+]
 
 _BASH_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -92,37 +99,37 @@ def offered_tools(
         if tool.name in seen:
             raise InvalidRequestError(f"tools: Tool names must be unique (duplicate: {tool.name!r})")
         seen.add(tool.name)
-        deferred = is_deferred(tool)
-        if deferred and tool.name not in loaded:
+        if is_deferred(tool) and tool.name not in loaded:
             continue
-        strict = bool((tool.model_extra or {}).get("strict"))
-        if tool.type in (None, "custom"):
-            assert tool.input_schema is not None  # checked by the schema
-            offered.append(
-                ToolDefinition(
-                    tool.name, tool.description or "", tool.input_schema, strict, deferred=deferred
-                )
-            )
-            continue
-        server = server_tool_of(tool.type)
-        if server is not None:
-            if not server_tools:
-                skipped.append(f'tools.{i} (tool type "{tool.type}": this model cannot call tools)')
-                continue
-            description = tool.description or server.description
-            offered.append(
-                ToolDefinition(tool.name, description, server.input_schema, strict, server, deferred)
-            )
-            continue
-        client = next((spec for prefix, spec in CLIENT_TOOLS.items() if tool.type.startswith(prefix)), None)
-        if client is None:
-            skipped.append(f'tools.{i} (tool type "{tool.type}": not available on this server)')
-            continue
-        description, schema = client
-        offered.append(
-            ToolDefinition(tool.name, tool.description or description, schema, strict, deferred=deferred)
-        )
+        definition = definition_of(tool, server_tools=server_tools)
+        if isinstance(definition, str):
+            skipped.append(f"tools.{i} ({definition})")
+        else:
+            offered.append(definition)
     return tuple(offered), skipped
+
+
+def definition_of(tool: Tool, *, server_tools: bool = True) -> ToolDefinition | str:
+    """The definition the model is offered for one ``tools`` entry (the
+    module doc's rules), or why it is not offered (``tool type "...": not
+    available on this server``). Also used for a tool added mid-conversation
+    (:mod:`missive.tools.changes`)."""
+    deferred = is_deferred(tool)
+    strict = bool((tool.model_extra or {}).get("strict"))
+    if tool.type in (None, "custom"):
+        assert tool.input_schema is not None  # checked by the schema
+        return ToolDefinition(tool.name, tool.description or "", tool.input_schema, strict, deferred=deferred)
+    server = server_tool_of(tool.type)
+    if server is not None:
+        if not server_tools:
+            return f'tool type "{tool.type}": this model cannot call tools'
+        description = tool.description or server.description
+        return ToolDefinition(tool.name, description, server.input_schema, strict, server, deferred)
+    client = next((spec for prefix, spec in CLIENT_TOOLS.items() if tool.type.startswith(prefix)), None)
+    if client is None:
+        return f'tool type "{tool.type}": not available on this server'
+    description, schema = client
+    return ToolDefinition(tool.name, tool.description or description, schema, strict, deferred=deferred)
 
 
 def tool_choice_of(request: CountTokensRequest, tools: tuple[ToolDefinition, ...]) -> ToolChoice:

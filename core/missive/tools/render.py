@@ -205,10 +205,11 @@ def template_messages(
     text it returns, in their place (see :meth:`missive.messages.conversation.Turn.text`).
     """
     conversation = request.conversation
-    # Deferred tools are not in the list (their definitions stand where a
-    # tool_reference loaded them: missive.tools.deferred), so the top of
-    # the prompt does not change when one is loaded.
-    offered = tuple(t for t in request.tools if not t.deferred) if request.tool_choice.mode != "none" else ()
+    # Deferred and added tools are not in the list (their definitions stand
+    # where a tool_reference or tool_addition put them: missive.tools.deferred,
+    # missive.tools.changes), and a removed one stays, so the top of the
+    # prompt does not change when one is loaded, added or removed.
+    offered = request.prompt_tools() if request.tool_choice.mode != "none" else ()
     system_turns = any(t.has_system_notes() for t in conversation.turns) and template_accepts_system(template)
     if not offered and not conversation.has_tool_blocks():
         return conversation.chat_messages(image_marker, system_turns=system_turns), {}

@@ -208,9 +208,10 @@ class LlamaServerDriver(OpenAIDriver):
         offered = request.tools if request.tool_choice.mode != "none" else ()
         if self.native_tools(info) or not (offered or conv.has_tool_blocks()):
             return chat_messages(conv, prefill=prefill), True
-        # Deferred tools stand where a tool_reference loaded them, not in the list.
+        # Deferred and added tools stand where the conversation loaded them,
+        # not in the list; a removed one stays listed (missive.tools.changes).
         messages: list[dict[str, Any]] = list(
-            hermes_messages(conv, tuple(t for t in offered if not t.deferred))
+            hermes_messages(conv, request.prompt_tools() if offered else ())
         )
         if prefill:
             messages.append({"role": "assistant", "content": conv.prefill})

@@ -35,6 +35,8 @@ __all__ = [
     "ServerToolBlock",
     "CompactionBlock",
     "FallbackBlock",
+    "ToolAdditionBlock",
+    "ToolRemovalBlock",
     "UnknownBlock",
     "ContentBlock",
     "ToolResultContentBlock",
@@ -234,6 +236,27 @@ class FallbackBlock(_Block):
     trigger: Any = None
 
 
+class ToolAdditionBlock(_Block):
+    """A mid-conversation directive making a tool available, in a ``role:
+    "system"`` message (``BetaRequestToolAdditionBlockParam``). ``tool`` is a
+    ``tool_definition`` (``{"type": "tool_definition", "definition": {...a
+    tools entry}}``) or a reference (``tool_reference``, or an MCP one);
+    checked and applied where it stands by :mod:`missive.tools.changes`."""
+
+    type: Literal["tool_addition"]
+    tool: dict[str, Any]
+
+
+class ToolRemovalBlock(_Block):
+    """A mid-conversation directive withdrawing a tool, in a ``role:
+    "system"`` message (``BetaRequestToolRemovalBlockParam``): ``tool`` is a
+    ``tool_reference`` by name (or an MCP reference); applied where it
+    stands by :mod:`missive.tools.changes`."""
+
+    type: Literal["tool_removal"]
+    tool: dict[str, Any]
+
+
 class UnknownBlock(_Block):
     """A block type this version of Missive does not know."""
 
@@ -295,6 +318,8 @@ ContentBlock = Annotated[
         | Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")]
         | Annotated[CompactionBlock, Tag("compaction")]
         | Annotated[FallbackBlock, Tag("fallback")]
+        | Annotated[ToolAdditionBlock, Tag("tool_addition")]
+        | Annotated[ToolRemovalBlock, Tag("tool_removal")]
         | Annotated[ServerToolBlock, Tag("server_tool")]
         | Annotated[UnknownBlock, Tag("unknown")]
     ),
@@ -303,6 +328,8 @@ ContentBlock = Annotated[
             {
                 "compaction",
                 "fallback",
+                "tool_addition",
+                "tool_removal",
                 "text",
                 "image",
                 "document",
