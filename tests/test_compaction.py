@@ -9,16 +9,25 @@ continues from it; blocks the API refuses get its errors with
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
+from anthropic.types import (
+    CompactionContentMismatchError,
+    CompactionContentMismatchErrorDetails,
+    CompactionSignatureInvalidError,
+    CompactionSignatureInvalidErrorDetails,
+)
 
 from missive.context_management.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
 from missive.testing import in_process_app
-from missive.thinking.signing import Signer
+from missive.thinking.signing import COMPACTION_PREFIX, Signer
 
 KEY = "compaction-test-key-0123456789"
 #: The echo "model" summarises: it plays this when it sees the summarisation
@@ -162,13 +171,6 @@ def test_blocks_the_api_refuses(client: anthropic.Anthropic) -> None:
         with pytest.raises(anthropic.BadRequestError) as raised:
             client.beta.messages.create(model="echo", max_tokens=10, messages=messages, betas=BETA)
         assert raised.value.body["error"]["details"]["error_code"] == code, raised.value.body  # type: ignore[index]
-    # Content changed after signing: the signature no longer verifies.
-    changed = [
-        {"role": "assistant", "content": [{**good, "content": "Ada likes coffee."}]},
-        {"role": "user", "content": "hi"},
-    ]
-    with pytest.raises(anthropic.BadRequestError, match="Invalid `signature` in `compaction` block"):
-        client.beta.messages.create(model="echo", max_tokens=10, messages=changed, betas=BETA)
     # A compaction request that ends with unanswered tool calls.
     pending = [
         {"role": "user", "content": "go"},
@@ -193,6 +195,72 @@ def test_blocks_the_api_refuses(client: anthropic.Anthropic) -> None:
         client.beta.messages.create(model="echo", max_tokens=10, messages=noop, betas=BETA).content[0].text
         == "hi there"
     )  # type: ignore[union-attr]
+
+
+def refused(client: anthropic.Anthropic, block: dict[str, Any]) -> anthropic.BadRequestError:
+    """The error of a request sending ``block`` back first."""
+    messages = [{"role": "assistant", "content": [block]}, {"role": "user", "content": "hi"}]
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.beta.messages.create(model="echo", max_tokens=10, messages=messages, betas=BETA)
+    return raised.value
+
+
+def test_edited_content_under_a_genuine_signature_is_a_content_mismatch(client: anthropic.Anthropic) -> None:
+    """The signature records the content's digest (SDK 2.16
+    ``CompactionContentMismatchError``): text edited under this server's
+    signature is told apart from a signature this server never made."""
+    signer = Signer(KEY.encode())
+    good = {
+        "type": "compaction",
+        "content": "Ada likes tea.",
+        "signature": signer.sign_compaction("Ada likes tea."),
+    }
+    error = refused(client, {**good, "content": "Ada likes coffee."})
+    assert isinstance(error, CompactionContentMismatchError)
+    assert error.status_code == 400
+    assert isinstance(error.details, CompactionContentMismatchErrorDetails)
+    assert error.details.error_code == error.error_code == "compaction_content_mismatch"
+    body: Any = error.body
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith(
+        "messages.0.content.0: the `compaction` block's `content` differs"
+    )
+    # Forged: another key's signature, or this server's MAC with the edited text's digest put in.
+    other = Signer(b"another-server-key-000").sign_compaction("Ada likes coffee.")
+    payload = good["signature"].removeprefix(COMPACTION_PREFIX)
+    raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    swapped = raw[:32] + hashlib.sha256(b"Ada likes coffee.").digest()
+    forged = COMPACTION_PREFIX + base64.urlsafe_b64encode(swapped).decode().rstrip("=")
+    for signature in (other, forged, COMPACTION_PREFIX + "AAAA", "msvc1.AAAA", None):
+        block = {**good, "content": "Ada likes coffee."}
+        if signature is not None:
+            block["signature"] = signature
+        else:
+            del block["signature"]
+        error = refused(client, block)
+        assert isinstance(error, CompactionSignatureInvalidError), signature
+        assert isinstance(error.details, CompactionSignatureInvalidErrorDetails)
+        assert "Invalid `signature` in `compaction` block" in error.body["error"]["message"]  # type: ignore[index]
+    # Untouched, the block is used.
+    messages = [{"role": "assistant", "content": [good]}, {"role": "user", "content": "What do I like?"}]
+    answer = client.beta.messages.create(model="echo", max_tokens=20, messages=messages, betas=BETA)
+    assert answer.content[0].text == "Continuing from the summary."  # type: ignore[union-attr]
+
+
+def test_signatures_from_before_the_digest_still_verify(client: anthropic.Anthropic) -> None:
+    """``msvc1.`` signatures (an HMAC over the content, no digest) keep
+    working for their content; edited, they can only be "invalid"."""
+    mac = hmac.new(KEY.encode(), digestmod=hashlib.sha256)
+    for part in (b"missive-compaction-v1", b"Ada likes tea."):
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    old = "msvc1." + base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+    block = {"type": "compaction", "content": "Ada likes tea.", "signature": old}
+    messages = [{"role": "assistant", "content": [block]}, {"role": "user", "content": "What do I like?"}]
+    answer = client.beta.messages.create(model="echo", max_tokens=20, messages=messages, betas=BETA)
+    assert answer.content[0].text == "Continuing from the summary."  # type: ignore[union-attr]
+    error = refused(client, {**block, "content": "Ada likes coffee."})
+    assert isinstance(error, CompactionSignatureInvalidError)
 
 
 def test_the_sdk_tool_runner_compacts_and_carries_on(client: anthropic.Anthropic) -> None:

@@ -23,7 +23,10 @@ Sent back, the block must be the conversation's first block and verify;
 otherwise the API's errors, with ``error.details.error_code`` as the SDK's
 typed errors read it: ``compaction_block_misplaced``,
 ``compaction_block_ambiguous`` (two blocks with content),
-``compaction_signature_invalid``, and for a compaction request
+``compaction_content_mismatch`` (a genuine signature, recording the digest
+of other content: the text was edited; SDK 2.16
+``CompactionContentMismatchError``), ``compaction_signature_invalid`` (a
+signature this server did not make), and for a compaction request
 ``compaction_incomplete_turn`` (the last assistant turn has unanswered tool
 calls) and ``compaction_nothing_to_summarize``. A verified block is rendered
 as a user turn holding the summary, so every chat template (many refuse a
@@ -74,7 +77,7 @@ def _verified_summary(req: CountTokensRequest, signer: Signer) -> tuple[int, int
     checking its place and signature; None when there is none.
 
     Raises:
-        CompactionError: misplaced, ambiguous, or not signed by this server.
+        CompactionError: misplaced, ambiguous, edited, or not signed by this server.
     """
     found: list[tuple[int, int, CompactionBlock]] = []
     for m, message in enumerate(req.messages):
@@ -105,7 +108,14 @@ def _verified_summary(req: CountTokensRequest, signer: Signer) -> tuple[int, int
             f"messages.{m}.content.{b}: a compaction block must be the first block of `messages`",
         )
     assert block.content is not None
-    if not signer.verify_compaction(block.signature, block.content):
+    check = signer.check_compaction(block.signature, block.content)
+    if check == "content_mismatch":
+        raise CompactionError(
+            "compaction_content_mismatch",
+            f"messages.{m}.content.{b}: the `compaction` block's `content` differs from the text "
+            "its `signature` recorded; send the block back as it was returned",
+        )
+    if check != "valid":
         raise CompactionError(
             "compaction_signature_invalid",
             f"messages.{m}.content.{b}: Invalid `signature` in `compaction` block: "

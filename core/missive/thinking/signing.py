@@ -28,9 +28,20 @@ read the reasoning; the HMAC only proves this server produced it there.
 Each part is length-prefixed, so no two inputs encode alike. ``compaction``
 blocks (conversation summaries, :mod:`missive.context_management.compaction`) are
 signed with the same key under their own domain, so a thinking signature
-never passes for a summary's or the other way round:
+never passes for a summary's or the other way round. The signature records
+the SHA-256 digest of the content it was made for, so that a block whose
+text was edited under a genuine signature (the API's
+``compaction_content_mismatch``: "the `compaction` block's `content` differs
+from the text its `signature` recorded", SDK 2.16
+``CompactionContentMismatchErrorDetails``) is told apart from a signature
+this server never made (``compaction_signature_invalid``):
 
-``signature = "msvc1." + base64url(HMAC(key, "missive-compaction-v1" | content))``
+``signature = "msvc2." + base64url(HMAC(key, "missive-compaction-v2" | digest) + digest)``,
+``digest = SHA-256(content)``
+
+Signatures made before (``"msvc1." + base64url(HMAC(key,
+"missive-compaction-v1" | content))``) still verify for their content; they
+record no digest, so an edited block signed so is only "not verified".
 
 The key comes
 from ``thinking.signing_key`` in the configuration, else from
@@ -52,6 +63,7 @@ import os
 import secrets
 import zlib
 from pathlib import Path
+from typing import Literal
 
 from ..config import ConfigError
 from ..config.state_dir import state_dir
@@ -63,15 +75,21 @@ __all__ = [
     "SIGNATURE_PREFIX",
     "SEALED_PREFIX",
     "COMPACTION_PREFIX",
+    "CompactionCheck",
 ]
 
 log = logging.getLogger("missive.thinking")
 
+#: What :meth:`Signer.check_compaction` finds.
+CompactionCheck = Literal["valid", "content_mismatch", "invalid"]
+
 SIGNATURE_PREFIX = "msv1."
 SEALED_PREFIX = "msv1z."
-COMPACTION_PREFIX = "msvc1."
+COMPACTION_PREFIX = "msvc2."
+_COMPACTION_V1_PREFIX = "msvc1."
 _DOMAIN = b"missive-thinking-v1"
-_COMPACTION_DOMAIN = b"missive-compaction-v1"
+_COMPACTION_DOMAIN = b"missive-compaction-v2"
+_COMPACTION_V1_DOMAIN = b"missive-compaction-v1"
 _MAC_BYTES = 32
 #: Largest thinking text a sealed signature may expand to (bytes): a replayed
 #: signature must not be a decompression bomb.
@@ -153,19 +171,50 @@ class Signer:
         """Whether ``signature`` is this server's for that block and position."""
         return self.open(signature, thinking, turn=turn, block=block) is not None
 
-    def sign_compaction(self, content: str) -> str:
-        """The signature of a ``compaction`` block's ``content``."""
+    def _domain_mac(self, domain: bytes, data: bytes) -> bytes:
         mac = hmac.new(self._key, digestmod=hashlib.sha256)
-        for part in (_COMPACTION_DOMAIN, content.encode("utf-8", "surrogatepass")):
+        for part in (domain, data):
             mac.update(len(part).to_bytes(8, "big"))
             mac.update(part)
-        return COMPACTION_PREFIX + base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+        return mac.digest()
+
+    def sign_compaction(self, content: str) -> str:
+        """The signature of a ``compaction`` block's ``content`` (it records
+        the content's digest)."""
+        digest = hashlib.sha256(content.encode("utf-8", "surrogatepass")).digest()
+        packed = self._domain_mac(_COMPACTION_DOMAIN, digest) + digest
+        return COMPACTION_PREFIX + base64.urlsafe_b64encode(packed).decode().rstrip("=")
+
+    def check_compaction(self, signature: str | None, content: str) -> CompactionCheck:
+        """``valid``: ``signature`` is this server's for ``content``;
+        ``content_mismatch``: it is this server's, for other content;
+        ``invalid``: it is not this server's (or it is a digest-less ``msvc1.``
+        signature for other content). Comparisons are constant-time."""
+        if not signature or not signature.isascii():
+            return "invalid"
+        data = content.encode("utf-8", "surrogatepass")
+        if signature.startswith(_COMPACTION_V1_PREFIX):
+            expected = base64.urlsafe_b64encode(self._domain_mac(_COMPACTION_V1_DOMAIN, data)).decode()
+            ok = hmac.compare_digest(signature[len(_COMPACTION_V1_PREFIX) :], expected.rstrip("="))
+            return "valid" if ok else "invalid"
+        if not signature.startswith(COMPACTION_PREFIX):
+            return "invalid"
+        payload = signature[len(COMPACTION_PREFIX) :]
+        try:
+            raw = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+        except ValueError:
+            return "invalid"
+        if len(raw) != 2 * _MAC_BYTES:
+            return "invalid"
+        mac, digest = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
+        if not hmac.compare_digest(mac, self._domain_mac(_COMPACTION_DOMAIN, digest)):
+            return "invalid"
+        same = hmac.compare_digest(digest, hashlib.sha256(data).digest())
+        return "valid" if same else "content_mismatch"
 
     def verify_compaction(self, signature: str | None, content: str) -> bool:
         """Whether ``signature`` is this server's for that ``content`` (constant time)."""
-        if not signature or not signature.isascii() or not signature.startswith(COMPACTION_PREFIX):
-            return False
-        return hmac.compare_digest(signature, self.sign_compaction(content))
+        return self.check_compaction(signature, content) == "valid"
 
 
 def _read_or_create(path: Path) -> bytes:
