@@ -149,7 +149,8 @@ BLOCK_TYPES: dict[str, Row] = {
     "tool_use": _h("missive.tools.history", "rendered; pairing checked"),
     "tool_result": _h("missive.tools.history", "rendered; pairing checked"),
     "server_tool_use": _h(
-        "missive.tools.server", "`web_search`/`web_fetch` calls rendered with their results; others ignored"
+        "missive.tools.server",
+        "`web_search`/`web_fetch`/tool search calls rendered with their results; others ignored",
     ),
     "web_search_tool_result": _h("missive.tools.server", "rendered with its call"),
     "web_fetch_tool_result": _h("missive.tools.server", "rendered with its call"),
@@ -168,8 +169,8 @@ BLOCK_TYPES: dict[str, Row] = {
         _SERVER_TOOL,
         {"type": "text_editor_code_execution_tool_result", "tool_use_id": "srvtoolu_1", "content": {}},
     ),
-    "tool_search_tool_result": _ignored(
-        _SERVER_TOOL, {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {}}
+    "tool_search_tool_result": _h(
+        "missive.tools.tool_search", "rendered with its call; loads the tools it references"
     ),
     "mcp_tool_use": _ignored(
         _SERVER_TOOL,
@@ -257,7 +258,12 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
     "text": Row("produced", "answer text", "missive.messages.stream"),
     "thinking": Row("produced", "reasoning, signed", "missive.messages.stream"),
     "tool_use": Row("produced", "client tool calls", "missive.messages.stream"),
-    "server_tool_use": Row("produced", "`web_search`/`web_fetch` calls", "missive.tools.server"),
+    "server_tool_use": Row("produced", "`web_search`/`web_fetch`/tool search calls", "missive.tools.server"),
+    "tool_search_tool_result": Row(
+        "produced",
+        "the deferred tools found (regex or BM25) as `tool_reference`s, or the error",
+        "missive.tools.tool_search",
+    ),
     "web_search_tool_result": Row(
         "produced",
         "the results where `[server_tools]` runs searches, else the `unavailable` error",
@@ -280,7 +286,6 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
             "code_execution_tool_result",
             "bash_code_execution_tool_result",
             "text_editor_code_execution_tool_result",
-            "tool_search_tool_result",
             "mcp_tool_use",
             "mcp_tool_result",
             "container_upload",

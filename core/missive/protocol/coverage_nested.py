@@ -251,6 +251,9 @@ NESTED: dict[str, Rule] = {
     "tools[bash_*]": _h(_DEF, "offered with the schema the API documents"),
     "tools[text_editor_*]": _h(_DEF, "offered with the schema the API documents"),
     "tools[web_*]": _h(_SRV, "offered; calls run where `[server_tools]` runs them, else `unavailable`"),
+    "tools[tool_search_tool_*]": _h(
+        "missive.tools.tool_search", "offered; calls search the deferred tools (regex or BM25)"
+    ),
     "tools[*].type": _h(
         _DEF, "custom tools, `bash_*`, `text_editor_*`, `web_search_*`, `web_fetch_*` offered"
     ),
@@ -310,7 +313,6 @@ NESTED: dict[str, Rule] = {
             "computer_toolset_*",
             "mcp_toolset",
             "memory_*",
-            "tool_search_tool_*",
         )
     },
 }

@@ -93,6 +93,7 @@ _BLOCK_TAGS = {
     "server_tool_use",
     "web_search_tool_result",
     "web_fetch_tool_result",
+    "tool_search_tool_result",
     "tool_addition",
     "tool_removal",
     "server_tool",

@@ -11,7 +11,12 @@ caching"; the SDK's ``BetaToolReferenceBlockParam``):
   definition is appended inline as a tool_reference block in the
   conversation history. The prefix is untouched, so prompt caching is
   preserved." From then on the tool is offered like any other;
-* a reference to a tool the request does not define is refused (400).
+* a reference to a tool the request does not define is refused (400);
+* the server-side tool search (:mod:`missive.tools.tool_search`) answers
+  with the same ``tool_reference`` blocks inside a
+  ``tool_search_tool_result`` of the assistant message: they load the tools
+  the same way, in the message that searched and when a client sends the
+  block back.
 
 Missive does the same. :func:`loaded_names` finds the tools the history has
 loaded; :func:`missive.tools.definitions.offered_tools` offers the
@@ -36,7 +41,13 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import InvalidRequestError
-from ..protocol.schema.blocks import TextBlock, ToolReferenceBlock, ToolResultBlock
+from ..protocol.schema.blocks import (
+    TextBlock,
+    ToolReferenceBlock,
+    ToolResultBlock,
+    ToolSearchToolResultBlock,
+    ToolSearchToolSearchResult,
+)
 from ..protocol.schema.request import CountTokensRequest
 
 if TYPE_CHECKING:
@@ -51,6 +62,21 @@ def is_deferred(tool: Any) -> bool:
     return getattr(tool, "defer_loading", None) is True
 
 
+def _references(message_role: str, block: Any) -> list[tuple[str, ToolReferenceBlock]]:
+    """``(path under the block, reference)`` of the ``tool_reference`` blocks
+    that ``block`` holds where they load a tool: inside a ``tool_result`` of a
+    user message, inside a ``tool_search_tool_result`` of an assistant one."""
+    if message_role == "user" and isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+        return [(f"content.{k}", c) for k, c in enumerate(block.content) if isinstance(c, ToolReferenceBlock)]
+    if (
+        message_role == "assistant"
+        and isinstance(block, ToolSearchToolResultBlock)
+        and isinstance(block.content, ToolSearchToolSearchResult)
+    ):
+        return [(f"content.tool_references.{k}", c) for k, c in enumerate(block.content.tool_references)]
+    return []
+
+
 def loaded_names(request: CountTokensRequest) -> set[str]:
     """Names of the tools the history's ``tool_reference`` blocks load.
 
@@ -61,17 +87,11 @@ def loaded_names(request: CountTokensRequest) -> set[str]:
     defined = {tool.name for tool in request.tools or []}
     names: set[str] = set()
     for i, message in enumerate(request.messages):
-        if message.role != "user":
-            continue
         for j, block in enumerate(message.blocks()):
-            if not isinstance(block, ToolResultBlock) or not isinstance(block.content, list):
-                continue
-            for k, inner in enumerate(block.content):
-                if not isinstance(inner, ToolReferenceBlock):
-                    continue
+            for where, inner in _references(message.role, block):
                 if inner.tool_name not in defined:
                     raise InvalidRequestError(
-                        f"messages.{i}.content.{j}.content.{k}: tool_reference names the tool "
+                        f"messages.{i}.content.{j}.{where}: tool_reference names the tool "
                         f"'{inner.tool_name}', which is not defined in `tools`"
                     )
                 names.add(inner.tool_name)

@@ -16,6 +16,8 @@
   (then the capability check refuses the request).
 * Other server tools (``code_execution_*``...) and unknown tool types are not
   offered and are reported as ignored (``missive-ignored``).
+* Server tools ``tool_search_tool_regex_*``/``_bm25_*`` are offered the same
+  way and always run (:mod:`missive.tools.tool_search`).
 * A tool with ``defer_loading: true`` is offered only once a
   ``tool_reference`` block of the history has loaded it, marked
   :attr:`ToolDefinition.deferred` (:mod:`missive.tools.deferred`).
@@ -75,7 +77,7 @@ CLIENT_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def offered_tools(
-    request: CountTokensRequest, *, server_tools: bool = True
+    request: CountTokensRequest, *, server_tools: bool = True, also_loaded: frozenset[str] = frozenset()
 ) -> tuple[tuple[ToolDefinition, ...], list[str]]:
     """Tools offered to the model, and the paths of tools that are not (for ``missive-ignored``).
 
@@ -83,6 +85,8 @@ def offered_tools(
         server_tools: offer ``web_search_*``/``web_fetch_*`` (False for a
             model that cannot call tools: they are reported as
             ``tools.N (tool type "...": this model cannot call tools)``).
+        also_loaded: deferred tools loaded besides those the history loads
+            (a server-side tool search of the message being answered).
 
     Deferred tools (``defer_loading: true``) not loaded yet are left out,
     not reported: the API does not show them to the model either.
@@ -94,7 +98,7 @@ def offered_tools(
     offered: list[ToolDefinition] = []
     skipped: list[str] = []
     seen: set[str] = set()
-    loaded = loaded_names(request)
+    loaded = loaded_names(request) | also_loaded
     for i, tool in enumerate(request.tools or []):
         if tool.name in seen:
             raise InvalidRequestError(f"tools: Tool names must be unique (duplicate: {tool.name!r})")

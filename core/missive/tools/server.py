@@ -1,4 +1,4 @@
-"""Server tools: ``web_search_*`` and ``web_fetch_*``, offered and answered.
+"""Server tools: ``web_search_*``, ``web_fetch_*`` and ``tool_search_tool_*``, offered and answered.
 
 The real API runs these tools itself (Anthropic docs, "Server tools", "Web
 search tool", "Web fetch tool"): the model's call arrives as a
@@ -12,7 +12,9 @@ tool-result error shape with ``error_code: "unavailable"``::
     {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_...",
      "content": {"type": "web_search_tool_result_error", "error_code": "unavailable"}}
 
-(``web_fetch``: ``web_fetch_tool_result`` with ``web_fetch_tool_result_error``.)
+(``web_fetch``: ``web_fetch_tool_result`` with ``web_fetch_tool_result_error``;
+the tool search tools, which the server always runs:
+:mod:`missive.tools.tool_search`.)
 
 What this module holds:
 
@@ -46,12 +48,14 @@ from ..protocol.schema.blocks import (
     ServerToolUseBlock,
     TextBlock,
     ToolResultBlock,
+    ToolSearchToolResultBlock,
     ToolUseBlock,
     WebFetchToolResultBlock,
     WebSearchToolResultBlock,
 )
 from ..protocol.schema.request import CountTokensRequest
 from .search import decode_content
+from .tool_search import TOOL_SEARCH_TOOLS, result_content
 
 __all__ = [
     "ServerTool",
@@ -95,7 +99,13 @@ LIMIT_FIELDS = frozenset(
 
 _CONTENT_BLOCK: TypeAdapter[Any] = TypeAdapter(ContentBlock)
 
-_SERVER_BLOCKS = (ServerToolUseBlock, WebSearchToolResultBlock, WebFetchToolResultBlock)
+_SERVER_BLOCKS = (
+    ServerToolUseBlock,
+    WebSearchToolResultBlock,
+    WebFetchToolResultBlock,
+    ToolSearchToolResultBlock,
+)
+_RESULT_BLOCKS = (WebSearchToolResultBlock, WebFetchToolResultBlock, ToolSearchToolResultBlock)
 
 
 #: Tool ``type`` prefix -> the tool. Schemas: the inputs the API documents for
@@ -123,6 +133,7 @@ SERVER_TOOLS: dict[str, ServerTool] = {
         result_type="web_fetch_tool_result",
         error_type="web_fetch_tool_result_error",
     ),
+    **TOOL_SEARCH_TOOLS,
 }
 
 
@@ -225,7 +236,9 @@ def split_server_blocks(
         ``[(role, blocks)]`` unchanged when there is no server-tool block.
         Otherwise each ``server_tool_use`` becomes a ``tool_use`` block ending
         an assistant turn, followed by a ``user`` turn holding its result as a
-        ``tool_result`` (:func:`result_text`; ``is_error`` for errors); the
+        ``tool_result`` (:func:`result_text`; ``is_error`` for errors; a
+        tool search's ``tool_reference`` blocks as they are,
+        :func:`missive.tools.tool_search.result_content`); the
         blocks after it start a new assistant turn. Result blocks are placed
         with their call (matched by ``tool_use_id``); one without a call is
         dropped. Empty turns are left out.
@@ -234,16 +247,18 @@ def split_server_blocks(
         return [(role, blocks)]
     if role != "assistant" or not answered:
         return [(role, [b for b in blocks if not is_server_block(b)])]
-    results = {
-        b.tool_use_id: b for b in blocks if isinstance(b, (WebSearchToolResultBlock, WebFetchToolResultBlock))
-    }
+    results = {b.tool_use_id: b for b in blocks if isinstance(b, _RESULT_BLOCKS)}
     turns: list[tuple[str, list[Any]]] = [("assistant", [])]
     for block in blocks:
         if isinstance(block, ServerToolUseBlock):
             call = ToolUseBlock(type="tool_use", id=block.id, name=block.name, input=block.input)
-            text, is_error = result_text(block.name, results.get(block.id))
+            found = results.get(block.id)
+            if isinstance(found, ToolSearchToolResultBlock):
+                content, is_error = result_content(found)
+            else:
+                content, is_error = result_text(block.name, found)
             result = ToolResultBlock(
-                type="tool_result", tool_use_id=block.id, content=text, is_error=is_error
+                type="tool_result", tool_use_id=block.id, content=content, is_error=is_error
             )
             turns[-1][1].append(call)
             turns += [("user", [result]), ("assistant", [])]

@@ -1,10 +1,12 @@
-"""Running the server tools Missive can run: ``web_fetch`` and ``web_search``.
+"""Running the server tools Missive can run: ``web_fetch``, ``web_search`` and tool search.
 
 One :class:`ServerToolRunner` per app, built from ``[server_tools]``
 (:class:`~missive.config.ServerToolsConfig`) and ``[media]`` (the fetcher's
 address rules). The pipeline (:mod:`missive.messages.stream`) asks it to answer
 each ``server_tool_use`` call; a tool it does not run (not configured) keeps
 the API's ``unavailable`` answer (:func:`missive.tools.server.error_result`).
+The tool search tools (:mod:`missive.tools.tool_search`) need no setting:
+they search the request's own deferred tools, and always run.
 
 A request that forces a server tool the server runs (``tool_choice: {"type":
 "tool", "name": "web_search"}``, as Claude Code's WebSearch sends it) on a
@@ -31,6 +33,7 @@ from ..protocol.schema.request import CountTokensRequest
 from .definitions import choice_after_server_call
 from .search import MAX_QUERY_CHARS, SearchError, SearchProvider, SearchQuery, search_result_blocks
 from .server import error_result
+from .tool_search import TOOL_SEARCH_TOOLS, run_tool_search
 from .web_fetch import run_web_fetch
 
 __all__ = ["ServerToolRunner", "forced_call_input", "build_search_provider", "server_first", "prior_context"]
@@ -104,7 +107,7 @@ class ServerToolRunner:
             return self.config.web_fetch
         if name == "web_search":
             return self.provider is not None
-        return False
+        return name in TOOL_SEARCH_TOOLS
 
     async def run(
         self,
@@ -116,6 +119,9 @@ class ServerToolRunner:
     ) -> dict[str, Any]:
         """The result block answering one call (an error block when it cannot run)."""
         options = _tool_options(request, tool.name)
+        if tool.name in TOOL_SEARCH_TOOLS:
+            content = await run_tool_search(tool, call_input, request)
+            return {"type": tool.result_type, "tool_use_id": tool_use_id, "content": content}
         if tool.name == "web_fetch" and self.config.web_fetch:
             content = await run_web_fetch(
                 call_input,

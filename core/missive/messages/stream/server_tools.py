@@ -16,6 +16,11 @@ Rules (Anthropic docs, "Server tools"; :mod:`missive.tools.server`):
   :data:`~missive.tools.server.MAX_SERVER_CALLS` answers or when the driver
   cannot go on without forcing a tool, ``max_tokens`` when no budget is left,
   ``model_context_window_exceeded`` when the continued prompt no longer fits;
+* a tool search's result loads the tools it references: the generation
+  that goes on is offered them, their definitions rendered where the
+  references stand (:mod:`missive.tools.tool_search`,
+  :mod:`missive.tools.deferred`), so the model can call them in the same
+  message;
 * a call made after a client tool call is left unanswered and generation
   goes on: the API answers it only once the client's results come back;
 * a call the server makes itself (``GenerationRequest.server_call``) comes
@@ -33,9 +38,10 @@ from typing import Any, Protocol
 
 from ...driver.events import GenerationEvent, Started
 from ...driver.interface import Driver, GenerationRequest
-from ...driver.tools import ServerTool
+from ...driver.tools import ServerTool, ToolDefinition
 from ...protocol.errors import ApiError, PromptTooLongError
-from ...tools.definitions import choice_after_server_call
+from ...tools.deferred import expand_references
+from ...tools.definitions import choice_after_server_call, offered_tools
 from ...tools.server import (
     MAX_SERVER_CALLS,
     UNAVAILABLE,
@@ -66,7 +72,21 @@ class MessageStream(Protocol):
 
     def parsed(self) -> AsyncGenerator[GenerationEvent, None]: ...
 
+
 __all__ = ["ServerCalls"]
+
+
+def _with_loaded(request: GenerationRequest, result: dict[str, Any]) -> tuple[ToolDefinition, ...]:
+    """The request's tools and those a tool search's ``result`` loads (its
+    ``tool_reference`` blocks), which are offered from then on."""
+    content = result.get("content")
+    if result.get("type") != "tool_search_tool_result" or not isinstance(content, dict):
+        return request.tools
+    names = {ref["tool_name"] for ref in content.get("tool_references", [])} - {t.name for t in request.tools}
+    if not names:
+        return request.tools
+    offered, _ = offered_tools(request.request, also_loaded=frozenset(names))
+    return request.tools + tuple(t for t in offered if t.name in names)
 
 
 class ServerCalls:
@@ -185,14 +205,21 @@ class ServerCalls:
         used = stream.usage.used()
         if used >= stream.usage.budget:
             return None, "max_tokens"
-        choice = choice_after_server_call(request.tool_choice, stream.driver.capabilities, request.tools)
+        tools = _with_loaded(request, result)
+        choice = choice_after_server_call(request.tool_choice, stream.driver.capabilities, tools)
         if choice is None:
             return None, "pause_turn"
         conversation = continue_after(
             request.conversation, answer_blocks(stream.blocks.round_text, call, result)
         )
+        expand_references(conversation, tools)
         remaining = stream.usage.budget - used
-        return replace(request, conversation=conversation, max_tokens=remaining, tool_choice=choice), None
+        return (
+            replace(
+                request, conversation=conversation, max_tokens=remaining, tool_choice=choice, tools=tools
+            ),
+            None,
+        )
 
     async def rounds(self, stream: MessageStream) -> AsyncGenerator[GenerationEvent, None]:
         """The stream's parsed events, round after round: when a result was

@@ -5,9 +5,9 @@ a 400 for a field Missive does not know; :mod:`missive.protocol.schema.ignored` 
 them. Unknown block types validate as :class:`UnknownBlock`.
 
 Server-tool blocks of the tools Missive answers (``web_search``,
-``web_fetch``: :mod:`missive.tools.server`) validate as
-:class:`ServerToolUseBlock`, :class:`WebSearchToolResultBlock` and
-:class:`WebFetchToolResultBlock`; blocks of other server tools (code
+``web_fetch``, ``tool_search_tool_regex``/``_bm25``: :mod:`missive.tools.server`)
+validate as :class:`ServerToolUseBlock`, :class:`WebSearchToolResultBlock`,
+:class:`WebFetchToolResultBlock` and :class:`ToolSearchToolResultBlock`; blocks of other server tools (code
 execution, MCP...) as :class:`ServerToolBlock`, which is reported as ignored.
 """
 
@@ -32,6 +32,9 @@ __all__ = [
     "ServerToolUseBlock",
     "WebSearchToolResultBlock",
     "WebFetchToolResultBlock",
+    "ToolSearchToolResultBlock",
+    "ToolSearchToolSearchResult",
+    "ToolSearchToolResultError",
     "ServerToolBlock",
     "CompactionBlock",
     "FallbackBlock",
@@ -160,6 +163,7 @@ SERVER_TOOL_BLOCK_TYPES = frozenset(
         "server_tool_use",
         "web_search_tool_result",
         "web_fetch_tool_result",
+        "tool_search_tool_result",
         "code_execution_tool_result",
         "bash_code_execution_tool_result",
         "text_editor_code_execution_tool_result",
@@ -171,8 +175,11 @@ SERVER_TOOL_BLOCK_TYPES = frozenset(
 
 
 #: Server tools whose blocks Missive renders into the prompt (the names the
-#: API gives ``web_search_*`` and ``web_fetch_*`` tools; see :mod:`missive.tools.server`).
-ANSWERED_SERVER_TOOLS = frozenset({"web_search", "web_fetch"})
+#: API gives ``web_search_*``, ``web_fetch_*`` and ``tool_search_tool_*`` tools;
+#: see :mod:`missive.tools.server`).
+ANSWERED_SERVER_TOOLS = frozenset(
+    {"web_search", "web_fetch", "tool_search_tool_regex", "tool_search_tool_bm25"}
+)
 
 
 class ServerToolUseBlock(_Block):
@@ -204,6 +211,33 @@ class WebFetchToolResultBlock(_Block):
     type: Literal["web_fetch_tool_result"]
     tool_use_id: str
     content: Any
+
+
+class ToolSearchToolSearchResult(_Block):
+    """A tool search's matches (SDK ``ToolSearchToolSearchResultBlockParam``):
+    ``{"type": "tool_search_tool_search_result", "tool_references": [...]}``."""
+
+    type: Literal["tool_search_tool_search_result"]
+    tool_references: list[ToolReferenceBlock]
+
+
+class ToolSearchToolResultError(_Block):
+    """A tool search that failed (SDK ``ToolSearchToolResultErrorParam``)."""
+
+    type: Literal["tool_search_tool_result_error"]
+    error_code: str
+    error_message: str | None = None
+
+
+class ToolSearchToolResultBlock(_Block):
+    """The result of a ``tool_search_tool_regex``/``_bm25`` call (Anthropic
+    docs, "Tool search tool"; SDK ``ToolSearchToolResultBlockParam``): the
+    ``tool_reference`` blocks of the deferred tools found, which load them,
+    or an error object."""
+
+    type: Literal["tool_search_tool_result"]
+    tool_use_id: str
+    content: Annotated[ToolSearchToolSearchResult | ToolSearchToolResultError, Field(discriminator="type")]
 
 
 class ServerToolBlock(_Block):
@@ -316,6 +350,7 @@ ContentBlock = Annotated[
         | Annotated[ServerToolUseBlock, Tag("server_tool_use")]
         | Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")]
         | Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")]
+        | Annotated[ToolSearchToolResultBlock, Tag("tool_search_tool_result")]
         | Annotated[CompactionBlock, Tag("compaction")]
         | Annotated[FallbackBlock, Tag("fallback")]
         | Annotated[ToolAdditionBlock, Tag("tool_addition")]
@@ -341,6 +376,7 @@ ContentBlock = Annotated[
                 "server_tool_use",
                 "web_search_tool_result",
                 "web_fetch_tool_result",
+                "tool_search_tool_result",
             }
         )
     ),

@@ -9,7 +9,7 @@ mode (contract section 2, "forward compatibility").
 Restriction fields of ``web_search``/``web_fetch`` tool definitions
 (``max_uses``, domain lists...) are honoured, not reported (see
 :data:`missive.tools.server.LIMIT_FIELDS`). Blocks of the server tools Missive answers (``server_tool_use`` of
-``web_search``/``web_fetch`` and their result blocks) are rendered when they
+``web_search``/``web_fetch``/``tool_search_tool_*`` and their result blocks) are rendered when they
 are in an assistant message, their place in the API, and reported here when
 they are anywhere else.
 """
@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from .blocks import (
     ServerToolBlock,
     ServerToolUseBlock,
+    ToolSearchToolResultBlock,
     UnknownBlock,
     WebFetchToolResultBlock,
     WebSearchToolResultBlock,
@@ -30,7 +31,12 @@ from .blocks import (
 from .management import CompactEdit, UnknownEdit
 from .unhonoured import unhonoured
 
-_ASSISTANT_ONLY = (ServerToolUseBlock, WebSearchToolResultBlock, WebFetchToolResultBlock)
+_ASSISTANT_ONLY = (
+    ServerToolUseBlock,
+    WebSearchToolResultBlock,
+    WebFetchToolResultBlock,
+    ToolSearchToolResultBlock,
+)
 
 
 def _server_tool_limits(value: BaseModel) -> frozenset[str]:
