@@ -218,3 +218,16 @@ def test_unknown_keys_of_a_fallback_entry_are_reported(http: httpx.Client) -> No
     assert "fallbacks.0.output_config.task_budget" in found
     assert 'fallbacks.0.thinking.display ("updates": thinking is returned whole)' in found
     assert not any(item.startswith("fallbacks.0.output_config.effort") for item in found)
+
+
+def test_an_added_definition_is_classified_as_the_same_field_of_tools() -> None:
+    """A ``tool_addition``'s definition is checked as a ``tools`` entry
+    (missive.tools.changes), so its fields share the ``tools`` rules."""
+    added = "messages[].content[tool_addition].tool[tool_definition].definition"
+    for rest in (
+        "[custom].input_schema.properties",
+        "[web_fetch_20260318].url_sources",
+        "[bash_20250124].name",
+    ):
+        assert cov.classify(added + rest) == cov.classify("tools" + rest)
+    assert cov.classify(added)[1].where == "missive.tools.changes"  # type: ignore[index]

@@ -78,6 +78,9 @@ _CONV = "missive.messages.conversation"
 _HIST = "missive.tools.history"
 _DEF = "missive.tools.definitions"
 _SRV = "missive.tools.server"
+_CHANGES = "missive.tools.changes"
+#: A tool definition added by a ``tool_addition`` block: its fields are those of ``tools``.
+_ADDED_DEFINITION = "messages[].content[tool_addition].tool[tool_definition].definition"
 _MEDIA = "missive.media.pipeline"
 _NOT_OFFERED = 'not offered: reported as `tools.N (tool type "...": not available on this server)`'
 _TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}
@@ -247,6 +250,29 @@ NESTED: dict[str, Rule] = {
     "fallbacks[].output_config.effort": _h("missive.routing.chain", "as `output_config.effort`"),
     "fallbacks[].output_config.format.**": _h("missive.routing.chain", "as `output_config.format`"),
     # Tools.
+    # Mid-conversation tool changes (missive.tools.changes); a definition's
+    # own fields are classified as the same fields of `tools` (classify).
+    "messages[].content[tool_*].type": _h(_CHANGES, "the change applied where the block stands"),
+    "messages[].content[tool_*].tool": _h(_CHANGES, "the tool added or withdrawn"),
+    "messages[].content[tool_addition].tool[tool_reference].**": _h(
+        _CHANGES, "a tool of `tools` (deferred, or added earlier) offered from here; unknown: 400"
+    ),
+    "messages[].content[tool_removal].tool[tool_reference].**": _h(
+        _CHANGES, "withdrawn from here; a tool not available there: 400"
+    ),
+    "messages[].content[tool_addition].tool[tool_definition]": _h(
+        _CHANGES, "checked as a `tools` entry, offered from here"
+    ),
+    "messages[].content[tool_addition].tool[tool_definition].type": _h(_CHANGES, "a definition follows"),
+    "messages[].content[tool_addition].tool[tool_definition].definition": _h(
+        _CHANGES, "its fields as the same fields of `tools`"
+    ),
+    "messages[].content[tool_*].tool[mcp_*].**": _h(
+        _CHANGES, "refused with a 400 naming the block: no MCP server is connected to add from"
+    ),
+    "messages[].content[tool_search_tool_result].**": _h(
+        "missive.tools.deferred", "the referenced tools loaded again; an unknown one: 400"
+    ),
     "tools[custom]": _h(_DEF, "offered as it is"),
     "tools[bash_*]": _h(_DEF, "offered with the schema the API documents"),
     "tools[text_editor_*]": _h(_DEF, "offered with the schema the API documents"),
@@ -360,6 +386,8 @@ def _specificity(key: str) -> tuple[int, int]:
 def classify(path: str, table: dict[str, Rule] | None = None) -> tuple[str, Rule] | None:
     """The most specific rule covering ``path`` (its key and the rule), else None."""
     table = rules() if table is None else table
+    if path.startswith(_ADDED_DEFINITION + "[") or path.startswith(_ADDED_DEFINITION + "."):
+        path = "tools" + path[len(_ADDED_DEFINITION) :]
     matches = [key for key in table if _pattern(key).fullmatch(path)]
     if not matches:
         return None
