@@ -218,15 +218,22 @@ def test_the_table_is_shared_with_forked_processes() -> None:
 
 def test_the_usage_store_adds_prunes_and_filters(tmp_path: Path) -> None:
     store = UsageStore(tmp_path / "usage.sqlite3")
-    store.add({(3600, "alice", "echo"): [1, 10, 0, 2, 5]})
-    store.add({(3600, "alice", "echo"): [2, 20, 1, 0, 5], (7200, "bob", "echo"): [1, 1, 1, 1, 1]})
+    store.add({(3600, "alice", "echo", 0): [1, 10, 0, 2, 5]})
+    store.add(
+        {
+            (3600, "alice", "echo", 0): [2, 20, 1, 0, 5],
+            (3600, "alice", "echo", 1): [1, 2, 3, 4, 5],  # a subagent's: a row of its own
+            (7200, "bob", "echo", 0): [1, 1, 1, 1, 1],
+        }
+    )
     assert store.rows(0, 10_000, None, None) == [
-        (3600, "alice", "echo", 3, 30, 1, 2, 10),
-        (7200, "bob", "echo", 1, 1, 1, 1, 1),
+        (3600, "alice", "echo", 0, 3, 30, 1, 2, 10),
+        (3600, "alice", "echo", 1, 1, 2, 3, 4, 5),
+        (7200, "bob", "echo", 0, 1, 1, 1, 1, 1),
     ]
-    assert store.rows(0, 10_000, "bob", None) == [(7200, "bob", "echo", 1, 1, 1, 1, 1)]
-    assert store.rows(7200, 10_000, None, "echo") == [(7200, "bob", "echo", 1, 1, 1, 1, 1)]
-    assert store.prune(7200) == 1 and store.rows(0, 10_000, None, None)[0][0] == 7200
+    assert store.rows(0, 10_000, "bob", None) == [(7200, "bob", "echo", 0, 1, 1, 1, 1, 1)]
+    assert store.rows(7200, 10_000, None, "echo") == [(7200, "bob", "echo", 0, 1, 1, 1, 1, 1)]
+    assert store.prune(7200) == 2 and store.rows(0, 10_000, None, None)[0][0] == 7200
     store.close()
 
 

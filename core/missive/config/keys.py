@@ -89,6 +89,9 @@ class KeyEntry(BaseModel):
             ``/v1/usage``).
         models: configured model ids or ``fnmatch`` globs of them this key
             may use; others answer 404 as if absent (None: every model).
+        mcp_servers: ``fnmatch`` globs of the MCP server URLs this key's
+            requests may name in ``mcp_servers`` (None: the server-wide
+            ``server_tools.mcp_servers``; :mod:`missive.tools.mcp`).
         enabled: false refuses the key (401) without removing its table.
         requests_per_minute, input_tokens_per_minute, output_tokens_per_minute,
             input_tokens_per_day, output_tokens_per_day, concurrent_requests:
@@ -101,6 +104,7 @@ class KeyEntry(BaseModel):
     key_sha256: str
     scope: Literal["user", "admin"] = "user"
     models: list[str] | None = None
+    mcp_servers: list[str] | None = None
     enabled: StrictBool = True
     requests_per_minute: int | None = Field(default=None, ge=1)
     input_tokens_per_minute: int | None = Field(default=None, ge=1)

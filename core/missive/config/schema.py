@@ -266,6 +266,11 @@ class ServerToolsConfig(_Strict):
             runs ``web_search`` calls, e.g. ``"searxng"``; unset: none.
         search: the provider's settings (``[server_tools.search]``).
         max_results: most results a search returns to the model.
+        mcp: run the MCP connector (a request's ``mcp_servers``,
+            :mod:`missive.tools.mcp`; needs ``missive-server[mcp]``).
+        mcp_servers: ``fnmatch`` globs of the MCP server URLs every key may
+            use (a key's own ``mcp_servers`` replaces it); empty: none.
+        mcp_timeout: seconds for one MCP tool listing or call, in all.
     """
 
     web_fetch: StrictBool = False
@@ -273,6 +278,9 @@ class ServerToolsConfig(_Strict):
     web_search: str | None = None
     search: dict[str, Any] = Field(default_factory=dict)
     max_results: int = Field(default=5, ge=1, le=50)
+    mcp: StrictBool = False
+    mcp_servers: list[str] = Field(default_factory=list)
+    mcp_timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
 
 
 class BatchesConfig(_Strict):

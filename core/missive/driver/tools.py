@@ -23,6 +23,9 @@ class ServerTool:
         input_schema: the arguments the model writes.
         result_type: the result block's ``type`` (``web_search_tool_result``).
         error_type: its error content's ``type`` (``web_search_tool_result_error``).
+        server_name: for a tool of an MCP server (:mod:`missive.tools.mcp`),
+            the server's name in ``mcp_servers``: its calls are
+            ``mcp_tool_use`` blocks answered by ``mcp_tool_result``.
     """
 
     name: str
@@ -30,6 +33,7 @@ class ServerTool:
     input_schema: dict[str, Any]
     result_type: str
     error_type: str
+    server_name: str | None = None
 
 
 @dataclass(frozen=True)

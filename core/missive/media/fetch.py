@@ -40,7 +40,7 @@ import httpx
 from ..protocol.errors import MediaError
 from .addresses import AllowList, refusal
 
-__all__ = ["FetchPolicy", "Fetched", "fetch", "resolve_host", "build_request"]
+__all__ = ["FetchPolicy", "Fetched", "fetch", "resolve_host", "build_request", "checked_address"]
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -103,9 +103,9 @@ def build_request(url: httpx.URL, ip: str, *, method: str = "GET") -> httpx.Requ
     return httpx.Request(method, target, headers=headers, extensions=extensions)
 
 
-async def _checked_address(url: httpx.URL, policy: FetchPolicy, path: str) -> str:
+async def checked_address(url: httpx.URL, policy: FetchPolicy, path: str) -> str:
     """The address to connect to for ``url``, after checking every address
-    its host resolves to."""
+    its host resolves to (rules 2-3; also the MCP connector's, :mod:`missive.tools.mcp_client`)."""
     host = url.host
     if not host:
         raise MediaError(path, f"cannot fetch {url}: the URL has no host")
@@ -185,7 +185,7 @@ async def fetch(url: str, *, policy: FetchPolicy, max_bytes: int, path: str) -> 
                         raise MediaError(
                             path, f"cannot fetch {current}: only http and https URLs are fetched"
                         )
-                    ip = await _checked_address(current, policy, path)
+                    ip = await checked_address(current, policy, path)
                     request = build_request(current, ip)
                     response = await client.send(request, stream=True)
                     try:

@@ -117,8 +117,10 @@ REQUEST_FIELDS: dict[str, Row] = {
     "inference_geo": _ignored("inference runs where the server runs", "us"),
     "service_tier": _ignored("one service tier", "auto"),
     "container": _ignored("no code execution containers", "container_1"),
-    "mcp_servers": _ignored(
-        "no MCP connector", [{"type": "url", "url": "https://example.invalid/mcp", "name": "x"}]
+    "mcp_servers": _h(
+        "missive.tools.mcp",
+        "the MCP connector, where `[server_tools] mcp` is on (else reported in `missive-ignored`): "
+        "tools listed, offered and run ([tools.md](tools.md#mcp-connector))",
     ),
     "billing_policy": _ignored("no billing", {"type": "billing_policy", "bill_to": "self"}),
     "fallback_credit_token": _ignored("no billing, and no model refuses", "tok"),
@@ -172,14 +174,11 @@ BLOCK_TYPES: dict[str, Row] = {
     "tool_search_tool_result": _h(
         "missive.tools.tool_search", "rendered with its call; loads the tools it references"
     ),
-    "mcp_tool_use": _ignored(
-        _SERVER_TOOL,
-        {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "x", "server_name": "s", "input": {}},
+    "mcp_tool_use": _h("missive.tools.mcp_history", "rendered as the call of an MCP tool, with its result"),
+    "mcp_tool_result": _h("missive.tools.mcp_history", "rendered as the result of its call"),
+    "mcp_tool_listing": _h(
+        "missive.tools.mcp", "not rendered: the server's tools for the request, without listing them"
     ),
-    "mcp_tool_result": _ignored(
-        _SERVER_TOOL, {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": "x"}
-    ),
-    "mcp_tool_listing": _ignored(_SERVER_TOOL, {"type": "mcp_tool_listing", "server_name": "s", "tools": []}),
     "container_upload": _ignored(_SERVER_TOOL, {"type": "container_upload", "file_id": "file_1"}),
     "tool_addition": _h(
         "missive.tools.changes", "in a system message: the tool offered from there on, its definition there"
@@ -277,6 +276,10 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
     "compaction": Row(
         "produced", "the answer of a compaction request", "missive.context_management.compaction"
     ),
+    "mcp_tool_use": Row(
+        "produced", "calls of an MCP server's tools, run by Missive", "missive.messages.stream.server_tools"
+    ),
+    "mcp_tool_result": Row("produced", "the MCP server's answer, `is_error` on failure", "missive.tools.mcp"),
     "redacted_thinking": Row("absent", "reasoning is never redacted"),
     "fallback": Row("absent", "no model starts answering and then declines"),
     **{

@@ -79,6 +79,7 @@ _HIST = "missive.tools.history"
 _DEF = "missive.tools.definitions"
 _SRV = "missive.tools.server"
 _CHANGES = "missive.tools.changes"
+_MCP = "missive.tools.mcp"
 #: A tool definition added by a ``tool_addition`` block: its fields are those of ``tools``.
 _ADDED_DEFINITION = "messages[].content[tool_addition].tool[tool_definition].definition"
 _MEDIA = "missive.media.pipeline"
@@ -182,7 +183,7 @@ NESTED: dict[str, Rule] = {
     "messages[].content[tool_use].name": _h(_HIST, "rendered"),
     "messages[].content[tool_use].input": _h(_HIST, "rendered"),
     "**.toolset_name": _ig(
-        "no toolsets (`mcp_toolset` is not run)",
+        "the call's toolset is not used: the tool is called by its name",
         {
             "messages": [
                 *_TURNS,
@@ -273,6 +274,37 @@ NESTED: dict[str, Rule] = {
     "messages[].content[tool_search_tool_result].**": _h(
         "missive.tools.deferred", "the referenced tools loaded again; an unknown one: 400"
     ),
+    # The MCP connector (missive.tools.mcp), where `[server_tools] mcp` is on.
+    "mcp_servers[url]": _h(_MCP, "a streamable HTTP server, if the key's `mcp_servers` globs allow its URL"),
+    "mcp_servers[url].type": _h(_MCP, "`url`: streamable HTTP"),
+    "mcp_servers[url].url": _h(_MCP, "checked by `web_fetch`'s address rules, then connected to"),
+    "mcp_servers[url].name": _h(_MCP, "the `server_name` of its tools' calls"),
+    "mcp_servers[url].authorization_token": _h("missive.tools.mcp_client", "sent as a Bearer token"),
+    "mcp_servers[url].tool_configuration.**": _h(
+        _MCP, "`enabled` and `allowed_tools` choose the tools offered"
+    ),
+    "tools[mcp_toolset]": _h(_MCP, "configures the tools of the server it names"),
+    "tools[mcp_toolset].type": _h(_MCP, "the toolset"),
+    "tools[mcp_toolset].mcp_server_name": _h(_MCP, "the server in `mcp_servers`"),
+    "tools[mcp_toolset].default_config.enabled": _h(_MCP, "the server's tools offered unless false"),
+    "tools[mcp_toolset].configs{}.enabled": _h(_MCP, "that tool offered unless false"),
+    "tools[mcp_toolset].default_config.defer_loading": _h(
+        _MCP, "a deferred MCP tool is not offered (no search loads MCP tools yet)"
+    ),
+    "tools[mcp_toolset].configs{}.defer_loading": _h(
+        _MCP, "a deferred MCP tool is not offered (no search loads MCP tools yet)"
+    ),
+    "tools[mcp_toolset].configs": _h(_MCP, "per-tool settings by tool name"),
+    "tools[mcp_toolset].default_config": _h(_MCP, "settings of every tool of the server"),
+    "tools[mcp_toolset].tools.**": _h(_MCP, "the server's listing, used instead of asking the server"),
+    "tools[mcp_toolset].cache_control.**": _ok("prompt prefixes are reused automatically"),
+    "messages[].content[mcp_tool_use].**": _h("missive.tools.mcp_history", "rendered as the tool's call"),
+    "messages[].content[mcp_tool_result].**": _h(
+        "missive.tools.mcp_history", "rendered as the call's result"
+    ),
+    "messages[].content[mcp_tool_listing].**": _h(
+        _MCP, "the server's listing for this request, not rendered"
+    ),
     "tools[custom]": _h(_DEF, "offered as it is"),
     "tools[bash_*]": _h(_DEF, "offered with the schema the API documents"),
     "tools[text_editor_*]": _h(_DEF, "offered with the schema the API documents"),
@@ -337,7 +369,6 @@ NESTED: dict[str, Rule] = {
             "code_execution_*",
             "computer_*",
             "computer_toolset_*",
-            "mcp_toolset",
             "memory_*",
         )
     },

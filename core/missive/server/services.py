@@ -33,6 +33,7 @@ from ..serving.service import Messages
 from ..serving.tracing import Tracing, build_tracing
 from ..thinking.signing import Signer, load_signer
 from ..threads.store import ResponseStore
+from ..tools.mcp import McpConnector
 from ..tools.server_runner import ServerToolRunner, build_search_provider
 from ..tools.warm import warm_up
 from .metrics import Metrics
@@ -175,7 +176,14 @@ def build_services(
     signer = load_signer(config.thinking.signing_key, config.thinking.key_file)
     media = MediaPipeline(config.media, kernel.image_processors, kernel.document_processors)
     server_tools = ServerToolRunner(
-        config.server_tools, media.policy, build_search_provider(config.server_tools, kernel.search_providers)
+        config.server_tools,
+        media.policy,
+        build_search_provider(config.server_tools, kernel.search_providers),
+        McpConnector(
+            config.server_tools,
+            media.policy,
+            {name: entry.mcp_servers for name, entry in config.keys.items()},
+        ),
     )
     admission = Admission(config)
     metrics = Metrics(models, admission, shared_dir=metrics_dir)

@@ -34,6 +34,7 @@ import anyio
 
 from ..default_plugins.aliases import alias_match
 from ..driver.interface import Driver, GenerationRequest
+from ..driver.tools import ToolDefinition
 from ..messages.extras import finish_stream
 from ..messages.management import count_tokens_body, prepare_in_context
 from ..messages.prepare import Notes, Target, prepare_generation
@@ -107,7 +108,9 @@ class Messages:
                 mode, compaction blocks the API refuses.
             CapabilityError: the driver lacks something the request needs.
             MediaError: an image or document block that cannot be used.
+            PermissionDeniedError: an MCP server the caller's key may not use.
         """
+        mcp_tools = await self._mcp_tools(req, driver, caller)
         target = Target(
             model_id,
             driver.name,
@@ -131,12 +134,27 @@ class Messages:
                 headers=caller.headers,
                 server_tools=self.server_tools,
                 cleared_thinking=cleared,
+                mcp_tools=mcp_tools,
             )
 
         generation, extras = await prepare_in_context(
             req, model_id, driver, base, signer=self.signer, notes=caller.notes, headers=caller.headers
         )
         return Prepared(req, model_id, driver, generation, extras, caller, fallback)
+
+    async def _mcp_tools(
+        self, req: CountTokensRequest, driver: Driver, caller: Caller
+    ) -> tuple[ToolDefinition, ...]:
+        """The tools of the request's MCP servers, listed once per request
+        (:mod:`missive.tools.mcp`); none, reported as ignored, when the
+        connector is off or the model cannot call tools."""
+        mcp = self.server_tools.mcp
+        if not (req.mcp_servers or req.mcp_toolsets):
+            return ()
+        if not mcp.enabled or not driver.capabilities.tool_choice:
+            caller.notes.ignore(mcp.ignored(req) or ["mcp_servers (this model cannot call tools)"])
+            return ()
+        return await mcp.tools(req, caller.record.key, {t.name for t in req.tools or []})
 
     async def begin(self, prepared: Prepared, *, admit: Admit | None = None) -> Answer:
         """Start the answer and take its permit (see the module doc).

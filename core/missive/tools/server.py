@@ -45,6 +45,7 @@ from ..driver.tools import ServerTool
 from ..protocol.ids import server_tool_use_id
 from ..protocol.schema.blocks import (
     ContentBlock,
+    McpToolUseBlock,
     ServerToolUseBlock,
     TextBlock,
     ToolResultBlock,
@@ -54,6 +55,7 @@ from ..protocol.schema.blocks import (
     WebSearchToolResultBlock,
 )
 from ..protocol.schema.request import CountTokensRequest
+from .mcp_history import MCP_BLOCKS, mcp_call, mcp_result
 from .search import decode_content
 from .tool_search import TOOL_SEARCH_TOOLS, result_content
 
@@ -146,8 +148,9 @@ def server_tool_of(tool_type: str | None) -> ServerTool | None:
 
 
 def is_server_block(block: object) -> bool:
-    """Whether ``block`` is a server-tool block Missive renders (call or result)."""
-    return isinstance(block, _SERVER_BLOCKS)
+    """Whether ``block`` is a server-tool block Missive renders (call or
+    result), MCP connector blocks included (:mod:`missive.tools.mcp_history`)."""
+    return isinstance(block, _SERVER_BLOCKS) or isinstance(block, MCP_BLOCKS)
 
 
 def server_tool_use_block(name: str) -> dict[str, Any]:
@@ -250,7 +253,10 @@ def split_server_blocks(
     results = {b.tool_use_id: b for b in blocks if isinstance(b, _RESULT_BLOCKS)}
     turns: list[tuple[str, list[Any]]] = [("assistant", [])]
     for block in blocks:
-        if isinstance(block, ServerToolUseBlock):
+        if isinstance(block, McpToolUseBlock):
+            turns[-1][1].append(mcp_call(block))
+            turns += [("user", [mcp_result(block, blocks)]), ("assistant", [])]
+        elif isinstance(block, ServerToolUseBlock):
             call = ToolUseBlock(type="tool_use", id=block.id, name=block.name, input=block.input)
             found = results.get(block.id)
             if isinstance(found, ToolSearchToolResultBlock):

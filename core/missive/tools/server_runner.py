@@ -31,6 +31,7 @@ from ..media.fetch import FetchPolicy
 from ..protocol.schema.blocks import TextBlock
 from ..protocol.schema.request import CountTokensRequest
 from .definitions import choice_after_server_call
+from .mcp import McpConnector
 from .search import MAX_QUERY_CHARS, SearchError, SearchProvider, SearchQuery, search_result_blocks
 from .server import error_result
 from .tool_search import TOOL_SEARCH_TOOLS, run_tool_search
@@ -92,14 +93,20 @@ class ServerToolRunner:
         config: ``[server_tools]``.
         policy: the media fetcher's rules (``[media]``).
         provider: the search provider, None when none is configured.
+        mcp: the MCP connector (:mod:`missive.tools.mcp`; None: off).
     """
 
     def __init__(
-        self, config: ServerToolsConfig, policy: FetchPolicy, provider: SearchProvider | None
+        self,
+        config: ServerToolsConfig,
+        policy: FetchPolicy,
+        provider: SearchProvider | None,
+        mcp: McpConnector | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
         self.provider = provider
+        self.mcp = mcp or McpConnector(config, policy)
 
     def runs(self, name: str) -> bool:
         """Whether calls of server tool ``name`` are run here (else ``unavailable``)."""
@@ -118,6 +125,8 @@ class ServerToolRunner:
         answer: list[dict[str, Any]],
     ) -> dict[str, Any]:
         """The result block answering one call (an error block when it cannot run)."""
+        if tool.server_name is not None:
+            return await self.mcp.run(tool, tool_use_id, call_input, request)
         options = _tool_options(request, tool.name)
         if tool.name in TOOL_SEARCH_TOOLS:
             content = await run_tool_search(tool, call_input, request)

@@ -47,6 +47,9 @@ __all__ = ["MessageStream"]
 
 log = logging.getLogger("missive.pipeline")
 
+#: The blocks of calls the server answers (server tools, MCP tools).
+SERVER_CALLS = ("server_tool_use", "mcp_tool_use")
+
 
 class MessageStream:
     """The API events of one answer.
@@ -216,7 +219,7 @@ class MessageStream:
                         yield self._arguments(event)
                     elif isinstance(event, ToolCallEnd):
                         usage.output_tokens += event.tokens
-                        if blocks.open == "server_tool_use":
+                        if blocks.open in SERVER_CALLS:
                             for out in await self._server.end_call(self):
                                 yield out
                             if self._server.round_stop is not None:
@@ -255,9 +258,9 @@ class MessageStream:
 
     def _arguments(self, event: ToolCallDelta) -> Event:
         """The ``input_json_delta`` of a call's argument fragment."""
-        if self.blocks.open not in ("tool_use", "server_tool_use"):
+        if self.blocks.open not in ("tool_use", *SERVER_CALLS):
             raise ApiError(f"driver '{self.driver.name}' sent tool arguments outside a tool call")
-        if self.blocks.open == "server_tool_use":
+        if self.blocks.open in SERVER_CALLS:
             self._server.args += event.partial_json
         elif self._checked_call is not None:
             self._checked_call[1].append(event.partial_json)

@@ -42,6 +42,7 @@ from ...driver.tools import ServerTool, ToolDefinition
 from ...protocol.errors import ApiError, PromptTooLongError
 from ...tools.deferred import expand_references
 from ...tools.definitions import choice_after_server_call, offered_tools
+from ...tools.mcp import mcp_tool_use_block
 from ...tools.server import (
     MAX_SERVER_CALLS,
     UNAVAILABLE,
@@ -123,11 +124,15 @@ class ServerCalls:
         return next((t.server for t in request.tools if t.name == name and t.server), None)
 
     def open_call(self, stream: MessageStream, tool: ServerTool, name: str) -> list[Event]:
-        """Open a ``server_tool_use`` block for a call of ``tool``."""
-        block = server_tool_use_block(name)
+        """Open a ``server_tool_use`` block for a call of ``tool`` (an
+        ``mcp_tool_use`` block for a tool of an MCP server)."""
+        if tool.server_name is not None:
+            block = mcp_tool_use_block(tool)
+        else:
+            block = server_tool_use_block(name)
+            self.blocks += 1
         self._call, self.args = (tool, block), ""
-        self.blocks += 1
-        return stream.blocks.open_block("server_tool_use", block)
+        return stream.blocks.open_block(block["type"], block)
 
     def usage(self) -> dict[str, int] | None:
         """``usage.server_tool_use``, when the message holds a server tool call."""
@@ -147,7 +152,7 @@ class ServerCalls:
         limit = max_uses_of(request.request, tool.name)
         if limit is not None and uses > limit:
             result = error_result(tool, call_id, "max_uses_exceeded")
-        elif self._runner is not None and self._runner.runs(tool.name):
+        elif self._runner is not None and (tool.server_name is not None or self._runner.runs(tool.name)):
             result = await self._runner.run(tool, call_id, call_input, request.request, self._results)
             content = result.get("content")
             if not (isinstance(content, dict) and str(content.get("type", "")).endswith("_error")):

@@ -35,6 +35,9 @@ __all__ = [
     "ToolSearchToolResultBlock",
     "ToolSearchToolSearchResult",
     "ToolSearchToolResultError",
+    "McpToolUseBlock",
+    "McpToolResultBlock",
+    "McpToolListingBlock",
     "ServerToolBlock",
     "CompactionBlock",
     "FallbackBlock",
@@ -167,8 +170,6 @@ SERVER_TOOL_BLOCK_TYPES = frozenset(
         "code_execution_tool_result",
         "bash_code_execution_tool_result",
         "text_editor_code_execution_tool_result",
-        "mcp_tool_use",
-        "mcp_tool_result",
         "container_upload",
     }
 )
@@ -238,6 +239,40 @@ class ToolSearchToolResultBlock(_Block):
     type: Literal["tool_search_tool_result"]
     tool_use_id: str
     content: Annotated[ToolSearchToolSearchResult | ToolSearchToolResultError, Field(discriminator="type")]
+
+
+class McpToolUseBlock(_Block):
+    """A call of a tool of an MCP server, run by the server (SDK
+    ``BetaMCPToolUseBlockParam``): ``{"type": "mcp_tool_use", "id":
+    "mcptoolu_...", "name": "echo", "server_name": "tools", "input": {...}}``;
+    rendered with its result (:mod:`missive.tools.server`)."""
+
+    type: Literal["mcp_tool_use"]
+    id: str
+    name: str
+    server_name: str
+    input: dict[str, Any]
+
+
+class McpToolResultBlock(_Block):
+    """The result of an ``mcp_tool_use`` call (SDK
+    ``BetaRequestMCPToolResultBlockParam``): ``content`` a string or a list of
+    ``text`` blocks, ``is_error`` for a tool that failed."""
+
+    type: Literal["mcp_tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock] | None = None
+    is_error: bool | None = None
+
+
+class McpToolListingBlock(_Block):
+    """The tools an MCP server listed for an earlier response (SDK
+    ``BetaMCPToolListingBlockParam``): not rendered; its ``tools`` are that
+    server's listing from then on (:mod:`missive.tools.mcp`)."""
+
+    type: Literal["mcp_tool_listing"]
+    mcp_server_name: str
+    tools: list[dict[str, Any]]
 
 
 class ServerToolBlock(_Block):
@@ -351,6 +386,9 @@ ContentBlock = Annotated[
         | Annotated[WebSearchToolResultBlock, Tag("web_search_tool_result")]
         | Annotated[WebFetchToolResultBlock, Tag("web_fetch_tool_result")]
         | Annotated[ToolSearchToolResultBlock, Tag("tool_search_tool_result")]
+        | Annotated[McpToolUseBlock, Tag("mcp_tool_use")]
+        | Annotated[McpToolResultBlock, Tag("mcp_tool_result")]
+        | Annotated[McpToolListingBlock, Tag("mcp_tool_listing")]
         | Annotated[CompactionBlock, Tag("compaction")]
         | Annotated[FallbackBlock, Tag("fallback")]
         | Annotated[ToolAdditionBlock, Tag("tool_addition")]
@@ -377,6 +415,9 @@ ContentBlock = Annotated[
                 "web_search_tool_result",
                 "web_fetch_tool_result",
                 "tool_search_tool_result",
+                "mcp_tool_use",
+                "mcp_tool_result",
+                "mcp_tool_listing",
             }
         )
     ),

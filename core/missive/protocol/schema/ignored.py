@@ -21,6 +21,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from .blocks import (
+    McpToolListingBlock,
+    McpToolResultBlock,
+    McpToolUseBlock,
     ServerToolBlock,
     ServerToolUseBlock,
     ToolSearchToolResultBlock,
@@ -32,6 +35,9 @@ from .management import CompactEdit, UnknownEdit
 from .unhonoured import unhonoured
 
 _ASSISTANT_ONLY = (
+    McpToolUseBlock,
+    McpToolResultBlock,
+    McpToolListingBlock,
     ServerToolUseBlock,
     WebSearchToolResultBlock,
     WebFetchToolResultBlock,

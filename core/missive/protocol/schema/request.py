@@ -27,6 +27,7 @@ from .blocks import (
     ToolUseBlock,
 )
 from .management import CompactionConfig, ContextManagement, FallbackEntry
+from .mcp import McpServer, McpToolset
 from .thread import Diagnostics, MessageThread
 
 __all__ = [
@@ -180,6 +181,11 @@ class CountTokensRequest(Open):
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
     cache_control: CacheControl | None = None  # automatic prefix caching: nothing to do
+    #: The MCP connector (:mod:`missive.tools.mcp`): the servers, and the
+    #: ``tools`` entries of type ``mcp_toolset`` (they have no ``name``), set
+    #: apart when the body is read.
+    mcp_servers: list[McpServer] | None = None
+    mcp_toolsets: list[McpToolset] | None = None
 
     # -- Issue 26 part B: conversation management (missive.context_management) --------
     # context_management: edits applied before rendering (count_tokens too);
@@ -194,6 +200,23 @@ class CountTokensRequest(Open):
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _toolsets_apart(cls, data: Any) -> Any:
+        """``tools`` entries of type ``mcp_toolset`` (SDK ``BetaMCPToolsetParam``)
+        moved to ``mcp_toolsets``: they configure a server's tools, not one tool."""
+        if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
+            return data
+        tools = data["tools"]
+        sets = [t for t in tools if isinstance(t, dict) and t.get("type") == "mcp_toolset"]
+        if not sets:
+            return data
+        return {
+            **data,
+            "tools": [t for t in tools if not (isinstance(t, dict) and t.get("type") == "mcp_toolset")],
+            "mcp_toolsets": [*(data.get("mcp_toolsets") or []), *sets],
+        }
 
     @model_validator(mode="after")
     def _non_empty_content(self) -> CountTokensRequest:

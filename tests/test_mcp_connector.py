@@ -1,0 +1,277 @@
+"""The MCP connector (``mcp_servers``, beta ``mcp-client-2025-11-20``) through the official SDK.
+
+A real MCP server, written with the same ``mcp`` library (``MCPServer``'s
+streamable HTTP app served by uvicorn on a loopback port in a thread), and
+the in-process app with the echo driver scripted to call its tools: the
+server lists them, runs the call on the MCP server and answers with
+``mcp_tool_use`` / ``mcp_tool_result`` blocks, then the model goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+pytest.importorskip("mcp")
+import uvicorn  # noqa: E402
+from mcp.server.mcpserver import MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+
+from missive.testing import in_process_app  # noqa: E402
+from missive_echo import script  # noqa: E402
+
+BETA = "mcp-client-2026-09-15"
+TOKEN = "secret-token-1"
+TOOLS = {"tool_choice": ["auto", "any", "tool", "none"]}
+#: What the model answers after a result, by what the result showed it.
+AFTER = [
+    {"match": "echo: tide", "script": [{"text": "The tool said tide."}]},
+    {"match": "boom", "script": [{"text": "The tool failed."}]},
+    {"match": "MCP server", "script": [{"text": "The server failed."}]},
+]
+
+
+class McpStandIn:
+    """An MCP server on a free loopback port; records the Authorization headers."""
+
+    def __init__(self) -> None:
+        self.auth: list[str | None] = []
+        server = MCPServer("standin")
+
+        @server.tool()
+        def echo(text: str) -> str:
+            """Echo the text back."""
+            return f"echo: {text}"
+
+        @server.tool()
+        def fail(text: str) -> str:
+            """Always fails."""
+            raise ToolError("boom")
+
+        @server.tool()
+        def hidden(text: str) -> str:
+            """Never offered when a toolset disables it."""
+            return text
+
+        app = server.streamable_http_app(stateless_http=True, json_response=True)
+        seen = self.auth
+
+        async def recording(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                headers = dict(scope["headers"])
+                seen.append(headers.get(b"authorization", b"").decode() or None)
+            await app(scope, receive, send)
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        config = uvicorn.Config(
+            recording, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> McpStandIn:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the MCP stand-in did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[McpStandIn]:
+    with McpStandIn() as server:
+        yield server
+
+
+def app_config(tmp: Any, *, allow_loopback: bool = True, **server_tools: Any) -> dict[str, Any]:
+    path = tmp / "after.json"
+    path.write_text(json.dumps(AFTER))
+    config: dict[str, Any] = {
+        "server_tools": {"mcp": True, "mcp_servers": ["http://127.0.0.1:*"], **server_tools},
+        "models": {
+            "echo": {
+                "driver": "echo",
+                "context_window": 4000,
+                "settings": {"capabilities": TOOLS, "script_file": str(path)},
+            },
+            "echo-report": {
+                "driver": "echo",
+                "context_window": 4000,
+                "settings": {"capabilities": TOOLS, "report": True},
+            },
+        },
+    }
+    if allow_loopback:
+        config["media"] = {"fetch_allow": ["127.0.0.1"]}
+    return config
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[anthropic.Anthropic]:
+    with in_process_app(app_config(tmp_path_factory.mktemp("mcp"))) as app:
+        yield app.sdk(timeout=60)
+
+
+def call(name: str, text: str = "tide") -> dict[str, Any]:
+    return {"tool_call": {"name": name, "arguments": [json.dumps({"text": text})]}}
+
+
+def ask(client: anthropic.Anthropic, standin: McpStandIn, steps: list[dict[str, Any]], **kwargs: Any) -> Any:
+    servers = kwargs.pop("mcp_servers", None) or [
+        {"type": "url", "url": standin.url, "name": "standin", "authorization_token": TOKEN}
+    ]
+    return client.beta.messages.create(
+        model="echo",
+        max_tokens=100,
+        betas=[BETA],
+        mcp_servers=servers,
+        messages=[{"role": "user", "content": script(*steps)}],
+        **kwargs,
+    )
+
+
+def test_tool_listed_called_and_answered(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    standin.auth.clear()
+    msg = ask(client, standin, [{"text": "Let me ask."}, call("echo")])
+    assert [b.type for b in msg.content] == ["text", "mcp_tool_use", "mcp_tool_result", "text"]
+    use, result = msg.content[1], msg.content[2]
+    assert use.id.startswith("mcptoolu_") and use.name == "echo" and use.server_name == "standin"
+    assert use.input == {"text": "tide"}
+    assert result.tool_use_id == use.id and result.is_error is False
+    assert [b.text for b in result.content] == ["echo: tide"]
+    assert msg.content[3].text == "The tool said tide."
+    assert msg.stop_reason == "end_turn"
+    # The token reached the MCP server, as a Bearer token, on every request.
+    assert standin.auth and set(standin.auth) == {f"Bearer {TOKEN}"}
+
+
+def test_stream_equals_non_stream(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    steps = [{"text": "Let me ask."}, call("echo")]
+    plain = ask(client, standin, steps)
+    servers = [{"type": "url", "url": standin.url, "name": "standin", "authorization_token": TOKEN}]
+    with client.beta.messages.stream(
+        model="echo",
+        max_tokens=100,
+        betas=[BETA],
+        mcp_servers=servers,
+        messages=[{"role": "user", "content": script(*steps)}],
+    ) as stream:
+        final = stream.get_final_message()
+
+    def dumped(message: Any) -> list[dict[str, Any]]:
+        out = [b.model_dump(exclude_none=True) for b in message.content]
+        for block in out:
+            block.pop("id", None)
+            block.pop("tool_use_id", None)
+        return out
+
+    assert dumped(final) == dumped(plain)
+    assert final.content[2].tool_use_id == final.content[1].id
+    assert final.stop_reason == plain.stop_reason
+
+
+def test_tool_error_is_an_error_result(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    msg = ask(client, standin, [call("fail")])
+    result = msg.content[1]
+    assert result.type == "mcp_tool_result" and result.is_error is True
+    assert "boom" in result.content[0].text
+    assert msg.content[-1].text == "The tool failed."
+
+
+def test_toolset_disables_a_tool(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    toolset = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "standin",
+        "configs": {"hidden": {"enabled": False}},
+    }
+    # A call of a tool not offered is a client tool call the driver made up: tool_use.
+    msg = ask(client, standin, [call("hidden")], tools=[toolset])
+    assert [b.type for b in msg.content] == ["tool_use"]
+    msg = ask(client, standin, [call("echo")], tools=[toolset])
+    assert msg.content[0].type == "mcp_tool_use"
+
+
+def test_history_is_rendered_as_call_and_result(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    first = ask(client, standin, [call("echo")])
+    history = [b.model_dump(exclude_none=True) for b in first.content]
+    msg = client.beta.messages.create(
+        model="echo",
+        max_tokens=100,
+        betas=[BETA],
+        mcp_servers=[{"type": "url", "url": standin.url, "name": "standin", "authorization_token": TOKEN}],
+        messages=[
+            {"role": "user", "content": "Use the tool."},
+            {"role": "assistant", "content": history},
+            {"role": "user", "content": "What did it say?"},
+        ],
+    )
+    assert msg.content[0].text == "What did it say?"
+    raw = client.beta.messages.with_raw_response.create(
+        model="echo-report",
+        max_tokens=100,
+        betas=[BETA],
+        messages=[
+            {"role": "user", "content": "Use the tool."},
+            {"role": "assistant", "content": history},
+            {"role": "user", "content": "What did it say?"},
+        ],
+    )
+    assert "messages.1" not in (raw.headers.get("missive-ignored") or "")
+    seen = raw.parse().content[0].text
+    # The model read the call and its result, as a tool_use and a tool_result.
+    assert '"tool_use"' in seen and '"echo"' in seen and "echo: tide" in seen and '"tool_result"' in seen
+
+
+def test_unreachable_server_is_a_400_naming_it(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    servers = [{"type": "url", "url": f"http://127.0.0.1:{port}/mcp", "name": "gone"}]
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        ask(client, standin, [call("echo")], mcp_servers=servers)
+    assert "mcp_servers.0" in caught.value.message and "'gone'" in caught.value.message
+
+
+def test_url_not_allowed_for_the_key(tmp_path: Any, standin: McpStandIn) -> None:
+    config = app_config(tmp_path, mcp_servers=["https://mcp.example.com/*"])
+    with in_process_app(config) as app:
+        with pytest.raises(anthropic.PermissionDeniedError) as caught:
+            ask(app.sdk(), standin, [call("echo")])
+    assert "mcp_servers.0.url" in caught.value.message
+
+
+def test_private_address_refused_by_default(tmp_path: Any, standin: McpStandIn) -> None:
+    with in_process_app(app_config(tmp_path, allow_loopback=False)) as app:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            ask(app.sdk(), standin, [call("echo")])
+    assert "media.fetch_allow" in caught.value.message and "'standin'" in caught.value.message
+
+
+def test_off_by_default_reports_ignored(tmp_path: Any, standin: McpStandIn) -> None:
+    config = app_config(tmp_path)
+    del config["server_tools"]
+    with in_process_app(config) as app:
+        raw = app.sdk().beta.messages.with_raw_response.create(
+            model="echo",
+            max_tokens=100,
+            betas=[BETA],
+            mcp_servers=[{"type": "url", "url": standin.url, "name": "standin"}],
+            messages=[{"role": "user", "content": "hello"}],
+        )
+    assert "mcp_servers.0" in raw.headers["missive-ignored"]
+    assert raw.parse().content[0].text == "hello"
