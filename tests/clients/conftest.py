@@ -161,15 +161,17 @@ TOOL_CHOICES = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True
 
 
 @contextmanager
-def scripted_missive(tmp_path: Path, **tables: Any) -> Iterator[Missive]:
+def scripted_missive(tmp_path: Path, *, reasons: bool = True, **tables: Any) -> Iterator[Missive]:
     """Missive with echo models scripted by ``tmp_path/script.json``:
     ``echo`` (200k words of context, ``claude-*`` alias), ``echo-100k`` and
     ``echo-small`` (1000 words: Claude Code's prompt does not fit); ``tables``:
-    more configuration tables (``server_tools=...``)."""
+    more configuration tables (``server_tools=...``, ``routing=...``).
+    ``reasons``: whether the models declare the ``thinking`` capability."""
     script_file = tmp_path / "script.json"
     script_file.write_text("[]")
     capture_dir = tmp_path / "captures"
-    settings = {"script_file": str(script_file), "capabilities": TOOL_CHOICES}
+    capabilities = TOOL_CHOICES if reasons else {**TOOL_CHOICES, "thinking": False}
+    settings = {"script_file": str(script_file), "capabilities": capabilities}
     config = {
         "server": {"capture_dir": str(capture_dir)},
         **tables,
