@@ -107,7 +107,7 @@ def app_config(tmp: Any, *, allow_loopback: bool = True, **server_tools: Any) ->
             "echo": {
                 "driver": "echo",
                 "context_window": 4000,
-                "settings": {"capabilities": TOOLS, "script_file": str(path)},
+                "settings": {"capabilities": TOOLS, "script_file": str(path), "count_tools": True},
             },
             "echo-report": {
                 "driver": "echo",
@@ -275,3 +275,18 @@ def test_off_by_default_reports_ignored(tmp_path: Any, standin: McpStandIn) -> N
         )
     assert "mcp_servers.0" in raw.headers["missive-ignored"]
     assert raw.parse().content[0].text == "hello"
+
+
+def test_count_tokens_counts_the_servers_tools(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    """``count_tokens`` lists the servers' tools as a message would and counts
+    their definitions; a toolset that disables one counts fewer."""
+    body: dict[str, Any] = {"model": "echo", "betas": [BETA], "messages": [{"role": "user", "content": "hi"}]}
+    servers = [{"type": "url", "url": standin.url, "name": "standin", "authorization_token": TOKEN}]
+    alone = client.beta.messages.count_tokens(**body).input_tokens
+    listed = client.beta.messages.count_tokens(**body, mcp_servers=servers).input_tokens
+    toolset = {"type": "mcp_toolset", "mcp_server_name": "standin", "configs": {"hidden": {"enabled": False}}}
+    fewer = client.beta.messages.count_tokens(**body, mcp_servers=servers, tools=[toolset]).input_tokens
+    assert alone < fewer < listed
+    # The same count a message's usage reports for the same prompt.
+    msg = client.beta.messages.create(**body, max_tokens=5, mcp_servers=servers)
+    assert msg.usage.input_tokens == listed

@@ -43,7 +43,10 @@ true`` answers, when no script plays, with the conversation the driver
 received as one JSON text (system, turns, blocks; images as media type,
 size, byte count and SHA-256; the request's affinity key as ``session``),
 so tests can see what the core handed over.
-``settings.start_delay`` (seconds) makes its start-up take that long and
+``settings.count_tools = true`` counts the words of the offered tools'
+definitions too (name, description, schema as JSON), as a model whose
+prompt holds its tool list would. ``settings.start_delay`` (seconds) makes
+its start-up take that long and
 ``settings.start_error`` makes it fail with that message, for tests of
 models loaded on demand.
 """
@@ -252,6 +255,10 @@ class EchoDriver(Driver):
         words = len(_words(conv.system or "")) + sum(
             len(_words(t.text())) + len(_words(t.thinking())) for t in conv.turns
         )
+        if self.entry.settings.get("count_tools"):
+            words += sum(
+                len(_words(f"{t.name} {t.description} {json.dumps(t.input_schema)}")) for t in request.tools
+            )
         return words + len(_words(conv.prefill or "")) + conversation_image_tokens(conv)
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
