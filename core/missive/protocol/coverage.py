@@ -289,12 +289,10 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
             "code_execution_tool_result",
             "bash_code_execution_tool_result",
             "text_editor_code_execution_tool_result",
-            "mcp_tool_use",
-            "mcp_tool_result",
             "container_upload",
-            "mcp_tool_listing",
         )
     },
+    "mcp_tool_listing": Row("absent", "the MCP connector does not return the listing it used (yet)"),
 }
 
 MODEL_FIELDS: dict[str, Row] = {
