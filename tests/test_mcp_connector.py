@@ -290,3 +290,26 @@ def test_count_tokens_counts_the_servers_tools(client: anthropic.Anthropic, stan
     # The same count a message's usage reports for the same prompt.
     msg = client.beta.messages.create(**body, max_tokens=5, mcp_servers=servers)
     assert msg.usage.input_tokens == listed
+
+
+@pytest.mark.parametrize("value", [5, "ab", [{"type": "mcp_toolset", "mcp_server_name": "standin"}]])
+def test_mcp_toolsets_is_not_a_request_field(
+    client: anthropic.Anthropic, standin: McpStandIn, value: Any
+) -> None:
+    """The toolsets are ``tools`` entries; the internal field they are moved
+    to is refused when a client sends it (a 400, never a 500)."""
+    body: dict[str, Any] = {
+        "model": "echo",
+        "betas": [BETA],
+        "messages": [{"role": "user", "content": "hi"}],
+        "mcp_servers": [{"type": "url", "url": standin.url, "name": "standin"}],
+        "tools": [{"type": "mcp_toolset", "mcp_server_name": "standin"}],
+        "extra_body": {"mcp_toolsets": value},
+    }
+    for call in (
+        client.beta.messages.count_tokens,
+        lambda **kw: client.beta.messages.create(max_tokens=5, **kw),
+    ):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            call(**body)
+        assert "mcp_toolsets: not a request field" in caught.value.body["error"]["message"]  # type: ignore[index]

@@ -229,6 +229,14 @@ def test_tool_use_of_a_removed_tool_stays_valid_history(client: anthropic.Anthro
             {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": {"name": "x"}}},
             "messages.2.content.0.tool.definition: input_schema: Field required",
         ),
+        (
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": 5}},
+            "messages.2.content.0.tool.name: Input should be a non-empty string (the tool's name)",
+        ),
+        (
+            {"type": "tool_removal", "tool": {"type": "tool_reference"}},
+            "messages.2.content.0.tool.name: Field required",
+        ),
     ],
 )
 def test_changes_that_cannot_apply_are_400(

@@ -178,6 +178,9 @@ def test_argument_descriptions_are_searched(client: anthropic.Anthropic) -> None
         ("get_(weather", "invalid regular expression: missing ), unterminated subpattern at position 4"),
         ("a" * 201, "the pattern is longer than 200 characters"),
         ("", "`query` must be a non-empty string"),
+        # Compiled without a syntax error, but refused by the compiler all the same.
+        ("a{99999999999}", "invalid regular expression: the repetition number is too large"),
+        ("(?u)(?a)a", "invalid regular expression: ASCII and UNICODE flags are incompatible"),
     ],
 )
 def test_bad_query_is_an_error_result(client: anthropic.Anthropic, query: str, message: str) -> None:

@@ -103,15 +103,18 @@ def _name(tool: Mapping[str, object], where: str, kind: str) -> str:
     ref = tool.get("type")
     if ref in _MCP:
         raise InvalidRequestError(
-            f'{where}.type: "{ref}" refers to an MCP server, and this server connects to none '
-            "(`mcp_servers` is not supported); define the tool by value with a tool_definition"
+            f'{where}.type: "{ref}" refers to an MCP server\'s tools, which Missive offers from the '
+            "request's `mcp_servers` and `mcp_toolset` entries only, not mid-conversation; define the "
+            "tool by value with a tool_definition"
         )
     allowed = '"tool_reference" or "tool_definition"' if kind == "tool_addition" else '"tool_reference"'
     if ref != "tool_reference":
         raise InvalidRequestError(f"{where}.type: Input should be {allowed} (got {ref!r})")
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
+    if "name" not in tool:
         raise InvalidRequestError(f"{where}.name: Field required")
+    name = tool["name"]
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError(f"{where}.name: Input should be a non-empty string (the tool's name)")
     return name
 
 

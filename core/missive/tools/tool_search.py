@@ -173,7 +173,11 @@ def regex_search(pattern: str, tools: Iterable[Tool], timeout: float = REGEX_TIM
     try:
         re.compile(pattern)
         compiled = regex.compile(pattern)
-    except (re.error, regex.error) as exc:
+    except (re.error, regex.error, OverflowError, ValueError, RecursionError) as exc:
+        # Compiling also raises OverflowError (``a{99999999999}``: "the
+        # repetition number is too large"), ValueError (``(?u)(?a)``: "ASCII
+        # and UNICODE flags are incompatible") and, for deep nesting,
+        # RecursionError: each is a pattern the model got wrong.
         raise ToolSearchError("invalid_tool_input", f"invalid regular expression: {exc}") from None
     deadline = time.monotonic() + timeout
     found: list[str] = []

@@ -205,7 +205,10 @@ class CountTokensRequest(Open):
     @classmethod
     def _toolsets_apart(cls, data: Any) -> Any:
         """``tools`` entries of type ``mcp_toolset`` (SDK ``BetaMCPToolsetParam``)
-        moved to ``mcp_toolsets``: they configure a server's tools, not one tool."""
+        moved to ``mcp_toolsets``: they configure a server's tools, not one tool.
+        ``mcp_toolsets`` is not a field of the API: sent by a client, it is refused."""
+        if isinstance(data, dict) and "mcp_toolsets" in data:
+            raise ValueError("mcp_toolsets: not a request field; send `mcp_toolset` entries in `tools`")
         if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
             return data
         tools = data["tools"]
@@ -215,7 +218,7 @@ class CountTokensRequest(Open):
         return {
             **data,
             "tools": [t for t in tools if not (isinstance(t, dict) and t.get("type") == "mcp_toolset")],
-            "mcp_toolsets": [*(data.get("mcp_toolsets") or []), *sets],
+            "mcp_toolsets": sets,
         }
 
     @model_validator(mode="after")
