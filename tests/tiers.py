@@ -66,21 +66,24 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
-_SOURCES: dict[int, str] = {}
+_TIERS_OF: dict[int, str] = {}
 
 
-def _read(obj: Any) -> str:
-    """The source of ``obj`` and of the repository's functions and classes it
-    names, from its module's globals, transitively (cached)."""
+def _tier_of_object(obj: Any) -> str:
+    """The tier of ``obj``'s source and of the repository's functions and
+    classes it names, from its module's globals, transitively: the most
+    expensive of its own source's tier and theirs (cached per object, so each
+    source is read and searched once; an object met again inside its own
+    reading counts as ``unit`` there)."""
     key = id(obj)
-    if key in _SOURCES:
-        return _SOURCES[key]
-    _SOURCES[key] = ""  # a cycle reads each object once
+    if key in _TIERS_OF:
+        return _TIERS_OF[key]
+    _TIERS_OF[key] = "unit"  # a cycle reads each object once
     try:
         source = inspect.getsource(obj)
     except (OSError, TypeError):
-        return ""
-    found = [source]
+        return "unit"
+    parts = [tier_of_source(source)]
     names = getattr(inspect.unwrap(obj), "__globals__", None)
     if names is None:  # a class: its module's globals
         module = sys.modules.get(getattr(obj, "__module__", "") or "")
@@ -90,11 +93,11 @@ def _read(obj: Any) -> str:
         if inspect.isfunction(other):
             other = inspect.unwrap(other)  # a @contextmanager's own function
         if (inspect.isfunction(other) or inspect.isclass(other)) and other is not obj and _in_repo(other):
-            found.append(_read(other))
+            parts.append(_tier_of_object(other))
         elif isinstance(other, (dict, list, tuple, str)) and name.isupper():
-            found.append(repr(other))  # a module constant it names (a server's CONFIG)
-    _SOURCES[key] = "\n".join(found)
-    return _SOURCES[key]
+            parts.append(tier_of_source(repr(other)))  # a module constant it names (a server's CONFIG)
+    _TIERS_OF[key] = max(parts, key=TIERS.index)
+    return _TIERS_OF[key]
 
 
 def _in_repo(obj: Any) -> bool:
@@ -122,16 +125,15 @@ def tier_of(item: pytest.Item) -> str:
     if named:
         return named[0]
     function = getattr(item, "function", None)
-    sources = [_read(function)] if function is not None else []
+    tiers = [_tier_of_object(function)] if function is not None else []
     cls = getattr(item, "cls", None)
     if cls is not None:
-        sources.append(_read(cls))
+        tiers.append(_tier_of_object(cls))
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
         defs = info.name2fixturedefs.get(name) if info is not None else None
         if defs:
-            sources.append(_read(defs[-1].func))  # the definition in effect
-            sources.append(name)  # a fixture's name counts too (default_url, echo_url)
-    # The most expensive tier of the parts: each part's is read once (the
-    # parts are the cached strings of _read), not once per test.
-    return max((tier_of_source(source) for source in sources), key=TIERS.index, default="unit")
+            tiers.append(_tier_of_object(defs[-1].func))  # the definition in effect
+            tiers.append(tier_of_source(name))  # a fixture's name counts too (default_url, echo_url)
+    # The most expensive tier of the parts, each object's read once (cached).
+    return max(tiers, key=TIERS.index, default="unit")
