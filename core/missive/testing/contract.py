@@ -52,7 +52,14 @@ class DriverContract:
     exact_count_tokens: bool = True
     prompt: str = "List three colours of the rainbow."
 
+    #: An app in process (:class:`~missive.testing.InProcessApp`) serving the
+    #: contract: set by the plugin's test class (an autouse fixture) when its
+    #: ``contract_url`` is that app's ``url``; None: a live server.
+    app: Any = None
+
     def client(self, url: str) -> Any:
+        if self.app is not None and url == self.app.url:
+            return self.app.sdk(api_key="contract-test", timeout=120)
         import anthropic
 
         return anthropic.Anthropic(base_url=url, api_key="contract-test", max_retries=0, timeout=120)

@@ -617,10 +617,6 @@ class TestOpenAIContract(DriverContract):
     def _in_process(self, app: InProcessApp) -> None:
         self.app = app
 
-    def client(self, url: str) -> anthropic.Anthropic:
-        assert url == self.app.url
-        return self.app.sdk(api_key="contract-test", timeout=120)
-
 
 def test_server_tool_history_and_definitions_converted() -> None:
     """web_search blocks sent back in an assistant turn reach the backend as

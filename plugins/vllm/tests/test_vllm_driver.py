@@ -643,10 +643,6 @@ class TestVLLMContract(DriverContract):
     def _in_process(self, app: InProcessApp) -> None:
         self.app = app
 
-    def client(self, url: str) -> anthropic.Anthropic:
-        assert url == self.app.url
-        return self.app.sdk(api_key="contract-test", timeout=120)
-
 
 def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) -> None:
     """A vLLM started without --enable-auto-tool-choice is named in the
