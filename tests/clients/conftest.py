@@ -161,12 +161,15 @@ TOOL_CHOICES = {"tool_choice": ["auto", "any", "tool", "none"], "thinking": True
 
 
 @contextmanager
-def scripted_missive(tmp_path: Path, *, reasons: bool = True, **tables: Any) -> Iterator[Missive]:
+def scripted_missive(
+    tmp_path: Path, *, reasons: bool = True, extra_models: dict[str, Any] | None = None, **tables: Any
+) -> Iterator[Missive]:
     """Missive with echo models scripted by ``tmp_path/script.json``:
     ``echo`` (200k words of context, ``claude-*`` alias), ``echo-100k`` and
     ``echo-small`` (1000 words: Claude Code's prompt does not fit); ``tables``:
     more configuration tables (``server_tools=...``, ``routing=...``).
-    ``reasons``: whether the models declare the ``thinking`` capability."""
+    ``reasons``: whether the models declare the ``thinking`` capability;
+    ``extra_models``: more ``[models]`` entries."""
     script_file = tmp_path / "script.json"
     script_file.write_text("[]")
     capture_dir = tmp_path / "captures"
@@ -184,6 +187,7 @@ def scripted_missive(tmp_path: Path, *, reasons: bool = True, **tables: Any) -> 
             },
             "echo-100k": {"driver": "echo", "context_window": 100_000, "settings": settings},
             "echo-small": {"driver": "echo", "context_window": 1000, "settings": settings},
+            **(extra_models or {}),
         },
     }
     with live_server(config) as url:
