@@ -117,7 +117,7 @@ def test_every_sdk_name_has_a_row(kind: str) -> None:
     assert not missing, (
         f"anthropic {anthropic.__version__} defines {kind} Missive does not cover: {missing}; "
         "add a row to missive.protocol.coverage (handled, accepted or ignored with the reason), then "
-        "regenerate the tables of docs/api-compatibility.md (python -m missive.protocol.coverage)"
+        "regenerate the tables of docs/api-compatibility.md (.venv/bin/python scripts/regen-api-tables)"
     )
 
 
@@ -135,8 +135,8 @@ def test_handlers_exist() -> None:
 
 def test_docs_hold_the_generated_tables() -> None:
     assert cov.markdown() in DOCS.read_text(encoding="utf-8"), (
-        "docs/api-compatibility.md is out of date: paste the output of `python -m missive.protocol.coverage` "
-        "into its SDK coverage section"
+        "docs/api-compatibility.md is out of date: run `.venv/bin/python scripts/regen-api-tables` (or paste "
+        "the output of `python -m missive.protocol.coverage` into its SDK coverage section)"
     )
 
 

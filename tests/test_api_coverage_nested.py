@@ -113,7 +113,7 @@ def test_every_sdk_path_is_classified() -> None:
         f"anthropic {anthropic.__version__} defines request fields no rule covers: {missing[:40]}; "
         "add a rule to missive.protocol.coverage_nested (handled, accepted or ignored with the reason; "
         "an ignored one reported in missive-ignored), then regenerate docs/api-compatibility.md's "
-        "'SDK coverage at every depth' (python -m missive.protocol.coverage_nested)"
+        "'SDK coverage at every depth' (.venv/bin/python scripts/regen-api-tables)"
     )
 
 
@@ -156,8 +156,9 @@ def test_handlers_exist() -> None:
 
 def test_docs_hold_the_generated_table() -> None:
     assert cov.markdown() in DOCS.read_text(encoding="utf-8"), (
-        "docs/api-compatibility.md is out of date: paste the output of "
-        "`python -m missive.protocol.coverage_nested` into its 'SDK coverage at every depth' section"
+        "docs/api-compatibility.md is out of date: run `.venv/bin/python scripts/regen-api-tables` (or "
+        "paste the output of `python -m missive.protocol.coverage_nested` into its 'SDK coverage at every "
+        "depth' section)"
     )
 
 

@@ -43,6 +43,7 @@ class McpStandIn:
 
     def __init__(self) -> None:
         self.auth: list[str | None] = []
+        self.methods: list[str] = []
         server = MCPServer("standin")
 
         @server.tool()
@@ -61,13 +62,25 @@ class McpStandIn:
             return text
 
         app = server.streamable_http_app(stateless_http=True, json_response=True)
-        seen = self.auth
+        seen, methods = self.auth, self.methods
 
         async def recording(scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] == "http":
-                headers = dict(scope["headers"])
-                seen.append(headers.get(b"authorization", b"").decode() or None)
-            await app(scope, receive, send)
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            headers = dict(scope["headers"])
+            seen.append(headers.get(b"authorization", b"").decode() or None)
+
+            async def tapped() -> Any:  # the JSON-RPC method of each request
+                message = await receive()
+                if message["type"] == "http.request" and message.get("body"):
+                    try:
+                        methods.append(json.loads(message["body"]).get("method"))
+                    except ValueError:
+                        pass
+                return message
+
+            await app(scope, tapped, send)
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -145,16 +158,34 @@ def ask(client: anthropic.Anthropic, standin: McpStandIn, steps: list[dict[str, 
     )
 
 
+def listed_then(msg: Any) -> list[Any]:
+    """The answer's blocks after the ``mcp_tool_listing`` opening it (the
+    server was asked for its tools)."""
+    listing = msg.content[0]
+    assert listing.type == "mcp_tool_listing" and listing.mcp_server_name == "standin"
+    return list(msg.content[1:])
+
+
 def test_tool_listed_called_and_answered(client: anthropic.Anthropic, standin: McpStandIn) -> None:
     standin.auth.clear()
     msg = ask(client, standin, [{"text": "Let me ask."}, call("echo")])
-    assert [b.type for b in msg.content] == ["text", "mcp_tool_use", "mcp_tool_result", "text"]
-    use, result = msg.content[1], msg.content[2]
+    # The listing the server gave opens the answer: every tool, as listed.
+    listing = msg.content[0]
+    assert listing.type == "mcp_tool_listing" and listing.mcp_server_name == "standin"
+    assert [(t.name, t.description) for t in listing.tools] == [
+        ("echo", "Echo the text back."),
+        ("fail", "Always fails."),
+        ("hidden", "Never offered when a toolset disables it."),
+    ]
+    assert listing.tools[0].input_schema["properties"]["text"]["type"] == "string"
+    content = listed_then(msg)
+    assert [b.type for b in content] == ["text", "mcp_tool_use", "mcp_tool_result", "text"]
+    use, result = content[1], content[2]
     assert use.id.startswith("mcptoolu_") and use.name == "echo" and use.server_name == "standin"
     assert use.input == {"text": "tide"}
     assert result.tool_use_id == use.id and result.is_error is False
     assert [b.text for b in result.content] == ["echo: tide"]
-    assert msg.content[3].text == "The tool said tide."
+    assert content[3].text == "The tool said tide."
     assert msg.stop_reason == "end_turn"
     # The token reached the MCP server, as a Bearer token, on every request.
     assert standin.auth and set(standin.auth) == {f"Bearer {TOKEN}"}
@@ -181,13 +212,14 @@ def test_stream_equals_non_stream(client: anthropic.Anthropic, standin: McpStand
         return out
 
     assert dumped(final) == dumped(plain)
-    assert final.content[2].tool_use_id == final.content[1].id
+    assert final.content[0].type == "mcp_tool_listing"
+    assert final.content[3].tool_use_id == final.content[2].id
     assert final.stop_reason == plain.stop_reason
 
 
 def test_tool_error_is_an_error_result(client: anthropic.Anthropic, standin: McpStandIn) -> None:
     msg = ask(client, standin, [call("fail")])
-    result = msg.content[1]
+    result = listed_then(msg)[1]
     assert result.type == "mcp_tool_result" and result.is_error is True
     assert "boom" in result.content[0].text
     assert msg.content[-1].text == "The tool failed."
@@ -201,9 +233,9 @@ def test_toolset_disables_a_tool(client: anthropic.Anthropic, standin: McpStandI
     }
     # A call of a tool not offered is a client tool call the driver made up: tool_use.
     msg = ask(client, standin, [call("hidden")], tools=[toolset])
-    assert [b.type for b in msg.content] == ["tool_use"]
+    assert [b.type for b in listed_then(msg)] == ["tool_use"]
     msg = ask(client, standin, [call("echo")], tools=[toolset])
-    assert msg.content[0].type == "mcp_tool_use"
+    assert listed_then(msg)[0].type == "mcp_tool_use"
 
 
 def test_history_is_rendered_as_call_and_result(client: anthropic.Anthropic, standin: McpStandIn) -> None:
@@ -235,6 +267,87 @@ def test_history_is_rendered_as_call_and_result(client: anthropic.Anthropic, sta
     seen = raw.parse().content[0].text
     # The model read the call and its result, as a tool_use and a tool_result.
     assert '"tool_use"' in seen and '"echo"' in seen and "echo: tide" in seen and '"tool_result"' in seen
+
+
+def test_a_listing_sent_back_is_used_instead_of_asking(
+    client: anthropic.Anthropic, standin: McpStandIn
+) -> None:
+    """The answer's ``mcp_tool_listing``, sent back in the history, is the
+    server's listing from then on: the server is not asked again, the answer
+    carries no new listing, and only the tools it lists are offered."""
+    servers = [{"type": "url", "url": standin.url, "name": "standin", "authorization_token": TOKEN}]
+    first = ask(client, standin, [call("echo")])
+    history = [b.model_dump(exclude_none=True) for b in first.content]
+    assert history[0]["type"] == "mcp_tool_listing"
+
+    def again(listing: dict[str, Any], step: dict[str, Any]) -> Any:
+        return client.beta.messages.create(
+            model="echo",
+            max_tokens=100,
+            betas=[BETA],
+            mcp_servers=servers,
+            messages=[
+                {"role": "user", "content": "Use the tool."},
+                {"role": "assistant", "content": [listing, *history[1:]]},
+                {"role": "user", "content": script(step)},
+            ],
+        )
+
+    standin.methods.clear()
+    fresh = ask(client, standin, [call("echo")])
+    assert "tools/list" in standin.methods[: standin.methods.index("tools/call")]
+    assert fresh.content[0].type == "mcp_tool_listing"
+    standin.methods.clear()
+    msg = again(history[0], call("echo"))
+    assert [b.type for b in msg.content] == ["mcp_tool_use", "mcp_tool_result", "text"]
+    # Not listed before the model answered (the mcp library lists after a
+    # call, to check a result against the tool's output schema).
+    assert "tools/list" not in standin.methods[: standin.methods.index("tools/call")]
+    # A listing of `echo` alone: `fail` is no longer an MCP tool of the request.
+    only_echo = {**history[0], "tools": [t for t in history[0]["tools"] if t["name"] == "echo"]}
+    msg = again(only_echo, call("fail"))
+    assert [b.type for b in msg.content] == ["tool_use"]
+
+
+def test_deferred_tools_are_loaded_by_a_tool_search(client: anthropic.Anthropic, standin: McpStandIn) -> None:
+    """A toolset's ``defer_loading`` tools are withheld like deferred tools of
+    ``tools``: not offered, not counted, found by the tool search tools, and
+    callable (run on the server) once a search has loaded them."""
+    toolset = {"type": "mcp_toolset", "mcp_server_name": "standin", "default_config": {"defer_loading": True}}
+    regex = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
+    msg = ask(client, standin, [call("echo")], tools=[toolset])
+    assert [b.type for b in listed_then(msg)] == ["tool_use"]  # not offered: a client call made up
+
+    search = {"tool_call": {"name": "tool_search_tool_regex", "arguments": [json.dumps({"query": "^ech"})]}}
+    then = [{"script": [call("echo")]}, {"script": [{"text": "The tool said tide."}]}]
+    msg = client.beta.messages.create(
+        model="echo",
+        max_tokens=100,
+        betas=[BETA],
+        mcp_servers=[{"type": "url", "url": standin.url, "name": "standin", "authorization_token": TOKEN}],
+        tools=[toolset, regex],
+        messages=[{"role": "user", "content": script(search, then=then)}],
+    )
+    content = listed_then(msg)
+    assert [b.type for b in content] == [
+        "server_tool_use",
+        "tool_search_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "text",
+    ]
+    assert [r.tool_name for r in content[1].content.tool_references] == ["echo"]
+    assert content[2].name == "echo" and content[3].content[0].text == "echo: tide"
+
+    body: dict[str, Any] = {
+        "model": "echo",
+        "betas": [BETA],
+        "messages": [{"role": "user", "content": "hi"}],
+        "mcp_servers": [{"type": "url", "url": standin.url, "name": "standin"}],
+    }
+    offered = client.beta.messages.count_tokens(**body).input_tokens
+    deferred = client.beta.messages.count_tokens(**body, tools=[toolset]).input_tokens
+    assert deferred < offered
 
 
 def test_unreachable_server_is_a_400_naming_it(client: anthropic.Anthropic, standin: McpStandIn) -> None:

@@ -69,6 +69,8 @@ __all__ = [
     "StepResult",
     "common_prefix",
 ]
+
+
 class Detokenizer(Protocol):
     """Output tokens to text, one token at a time, a character split across
     tokens emitted whole (the backend's UTF-8 / incremental scheme)."""

@@ -7,7 +7,11 @@
 * ``usage.iterations`` with a ``fallback_message`` entry when a fallback
   model answered (:mod:`missive.routing.chain`);
 * the answer of a compaction request as one ``compaction`` block
-  (:class:`missive.context_management.compaction.CompactionStream`).
+  (:class:`missive.context_management.compaction.CompactionStream`);
+* whole blocks opening the answer, before the model's (the MCP connector's
+  ``mcp_tool_listing`` blocks, :mod:`missive.tools.mcp`): each a
+  ``content_block_start`` holding the block and its ``content_block_stop``,
+  the model's blocks numbered after them (:class:`LeadingBlocks`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,14 @@ from typing import Any, Protocol
 from ..routing.chain import iteration
 from ..thinking.signing import Signer
 
-__all__ = ["EventStream", "ContextExtras", "AnswerStream", "CompactionStream", "finish_stream"]
+__all__ = [
+    "EventStream",
+    "ContextExtras",
+    "AnswerStream",
+    "CompactionStream",
+    "LeadingBlocks",
+    "finish_stream",
+]
 
 log = logging.getLogger("missive.compaction")
 
@@ -141,13 +152,38 @@ class CompactionStream(_Wrapper):
                     yield event
 
 
+class LeadingBlocks(_Wrapper):
+    """An answer opened by whole blocks (see the module doc)."""
+
+    def __init__(self, inner: EventStream, blocks: list[Event]) -> None:
+        super().__init__(inner)
+        self._blocks = blocks
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        for index, block in enumerate(self._blocks):
+            yield {"type": "content_block_start", "index": index, "content_block": block}
+            yield {"type": "content_block_stop", "index": index}
+        shift = len(self._blocks)
+        async with aclosing(self._inner.events()) as inner:
+            async for event in inner:
+                if "index" in event:
+                    event = {**event, "index": event["index"] + shift}
+                yield event
+
+
 def finish_stream(
-    stream: EventStream, extras: ContextExtras, signer: Signer, fallback_model: str | None = None
+    stream: EventStream,
+    extras: ContextExtras,
+    signer: Signer,
+    fallback_model: str | None = None,
+    leading: list[Event] | None = None,
 ) -> EventStream:
-    """``stream`` wrapped for what ``extras`` and ``fallback_model`` add
-    (itself when there is nothing to add)."""
+    """``stream`` wrapped for what ``extras``, ``fallback_model`` and
+    ``leading`` add (itself when there is nothing to add)."""
     if extras.compaction:
         stream = CompactionStream(stream, signer)
+    if leading:
+        stream = LeadingBlocks(stream, leading)
     if extras.applied_edits is None and fallback_model is None:
         return stream
     return AnswerStream(stream, extras, fallback_model)

@@ -45,7 +45,6 @@ from ..config.schema import AliasThinking
 from ..driver.capabilities import Capabilities
 from ..driver.interface import GenerationRequest
 from ..driver.thinking import plan_thinking
-from ..driver.tools import ToolDefinition
 from ..protocol.errors import InvalidRequestError
 from ..protocol.schema.request import CountTokensRequest
 from ..thinking.between_tools import as_text as between_tools_text
@@ -138,7 +137,6 @@ def build_generation(
     server_tools: ServerToolRunner | None = None,
     image_fallback: bool = False,
     cleared_thinking: frozenset[int] = frozenset(),
-    mcp_tools: tuple[ToolDefinition, ...] = (),
 ) -> GenerationRequest:
     """Steps 1-5 of the module doc: the driver's request, its image and
     document blocks not processed yet (:func:`prepare_generation` does).
@@ -153,9 +151,6 @@ def build_generation(
         image_fallback: ``media.image_fallback`` is set (images become text
             for a text-only model).
         cleared_thinking: messages whose thinking context editing left out.
-        mcp_tools: the tools of the request's MCP servers
-            (:meth:`missive.tools.mcp.McpConnector.tools`), offered after the
-            request's own.
 
     Raises:
         InvalidRequestError: tool history pairing, tool_choice naming an
@@ -168,7 +163,6 @@ def build_generation(
     can_call = bool(caps.tool_choice)
     forced = req.tool_choice is not None and req.tool_choice.type in ("any", "tool")
     tools, skipped = offered_tools(req, server_tools=can_call or forced)
-    tools += mcp_tools
     changes = apply_tool_changes(req, tools, server_tools=can_call or forced)
     check_forced_choice(req, changes)
     tools = changes.offered
@@ -245,7 +239,6 @@ async def prepare_generation(
     headers: Mapping[str, str] | None = None,
     server_tools: ServerToolRunner | None = None,
     cleared_thinking: frozenset[int] = frozenset(),
-    mcp_tools: tuple[ToolDefinition, ...] = (),
 ) -> GenerationRequest:
     """:func:`build_generation`, then step 6: the image and document blocks
     processed by ``media`` (what it processed is counted in
@@ -265,7 +258,6 @@ async def prepare_generation(
         server_tools=server_tools,
         image_fallback=media.image_fallback is not None,
         cleared_thinking=cleared_thinking,
-        mcp_tools=mcp_tools,
     )
     if req.media_types():
         caps = target.capabilities

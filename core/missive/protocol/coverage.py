@@ -292,7 +292,9 @@ RESPONSE_BLOCK_TYPES: dict[str, Row] = {
             "container_upload",
         )
     },
-    "mcp_tool_listing": Row("absent", "the MCP connector does not return the listing it used (yet)"),
+    "mcp_tool_listing": Row(
+        "produced", "opens the answer when an MCP server was asked for its tools", "missive.tools.mcp"
+    ),
 }
 
 MODEL_FIELDS: dict[str, Row] = {

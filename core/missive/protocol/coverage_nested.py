@@ -289,10 +289,10 @@ NESTED: dict[str, Rule] = {
     "tools[mcp_toolset].default_config.enabled": _h(_MCP, "the server's tools offered unless false"),
     "tools[mcp_toolset].configs{}.enabled": _h(_MCP, "that tool offered unless false"),
     "tools[mcp_toolset].default_config.defer_loading": _h(
-        _MCP, "a deferred MCP tool is not offered (no search loads MCP tools yet)"
+        _MCP, "the server's tools deferred: offered once a tool search or `tool_reference` loads them"
     ),
     "tools[mcp_toolset].configs{}.defer_loading": _h(
-        _MCP, "a deferred MCP tool is not offered (no search loads MCP tools yet)"
+        _MCP, "that tool deferred: offered once a tool search or `tool_reference` loads it"
     ),
     "tools[mcp_toolset].configs": _h(_MCP, "per-tool settings by tool name"),
     "tools[mcp_toolset].default_config": _h(_MCP, "settings of every tool of the server"),

@@ -35,6 +35,7 @@ __all__ = [
     "Gemma4ThinkParser",
 ]
 
+
 def _partial_suffix(text: str, tag: str) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
     for n in range(min(len(text), len(tag) - 1), 0, -1):

@@ -45,6 +45,8 @@ log = logging.getLogger("missive.shutdown")
 #: the connections to close (Hypercorn's ``graceful_timeout`` is the grace
 #: plus this), and again before :func:`serve_until_stopped` stops waiting.
 CLOSE_MARGIN = 5.0
+
+
 class _Models(Protocol):
     closing: bool
 

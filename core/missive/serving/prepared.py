@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..driver.interface import Driver, GenerationRequest
 from ..messages.extras import ContextExtras
@@ -61,6 +61,8 @@ class Prepared:
         caller: who asks (and its notes).
         fallback: the model answers as a ``fallbacks`` entry (the answer
             says so in ``usage.iterations``).
+        leading: whole blocks that open the answer, before the model's
+            (the ``mcp_tool_listing`` blocks of :mod:`missive.tools.mcp`).
     """
 
     request: CountTokensRequest
@@ -70,6 +72,7 @@ class Prepared:
     extras: ContextExtras
     caller: Caller
     fallback: bool = False
+    leading: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def notes(self) -> Notes:

@@ -34,7 +34,6 @@ import anyio
 
 from ..default_plugins.aliases import alias_match
 from ..driver.interface import Driver, GenerationRequest
-from ..driver.tools import ToolDefinition
 from ..messages.extras import finish_stream
 from ..messages.management import count_tokens_body, prepare_in_context
 from ..messages.prepare import Notes, Target, prepare_generation
@@ -43,6 +42,7 @@ from ..protocol.errors import CapabilityError
 from ..protocol.ids import message_id
 from ..protocol.schema.request import CountTokensRequest
 from ..routing.chain import TRIGGERS, Attempt
+from ..tools.mcp import McpOffer, with_mcp_tools
 from .answer import Answer
 from .prepared import Admit, Caller, Prepared
 
@@ -110,7 +110,7 @@ class Messages:
             MediaError: an image or document block that cannot be used.
             PermissionDeniedError: an MCP server the caller's key may not use.
         """
-        mcp_tools = await self._mcp_tools(req, driver, caller)
+        mcp = await self._mcp_offer(req, driver, caller)
         target = Target(
             model_id,
             driver.name,
@@ -124,7 +124,7 @@ class Messages:
             edited: CountTokensRequest, cleared: frozenset[int], notes: Notes
         ) -> GenerationRequest:
             return await prepare_generation(
-                edited,
+                with_mcp_tools(edited, mcp),
                 target,
                 request_id=caller.request_id,
                 signer=self.signer,
@@ -134,27 +134,24 @@ class Messages:
                 headers=caller.headers,
                 server_tools=self.server_tools,
                 cleared_thinking=cleared,
-                mcp_tools=mcp_tools,
             )
 
         generation, extras = await prepare_in_context(
             req, model_id, driver, base, signer=self.signer, notes=caller.notes, headers=caller.headers
         )
-        return Prepared(req, model_id, driver, generation, extras, caller, fallback)
+        return Prepared(req, model_id, driver, generation, extras, caller, fallback, mcp.listings)
 
-    async def _mcp_tools(
-        self, req: CountTokensRequest, driver: Driver, caller: Caller
-    ) -> tuple[ToolDefinition, ...]:
+    async def _mcp_offer(self, req: CountTokensRequest, driver: Driver, caller: Caller) -> McpOffer:
         """The tools of the request's MCP servers, listed once per request
         (:mod:`missive.tools.mcp`); none, reported as ignored, when the
         connector is off or the model cannot call tools."""
         mcp = self.server_tools.mcp
         if not (req.mcp_servers or req.mcp_toolsets):
-            return ()
+            return McpOffer()
         if not mcp.enabled or not driver.capabilities.tool_choice:
             caller.notes.ignore(mcp.ignored(req) or ["mcp_servers (this model cannot call tools)"])
-            return ()
-        return await mcp.tools(req, caller.record.key, {t.name for t in req.tools or []})
+            return McpOffer()
+        return await mcp.offer(req, caller.record.key, {t.name for t in req.tools or []})
 
     async def begin(self, prepared: Prepared, *, admit: Admit | None = None) -> Answer:
         """Start the answer and take its permit (see the module doc).
@@ -182,6 +179,7 @@ class Messages:
             prepared.extras,
             self.signer,
             fallback_model=req.model if prepared.fallback else None,
+            leading=prepared.leading,
         )
         if driver.capabilities.in_process:
             first = await stream.start()

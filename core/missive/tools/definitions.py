@@ -120,6 +120,10 @@ def definition_of(tool: Tool, *, server_tools: bool = True) -> ToolDefinition | 
     (:mod:`missive.tools.changes`)."""
     deferred = is_deferred(tool)
     strict = bool((tool.model_extra or {}).get("strict"))
+    mcp = getattr(tool, "server_tool", None)  # a tool of an MCP server (missive.tools.mcp.McpTool)
+    if mcp is not None:
+        assert tool.input_schema is not None
+        return ToolDefinition(tool.name, tool.description or "", tool.input_schema, False, mcp, deferred)
     if tool.type in (None, "custom"):
         assert tool.input_schema is not None  # checked by the schema
         return ToolDefinition(tool.name, tool.description or "", tool.input_schema, strict, deferred=deferred)

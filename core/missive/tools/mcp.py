@@ -23,15 +23,24 @@ Missive's rules:
   (:mod:`missive.tools.mcp_client`): a private or loopback address is
   refused unless listed in ``media.fetch_allow``;
 * which tools are offered: an ``mcp_toolset`` naming the server
-  (``default_config`` / ``configs``: ``enabled``; ``defer_loading`` tools
-  are not offered, there being nothing to load them), else the server's
-  ``tool_configuration`` (``enabled``, ``allowed_tools``), else all. A toolset
-  naming a server not in ``mcp_servers`` is a 400, as are two servers of one
-  name, or a tool name that another tool of the request already has;
+  (``default_config`` / ``configs``: ``enabled``, ``defer_loading``), else
+  the server's ``tool_configuration`` (``enabled``, ``allowed_tools``), else
+  all. A toolset naming a server not in ``mcp_servers`` is a 400, as are two
+  servers of one name, or a tool name that another tool of the request
+  already has;
+* the server's tools join the request's ``tools`` (:class:`McpTool`, after
+  the request's own), so a ``defer_loading`` one is what a deferred tool of
+  ``tools`` is (:mod:`missive.tools.deferred`): withheld until a
+  ``tool_reference`` loads it, found by the tool search tools
+  (:mod:`missive.tools.tool_search`), named by a ``tool_addition``;
 * the listing: the toolset's pinned ``tools``, else the latest
   ``mcp_tool_listing`` block of the history for that server, else the
   server is asked (``tools/list``); a server that cannot be listed is a 400
-  naming it (nothing has been generated yet);
+  naming it (nothing has been generated yet). A listing the server was
+  asked for is returned as an ``mcp_tool_listing`` block opening the answer
+  (``BetaMCPToolListingBlock``: "Send the assistant message back unchanged,
+  this block included, so later requests use this listing instead of asking
+  the MCP server again"): every tool the server listed, as it listed them;
 * a call that fails (unreachable, timeout, protocol error) or a tool that
   reports an error is an ``mcp_tool_result`` with ``is_error: true`` and the
   reason as its text: the model reads it and goes on.
@@ -41,19 +50,22 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ConfigDict
+
 from ..config import ServerToolsConfig
-from ..driver.tools import ServerTool, ToolDefinition
+from ..driver.tools import ServerTool
 from ..media.fetch import FetchPolicy
 from ..protocol.errors import InvalidRequestError, PermissionDeniedError
 from ..protocol.ids import server_tool_use_id
 from ..protocol.schema.blocks import McpToolListingBlock
 from ..protocol.schema.mcp import McpServer, McpToolset
-from ..protocol.schema.request import CountTokensRequest
+from ..protocol.schema.request import CountTokensRequest, Tool
 from .mcp_client import ListedTool, McpEndpoint, McpFailure, call_tool, list_tools, mcp_available
 
-__all__ = ["McpConnector", "mcp_tool_use_block", "RESULT_TYPE"]
+__all__ = ["McpConnector", "McpOffer", "McpTool", "mcp_tool_use_block", "with_mcp_tools", "RESULT_TYPE"]
 
 #: The result block of a call (SDK ``BetaMCPToolResultBlock``).
 RESULT_TYPE = "mcp_tool_result"
@@ -70,6 +82,38 @@ def mcp_tool_use_block(tool: ServerTool) -> dict[str, Any]:
         "server_name": tool.server_name,
         "input": {},
     }
+
+
+class McpTool(Tool):
+    """A tool of an MCP server, joined to the request's ``tools`` (module
+    doc); ``server_tool`` makes its calls ``mcp_tool_use`` blocks the server
+    runs (:func:`missive.tools.definitions.definition_of`). Built with
+    ``model_construct``: the schema is the MCP server's, as it listed it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    server_tool: ServerTool | None = None
+
+
+@dataclass
+class McpOffer:
+    """What the connector found for one request.
+
+    Attributes:
+        tools: the servers' tools to join the request's ``tools``.
+        listings: an ``mcp_tool_listing`` block for each server asked for
+            its listing (none for a pinned or replayed listing).
+    """
+
+    tools: list[McpTool] = field(default_factory=list)
+    listings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def with_mcp_tools(request: CountTokensRequest, offer: McpOffer) -> CountTokensRequest:
+    """``request`` with the offer's tools after its own (itself when none)."""
+    if not offer.tools:
+        return request
+    return request.model_copy(update={"tools": [*(request.tools or []), *offer.tools]})
 
 
 def _history_listings(request: CountTokensRequest) -> dict[str, list[ListedTool]]:
@@ -92,8 +136,9 @@ def _history_listings(request: CountTokensRequest) -> dict[str, list[ListedTool]
     return found
 
 
-def _enabled(server: McpServer, toolset: McpToolset | None, name: str) -> bool:
-    """Whether tool ``name`` of ``server`` is offered (module doc)."""
+def _selected(server: McpServer, toolset: McpToolset | None, name: str) -> tuple[bool, bool]:
+    """Whether tool ``name`` of ``server`` is offered, and whether it is
+    deferred (module doc)."""
     if toolset is not None:
         default = toolset.default_config
         config = (toolset.configs or {}).get(name)
@@ -102,13 +147,22 @@ def _enabled(server: McpServer, toolset: McpToolset | None, name: str) -> bool:
         if config is not None:
             enabled = config.enabled if config.enabled is not None else enabled
             deferred = config.defer_loading if config.defer_loading is not None else deferred
-        return enabled and not deferred
+        return enabled, deferred
     selection = server.tool_configuration
     if selection is None:
-        return True
+        return True, False
     if selection.enabled is False:
-        return False
-    return selection.allowed_tools is None or name in selection.allowed_tools
+        return False, False
+    return selection.allowed_tools is None or name in selection.allowed_tools, False
+
+
+def _listing_block(server_name: str, listing: list[ListedTool]) -> dict[str, Any]:
+    """The ``mcp_tool_listing`` block of a listing the server was asked for."""
+    tools = [
+        {"name": t.name, "description": t.description or None, "input_schema": t.input_schema}
+        for t in listing
+    ]
+    return {"type": "mcp_tool_listing", "mcp_server_name": server_name, "tools": tools}
 
 
 class McpConnector:
@@ -147,12 +201,12 @@ class McpConnector:
             globs = self.config.mcp_servers
         return any(fnmatch.fnmatchcase(url, pattern) for pattern in globs)
 
-    async def tools(
+    async def offer(
         self, request: CountTokensRequest, key: str | None, taken: set[str] | frozenset[str] = frozenset()
-    ) -> tuple[ToolDefinition, ...]:
-        """The MCP tools offered to the model (module doc); ``key``: the
-        request's key name (``""``: no key configured); ``taken``: names of
-        the request's other tools.
+    ) -> McpOffer:
+        """The MCP tools offered to the model and the listings fetched
+        (module doc); ``key``: the request's key name (``""``: no key
+        configured); ``taken``: names of the request's other tools.
 
         Raises:
             InvalidRequestError: a bad toolset, a duplicate name, a server
@@ -160,8 +214,9 @@ class McpConnector:
             PermissionDeniedError: a server the key may not use.
         """
         servers = request.mcp_servers or []
+        offer = McpOffer()
         if not self.enabled or not (servers or request.mcp_toolsets):
-            return ()
+            return offer
         by_name: dict[str, McpServer] = {}
         for i, server in enumerate(servers):
             if server.name in by_name:
@@ -179,7 +234,6 @@ class McpConnector:
                 raise InvalidRequestError(f"tools: two mcp_toolset entries for {toolset.mcp_server_name!r}")
             toolsets[toolset.mcp_server_name] = toolset
         history = _history_listings(request)
-        offered: list[ToolDefinition] = []
         names = set(taken)
         for i, server in enumerate(servers):
             if not self._allowed(key, server.url):
@@ -189,9 +243,12 @@ class McpConnector:
                     "keys.NAME.mcp_servers)"
                 )
             chosen = toolsets.get(server.name)
-            listing = await self._listing(i, server, chosen, history)
+            listing, fetched = await self._listing(i, server, chosen, history)
+            if fetched:
+                offer.listings.append(_listing_block(server.name, listing))
             for tool in listing:
-                if not _enabled(server, chosen, tool.name):
+                enabled, deferred = _selected(server, chosen, tool.name)
+                if not enabled:
                     continue
                 if tool.name in names:
                     raise InvalidRequestError(
@@ -201,19 +258,31 @@ class McpConnector:
                 names.add(tool.name)
                 schema = tool.input_schema or {"type": "object", "properties": {}}
                 spec = ServerTool(tool.name, tool.description, schema, RESULT_TYPE, RESULT_TYPE, server.name)
-                offered.append(ToolDefinition(tool.name, tool.description, schema, server=spec))
-        return tuple(offered)
+                offer.tools.append(
+                    McpTool.model_construct(
+                        name=tool.name,
+                        type=None,
+                        description=tool.description,
+                        input_schema=schema,
+                        cache_control=None,
+                        defer_loading=True if deferred else None,
+                        server_tool=spec,
+                    )
+                )
+        return offer
 
     async def _listing(
         self, i: int, server: McpServer, toolset: McpToolset | None, history: dict[str, list[ListedTool]]
-    ) -> list[ListedTool]:
+    ) -> tuple[list[ListedTool], bool]:
+        """The server's listing, and whether the server was asked for it."""
         if toolset is not None and toolset.tools is not None:
-            return [ListedTool(t.name, t.description or "", dict(t.input_schema)) for t in toolset.tools]
+            pinned = [ListedTool(t.name, t.description or "", dict(t.input_schema)) for t in toolset.tools]
+            return pinned, False
         if server.name in history:
-            return history[server.name]
+            return history[server.name], False
         endpoint = McpEndpoint(server.name, server.url, server.authorization_token)
         try:
-            return await list_tools(endpoint, self.policy, self.config.mcp_timeout)
+            return await list_tools(endpoint, self.policy, self.config.mcp_timeout), True
         except McpFailure as exc:
             raise InvalidRequestError(f"mcp_servers.{i}: {exc}") from None
 

@@ -96,9 +96,9 @@ class ClearThinkingEdit(Open):
     out of the prompt."""
 
     type: Literal["clear_thinking_20251015"]
-    keep: (
-        Annotated[ThinkingTurns | AllThinkingTurns, Field(discriminator="type")] | Literal["all"] | None
-    ) = None
+    keep: Annotated[ThinkingTurns | AllThinkingTurns, Field(discriminator="type")] | Literal["all"] | None = (
+        None
+    )
 
     def kept_turns(self) -> int | None:
         """How many of the latest assistant turns keep their thinking (None: all)."""
