@@ -14,6 +14,16 @@ import pytest
 from missive.testing import InProcessApp, dump_toml, free_port, in_process_app, live_server
 
 USER = [{"role": "user", "content": "hello"}]
+F = {"name": "f", "input_schema": {"type": "object"}}
+TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+REMOVE_F = {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "f"}}
+REGEX = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
+SEARCH_RESULT = {
+    "type": "tool_search_tool_result",
+    "tool_use_id": "srvtoolu_x",
+    "content": {"type": "tool_search_tool_search_result", "tool_references": []},
+}
+MCP_RESULT = {"type": "mcp_tool_result", "content": [{"type": "text", "text": "r"}]}
 
 
 def assert_envelope(resp: httpx.Response, status: int, error_type: str) -> dict:
@@ -239,11 +249,116 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             },
             "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
         ),
+        # Values the SDK's types enumerate: another is refused, not accepted unread.
+        (
+            {"model": "echo", "max_tokens": 5, "messages": USER, "output_config": {"effort": "ludicrous"}},
+            "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": "hi",
+                                "cache_control": {"type": "ephemeral", "ttl": "1y"},
+                            }
+                        ],
+                    }
+                ],
+            },
+            "messages.0.content.0.cache_control.ttl: Input should be '5m' or '1h'",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": USER,
+                "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+                "tool_choice": {"type": "auto", "disable_parallel_tool_use": "no"},
+            },
+            "tool_choice.disable_parallel_tool_use: Input should be a valid boolean",
+        ),
+        # Blocks in a place the API does not allow them.
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [*USER, {"role": "system", "content": [TOOL_USE]}, *USER],
+            },
+            "messages.1.content.0: `tool_use` blocks cannot be in a system message",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+                "messages": [
+                    *USER,
+                    {"role": "assistant", "content": [TOOL_USE]},
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [REMOVE_F]}],
+                    },
+                ],
+            },
+            "messages.2.content.0.content.0: `tool_removal` blocks cannot be in a tool_result's content",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [*USER, {"role": "assistant", "content": [SEARCH_RESULT]}, *USER],
+            },
+            "messages.1.content.0: unexpected `tool_use_id` found in `tool_search_tool_result` blocks: "
+            "srvtoolu_x. Each `tool_search_tool_result` block must follow the `server_tool_use` block",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    *USER,
+                    {"role": "assistant", "content": [{**MCP_RESULT, "tool_use_id": "mcptoolu_x"}]},
+                    *USER,
+                ],
+            },
+            "messages.1.content.0: unexpected `tool_use_id` found in `mcp_tool_result` blocks",
+        ),
+        # Server tool declarations.
+        (
+            {"model": "echo", "max_tokens": 5, "messages": USER, "tools": [{**REGEX, "name": "finder"}, F]},
+            "tools.0.name: Input should be 'tool_search_tool_regex' (got 'finder')",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "messages": USER, "tools": [{**F, "defer_loading": True}]},
+            "tools: every tool has `defer_loading: true`; at least one tool must not be deferred",
+        ),
     ],
 )
 def test_validation_errors(echo_url: str, body: dict, fragment: str) -> None:
     resp = httpx.post(f"{echo_url}/v1/messages", json=body)
     assert fragment in assert_envelope(resp, 400, "invalid_request_error")["error"]["message"]
+
+
+def test_an_unknown_server_tool_version_is_served_and_reported(echo: anthropic.Anthropic) -> None:
+    """A dated version SDK 2.16 does not define is served as its family (a
+    newer client keeps working) and named in ``missive-ignored``."""
+    raw = echo.messages.with_raw_response.create(
+        model="echo",
+        max_tokens=5,
+        messages=USER,
+        tools=[{"type": "web_search_29990101", "name": "web_search"}],  # type: ignore[list-item]
+    )
+    assert raw.parse().content[0].text == "hello"  # type: ignore[union-attr]
+    assert (
+        'tools.0 (tool type "web_search_29990101": a version Missive does not know'
+        in raw.headers["missive-ignored"]
+    )
 
 
 DEEP = (

@@ -315,8 +315,12 @@ def test_deferred_tools_are_loaded_by_a_tool_search(client: anthropic.Anthropic,
     callable (run on the server) once a search has loaded them."""
     toolset = {"type": "mcp_toolset", "mcp_server_name": "standin", "default_config": {"defer_loading": True}}
     regex = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
-    msg = ask(client, standin, [call("echo")], tools=[toolset])
+    msg = ask(client, standin, [call("echo")], tools=[toolset, regex])
     assert [b.type for b in listed_then(msg)] == ["tool_use"]  # not offered: a client call made up
+    # Every tool deferred, and nothing to load them: the API's 400.
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        ask(client, standin, [call("echo")], tools=[toolset])
+    assert "at least one tool must not be deferred" in caught.value.message
 
     search = {"tool_call": {"name": "tool_search_tool_regex", "arguments": [json.dumps({"query": "^ech"})]}}
     then = [{"script": [call("echo")]}, {"script": [{"text": "The tool said tide."}]}]
@@ -345,8 +349,8 @@ def test_deferred_tools_are_loaded_by_a_tool_search(client: anthropic.Anthropic,
         "messages": [{"role": "user", "content": "hi"}],
         "mcp_servers": [{"type": "url", "url": standin.url, "name": "standin"}],
     }
-    offered = client.beta.messages.count_tokens(**body).input_tokens
-    deferred = client.beta.messages.count_tokens(**body, tools=[toolset]).input_tokens
+    offered = client.beta.messages.count_tokens(**body, tools=[regex]).input_tokens
+    deferred = client.beta.messages.count_tokens(**body, tools=[toolset, regex]).input_tokens
     assert deferred < offered
 
 

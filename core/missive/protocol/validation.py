@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -71,7 +72,7 @@ def _path(loc: tuple[Any, ...]) -> str:
         is_label = isinstance(item, str) and (
             "[" in text
             or text in {"str", "int", "float", "bool", "dict", "list", "none"}
-            or (isinstance(previous, int) and text in _BLOCK_TAGS and not last)
+            or (isinstance(previous, int) and text in _BLOCK_TAGS and (not last or text == "misplaced"))
             or (previous == "tool_choice" and text in _CHOICE_TAGS)
             or (previous == "source" and text in _SOURCE_TAGS)
         )
@@ -97,9 +98,12 @@ _BLOCK_TAGS = {
     "tool_addition",
     "tool_removal",
     "server_tool",
+    "misplaced",
     "unknown",
 }
 _CHOICE_TAGS = {"auto", "any", "none", "tool"}
+#: ``content.3: ...``: a validator's message naming a path below its model.
+_SUB_PATH = re.compile(r"^((?:[a-z_]+|\d+)(?:\.(?:[a-z_]+|\d+))*): (?=`)")
 _SOURCE_TAGS = {"base64", "url", "file", "text", "content"}
 
 
@@ -125,6 +129,9 @@ def format_validation_error(exc: ValidationError) -> str:
     for err in _drop_shadowed_branches(exc.errors(include_url=False)):
         message = err["msg"].removeprefix("Value error, ")
         path = _path(tuple(err["loc"]))
+        inner = _SUB_PATH.match(message)  # a model validator pointing below its model
+        if inner and path:
+            path, message = f"{path}.{inner.group(1)}", message[inner.end() :]
         if err["type"] == "union_tag_invalid" or err["type"] == "literal_error":
             message = f"{message} (got {err.get('input')!r})" if "input" in err else message
         elif err["type"] == "union_tag_not_found":

@@ -32,7 +32,7 @@ from ..driver.tools import ToolChoice, ToolDefinition
 from ..protocol.errors import InvalidRequestError
 from ..protocol.schema.request import CountTokensRequest, Tool
 from .deferred import is_deferred, loaded_names
-from .server import server_tool_of
+from .server import KNOWN_SERVER_TOOL_TYPES, server_tool_of
 
 __all__ = [
     "ToolDefinition",
@@ -91,18 +91,38 @@ def offered_tools(
     Deferred tools (``defer_loading: true``) not loaded yet are left out,
     not reported: the API does not show them to the model either.
 
+    A server tool's ``name`` is its fixed name (``web_search``; the SDK's
+    params allow no other); a dated ``type`` SDK 2.16 does not define is
+    served as its family and reported.
+
     Raises:
-        InvalidRequestError: two tools share a name; a ``tool_reference``
-            names no tool of the request.
+        InvalidRequestError: two tools share a name; a server tool named
+            otherwise; every tool deferred (the API's rule: "at least one
+            tool must be non-deferred"); a ``tool_reference`` names no tool
+            of the request.
     """
     offered: list[ToolDefinition] = []
     skipped: list[str] = []
     seen: set[str] = set()
     loaded = loaded_names(request) | also_loaded
-    for i, tool in enumerate(request.tools or []):
+    tools = request.tools or []
+    if tools and all(is_deferred(tool) for tool in tools):
+        raise InvalidRequestError(
+            "tools: every tool has `defer_loading: true`; at least one tool must not be deferred (the tool "
+            "search tool that loads the others, or a tool the model always has)"
+        )
+    for i, tool in enumerate(tools):
         if tool.name in seen:
             raise InvalidRequestError(f"tools: Tool names must be unique (duplicate: {tool.name!r})")
         seen.add(tool.name)
+        server = server_tool_of(tool.type)
+        if server is not None and tool.name != server.name:
+            raise InvalidRequestError(f"tools.{i}.name: Input should be '{server.name}' (got {tool.name!r})")
+        if server is not None and tool.type not in KNOWN_SERVER_TOOL_TYPES:
+            skipped.append(
+                f'tools.{i} (tool type "{tool.type}": a version Missive does not know, served as '
+                f"{server.name})"
+            )
         if is_deferred(tool) and tool.name not in loaded:
             continue
         definition = definition_of(tool, server_tools=server_tools)

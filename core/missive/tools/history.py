@@ -13,6 +13,12 @@ Rules and messages are the real API's (seen in its 400 responses):
   ``messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result`
   blocks: {id}. Each `tool_result` block must have a corresponding `tool_use`
   block in the previous message.``
+* every server tool result (``web_search_tool_result``,
+  ``web_fetch_tool_result``, ``tool_search_tool_result``) follows the
+  ``server_tool_use`` of its ``tool_use_id`` in the same assistant message,
+  and every ``mcp_tool_result`` its ``mcp_tool_use``: the API answers both in
+  the message that calls (its ``pause_turn`` continues one message). The
+  wording is Missive's, in the form of the ``tool_result`` one.
 
 Indices are those of the request's ``messages`` array as sent. Nothing is
 reordered: rendering keeps the client's order and bytes.
@@ -21,7 +27,16 @@ reordered: rendering keeps the client's order and bytes.
 from __future__ import annotations
 
 from ..protocol.errors import InvalidRequestError
-from ..protocol.schema.blocks import ToolResultBlock, ToolUseBlock
+from ..protocol.schema.blocks import (
+    McpToolResultBlock,
+    McpToolUseBlock,
+    ServerToolUseBlock,
+    ToolResultBlock,
+    ToolSearchToolResultBlock,
+    ToolUseBlock,
+    WebFetchToolResultBlock,
+    WebSearchToolResultBlock,
+)
 from ..protocol.schema.request import CountTokensRequest
 
 __all__ = ["check_tool_history"]
@@ -38,6 +53,7 @@ def check_tool_history(request: CountTokensRequest) -> None:
     seen_ids: set[str] = set()
     for k, (i, message) in enumerate(turns):
         blocks = message.blocks()
+        _check_server_results(i, blocks)
         if message.role == "assistant":
             for j, block in enumerate(blocks):
                 if isinstance(block, ToolUseBlock):
@@ -65,3 +81,21 @@ def check_tool_history(request: CountTokensRequest) -> None:
                     f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
                     "`tool_result` block in the next message."
                 )
+
+
+_SERVER_RESULTS = (WebSearchToolResultBlock, WebFetchToolResultBlock, ToolSearchToolResultBlock)
+
+
+def _check_server_results(i: int, blocks: list[object]) -> None:
+    """Each server tool result of message ``i`` after its call (module doc)."""
+    called: set[str] = set()
+    for j, block in enumerate(blocks):
+        if isinstance(block, (ServerToolUseBlock, McpToolUseBlock)):
+            called.add(block.id)
+        elif isinstance(block, (*_SERVER_RESULTS, McpToolResultBlock)) and block.tool_use_id not in called:
+            call = "mcp_tool_use" if isinstance(block, McpToolResultBlock) else "server_tool_use"
+            raise InvalidRequestError(
+                f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `{block.type}` blocks: "
+                f"{block.tool_use_id}. Each `{block.type}` block must follow the `{call}` block of its id "
+                "in the same message."
+            )

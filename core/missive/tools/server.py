@@ -62,6 +62,7 @@ from .tool_search import TOOL_SEARCH_TOOLS, result_content
 __all__ = [
     "ServerTool",
     "SERVER_TOOLS",
+    "KNOWN_SERVER_TOOL_TYPES",
     "UNAVAILABLE",
     "server_tool_of",
     "server_tool_use_block",
@@ -137,6 +138,26 @@ SERVER_TOOLS: dict[str, ServerTool] = {
     ),
     **TOOL_SEARCH_TOOLS,
 }
+
+
+#: The server tool ``type`` values SDK 2.16 defines (its ``Beta*ToolParam``
+#: literals). Another dated version of a family Missive runs is served as the
+#: family and reported (``missive-ignored``): a newer client keeps working.
+KNOWN_SERVER_TOOL_TYPES = frozenset(
+    {
+        "web_search_20250305",
+        "web_search_20260209",
+        "web_search_20260318",
+        "web_fetch_20250910",
+        "web_fetch_20260209",
+        "web_fetch_20260309",
+        "web_fetch_20260318",
+        "tool_search_tool_regex_20251119",
+        "tool_search_tool_regex",
+        "tool_search_tool_bm25_20251119",
+        "tool_search_tool_bm25",
+    }
+)
 
 
 def server_tool_of(tool_type: str | None) -> ServerTool | None:

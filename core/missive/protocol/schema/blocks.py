@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 __all__ = [
     "Open",
@@ -62,7 +62,8 @@ class CacheControl(Open):
     automatically, so breakpoints need no action."""
 
     type: str = "ephemeral"
-    ttl: str | None = None
+    #: The API's two lifetimes (SDK ``BetaCacheControlEphemeralParam``); another is a 400.
+    ttl: Literal["5m", "1h"] | None = None
 
 
 class _Block(Open):
@@ -332,7 +333,33 @@ class UnknownBlock(_Block):
     type: str
 
 
-def _tag(known: frozenset[str]) -> Any:
+#: Every block type of a message's content Missive knows.
+MESSAGE_BLOCK_TYPES = frozenset(
+    "text image document search_result tool_use tool_result thinking redacted_thinking compaction fallback "
+    "tool_addition tool_removal server_tool_use web_search_tool_result web_fetch_tool_result "
+    "tool_search_tool_result mcp_tool_use mcp_tool_result mcp_tool_listing".split()
+)
+#: What a ``tool_result``'s content holds (SDK 2.16 ``BetaToolResultBlockParam``).
+_TOOL_RESULT_TYPES = frozenset({"text", "image", "document", "search_result", "tool_reference"})
+
+
+class MisplacedBlock(_Block):
+    """A block of a message's content found inside a ``tool_result``'s
+    content, which holds text, image, document, search_result and
+    tool_reference blocks only (SDK 2.16 ``BetaToolResultBlockParam``): a
+    400, where a type Missive does not know is reported as ignored."""
+
+    type: str
+
+    @model_validator(mode="after")
+    def _refuse(self) -> MisplacedBlock:
+        raise ValueError(
+            f"`{self.type}` blocks cannot be in a tool_result's content (it holds text, image, document, "
+            "search_result and tool_reference blocks)"
+        )
+
+
+def _tag(known: frozenset[str], misplaced: frozenset[str] = frozenset()) -> Any:
     def discriminate(value: Any) -> str:
         kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
         name = value.get("name") if isinstance(value, dict) else getattr(value, "name", None)
@@ -340,6 +367,8 @@ def _tag(known: frozenset[str]) -> Any:
             # A list or object as the type is unhashable: "unknown" validates
             # it as UnknownBlock, whose ``type: str`` gives the 400 with its path.
             return "unknown"
+        if kind in misplaced:
+            return "misplaced"
         if kind == "server_tool_use" and (not isinstance(name, str) or name not in ANSWERED_SERVER_TOOLS):
             return "server_tool"
         if kind in known:
@@ -358,10 +387,11 @@ ToolResultContentBlock = Annotated[
         | Annotated[DocumentBlock, Tag("document")]
         | Annotated[SearchResultBlock, Tag("search_result")]
         | Annotated[ToolReferenceBlock, Tag("tool_reference")]
+        | Annotated[MisplacedBlock, Tag("misplaced")]
         | Annotated[ServerToolBlock, Tag("server_tool")]
         | Annotated[UnknownBlock, Tag("unknown")]
     ),
-    _tag(frozenset({"text", "image", "document", "search_result", "tool_reference"})),
+    _tag(_TOOL_RESULT_TYPES, misplaced=MESSAGE_BLOCK_TYPES - _TOOL_RESULT_TYPES),
 ]
 
 
@@ -396,29 +426,5 @@ ContentBlock = Annotated[
         | Annotated[ServerToolBlock, Tag("server_tool")]
         | Annotated[UnknownBlock, Tag("unknown")]
     ),
-    _tag(
-        frozenset(
-            {
-                "compaction",
-                "fallback",
-                "tool_addition",
-                "tool_removal",
-                "text",
-                "image",
-                "document",
-                "search_result",
-                "tool_use",
-                "tool_result",
-                "thinking",
-                "redacted_thinking",
-                "server_tool_use",
-                "web_search_tool_result",
-                "web_fetch_tool_result",
-                "tool_search_tool_result",
-                "mcp_tool_use",
-                "mcp_tool_result",
-                "mcp_tool_listing",
-            }
-        )
-    ),
+    _tag(MESSAGE_BLOCK_TYPES),
 ]

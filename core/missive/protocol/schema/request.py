@@ -25,6 +25,7 @@ from .blocks import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
+    UnknownBlock,
 )
 from .management import CompactionConfig, ContextManagement, FallbackEntry
 from .mcp import McpServer, McpToolset
@@ -42,9 +43,28 @@ __all__ = [
 ]
 
 
+#: What a ``role: "system"`` message holds (Anthropic docs, "Mid-conversation
+#: system messages"; SDK 2.16 ``BetaSystemMessageParam``: text and the tool
+#: changes; images and documents are reported as not shown).
+_SYSTEM_BLOCKS = frozenset({"text", "tool_addition", "tool_removal", "image", "document"})
+
+
 class Message(Open):
     role: Literal["user", "assistant", "system"]
     content: str | list[ContentBlock]
+
+    @model_validator(mode="after")
+    def _system_content(self) -> Message:
+        """A system message's blocks are instructions: a call, a result or
+        thinking there is a 400 (a type Missive does not know stays reported)."""
+        if self.role == "system" and isinstance(self.content, list):
+            for j, block in enumerate(self.content):
+                if block.type not in _SYSTEM_BLOCKS and not isinstance(block, UnknownBlock):
+                    raise ValueError(
+                        f"content.{j}: `{block.type}` blocks cannot be in a system message (it holds text, "
+                        "tool_addition and tool_removal blocks)"
+                    )
+        return self
 
     def blocks(self) -> list[Any]:
         """Content as a list of blocks (a string becomes one text block)."""
@@ -84,7 +104,7 @@ class Tool(Open):
 
 
 class _ToolChoiceBase(Open):
-    disable_parallel_tool_use: bool | None = None
+    disable_parallel_tool_use: StrictBool | None = None
 
 
 class ToolChoiceAuto(_ToolChoiceBase):
@@ -131,8 +151,12 @@ class OutputFormat(Open):
         return self
 
 
+#: ``output_config.effort`` values (SDK 2.16 ``OutputConfigParam``); another is a 400.
+Effort = Literal["low", "medium", "high", "xhigh", "max"]
+
+
 class OutputConfig(Open):
-    effort: str | None = None
+    effort: Effort | None = None
     format: OutputFormat | None = None
 
 
