@@ -141,3 +141,38 @@ def test_httpx_pools_closed_after_streams_are_released(server: ServerProcess) ->
         for client in clients:
             client.close()
     check_released(server, baseline)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "fragment"),
+    [
+        (
+            b"POST /v1/messages HTTP/1.1\r\nhost: missive\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n",
+            431,
+            "Request headers too large",
+        ),
+        (b"POST /v1/messages HTTP/1.1\r\nhost missive\r\n\r\n", 400, "Malformed HTTP request"),
+    ],
+)
+def test_requests_hypercorn_refuses_get_the_envelope(
+    server: ServerProcess, raw: bytes, status: int, fragment: str
+) -> None:
+    """What Hypercorn answers before the app runs (headers past its limit, a
+    request it cannot parse) carries the error envelope and a request id
+    (:mod:`missive.server.http_errors`), not an empty body; the SDK reads it."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = read_until(sock, b"}}")
+        sock.settimeout(2)
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            pass
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), head
+    headers = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+    envelope = json.loads(body)
+    assert envelope["type"] == "error" and envelope["error"]["type"] == "invalid_request_error"
+    assert fragment in envelope["error"]["message"]
+    assert envelope["request_id"] == headers["request-id"] and headers["request-id"].startswith("req_")

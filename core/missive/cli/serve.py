@@ -138,6 +138,7 @@ def _serve(
 
     from ..server.app import create_app
     from ..server.connections import install as close_connections_promptly
+    from ..server.http_errors import install as envelope_http_errors
     from ..server.services import services
     from ..server.shutdown import CLOSE_MARGIN, serve_until_stopped
     from ..server.workers import WorkerInfo, check, listening_sockets, settle_batches, supervise
@@ -172,6 +173,7 @@ def _serve(
     # ... which Hypercorn also waited for on a connection its client had
     # closed, holding the socket in CLOSE-WAIT: closed at once (missive.server.connections).
     close_connections_promptly()
+    envelope_http_errors()
     # On SIGTERM/SIGINT, Hypercorn waits this long for the connections; Missive
     # ends what still runs after the grace (missive.server.shutdown).
     hc.graceful_timeout = config.server.shutdown_grace + CLOSE_MARGIN
