@@ -584,3 +584,32 @@ def test_empty_final_assistant_and_tool_result_are_accepted(echo: anthropic.Anth
             messages=[*history, {"role": "assistant", "content": final}],
         )
         assert reply.type == "message"
+
+
+def test_a_direct_caller_is_what_missive_does(echo: anthropic.Anthropic) -> None:
+    """``caller: {"type": "direct"}`` and ``allowed_callers: ["direct"]`` (SDK
+    2.16) say what every call here is, the model's own: accepted, not
+    reported; a programmatic caller (``code_execution_*``) is reported."""
+    tool = {"name": "f", "input_schema": {"type": "object"}}
+
+    def ignored(caller: dict, allowed: list[str]) -> str:
+        raw = echo.messages.with_raw_response.create(
+            model="echo-hermes",
+            max_tokens=5,
+            tools=[{**tool, "allowed_callers": allowed}],  # type: ignore[list-item]
+            messages=[
+                *USER,
+                {"role": "assistant", "content": [{**TOOL_USE, "caller": caller}]},  # type: ignore[list-item]
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}],
+                },
+            ],
+        )
+        return raw.headers.get("missive-ignored", "")
+
+    assert "caller" not in ignored({"type": "direct"}, ["direct"])
+    reported = ignored(
+        {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}, ["code_execution_20250825"]
+    )
+    assert "messages.1.content.0.caller" in reported and "tools.0.allowed_callers" in reported

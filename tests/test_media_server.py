@@ -141,6 +141,28 @@ def test_downscaled_and_converted_for_the_model(client: anthropic.Anthropic) -> 
     assert got[0]["media_type"] == "image/png" and (got[0]["width"], got[0]["height"]) == (64, 32)
 
 
+def test_oversized_image_error_refuses_instead_of_downsizing(client: anthropic.Anthropic) -> None:
+    """``transformations.oversized_image``: ``"error"`` makes an image over the
+    model's size a 400 naming its dimensions and the largest that fit;
+    ``"downsize"`` (the default) fits it; neither is reported as ignored."""
+    big = image(image_bytes("WEBP", (300, 150)), "image/webp")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        received(client, [{**big, "transformations": {"oversized_image": "error"}}], model="vision-small")
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert message.startswith("messages.0.content.0: the image is 300x150 pixels, larger than this model")
+    assert "(64 pixels on the longer side; 64x32 fits)" in message
+    raw = client.messages.with_raw_response.create(
+        model="vision-small",
+        max_tokens=5,
+        messages=[{"role": "user", "content": [{**big, "transformations": {"oversized_image": "downsize"}}]}],
+    )
+    assert blocks(json.loads(raw.parse().content[0].text))[0]["width"] == 64  # type: ignore[union-attr]
+    assert "transformations" not in raw.headers.get("missive-ignored", "")
+    # One that fits passes with "error" too.
+    small = {**image(image_bytes("PNG", (60, 20))), "transformations": {"oversized_image": "error"}}
+    assert blocks(received(client, [small], model="vision-small"))[0]["width"] == 60
+
+
 def test_count_tokens_accounts_for_images(client: anthropic.Anthropic) -> None:
     messages = [
         {

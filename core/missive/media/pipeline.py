@@ -63,7 +63,7 @@ from ..protocol.schema.blocks import (
 from .addresses import parse_allow_list
 from .documents import PDF_MEDIA_TYPE, render_document
 from .fetch import FetchPolicy, fetch
-from .images import sniff_image
+from .images import image_size, sniff_image
 from .office import DOCX, PPTX, XLSX
 
 __all__ = ["MediaPipeline", "Prepared", "accepted_images"]
@@ -304,6 +304,9 @@ class MediaPipeline:
             raise self._file_refused(spath)
         else:  # pragma: no cover - the schema admits no other source
             raise MediaError(spath, f"unsupported image source type {source.type!r}")
+        transformations = block.transformations
+        if target.accept and transformations is not None and transformations.oversized_image == "error":
+            await self._check_fits(raw, target, path)
         name, processor = self._image_processor(actual, target.accept, path)
         result = await self._run(processor, name, raw, target, cache=cache)
         if isinstance(result, str):
@@ -311,6 +314,27 @@ class MediaPipeline:
         if not isinstance(result, ImageInput):
             raise MediaError(spath, f"the {name} processor returned {type(result).__name__}")
         return result
+
+    async def _check_fits(self, raw: SourceBytes, target: ImageTarget, path: str) -> None:
+        """``transformations.oversized_image: "error"``: an image whose longer
+        side exceeds what the model observes is a 400 naming its dimensions and
+        the largest that fit (SDK 2.16 ``BetaImageTransformationsParam``),
+        where by default it is downsized. Only the header is read."""
+        limits = {"max_side": self.config.image_max_side, "max_pixels": self.config.image_max_pixels}
+        width, height = await anyio.to_thread.run_sync(
+            lambda: image_size(raw, **limits), limiter=self._limiter
+        )
+        if max(width, height) <= target.max_edge:
+            return
+        scale = target.max_edge / max(width, height)
+        fit = f"{max(1, round(width * scale))}x{max(1, round(height * scale))}"
+        raise MediaError(
+            path,
+            f"the image is {width}x{height} pixels, larger than this model observes "
+            f"({target.max_edge} pixels on the longer side; {fit} fits), and "
+            'transformations.oversized_image is "error"; scale it down, or leave oversized_image at '
+            '"downsize" to have it fitted',
+        )
 
     # -- documents -------------------------------------------------------------------
 

@@ -83,6 +83,8 @@ _MCP = "missive.tools.mcp"
 #: A tool definition added by a ``tool_addition`` block: its fields are those of ``tools``.
 _ADDED_DEFINITION = "messages[].content[tool_addition].tool[tool_definition].definition"
 _MEDIA = "missive.media.pipeline"
+#: A tool call made by code execution (programmatic tool calling), not the model.
+_PROGRAMMATIC = {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}
 _NOT_OFFERED = 'not offered: reported as `tools.N (tool type "...": not available on this server)`'
 _TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}
 _TOOLS = [{"name": "t", "input_schema": {"type": "object"}}]
@@ -99,11 +101,11 @@ NESTED: dict[str, Rule] = {
         "(API 2026-10-21 refuses them in user messages)"
     ),
     "**.caller.**": _ig(
-        "a tool call's caller: every call is the model's own",
+        "a tool call's caller other than `direct` (accepted: every call is the model's own)",
         {
             "messages": [
                 *_TURNS,
-                {"role": "assistant", "content": [{**_TOOL_USE, "caller": {"type": "direct"}}]},
+                {"role": "assistant", "content": [{**_TOOL_USE, "caller": _PROGRAMMATIC}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
             ],
             "tools": _TOOLS,
@@ -138,8 +140,9 @@ NESTED: dict[str, Rule] = {
     "**.content[image].source.**": _h(
         _MEDIA, "base64 and URL sources checked, fetched, fitted; files refused"
     ),
-    "**.content[image].transformations.**": _ig(
-        "oversized images are always fitted (`downsize`); `error` is not applied",
+    "**.content[image].transformations": _h(_MEDIA, "how an oversized image is treated"),
+    "**.content[image].transformations.oversized_image": _h(
+        _MEDIA, "`downsize` (the default) fits it; `error` refuses an image over the model's size with a 400"
     ),
     "**.content[document]": _h(_MEDIA, "turned into text ([media.md](media.md))"),
     "**.content[document].type": _h(_MEDIA, "the block type"),
@@ -321,8 +324,8 @@ NESTED: dict[str, Rule] = {
     "tools[*].defer_loading": _h("missive.tools.deferred", "offered once a `tool_reference` loads it"),
     "tools[*].strict": _h(_DEF, "enforced where the driver declares it, else a 400"),
     "tools[*].allowed_callers": _ig(
-        "every call is the model's own",
-        {"tools": [{**_TOOLS[0], "allowed_callers": ["direct"]}]},
+        "callers other than `direct` (`[\"direct\"]` is accepted: every call is the model's own)",
+        {"tools": [{**_TOOLS[0], "allowed_callers": ["direct", "code_execution_20250825"]}]},
         "tools.0.allowed_callers",
     ),
     "tools[*].input_examples": _ig(

@@ -109,9 +109,19 @@ DocumentSource = Annotated[
 ]
 
 
+class ImageTransformations(Open):
+    """An image block's ``transformations`` (SDK 2.16
+    ``BetaImageTransformationsParam``): ``oversized_image: "error"`` refuses an
+    image over the model's size instead of downsizing it
+    (:mod:`missive.media.pipeline`)."""
+
+    oversized_image: Literal["downsize", "error"] | None = None
+
+
 class ImageBlock(_Block):
     type: Literal["image"]
     source: ImageSource
+    transformations: ImageTransformations | None = None
 
 
 class DocumentBlock(_Block):

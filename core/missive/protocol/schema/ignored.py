@@ -55,6 +55,18 @@ def _server_tool_limits(value: BaseModel) -> frozenset[str]:
     return frozenset()
 
 
+#: Undeclared keys whose value says what Missive does anyway: a tool call made
+#: by the model itself (SDK 2.16 ``caller: {"type": "direct"}`` on
+#: ``tool_use``/``server_tool_use``/results; ``allowed_callers: ["direct"]``
+#: on a tool). Another caller (``code_execution_*``: programmatic tool calling)
+#: is reported.
+_DIRECT = {"caller": {"type": "direct"}, "allowed_callers": ["direct"]}
+
+
+def _says_direct(key: str, value: Any) -> bool:
+    return key in _DIRECT and value == _DIRECT[key]
+
+
 __all__ = ["collect_ignored"]
 
 
@@ -87,8 +99,8 @@ def _walk(value: Any, path: str, found: list[str], role: str | None = None) -> N
         if "role" in type(value).model_fields:  # a message: its blocks' place
             role = getattr(value, "role")  # noqa: B009 (mypy knows BaseModel only)
         limits = _server_tool_limits(value)
-        for key in value.model_extra or {}:
-            if key not in limits:
+        for key, extra in (value.model_extra or {}).items():
+            if key not in limits and not _says_direct(key, extra):
                 found.append(_join(path, key))
         for name in type(value).model_fields:
             _walk(getattr(value, name), _join(path, name), found, role)
