@@ -36,7 +36,9 @@ Missive's rules:
 * the listing: the toolset's pinned ``tools``, else the latest
   ``mcp_tool_listing`` block of the history for that server, else the
   server is asked (``tools/list``); a server that cannot be listed is a 400
-  naming it (nothing has been generated yet). A listing the server was
+  naming it (nothing has been generated yet; the API's is a 400 "Connection
+  error while communicating with MCP server", anthropic-sdk-typescript
+  issue 1027). A listing the server was
   asked for is returned as an ``mcp_tool_listing`` block opening the answer
   (``BetaMCPToolListingBlock``: "Send the assistant message back unchanged,
   this block included, so later requests use this listing instead of asking
