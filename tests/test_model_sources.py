@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from missive.models.sources import ModelRefError, parse_ref, resolve
-from missive.models.sources.gguf import FILE_TYPES, GGUFError, read_gguf, template_family
+from missive.models.sources.gguf import FILE_TYPES, GGUFError, read_gguf, read_tensors, template_family
 from missive.models.sources.huggingface import choose_gguf, choose_projector
 
 
@@ -120,6 +120,18 @@ def test_gguf_header_matches_llama_cpps_own_reader() -> None:
     for ftype in gguf.LlamaFileType:
         if ftype.name != "GUESSED":
             assert FILE_TYPES[ftype.value] == ftype.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def test_tensor_sizes_match_llama_cpps_own_reader() -> None:
+    """Each tensor's name and bytes (what the llamacpp driver's tensor
+    overrides are checked against) as gguf-py reads them, from the offsets
+    alone; a Q4_1 model, so the sizes are quantized blocks."""
+    gguf = pytest.importorskip("gguf")
+    path = smollm2()
+    reader = gguf.GGUFReader(path)
+    assert read_tensors(path) == {t.name: int(t.n_bytes) for t in reader.tensors}
+    with pytest.raises(GGUFError):
+        read_tensors(Path(__file__))
 
 
 def test_gguf_header_errors(tmp_path: Path) -> None:

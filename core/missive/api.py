@@ -107,6 +107,7 @@ from .kernel.specs import (
 from .media.images import to_8bit, upright
 from .media.tokens import conversation_image_tokens, estimate_image_tokens
 from .messages.capabilities import check_request
+from .models.sources.gguf import GGUFError, read_tensors
 from .protocol.errors import (
     ApiError,
     AuthenticationError,
@@ -231,6 +232,8 @@ __all__ = [
     "SamplingDefaults",
     "model_sampling",
     "gguf_names",
+    "GGUFError",
+    "read_tensors",
     "folder_sampling",
     # remote drivers
     "Replica",

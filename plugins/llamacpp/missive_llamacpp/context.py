@@ -26,6 +26,7 @@ window unless ``swa_full``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +134,7 @@ def make_context(
     window: int | None,
     host_cache_bytes: int,
     model_bytes: int,
+    host_weight_bytes: int = 0,
 ) -> Layout:
     """Probe, fit and make the context (module documentation); ``llm``'s
     own context is closed first and replaced by the new one.
@@ -142,6 +144,9 @@ def make_context(
         host_cache_bytes: the host-memory prompt cache's budget (RAM the
             KV cache must leave to it).
         model_bytes: the GGUF's size (weights mapped in RAM on CPU).
+        host_weight_bytes: weights the tensor overrides keep in host memory
+            when the layers are on the GPU (experts: ``n_cpu_moe``), which
+            count against RAM, not VRAM.
 
     Raises:
         ConfigError: it does not fit, or llama.cpp could not make it.
@@ -166,9 +171,18 @@ def make_context(
     layers = int(llama_cpp.llama_model_n_layer(model))
     gpu = s.gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
     on_gpu = gpu and (s.gpu_layers < 0 or s.gpu_layers >= layers)
+    # The KV cache lives with its layers unless kv_offload is off; weights an
+    # override keeps in host memory then take RAM beside it.
+    kv_on_gpu = on_gpu and s.kv_offload
     budget = free_memory(
-        on_gpu=on_gpu, model_bytes=0 if on_gpu else model_bytes, host_cache_bytes=host_cache_bytes
+        on_gpu=kv_on_gpu,
+        model_bytes=(host_weight_bytes if on_gpu else model_bytes),
+        host_cache_bytes=host_cache_bytes,
     )
+    if kv_on_gpu and host_weight_bytes:
+        budget = dataclasses.replace(
+            budget, where=f"{budget.where}; weights in host memory {host_weight_bytes // MIB} MiB (RAM)"
+        )
     chosen = fit(
         model_id,
         costs,

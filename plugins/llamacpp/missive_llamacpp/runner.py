@@ -111,6 +111,7 @@ from missive.api import (
 from . import checkpoints
 from .context import Layout, make_context, warm_up
 from .grammar import warm_up as warm_up_grammar
+from .placement import SPLIT_MODES, GpuLayout, Placement, devices, gpu_layout, plan, tensor_sizes
 from .portable import PortableSlots
 from .settings import LlamaCppSettings
 from .slots import Slot
@@ -206,6 +207,7 @@ class LlamaCppRunner(PortableSlots):
         self._checkpoint_bytes = 0  # per slot
         self._speculate = False  # settings.speculative, where the KV cache can drop a rejected draft
         self._speculation = "speculative=off"  # what the load line says of it
+        self._host_weight_bytes = 0  # weights the tensor overrides keep in host memory
         self._drafted = 0  # draft tokens verified since this runner was made (it outlives reloads)
         self._accepted = 0
 
@@ -232,8 +234,12 @@ class LlamaCppRunner(PortableSlots):
         # A native crash with this model on this CPU is found here, in a
         # child process, not at a user's first request (missive_llamacpp.trial).
         buffers = choose_extra_buffer_types(s, self.model_id)
+        placement, gpus = self._placement()
+        params: dict[str, Any] = {"use_extra_bufts": buffers.use_extra_bufts}
+        if placement.rules:
+            params["tensor_buft_overrides"] = placement.overrides(gpus.known)
         try:
-            with model_params(use_extra_bufts=buffers.use_extra_bufts):
+            with model_params(**params):
                 # A small context: make_context measures, fits and replaces it.
                 llm = llama_cpp.Llama(
                     model_path=str(path),
@@ -243,6 +249,12 @@ class LlamaCppRunner(PortableSlots):
                     n_batch=STUB_CTX,
                     swa_full=False,  # llama.cpp's default is a full-size window cache
                     n_gpu_layers=s.gpu_layers,
+                    split_mode=SPLIT_MODES[s.split_mode],
+                    main_gpu=s.main_gpu,
+                    tensor_split=gpus.tensor_split,
+                    use_mmap=s.mmap,
+                    use_mlock=s.mlock,
+                    offload_kqv=s.kv_offload,
                     verbose=s.verbose,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -272,8 +284,8 @@ class LlamaCppRunner(PortableSlots):
         assert self._layout is not None
         self._speculate, self._speculation = self._choose_speculation(llm)
         log.info(
-            "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, "
-            "bos=%r add_bos=%s, projector=%s, %s",
+            "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, %s, "
+            "%s, bos=%r add_bos=%s, projector=%s, %s",
             self.model_id,
             path,
             info.context_window,
@@ -282,6 +294,8 @@ class LlamaCppRunner(PortableSlots):
             self._layout.describe(s),
             s.threads,
             _offload(llm, s, self.model_id),
+            placement.describe(),
+            gpus.describe(s),
             buffers.describe(),
             self._bos_text,
             self._add_bos,
@@ -290,6 +304,25 @@ class LlamaCppRunner(PortableSlots):
         )
         log.info("model %s memory: %s", self.model_id, self._layout.fit.arithmetic)
         return info
+
+    def _placement(self) -> tuple[Placement, GpuLayout]:
+        """The checked tensor overrides and GPU split (:mod:`missive_llamacpp.placement`);
+        the GGUF header is read only when an override is set."""
+        s = self.settings
+        known = devices()
+        gpus = gpu_layout(s, known, self.model_id)
+        if not (s.override_tensor or s.cpu_moe or s.n_cpu_moe):
+            return Placement(), gpus
+        placement = plan(
+            override_tensor=s.override_tensor,
+            cpu_moe=s.cpu_moe,
+            n_cpu_moe=s.n_cpu_moe,
+            sizes=tensor_sizes(s.path),
+            known=known,
+            model=self.model_id,
+        )
+        self._host_weight_bytes = placement.host_bytes
+        return placement, gpus
 
     def _choose_speculation(self, llm: Any) -> tuple[bool, str]:
         """Whether sequences draft (``settings.speculative``; ``"auto"``
@@ -339,6 +372,7 @@ class LlamaCppRunner(PortableSlots):
             window=self.requested_ctx,
             host_cache_bytes=host_cache,
             model_bytes=s.path.stat().st_size,
+            host_weight_bytes=self._host_weight_bytes,
         )
         slots = layout.fit.slots
         self._layout = layout

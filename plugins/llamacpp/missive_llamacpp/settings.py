@@ -18,6 +18,15 @@ Example::
     n_gpu_layers = -1               # layers offloaded to the GPU (-1: all, the default with a GPU
                                     #   build; 0: CPU)
     extra_buffer_types = "auto"     # weight repacking (AMX, AVX2/AVX-512): "auto" tries it, "on", "off"
+    n_cpu_moe = 20                  # routed experts of the first 20 layers in host memory
+    cpu_moe = false                 #   (cpu_moe = true: every layer's); llama-server's --n-cpu-moe
+    override_tensor = ["blk\\.1[0-9]\\.ffn_.*_exps=CPU"]  # llama-server's -ot PATTERN=BUFFER_TYPE
+    split_mode = "layer"            # several GPUs: "layer" (default), "row", "tensor", "none"
+    main_gpu = 0                    # the GPU of "none" (all of it) and "row" (small tensors)
+    tensor_split = [3, 1]           # the share of each GPU (llama-server's --tensor-split 3,1)
+    kv_offload = true               # the KV cache on the GPU with its layers; false: in host memory
+    mmap = true                     # map the file (default); false: read it into memory
+    mlock = false                   # keep the weights resident (no swapping)
     parallel = 4                    # slots: sequences decoded together; default "auto"
                                     #   (4, fewer if memory is short)
     kv_unified = true               # one KV pool the slots share (default);
@@ -67,6 +76,9 @@ MAX_PARALLEL = 64
 #: KV cache types llama.cpp accepts for ``type_k``/``type_v`` (its
 #: ``--cache-type-k`` list, ``common/arg.cpp`` ``kv_cache_types``), by name.
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+#: Most GPUs a ``tensor_split`` shares among (llama.cpp's ``LLAMA_MAX_DEVICES``).
+MAX_DEVICES = 16
 
 # llama.cpp reserves 0xFFFFFFFF (LLAMA_DEFAULT_SEED) for "random seed".
 _MAX_SEED = 0xFFFFFFFF - 1
@@ -125,6 +137,35 @@ class LlamaCppSettings(BaseModel):
             crashes, without (:mod:`missive_llamacpp.trial`); ``"on"`` and
             ``"off"`` choose without a trial. Their kernels crash on some
             CPUs: ggml-org/llama.cpp #20824, ollama/ollama #17006.
+        n_cpu_moe: the routed experts (``ffn_*_exps``) of layers 0..N-1 stay
+            in host memory while their layers' attention goes where
+            ``n_gpu_layers`` puts it (llama-server's ``--n-cpu-moe``): a
+            30B-A3B mixture of experts on a 16 GB GPU. 0: off.
+        cpu_moe: every layer's routed experts in host memory
+            (``--cpu-moe``); set this or ``n_cpu_moe``, not both.
+        override_tensor: tensor buffer overrides, ``PATTERN=BUFFER_TYPE``
+            each (llama-server's ``-ot``; a string is split at commas): the
+            tensors whose name the regex finds go to that buffer type
+            (``CPU``, ``CUDA0``...). Tried before the expert settings; the
+            first match wins. Checked at load (:mod:`missive_llamacpp.placement`):
+            a pattern finding no tensor, a buffer type no device has, is a
+            start-up error.
+        split_mode: how several GPUs share the model (``--split-mode``):
+            ``"layer"`` (the default: whole layers per GPU), ``"row"``
+            (tensors split by rows), ``"tensor"``, ``"none"`` (one GPU,
+            ``main_gpu``).
+        main_gpu: the GPU ``"none"`` puts everything on, and ``"row"`` its
+            small tensors and intermediate results on (``--main-gpu``).
+        tensor_split: each GPU's share of the model, in proportion
+            (``--tensor-split 3,1``: three quarters on the first). None: by
+            free memory, llama.cpp's default.
+        kv_offload: the KV cache of offloaded layers on the GPU (the
+            default); false keeps it in host memory (``--no-kv-offload``),
+            for a long context on a small GPU.
+        mmap: map the GGUF file instead of reading it into memory (the
+            default; ``--no-mmap``: false).
+        mlock: lock the weights in memory so the system never swaps them
+            out (``--mlock``); needs the memlock limit to allow it.
         parallel: slots, the sequences decoded together (continuous batching;
             llama-server's ``--parallel``, Ollama's ``OLLAMA_NUM_PARALLEL``).
             ``"auto"`` (the default): 4, fewer when the memory cannot hold
@@ -223,6 +264,15 @@ class LlamaCppSettings(BaseModel):
     cache_type_v: str = "f16"
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
+    n_cpu_moe: int = Field(default=0, ge=0)
+    cpu_moe: bool = False
+    override_tensor: list[str] = Field(default_factory=list)
+    split_mode: Literal["none", "layer", "row", "tensor"] = "layer"
+    main_gpu: int = Field(default=0, ge=0)
+    tensor_split: list[float] | None = None
+    kv_offload: bool = True
+    mmap: bool = True
+    mlock: bool = False
     parallel: int | Literal["auto"] = "auto"
     kv_unified: bool = True
     kv_pool_tokens: int | Literal["auto"] = "auto"
@@ -265,8 +315,36 @@ class LlamaCppSettings(BaseModel):
             raise ValueError(f"must be one of {', '.join(CACHE_TYPES)}, got {value!r}")
         return value.lower()
 
+    @field_validator("override_tensor", mode="before")
+    @classmethod
+    def _overrides(cls, value: Any) -> Any:
+        if isinstance(value, str):  # llama-server's -ot value: pairs separated by commas
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, list) and all(isinstance(v, str) and "=" in v for v in value):
+            return [v.strip() for v in value]
+        raise ValueError(
+            "must be PATTERN=BUFFER_TYPE strings (a list, or one string of them separated by commas), "
+            f"got {value!r}"
+        )
+
+    @field_validator("tensor_split")
+    @classmethod
+    def _split(cls, value: list[float] | None) -> list[float] | None:
+        if value is None:
+            return None
+        if not value or len(value) > MAX_DEVICES or any(share < 0 for share in value) or sum(value) <= 0:
+            raise ValueError(
+                f"must be 1 to {MAX_DEVICES} shares of at least 0, not all 0 (one per GPU, in proportion: "
+                f"[3, 1]), got {value!r}"
+            )
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> LlamaCppSettings:
+        if self.cpu_moe and self.n_cpu_moe:
+            raise ValueError(
+                "cpu_moe keeps every layer's experts in host memory, n_cpu_moe the first N layers': set one"
+            )
         # llama.cpp refuses a quantized V cache without flash attention
         # ("quantized V cache requires flash_attn to be enabled", llama_init_from_model).
         if self.flash_attn == "off" and self.cache_type_v not in ("f32", "f16", "bf16"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GGUFInfo", "GGUFError", "read_gguf", "FILE_TYPES", "template_family"]
+__all__ = ["GGUFInfo", "GGUFError", "read_gguf", "read_tensors", "FILE_TYPES", "template_family"]
 
 MAGIC = b"GGUF"
 
@@ -188,7 +188,7 @@ class _Cursor:
         raise GGUFError(f"unknown value type {kind}")
 
 
-def _metadata(data: Any) -> dict[str, Any]:
+def _metadata(data: Any, cursor_out: list[_Cursor] | None = None) -> dict[str, Any]:
     if bytes(data[:4]) != MAGIC:
         raise GGUFError("not a GGUF file (no GGUF magic)")
     order = "<"
@@ -208,7 +208,55 @@ def _metadata(data: Any) -> dict[str, Any]:
         value = cursor.value(cursor.take("I", 4))
         if value is not None:
             out[key] = value
+    if cursor_out is not None:
+        cursor_out.append(cursor)
     return out
+
+
+def _tensors(data: Any, size: int) -> dict[str, int]:
+    """Each tensor's name and bytes, from the tensor infos after the
+    key/value section (``docs/gguf.md``: name, dimensions, type, offset into
+    the data section, which starts at the next ``general.alignment``
+    boundary, 32 by default). A tensor's bytes are the distance to the next
+    tensor's offset (the last: to the end of the file), padding included:
+    this needs no table of the quantization types' block sizes."""
+    cursors: list[_Cursor] = []
+    meta = _metadata(data, cursors)
+    cursor = cursors[0]
+    (count,) = struct.unpack_from(cursor.order + "Q", data, 8)
+    offsets: list[tuple[int, str]] = []
+    for _ in range(count):
+        name = cursor.string() or ""
+        dims = cursor.take("I", 4)
+        cursor.pos += 8 * dims
+        cursor.take("I", 4)  # the ggml type
+        offsets.append((cursor.take("Q", 8), name))
+    alignment = int(meta.get("general.alignment") or 32)
+    start = -(-cursor.pos // alignment) * alignment
+    offsets.sort()
+    ends = [offset for offset, _ in offsets[1:]] + [size - start]
+    return {name: end - offset for (offset, name), end in zip(offsets, ends, strict=True)}
+
+
+def read_tensors(path: str | Path) -> dict[str, int]:
+    """Each tensor of the GGUF model at ``path`` (every part of a split
+    model) and its bytes (:func:`_tensors`); nothing of the weights is read.
+
+    Raises:
+        GGUFError: not a GGUF file, or a malformed header.
+        OSError: a file cannot be read.
+    """
+    path = Path(path)
+    split = int(read_gguf(path).split_count)
+    found: dict[str, int] = {}
+    for part in split_parts(path, split) if split > 1 else [path]:
+        with open(part, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            try:
+                with memoryview(data) as view:
+                    found.update(_tensors(view, part.stat().st_size))
+            except (GGUFError, struct.error) as exc:
+                raise GGUFError(f"{part}: {exc}") from None
+    return found
 
 
 def read_gguf(path: str | Path) -> GGUFInfo:

@@ -1,0 +1,193 @@
+"""Where the weights go: expert offload, tensor overrides and the GPU settings (issue 43).
+
+A tiny random-weight Qwen3-MoE (``qwen3moe``: every block routed, the
+Qwen3-Coder-30B-A3B layout) written by the test kit is served by a live
+``missive serve`` with ``verbose`` on, so llama.cpp's own log is in the
+server's output beside Missive's load line:
+
+* ``n_cpu_moe = 1``: llama.cpp says the experts of layer 0, and only they,
+  were put in the CPU buffer type; the load line says which tensors and how
+  many bytes;
+* ``override_tensor``: the same for the pattern's tensors (layer 1's);
+* ``cpu_moe``, ``mmap = false``, ``mlock``, ``kv_offload = false`` load;
+* every model answers a greedy request through the SDK the same as the
+  model with none of them: placement moves weights, never changes results.
+
+A setting that cannot apply is a start-up error naming it (a pattern that
+finds no tensor, a buffer type no device has, expert offload on a dense
+model, ``main_gpu`` past the GPUs), and bad values are refused when the
+configuration is read. On this CPU-only build every buffer type is host
+memory; the GPU check script runs the same settings on a GPU when a task is
+lent one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from missive.config import ConfigError
+from missive.testing import ServerProcess, in_process_app, serve_process
+
+pytest.importorskip("gguf", reason="the llamacpp plugin's test extra")
+
+TEMPLATE = "{% for m in messages %}{{ m.content }}\n{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from missive_llamacpp.testing_gguf import write_tiny_gguf
+
+    folder = tmp_path_factory.mktemp("moe")
+    return write_tiny_gguf(
+        folder / "qwen3moe.gguf", arch="qwen3moe", chat_template=TEMPLATE, special_tokens=["<|end|>"]
+    )
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from missive_llamacpp.testing_gguf import write_tiny_gguf
+
+    folder = tmp_path_factory.mktemp("dense")
+    return write_tiny_gguf(
+        folder / "llama.gguf", arch="llama", chat_template=TEMPLATE, special_tokens=["<|end|>"]
+    )
+
+
+def entry(path: Path, **settings: Any) -> dict[str, Any]:
+    base = {"model_path": str(path), "parallel": 1, "extra_buffer_types": "off", "speculative": "off"}
+    return {"driver": "llamacpp", "context_window": 512, "settings": {**base, **settings}}
+
+
+@pytest.fixture(scope="module")
+def server(moe: Path) -> Iterator[ServerProcess]:
+    config = {
+        "models": {
+            "plain": entry(moe),
+            "ncpumoe": entry(moe, n_cpu_moe=1, verbose=True),
+            "override": entry(moe, override_tensor=r"blk\.1\.ffn_(up|down)_exps=CPU", verbose=True),
+            "cpumoe": entry(moe, cpu_moe=True, mmap=False, mlock=True, kv_offload=False),
+        }
+    }
+    with serve_process(config, timeout=300) as server:
+        yield server
+
+
+def greedy(server: ServerProcess, model: str) -> str:
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
+    msg = client.messages.create(
+        model=model,
+        max_tokens=8,
+        extra_body={"temperature": 0.0},
+        messages=[{"role": "user", "content": "Weather in Lyon?"}],
+    )
+    return "".join(b.text for b in msg.content if b.type == "text")
+
+
+def load_line(log: str, model: str) -> str:
+    return next(line for line in log.splitlines() if f"model {model} loaded from" in line)
+
+
+def overridden(log: str) -> list[str]:
+    """The tensors llama.cpp's loader put in another buffer type, as it logs them."""
+    return re.findall(r"tensor (\S+) \([^)]*\) buffer type overridden to CPU", log)
+
+
+def test_placement_moves_weights_and_not_results(server: ServerProcess) -> None:
+    answers = {model: greedy(server, model) for model in ("plain", "ncpumoe", "override", "cpumoe")}
+    assert len(set(answers.values())) == 1 and answers["plain"], answers
+    log = server.log()
+    # llama.cpp's own log: layer 0's three expert tensors (n_cpu_moe = 1), then
+    # layer 1's up and down (the override); never layer 1's gate.
+    assert overridden(log) == [
+        "blk.0.ffn_gate_exps.weight",
+        "blk.0.ffn_down_exps.weight",
+        "blk.0.ffn_up_exps.weight",
+        "blk.1.ffn_down_exps.weight",
+        "blk.1.ffn_up_exps.weight",
+    ], log[-3000:]
+    assert "placement: 3 tensors (" in load_line(log, "ncpumoe")
+    assert "GiB) to CPU (n_cpu_moe=1)" in load_line(log, "ncpumoe")
+    assert "placement: 2 tensors (" in load_line(log, "override")
+    assert "placement: 6 tensors (" in load_line(log, "cpumoe") and "(cpu_moe)" in load_line(log, "cpumoe")
+    assert "placement: as n_gpu_layers puts it" in load_line(log, "plain")
+    assert "gpus: none" in load_line(log, "plain")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"override_tensor": r"blk\.9\.ffn_up_exps=CPU"},
+            r"settings.override_tensor 'blk\.9\.ffn_up_exps=CPU' finds no tensor of this model "
+            "(its names look like 'blk.0.attn_norm.weight')",
+        ),
+        ({"override_tensor": "ffn_up_exps=CUDA7"}, "names the buffer type 'CUDA7', which no device"),
+        ({"override_tensor": "ffn_(up=CPU"}, "pattern 'ffn_(up' is not a regex"),
+    ],
+)
+def test_an_override_that_cannot_apply_stops_start_up(
+    moe: Path, settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        with in_process_app({"models": {"m": entry(moe, **settings)}}):
+            pass
+
+
+def test_expert_offload_on_a_dense_model_stops_start_up(dense: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"settings.n_cpu_moe keeps routed experts in host memory, but this model"
+    ):
+        with in_process_app({"models": {"m": entry(dense, n_cpu_moe=2)}}):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"cpu_moe": True, "n_cpu_moe": 4}, "cpu_moe keeps every layer's experts in host memory"),
+        ({"tensor_split": [0, 0]}, "settings.tensor_split: Value error, must be 1 to 16 shares"),
+        ({"tensor_split": [1, -1]}, "settings.tensor_split: Value error, must be 1 to 16 shares"),
+        ({"override_tensor": ["no-equals-sign"]}, "settings.override_tensor: Value error, must be PATTERN"),
+        ({"split_mode": "rows"}, "settings.split_mode: Input should be 'none', 'layer', 'row' or 'tensor'"),
+        ({"n_cpu_moe": -1}, "settings.n_cpu_moe: Input should be greater than or equal to 0"),
+    ],
+)
+def test_bad_values_are_refused_when_read(settings: dict[str, Any], message: str) -> None:
+    from missive_llamacpp.settings import parse_settings
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_settings("m", {"model_path": "x.gguf", **settings})
+
+
+def test_a_comma_separated_override_is_llama_servers_syntax() -> None:
+    from missive_llamacpp.settings import parse_settings
+
+    parsed = parse_settings("m", {"model_path": "x", "override_tensor": r"blk\.0\.ffn_up_exps=CPU,exps=CPU"})
+    assert parsed.override_tensor == [r"blk\.0\.ffn_up_exps=CPU", "exps=CPU"]
+
+
+def test_gpu_settings_without_a_gpu_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from missive_llamacpp.placement import Device, gpu_layout
+    from missive_llamacpp.settings import parse_settings
+
+    cpu = [Device("CPU", False, "CPU", 1)]
+    settings = parse_settings("m", {"model_path": "x", "tensor_split": [1, 1], "main_gpu": 1})
+    assert gpu_layout(settings, cpu, "m").describe(settings) == "gpus: none"
+    assert "main_gpu and tensor_split ignored" in caplog.text
+    two = [*cpu, Device("CUDA0", True, "CUDA0", 2), Device("CUDA1", True, "CUDA1", 3)]
+    assert (
+        gpu_layout(settings, two, "m").describe(settings)
+        == "gpus: CUDA0, CUDA1, split_mode=layer, tensor_split=[1.0, 1.0]"
+    )
+    with pytest.raises(
+        ConfigError, match=r"settings.main_gpu = 2, but llama.cpp sees 2 GPU\(s\): 0: CUDA0, 1: CUDA1"
+    ):
+        gpu_layout(parse_settings("m", {"model_path": "x", "main_gpu": 2, "split_mode": "none"}), two, "m")
+    with pytest.raises(ConfigError, match=r"settings.tensor_split has 3 shares for 2 GPU\(s\)"):
+        gpu_layout(parse_settings("m", {"model_path": "x", "tensor_split": [1, 1, 1]}), two, "m")
