@@ -81,6 +81,11 @@ class PortableSlots(SlotStates):
             "cache_type_v": s.cache_type_v,
             "flash_attn": flash if flash is not None else s.flash_attn,
             "swa_full": s.swa_full,
+            # States computed through LoRA adapters hold other values (missive_llamacpp.lora).
+            "lora": [
+                [str(a.file.resolve()), a.file.stat().st_size, a.file.stat().st_mtime_ns, a.scale]
+                for a in s.lora
+            ],
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 

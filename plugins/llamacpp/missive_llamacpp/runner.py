@@ -111,6 +111,7 @@ from missive.api import (
 from . import checkpoints
 from .context import Layout, make_context, warm_up
 from .grammar import warm_up as warm_up_grammar
+from .lora import Adapters, load_adapters
 from .placement import SPLIT_MODES, GpuLayout, Placement, devices, gpu_layout, plan, tensor_sizes
 from .portable import PortableSlots
 from .settings import LlamaCppSettings
@@ -208,6 +209,7 @@ class LlamaCppRunner(PortableSlots):
         self._speculate = False  # settings.speculative, where the KV cache can drop a rejected draft
         self._speculation = "speculative=off"  # what the load line says of it
         self._host_weight_bytes = 0  # weights the tensor overrides keep in host memory
+        self._adapters = Adapters()  # settings.lora, loaded with the model
         self._drafted = 0  # draft tokens verified since this runner was made (it outlives reloads)
         self._accepted = 0
 
@@ -262,6 +264,8 @@ class LlamaCppRunner(PortableSlots):
         try:
             info = self._configure(llm)
             info = self._make_slots(llm, info)
+            self._adapters = load_adapters(llm, s, self.model_id)
+            self._adapters.apply(self._ctx.ctx)
             warm_up(llm, self._ctx.ctx)
             warm_up_grammar(llm)
             if s.mmproj is not None:
@@ -285,7 +289,7 @@ class LlamaCppRunner(PortableSlots):
         self._speculate, self._speculation = self._choose_speculation(llm)
         log.info(
             "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, %s, "
-            "%s, bos=%r add_bos=%s, projector=%s, %s",
+            "%s, %s, bos=%r add_bos=%s, projector=%s, %s",
             self.model_id,
             path,
             info.context_window,
@@ -296,6 +300,7 @@ class LlamaCppRunner(PortableSlots):
             _offload(llm, s, self.model_id),
             placement.describe(),
             gpus.describe(s),
+            self._adapters.describe(),
             buffers.describe(),
             self._bos_text,
             self._add_bos,

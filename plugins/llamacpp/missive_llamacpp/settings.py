@@ -27,6 +27,7 @@ Example::
     kv_offload = true               # the KV cache on the GPU with its layers; false: in host memory
     mmap = true                     # map the file (default); false: read it into memory
     mlock = false                   # keep the weights resident (no swapping)
+    lora = [{path = "~/adapters/style.gguf", scale = 0.8}]  # LoRA adapters (a path alone: scale 1)
     parallel = 4                    # slots: sequences decoded together; default "auto"
                                     #   (4, fewer if memory is short)
     kv_unified = true               # one KV pool the slots share (default);
@@ -91,6 +92,19 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+class LoraAdapter(BaseModel):
+    """One entry of ``settings.lora``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(min_length=1)
+    scale: float = 1.0
+
+    @property
+    def file(self) -> Path:
+        return Path(self.path).expanduser()
 
 
 class LlamaCppSettings(BaseModel):
@@ -166,6 +180,10 @@ class LlamaCppSettings(BaseModel):
             default; ``--no-mmap``: false).
         mlock: lock the weights in memory so the system never swaps them
             out (``--mlock``); needs the memlock limit to allow it.
+        lora: LoRA adapters applied to every request of this model
+            (llama-server's ``--lora`` / ``--lora-scaled``), each a GGUF
+            adapter of this model's architecture and a scale
+            (:mod:`missive_llamacpp.lora`); a path alone means scale 1.
         parallel: slots, the sequences decoded together (continuous batching;
             llama-server's ``--parallel``, Ollama's ``OLLAMA_NUM_PARALLEL``).
             ``"auto"`` (the default): 4, fewer when the memory cannot hold
@@ -273,6 +291,7 @@ class LlamaCppSettings(BaseModel):
     kv_offload: bool = True
     mmap: bool = True
     mlock: bool = False
+    lora: list[LoraAdapter] = Field(default_factory=list)
     parallel: int | Literal["auto"] = "auto"
     kv_unified: bool = True
     kv_pool_tokens: int | Literal["auto"] = "auto"
@@ -326,6 +345,15 @@ class LlamaCppSettings(BaseModel):
             "must be PATTERN=BUFFER_TYPE strings (a list, or one string of them separated by commas), "
             f"got {value!r}"
         )
+
+    @field_validator("lora", mode="before")
+    @classmethod
+    def _lora(cls, value: Any) -> Any:
+        if isinstance(value, (str, dict)):
+            value = [value]
+        if isinstance(value, list):
+            return [{"path": item} if isinstance(item, str) else item for item in value]
+        return value
 
     @field_validator("tensor_split")
     @classmethod

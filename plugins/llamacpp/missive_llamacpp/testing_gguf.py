@@ -165,3 +165,47 @@ def _initial(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.
     if base.endswith("ssm_a"):
         return -np.ones(shape, dtype=np.float32)  # A = -exp(A_log), as llama.cpp's converter stores it
     return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+
+def write_tiny_lora(
+    path: pathlib.Path,
+    base: pathlib.Path,
+    *,
+    targets: Sequence[str] = ("output.weight",),
+    rank: int = 4,
+    alpha: float = 4.0,
+    magnitude: float = 4.0,
+    seed: int = 7,
+) -> pathlib.Path:
+    """Write a random LoRA adapter for the model at ``base`` and return it.
+
+    The format llama.cpp's ``llama_adapter_lora_init`` reads
+    (``src/llama-adapter.cpp``): ``general.type = "adapter"``,
+    ``adapter.type = "lora"``, ``adapter.lora.alpha``, the base's
+    ``general.architecture``, and for each adapted weight of ggml shape
+    ``[n_in, n_out]`` a pair ``NAME.lora_a`` ``[n_in, rank]`` and
+    ``NAME.lora_b`` ``[rank, n_out]`` (numpy shapes reversed). ``magnitude``
+    scales B: large enough that the adapter, not the tiny model's own
+    weights, decides the greedy output.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(base)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    shapes = {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}  # ggml order: [n_in, n_out]
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_string("general.type", "adapter")
+    writer.add_string("adapter.type", "lora")
+    writer.add_float32("adapter.lora.alpha", alpha)
+    for name in targets:
+        n_in, n_out = shapes[name][:2]
+        writer.add_tensor(f"{name}.lora_a", rng.standard_normal((rank, n_in)).astype(np.float32))
+        writer.add_tensor(
+            f"{name}.lora_b", (magnitude * rng.standard_normal((n_out, rank))).astype(np.float32)
+        )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
