@@ -110,6 +110,7 @@ from missive.api import (
 
 from . import checkpoints
 from .context import Layout, make_context, warm_up
+from .draft import DraftModel, ModelDrafter, load_draft
 from .grammar import warm_up as warm_up_grammar
 from .lora import Adapters, load_adapters
 from .placement import SPLIT_MODES, GpuLayout, Placement, devices, gpu_layout, plan, tensor_sizes
@@ -151,7 +152,9 @@ class _SeqState:
     pending: list[int]
     sampler: Any = None
     marks: list[int] = field(default_factory=list)  # checkpoint positions still ahead
-    drafter: NgramDrafter | None = None  # speculative decoding: its prompt and output, indexed
+    drafter: NgramDrafter | ModelDrafter | None = (
+        None  # speculative decoding (prompt lookup or a draft model)
+    )
     length: DraftLength | None = None
 
 
@@ -210,6 +213,7 @@ class LlamaCppRunner(PortableSlots):
         self._speculation = "speculative=off"  # what the load line says of it
         self._host_weight_bytes = 0  # weights the tensor overrides keep in host memory
         self._adapters = Adapters()  # settings.lora, loaded with the model
+        self._draft: DraftModel | None = None  # settings.draft_model, loaded with the model
         self._drafted = 0  # draft tokens verified since this runner was made (it outlives reloads)
         self._accepted = 0
 
@@ -266,6 +270,9 @@ class LlamaCppRunner(PortableSlots):
             info = self._make_slots(llm, info)
             self._adapters = load_adapters(llm, s, self.model_id)
             self._adapters.apply(self._ctx.ctx)
+            if s.draft_model is not None and s.speculative in ("auto", "draft"):
+                assert self._layout is not None
+                self._draft = load_draft(llm, s, self.model_id, self._layout.n_ctx, len(self._slots))
             warm_up(llm, self._ctx.ctx)
             warm_up_grammar(llm)
             if s.mmproj is not None:
@@ -282,6 +289,9 @@ class LlamaCppRunner(PortableSlots):
                 # Images: every type of the API (Pillow decodes them for libmtmd).
                 info = dataclasses.replace(info, input_media=VISION_MEDIA_TYPES)
         except BaseException:
+            if self._draft is not None:
+                self._draft.close()
+                self._draft = None
             llm.close()
             raise
         self.llm = llm
@@ -344,15 +354,27 @@ class LlamaCppRunner(PortableSlots):
             )
         if s.speculative == "ngram":
             return True, f"speculative=ngram ({drafts})"
+        draft = self._draft
+        if draft is not None:
+            drafts = f"draft model {draft.name}, p_min {s.draft_p_min}, draft {s.draft_min}..{s.draft_max}"
+        if s.speculative == "draft":
+            return True, f"speculative=draft ({drafts})"
         try:
             one, step = step_costs(self._ctx.ctx, self._batch, llm.n_vocab(), AUTO_STEP)
+            draft_cost = draft.token_cost() if draft is not None else 0.0
         except RuntimeError as exc:
             return False, f"speculative=auto: off (timing a verifying step failed: {exc})"
-        on, expected = auto_decision(one, step)
+        on, expected = auto_decision(one, step, draft_cost=draft_cost)
+        kind = "ngram" if draft is None else "draft"
+        priced = "" if draft is None else f", a draft token {draft_cost / one:.2f}x"
+        if not on and draft is not None:  # the draft model is not used: its memory is given back
+            draft.close()
+            self._draft = None
         return on, (
-            f"speculative=auto: {'ngram' if on else 'off'} (a {AUTO_STEP}-token step costs "
-            f"{step / one:.1f}x one token, {one * 1000:.1f} ms: drafting would give ~{expected:.2f}x at "
-            f"{AUTO_ACCEPTANCE:.0%} acceptance, on from {AUTO_MIN_SPEEDUP}x{'; ' + drafts if on else ''})"
+            f"speculative=auto: {kind if on else 'off'} (a {AUTO_STEP}-token step costs "
+            f"{step / one:.1f}x one token, {one * 1000:.1f} ms{priced}: drafting would give "
+            f"~{expected:.2f}x at {AUTO_ACCEPTANCE:.0%} acceptance, on from {AUTO_MIN_SPEEDUP}x"
+            f"{'; ' + drafts if on else ''})"
         )
 
     def draft_counts(self) -> tuple[int, int]:
@@ -412,6 +434,9 @@ class LlamaCppRunner(PortableSlots):
         )
 
     def close(self) -> None:
+        draft, self._draft = self._draft, None
+        if draft is not None:
+            draft.close()
         llm, self.llm = self.llm, None
         if self.projector is not None:
             self.projector.close()
@@ -538,10 +563,16 @@ class LlamaCppRunner(PortableSlots):
             seq.state.sampler = self._sampler(seq.sampling)
         s = self.settings
         if self._speculate and seq.draft and seq.max_new > 1:
-            drafter = NgramDrafter(s.prompt_lookup_min, s.prompt_lookup_max)
-            drafter.extend(seq.prompt.tokens)
-            seq.state.drafter = drafter
-            seq.state.length = DraftLength(s.draft_min, s.draft_max)
+            state = seq.state
+            slot = self._slots[seq.slot]
+            drafter: NgramDrafter | ModelDrafter
+            if self._draft is not None:
+                drafter = ModelDrafter(self._draft, seq.slot, lambda: slot.tokens + state.pending[:1])
+            else:
+                drafter = NgramDrafter(s.prompt_lookup_min, s.prompt_lookup_max)
+                drafter.extend(seq.prompt.tokens)
+            state.drafter = drafter
+            state.length = DraftLength(s.draft_min, s.draft_max)
 
     def _draft_cap(self, seq: Sequence) -> int:
         """The most tokens ``seq`` may draft in its next step: its adaptive

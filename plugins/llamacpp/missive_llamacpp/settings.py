@@ -44,7 +44,11 @@ Example::
     cache_disk_mib = 8192           # their disk tier in the state directory;
                                     #   default: 1/4 of the free disk, <= 8192; 0: off
     speculative = "ngram"           # speculative decoding: "auto" (default: where a timed
-                                    #   step says it pays), "ngram", "off"
+                                    #   step says it pays), "ngram", "draft", "off"
+    draft_model = "~/models/qwen2.5-0.5b-instruct-q8_0.gguf"  # a small model of the same
+                                    #   vocabulary drafting ("auto" times it; llama-server's -md)
+    draft_p_min = 0.75              # the draft model's tokens kept while this probable
+    draft_gpu_layers = -1           # its n_gpu_layers (default: the model's)
     draft_max = 16                  # most tokens drafted a step (the length adapts per sequence)
     draft_min = 1                   # fewest tokens a shrinking draft length goes down to
     prompt_lookup_min = 2           # shortest n-gram looked up in the sequence's earlier tokens
@@ -250,6 +254,18 @@ class LlamaCppSettings(BaseModel):
             and decode one token a step (the load line says which). Not for
             a request with a thinking budget (its close is written between
             steps).
+        draft_model: a small GGUF model of the same vocabulary that drafts
+            instead of prompt lookup (llama-server's ``--model-draft``;
+            :mod:`missive_llamacpp.draft`): ``speculative = "draft"`` uses
+            it, ``"auto"`` times its token against the model's and drafts
+            with it where that pays. A vocabulary that differs, or a
+            recurrent, hybrid or sliding-window draft model, is a start-up
+            error.
+        draft_p_min: the draft model's tokens are drafted while the most
+            probable one is at least this probable (llama.cpp's
+            ``--draft-p-min``, 0.75).
+        draft_gpu_layers: the draft model's ``n_gpu_layers`` (``-ngld``);
+            None: the model's.
         draft_max: most tokens drafted for a sequence in one step (1..64;
             llama-server's ``--draft-max``); each sequence's length adapts
             between ``draft_min`` and this to how much of its drafts is
@@ -300,7 +316,10 @@ class LlamaCppSettings(BaseModel):
     checkpoint_interval: int = Field(default=4096, ge=64)
     cache_ram_mib: int | None = Field(default=None, ge=0)
     cache_disk_mib: int | None = Field(default=None, ge=0)
-    speculative: Literal["auto", "ngram", "off"] = "auto"
+    speculative: Literal["auto", "ngram", "draft", "off"] = "auto"
+    draft_model: str | None = Field(default=None, min_length=1)
+    draft_p_min: float = Field(default=0.75, ge=0.0, le=1.0)
+    draft_gpu_layers: int | None = Field(default=None, ge=-1)
     draft_max: int = Field(default=16, ge=1, le=64)
     draft_min: int = Field(default=1, ge=1, le=64)
     prompt_lookup_min: int = Field(default=2, ge=1, le=16)
@@ -369,6 +388,10 @@ class LlamaCppSettings(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> LlamaCppSettings:
+        if self.speculative == "draft" and self.draft_model is None:
+            raise ValueError(
+                'speculative = "draft" needs a draft_model (a small model of the same vocabulary)'
+            )
         if self.cpu_moe and self.n_cpu_moe:
             raise ValueError(
                 "cpu_moe keeps every layer's experts in host memory, n_cpu_moe the first N layers': set one"
@@ -394,6 +417,10 @@ class LlamaCppSettings(BaseModel):
     @property
     def path(self) -> Path:
         return Path(self.model_path).expanduser()
+
+    @property
+    def draft_path(self) -> Path | None:
+        return Path(self.draft_model).expanduser() if self.draft_model is not None else None
 
     @property
     def mmproj(self) -> Path | None:

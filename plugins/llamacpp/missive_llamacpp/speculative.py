@@ -71,16 +71,23 @@ AUTO_MIN_SPEEDUP = 1.25
 
 
 def auto_decision(
-    cost_one: float, cost_step: float, step: int = AUTO_STEP, acceptance: float = AUTO_ACCEPTANCE
+    cost_one: float,
+    cost_step: float,
+    step: int = AUTO_STEP,
+    acceptance: float = AUTO_ACCEPTANCE,
+    draft_cost: float = 0.0,
 ) -> tuple[bool, float]:
     """Whether ``speculative = "auto"`` drafts (module documentation), given
-    the seconds of a 1-token and a ``step``-token ``llama_decode``; and the
-    expected speed-up: tokens a step emits on average,
-    ``(1 - a^step) / (1 - a)``, over the step's cost in plain steps."""
+    the seconds of a 1-token and a ``step``-token ``llama_decode``, and of
+    drafting one token (a draft model's 1-token decode; ~0 for prompt
+    lookup: Leviathan et al.'s cost coefficient ``c``); and the expected
+    speed-up: tokens a step emits on average, ``(1 - a^step) / (1 - a)``,
+    over the step's cost in plain steps, the ``step - 1`` drafted tokens'
+    cost included."""
     if cost_one <= 0 or cost_step <= 0:
         return False, 0.0
     emitted = (1 - acceptance**step) / (1 - acceptance)
-    expected = emitted / (cost_step / cost_one)
+    expected = emitted / ((cost_step + (step - 1) * draft_cost) / cost_one)
     return expected >= AUTO_MIN_SPEEDUP, expected
 
 
