@@ -297,6 +297,9 @@ class LlamaCppRunner(PortableSlots):
         self.llm = llm
         assert self._layout is not None
         self._speculate, self._speculation = self._choose_speculation(llm)
+        if not self._speculate and self._draft is not None:  # not used: its memory is given back
+            self._draft.close()
+            self._draft = None
         log.info(
             "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, %s, "
             "%s, %s, bos=%r add_bos=%s, projector=%s, %s",
@@ -367,9 +370,6 @@ class LlamaCppRunner(PortableSlots):
         on, expected = auto_decision(one, step, draft_cost=draft_cost)
         kind = "ngram" if draft is None else "draft"
         priced = "" if draft is None else f", a draft token {draft_cost / one:.2f}x"
-        if not on and draft is not None:  # the draft model is not used: its memory is given back
-            draft.close()
-            self._draft = None
         return on, (
             f"speculative=auto: {kind if on else 'off'} (a {AUTO_STEP}-token step costs "
             f"{step / one:.1f}x one token, {one * 1000:.1f} ms{priced}: drafting would give "
