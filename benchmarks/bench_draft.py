@@ -124,15 +124,18 @@ def main() -> None:
                 httpx.Client(base_url=stack.enter_context(live_server(config, timeout=600)), timeout=3600)
             )
             runs[label] = lambda c=client: missive_rate(c, prompt, max_tokens)
+        # This llama-server build's names (b10xxx): --spec-draft-*; -md alone leaves the type to it.
         common = ["--threads", str(args.threads), "--threads-batch", str(args.threads), "--cache-ram", "0"]
         drafting = [
-            "-md",
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-model",
             str(draft),
-            "--draft-max",
+            "--spec-draft-n-max",
             str(DRAFT_MAX),
-            "--draft-min",
+            "--spec-draft-n-min",
             str(DRAFT_MIN),
-            "--draft-p-min",
+            "--spec-draft-p-min",
             str(P_MIN),
         ]
         for label, extra in (("llama-server draft", drafting), ("llama-server off", [])):

@@ -63,6 +63,7 @@ STEPS = (
         ("--model", "gemma3", "--prompt-tokens", "1500", "--repeats", "1"),
     ),
     Step("speculative", "bench_speculative.py", (), ("--quick",)),
+    Step("draft", "bench_draft.py", ("--repeats", "3", "--lines", "40"), ("--repeats", "1", "--lines", "20")),
     Step("disk_cache", "bench_disk_cache.py", (), ("--prompt-tokens", "2000")),
     Step(
         "slots",
