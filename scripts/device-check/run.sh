@@ -14,3 +14,6 @@ cd $REPO
 export PYTHONPATH=/tmp/site:$REPO/core:$REPO/plugins/llamacpp
 timeout 100 python3 .devcheck/gpu_check.py > $OUT/check.log 2>&1; echo "check rc=$?"
 grep -aE "offload|CUDA|llama_cpp |SAME|'layers'|backend|Traceback|Error" $OUT/check.log | head -40
+# Issue 43's placement settings (experts in host memory, tensor overrides, LoRA, a draft model) on the GPU.
+timeout 200 python3 .devcheck/moe_check.py /tmp/moe-check > $OUT/moe.log 2>&1; echo "moe check rc=$?"
+grep -aE "RESULT|ALL SAME|DIFFERENT|overridden to|model buffer size|Traceback|Error" $OUT/moe.log | head -40
