@@ -26,7 +26,6 @@ drafts nothing that step: the next step reads the sequence again.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +37,7 @@ from missive.api import ConfigError, common_prefix
 
 from .memory import LogCapture
 from .settings import LlamaCppSettings
+from .step_cost import step_costs
 from .trial import model_params
 
 __all__ = ["DraftModel", "ModelDrafter", "load_draft", "SPEC_VOCAB_MAX_SIZE_DIFFERENCE"]
@@ -116,15 +116,13 @@ class DraftModel:
 
     def token_cost(self) -> float:
         """Seconds of one 1-token ``llama_decode`` of the draft model (the
-        ``"auto"`` decision's draft cost), timed after a warm-up."""
-        costs = []
-        for i in range(4):
-            start = time.perf_counter()
-            if not self._read(0, [(i * 7919) % self.n_vocab]):
-                break
-            costs.append(time.perf_counter() - start)
-        self.clear()
-        return min(costs[1:] or costs or [0.0])
+        ``"auto"`` decision's draft cost), timed as the model's own token is
+        (:func:`missive_llamacpp.step_cost.step_costs`)."""
+        try:
+            one, _ = step_costs(self.ctx.ctx, self._batch, self.n_vocab, 2)
+        finally:
+            self.clear()
+        return one
 
     def close(self) -> None:
         batch, self._batch = self._batch, None
