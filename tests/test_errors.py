@@ -329,6 +329,77 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             },
             "messages.1.content.0: unexpected `tool_use_id` found in `mcp_tool_result` blocks",
         ),
+        # Ids of server and MCP calls follow the tool_use pattern (they are rendered as one): a 400, never a 500.
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "server_tool_use", "id": "srvtoolu.1", "name": "web_search", "input": {}}
+                        ],
+                    },
+                    *USER,
+                ],
+            },
+            "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {
+                                "type": "mcp_tool_use",
+                                "id": "bad id",
+                                "name": "x",
+                                "server_name": "s",
+                                "input": {},
+                            }
+                        ],
+                    },
+                    *USER,
+                ],
+            },
+            "messages.1.content.0.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
+        # Prompt caching: the API's one type, and at most 4 breakpoints.
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "hi", "cache_control": {"type": "persistent"}}],
+                    }
+                ],
+            },
+            "messages.0.content.0.cache_control.type: Input should be 'ephemeral'",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": f"t{i}", "cache_control": {"type": "ephemeral"}}
+                            for i in range(5)
+                        ],
+                    }
+                ],
+            },
+            "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+        ),
         # Server tool declarations.
         (
             {"model": "echo", "max_tokens": 5, "messages": USER, "tools": [{**REGEX, "name": "finder"}, F]},

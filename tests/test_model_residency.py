@@ -162,6 +162,7 @@ def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server
     with pytest.raises(anthropic.InternalServerError) as info:
         client.messages.create(model="broken", max_tokens=5, messages=say("hi"))
     assert info.value.status_code == 500
+    assert info.value.response.headers["x-should-retry"] == "false"  # a retry fails the same way
     assert "model 'broken' could not be loaded: model 'broken': weights are corrupt" in str(info.value)
     frames = raw_stream(http, "broken")
     assert frames[-1][0] == "error" and "weights are corrupt" in frames[-1][1]

@@ -17,7 +17,7 @@ from ..config import Config, ConfigError, ModelEntry
 from ..driver.interface import Driver
 from ..kernel.plugins import Kernel
 from ..kernel.specs import load_object
-from ..protocol.errors import ApiError, ModelNotFoundError, OverloadedError
+from ..protocol.errors import ModelLoadError, ModelNotFoundError, OverloadedError
 from .defaults import choose_default_model
 from .residency import MiB, idle_expired, plan_eviction
 from .sources.local import LocalModel
@@ -209,7 +209,7 @@ class ModelTable:
         first, so it is not unloaded again before the request runs.
 
         Raises:
-            ApiError: the model could not be loaded (500; the log has why).
+            ModelLoadError: the model could not be loaded (500, not to be retried; the log has why).
             OverloadedError: 529: the memory budget is held by busy models
                 for longer than ``server.queue_timeout``.
         """
@@ -229,7 +229,7 @@ class ModelTable:
         try:
             await asyncio.shield(task)
         except ConfigError as exc:
-            raise ApiError(f"model '{model_id}' could not be loaded: {exc}") from exc
+            raise ModelLoadError(f"model '{model_id}' could not be loaded: {exc}") from exc
         return self.drivers[model_id]
 
     # -- fetch, load, unload -----------------------------------------------

@@ -157,6 +157,13 @@ class ApiError(MissiveError):
     error_type = "api_error"
 
 
+class ModelLoadError(ApiError):
+    """A model loaded on demand could not be loaded: its configuration or
+    file is wrong, so a retry fails the same way (``x-should-retry: false``)."""
+
+    should_retry = False
+
+
 class BadGatewayError(MissiveError):
     """The backend answered with something Missive cannot turn into a reply."""
 

@@ -99,6 +99,11 @@ _BLOCK_TAGS = {
     "tool_removal",
     "server_tool",
     "misplaced",
+    "mcp_tool_use",
+    "mcp_tool_result",
+    "mcp_tool_listing",
+    "compaction",
+    "fallback",
     "unknown",
 }
 _CHOICE_TAGS = {"auto", "any", "none", "tool"}

@@ -269,11 +269,13 @@ class GpuLayout:
         known: every device of the build.
         gpus: its GPUs' names.
         tensor_split: the shares given to llama.cpp (None: its default).
+        split_mode: the split mode given to llama.cpp (``"layer"`` without a GPU).
     """
 
     known: list[Device]
     gpus: list[str]
     tensor_split: list[float] | None
+    split_mode: str = "layer"
 
     def describe(self, settings: Any) -> str:
         """The load line's part: ``gpus: CUDA0, CUDA1, split_mode=layer,
@@ -295,13 +297,23 @@ def gpu_layout(settings: Any, known: list[Device], model: str) -> GpuLayout:
     """
     gpus = [device.name for device in known if device.gpu]
     if not gpus:
-        if settings.tensor_split is not None or settings.main_gpu:
+        # llama.cpp refuses some split modes without GPUs ("tensor": the load fails with no reason).
+        ignored = [
+            name
+            for name, unset in (
+                ("main_gpu", settings.main_gpu == 0),
+                ("tensor_split", settings.tensor_split is None),
+                ("split_mode", settings.split_mode == "layer"),
+            )
+            if not unset
+        ]
+        if ignored:
             import logging
 
             logging.getLogger("missive.llamacpp").warning(
-                "model %s: main_gpu and tensor_split ignored: this llama.cpp build sees no GPU", model
+                "model %s: %s ignored: this llama.cpp build sees no GPU", model, " and ".join(ignored)
             )
-        return GpuLayout(known, [], None)
+        return GpuLayout(known, [], None, "layer")
     if settings.main_gpu >= len(gpus):
         raise ConfigError(
             f"model '{model}': settings.main_gpu = {settings.main_gpu}, but llama.cpp sees {len(gpus)} "
@@ -313,4 +325,4 @@ def gpu_layout(settings: Any, known: list[Device], model: str) -> GpuLayout:
             f"model '{model}': settings.tensor_split has {len(split)} shares for {len(gpus)} GPU(s) "
             f"({', '.join(gpus)}): give one share per GPU"
         )
-    return GpuLayout(known, gpus, split)
+    return GpuLayout(known, gpus, split, settings.split_mode)

@@ -85,6 +85,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import llama_cpp
@@ -255,7 +256,7 @@ class LlamaCppRunner(PortableSlots):
                     n_batch=STUB_CTX,
                     swa_full=False,  # llama.cpp's default is a full-size window cache
                     n_gpu_layers=s.gpu_layers,
-                    split_mode=SPLIT_MODES[s.split_mode],
+                    split_mode=SPLIT_MODES[gpus.split_mode],
                     main_gpu=s.main_gpu,
                     tensor_split=gpus.tensor_split,
                     use_mmap=s.mmap,
@@ -264,7 +265,17 @@ class LlamaCppRunner(PortableSlots):
                     verbose=s.verbose,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
-            raise ConfigError(f"model '{self.model_id}': llama.cpp could not load {path}: {exc}") from exc
+            raise ConfigError(
+                f"model '{self.model_id}': llama.cpp could not load {path}: {exc}{_placed(s)}"
+            ) from exc
+        if s.mlock:
+            _check_locked(self.model_id)
+        if s.draft_model is not None and s.speculative not in ("auto", "draft"):
+            log.warning(
+                "model %s: settings.draft_model is not used: speculative = %r (\"draft\" or \"auto\" use it)",
+                self.model_id,
+                s.speculative,
+            )
         try:
             info = self._configure(llm)
             info = self._make_slots(llm, info)
@@ -787,6 +798,39 @@ class LlamaCppRunner(PortableSlots):
             state.sampler = None
         if not ok and self.llm is not None:
             self.clear_slot(seq.slot)
+
+
+def _placed(settings: LlamaCppSettings) -> str:
+    """The placement settings in force, for a load failure's message (a
+    setting llama.cpp refuses may make it fail with no reason of its own)."""
+    fields = (
+        "split_mode",
+        "main_gpu",
+        "tensor_split",
+        "override_tensor",
+        "cpu_moe",
+        "n_cpu_moe",
+        "mmap",
+        "mlock",
+    )
+    chosen = [f"{name} = {getattr(settings, name)!r}" for name in fields if name in settings.model_fields_set]
+    return f" (with settings {', '.join(chosen)})" if chosen else ""
+
+
+def _check_locked(model_id: str) -> None:
+    """Warn when ``mlock`` locked nothing (``VmLck`` of ``/proc/self/status``
+    is 0: the memlock limit refused it; llama.cpp goes on without it)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return  # not Linux: nothing to read
+    locked = next((line.split()[1] for line in status.splitlines() if line.startswith("VmLck:")), None)
+    if locked == "0":
+        log.warning(
+            "model %s: settings.mlock is set but no memory is locked: the memlock limit refused it "
+            "(raise `ulimit -l`, or LimitMEMLOCK=infinity in a systemd unit); the weights may be paged out",
+            model_id,
+        )
 
 
 def _offload(llm: Any, settings: LlamaCppSettings, model_id: str) -> str:

@@ -66,9 +66,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from missive.api import ConfigError
 
@@ -104,7 +113,7 @@ class LoraAdapter(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(min_length=1)
-    scale: float = 1.0
+    scale: float = Field(default=1.0, allow_inf_nan=False, strict=True)
 
     @property
     def file(self) -> Path:
@@ -298,15 +307,15 @@ class LlamaCppSettings(BaseModel):
     cache_type_v: str = "f16"
     n_gpu_layers: int | None = Field(default=None, ge=-1)
     extra_buffer_types: Literal["auto", "on", "off"] = "auto"
-    n_cpu_moe: int = Field(default=0, ge=0)
-    cpu_moe: bool = False
+    n_cpu_moe: StrictInt = Field(default=0, ge=0)
+    cpu_moe: StrictBool = False
     override_tensor: list[str] = Field(default_factory=list)
     split_mode: Literal["none", "layer", "row", "tensor"] = "layer"
-    main_gpu: int = Field(default=0, ge=0)
-    tensor_split: list[float] | None = None
-    kv_offload: bool = True
-    mmap: bool = True
-    mlock: bool = False
+    main_gpu: StrictInt = Field(default=0, ge=0)
+    tensor_split: list[Annotated[float, Field(allow_inf_nan=False)]] | None = None
+    kv_offload: StrictBool = True
+    mmap: StrictBool = True
+    mlock: StrictBool = False
     lora: list[LoraAdapter] = Field(default_factory=list)
     parallel: int | Literal["auto"] = "auto"
     kv_unified: bool = True
@@ -318,8 +327,8 @@ class LlamaCppSettings(BaseModel):
     cache_disk_mib: int | None = Field(default=None, ge=0)
     speculative: Literal["auto", "ngram", "draft", "off"] = "auto"
     draft_model: str | None = Field(default=None, min_length=1)
-    draft_p_min: float = Field(default=0.75, ge=0.0, le=1.0)
-    draft_gpu_layers: int | None = Field(default=None, ge=-1)
+    draft_p_min: float = Field(default=0.75, ge=0.0, le=1.0, allow_inf_nan=False, strict=True)
+    draft_gpu_layers: StrictInt | None = Field(default=None, ge=-1)
     draft_max: int = Field(default=16, ge=1, le=64)
     draft_min: int = Field(default=1, ge=1, le=64)
     prompt_lookup_min: int = Field(default=2, ge=1, le=16)
@@ -452,6 +461,9 @@ def parse_settings(model_id: str, settings: dict[str, Any]) -> LlamaCppSettings:
         return LlamaCppSettings.model_validate(settings)
     except ValidationError as exc:
         problems = "; ".join(
-            f"settings.{'.'.join(str(p) for p in err['loc']) or '?'}: {err['msg']}" for err in exc.errors()
+            # A check across settings has no field of its own: its message names them.
+            (f"settings.{'.'.join(str(p) for p in err['loc'])}: " if err["loc"] else "settings: ")
+            + str(err["msg"]).removeprefix("Value error, ")
+            for err in exc.errors()
         )
         raise ConfigError(f"model '{model_id}': invalid llamacpp setting {problems}") from exc

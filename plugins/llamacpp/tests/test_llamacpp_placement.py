@@ -150,10 +150,20 @@ def test_expert_offload_on_a_dense_model_stops_start_up(dense: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"cpu_moe": True, "n_cpu_moe": 4}, "cpu_moe keeps every layer's experts in host memory"),
-        ({"tensor_split": [0, 0]}, "settings.tensor_split: Value error, must be 1 to 16 shares"),
-        ({"tensor_split": [1, -1]}, "settings.tensor_split: Value error, must be 1 to 16 shares"),
-        ({"override_tensor": ["no-equals-sign"]}, "settings.override_tensor: Value error, must be PATTERN"),
+        ({"cpu_moe": True, "n_cpu_moe": 4}, "settings: cpu_moe keeps every layer's experts in host memory"),
+        # Values of another type are refused, not converted; numbers must be finite.
+        ({"cpu_moe": "yes"}, "settings.cpu_moe: Input should be a valid boolean"),
+        ({"n_cpu_moe": True}, "settings.n_cpu_moe: Input should be a valid integer"),
+        ({"kv_offload": "no"}, "settings.kv_offload: Input should be a valid boolean"),
+        ({"draft_p_min": "0.5"}, "settings.draft_p_min: Input should be a valid number"),
+        (
+            {"lora": [{"path": "a.gguf", "scale": float("nan")}]},
+            "settings.lora.0.scale: Input should be a finite number",
+        ),
+        ({"tensor_split": [float("inf"), 1]}, "settings.tensor_split.0: Input should be a finite number"),
+        ({"tensor_split": [0, 0]}, "settings.tensor_split: must be 1 to 16 shares"),
+        ({"tensor_split": [1, -1]}, "settings.tensor_split: must be 1 to 16 shares"),
+        ({"override_tensor": ["no-equals-sign"]}, "settings.override_tensor: must be PATTERN"),
         ({"split_mode": "rows"}, "settings.split_mode: Input should be 'none', 'layer', 'row' or 'tensor'"),
         ({"n_cpu_moe": -1}, "settings.n_cpu_moe: Input should be greater than or equal to 0"),
     ],
@@ -177,13 +187,18 @@ def test_gpu_settings_without_a_gpu_are_ignored_with_a_warning(caplog: pytest.Lo
     from missive_llamacpp.settings import parse_settings
 
     cpu = [Device("CPU", False, "CPU", 1)]
-    settings = parse_settings("m", {"model_path": "x", "tensor_split": [1, 1], "main_gpu": 1})
-    assert gpu_layout(settings, cpu, "m").describe(settings) == "gpus: none"
-    assert "main_gpu and tensor_split ignored" in caplog.text
+    settings = parse_settings(
+        "m", {"model_path": "x", "tensor_split": [1, 1], "main_gpu": 1, "split_mode": "tensor"}
+    )
+    layout = gpu_layout(settings, cpu, "m")
+    assert layout.describe(settings) == "gpus: none"
+    # llama.cpp fails to load with "tensor" and no GPU, and gives no reason: not given to it.
+    assert layout.split_mode == "layer"
+    assert "main_gpu and tensor_split and split_mode ignored: this llama.cpp build sees no GPU" in caplog.text
     two = [*cpu, Device("CUDA0", True, "CUDA0", 2), Device("CUDA1", True, "CUDA1", 3)]
     assert (
         gpu_layout(settings, two, "m").describe(settings)
-        == "gpus: CUDA0, CUDA1, split_mode=layer, tensor_split=[1.0, 1.0]"
+        == "gpus: CUDA0, CUDA1, split_mode=tensor, tensor_split=[1.0, 1.0]"
     )
     with pytest.raises(
         ConfigError, match=r"settings.main_gpu = 2, but llama.cpp sees 2 GPU\(s\): 0: CUDA0, 1: CUDA1"

@@ -61,7 +61,7 @@ class CacheControl(Open):
     """``cache_control``: accepted on any block. Missive caches prompt prefixes
     automatically, so breakpoints need no action."""
 
-    type: str = "ephemeral"
+    type: Literal["ephemeral"] = "ephemeral"
     #: The API's two lifetimes (SDK ``BetaCacheControlEphemeralParam``); another is a 400.
     ttl: Literal["5m", "1h"] | None = None
 
@@ -200,7 +200,7 @@ class ServerToolUseBlock(_Block):
     "name": "web_search", "input": {"query": "..."}}``."""
 
     type: Literal["server_tool_use"]
-    id: str
+    id: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]+$")]  # the tool_use pattern: rendered as one
     name: str
     input: dict[str, Any]
 
@@ -259,7 +259,7 @@ class McpToolUseBlock(_Block):
     rendered with its result (:mod:`missive.tools.server`)."""
 
     type: Literal["mcp_tool_use"]
-    id: str
+    id: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]+$")]  # the tool_use pattern: rendered as one
     name: str
     server_name: str
     input: dict[str, Any]

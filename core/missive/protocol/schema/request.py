@@ -43,6 +43,9 @@ __all__ = [
 ]
 
 
+#: Most ``cache_control`` breakpoints a request may set (the API's prompt caching rule).
+MAX_BREAKPOINTS = 4
+
 #: What a ``role: "system"`` message holds (Anthropic docs, "Mid-conversation
 #: system messages"; SDK 2.16 ``BetaSystemMessageParam``: text and the tool
 #: changes; images and documents are reported as not shown).
@@ -244,6 +247,22 @@ class CountTokensRequest(Open):
             "tools": [t for t in tools if not (isinstance(t, dict) and t.get("type") == "mcp_toolset")],
             "mcp_toolsets": sets,
         }
+
+    @model_validator(mode="after")
+    def _breakpoints(self) -> CountTokensRequest:
+        """At most 4 ``cache_control`` breakpoints (the API's rule and
+        wording, "Prompt caching": tools, system and message blocks)."""
+        found = sum(getattr(tool, "cache_control", None) is not None for tool in self.tools or [])
+        if isinstance(self.system, list):
+            found += sum(block.cache_control is not None for block in self.system)
+        for message in self.messages:
+            for block in message.content if isinstance(message.content, list) else []:
+                found += getattr(block, "cache_control", None) is not None
+        if found > MAX_BREAKPOINTS:
+            raise ValueError(
+                f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
+            )
+        return self
 
     @model_validator(mode="after")
     def _non_empty_content(self) -> CountTokensRequest:
