@@ -329,7 +329,7 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             },
             "messages.1.content.0: unexpected `tool_use_id` found in `mcp_tool_result` blocks",
         ),
-        # Ids of server and MCP calls follow the tool_use pattern (they are rendered as one): a 400, never a 500.
+        # Ids of server and MCP calls follow the tool_use pattern (rendered as one): a 400, not a 500.
         (
             {
                 "model": "echo",
