@@ -20,16 +20,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
+from tiny_served import TEMPLATE, entry, greedy
 
 from missive.config import ConfigError
 from missive.testing import ServerProcess, in_process_app, serve_process
 
 pytest.importorskip("gguf", reason="the llamacpp plugin's test extra")
 
-TEMPLATE = "{% for m in messages %}{{ m.content }}\n{% endfor %}"
 PROMPT = "Weather in Lyon? Weather in Lyon? Weather in"
 
 
@@ -58,9 +57,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def entry(path: Path, **settings: Any) -> dict[str, Any]:
-    base = {"model_path": str(path), "parallel": 2, "extra_buffer_types": "off", "draft_p_min": 0.0}
-    return {"driver": "llamacpp", "context_window": 512, "settings": {**base, **settings}}
+def drafting(path: Path, **settings: Any) -> dict[str, Any]:
+    """Two slots; ``draft_p_min`` 0: random models' flat distributions draft at all."""
+    return entry(path, parallel=2, draft_p_min=0.0, **settings)
 
 
 @pytest.fixture(scope="module")
@@ -68,25 +67,14 @@ def server(files: dict[str, Path]) -> Iterator[ServerProcess]:
     target = files["target"]
     config = {
         "models": {
-            "plain": entry(target, speculative="off"),
-            "self": entry(target, speculative="draft", draft_model=str(target)),
-            "other": entry(target, speculative="draft", draft_model=str(files["other"])),
-            "auto": entry(target, draft_model=str(files["other"])),
+            "plain": drafting(target, speculative="off"),
+            "self": drafting(target, speculative="draft", draft_model=str(target)),
+            "other": drafting(target, speculative="draft", draft_model=str(files["other"])),
+            "auto": drafting(target, speculative="auto", draft_model=str(files["other"])),
         }
     }
     with serve_process(config, timeout=300) as server:
         yield server
-
-
-def greedy(server: ServerProcess, model: str) -> str:
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
-    msg = client.messages.create(
-        model=model,
-        max_tokens=24,
-        extra_body={"temperature": 0.0},
-        messages=[{"role": "user", "content": PROMPT}],
-    )
-    return "".join(b.text for b in msg.content if b.type == "text")
 
 
 def counts(server: ServerProcess, model: str) -> tuple[float, float]:
@@ -103,7 +91,7 @@ def counts(server: ServerProcess, model: str) -> tuple[float, float]:
 
 
 def test_greedy_output_is_the_same_with_a_draft_model(server: ServerProcess) -> None:
-    plain, itself, other = (greedy(server, model) for model in ("plain", "self", "other"))
+    plain, itself, other = (greedy(server, model, PROMPT, 24) for model in ("plain", "self", "other"))
     assert plain and itself == plain and other == plain
     drafted, accepted = counts(server, "self")
     assert drafted > 0 and accepted >= 0.9 * drafted, (drafted, accepted)  # its own choices
@@ -117,7 +105,7 @@ def test_greedy_output_is_the_same_with_a_draft_model(server: ServerProcess) -> 
     assert re.search(
         r"speculative=auto: (draft|off) \(a 9-token step costs .*, a draft token \d+\.\d+x", line
     ), line
-    assert greedy(server, "auto") == plain
+    assert greedy(server, "auto", PROMPT, 24) == plain
 
 
 @pytest.mark.parametrize(
@@ -137,7 +125,7 @@ def test_greedy_output_is_the_same_with_a_draft_model(server: ServerProcess) -> 
 def test_a_draft_model_that_cannot_draft_stops_start_up(
     files: dict[str, Path], draft: str, message: str
 ) -> None:
-    config = {"models": {"m": entry(files["target"], speculative="draft", draft_model=str(files[draft]))}}
+    config = {"models": {"m": drafting(files["target"], speculative="draft", draft_model=str(files[draft]))}}
     with pytest.raises(ConfigError, match=message):
         with in_process_app(config):
             pass

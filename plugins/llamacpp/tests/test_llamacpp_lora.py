@@ -15,17 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import anthropic
 import pytest
+from tiny_served import TEMPLATE, entry, greedy
 
 from missive.config import ConfigError
 from missive.testing import ServerProcess, in_process_app, serve_process
 
 pytest.importorskip("gguf", reason="the llamacpp plugin's test extra")
-
-TEMPLATE = "{% for m in messages %}{{ m.content }}\n{% endfor %}"
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +43,6 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def entry(path: Path, **settings: Any) -> dict[str, Any]:
-    base = {"model_path": str(path), "parallel": 1, "extra_buffer_types": "off", "speculative": "off"}
-    return {"driver": "llamacpp", "context_window": 512, "settings": {**base, **settings}}
-
-
 @pytest.fixture(scope="module")
 def server(files: dict[str, Path]) -> Iterator[ServerProcess]:
     adapter = str(files["adapter"])
@@ -63,17 +55,6 @@ def server(files: dict[str, Path]) -> Iterator[ServerProcess]:
     }
     with serve_process(config, timeout=300) as server:
         yield server
-
-
-def greedy(server: ServerProcess, model: str) -> str:
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
-    msg = client.messages.create(
-        model=model,
-        max_tokens=8,
-        extra_body={"temperature": 0.0},
-        messages=[{"role": "user", "content": "Weather in Lyon?"}],
-    )
-    return "".join(b.text for b in msg.content if b.type == "text")
 
 
 def test_the_adapter_changes_greedy_output_by_its_scale(server: ServerProcess) -> None:

@@ -28,15 +28,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import pytest
+from tiny_served import TEMPLATE, entry, greedy
 
 from missive.config import ConfigError
 from missive.testing import ServerProcess, in_process_app, serve_process
 
 pytest.importorskip("gguf", reason="the llamacpp plugin's test extra")
-
-TEMPLATE = "{% for m in messages %}{{ m.content }}\n{% endfor %}"
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +57,6 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def entry(path: Path, **settings: Any) -> dict[str, Any]:
-    base = {"model_path": str(path), "parallel": 1, "extra_buffer_types": "off", "speculative": "off"}
-    return {"driver": "llamacpp", "context_window": 512, "settings": {**base, **settings}}
-
-
 @pytest.fixture(scope="module")
 def server(moe: Path) -> Iterator[ServerProcess]:
     config = {
@@ -76,17 +69,6 @@ def server(moe: Path) -> Iterator[ServerProcess]:
     }
     with serve_process(config, timeout=300) as server:
         yield server
-
-
-def greedy(server: ServerProcess, model: str) -> str:
-    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
-    msg = client.messages.create(
-        model=model,
-        max_tokens=8,
-        extra_body={"temperature": 0.0},
-        messages=[{"role": "user", "content": "Weather in Lyon?"}],
-    )
-    return "".join(b.text for b in msg.content if b.type == "text")
 
 
 def load_line(log: str, model: str) -> str:
