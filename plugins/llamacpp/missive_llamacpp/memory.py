@@ -255,20 +255,9 @@ def vram() -> tuple[int, int]:
     """``(total, free)`` bytes of the GPUs llama.cpp sees (``ggml_backend_dev_memory``
     of every device of type GPU), ``(0, 0)`` without one."""
     try:
-        from llama_cpp import _ggml
+        from .placement import ggml
 
-        lib = _ggml.libggml
-        lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-        lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-        lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-        lib.ggml_backend_dev_type.restype = ctypes.c_int
-        lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-        lib.ggml_backend_dev_memory.restype = None
-        lib.ggml_backend_dev_memory.argtypes = [
-            ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_size_t),
-            ctypes.POINTER(ctypes.c_size_t),
-        ]
+        lib = ggml()
     except (ImportError, AttributeError, OSError):
         return 0, 0
     total = free = 0

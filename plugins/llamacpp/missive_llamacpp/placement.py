@@ -38,6 +38,7 @@ from __future__ import annotations
 import ctypes
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "Placement",
     "expert_block",
     "devices",
+    "ggml",
     "gpu_layout",
     "plan",
     "tensor_sizes",
@@ -84,22 +86,37 @@ class Device:
     handle: int
 
 
-def devices() -> list[Device]:
-    """The devices of this llama.cpp build, in its order."""
+@cache
+def ggml() -> Any:
+    """llama-cpp-python's ``libggml`` with the signatures of the device
+    functions used here and by :func:`missive_llamacpp.memory.vram`
+    (``ggml-backend.h``), declared once."""
     from llama_cpp import _ggml
 
     lib = _ggml.libggml
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    lib.ggml_backend_dev_name.restype = ctypes.c_char_p
-    lib.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_buft_name.restype = ctypes.c_char_p
-    lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+    pointer = [ctypes.c_void_p]
+    for name, restype, argtypes in (
+        ("ggml_backend_dev_count", ctypes.c_size_t, []),
+        ("ggml_backend_dev_get", ctypes.c_void_p, [ctypes.c_size_t]),
+        ("ggml_backend_dev_name", ctypes.c_char_p, pointer),
+        ("ggml_backend_dev_type", ctypes.c_int, pointer),
+        ("ggml_backend_dev_buffer_type", ctypes.c_void_p, pointer),
+        ("ggml_backend_buft_name", ctypes.c_char_p, pointer),
+        (
+            "ggml_backend_dev_memory",
+            None,
+            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
+        ),
+    ):
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+    return lib
+
+
+def devices() -> list[Device]:
+    """The devices of this llama.cpp build, in its order."""
+    lib = ggml()
     found = []
     for i in range(int(lib.ggml_backend_dev_count())):
         dev = lib.ggml_backend_dev_get(i)
