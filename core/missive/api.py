@@ -133,6 +133,7 @@ from .remote.transport import Answer, Classify, Failover, RemoteStream, RemoteTr
 from .routing.policy import ReplicaRouting, policy_for
 from .routing.prefix import RouteKey
 from .sampling import SamplingDefaults, folder_sampling, gguf_names, model_sampling
+from .tools.lark_grammar import json_schema_lark, object_schema, tool_call_lark
 from .tools.parsers.raw_values import RawValueLanguage
 from .tools.parsers.registry import build_parser, parser_class
 from .tools.parsers.selection import parser_for_template
@@ -261,6 +262,9 @@ __all__ = [
     "build_parser",
     "parser_class",
     "parser_for_template",
+    "tool_call_lark",
+    "json_schema_lark",
+    "object_schema",
     "RawValueLanguage",
     "hermes_messages",
     "template_supports_tools",

@@ -26,7 +26,7 @@ from ..driver.capabilities import Capabilities
 from ..driver.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from ..driver.interface import Driver, GenerationRequest, fit_prompt
 from ..driver.parsing import ReasoningParser, ToolParser
-from ..protocol.errors import ApiError
+from ..protocol.errors import ApiError, InvalidRequestError
 from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from ..sampling import NO_DEFAULTS
 from ..tools.parsers.registry import build_parser
@@ -238,6 +238,24 @@ class LocalDriver(Driver):
             return False
         forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
         return forced or request.output_schema is not None
+
+    def _refuse_budget_under_constraint(self, request: GenerationRequest) -> None:
+        """A thinking budget (``thinking.type: "enabled"``) on a reasoning
+        model cannot come with a constrained reply: the grammar constrains
+        the whole output, so the model could not reason first.
+
+        Raises:
+            InvalidRequestError: naming the model, the driver and the way out.
+        """
+        if request.thinking.budget_tokens is None or self._reasoning is None:
+            return
+        forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
+        if forced or request.output_schema is not None:
+            raise InvalidRequestError(
+                "thinking {\"type\": \"enabled\"} cannot be combined with a constrained output "
+                f"(output_config.format) on model '{self.model_id}' (driver {self.name}): its grammar "
+                "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
+            )
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
         """The parser of the model's tool call format: the ``tool_parser``

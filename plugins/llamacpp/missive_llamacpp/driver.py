@@ -80,14 +80,7 @@ class LlamaCppDriver(LocalDriver):
                 budget comes with a constrained output.
         """
         choice = request.tool_choice
-        if request.thinking.budget_tokens is not None and self._reasoning is not None:
-            if (request.tools and choice.mode in ("any", "tool")) or request.output_schema is not None:
-                # A grammar constrains the whole output: the model could not reason first.
-                raise InvalidRequestError(
-                    "thinking {\"type\": \"enabled\"} cannot be combined with a constrained output "
-                    f"(output_config.format) on model '{self.model_id}' (driver llamacpp): its grammar "
-                    "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
-                )
+        self._refuse_budget_under_constraint(request)
         relaxed: list[str] = []
         try:
             if request.tools and choice.mode in ("any", "tool"):

@@ -10,8 +10,10 @@ The prompt is rendered by the core's sandboxed jinja2 with the tokenizer's
 chat template (not ``tokenizer.apply_chat_template``): the same sandbox,
 prefill rule and error mapping as the llama.cpp driver, so one template gives
 byte-identical prompts in both, and a template's ``raise_exception`` is a 400.
-Nothing constrains decoding here: tools are offered with ``tool_choice``
-``auto`` and ``none`` only, and there is no structured output.
+Forced ``tool_choice`` (``any``, ``tool``) and structured output
+(``output_config.format``) are sampled under a grammar: the core's Lark
+text (:mod:`missive.tools.lark_grammar`) compiled and applied by llguidance
+(:mod:`missive_mlx.constrain`).
 
 ``max_tokens: 0`` (the API's cache warm-up) evaluates the prompt into a cache
 that is stored; it finishes with ``max_tokens`` and 0 output tokens.
@@ -19,8 +21,22 @@ that is stored; it finishes with ``max_tokens`` and 0 output tokens.
 
 from __future__ import annotations
 
-from missive.api import Capabilities, LocalDriver, ModelEntry
+from typing import Any
 
+from missive.api import (
+    Capabilities,
+    GenerationRequest,
+    InvalidRequestError,
+    LocalDriver,
+    ModelEntry,
+    json_schema_lark,
+    object_schema,
+    parser_class,
+    parser_for_template,
+    tool_call_lark,
+)
+
+from .constrain import Constraint, GuidanceTokenizer, compile_grammar, special_tokens
 from .plugin import CAPABILITIES
 from .runner import MlxRunner
 from .settings import MlxSettings, parse_settings
@@ -36,6 +52,7 @@ class MlxDriver(LocalDriver):
     """
 
     name = "mlx"
+    constrains_output = True
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities | None = None) -> None:
         self.settings: MlxSettings = parse_settings(model_id, entry.settings)
@@ -50,3 +67,59 @@ class MlxDriver(LocalDriver):
             tool_parser=self.settings.tool_parser,
             reasoning_parser=self.settings.reasoning_parser,
         )
+
+        self._guidance = GuidanceTokenizer()
+
+    def constraint(self, request: GenerationRequest) -> Any:
+        """The grammar of a forced tool call or of structured output, compiled
+        for the model's tokenizer (:mod:`missive_mlx.constrain`), or None for
+        free generation. Tokenizing thread.
+
+        A non-strict tool's schema, and an ``output_config.format`` schema,
+        is compiled leniently (what llguidance does not implement is not
+        enforced); if it still does not compile, any JSON object is enforced
+        for it (logged; structured output is checked against the full schema
+        afterwards, as with the llama.cpp driver). A strict tool's schema
+        that does not compile is a 400.
+
+        Raises:
+            InvalidRequestError: a strict schema llguidance cannot enforce, or a
+                thinking budget with a constrained output.
+        """
+        choice = request.tool_choice
+        forced = bool(request.tools) and choice.mode in ("any", "tool")
+        if not forced and request.output_schema is None:
+            return None
+        self._refuse_budget_under_constraint(request)
+        tokenizer = self.runner.tokenizer
+        llt = self._guidance.get(tokenizer)
+        specials = special_tokens(tokenizer)
+        if forced:
+            name = parser_for_template(self._template, self.tool_parser_specs, self.settings.tool_parser)
+            cls = parser_class(self.tool_parser_specs, name)
+            loose: dict[str, dict[str, Any]] = {}
+            for tool in request.tools:
+                alone = json_schema_lark(object_schema(tool.input_schema))
+                if not tool.strict and compile_grammar(alone, llt)[0] is None:
+                    loose[tool.name] = {"type": "object"}
+            if loose:
+                self.log.info(
+                    "%s: the grammar enforces any JSON object for the arguments of %s (llguidance cannot "
+                    "compile their input_schema)",
+                    request.request_id,
+                    ", ".join(sorted(loose)),
+                )
+            grammar, error = compile_grammar(tool_call_lark(cls, request.tools, choice, specials, loose), llt)
+            where = "the strict tool's input_schema"
+        else:
+            assert request.output_schema is not None
+            grammar, error = compile_grammar(json_schema_lark(request.output_schema), llt)
+            if grammar is None:  # the reply is checked against the full schema afterwards
+                grammar, _ = compile_grammar(json_schema_lark({"type": "object"}), llt)
+                self.log.info("%s: the grammar enforces any JSON object (%s)", request.request_id, error)
+            where = "output_config.format's schema"
+        if grammar is None:
+            raise InvalidRequestError(
+                f"{where} cannot be enforced by llguidance on model '{self.model_id}' (driver mlx): {error}"
+            )
+        return Constraint(grammar, llt, tuple(sorted(tokenizer.eos_token_ids)))

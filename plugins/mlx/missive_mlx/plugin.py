@@ -19,19 +19,19 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: model's tokenizer on the rendered prompt), reuse of cached prompt prefixes
 #: across requests (refined to False per model when
 #: ``prompt_cache_entries = 0``), one generation at a time per model (one
-#: KV cache in flight, one MLX stream). No tools: parsing a model's tool-call
-#: syntax needs the shared parser plugins (not there yet), and nothing here
-#: constrains decoding. No media. Reasoning as thinking blocks for models whose
-#: chat template has a reasoning format (the budget enforced by the engine).
+#: KV cache in flight, one MLX stream). Tools in every ``tool_choice`` mode:
+#: ``auto`` parsed from the model's text by the parser of its chat
+#: template's format, ``any``/``tool`` (strict tools too) and structured
+#: output sampled under an llguidance grammar (:mod:`missive_mlx.constrain`).
+#: No media. Reasoning as thinking blocks for models whose chat template has
+#: a reasoning format (the budget enforced by the engine).
 CAPABILITIES = Capabilities(
-    # auto: the model decides, its calls parsed from its text by the parser of
-    # its chat template's format; none: tools not shown. any/tool would need
-    # constrained decoding, which this driver does not do: not declared.
-    tool_choice=frozenset({"auto", "none"}),
+    tool_choice=frozenset({"auto", "any", "tool", "none"}),
+    strict_tools=frozenset({"any", "tool"}),
     parallel_tool_calls=True,
     input_media=frozenset(),
     thinking=True,  # models whose template has a reasoning format; each loaded model narrows it
-    structured_output=False,
+    structured_output=True,
     count_tokens="exact",
     prompt_caching=True,
     in_process=True,

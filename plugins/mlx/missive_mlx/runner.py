@@ -65,6 +65,7 @@ from missive.api import (
     folder_sampling,
 )
 
+from .constrain import logits_processor
 from .detokenize import IncrementalDetokenizer
 from .memory import always_trimmable, fit, free_memory, probe
 from .prompt_cache import PromptCacheStore
@@ -94,6 +95,7 @@ class _State:
     pending: list[int] = field(default_factory=list)
     gen: Iterator[tuple[int, Any]] | None = None
     sampler: Callable[[Any], Any] | None = None
+    processors: list[Callable[[Any, Any], Any]] | None = None  # the grammar's, for a constrained sequence
 
 
 class MlxRunner:
@@ -242,7 +244,8 @@ class MlxRunner:
         from mlx_lm.models.cache import make_prompt_cache
 
         assert self.store is not None
-        state = seq.state = _State(sampler=_sampler(seq.sampling))
+        grammar = logits_processor(seq.sampling)
+        state = seq.state = _State(sampler=_sampler(seq.sampling), processors=[grammar] if grammar else None)
         if self.settings.seed is not None:
             mx.random.seed(self.settings.seed)
         prompt = seq.prompt.tokens
@@ -277,6 +280,7 @@ class MlxRunner:
             self.model,
             max_tokens=max_tokens,
             sampler=state.sampler,
+            logits_processors=state.processors,
             prompt_cache=state.cache,
             prefill_step_size=settings.prefill_step_size,
             kv_bits=settings.kv_bits,

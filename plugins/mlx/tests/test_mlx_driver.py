@@ -85,7 +85,9 @@ def test_plugin_registration_is_lazy() -> None:
     assert caps.in_process and caps.max_concurrency == 1 and caps.count_tokens == "exact"
     assert caps.prompt_caching and not caps.input_media
     assert caps.thinking  # for models whose template reasons; narrowed per model at load
-    assert caps.tool_choice == {"auto", "none"} and not caps.strict_tools  # no constrained decoding
+    # Forced calls and structured output under an llguidance grammar (test_mlx_grammar.py).
+    assert caps.tool_choice == {"auto", "any", "tool", "none"} and caps.strict_tools == {"any", "tool"}
+    assert caps.structured_output
 
 
 def test_bad_setting_names_model_and_key() -> None:
