@@ -26,7 +26,6 @@ window unless ``swa_full``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,11 +177,8 @@ def make_context(
         on_gpu=kv_on_gpu,
         model_bytes=(host_weight_bytes if on_gpu else model_bytes),
         host_cache_bytes=host_cache_bytes,
+        host_weight_bytes=(host_weight_bytes if kv_on_gpu else 0),
     )
-    if kv_on_gpu and host_weight_bytes:
-        budget = dataclasses.replace(
-            budget, where=f"{budget.where}; weights in host memory {host_weight_bytes // MIB} MiB (RAM)"
-        )
     chosen = fit(
         model_id,
         costs,

@@ -15,6 +15,7 @@ Three parts:
 * **free memory** (:func:`free_memory`): ``MemAvailable`` of
   ``/proc/meminfo`` bounded by the cgroup's ``memory.max`` (containers), or
   the free memory of the GPUs llama.cpp sees (``ggml_backend_dev_memory``);
+  :func:`budget` is the same arithmetic on given figures (``scripts/recipes``);
 * **the arithmetic** (:func:`fit`): with ``context_window``, ``parallel``
   and ``kv_pool_tokens`` on auto, the largest values up to the trained
   context, 4 slots and ``parallel x window`` cells that fit the free
@@ -44,6 +45,7 @@ __all__ = [
     "Fit",
     "LogCapture",
     "Report",
+    "budget",
     "fit",
     "free_memory",
     "margin_bytes",
@@ -285,20 +287,47 @@ class Budget:
     where: str
 
 
-def free_memory(*, on_gpu: bool, model_bytes: int, host_cache_bytes: int) -> Budget:
-    """What the KV cache may take: the GPUs' free memory less the margin when
-    it lives there; else the available RAM less the weights (mapped from the
-    file, they must stay resident), the host-memory prompt cache's budget
-    and the margin."""
+def free_memory(
+    *, on_gpu: bool, model_bytes: int, host_cache_bytes: int, host_weight_bytes: int = 0
+) -> Budget:
+    """What the KV cache may take on this machine: :func:`budget` of the
+    GPUs' memory (:func:`vram`) and the host's (:func:`ram`)."""
+    return budget(
+        on_gpu=on_gpu,
+        vram=vram(),
+        ram=ram(),
+        model_bytes=model_bytes,
+        host_cache_bytes=host_cache_bytes,
+        host_weight_bytes=host_weight_bytes,
+    )
+
+
+def budget(
+    *,
+    on_gpu: bool,
+    vram: tuple[int, int],
+    ram: tuple[int, int],
+    model_bytes: int,
+    host_cache_bytes: int,
+    host_weight_bytes: int = 0,
+) -> Budget:
+    """What the KV cache may take, given ``(total, free)`` bytes of the GPUs
+    and ``(total, available)`` of the host (pure: ``scripts/recipes`` gives
+    it a machine's figures): the GPUs' free memory less the margin when it
+    lives there (weights that tensor overrides keep in host memory,
+    ``host_weight_bytes``, are named: they take RAM, not VRAM); else the
+    available RAM less the weights (mapped from the file, they must stay
+    resident), the host-memory prompt cache's budget and the margin."""
     if on_gpu:
-        total, free = vram()
+        total, free = vram
         if total:
             margin = margin_bytes(total)
+            host = f"; weights in host memory {host_weight_bytes // MIB} MiB (RAM)" * bool(host_weight_bytes)
             return Budget(
                 max(0, free - margin),
-                f"VRAM: {free // MIB} MiB free of {total // MIB} MiB - margin {margin // MIB} MiB",
+                f"VRAM: {free // MIB} MiB free of {total // MIB} MiB - margin {margin // MIB} MiB{host}",
             )
-    total, available = ram()
+    total, available = ram
     margin = margin_bytes(total)
     nbytes = max(0, available - model_bytes - host_cache_bytes - margin)
     return Budget(
