@@ -27,6 +27,7 @@ Three parts:
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import re
 import threading
@@ -39,6 +40,8 @@ from typing import Any
 import llama_cpp
 
 from missive.api import ConfigError
+
+log = logging.getLogger("missive.llamacpp")
 
 __all__ = [
     "Costs",
@@ -323,6 +326,16 @@ def budget(
         if total:
             margin = margin_bytes(total)
             host = f"; weights in host memory {host_weight_bytes // MIB} MiB (RAM)" * bool(host_weight_bytes)
+            ram_total, ram_free = ram
+            room = ram_free - host_cache_bytes - margin_bytes(ram_total)
+            if host_weight_bytes and ram_total and host_weight_bytes > room:
+                # Mapped from the file, they would be read from disk again and
+                # again: the CPU's share of every token.
+                host += (
+                    f" > {max(0, room) // MIB} MiB of RAM left (available - host prompt cache - margin): "
+                    "they will be paged from disk; keep fewer layers' experts in RAM or add memory"
+                )
+                log.warning("memory: weights kept in host memory do not fit the RAM%s", host)
             return Budget(
                 max(0, free - margin),
                 f"VRAM: {free // MIB} MiB free of {total // MIB} MiB - margin {margin // MIB} MiB{host}",

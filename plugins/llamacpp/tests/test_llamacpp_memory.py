@@ -162,3 +162,32 @@ def test_a_window_beyond_memory_stops_the_load(
         ConfigError, match=r"one conversation of 8192 tokens needs 180 MiB of KV cache .* only 64 MiB"
     ):
         load(caplog, 8192)
+
+
+def test_experts_kept_in_host_memory_are_checked_against_the_ram(caplog: pytest.LogCaptureFixture) -> None:
+    """Weights a tensor override keeps in host memory (``n_cpu_moe``) take
+    RAM, not VRAM: named in the VRAM budget, and a warning when they do not
+    fit what the RAM has left."""
+    from missive_llamacpp.memory import budget
+
+    gib = 1024 * MIB
+    fits = budget(
+        on_gpu=True,
+        vram=(16 * gib, 15 * gib),
+        ram=(32 * gib, 28 * gib),
+        model_bytes=9 * gib,
+        host_cache_bytes=2 * gib,
+        host_weight_bytes=9 * gib,
+    )
+    assert "weights in host memory 9216 MiB (RAM)" in fits.where and "paged from disk" not in fits.where
+    with caplog.at_level("WARNING", logger="missive.llamacpp"):
+        tight = budget(
+            on_gpu=True,
+            vram=(16 * gib, 15 * gib),
+            ram=(16 * gib, 12 * gib),
+            model_bytes=9 * gib,
+            host_cache_bytes=2 * gib,
+            host_weight_bytes=9 * gib,
+        )
+    assert tight.nbytes == fits.nbytes  # the KV cache is on the GPU either way
+    assert "paged from disk" in tight.where and "do not fit the RAM" in caplog.text
