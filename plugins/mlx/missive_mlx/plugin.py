@@ -21,8 +21,10 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: ``prompt_cache_entries = 0``), one generation at a time per model (one
 #: KV cache in flight, one MLX stream). No tools: parsing a model's tool-call
 #: syntax needs the shared parser plugins (not there yet), and nothing here
-#: constrains decoding. No media. Reasoning as thinking blocks for models whose
-#: chat template has a reasoning format (the budget enforced by the engine).
+#: constrains decoding. No media here: a vision model folder of a family
+#: :mod:`missive_mlx.vision` places images for (mlx-vlm installed) declares
+#: the image types per model (the driver, before load). Reasoning as thinking
+#: blocks for models whose chat template has a reasoning format (the budget enforced by the engine).
 CAPABILITIES = Capabilities(
     # auto: the model decides, its calls parsed from its text by the parser of
     # its chat template's format; none: tools not shown. any/tool would need

@@ -25,10 +25,6 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
     ``patch_size`` pixels after ``smart_resize`` to a multiple of
     ``patch_size * merge_size`` within ``min_pixels .. max_pixels``), then
     ``<|vision_end|>``;
-  - Gemma 3 (``gemma3``; transformers' ``Gemma3Processor``): ``"\\n\\n"``,
-    ``<start_of_image>``, ``mm_tokens_per_image`` (256) times
-    ``<image_soft_token>``, ``<end_of_image>``, ``"\\n\\n"`` (every image is
-    resized to the vision tower's square ``image_size``);
 
 * in the prompt's token list the image's positions hold a synthetic id
   (negative, from a SHA-256 of the image's bytes, as the llamacpp driver
@@ -40,8 +36,7 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   (the language model's ``embed_tokens``) with the vision tower's features
   of each image in it put in place of its image tokens (the family's
   ``get_input_embeddings`` rule: Qwen's ``vision_tower(pixel_values,
-  grid_thw)``, Gemma 3's ``multi_modal_projector`` of the tower's output
-  scaled by ``1/sqrt(hidden_size)``), and ``mlx_lm.generate_step`` reads
+  grid_thw)``), and ``mlx_lm.generate_step`` reads
   those embeddings (its ``input_embeddings``) through :class:`VisionLM`,
   which gives mlx-lm's model interface to mlx-vlm's language model;
 * Qwen's M-RoPE positions (three position ids a token: time, height, width;
@@ -53,7 +48,8 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   prefix continues at the right positions and nothing depends on the state
   mlx-vlm's language model keeps between calls.
 
-Families mlx-vlm loads but this module does not place images for (Qwen3-VL's
+Families mlx-vlm loads but this module does not place images for yet
+(Gemma 3's 256 soft tokens and bidirectional image attention, Qwen3-VL's
 deepstack features, Mistral 3 / Pixtral's image break tokens, Llama 4's
 tiles...) are served as text-only models through mlx-lm, with a warning at
 load, as is every vision folder when mlx-vlm is not installed
@@ -92,7 +88,7 @@ log = logging.getLogger("missive.mlx")
 VISION_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 #: ``model_type`` values of ``config.json`` whose images this module places.
-FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3"})
+FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"})
 
 
 def marker(index: int, nonce: str) -> str:
@@ -227,7 +223,7 @@ class Vision:
 
     Args:
         model_id: for messages.
-        model_type: one of :data:`FAMILIES`.
+        model_type: one of :data:`FAMILIES` (M-RoPE models all).
         vlm: the mlx-vlm model.
         image_processor: the family's image processor (mlx-vlm's).
         tokenizer: the driver's tokenizer (mlx-lm's ``TokenizerWrapper``).
@@ -242,7 +238,7 @@ class Vision:
         self.model_type = model_type
         self.vlm = vlm
         self.image_processor = image_processor
-        self.lm = VisionLM(vlm, mrope=model_type in ("qwen2_vl", "qwen2_5_vl"))
+        self.lm = VisionLM(vlm, mrope=True)
         config = vlm.config
         vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else tokenizer.vocab
 
@@ -254,17 +250,11 @@ class Vision:
                 )
             return int(vocab[text])
 
-        if self.lm.mrope:
-            self.image_token = int(config.image_token_id)
-            self.before = [token("<|vision_start|>")]
-            self.after = [token("<|vision_end|>")]
-            self.merge = int(getattr(image_processor, "merge_size", 2))
-        else:  # gemma3
-            self.image_token = int(config.image_token_index)
-            newlines = list(tokenizer.encode("\n\n", add_special_tokens=False))
-            self.before = [*newlines, token("<start_of_image>")]
-            self.after = [token("<end_of_image>"), *newlines]
-            self.per_image = int(config.text_config.mm_tokens_per_image)
+        # Qwen2-VL, Qwen2.5-VL: <|vision_start|>, the image's <|image_pad|>, <|vision_end|>
+        self.image_token = int(config.image_token_id)
+        self.before = [token("<|vision_start|>")]
+        self.after = [token("<|vision_end|>")]
+        self.merge = int(getattr(image_processor, "merge_size", 2))
 
     # -- tokenizing thread ---------------------------------------------------
 
@@ -317,13 +307,9 @@ class Vision:
             raise InvalidRequestError(
                 f"the model's image processor could not preprocess a {rgb.width}x{rgb.height} image: {exc}"
             ) from exc
-        if self.lm.mrope:
-            grid = [int(v) for v in _numpy(out["image_grid_thw"]).reshape(-1)[:3]]
-            n = grid[0] * grid[1] * grid[2] // (self.merge * self.merge)
-            pixels = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
-        else:
-            n = self.per_image
-            pixels = {"pixel_values": out["pixel_values"]}
+        grid = [int(v) for v in _numpy(out["image_grid_thw"]).reshape(-1)[:3]]
+        n = grid[0] * grid[1] * grid[2] // (self.merge * self.merge)
+        pixels = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
         tokens += self.before
         media.spans.append(ImageSpan(start=len(tokens), n_tokens=n, pixels=pixels))
         tokens += [image_id(image)] * n
@@ -342,8 +328,7 @@ class Vision:
         ids = [self.image_token if t < 0 else t for t in tokens]
         media: MediaPrompt | None = prompt.media if isinstance(prompt.media, MediaPrompt) else None
         spans = media.spans if media is not None else []
-        if self.lm.mrope:
-            self._set_positions(prompt, spans)
+        self._set_positions(prompt, spans)
         end = start + len(tokens)
         inside = [s for s in spans if s.start < end and s.end > start]
         if not inside:  # text only (appended tokens start past the prompt's images)
@@ -369,16 +354,9 @@ class Vision:
 
         vlm = self.vlm
         pixel_values = mx.array(_numpy(span.pixels["pixel_values"]))
-        if self.lm.mrope:
-            grid = mx.array(_numpy(span.pixels["image_grid_thw"]))
-            dtype = vlm.vision_tower.patch_embed.proj.weight.dtype
-            features = vlm.vision_tower(pixel_values.astype(dtype), grid, output_hidden_states=False)
-        else:
-            hidden, _, _ = vlm.vision_tower(
-                pixel_values.transpose(0, 2, 3, 1).astype(vlm.language_model.model.embed_tokens.weight.dtype),
-                output_hidden_states=True,
-            )
-            features = vlm.multi_modal_projector(hidden)[0] / (vlm.config.text_config.hidden_size**0.5)
+        grid = mx.array(_numpy(span.pixels["image_grid_thw"]))
+        dtype = vlm.vision_tower.patch_embed.proj.weight.dtype
+        features = vlm.vision_tower(pixel_values.astype(dtype), grid, output_hidden_states=False)
         if features.shape[0] != span.n_tokens:
             raise ApiError(
                 f"the vision tower gave {features.shape[0]} features for an image of {span.n_tokens} tokens"

@@ -10,14 +10,12 @@ processor, read from ``preprocessor_config.json``.
 The tokenizer files (and the chat template) are SmolLM2's, copied from the
 converted folder, with the family's image tokens added as special tokens
 (ids after SmolLM2's 49152): Qwen2-VL's ``<|vision_start|>``,
-``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``; Gemma 3's
-``<start_of_image>``, ``<end_of_image>``, ``<image_soft_token>``. The answers
+``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``. The answers
 are random tokens: the tests check the plumbing (placement, counts, caching).
 
 ``preprocessor_config.json`` holds the family's processor settings, sized
 down: Qwen2.5-VL's (patch 14, merge 2, temporal patch 2, CLIP mean and std)
-with ``max_pixels`` 28 * 28 * 64, so an image takes at most 64 tokens;
-Gemma 3's (SigLIP, 0.5 mean and std) at the tower's ``image_size``.
+with ``max_pixels`` 28 * 28 * 64, so an image takes at most 64 tokens.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ QWEN_MAX_PIXELS = 28 * 28 * 64
 
 _TOKENS = {
     "qwen2_5_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
-    "gemma3": ["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
 }
 
 
