@@ -15,6 +15,11 @@ Forced ``tool_choice`` (``any``, ``tool``) and structured output
 text (:mod:`missive.tools.lark_grammar`) compiled and applied by llguidance
 (:mod:`missive_mlx.constrain`).
 
+Images: a vision model folder of a family :mod:`missive_mlx.vision` places
+images for, with mlx-vlm installed, takes the four image types of the API
+(``input_media``, declared from ``config.json`` before the model loads); any
+other model refuses images (the core's 400 naming the capability).
+
 ``max_tokens: 0`` (the API's cache warm-up) evaluates the prompt into a cache
 that is stored; it finishes with ``max_tokens`` and 0 output tokens.
 """
@@ -40,6 +45,7 @@ from .constrain import Constraint, GuidanceTokenizer, compile_grammar, special_t
 from .plugin import CAPABILITIES
 from .runner import MlxRunner
 from .settings import MlxSettings, parse_settings
+from .vision import VISION_MEDIA_TYPES, vision_capable
 
 __all__ = ["MlxDriver"]
 
@@ -59,6 +65,8 @@ class MlxDriver(LocalDriver):
         caps = capabilities or CAPABILITIES
         if self.settings.prompt_cache_entries == 0:
             caps = caps.model_copy(update={"prompt_caching": False})
+        if vision_capable(self.settings.path):  # known before load: a lazy model takes images too
+            caps = caps.model_copy(update={"input_media": VISION_MEDIA_TYPES})
         super().__init__(
             model_id,
             entry,

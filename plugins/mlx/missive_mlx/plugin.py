@@ -23,8 +23,11 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: ``auto`` parsed from the model's text by the parser of its chat
 #: template's format, ``any``/``tool`` (strict tools too) and structured
 #: output sampled under an llguidance grammar (:mod:`missive_mlx.constrain`).
-#: No media. Reasoning as thinking blocks for models whose chat template has
-#: a reasoning format (the budget enforced by the engine).
+#: No media here: a vision model folder of a family
+#: :mod:`missive_mlx.vision` places images for (mlx-vlm installed) declares
+#: the image types per model (the driver, before load). Reasoning as
+#: thinking blocks for models whose chat template has a reasoning format
+#: (the budget enforced by the engine).
 CAPABILITIES = Capabilities(
     tool_choice=frozenset({"auto", "any", "tool", "none"}),
     strict_tools=frozenset({"any", "tool"}),

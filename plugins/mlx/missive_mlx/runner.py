@@ -14,6 +14,9 @@ sampling, cache copies) runs in the model's thread: mlx-lm's
   (:mod:`missive_mlx.memory`, the arithmetic logged); the chat template is
   ``settings.chat_template`` or the tokenizer's (``tokenizer_config.json`` /
   ``chat_template.jinja``);
+* **vision models** (``config.json`` with a ``vision_config``): loaded by
+  mlx-vlm, images placed in the prompt, embedded and given to
+  ``generate_step`` as input embeddings (:mod:`missive_mlx.vision`);
 * **tokenize**: ``tokenizer.encode(text, add_special_tokens=False)`` per
   rendered piece (the template writes the special tokens itself, as
   transformers' ``apply_chat_template(tokenize=True)``), client text with
@@ -70,6 +73,7 @@ from .detokenize import IncrementalDetokenizer
 from .memory import always_trimmable, fit, free_memory, probe
 from .prompt_cache import PromptCacheStore
 from .settings import MlxSettings
+from .vision import VISION_MEDIA_TYPES, Vision, load_vision, vision_model_type
 
 __all__ = ["MlxRunner"]
 
@@ -110,7 +114,6 @@ class MlxRunner:
     backend = "mlx"
     # Hugging Face fast tokenizers are not meant for concurrent calls on one instance.
     tokenize_threads = 1
-    image_marker = None
 
     def __init__(self, model_id: str, settings: MlxSettings, context_window: int | None) -> None:
         self.model_id = model_id
@@ -120,6 +123,8 @@ class MlxRunner:
         self.tokenizer: Any = None
         self.store: PromptCacheStore | None = None
         self.checkpoints = False  # set at load: the model's cache cannot always be trimmed
+        self.vision: Vision | None = None  # set at load for a vision model (images)
+        self.image_marker: Callable[[int, str], str] | None = None
 
     # -- load and close ----------------------------------------------------
 
@@ -139,10 +144,16 @@ class MlxRunner:
         import mlx_lm
         from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-        try:
-            model, tokenizer = mlx_lm.load(str(path))
-        except (ValueError, OSError, KeyError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"model '{self.model_id}': mlx-lm could not load {path}: {exc}") from exc
+        model_type = vision_model_type(path)
+        loaded = load_vision(self.model_id, path, model_type) if model_type is not None else None
+        vision: Vision | None = None
+        if loaded is not None:
+            model, tokenizer, vision = loaded
+        else:
+            try:
+                model, tokenizer = mlx_lm.load(str(path))
+            except (ValueError, OSError, KeyError, json.JSONDecodeError) as exc:
+                raise ConfigError(f"model '{self.model_id}': mlx-lm could not load {path}: {exc}") from exc
         settings = self.settings
         costs, quantized = probe(self.model_id, model, settings.kv_bits, settings.kv_group_size)
         self.checkpoints = settings.prompt_cache_entries > 0 and not always_trimmable(
@@ -168,6 +179,8 @@ class MlxRunner:
             self.settings.prompt_cache_entries, can_trim=can_trim_prompt_cache, trim=trim_prompt_cache
         )
         self.model, self.tokenizer = model, tokenizer
+        self.vision = vision
+        self.image_marker = vision.marker if vision is not None else None
         kv = (
             "model dtype"
             if settings.kv_bits is None
@@ -196,12 +209,13 @@ class MlxRunner:
             eos_text=tokenizer.eos_token or "",
             control_texts=_control_texts(tokenizer),
             sampling=folder_sampling(path),
+            input_media=VISION_MEDIA_TYPES if vision is not None else frozenset(),
         )
 
     def close(self) -> None:
         import mlx.core as mx
 
-        self.model = self.tokenizer = None
+        self.model = self.tokenizer = self.vision = None
         if self.store is not None:
             self.store.clear()
         mx.clear_cache()
@@ -215,12 +229,18 @@ class MlxRunner:
             ApiError: the template rendered nothing.
         """
         tokenizer = self._tokenizer()
-        tokens: list[int] = []
-        for text, client in pieces:
+
+        def encode(text: str, client: bool) -> list[int]:
             # A control token's text a client sent is text: split_special_tokens
             # keeps the tokenizer from matching it as the special token.
             extra = {"split_special_tokens": True} if client else {}
-            tokens += tokenizer.encode(text, add_special_tokens=False, **extra)
+            return list(tokenizer.encode(text, add_special_tokens=False, **extra))
+
+        if marks is not None and self.vision is not None:
+            return self.vision.tokenize(encode, pieces, marks)
+        tokens: list[int] = []
+        for text, client in pieces:
+            tokens += encode(text, client)
         if not tokens:
             raise ApiError("the chat template rendered an empty prompt")
         return Prompt(tokens)
@@ -275,8 +295,13 @@ class MlxRunner:
                 self._checkpoint(state.cache, state.held + state.pending[:processed])
 
         state.pending = list(tokens)
+        inputs, embeddings = (
+            self.vision.inputs(seq.prompt, len(state.held), tokens)
+            if self.vision is not None
+            else (mx.array(tokens), None)
+        )
         state.gen = generate_step(
-            mx.array(tokens),
+            inputs,
             self.model,
             max_tokens=max_tokens,
             sampler=state.sampler,
@@ -287,6 +312,7 @@ class MlxRunner:
             kv_group_size=settings.kv_group_size,
             quantized_kv_start=settings.quantized_kv_start,
             prompt_progress_callback=check_cancelled,
+            input_embeddings=embeddings,
         )
 
     def step(self, seq: Sequence) -> int | None:
@@ -315,7 +341,10 @@ class MlxRunner:
 
     def _decode(self, ids: Any) -> str:
         return str(
-            self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            # An image's positions (negative synthetic ids) are no text.
+            self.tokenizer.decode(
+                [i for i in ids if i >= 0], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
         )
 
     def end(self, seq: Sequence, ok: bool) -> None:

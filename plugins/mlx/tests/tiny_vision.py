@@ -1,0 +1,125 @@
+"""Tiny random-weight vision model folders for mlx-vlm (see :mod:`missive_mlx.vision`).
+
+mlx-vlm builds a model from ``config.json`` alone (``mlx_vlm.utils.
+get_model_and_args``: ``mlx_vlm.models.<model_type>.Model`` of its
+``ModelConfig``, ``VisionConfig`` and ``TextConfig``), so a few megabytes of
+random weights are a real model of that family to mlx-vlm: its vision tower,
+its projector, its language model (Qwen's M-RoPE attention...), and its
+processor, read from ``preprocessor_config.json``.
+
+The tokenizer files (and the chat template) are SmolLM2's, copied from the
+converted folder, with the family's image tokens added as special tokens
+(ids after SmolLM2's 49152): Qwen2-VL's ``<|vision_start|>``,
+``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``. The answers
+are random tokens: the tests check the plumbing (placement, counts, caching).
+
+``preprocessor_config.json`` holds the family's processor settings, sized
+down: Qwen2.5-VL's (patch 14, merge 2, temporal patch 2, CLIP mean and std)
+with ``max_pixels`` 28 * 28 * 64, so an image takes at most 64 tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+#: Largest image a tiny Qwen model reads: 64 tokens of 28 x 28 pixels.
+QWEN_MAX_PIXELS = 28 * 28 * 64
+
+_TOKENS = {
+    "qwen2_5_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+}
+
+
+def _config(kind: str, ids: dict[str, int], base: dict[str, Any], vocab: int) -> dict[str, Any]:
+    text = {
+        "vocab_size": vocab,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+    }
+    if kind == "qwen2_5_vl":
+        return {
+            **text,
+            "model_type": "qwen2_5_vl",
+            "rope_theta": 1e6,
+            # head_dim 32: 16 rotary frequencies split among time, height, width
+            "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+            "bos_token_id": base.get("bos_token_id"),
+            "eos_token_id": base.get("eos_token_id"),
+            "image_token_id": ids["<|image_pad|>"],
+            "video_token_id": ids["<|video_pad|>"],
+            "vision_start_token_id": ids["<|vision_start|>"],
+            "vision_end_token_id": ids["<|vision_end|>"],
+            "vision_config": {
+                "model_type": "qwen2_5_vl",
+                "depth": 2,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "out_hidden_size": 64,
+                "num_heads": 2,
+                "patch_size": 14,
+                "spatial_patch_size": 14,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "window_size": 112,
+                "fullatt_block_indexes": [1],
+                "in_channels": 3,
+            },
+        }
+    raise ValueError(kind)
+
+
+def _preprocessor(kind: str) -> dict[str, Any]:
+    if kind == "qwen2_5_vl":
+        return {
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "processor_class": "Qwen2_5_VLProcessor",
+            "patch_size": 14,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "min_pixels": 56 * 56,
+            "max_pixels": QWEN_MAX_PIXELS,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "do_convert_rgb": True,
+        }
+    raise ValueError(kind)
+
+
+def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
+    """Write a random-weight ``kind`` vision model (``qwen2_5_vl``) into ``out``."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_vlm.utils import get_model_and_args
+    from tokenizers import AddedToken, Tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _TOKENS[kind]])
+    tokenizer.save(str(out / "tokenizer.json"))
+    shutil.copy(tokenizer_dir / "tokenizer_config.json", out / "tokenizer_config.json")
+    ids = {t: tokenizer.token_to_id(t) for t in _TOKENS[kind]}
+    base = json.loads((tokenizer_dir / "config.json").read_text())
+    config = _config(kind, ids, base, tokenizer.get_vocab_size())
+    module, _ = get_model_and_args(json.loads(json.dumps(config)))
+    model_config = module.ModelConfig.from_dict(json.loads(json.dumps(config)))
+    model_config.vision_config = module.VisionConfig.from_dict(config["vision_config"])
+    model_config.text_config = module.TextConfig.from_dict(config.get("text_config") or config)
+    mx.random.seed(0)
+    model = module.Model(model_config)
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(out / "model.safetensors"), weights)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor(kind), indent=2))
+    return out
