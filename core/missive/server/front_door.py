@@ -21,7 +21,7 @@ type, for the door to render.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +41,7 @@ from . import access
 from .routes.common import caller_of, read_raw_body, record, report_notes
 from .services import Services
 
-__all__ = ["Gateway", "ModelListing", "mount_front_doors"]
+__all__ = ["Gateway", "ModelListing", "EventBatches", "mount_front_doors"]
 
 log = logging.getLogger("missive.front_door")
 
@@ -154,14 +154,15 @@ class Gateway:
             await answer.aclose()
         return accumulate(events)
 
-    def stream(self, answer: Answer) -> AsyncGenerator[list[Event], None]:
+    def stream(self, answer: Answer) -> EventBatches:
         """The answer's events after ``answer.first``, in batches of those
         ready together, with ``{"type": "ping"}`` events after
         ``server.ping_interval`` seconds of silence; called in the request,
         iterated in the streaming response's body. The answer is ended and
-        the request's record finished when the generator ends, however.
+        the request's record finished when the batches end or are closed
+        (even unread: a client gone before the body started).
 
-        The generator raises a :class:`MissiveError` after the events that
+        Iterating raises a :class:`MissiveError` after the events that
         preceded a failure (the door sends its own error event).
         """
         facts = record()
@@ -184,12 +185,9 @@ class Gateway:
                 except Exception as exc:
                     raise self._noted(exc, facts) from exc
             finally:
-                try:
-                    await answer.aclose()
-                finally:
-                    facts.finish(200, None if facts.completed else CLIENT_GONE)
+                await _end(answer, facts)
 
-        return batches()
+        return EventBatches(batches(), lambda: _end(answer, facts))
 
     async def count_tokens(self, body: dict[str, Any]) -> int:
         """The prompt's size of ``body`` (a Messages ``count_tokens`` body) on
@@ -257,6 +255,40 @@ class Gateway:
         if facts is not None and facts.error_type is None:
             facts.error_type = error.error_type
         return error
+
+
+async def _end(answer: Answer, facts: Any) -> None:
+    try:
+        await answer.aclose()  # ended, failed or client gone: the driver stops, the slot is freed
+    finally:
+        facts.finish(200, None if facts.completed else CLIENT_GONE)
+
+
+class EventBatches:
+    """What :meth:`Gateway.stream` returns: an async iterator of event
+    batches whose :meth:`aclose` ends the answer even when it was never
+    iterated (a generator never started runs no ``finally``)."""
+
+    def __init__(
+        self, batches: AsyncGenerator[list[Event], None], end: Callable[[], Awaitable[None]]
+    ) -> None:
+        self._batches = batches
+        self._end = end
+        self._started = False
+
+    def __aiter__(self) -> EventBatches:
+        return self
+
+    async def __anext__(self) -> list[Event]:
+        self._started = True
+        return await self._batches.__anext__()
+
+    async def aclose(self) -> None:
+        if self._started:
+            await self._batches.aclose()
+        else:
+            await self._batches.aclose()  # marks it closed; its body never ran
+            await self._end()
 
 
 def mount_front_doors(app: Quart, found: Services, prefixes: tuple[str, ...]) -> list[str]:
