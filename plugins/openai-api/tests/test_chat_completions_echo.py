@@ -127,7 +127,10 @@ def test_stream_without_usage_ends_with_done(raw: httpx.Client) -> None:
 
 def test_translation_reaches_the_core(client: openai.OpenAI) -> None:
     """System, developer, user parts, an image as a data URL, a tool call and its result."""
-    png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    png = (
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+        "AAAABJRU5ErkJggg=="
+    )
     done = client.chat.completions.create(
         model="echo-report",
         messages=[
