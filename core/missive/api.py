@@ -31,6 +31,9 @@ The names, grouped by what they are for:
   :data:`Classify`, :class:`ReplicaPool`, :class:`Replica`; the replica
   policies: :class:`ReplicaRouting` (the settings), :func:`policy_for`,
   :class:`RouteKey` (what a request is routed by);
+* front doors (another HTTP API on the same app: OpenAI's...):
+  :class:`FrontDoorSpec`, :class:`Gateway` (what its factory gets: keys,
+  the body, the answer and its events, errors), :class:`ModelListing`;
 * tool calls and reasoning in generated text: :class:`ToolParser` and its
   events, :func:`build_parser`, :class:`ReasoningParser`, the template helpers;
 * state kept between runs: :func:`state_dir`, :func:`read_json`, :func:`write_json`.
@@ -40,6 +43,8 @@ app itself); a plugin's hook module may import it at the top.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .config import ConfigError, ModelEntry
 from .config.state_dir import read_json, state_dir, write_json
@@ -99,6 +104,7 @@ from .kernel.specs import (
     DefaultModel,
     DocumentProcessorSpec,
     DriverSpec,
+    FrontDoorSpec,
     ImageProcessorSpec,
     SearchProviderSpec,
     TokenizerSpec,
@@ -141,6 +147,22 @@ from .tools.parsers.values import allows_string
 from .tools.render import hermes_messages, template_supports_tools
 from .tools.search import SearchError, SearchProvider, SearchQuery, SearchResult
 
+if TYPE_CHECKING:
+    from .server.front_door import Gateway, ModelListing
+
+#: Names imported on first use: they bring in the HTTP shell, which a
+#: plugin's hook module (``missive plugins``) does not need.
+_LAZY = {"Gateway": ".server.front_door", "ModelListing": ".server.front_door"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "API_VERSION",
     # declaring a plugin
@@ -154,6 +176,10 @@ __all__ = [
     "ImageProcessorSpec",
     "DocumentProcessorSpec",
     "SearchProviderSpec",
+    "FrontDoorSpec",
+    # front doors (other HTTP APIs on the same app)
+    "Gateway",
+    "ModelListing",
     # search providers (the web_search server tool)
     "SearchProvider",
     "SearchQuery",

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         DefaultModel,
         DocumentProcessorSpec,
         DriverSpec,
+        FrontDoorSpec,
         ImageProcessorSpec,
         SearchProviderSpec,
         TokenizerSpec,
@@ -74,6 +75,11 @@ def register_document_processors() -> list[DocumentProcessorSpec]:
 @hookspec
 def register_search_providers() -> list[SearchProviderSpec]:
     """Return search engines that can run the ``web_search`` server tool."""
+
+
+@hookspec
+def register_front_doors() -> list[FrontDoorSpec]:
+    """Return HTTP APIs served beside the Messages API (OpenAI's...)."""
 
 
 @hookspec

@@ -38,6 +38,7 @@ from .specs import (
     DefaultModel,
     DocumentProcessorSpec,
     DriverSpec,
+    FrontDoorSpec,
     ImageProcessorSpec,
     SearchProviderSpec,
     TokenizerSpec,
@@ -126,6 +127,7 @@ class Kernel:
         self.image_processors = self._collect("register_image_processors", ImageProcessorSpec)
         self.document_processors = self._collect("register_document_processors", DocumentProcessorSpec)
         self.search_providers = self._collect("register_search_providers", SearchProviderSpec)
+        self.front_doors = self._collect("register_front_doors", FrontDoorSpec)
 
     @property
     def hook(self) -> Any:

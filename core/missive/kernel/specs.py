@@ -25,6 +25,7 @@ __all__ = [
     "ImageProcessorSpec",
     "DocumentProcessorSpec",
     "SearchProviderSpec",
+    "FrontDoorSpec",
 ]
 
 
@@ -169,6 +170,24 @@ class SearchProviderSpec:
     ``[server_tools.search]`` table when ``server_tools.web_search`` names
     this provider; its ``search(query)`` returns
     :class:`~missive.tools.search.SearchResult` objects.
+    """
+
+    name: str
+    factory: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class FrontDoorSpec:
+    """Another HTTP API served on the same app as the Messages API (OpenAI's
+    Chat Completions...), on the same models, keys and limits.
+
+    ``factory`` names a callable built once per app as
+    ``factory(gateway)`` with the app's :class:`~missive.server.front_door.Gateway`
+    (the serving object: keys, body, the answer, its events, errors), returning
+    a ``quart.Blueprint`` whose rules are relative to ``/v1``; the core mounts
+    it under ``/v1`` (and ``/v1/v1``). Its views render their own wire format
+    and error envelope; the Messages API's own paths stay the core's.
     """
 
     name: str

@@ -228,9 +228,11 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         log.exception("unhandled error")
         return error_response(ApiError("internal server error; the server log has the details"))
 
-    from .routes import register_routes
+    from .front_door import mount_front_doors
+    from .routes import PREFIXES, register_routes
 
     register_routes(app)
+    mount_front_doors(app, found, PREFIXES)  # other APIs, plugins like drivers (docs/hooks.md)
     return app
 
 

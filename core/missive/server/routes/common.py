@@ -13,12 +13,14 @@ from ...config import Config
 from ...context_management import HANDLED_BETAS as CONTEXT_BETAS
 from ...kernel.plugins import Kernel
 from ...keys.ring import Identity
+from ...messages.prepare import Notes
 from ...models.table import ModelTable
 from ...protocol.errors import InvalidRequestError
 from ...protocol.schema.ignored import collect_ignored
 from ...protocol.validation import parse_json, validate_body
 from ...serving.admission import Admission
 from ...serving.drain import Drain
+from ...serving.prepared import Caller
 from ...serving.record import RequestRecord
 from ...threads import HANDLED_BETAS as THREAD_BETAS
 from .. import access
@@ -35,6 +37,8 @@ __all__ = [
     "read_request",
     "read_raw_body",
     "page_limit",
+    "caller_of",
+    "report_notes",
 ]
 
 log = logging.getLogger("missive.request")
@@ -169,3 +173,23 @@ def page_limit() -> int:
     if not 1 <= limit <= 1000:
         raise InvalidRequestError("limit: Input should be between 1 and 1000")
     return limit
+
+
+def caller_of(facts: RequestRecord) -> Caller:
+    """The service's view of this HTTP request (:class:`~missive.serving.prepared.Caller`)."""
+    config, _, _ = config_kernel_models()
+    return Caller(
+        request_id=g.request_id,
+        record=facts,
+        notes=Notes(strict=config.server.strict),
+        headers={name.lower(): value for name, value in request.headers.items()},
+    )
+
+
+def report_notes(notes: Notes) -> None:
+    """Put what the preparation noted into the response's headers
+    (``missive-ignored``, ``missive-dropped-thinking``: :mod:`missive.server.app`)."""
+    if notes.ignored:
+        g.ignored = [*getattr(g, "ignored", []), *notes.ignored]
+    if notes.dropped_thinking:
+        g.dropped_thinking = list(notes.dropped_thinking)

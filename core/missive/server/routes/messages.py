@@ -27,10 +27,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, cast
 
-from quart import Quart, Response, g, request
+from quart import Quart, Response, g
 
 from ...config import ServerConfig
-from ...messages.prepare import Notes
 from ...messages.stream import accumulate
 from ...protocol.errors import ApiError, MissiveError
 from ...protocol.schema.request import CountTokensRequest, MessagesRequest
@@ -38,15 +37,16 @@ from ...protocol.sse import PING, frame, paced_batches
 from ...serving.answer import Answer
 from ...serving.drain import Drain
 from ...serving.record import CLIENT_CLOSED, CLIENT_GONE, RequestRecord
-from ...serving.service import Caller
 from ...threads.keeper import Keeper
 from ..access import admit, current_identity
 from ..services import services
 from .common import (
     authenticate,
+    caller_of,
     config_kernel_models,
     read_request,
     record,
+    report_notes,
 )
 
 log = logging.getLogger("missive.messages")
@@ -81,26 +81,6 @@ def keeper() -> Keeper:
     return made
 
 
-def _caller(facts: RequestRecord) -> Caller:
-    """The service's view of this HTTP request."""
-    config, _, _ = config_kernel_models()
-    return Caller(
-        request_id=g.request_id,
-        record=facts,
-        notes=Notes(strict=config.server.strict),
-        headers={name.lower(): value for name, value in request.headers.items()},
-    )
-
-
-def _report(notes: Notes) -> None:
-    """Put what the preparation noted into the response's headers
-    (``missive-ignored``, ``missive-dropped-thinking``: :mod:`missive.server.app`)."""
-    if notes.ignored:
-        g.ignored = [*getattr(g, "ignored", []), *notes.ignored]
-    if notes.dropped_thinking:
-        g.dropped_thinking = list(notes.dropped_thinking)
-
-
 @dataclass(frozen=True)
 class _StreamContext:
     """What a stream's body needs from its request, taken in the handler:
@@ -131,7 +111,7 @@ async def _create_message() -> Response | dict[str, Any]:
     # The model, then its fallbacks (each one the key may use); the model's
     # own chain for a request that names none, with routing.default_fallbacks.
     chain = found.choice.chain(req, model_id, identity.may_use)
-    caller = _caller(facts)
+    caller = caller_of(facts)
 
     async def begin() -> Answer:
         # Nothing is sent before the answer starts: at the end of a shutdown's
@@ -162,7 +142,7 @@ async def _create_message() -> Response | dict[str, Any]:
     try:
         answer = await begin()
     finally:
-        _report(caller.notes)
+        report_notes(caller.notes)
     if req.stream:
         return _sse_response(_body(answer, _stream_context()))
     events = [answer.first]
@@ -263,11 +243,11 @@ async def count_tokens() -> dict[str, Any]:
     facts.requested_model = req.model
     model_id, facts.rule = services().choice.route(req, identity.may_use, facts.agent)
     facts.model = model_id
-    caller = _caller(facts)
+    caller = caller_of(facts)
     try:
         return await services().messages.count_tokens(req, model_id, caller)
     finally:
-        _report(caller.notes)
+        report_notes(caller.notes)
 
 
 def register(app: Quart, prefix: str) -> None:

@@ -1,0 +1,152 @@
+"""The front door's blueprint: ``POST /chat/completions`` (mounted under
+``/v1``) and, for OpenAI clients, ``GET /models`` in OpenAI's shape.
+
+Each request goes through the :class:`~missive.api.Gateway`: its key and
+limits before the body is read, the body translated
+(:mod:`.chat_request`) into the Messages request the core answers as
+``POST /v1/messages`` would, the answer folded (:func:`.chat_stream.completion_of`)
+or streamed chunk by chunk (:class:`.chat_stream.ChunkConverter`, SSE
+``data:`` lines, ``data: [DONE]`` at the end, ``: ping`` comments on silence).
+Every error on these routes is OpenAI's envelope (:mod:`.errors`); one
+after the stream started is a last ``data: {"error": ...}`` event, as
+OpenAI sends it, with no ``[DONE]`` after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from datetime import datetime
+from typing import Any
+
+from quart import Blueprint, Response, request
+from werkzeug.exceptions import MethodNotAllowed
+
+from missive.api import Gateway, MissiveError, json_dumps
+
+from .chat_request import translate
+from .chat_stream import ChunkConverter, completion_of
+from .errors import envelope, status_of
+
+__all__ = ["blueprint", "MODELS_PATHS"]
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+#: ``GET`` paths answered in OpenAI's shape for OpenAI clients (:func:`_is_openai_client`).
+MODELS_PATHS = ("/v1/models", "/v1/v1/models")
+#: The key's limits, under OpenAI's header names (API reference, "Rate limits").
+_LIMIT_HEADERS = {"requests": "requests", "tokens": "tokens"}
+
+
+def _data(obj: Any) -> bytes:
+    return b"data: " + json_dumps(obj) + b"\n\n"
+
+
+def _error_response(error: MissiveError) -> Response:
+    response = Response(json_dumps(envelope(error)), status=status_of(error), content_type="application/json")
+    if error.retry_after is not None:
+        response.headers["retry-after"] = str(min(60, max(0, int(error.retry_after))))
+    return response
+
+
+def _openai_limits(headers: dict[str, str]) -> dict[str, str]:
+    """``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`` as
+    ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` (the reset as
+    seconds from now, ``"12s"``, as OpenAI writes durations)."""
+    out: dict[str, str] = {}
+    for kind in _LIMIT_HEADERS:
+        for part in ("limit", "remaining", "reset"):
+            value = headers.get(f"anthropic-ratelimit-{kind}-{part}")
+            if value is None:
+                continue
+            if part == "reset":
+                try:
+                    at = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+                except ValueError:
+                    continue
+                value = f"{max(0, round(at - time.time()))}s"
+            out[f"x-ratelimit-{part}-{kind}"] = value
+    return out
+
+
+def _is_openai_client() -> bool:
+    """An OpenAI client asks: no ``anthropic-version`` header (every
+    Anthropic SDK and Claude Code send one) and a bearer token (every OpenAI
+    SDK sends its API key as one)."""
+    return "anthropic-version" not in request.headers and request.headers.get(
+        "authorization", ""
+    ).lower().startswith("bearer ")
+
+
+def blueprint(gateway: Gateway) -> Blueprint:
+    """The blueprint of this front door (``FrontDoorSpec.factory``)."""
+    bp = Blueprint("openai", __name__)
+
+    @bp.errorhandler(Exception)
+    async def _error(exc: Exception) -> Response:
+        return _error_response(gateway.error(exc))
+
+    @bp.after_request
+    async def _limits(response: Response) -> Response:
+        response.headers.update(_openai_limits(gateway.rate_limits()))
+        return response
+
+    async def chat_completions() -> Response | dict[str, Any]:
+        gateway.admit()
+        chat = translate(await gateway.read_json())
+        gateway.ignore(chat.ignored)
+        answer = await gateway.answer(chat.body)
+        completion_id = "chatcmpl-" + str(answer.first["message"]["id"]).removeprefix("msg_")
+        created = int(time.time())
+        if not chat.stream:
+            message = await gateway.collect(answer)
+            return completion_of(message, completion_id=completion_id, model=chat.model, created=created)
+        converter = ChunkConverter(
+            completion_id=completion_id, model=chat.model, created=created, include_usage=chat.include_usage
+        )
+        batches = gateway.stream(answer)
+
+        async def body() -> AsyncGenerator[bytes, None]:
+            try:
+                yield b"".join(_data(chunk) for chunk in converter.feed(answer.first))
+                try:
+                    async for batch in batches:
+                        out = []
+                        for event in batch:
+                            if event["type"] == "ping":
+                                out.append(b": ping\n\n")
+                            else:
+                                out.extend(_data(chunk) for chunk in converter.feed(event))
+                        if out:
+                            yield b"".join(out)
+                except MissiveError as exc:
+                    yield _data(envelope(exc))
+                    return
+                yield b"data: [DONE]\n\n"
+            finally:
+                await batches.aclose()
+
+        response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
+        response.timeout = None
+        return response
+
+    async def not_allowed() -> Response:
+        raise MethodNotAllowed(valid_methods=["POST"], description=f"method {request.method} is not allowed")
+
+    @bp.before_app_request
+    async def _models_for_openai_clients() -> Response | None:
+        if request.method != "GET" or request.path not in MODELS_PATHS or not _is_openai_client():
+            return None
+        try:
+            data = [
+                {"id": m.id, "object": "model", "created": m.created, "owned_by": "missive"}
+                for m in gateway.models()
+            ]
+        except Exception as exc:
+            return _error_response(gateway.error(exc))
+        return Response(json_dumps({"object": "list", "data": data}), content_type="application/json")
+
+    bp.add_url_rule("/chat/completions", "chat-completions", chat_completions, methods=["POST"])
+    bp.add_url_rule(
+        "/chat/completions", "chat-completions-other", not_allowed, methods=["GET", "PUT", "DELETE", "PATCH"]
+    )
+    return bp
