@@ -13,6 +13,11 @@ byte-identical prompts in both, and a template's ``raise_exception`` is a 400.
 Nothing constrains decoding here: tools are offered with ``tool_choice``
 ``auto`` and ``none`` only, and there is no structured output.
 
+With ``settings.parallel > 1`` the runner is a
+:class:`~missive_mlx.batched.BatchedMlxRunner`: that many sequences decoded
+together (mlx-lm's ``BatchGenerator``), each slot keeping its last cache, and
+``max_concurrency`` is ``parallel``.
+
 ``max_tokens: 0`` (the API's cache warm-up) evaluates the prompt into a cache
 that is stored; it finishes with ``max_tokens`` and 0 output tokens.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 from missive.api import Capabilities, LocalDriver, ModelEntry
 
+from .batched import BatchedMlxRunner
 from .plugin import CAPABILITIES
 from .runner import MlxRunner
 from .settings import MlxSettings, parse_settings
@@ -42,11 +48,16 @@ class MlxDriver(LocalDriver):
         caps = capabilities or CAPABILITIES
         if self.settings.prompt_cache_entries == 0:
             caps = caps.model_copy(update={"prompt_caching": False})
+        parallel = self.settings.parallel
+        caps = caps.model_copy(update={"max_concurrency": parallel})
+        runner = (BatchedMlxRunner if parallel > 1 else MlxRunner)(model_id, self.settings, entry.context_window)
         super().__init__(
             model_id,
             entry,
             caps,
-            MlxRunner(model_id, self.settings, entry.context_window),
+            runner,
             tool_parser=self.settings.tool_parser,
             reasoning_parser=self.settings.reasoning_parser,
+            # The slots' caches go to the runner's own store, not the engine's host-memory cache.
+            host_cache_bytes=0,
         )
