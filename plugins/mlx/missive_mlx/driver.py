@@ -50,7 +50,8 @@ class MlxDriver(LocalDriver):
             caps = caps.model_copy(update={"prompt_caching": False})
         parallel = self.settings.parallel
         caps = caps.model_copy(update={"max_concurrency": parallel})
-        runner = (BatchedMlxRunner if parallel > 1 else MlxRunner)(model_id, self.settings, entry.context_window)
+        runner_class = BatchedMlxRunner if parallel > 1 else MlxRunner
+        runner = runner_class(model_id, self.settings, entry.context_window)
         super().__init__(
             model_id,
             entry,
