@@ -110,7 +110,7 @@ def main() -> None:
                 rates[parallel].append(rate)
                 print(f"round {r}: parallel {parallel}: {rate:.2f} tokens/s ({tokens} tokens)", flush=True)
     three, one = statistics.median(rates[3]), statistics.median(rates[1])
-    print(f"3 streams at once, median of {args.repeats}: parallel 3 {three:.2f}, parallel 1 {one:.2f} tokens/s")
+    print(f"3 streams at once, median of {args.repeats}: parallel 3 {three:.2f}, 1 {one:.2f} tokens/s")
     print(f"parallel 3 / parallel 1: {three / one:.2f}")
     record("mlx_slots", "3 streams, parallel 3 / parallel 1", three / one)
 
