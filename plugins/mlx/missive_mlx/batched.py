@@ -134,6 +134,7 @@ class _BatchState:
     sampler: Callable[[Any], Any]
     processors: list[Callable[[Any, Any], Any]]
     uid: int | None = None
+    owner: Any = None  # the generator ``uid`` is of (a failed step replaces it)
     appended: bool = False
     final: tuple[list[Any], list[int]] | None = None
 
@@ -299,6 +300,7 @@ class BatchedMlxRunner(MlxRunner):
             samplers=[state.sampler],
             logits_processors=[state.processors],
         )
+        state.owner = self._gen
         return int(uid)
 
     def step_many(self, seqs: list[Sequence]) -> list[StepResult]:
@@ -352,7 +354,7 @@ class BatchedMlxRunner(MlxRunner):
     def _remove(self, state: _BatchState) -> tuple[list[Any], list[int]] | None:
         """Take the sequence out of the generator, with its cache and tokens."""
         uid, state.uid = state.uid, None
-        if uid is None:
+        if uid is None or state.owner is not self._gen:
             return None
         got = self._gen.remove([uid], return_prompt_caches=True).get(uid)
         return (got[0], list(got[1])) if got is not None else None

@@ -293,6 +293,32 @@ async def test_thinking_budget_close_is_appended_inside_the_batch(mlx_model_dir:
     assert batched_kept == single_kept  # the slot holds what the one-at-a-time runner stored
 
 
+@pytest.mark.anyio
+async def test_a_failed_step_fails_its_sequences_and_the_next_is_served(mlx_model_dir: Path) -> None:
+    from missive.protocol.errors import ApiError
+    from missive_mlx.driver import MlxDriver
+
+    entry = ModelEntry(
+        driver="mlx", context_window=512, settings={"model_path": str(mlx_model_dir), "parallel": 2}
+    )
+    d = MlxDriver("smollm2-mlx", entry)
+    await d.start()
+    try:
+
+        def broken() -> Any:
+            raise RuntimeError("boom")
+
+        d.runner._gen.next = broken  # this generator only: the runner makes a new one after a failure
+        req = generation_request(user("Say hi."), model="smollm2-mlx", max_tokens=4, temperature=0.0)
+        with pytest.raises(ApiError, match=r"mlx-lm failed a batched step of 1 sequences: boom"):
+            await collect(d.generate(req))
+        events = await collect(d.generate(req))
+    finally:
+        await d.aclose()
+    check_order(events)
+    assert isinstance(events[-1], Finished) and events[-1].output_tokens > 0
+
+
 # -- caches that cannot be trimmed -------------------------------------------
 
 
