@@ -40,11 +40,12 @@ it is what mlx-lm's own server batches with (``mlx_lm/server.py``,
   them. A grammar processor is carried over but sees only the last
   appended token (its input is the context's last token on each call).
 
-Requests that ``BatchGenerator`` cannot batch are refused at configuration
-time, as mlx-lm's server serves them one at a time (``_is_batchable``):
-``kv_bits`` (``QuantizedKVCache`` has no ``merge``) and ``seed`` (one random
-state for the batch) in :mod:`missive_mlx.settings`; a model with a cache
-class that cannot merge (``ChunkedKVCache``...) at load.
+What ``BatchGenerator`` cannot batch is refused at configuration time
+(mlx-lm's server serves such requests one at a time instead: its
+``_is_batchable``, and ``ModelProvider.load``'s check that every cache has
+``merge``): ``kv_bits`` (``QuantizedKVCache`` has no ``merge``) and ``seed``
+(one random state for the batch) in :mod:`missive_mlx.settings`, a model
+with a cache class that cannot merge (``ChunkedKVCache``...) at load.
 
 **Slots and prompt caches** (the llama.cpp driver's rule,
 :mod:`missive_llamacpp.slots`, on mlx-lm's cache objects): each slot keeps
