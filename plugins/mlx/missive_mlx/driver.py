@@ -20,6 +20,11 @@ images for, with mlx-vlm installed, takes the four image types of the API
 (``input_media``, declared from ``config.json`` before the model loads); any
 other model refuses images (the core's 400 naming the capability).
 
+With ``settings.parallel > 1`` the runner is a
+:class:`~missive_mlx.batched.BatchedMlxRunner`: that many sequences decoded
+together (mlx-lm's ``BatchGenerator``), each slot keeping its last cache, and
+``max_concurrency`` is ``parallel``.
+
 ``max_tokens: 0`` (the API's cache warm-up) evaluates the prompt into a cache
 that is stored; it finishes with ``max_tokens`` and 0 output tokens.
 """
@@ -41,6 +46,7 @@ from missive.api import (
     tool_call_lark,
 )
 
+from .batched import BatchedMlxRunner
 from .constrain import Constraint, GuidanceTokenizer, compile_grammar, special_tokens
 from .plugin import CAPABILITIES
 from .runner import MlxRunner
@@ -67,15 +73,20 @@ class MlxDriver(LocalDriver):
             caps = caps.model_copy(update={"prompt_caching": False})
         if vision_capable(self.settings.path):  # known before load: a lazy model takes images too
             caps = caps.model_copy(update={"input_media": VISION_MEDIA_TYPES})
+        parallel = self.settings.parallel
+        caps = caps.model_copy(update={"max_concurrency": parallel})
+        runner_class = BatchedMlxRunner if parallel > 1 else MlxRunner
+        runner = runner_class(model_id, self.settings, entry.context_window)
         super().__init__(
             model_id,
             entry,
             caps,
-            MlxRunner(model_id, self.settings, entry.context_window),
+            runner,
             tool_parser=self.settings.tool_parser,
             reasoning_parser=self.settings.reasoning_parser,
+            # The slots' caches go to the runner's own store, not the engine's host-memory cache.
+            host_cache_bytes=0,
         )
-
         self._guidance = GuidanceTokenizer()
 
     def constraint(self, request: GenerationRequest) -> Any:

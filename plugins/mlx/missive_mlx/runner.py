@@ -165,7 +165,8 @@ class MlxRunner:
             free_memory(),
             trained=_config_context(path),
             window=self.requested_context,
-            entries=settings.prompt_cache_entries * (2 if self.checkpoints else 1),
+            # besides the one in use: the store's entries (and checkpoints), the other slots'
+            entries=settings.prompt_cache_entries * (2 if self.checkpoints else 1) + settings.parallel - 1,
             quantized=quantized,
             quantized_start=settings.quantized_kv_start,
         )

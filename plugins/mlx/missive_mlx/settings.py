@@ -14,6 +14,8 @@ Example::
     kv_bits = 8                     # quantized KV cache (mlx-lm's QuantizedKVCache)
     kv_group_size = 64
     quantized_kv_start = 0          # tokens before the cache is quantized
+    parallel = 1                    # slots: sequences decoded together (default 1;
+                                    #   above 1 without seed and kv_bits)
 
 Unknown keys are rejected (a typo must not silently fall back to a default).
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from missive.api import ConfigError
 
@@ -66,6 +68,16 @@ class MlxSettings(BaseModel):
         quantized_kv_start: the cache is quantized once it holds this many
             tokens (mlx-lm's ``maybe_quantize_kv_cache``; its default 5000):
             short conversations keep full precision.
+        parallel: slots, the sequences decoded together (continuous
+            batching with mlx-lm's ``BatchGenerator``,
+            :mod:`missive_mlx.batched`; the llama.cpp driver's setting of the
+            same name). Each slot keeps the KV cache of its last sequence for
+            the next prompt it serves. 1 (the default): one sequence at a
+            time, as before. Above 1 every layer's cache must be one mlx-lm
+            can batch (checked at load), so ``kv_bits`` is refused (a
+            ``QuantizedKVCache`` cannot be merged into a batch), and so is
+            ``seed`` (the batch shares one random state); mlx-lm's server
+            batches neither.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -80,6 +92,22 @@ class MlxSettings(BaseModel):
     kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
     kv_group_size: Literal[32, 64, 128] = 64
     quantized_kv_start: int = Field(default=5000, ge=0)
+    parallel: StrictInt = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _parallel_batchable(self) -> MlxSettings:
+        # mlx-lm's server batches neither (server.py, _is_batchable: no seed, no kv_bits).
+        if self.parallel > 1 and self.seed is not None:
+            raise ValueError(
+                f"parallel = {self.parallel} with seed: sequences decoded together share MLX's random "
+                "state, so a seed cannot make a request reproducible; set parallel = 1 or leave seed unset"
+            )
+        if self.parallel > 1 and self.kv_bits is not None:
+            raise ValueError(
+                f"parallel = {self.parallel} with kv_bits = {self.kv_bits}: mlx-lm cannot batch a quantized "
+                "KV cache (QuantizedKVCache has no merge); set parallel = 1 or leave kv_bits unset"
+            )
+        return self
 
     @property
     def path(self) -> Path:
@@ -97,6 +125,9 @@ def parse_settings(model_id: str, settings: dict[str, Any]) -> MlxSettings:
         return MlxSettings.model_validate(settings)
     except ValidationError as exc:
         problems = "; ".join(
-            f"settings.{'.'.join(str(p) for p in err['loc']) or '?'}: {err['msg']}" for err in exc.errors()
+            # A check across settings has no field of its own: its message names them.
+            (f"settings.{'.'.join(str(p) for p in err['loc'])}: " if err["loc"] else "settings: ")
+            + str(err["msg"]).removeprefix("Value error, ")
+            for err in exc.errors()
         )
         raise ConfigError(f"model '{model_id}': invalid mlx setting {problems}") from exc

@@ -57,3 +57,12 @@ def sliding_model_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFact
     from tiny_models import build_tiny
 
     return build_tiny("gemma3_text", mlx_model_dir, tmp_path_factory.mktemp("gemma3-tiny"))
+
+
+@pytest.fixture(scope="session")
+def qwen_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Qwen2.5-VL folder (:mod:`tiny_vision`); needs mlx-vlm."""
+    pytest.importorskip("mlx_vlm")
+    from tiny_vision import build_tiny_vision
+
+    return build_tiny_vision("qwen2_5_vl", mlx_model_dir, tmp_path_factory.mktemp("qwen25vl-tiny"))

@@ -37,13 +37,6 @@ GREEDY = {"temperature": 0.0}
 SYSTEM = "You look at images."
 
 
-@pytest.fixture(scope="session")
-def qwen_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_vision import build_tiny_vision
-
-    return build_tiny_vision("qwen2_5_vl", mlx_model_dir, tmp_path_factory.mktemp("qwen25vl-tiny"))
-
-
 def png(width: int, height: int, color: tuple[int, int, int], *, noise: int = 0) -> bytes:
     from PIL import Image
 
