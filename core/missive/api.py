@@ -110,7 +110,7 @@ from .kernel.specs import (
     TokenizerSpec,
     load_object,
 )
-from .media.images import to_8bit, upright
+from .media.images import rgb_image, to_8bit, upright
 from .media.tokens import conversation_image_tokens, estimate_image_tokens
 from .messages.capabilities import check_request
 from .models.sources.gguf import GGUFError, read_tensors
@@ -233,6 +233,7 @@ __all__ = [
     "ImageProcessor",
     "DocumentProcessor",
     "upright",
+    "rgb_image",
     "to_8bit",
     "conversation_image_tokens",
     "estimate_image_tokens",

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # Pillow is imported when an image is decoded, not with this 
     from PIL.Image import Resampling
 
 __all__ = [
+    "rgb_image",
     "sniff_image",
     "image_size",
     "prepare_image",
@@ -274,6 +275,34 @@ def to_8bit(img: PillowImage) -> PillowImage:
     if not (img.mode.startswith("I;16") or img.mode == "I"):
         return img
     return img.convert("I").point(lambda v: v * (1 / 256)).convert("L")
+
+
+def rgb_image(image: ImageInput) -> PillowImage:
+    """An image as a model's vision encoder takes it: an RGB Pillow image,
+    upright by its EXIF orientation (phone photos), 16-bit samples scaled to
+    8 bits (:func:`to_8bit`), transparency composited on white, an
+    animation's first frame. Shared by the drivers that read pixels
+    (llama.cpp's libmtmd, mlx-vlm).
+
+    Raises:
+        InvalidRequestError: Pillow cannot decode it (the core has checked it
+            already, so this is rare: a truncated frame...).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    from ..protocol.errors import InvalidRequestError
+
+    try:
+        with Image.open(io.BytesIO(image.data)) as opened:
+            opened.seek(0)
+            img = to_8bit(upright(opened))
+            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+                rgba = img.convert("RGBA")
+                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                return Image.alpha_composite(background, rgba).convert("RGB")
+            return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise InvalidRequestError(f"an image could not be decoded for the model: {exc}") from exc
 
 
 def _lanczos() -> Resampling:

@@ -261,32 +261,16 @@ def image_id(image: ImageInput) -> int:
 
 def _rgb(image: ImageInput) -> tuple[bytes, int, int]:
     """The image as packed RGB bytes (``width * height * 3``), its width and
-    height. Turned upright by its EXIF orientation (phone photos); 16-bit
-    samples scaled to 8 bits (Pillow's plain conversion would clip them
-    white); transparency composited on white; animations give their first
-    frame.
+    height (:func:`missive.api.rgb_image`: upright, 8-bit, transparency on
+    white, first frame).
 
     Raises:
-        InvalidRequestError: Pillow cannot decode it (the core has checked it
-            already, so this is rare: a truncated frame...).
+        InvalidRequestError: Pillow cannot decode it.
     """
-    from PIL import Image, UnidentifiedImageError
+    from missive.api import rgb_image
 
-    from missive.api import to_8bit, upright
-
-    try:
-        with Image.open(io.BytesIO(image.data)) as opened:
-            opened.seek(0)
-            img = to_8bit(upright(opened))
-            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-                rgba = img.convert("RGBA")
-                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                rgb = Image.alpha_composite(background, rgba).convert("RGB")
-            else:
-                rgb = img.convert("RGB")
-            return rgb.tobytes(), rgb.width, rgb.height
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise InvalidRequestError(f"an image could not be decoded for the model: {exc}") from exc
+    rgb = rgb_image(image)
+    return rgb.tobytes(), rgb.width, rgb.height
 
 
 # Kept alive for the life of the process: libmtmd holds the pointer.

@@ -18,8 +18,9 @@ __all__ = ["CAPABILITIES", "register_drivers"]
 #: sampling parameters (mlx-lm's ``make_sampler``), exact token counts (the
 #: model's tokenizer on the rendered prompt), reuse of cached prompt prefixes
 #: across requests (refined to False per model when
-#: ``prompt_cache_entries = 0``), one generation at a time per model (one
-#: KV cache in flight, one MLX stream). Tools in every ``tool_choice`` mode:
+#: ``prompt_cache_entries = 0``), one generation at a time per model unless
+#: ``parallel`` says more (the driver sets ``max_concurrency`` per model:
+#: :mod:`missive_mlx.batched`). Tools in every ``tool_choice`` mode:
 #: ``auto`` parsed from the model's text by the parser of its chat
 #: template's format, ``any``/``tool`` (strict tools too) and structured
 #: output sampled under an llguidance grammar (:mod:`missive_mlx.constrain`).

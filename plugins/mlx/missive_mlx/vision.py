@@ -59,7 +59,6 @@ load, as is every vision folder when mlx-vlm is not installed
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import re
@@ -387,28 +386,10 @@ def _numpy(value: Any) -> Any:
 
 
 def _rgb(image: ImageInput) -> Any:
-    """The image as an RGB Pillow image: upright by its EXIF orientation,
-    16-bit samples scaled to 8 bits, transparency composited on white, an
-    animation's first frame.
+    """The image as an RGB Pillow image (:func:`missive.api.rgb_image`)."""
+    from missive.api import rgb_image
 
-    Raises:
-        InvalidRequestError: Pillow cannot decode it.
-    """
-    from PIL import Image, UnidentifiedImageError
-
-    from missive.api import to_8bit, upright
-
-    try:
-        with Image.open(io.BytesIO(image.data)) as opened:
-            opened.seek(0)
-            img = to_8bit(upright(opened))
-            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-                rgba = img.convert("RGBA")
-                background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                return Image.alpha_composite(background, rgba).convert("RGB")
-            return img.convert("RGB")
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        raise InvalidRequestError(f"an image could not be decoded for the model: {exc}") from exc
+    return rgb_image(image)
 
 
 def load_vision(model_id: str, path: Path, model_type: str) -> tuple[VisionLM, Any, Vision] | None:
