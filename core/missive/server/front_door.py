@@ -84,6 +84,13 @@ class Gateway:
         """
         access.admit(access.authenticate())
 
+    @property
+    def key_name(self) -> str:
+        """The name of this request's API key (``""`` on a server without
+        keys): what a door keys the data it keeps per caller by, as the
+        core keeps message threads, so that one key never sees another's."""
+        return access.current_identity().name
+
     def rate_limits(self) -> dict[str, str]:
         """The key's ``anthropic-ratelimit-*`` headers for this request (empty
         for a key without limits); the app sends them as they are, a door

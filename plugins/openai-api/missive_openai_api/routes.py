@@ -1,5 +1,6 @@
-"""The front door's blueprint: ``POST /chat/completions`` (mounted under
-``/v1``) and, for OpenAI clients, ``GET /models`` in OpenAI's shape.
+"""The front door's blueprint: ``POST /chat/completions``, ``POST /responses``
+with ``GET``/``DELETE /responses/{id}`` (mounted under ``/v1``) and, for
+OpenAI clients, ``GET /models`` in OpenAI's shape.
 
 Each request goes through the :class:`~missive.api.Gateway`: its key and
 limits before the body is read, the body translated
@@ -7,6 +8,9 @@ limits before the body is read, the body translated
 ``POST /v1/messages`` would, the answer folded (:func:`.chat_stream.completion_of`)
 or streamed chunk by chunk (:class:`.chat_stream.ChunkConverter`, SSE
 ``data:`` lines, ``data: [DONE]`` at the end, ``: ping`` comments on silence).
+A response (:mod:`.responses_request`, :mod:`.responses_stream`) is folded
+or streamed as ``event:``/``data:`` pairs, and kept for its key unless the
+request said ``store: false`` (:mod:`.responses_store`).
 Every error on these routes is OpenAI's envelope (:mod:`.errors`); one
 after the stream started is a last ``data: {"error": ...}`` event, as
 OpenAI sends it, with no ``[DONE]`` after it.
@@ -22,11 +26,14 @@ from typing import Any
 from quart import Blueprint, Response, request
 from werkzeug.exceptions import MethodNotAllowed
 
-from missive.api import Gateway, MissiveError, json_dumps
+from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 
 from .chat_request import translate
 from .chat_stream import ChunkConverter, completion_of
 from .errors import envelope, status_of
+from .responses_request import translate as translate_responses
+from .responses_store import ResponseStore, Stored
+from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
 
 __all__ = ["blueprint", "MODELS_PATHS"]
 
@@ -39,6 +46,10 @@ _LIMIT_HEADERS = {"requests": "requests", "tokens": "tokens"}
 
 def _data(obj: Any) -> bytes:
     return b"data: " + json_dumps(obj) + b"\n\n"
+
+
+def _event(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + json_dumps(event) + b"\n\n"
 
 
 def _error_response(error: MissiveError) -> Response:
@@ -129,6 +140,80 @@ def blueprint(gateway: Gateway) -> Blueprint:
         response.timeout = None
         return response
 
+    store = ResponseStore()
+
+    def keep(translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]) -> None:
+        if not translated.store or response["status"] not in ("completed", "incomplete"):
+            return
+        reply = assistant_turn(content)
+        messages = [*translated.new_messages, *([reply] if reply else [])]
+        entry = Stored(owner, translated.previous_response_id, translated.new_system, messages, response)
+        store.put(response["id"], entry)
+
+    async def responses() -> Response | dict[str, Any]:
+        gateway.admit()
+        owner = gateway.key_name
+        asked = translate_responses(await gateway.read_json(), lambda rid: store.conversation(owner, rid))
+        gateway.ignore(asked.ignored)
+        answer = await gateway.answer(asked.body)
+        shape = ResponseShape(
+            response_id="resp_" + str(answer.first["message"]["id"]).removeprefix("msg_"),
+            created_at=int(time.time()),
+            model=asked.model,
+            echo=asked.echo,
+            encrypted_reasoning=asked.encrypted_reasoning,
+        )
+        if not asked.stream:
+            message = await gateway.collect(answer)
+            done = response_of(message, shape)
+            keep(asked, owner, done, message.get("content") or [])
+            return done
+        converter = ResponseConverter(shape)
+        batches = gateway.stream(answer)
+
+        async def body() -> AsyncGenerator[bytes, None]:
+            kept_already = False
+            try:
+                yield b"".join(_event(e) for e in converter.feed(answer.first))
+                try:
+                    async for batch in batches:
+                        out = []
+                        for event in batch:
+                            if event["type"] == "ping":
+                                out.append(b": ping\n\n")
+                            else:
+                                out.extend(_event(e) for e in converter.feed(event))
+                        if converter.final is not None and not kept_already:
+                            # kept before response.completed leaves: a client that
+                            # continues as soon as it reads it finds it
+                            keep(asked, owner, converter.final, converter.content)
+                            kept_already = True
+                        if out:
+                            yield b"".join(out)
+                except MissiveError as exc:
+                    yield b"".join(_event(e) for e in converter.fail(exc))
+            finally:
+                await batches.aclose()
+
+        response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
+        response.timeout = None
+        return response
+
+    def kept(response_id: str) -> Stored:
+        gateway.admit()
+        entry = store.get(gateway.key_name, response_id)
+        if entry is None:
+            raise NotFoundError(f"No response found with id '{response_id}'.")
+        return entry
+
+    async def get_response(response_id: str) -> dict[str, Any]:
+        return kept(response_id).response
+
+    async def delete_response(response_id: str) -> dict[str, Any]:
+        kept(response_id)
+        store.delete(gateway.key_name, response_id)
+        return {"id": response_id, "object": "response.deleted", "deleted": True}
+
     async def not_allowed() -> Response:
         raise MethodNotAllowed(valid_methods=["POST"], description=f"method {request.method} is not allowed")
 
@@ -149,4 +234,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
     bp.add_url_rule(
         "/chat/completions", "chat-completions-other", not_allowed, methods=["GET", "PUT", "DELETE", "PATCH"]
     )
+    bp.add_url_rule("/responses", "responses", responses, methods=["POST"])
+    bp.add_url_rule("/responses/<response_id>", "response", get_response, methods=["GET"])
+    bp.add_url_rule("/responses/<response_id>", "response-delete", delete_response, methods=["DELETE"])
     return bp

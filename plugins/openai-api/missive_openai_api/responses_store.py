@@ -1,0 +1,127 @@
+"""The responses kept for ``previous_response_id`` and ``GET /v1/responses/{id}``.
+
+OpenAI keeps a response made with ``store`` (the default) and lets a later
+request continue from it by id: the new ``input`` follows the earlier
+response's input and output (API reference, "Create a model response",
+``previous_response_id``; "Conversation state" guide); ``instructions`` are
+not carried over. A response made with ``store: false`` is not kept, and an
+id that is not kept (unknown, another key's, dropped) is answered as OpenAI
+answers an unknown one.
+
+As Missive's message threads (:mod:`missive.threads.store`), what is kept
+is per API key (the key's name, :attr:`missive.api.Gateway.key_name`; another
+key's id is as absent), in memory, per process, and bounded: beyond
+:data:`MAX_COUNT` responses or :data:`MAX_BYTES` of kept conversation (its
+JSON size) the least recently used go first. Unlike a thread, a response
+may be continued many times (a conversation may branch), so each entry
+holds only what its request added (its new input and its output, as
+Messages API turns) and the id of the response it continued: a
+conversation is the chain of its entries, each turn held once, and a chain
+with a link dropped is not found.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from missive.api import json_dumps
+
+__all__ = ["Stored", "ResponseStore", "MAX_COUNT", "MAX_BYTES"]
+
+#: Responses kept at most, per process.
+MAX_COUNT = 10_000
+#: Bytes of kept conversations and response objects (their JSON) at most.
+MAX_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class Stored:
+    """One kept response.
+
+    Attributes:
+        owner: the API key's name that made it.
+        previous: the id of the response it continued, or None.
+        system: the ``system`` blocks its input's leading system/developer
+            messages gave (``instructions`` excluded: not carried over).
+        messages: the Messages API turns its input added, then its output
+            as an assistant turn.
+        response: the ``response`` object as it was answered.
+    """
+
+    owner: str
+    previous: str | None
+    system: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    response: dict[str, Any]
+    size: int = field(default=0, repr=False)
+
+
+class ResponseStore:
+    """The kept responses of one process (see the module doc)."""
+
+    def __init__(self, max_count: int = MAX_COUNT, max_bytes: int = MAX_BYTES) -> None:
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, Stored] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def get(self, owner: str, response_id: str) -> Stored | None:
+        """The entry of ``response_id`` if ``owner`` made it; None otherwise."""
+        entry = self._entries.get(response_id)
+        if entry is None or entry.owner != owner:
+            return None
+        self._entries.move_to_end(response_id)
+        return entry
+
+    def conversation(self, owner: str, response_id: str) -> tuple[list[Any], list[Any]] | None:
+        """``(system, messages)`` of the conversation up to and including
+        ``response_id`` (its chain, oldest first); None when it or a link
+        of its chain is not kept for ``owner``."""
+        chain: list[Stored] = []
+        seen: set[str] = set()
+        current: str | None = response_id
+        while current is not None:
+            entry = self.get(owner, current)
+            if entry is None or current in seen:
+                return None
+            seen.add(current)
+            chain.append(entry)
+            current = entry.previous
+        system: list[Any] = []
+        messages: list[Any] = []
+        for entry in reversed(chain):
+            system += entry.system
+            messages += entry.messages
+        return system, messages
+
+    def put(self, response_id: str, entry: Stored) -> None:
+        """Keep ``entry`` under ``response_id`` (ids are random: no other
+        key's entry shares one) and bring the store within its bounds; an
+        entry alone over ``max_bytes`` is not kept."""
+        self.delete(entry.owner, response_id)
+        entry.size = len(json_dumps([entry.system, entry.messages, entry.response]))
+        if entry.size > self.max_bytes:
+            return
+        self._entries[response_id] = entry
+        self._bytes += entry.size
+        while self._entries and (len(self._entries) > self.max_count or self._bytes > self.max_bytes):
+            _, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.size
+
+    def delete(self, owner: str, response_id: str) -> bool:
+        """Drop ``response_id`` if ``owner`` made it; whether it was kept."""
+        entry = self._entries.get(response_id)
+        if entry is None or entry.owner != owner:
+            return False
+        del self._entries[response_id]
+        self._bytes -= entry.size
+        return True

@@ -1,0 +1,367 @@
+"""Missive's answer (Messages events, or the folded ``Message``) as OpenAI's
+Responses API ``response`` object and its stream events.
+
+The wire format is OpenAI's (API reference, "The response object" and
+"Streaming events"; the ``openai`` SDK's ``Response`` and
+``ResponseStreamEvent`` types). Each content block of the answer is one
+output item, in order:
+
+* a ``thinking`` block: a ``reasoning`` item whose ``content`` is one
+  ``reasoning_text`` part (the raw reasoning, as OpenAI's open-weight models
+  give it) and whose ``summary`` is empty; its ``encrypted_content`` is the
+  block's signature when the request's ``include`` asks for
+  ``reasoning.encrypted_content``, so a client that keeps no state
+  (``store: false``) can send the item back and the model sees its reasoning
+  again (:mod:`.responses_request`);
+* a ``text`` block: a ``message`` item (``role: "assistant"``) with one
+  ``output_text`` part;
+* a ``tool_use`` block: a ``function_call`` item (``call_id`` is the block's
+  id, ``arguments`` the JSON text).
+
+A stream is SSE events ``event: <type>`` / ``data: {...}``, each with a
+``sequence_number`` counting from 0: ``response.created``,
+``response.in_progress``; per item ``response.output_item.added``, for a
+message or reasoning item ``response.content_part.added``, the deltas
+(``response.output_text.delta``, ``response.reasoning_text.delta``,
+``response.function_call_arguments.delta``), their ``.done`` event,
+``response.content_part.done``, ``response.output_item.done``; and last
+``response.completed`` (``response.incomplete`` when the answer stopped at
+``max_output_tokens``), which holds the whole response, or
+``response.failed`` for an error after the stream started.
+
+Usage (:func:`usage_of`): ``input_tokens`` counts the whole prompt, cached
+tokens included, ``input_tokens_details.cached_tokens`` the cached part;
+``output_tokens_details.reasoning_tokens`` is 0 (Missive's usage does not
+count reasoning tokens apart from the others).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from missive.api import MissiveError, json_dumps
+
+from .errors import envelope, status_of
+
+__all__ = [
+    "ResponseConverter",
+    "ResponseShape",
+    "response_of",
+    "usage_of",
+    "status_of_stop",
+    "assistant_turn",
+]
+
+#: Missive's ``stop_reason`` -> the ``incomplete_details.reason`` of an incomplete response.
+INCOMPLETE = {
+    "max_tokens": "max_output_tokens",
+    "model_context_window_exceeded": "max_output_tokens",
+    "refusal": "content_filter",
+}
+
+
+def status_of_stop(stop_reason: str | None) -> tuple[str, dict[str, Any] | None]:
+    """``(status, incomplete_details)`` of an answer that stopped for ``stop_reason``."""
+    reason = INCOMPLETE.get(stop_reason or "end_turn")
+    return ("incomplete", {"reason": reason}) if reason else ("completed", None)
+
+
+def usage_of(usage: dict[str, Any]) -> dict[str, Any]:
+    """The Responses ``usage`` of a Messages ``usage``."""
+    cached = usage.get("cache_read_input_tokens") or 0
+    prompt = (usage.get("input_tokens") or 0) + cached + (usage.get("cache_creation_input_tokens") or 0)
+    output = usage.get("output_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + output,
+    }
+
+
+@dataclass
+class ResponseShape:
+    """What the ``response`` object holds besides the answer.
+
+    Attributes:
+        response_id: ``resp_...``.
+        created_at: Unix seconds.
+        model: the model id the client sent.
+        echo: the request's parameters as the response object repeats them
+            (``instructions``, ``tools``, ``tool_choice``, ``text``...).
+        encrypted_reasoning: ``include`` has ``reasoning.encrypted_content``.
+    """
+
+    response_id: str
+    created_at: int
+    model: str
+    echo: dict[str, Any] = field(default_factory=dict)
+    encrypted_reasoning: bool = False
+
+    def item_id(self, prefix: str, index: int) -> str:
+        """The id of output item ``index`` (``msg_``, ``fc_``, ``rs_``)."""
+        return f"{prefix}_{self.response_id.removeprefix('resp_')}{index:03d}"
+
+    def response(
+        self,
+        status: str,
+        output: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+        *,
+        incomplete: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The ``response`` object."""
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "background": False,
+            "error": error,
+            "incomplete_details": incomplete,
+            "model": self.model,
+            "output": output,
+            "usage": None if usage is None else usage_of(usage),
+            **self.echo,
+        }
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) -> dict[str, Any] | None:
+    """The output item of a content block (``tool_use`` with ``arguments``
+    as text), or None for a block with nothing in OpenAI's format."""
+    kind = block.get("type")
+    if kind == "text":
+        content = [] if status == "in_progress" else [_text_part(block.get("text", ""))]
+        return {
+            "id": shape.item_id("msg", index),
+            "type": "message",
+            "role": "assistant",
+            "status": status,
+            "content": content,
+        }
+    if kind == "thinking":
+        done = status != "in_progress"
+        signature = block.get("signature") or None
+        return {
+            "id": shape.item_id("rs", index),
+            "type": "reasoning",
+            "status": status,
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": block.get("thinking", "")}] if done else [],
+            "encrypted_content": signature if done and shape.encrypted_reasoning else None,
+        }
+    if kind == "tool_use":
+        return {
+            "id": shape.item_id("fc", index),
+            "type": "function_call",
+            "status": status,
+            "call_id": block["id"],
+            "name": block["name"],
+            "arguments": block.get("arguments", "") if status != "in_progress" else "",
+        }
+    return None
+
+
+def _arguments(block: dict[str, Any]) -> str:
+    return json_dumps(block.get("input") or {}).decode()
+
+
+def response_of(message: dict[str, Any], shape: ResponseShape) -> dict[str, Any]:
+    """The ``response`` object of a folded ``Message``."""
+    output: list[dict[str, Any]] = []
+    for block in message.get("content") or []:
+        if block.get("type") == "tool_use":
+            block = {**block, "arguments": _arguments(block)}
+        item = _item(shape, len(output), block, "completed")
+        if item is not None:
+            output.append(item)
+    status, incomplete = status_of_stop(message.get("stop_reason"))
+    return shape.response(status, output, message.get("usage") or {}, incomplete=incomplete)
+
+
+def assistant_turn(content: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Messages assistant turn a later ``previous_response_id`` request
+    sees for ``content`` (the answer's blocks OpenAI's format shows), or
+    None when there is none."""
+    blocks = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            blocks.append({"type": "text", "text": block["text"]})
+        elif kind == "thinking" and block.get("signature"):
+            blocks.append(
+                {"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]}
+            )
+        elif kind == "tool_use":
+            blocks.append(
+                {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
+            )
+    return {"role": "assistant", "content": blocks} if blocks else None
+
+
+def failed_error(error: MissiveError) -> dict[str, Any]:
+    """The ``response.error`` of a failure (``code``, ``message``)."""
+    code = envelope(error)["error"]["code"]
+    if status_of(error) >= 500 or code is None:
+        code = "server_error" if status_of(error) >= 500 else "invalid_prompt"
+    if status_of(error) == 429:
+        code = "rate_limit_exceeded"
+    return {"code": code, "message": error.message}
+
+
+class ResponseConverter:
+    """Turns Missive's Messages events into Responses stream events, one
+    event at a time (:meth:`feed`), numbering them; :attr:`final` is the
+    last ``response`` object sent and :attr:`content` the answer's blocks
+    (as a folded ``Message`` holds them), for the store."""
+
+    def __init__(self, shape: ResponseShape) -> None:
+        self.shape = shape
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []
+        self.content: list[dict[str, Any]] = []
+        self.final: dict[str, Any] | None = None
+        self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # block index -> (output index, block)
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return event
+
+    def _start(self, index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = block.get("type")
+        if kind == "tool_use":
+            block = {"type": "tool_use", "id": block["id"], "name": block["name"], "arguments": ""}
+        elif kind == "text":
+            block = {"type": "text", "text": ""}
+        elif kind == "thinking":
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+        output_index = len(self.output)
+        item = _item(self.shape, output_index, block, "in_progress")
+        if item is None:
+            return []
+        self.output.append(item)
+        self._items[index] = (output_index, block)
+        events = [self._event("response.output_item.added", output_index=output_index, item=item)]
+        where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
+        if kind == "text":
+            events.append(self._event("response.content_part.added", **where, part=_text_part("")))
+        elif kind == "thinking":
+            part = {"type": "reasoning_text", "text": ""}
+            events.append(self._event("response.content_part.added", **where, part=part))
+        return events
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        if index not in self._items:
+            return []
+        output_index, block = self._items[index]
+        item_id = self.output[output_index]["id"]
+        where = {"item_id": item_id, "output_index": output_index}
+        dtype = delta.get("type")
+        if dtype == "text_delta" and block["type"] == "text" and delta["text"]:
+            block["text"] += delta["text"]
+            return [
+                self._event(
+                    "response.output_text.delta", **where, content_index=0, delta=delta["text"], logprobs=[]
+                )
+            ]
+        if dtype == "thinking_delta" and block["type"] == "thinking" and delta["thinking"]:
+            block["thinking"] += delta["thinking"]
+            return [
+                self._event(
+                    "response.reasoning_text.delta", **where, content_index=0, delta=delta["thinking"]
+                )
+            ]
+        if dtype == "signature_delta" and block["type"] == "thinking":
+            block["signature"] += delta["signature"]
+        elif dtype == "input_json_delta" and block["type"] == "tool_use" and delta["partial_json"]:
+            block["arguments"] += delta["partial_json"]
+            return [
+                self._event("response.function_call_arguments.delta", **where, delta=delta["partial_json"])
+            ]
+        return []
+
+    def _stop(self, index: int) -> list[dict[str, Any]]:
+        if index not in self._items:
+            return []
+        output_index, block = self._items.pop(index)
+        if block["type"] == "tool_use" and not block["arguments"]:
+            block["arguments"] = "{}"
+        item = _item(self.shape, output_index, block, "completed")
+        assert item is not None
+        self.output[output_index] = item
+        where = {"item_id": item["id"], "output_index": output_index}
+        events = []
+        if block["type"] == "text":
+            part = item["content"][0]
+            events += [
+                self._event(
+                    "response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]
+                ),
+                self._event("response.content_part.done", **where, content_index=0, part=part),
+            ]
+            self.content.append(block)
+        elif block["type"] == "thinking":
+            part = item["content"][0]
+            events += [
+                self._event("response.reasoning_text.done", **where, content_index=0, text=part["text"]),
+                self._event("response.content_part.done", **where, content_index=0, part=part),
+            ]
+            self.content.append(block)
+        else:
+            events.append(
+                self._event("response.function_call_arguments.done", **where, arguments=block["arguments"])
+            )
+            try:
+                args = json.loads(block["arguments"])
+            except ValueError:
+                args = {}
+            self.content.append({"type": "tool_use", "id": block["id"], "name": block["name"], "input": args})
+        events.append(self._event("response.output_item.done", output_index=output_index, item=item))
+        return events
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The stream events ``event`` gives (none, one or several)."""
+        kind = event.get("type")
+        if kind == "message_start":
+            self._usage = dict(event["message"].get("usage") or {})
+            response = self.shape.response("in_progress", [], None)
+            return [
+                self._event("response.created", response=response),
+                self._event("response.in_progress", response=response),
+            ]
+        if kind == "content_block_start":
+            block = event["content_block"]
+            events = self._start(event["index"], block)
+            if block.get("type") == "text" and block.get("text"):
+                events += self._delta(event["index"], {"type": "text_delta", "text": block["text"]})
+            return events
+        if kind == "content_block_delta":
+            return self._delta(event["index"], event["delta"])
+        if kind == "content_block_stop":
+            return self._stop(event["index"])
+        if kind == "message_delta":
+            self._usage = {**self._usage, **(event.get("usage") or {})}
+            self._stop_reason = event["delta"].get("stop_reason")
+            return []
+        if kind == "message_stop":
+            events = [e for index in list(self._items) for e in self._stop(index)]
+            status, incomplete = status_of_stop(self._stop_reason)
+            self.final = self.shape.response(status, list(self.output), self._usage, incomplete=incomplete)
+            return [*events, self._event(f"response.{status}", response=self.final)]
+        return []
+
+    def fail(self, error: MissiveError) -> list[dict[str, Any]]:
+        """The last event of a stream that failed with ``error``."""
+        self.final = self.shape.response("failed", list(self.output), self._usage, error=failed_error(error))
+        return [self._event("response.failed", response=self.final)]
