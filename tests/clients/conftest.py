@@ -1,4 +1,4 @@
-"""Real clients (the Claude Code CLI, opencode) against a live Missive.
+"""Real clients (the Claude Code CLI, opencode, Codex) against a live Missive.
 
 The clients are npm packages installed once per machine, pinned, into a cache
 outside the repository (``$MISSIVE_TEST_NODE_CACHE``, default
@@ -32,6 +32,8 @@ from missive.testing import live_server
 #: Pinned client versions (``npm view <pkg> version`` when bumping).
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")
 OPENCODE = ("opencode-ai", "1.18.33")
+#: The Codex CLI (a native binary in a platform package), on the Responses API (test_codex.py).
+CODEX = ("@openai/codex", "0.171.0")
 #: The TypeScript SDK, for its tool runner (test_ts_tool_runner.py).
 TS_SDK = ("@anthropic-ai/sdk", "1.16.0")
 
@@ -114,6 +116,15 @@ def opencode_bin() -> Path:
         env={**os.environ, "HOME": os.environ.get("HOME", "/tmp")},
     )
     assert out.stdout.strip() == OPENCODE[1], out.stdout + out.stderr
+    return path
+
+
+@pytest.fixture(scope="session")
+def codex_bin() -> Path:
+    """The pinned Codex CLI, installed once per machine."""
+    path = npm_install(*CODEX, binary="codex")
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == f"codex-cli {CODEX[1]}", out.stdout + out.stderr
     return path
 
 

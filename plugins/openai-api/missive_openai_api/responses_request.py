@@ -17,8 +17,8 @@ takes, validated by the core like any other:
   consecutive items of one side merge into one turn;
 * ``previous_response_id``: the kept conversation of that response
   (:mod:`.responses_store`) comes first, the new input after it;
-* ``tools`` of type ``function`` -> ``tools``; ``web_search`` (the model
-  answers without it) is reported as ignored, any other type is a 400
+* ``tools`` of type ``function`` -> ``tools``; ``web_search`` and
+  ``namespace`` (the model answers without them) are reported as ignored, any other type is a 400
   naming it; ``tool_choice`` ``auto``/``none``/``required``/``{"type":
   "function", "name"}`` -> ``auto``/``none``/``any``/``tool``;
   ``parallel_tool_calls: false`` -> ``disable_parallel_tool_use``;
@@ -44,8 +44,10 @@ __all__ = ["ResponsesRequest", "translate", "Lookup"]
 #: ``previous_response_id`` -> ``(system, messages)`` of its conversation, or None.
 Lookup = Callable[[str], "tuple[list[Any], list[Any]] | None"]
 
-#: Tool types dropped (and reported): the model answers without them.
-_DROPPED_TOOLS = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26"})
+#: Tool types dropped (and reported): the model answers without them (a
+#: ``namespace``, a group of function tools whose calls name it, as Codex
+#: sends its sub-agent tools, is not offered).
+_DROPPED_TOOLS = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26", "namespace"})
 #: Accepted and without effect here.
 _ACCEPTED = frozenset(
     {
@@ -60,6 +62,7 @@ _ACCEPTED = frozenset(
         "truncation",
         "include",
         "background",
+        "client_metadata",
     }
 )
 _KNOWN = frozenset(
