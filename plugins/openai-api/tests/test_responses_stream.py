@@ -1,0 +1,201 @@
+"""The Responses stream converter (Missive's Messages events -> Responses
+stream events) event by event, and its result whatever way the deltas are
+split: the same ``response`` as the non-streaming answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_chat_stream import USAGE, events, splits
+
+from missive.api import InvalidRequestError, OverloadedError
+from missive_openai_api.responses_store import ResponseStore, Stored
+from missive_openai_api.responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
+
+
+def shape(encrypted: bool = False) -> ResponseShape:
+    return ResponseShape("resp_abc", 7, "m", {"store": True}, encrypted_reasoning=encrypted)
+
+
+def run(evs: list[dict[str, Any]], encrypted: bool = False) -> tuple[ResponseConverter, list[dict[str, Any]]]:
+    converter = ResponseConverter(shape(encrypted))
+    return converter, [out for event in evs for out in converter.feed(event)]
+
+
+def fold(stream: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a client assembles from the events (as the SDK's stream helper does)."""
+    items: dict[int, dict[str, Any]] = {}
+    for e in stream:
+        if e["type"] == "response.output_item.added":
+            items[e["output_index"]] = {**e["item"], "text": "", "reasoning": "", "arguments": ""}
+        elif e["type"] == "response.output_text.delta":
+            items[e["output_index"]]["text"] += e["delta"]
+        elif e["type"] == "response.reasoning_text.delta":
+            items[e["output_index"]]["reasoning"] += e["delta"]
+        elif e["type"] == "response.function_call_arguments.delta":
+            items[e["output_index"]]["arguments"] += e["delta"]
+    return {"items": [items[i] for i in sorted(items)], "final": stream[-1]["response"]}
+
+
+def test_event_by_event() -> None:
+    converter, stream = run(events(["Hi", " there"], ["hm"], ['{"a"', ": 1}"]), encrypted=True)
+    assert [e["sequence_number"] for e in stream] == list(range(len(stream)))
+    assert [e["type"] for e in stream] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    created = stream[0]["response"]
+    assert created["status"] == "in_progress" and created["output"] == [] and created["usage"] is None
+    reasoning = stream[7]["item"]
+    assert reasoning == {
+        "id": "rs_abc000",
+        "type": "reasoning",
+        "status": "completed",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "hm"}],
+        "encrypted_content": "sig",
+    }
+    assert stream[10] == {
+        "type": "response.output_text.delta",
+        "sequence_number": 10,
+        "item_id": "msg_abc001",
+        "output_index": 1,
+        "content_index": 0,
+        "delta": "Hi",
+        "logprobs": [],
+    }
+    assert stream[12]["text"] == "Hi there"
+    assert stream[18]["arguments"] == '{"a": 1}' and stream[18]["item_id"] == "fc_abc002"
+    call = stream[19]["item"]
+    assert call["call_id"] == "toolu_1" and call["name"] == "f" and call["status"] == "completed"
+    final = stream[-1]["response"]
+    assert final["status"] == "completed" and final["store"] is True and final["id"] == "resp_abc"
+    assert final["usage"] == {
+        "input_tokens": 13,
+        "input_tokens_details": {"cached_tokens": 7},
+        "output_tokens": 9,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 22,
+    }
+    assert converter.content == [
+        {"type": "thinking", "thinking": "hm", "signature": "sig"},
+        {"type": "text", "text": "Hi there"},
+        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+    ]
+
+
+def test_pings_and_unknown_blocks_give_nothing() -> None:
+    converter = ResponseConverter(shape())
+    assert converter.feed({"type": "ping"}) == []
+    block = {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}
+    assert converter.feed({"type": "content_block_start", "index": 0, "content_block": block}) == []
+    assert converter.feed({"type": "content_block_stop", "index": 0}) == []
+
+
+@pytest.mark.parametrize("stop", ["end_turn", "max_tokens", "tool_use", "stop_sequence", "refusal"])
+def test_every_split_gives_the_non_stream_response(stop: str) -> None:
+    text, reasoning, arguments = "Héllo 🌍!", "why?", '{"k": "v ü"}'
+    folded = {
+        "content": [
+            {"type": "thinking", "thinking": reasoning, "signature": "sig"},
+            {"type": "text", "text": text},
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": json.loads(arguments)},
+        ],
+        "stop_reason": stop,
+        "usage": {**USAGE, "output_tokens": 9},
+    }
+    expected = response_of(folded, shape())
+    for pieces in splits(text):
+        for args in splits(arguments)[::7]:
+            converter, stream = run(events(pieces, [reasoning[:1], reasoning[1:]], args, stop))
+            got = fold(stream)
+            final = got["final"]
+            assert stream[-1]["type"] == f"response.{expected['status']}"
+            assert final["status"] == expected["status"]
+            assert final["incomplete_details"] == expected["incomplete_details"]
+            assert final["usage"] == expected["usage"]
+            thinking, message, call = got["items"]
+            assert thinking["reasoning"] == reasoning and message["text"] == text
+            assert json.loads(call["arguments"]) == json.loads(arguments)
+            # The completed response equals the non-streaming one (arguments as JSON).
+            for a, b in zip(final["output"], expected["output"], strict=True):
+                if a["type"] == "function_call":
+                    assert json.loads(a.pop("arguments")) == json.loads(b["arguments"])
+                    b = {k: v for k, v in b.items() if k != "arguments"}
+                assert a == b
+            assert converter.content == folded["content"]
+
+
+def test_statuses() -> None:
+    assert response_of({"content": [], "stop_reason": "max_tokens"}, shape())["incomplete_details"] == {
+        "reason": "max_output_tokens"
+    }
+    refused = response_of({"content": [], "stop_reason": "refusal"}, shape())
+    assert refused["status"] == "incomplete" and refused["incomplete_details"] == {"reason": "content_filter"}
+    assert response_of({"content": [], "stop_reason": "end_turn"}, shape())["status"] == "completed"
+
+
+def test_failure_event() -> None:
+    converter, stream = run(events(["a"], [], [])[:4])
+    (failed,) = converter.fail(OverloadedError("busy"))
+    assert failed["type"] == "response.failed" and failed["sequence_number"] == len(stream)
+    assert failed["response"]["status"] == "failed"
+    assert failed["response"]["error"] == {"code": "server_error", "message": "busy"}
+    (bad,) = ResponseConverter(shape()).fail(InvalidRequestError("no"))
+    assert bad["response"]["error"]["code"] == "invalid_prompt"
+
+
+def test_assistant_turn_keeps_signed_thinking_text_and_calls() -> None:
+    content = [
+        {"type": "thinking", "thinking": "t", "signature": ""},
+        {"type": "text", "text": ""},
+        {"type": "text", "text": "x"},
+        {"type": "tool_use", "id": "c", "name": "f", "input": {}},
+    ]
+    assert assistant_turn(content) == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "x"}, {"type": "tool_use", "id": "c", "name": "f", "input": {}}],
+    }
+    assert assistant_turn([]) is None
+
+
+def test_store_chain_owner_and_bounds() -> None:
+    store = ResponseStore(max_count=3, max_bytes=10_000)
+    turn = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
+    store.put("r1", Stored("alice", None, [{"type": "text", "text": "sys"}], turn, {"id": "r1"}))
+    store.put("r2", Stored("alice", "r1", [], turn, {"id": "r2"}))
+    assert store.conversation("alice", "r2") == ([{"type": "text", "text": "sys"}], turn + turn)
+    assert store.conversation("bob", "r2") is None and store.get("bob", "r1") is None
+    assert not store.delete("bob", "r1")
+    store.put("r3", Stored("alice", "r2", [], turn, {"id": "r3"}))
+    # over max_count the least recently used goes: r2 (reading r2's chain used r1 after it)
+    store.put("r4", Stored("alice", None, [], turn, {"id": "r4"}))
+    assert len(store) == 3 and store.get("alice", "r2") is None and store.get("alice", "r1") is not None
+    assert store.conversation("alice", "r3") is None  # a link of its chain was dropped
+    big = Stored(
+        "alice", None, [], [{"role": "user", "content": [{"type": "text", "text": "x" * 20_000}]}], {}
+    )
+    store.put("big", big)
+    assert store.get("alice", "big") is None  # alone over max_bytes: not kept
+    assert store.delete("alice", "r4") and store.bytes > 0
