@@ -14,6 +14,7 @@ def register_front_doors() -> list[FrontDoorSpec]:
         FrontDoorSpec(
             name="openai",
             factory="missive_openai_api.routes:blueprint",
-            description="OpenAI Chat Completions (/v1/chat/completions) on the same models, keys and limits.",
+            description="OpenAI Chat Completions (/v1/chat/completions) and Responses (/v1/responses)"
+            " on the same models, keys and limits.",
         )
     ]
