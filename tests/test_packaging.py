@@ -131,9 +131,10 @@ def test_plugin_distribution(plugin: Path) -> None:
     assert meta["name"] == f"missive-{name}"
     assert meta["version"] == ROOT_PROJECT["project"]["version"]
     assert f"{CORE}=={ROOT_PROJECT['project']['version']}" in meta["dependencies"]
-    assert meta["entry-points"]["missive"] == {f"missive-{name}": f"missive_{name}.plugin"}
-    assert project["tool"]["setuptools"]["packages"] == [f"missive_{name}"]
-    assert (plugin / f"missive_{name}" / "plugin.py").is_file()
+    package = "missive_" + name.replace("-", "_")  # plugins/openai-api ships missive_openai_api
+    assert meta["entry-points"]["missive"] == {f"missive-{name}": f"{package}.plugin"}
+    assert project["tool"]["setuptools"]["packages"] == [package]
+    assert (plugin / package / "plugin.py").is_file()
 
 
 @pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
@@ -167,7 +168,7 @@ def test_setup_and_readme_install_it(plugin: Path) -> None:
 
 @pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
 def test_driver_specs_name_existing_extras(plugin: Path) -> None:
-    module = importlib.import_module(f"missive_{plugin.name}.plugin")
+    module = importlib.import_module(f"missive_{plugin.name.replace('-', '_')}.plugin")
     register = getattr(module, "register_drivers", None)
     if register is None:
         pytest.skip("registers no driver")

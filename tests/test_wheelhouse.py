@@ -129,7 +129,7 @@ def test_the_wheels_carry_what_redistributors_need(wheelhouse: Path) -> None:
     """One wheel per distribution of the repository, each with its LICENSE
     and its README as description; the core's with py.typed."""
     names = {p.name.split("-")[0] for p in wheelhouse.glob("missive_*.whl")}
-    assert names == {"missive_server", *(f"missive_{name}" for name in PLUGINS)}
+    assert names == {"missive_server", *("missive_" + name.replace("-", "_") for name in PLUGINS)}
     for wheel in wheelhouse.glob("missive_*.whl"):
         with zipfile.ZipFile(wheel) as zf:
             files = zf.namelist()
