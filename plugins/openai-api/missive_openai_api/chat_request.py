@@ -108,17 +108,25 @@ def _image(part: dict[str, Any], where: str) -> dict[str, Any]:
     url = image.get("url") if isinstance(image, dict) else image
     if not isinstance(url, str):
         raise _bad(f"{where}.image_url.url: expected a string", f"{where}.image_url.url")
+    return image_block(url, f"{where}.image_url.url", data_param=where)
+
+
+def image_block(url: str, field: str, *, data_param: str) -> dict[str, Any]:
+    """The Messages ``image`` block of an OpenAI image URL (a ``data:`` URL
+    or an http(s) one), shared by Chat Completions and Responses. ``field``
+    names the URL's place in error messages; ``data_param`` is the ``param``
+    of a malformed data URL's error."""
     if url.startswith("data:"):
         found = _DATA_URL.match(url)
         if found is None or not found.group("type"):
-            raise _bad(f"{where}.image_url.url: a data URL must be data:<media type>;base64,<data>", where)
+            raise _bad(f"{field}: a data URL must be data:<media type>;base64,<data>", data_param)
         return {
             "type": "image",
             "source": {"type": "base64", "media_type": found.group("type"), "data": found.group("data")},
         }
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
-    raise _bad(f"{where}.image_url.url: expected a data: or http(s) URL", f"{where}.image_url.url")
+    raise _bad(f"{field}: expected a data: or http(s) URL", field)
 
 
 def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat_request import _DATA_URL, _EFFORTS, DEFAULT_MAX_TOKENS, _bad, _number
+from .chat_request import _EFFORTS, DEFAULT_MAX_TOKENS, _bad, _number, image_block
 from .errors import OpenAIRequestError
 
 __all__ = ["ResponsesRequest", "translate", "Lookup"]
@@ -129,19 +129,7 @@ def _image(part: dict[str, Any], where: str) -> dict[str, Any]:
     if part.get("file_id") is not None and part.get("image_url") is None:
         raise _bad(f"{where}.file_id: file ids are not supported; send image_url", f"{where}.file_id")
     url = _string(part.get("image_url"), f"{where}.image_url")
-    if url.startswith("data:"):
-        found = _DATA_URL.match(url)
-        if found is None or not found.group("type"):
-            raise _bad(
-                f"{where}.image_url: a data URL must be data:<media type>;base64,<data>", f"{where}.image_url"
-            )
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": found.group("type"), "data": found.group("data")},
-        }
-    if url.startswith(("http://", "https://")):
-        return {"type": "image", "source": {"type": "url", "url": url}}
-    raise _bad(f"{where}.image_url: expected a data: or http(s) URL", f"{where}.image_url")
+    return image_block(url, f"{where}.image_url", data_param=f"{where}.image_url")
 
 
 def _user_blocks(content: Any, where: str) -> list[dict[str, Any]]:
