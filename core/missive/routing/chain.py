@@ -147,7 +147,7 @@ def _attempt(
         else:
             body[key] = value
     try:
-        request = validate_body(MessagesRequest, body)
+        request = validate_body(type(req), body)  # a front door's variant stays itself
     except InvalidRequestError as exc:
         raise InvalidRequestError(f"fallbacks.{i}: {exc.message}") from None
     return Attempt(request, model_id, entry)

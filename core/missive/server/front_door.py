@@ -32,7 +32,7 @@ from werkzeug.exceptions import HTTPException
 from ..kernel.specs import load_object
 from ..messages.stream import accumulate
 from ..protocol.errors import ApiError, InvalidRequestError, MissiveError, RequestTooLargeError
-from ..protocol.schema.request import CountTokensRequest, MessagesRequest
+from ..protocol.schema.request import CountTokensRequest, MessagesRequest, WhitespaceStopsRequest
 from ..protocol.sse import paced_batches
 from ..protocol.validation import parse_json, validate_body
 from ..serving.answer import Answer, Event
@@ -120,18 +120,21 @@ class Gateway:
         log.info("ignored: %s", ", ".join(items))
         g.ignored = [*getattr(g, "ignored", []), *items]
 
-    async def answer(self, body: dict[str, Any]) -> Answer:
+    async def answer(self, body: dict[str, Any], *, whitespace_stops: bool = False) -> Answer:
         """Begin the answer to ``body``, a Messages API request body, on the
         model it names (its fallbacks, the routing rules), as
         ``POST /v1/messages`` does; nothing is sent yet. The caller ends it:
         :meth:`collect`, :meth:`stream`, or ``Answer.aclose()``.
+        ``whitespace_stops``: a stop sequence may be whitespace only (``"\\n"``,
+        which OpenAI's APIs accept and the Messages API refuses;
+        :class:`~missive.protocol.schema.request.WhitespaceStopsRequest`).
 
         Raises:
             MissiveError: what ``POST /v1/messages`` answers before its
                 answer starts (400 with the body's field path, 404 model, 529...).
         """
         found = self._found
-        req = validate_body(MessagesRequest, body)
+        req = validate_body(WhitespaceStopsRequest if whitespace_stops else MessagesRequest, body)
         facts = record()
         identity = access.current_identity()
         facts.requested_model = req.model

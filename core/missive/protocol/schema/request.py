@@ -11,7 +11,7 @@ does not act on are not declared: they land in ``model_extra`` and are reported
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
@@ -40,6 +40,7 @@ __all__ = [
     "Metadata",
     "CountTokensRequest",
     "MessagesRequest",
+    "WhitespaceStopsRequest",
 ]
 
 
@@ -355,11 +356,16 @@ class MessagesRequest(CountTokensRequest):
     inference_geo: str | None = None
     # -- end of issue 26 part B ---------------------------------------------
 
+    #: Whether a stop sequence may be whitespace only (:class:`WhitespaceStopsRequest`).
+    whitespace_stops: ClassVar[bool] = False
+
     @model_validator(mode="after")
     def _api_rules(self) -> MessagesRequest:
         if self.stop_sequences is not None:
             for i, seq in enumerate(self.stop_sequences):
-                if not seq.strip():
+                if self.whitespace_stops and not seq:
+                    raise ValueError(f"stop_sequences.{i}: each stop sequence must be non-empty")
+                if not seq.strip() and not self.whitespace_stops:
                     raise ValueError(f"stop_sequences.{i}: each stop sequence must contain non-whitespace")
         thinking = self.thinking
         if thinking is not None and thinking.type == "enabled":
@@ -377,3 +383,15 @@ class MessagesRequest(CountTokensRequest):
             # Issue 26 part B: the SDK's docstring of `compaction`.
             raise ValueError("compaction: cannot be combined with `context_management`")
         return self
+
+
+class WhitespaceStopsRequest(MessagesRequest):
+    """A :class:`MessagesRequest` whose stop sequences may be whitespace only
+    (an empty one is still refused): what a front door asks for
+    (:meth:`missive.server.front_door.Gateway.answer`) when its API allows
+    them, as OpenAI's does (``stop: "\\n"``; API reference, "Create chat
+    completion", ``stop``: "Up to 4 sequences where the API will stop
+    generating further tokens", no rule on their content). ``POST
+    /v1/messages`` keeps the Messages API's rule (:class:`MessagesRequest`)."""
+
+    whitespace_stops: ClassVar[bool] = True
