@@ -13,6 +13,15 @@ answers, ``server_error`` for 5xx) and ``code`` the ones its clients test
 (``invalid_api_key``, ``model_not_found``, ``rate_limit_exceeded``,
 ``context_length_exceeded``).
 
+The core's checks of the Messages request a door builds (:class:`Paths`)
+name Messages paths and words (``messages.1: `tool_use` ids were found
+without `tool_result` blocks``, ``tools.0.input_schema.type``, ``tool_choice
+"any"``): :meth:`Paths.error` names the request's own field instead, as
+``param`` and in the message (``messages[2]``, ``tools[0].function.parameters``,
+``input[3].call_id``), in the door's words (a tool call, a tool message or a
+``function_call_output`` item; ``"required"``, a named function;
+``parameters``; ``max_completion_tokens``, ``max_output_tokens``; ``stop``).
+
 Missive's ``529 overloaded_error`` (a full admission queue) is sent as
 ``503``, the status OpenAI uses for an overloaded engine: OpenAI clients
 retry a 503 with its ``retry-after`` and know no 529.
@@ -20,11 +29,15 @@ retry a 503 with its ``retry-after`` and know no 529.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from missive.api import InvalidRequestError, MissiveError
 
-__all__ = ["OpenAIRequestError", "envelope", "status_of"]
+from .turns import Origin, ToolIds, Turns, bracketed
+
+__all__ = ["OpenAIRequestError", "Paths", "envelope", "status_of"]
 
 #: Missive's ``error.type`` -> OpenAI's ``(type, code)``.
 _TYPES: dict[str, tuple[str, str | None]] = {
@@ -68,3 +81,130 @@ def envelope(error: MissiveError) -> dict[str, Any]:
     if status_of(error) >= 500:
         kind = "server_error"
     return {"error": {"message": error.message, "type": kind, "param": param, "code": code}}
+
+
+#: A line of a core error that starts with a Messages path.
+_PATH = re.compile(r"^(?P<path>(?:[A-Za-z_]+|\d+)(?:\.(?:[A-Za-z_]+|\d+))*): ")
+#: A capability the core names (``CapabilityError``) -> the request's ``param``.
+_CAPABILITY_PARAMS = (
+    ("strict tools", "tools"),
+    ("tools with tool_choice", "tool_choice"),
+    ("tool_use/tool_result", "messages"),
+    ("input media type", "messages"),
+    ("output_config.format", "output_config.format"),
+    ("stop_sequences", "stop_sequences"),
+    ("temperature", "temperature"),
+    ("top_p", "top_p"),
+)
+
+
+@dataclass
+class Paths:
+    """Where the parts of a translated request came from, and the door's
+    words, to put the core's errors about it in the request's terms.
+
+    Attributes:
+        turns: the messages' :class:`~.turns.Turns` (their origins).
+        system: each ``system`` block's path in the request.
+        tools: each Messages tool's origin (``tools[2].function``, fields
+            ``input_schema`` -> ``parameters``).
+        fields: Messages paths -> the request's (``max_tokens`` ->
+            ``max_completion_tokens``, ``output_config.format`` ->
+            ``response_format``); the longest prefix applies.
+        words: the door's words for the Messages API's, in order.
+        ids: the tool-call ids sent for others (named as the originals).
+    """
+
+    turns: Turns
+    system: list[str] = field(default_factory=list)
+    tools: list[Origin] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+    words: tuple[tuple[str, str], ...] = ()
+    ids: ToolIds = field(default_factory=ToolIds)
+
+    def param(self, path: str) -> str:
+        """The request's path of the Messages path ``path`` (``messages.1.content.0.input``)."""
+        parts = path.split(".")
+        index = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        if parts[0] == "messages" and index is not None:
+            if len(parts) > 3 and parts[2] == "content" and parts[3].isdigit():
+                origin = self.turns.origin(index, int(parts[3]))
+                if origin is not None:
+                    return origin.at(parts[4:])
+            start = self.turns.start(index)
+            if start is not None:
+                return start + bracketed(parts[2:])
+        if parts[0] == "system" and index is not None and index < len(self.system):
+            return self.system[index]
+        if parts[0] == "tools" and index is not None and index < len(self.tools):
+            return self.tools[index].at(parts[2:])
+        for cut in range(len(parts), 0, -1):
+            head = ".".join(parts[:cut])
+            if head in self.fields:
+                return self.fields[head] + bracketed(parts[cut:])
+        return parts[0] + bracketed(parts[1:])
+
+    def say(self, text: str) -> str:
+        """``text`` in the door's words, the tool-call ids as the request sent them."""
+        for word, door in self.words:
+            text = text.replace(word, door)
+        return self.ids.outward(text)
+
+    def error(self, error: MissiveError) -> MissiveError:
+        """``error`` in the request's terms: a 400 of the core's (its lines
+        that start with a Messages path, or a capability it names) becomes
+        an :class:`OpenAIRequestError` naming the request's ``param``; any
+        other error is returned as it is."""
+        if not isinstance(error, InvalidRequestError) or isinstance(error, OpenAIRequestError):
+            return error
+        param = None
+        lines = []
+        for line in error.message.split("; "):
+            found = _PATH.match(line)
+            if found is not None:
+                where = self.param(found.group("path"))
+                param = param or where
+                line = f"{where}: {line[found.end() :]}"
+            lines.append(self.say(line))
+        if param is None:
+            named = next((p for word, p in _CAPABILITY_PARAMS if error.message.startswith(word)), None)
+            param = self.param(named) if named else None
+        code = "context_length_exceeded" if "prompt is too long" in error.message else None
+        if param is None and ("prompt is too long" in error.message or "chat template" in error.message):
+            param = "messages"
+        translated = OpenAIRequestError("; ".join(lines), param=param, code=code)
+        translated.status = error.status  # type: ignore[misc]  # the core's 4xx is kept
+        return translated
+
+
+#: The Messages API's words for the tool loop -> Chat Completions'.
+CHAT_WORDS: tuple[tuple[str, str], ...] = (
+    ("`tool_use` ids", "tool call ids"),
+    ("`tool_result` blocks", "tool messages"),
+    ("`tool_use` blocks", "tool calls"),
+    ("`tool_result` block", "tool message"),
+    ("`tool_use` block", "tool call"),
+    ("`tool_use_id`", "`tool_call_id`"),
+    ("tool_use/tool_result content blocks", "tool calls and tool messages"),
+    ("in the previous message", "in an assistant message before it"),
+    ("in the next message", "in the tool messages right after it"),
+)
+#: The Messages API's words for the tool loop -> Responses'.
+RESPONSES_WORDS: tuple[tuple[str, str], ...] = (
+    ("`tool_use` ids", "`function_call` call_ids"),
+    ("`tool_result` blocks", "`function_call_output` items"),
+    ("`tool_use` blocks", "`function_call` items"),
+    ("`tool_result` block", "`function_call_output` item"),
+    ("`tool_use` block", "`function_call` item"),
+    ("`tool_use_id`", "`call_id`"),
+    ("tool_use/tool_result content blocks", "function_call and function_call_output items"),
+    ("in the previous message", "before it"),
+    ("in the next message", "right after it"),
+)
+#: Words both doors change.
+COMMON_WORDS: tuple[tuple[str, str], ...] = (
+    ('"any"', '"required"'),
+    ('"tool"', "a named function"),
+    ("input_schema", "parameters"),
+    ("text content blocks", "text content"),
+)

@@ -1,6 +1,6 @@
 """The front door's blueprint: ``POST /chat/completions``, ``POST /responses``
 with ``GET``/``DELETE /responses/{id}`` (mounted under ``/v1``) and, for
-OpenAI clients, ``GET /models`` in OpenAI's shape.
+OpenAI clients, ``GET /models`` and ``GET /models/{id}`` in OpenAI's shape.
 
 Each request goes through the :class:`~missive.api.Gateway`: its key and
 limits before the body is read, the body translated
@@ -18,6 +18,7 @@ OpenAI sends it, with no ``[DONE]`` after it.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncGenerator
 from datetime import datetime
@@ -30,7 +31,7 @@ from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 
 from .chat_request import translate
 from .chat_stream import ChunkConverter, completion_of
-from .errors import envelope, status_of
+from .errors import OpenAIRequestError, envelope, status_of
 from .responses_request import translate as translate_responses
 from .responses_store import ResponseStore, Stored
 from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
@@ -38,8 +39,11 @@ from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, 
 __all__ = ["blueprint", "MODELS_PATHS"]
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-#: ``GET`` paths answered in OpenAI's shape for OpenAI clients (:func:`_is_openai_client`).
+#: ``GET`` paths answered in OpenAI's shape for OpenAI clients (:func:`_is_openai_client`):
+#: the listing, and one model (API reference, "Models": ``GET /v1/models/{model}``
+#: answers ``{"id", "object": "model", "created", "owned_by"}``).
 MODELS_PATHS = ("/v1/models", "/v1/v1/models")
+_ONE_MODEL = re.compile(r"^/v1(?:/v1)?/models/(?P<id>.+)$")
 #: The key's limits, under OpenAI's header names (API reference, "Rate limits").
 _LIMIT_HEADERS = {"requests": "requests", "tokens": "tokens"}
 
@@ -49,7 +53,8 @@ def _data(obj: Any) -> bytes:
 
 
 def _event(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + json_dumps(event) + b"\n\n"
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + json_dumps(event) + b"\n\n"
 
 
 def _error_response(error: MissiveError) -> Response:
@@ -79,6 +84,16 @@ def _openai_limits(headers: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _model_not_found(model_id: str) -> OpenAIRequestError:
+    """OpenAI's 404 for a model it does not serve (``code: "model_not_found"``,
+    ``param: "model"``; the SDK raises ``NotFoundError``)."""
+    error = OpenAIRequestError(
+        f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+    )
+    error.status = 404  # type: ignore[misc]  # OpenAI's status for it, in its invalid_request_error
+    return error
+
+
 def _is_openai_client() -> bool:
     """An OpenAI client asks: no ``anthropic-version`` header (every
     Anthropic SDK and Claude Code send one) and a bearer token (every OpenAI
@@ -105,7 +120,10 @@ def blueprint(gateway: Gateway) -> Blueprint:
         gateway.admit()
         chat = translate(await gateway.read_json())
         gateway.ignore(chat.ignored)
-        answer = await gateway.answer(chat.body)
+        try:
+            answer = await gateway.answer(chat.body, whitespace_stops=True)
+        except MissiveError as exc:
+            raise chat.paths.error(exc) from None
         completion_id = "chatcmpl-" + str(answer.first["message"]["id"]).removeprefix("msg_")
         created = int(time.time())
         if not chat.stream:
@@ -155,7 +173,10 @@ def blueprint(gateway: Gateway) -> Blueprint:
         owner = gateway.key_name
         asked = translate_responses(await gateway.read_json(), lambda rid: store.conversation(owner, rid))
         gateway.ignore(asked.ignored)
-        answer = await gateway.answer(asked.body)
+        try:
+            answer = await gateway.answer(asked.body)
+        except MissiveError as exc:
+            raise asked.paths.error(exc) from None
         shape = ResponseShape(
             response_id="resp_" + str(answer.first["message"]["id"]).removeprefix("msg_"),
             created_at=int(time.time()),
@@ -219,16 +240,27 @@ def blueprint(gateway: Gateway) -> Blueprint:
 
     @bp.before_app_request
     async def _models_for_openai_clients() -> Response | None:
-        if request.method != "GET" or request.path not in MODELS_PATHS or not _is_openai_client():
+        one = _ONE_MODEL.match(request.path)
+        if (
+            request.method != "GET"
+            or (request.path not in MODELS_PATHS and not one)
+            or not _is_openai_client()
+        ):
             return None
         try:
             data = [
                 {"id": m.id, "object": "model", "created": m.created, "owned_by": "missive"}
                 for m in gateway.models()
             ]
+            if one is None:
+                listing: dict[str, Any] = {"object": "list", "data": data}
+                return Response(json_dumps(listing), content_type="application/json")
+            found = next((m for m in data if m["id"] == one.group("id")), None)
+            if found is None:
+                raise _model_not_found(one.group("id"))
         except Exception as exc:
             return _error_response(gateway.error(exc))
-        return Response(json_dumps({"object": "list", "data": data}), content_type="application/json")
+        return Response(json_dumps(found), content_type="application/json")
 
     bp.add_url_rule("/chat/completions", "chat-completions", chat_completions, methods=["POST"])
     bp.add_url_rule(

@@ -1,0 +1,150 @@
+"""A Responses request's ``input`` items as Messages turns (:mod:`.responses_request`
+translates the rest of the request).
+
+The item types are OpenAI's (API reference, "Create a model response",
+``input``; the ``openai`` SDK 3.57.0's ``ResponseInputItemParam``):
+
+* ``message`` items: ``user`` with ``input_text``/``input_image`` parts,
+  ``assistant`` with ``output_text``/``refusal`` parts, ``system``/``developer``
+  (leading ones join ``system``, later ones are mid-conversation ``system``
+  messages);
+* ``function_call`` (``tool_use`` blocks, ``arguments`` parsed) and
+  ``function_call_output`` (``tool_result`` blocks), ``call_id`` the id
+  (sent as an allowed id when it is not one: :class:`.turns.ToolIds`);
+* ``reasoning`` items carrying ``encrypted_content`` (``thinking`` blocks
+  with it as their signature: the core keeps those it signed; without it
+  they are left out);
+
+consecutive items of one side merge into one turn. Fields of an item or
+part the translation does not read (besides ``id`` and ``status``, which
+items sent back carry) are reported in ``missive-ignored``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .common import bad, checked, image_block, optional, report_unknown, text_of, tool_use
+from .turns import Origin, ToolIds, Turns
+
+__all__ = ["items"]
+
+_CALL_ORIGIN = {"id": "call_id", "name": "name", "input": "arguments"}
+_RESULT_ORIGIN = {"tool_use_id": "call_id", "content": "output"}
+#: The fields read of each item type (``id`` and ``status``: an output item sent back).
+_ITEM_FIELDS = {
+    "message": frozenset({"type", "role", "content", "id", "status"}),
+    "function_call": frozenset({"type", "call_id", "name", "arguments", "id", "status"}),
+    "function_call_output": frozenset({"type", "call_id", "output", "id", "status"}),
+    "reasoning": frozenset({"type", "id", "summary", "content", "encrypted_content", "status"}),
+}
+_SYSTEM_KINDS = ("input_text", "text")
+_ASSISTANT_KINDS = ("output_text", "refusal", "input_text", "text")
+
+
+def _user_blocks(content: Any, where: str, ignored: list[str]) -> list[tuple[dict[str, Any], Origin]]:
+    if isinstance(content, str):
+        return [({"type": "text", "text": content}, Origin(where, {"text": ""}))] if content else []
+    if not isinstance(content, list):
+        raise bad(f"{where}: expected a string or a list of content parts", where)
+    blocks: list[tuple[dict[str, Any], Origin]] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "text"):
+            text = checked(part.get("text"), "string", f"{at}.text")
+            report_unknown(part, frozenset({"type", "text"}), at, ignored)
+            if text:
+                blocks.append(({"type": "text", "text": text}, Origin(at)))
+        elif kind == "input_image":
+            if part.get("file_id") is not None and part.get("image_url") is None:
+                raise bad(f"{at}.file_id: file ids are not supported; send image_url", f"{at}.file_id")
+            url = checked(part.get("image_url"), "string", f"{at}.image_url")
+            report_unknown(part, frozenset({"type", "image_url", "file_id", "detail"}), at, ignored)
+            block = image_block(url, f"{at}.image_url", data_param=f"{at}.image_url")
+            blocks.append((block, Origin(at, {"source": "image_url"})))
+        else:
+            raise bad(f"{at}.type: content part type {kind!r} is not supported", f"{at}.type")
+    return blocks
+
+
+def _call_output(item: dict[str, Any], where: str, ids: ToolIds, ignored: list[str]) -> Any:
+    call_id = checked(item.get("call_id"), "string", f"{where}.call_id")
+    output = item.get("output")
+    content: Any = (
+        output
+        if isinstance(output, str)
+        else [b for b, _ in _user_blocks(output, f"{where}.output", ignored)]
+    )
+    block = {"type": "tool_result", "tool_use_id": ids.inward(call_id), "content": content}
+    return block, Origin(where, _RESULT_ORIGIN)
+
+
+def _reasoning(item: dict[str, Any], where: str) -> list[tuple[dict[str, Any], Origin]]:
+    signature = optional(item, "encrypted_content", "string", f"{where}.encrypted_content")
+    if not signature:
+        return []  # nothing the model can be shown again (the core keeps only signed thinking)
+    parts = item.get("content") or item.get("summary") or []
+    if not isinstance(parts, list):
+        raise bad(f"{where}.content: expected a list", f"{where}.content")
+    text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
+    return [({"type": "thinking", "thinking": text, "signature": signature}, Origin(where))]
+
+
+def _message(item: dict[str, Any], where: str, ignored: list[str]) -> tuple[str, list[Any]]:
+    """``(role, blocks)`` of a user or assistant message item."""
+    role, content = item.get("role"), item.get("content")
+    if role == "user":
+        return "user", _user_blocks(content, f"{where}.content", ignored)
+    if role == "assistant":
+        text = text_of(content, f"{where}.content", _ASSISTANT_KINDS, ignored)
+        return "assistant", [({"type": "text", "text": text}, Origin(f"{where}.content"))] if text else []
+    raise bad(
+        f"{where}.role: expected one of user, assistant, system, developer; got {role!r}", f"{where}.role"
+    )
+
+
+def items(
+    raw: Any, *, leading: bool, ids: ToolIds, ignored: list[str]
+) -> tuple[list[tuple[str, str]], Turns]:
+    """``(system texts with their paths, turns)`` of ``input``; ``leading``:
+    system items before the first other item join ``system``."""
+    if isinstance(raw, str):
+        turns = Turns()
+        turns.add("user", [({"type": "text", "text": raw}, Origin("input"))], "input")
+        return [], turns
+    if not isinstance(raw, list) or not raw:
+        raise bad("input: expected a string or a non-empty list of items", "input")
+    system: list[tuple[str, str]] = []
+    turns = Turns()
+    for i, item in enumerate(raw):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise bad(f"{where}: expected an object", where)
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "item_reference":
+            raise bad(f"{where}: item references are not supported; send the item itself", f"{where}.type")
+        if kind not in _ITEM_FIELDS:
+            raise bad(f"{where}.type: input item type {kind!r} is not supported", f"{where}.type")
+        report_unknown(item, _ITEM_FIELDS[kind], where, ignored)
+        if kind == "message" and item.get("role") in ("system", "developer"):
+            text = text_of(item.get("content"), f"{where}.content", _SYSTEM_KINDS, ignored)
+            if leading:
+                system.append((text, f"{where}.content"))
+            elif text:
+                turns.add("system", [({"type": "text", "text": text}, Origin(f"{where}.content"))], where)
+            continue
+        leading = False
+        if kind == "message":
+            role, blocks = _message(item, where, ignored)
+            turns.add(role, blocks, where)
+        elif kind == "function_call":
+            call = tool_use(
+                item.get("call_id"), item.get("name"), item.get("arguments"), where, _CALL_ORIGIN, ids
+            )
+            turns.add("assistant", [call], where)
+        elif kind == "function_call_output":
+            turns.add("user", [_call_output(item, where, ids, ignored)], where)
+        else:
+            turns.add("assistant", _reasoning(item, where), where)
+    return [(t, w) for t, w in system if t], turns.non_empty()
