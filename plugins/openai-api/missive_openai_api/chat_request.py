@@ -229,7 +229,7 @@ def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Ori
             raise bad(f"tools[{i}]: only function tools are supported", f"tools[{i}].type")
         report_unknown(tool, frozenset({"type", "function"}), f"tools[{i}]", ignored)
         tools.append(function_tool(function, f"tools[{i}].function", ignored, frozenset()))
-        origins.append(Origin(f"tools[{i}].function", _TOOL_ORIGIN))
+        origins.append(Origin(f"tools[{i}].function", _TOOL_ORIGIN, frozenset({"input_schema"})))
     return tools, origins
 
 

@@ -85,6 +85,20 @@ def envelope(error: MissiveError) -> dict[str, Any]:
 
 #: A line of a core error that starts with a Messages path.
 _PATH = re.compile(r"^(?P<path>(?:[A-Za-z_]+|\d+)(?:\.(?:[A-Za-z_]+|\d+))*): ")
+#: The Messages request's fields a core error's path can start with.
+_REQUEST_FIELDS = frozenset(
+    {
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "stop_sequences",
+        "output_config",
+        "thinking",
+    }
+    | {"temperature", "top_p", "model", "metadata"}
+)
 #: A capability the core names (``CapabilityError``) -> the request's ``param``.
 _CAPABILITY_PARAMS = (
     ("strict tools", "tools"),
@@ -161,17 +175,23 @@ class Paths:
         lines = []
         for line in error.message.split("; "):
             found = _PATH.match(line)
-            if found is not None:
-                where = self.param(found.group("path"))
+            if found is not None and found.group("path").split(".")[0] in _REQUEST_FIELDS:
+                path, rest = found.group("path"), line[found.end() :]
+                below = _PATH.match(
+                    rest
+                )  # a part's check naming a path below it: tools.1: input_schema.type: ...
+                if below is not None:
+                    path, rest = f"{path}.{below.group('path')}", rest[below.end() :]
+                where = self.param(path)
                 param = param or where
-                line = f"{where}: {line[found.end() :]}"
+                line = f"{where}: {rest}"
             lines.append(self.say(line))
         if param is None:
             named = next((p for word, p in _CAPABILITY_PARAMS if error.message.startswith(word)), None)
             param = self.param(named) if named else None
         code = "context_length_exceeded" if "prompt is too long" in error.message else None
         if param is None and ("prompt is too long" in error.message or "chat template" in error.message):
-            param = "messages"
+            param = self.param("messages")
         translated = OpenAIRequestError("; ".join(lines), param=param, code=code)
         translated.status = error.status  # type: ignore[misc]  # the core's 4xx is kept
         return translated
@@ -187,7 +207,7 @@ CHAT_WORDS: tuple[tuple[str, str], ...] = (
     ("`tool_use_id`", "`tool_call_id`"),
     ("tool_use/tool_result content blocks", "tool calls and tool messages"),
     ("in the previous message", "in an assistant message before it"),
-    ("in the next message", "in the tool messages right after it"),
+    ("in the next message", "right after it"),
 )
 #: The Messages API's words for the tool loop -> Responses'.
 RESPONSES_WORDS: tuple[tuple[str, str], ...] = (

@@ -124,7 +124,7 @@ def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Ori
             )
         out = function_tool(tool, f"tools[{i}]", ignored, frozenset({"type"}))
         tools.append(out)
-        origins.append(Origin(f"tools[{i}]", _TOOL_ORIGIN))
+        origins.append(Origin(f"tools[{i}]", _TOOL_ORIGIN, frozenset({"input_schema"})))
         echoed.append(
             {
                 "type": "function",
@@ -261,6 +261,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         system=system_paths,
         tools=tool_origins,
         fields={
+            "messages": "input",
             "max_tokens": "max_output_tokens",
             "tool_choice.disable_parallel_tool_use": "parallel_tool_calls",
             "output_config.format": "text.format",

@@ -47,10 +47,14 @@ class Origin:
         fields: the block's Messages field -> its path below ``path`` in the
             request (``{"input": "function.arguments"}``; ``""``: ``path``
             itself); a field not listed keeps its name.
+        deep: the fields whose own paths go on in the request
+            (``input_schema.type`` -> ``parameters.type``); below the others
+            (an image's ``source.media_type``), the mapped field is named.
     """
 
     path: str
     fields: Mapping[str, str] = field(default_factory=dict)
+    deep: frozenset[str] = frozenset()
 
     def at(self, tail: list[str]) -> str:
         """The request's path of ``tail``, a Messages path below the block."""
@@ -58,7 +62,8 @@ class Origin:
             return self.path
         if tail[0] in self.fields:
             mapped = self.fields[tail[0]]
-            return self.path + (f".{mapped}" if mapped else "")
+            below = bracketed(tail[1:]) if tail[0] in self.deep else ""
+            return self.path + (f".{mapped}" if mapped else "") + below
         return self.path + bracketed(tail)
 
 

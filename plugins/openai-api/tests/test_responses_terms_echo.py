@@ -1,0 +1,204 @@
+"""Responses through the official ``openai`` SDK, on the ``echo`` driver:
+the core's 400s in the request's own terms (``input[i]``, ``tools[i]``,
+``instructions``, ``text.format``, ``function_call`` items), call ids the
+Messages API does not allow (within a request and across
+``previous_response_id``), field types, unknown fields inside items."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from missive.testing import InProcessApp, in_process_app
+
+TOOLS = ["auto", "any", "tool", "none"]
+CONFIG: dict[str, Any] = {
+    "models": {
+        "echo": {"driver": "echo", "context_window": 1000},
+        "echo-tools": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"capabilities": {"tool_choice": TOOLS}},
+        },
+        "echo-auto": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"capabilities": {"tool_choice": ["auto"]}},
+        },
+        "echo-report": {
+            "driver": "echo",
+            "context_window": 2000,
+            "settings": {"report": True, "capabilities": {"tool_choice": TOOLS}},
+        },
+    },
+}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+KIMI = "functions.get_weather:0"
+SYSTEM = {"role": "developer", "content": "Be brief."}
+USER = {"role": "user", "content": "weather?"}
+
+
+def call(call_id: str = "call_1") -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "call_id": call_id,
+        "name": "get_weather",
+        "arguments": '{"city": "Oslo"}',
+    }
+
+
+def output(call_id: str = "call_1") -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": "sunny"}
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[InProcessApp]:
+    with in_process_app(CONFIG) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def client(app: InProcessApp) -> openai.OpenAI:
+    return openai.OpenAI(base_url=app.url + "/v1", api_key="k", max_retries=0, http_client=app.http_client())
+
+
+@pytest.fixture(scope="module")
+def raw(app: InProcessApp) -> httpx.Client:
+    return app.http_client(headers={"authorization": "Bearer k"})  # type: ignore[no-any-return]
+
+
+def refused(client: openai.OpenAI, **kwargs: Any) -> openai.BadRequestError:
+    kwargs.setdefault("model", "echo-tools")
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(**kwargs)
+    error = caught.value
+    assert error.status_code == 400 and error.type == "invalid_request_error"
+    for word in ("tool_use", "tool_result", "input_schema", '"any"', "messages.", "tools.", "max_tokens"):
+        assert word not in error.message, error.message
+    return error
+
+
+def test_history_errors(client: openai.OpenAI) -> None:
+    """The leading developer item joins the system prompt: the core's messages.1 is input[2]."""
+    error = refused(
+        client, input=[SYSTEM, USER, call(), {"role": "user", "content": "and?"}], tools=[WEATHER]
+    )
+    assert error.param == "input[2]" and "`function_call` call_ids were found without" in error.message
+    error = refused(client, input=[SYSTEM, USER, output("call_9")], tools=[WEATHER])
+    assert error.param == "input[2]" and "`call_id`" in error.message
+
+
+def test_tool_errors(client: openai.OpenAI) -> None:
+    """A dropped web_search tool shifts the Messages tools: tools.0 is the request's tools[1]."""
+    bad = {**WEATHER, "name": "f", "parameters": {"type": "string"}}
+    error = refused(client, input="x", tools=[{"type": "web_search"}, bad])
+    assert error.param == "tools[1].parameters.type"
+    error = refused(client, model="echo-auto", input="x", tools=[WEATHER], tool_choice="required")
+    assert error.param == "tool_choice" and 'tool_choice "required"' in error.message
+    error = refused(client, input="x", tools=[WEATHER], tool_choice={"type": "function", "name": "nope"})
+    assert error.param == "tool_choice.name"
+
+
+def test_content_and_format_errors(client: openai.OpenAI) -> None:
+    error = refused(
+        client, input=[SYSTEM, {"role": "user", "content": [{"type": "input_text", "text": "  "}]}]
+    )
+    assert error.param == "input[1].content[0]" and "non-whitespace" in error.message
+    error = refused(client, instructions="   ", input="x")
+    assert error.param == "instructions"
+    schema = {"type": "object", "properties": {"a": {"type": 3}}}
+    error = refused(
+        client, input="x", text={"format": {"type": "json_schema", "name": "x", "schema": schema}}
+    )
+    assert error.param == "text.format.schema" and "JSON schema is invalid" in error.message
+    error = refused(client, model="echo", input="word " * 1200)
+    assert error.param == "input"
+    assert error.code == "context_length_exceeded"
+
+
+def test_call_ids_outside_the_pattern(client: openai.OpenAI) -> None:
+    done = client.responses.create(
+        model="echo-report", input=[USER, call(KIMI), output(KIMI)], tools=[WEATHER]
+    )
+    turns = json.loads(done.output_text)["turns"]
+    sent = {b.get("id") or b.get("tool_use_id") for t in turns for b in t["blocks"] if "tool" in b["type"]}
+    (mapped,) = sent
+    assert mapped != KIMI and mapped.replace("_", "").replace("-", "").isalnum()
+    error = refused(client, input=[USER, call(KIMI), USER], tools=[WEATHER])
+    assert KIMI in error.message and mapped not in error.message
+    # A call kept with a response, answered in the next request: the ids still match.
+    first = client.responses.create(model="echo-tools", input=[USER, call(KIMI)], tools=[WEATHER])
+    then = client.responses.create(
+        model="echo-report", previous_response_id=first.id, input=[output(KIMI)], tools=[WEATHER]
+    )
+    assert then.status == "completed" and mapped in then.output_text
+
+
+def test_previous_response_errors_name_it(client: openai.OpenAI) -> None:
+    first = client.responses.create(model="echo-tools", input=[USER, call("call_7")], tools=[WEATHER])
+    error = refused(client, previous_response_id=first.id, input="and?", tools=[WEATHER])
+    assert error.param == "previous_response_id" and "call_7" in error.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
+        ({"tools": [{**WEATHER, "strict": "yes"}]}, "tools[0].strict"),
+        ({"tools": [{**WEATHER, "description": 3}]}, "tools[0].description"),
+        ({"max_output_tokens": "10"}, "max_output_tokens"),
+        ({"temperature": "1"}, "temperature"),
+        ({"store": "no"}, "store"),
+        ({"include": "x"}, "include"),
+        ({"metadata": "x"}, "metadata"),
+        ({"text": "x"}, "text"),
+        ({"text": {"format": "json"}}, "text.format"),
+        ({"reasoning": "x"}, "reasoning"),
+        ({"previous_response_id": 5}, "previous_response_id"),
+        ({"instructions": 5}, "instructions"),
+        ({"input": [{"type": "function_call_output", "call_id": 5, "output": "x"}]}, "input[0].call_id"),
+        ({"input": [{"type": "reasoning", "encrypted_content": 5}]}, "input[0].encrypted_content"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+            "input[0].content[0].text",
+        ),
+    ],
+)
+def test_field_types(raw: httpx.Client, extra: dict[str, Any], param: str) -> None:
+    response = raw.post("/v1/responses", json={"model": "echo-tools", "input": "x", **extra})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
+def test_unknown_fields_inside_items(raw: httpx.Client) -> None:
+    body = {
+        "model": "echo-tools",
+        "tools": [{**WEATHER, "cache": True}],
+        "input": [
+            {"type": "message", "role": "user", "content": "hi", "name": "alice", "id": "msg_1"},
+            {**call("c1"), "status": "completed", "extra": 1},
+            {**output("c1"), "ttl": 3},
+            {"role": "user", "content": [{"type": "input_text", "text": "x", "lang": "en"}]},
+        ],
+    }
+    response = raw.post("/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    ignored = response.headers["missive-ignored"]
+    for path in (
+        "input[0].name",
+        "input[1].extra",
+        "input[2].ttl",
+        "input[3].content[0].lang",
+        "tools[0].cache",
+    ):
+        assert path in ignored, ignored
+    assert "input[0].id" not in ignored and "input[1].status" not in ignored
