@@ -53,6 +53,7 @@ from .common import (
     text_of,
     tool_choice,
     tool_use,
+    user_blocks,
 )
 from .errors import CHAT_WORDS, COMMON_WORDS, Paths
 from .turns import Origin, ToolIds, Turns
@@ -130,32 +131,14 @@ class ChatRequest:
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
 
 
-def _user_blocks(content: Any, where: str, ignored: list[str]) -> list[tuple[dict[str, Any], Origin]]:
-    if isinstance(content, str):
-        return [({"type": "text", "text": content}, Origin(where, {"text": ""}))] if content else []
-    if not isinstance(content, list):
-        raise bad(f"{where}: expected a string or a list of content parts", where)
-    blocks: list[tuple[dict[str, Any], Origin]] = []
-    for j, part in enumerate(content):
-        at = f"{where}[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text":
-            text = checked(part.get("text"), "string", f"{at}.text")
-            report_unknown(part, frozenset({"type", "text"}), at, ignored)
-            if text:
-                blocks.append(({"type": "text", "text": text}, Origin(at)))
-        elif kind == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            url = checked(url, "string", f"{at}.image_url.url")
-            if isinstance(image, dict):
-                report_unknown(image, frozenset({"url", "detail"}), f"{at}.image_url", ignored)
-            report_unknown(part, frozenset({"type", "image_url"}), at, ignored)
-            block = image_block(url, f"{at}.image_url.url", data_param=at)
-            blocks.append((block, Origin(at, {"source": "image_url.url"})))
-        else:
-            raise bad(f"{at}: unsupported content part type {kind!r}", f"{at}.type")
-    return blocks
+def _image(part: dict[str, Any], at: str, ignored: list[str]) -> tuple[dict[str, Any], Origin]:
+    image = part.get("image_url")
+    url = checked(image.get("url") if isinstance(image, dict) else image, "string", f"{at}.image_url.url")
+    if isinstance(image, dict):
+        report_unknown(image, frozenset({"url", "detail"}), f"{at}.image_url", ignored)
+    report_unknown(part, frozenset({"type", "image_url"}), at, ignored)
+    block = image_block(url, f"{at}.image_url.url", data_param=at)
+    return block, Origin(at, {"source": "image_url.url"})
 
 
 def _calls(message: dict[str, Any], where: str, ids: ToolIds, ignored: list[str]) -> list[Any]:
@@ -197,15 +180,17 @@ def _messages(raw: Any, ids: ToolIds, ignored: list[str]) -> tuple[list[tuple[st
             )
         report_unknown(message, _MESSAGE_FIELDS[role], where, ignored)
         if role in ("system", "developer"):
-            text = text_of(content, f"{where}.content", ("text",), ignored)
-            if leading:
-                system.append((text, f"{where}.content"))
-            elif text:
-                turns.add("system", [({"type": "text", "text": text}, Origin(f"{where}.content"))], where)
+            turns.instruction(
+                text_of(content, f"{where}.content", ("text",), ignored), where, leading, system
+            )
             continue
         leading = False
         if role == "user":
-            turns.add("user", _user_blocks(content, f"{where}.content", ignored), where)
+            turns.add(
+                "user",
+                user_blocks(content, f"{where}.content", ("text",), ("image_url", _image), ignored),
+                where,
+            )
         elif role == "assistant":
             blocks = []
             if content is not None:

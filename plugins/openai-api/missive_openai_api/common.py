@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import OpenAIRequestError
@@ -29,6 +30,7 @@ __all__ = [
     "report_unknown",
     "image_block",
     "text_of",
+    "user_blocks",
     "tool_use",
     "function_tool",
     "tool_choice",
@@ -115,6 +117,37 @@ def text_of(content: Any, where: str, kinds: tuple[str, ...], ignored: list[str]
         texts.append(checked(part.get(key), "string", f"{where}[{j}].{key}"))
         report_unknown(part, _TEXT_PART_FIELDS, f"{where}[{j}]", ignored)
     return "".join(texts)
+
+
+#: A door's image part at a path -> its ``image`` block and origin.
+ImagePart = Callable[[dict[str, Any], str, list[str]], tuple[dict[str, Any], Origin]]
+
+
+def user_blocks(
+    content: Any, where: str, text_kinds: tuple[str, ...], images: tuple[str, ImagePart], ignored: list[str]
+) -> list[tuple[dict[str, Any], Origin]]:
+    """The blocks (with their origins) of user content at ``where``: a
+    string, or parts: text (of ``text_kinds``; empty ones left out) and
+    images (``images``: the part type and its reader); any other part type
+    is a 400 naming it."""
+    if isinstance(content, str):
+        return [({"type": "text", "text": content}, Origin(where, {"text": ""}))] if content else []
+    if not isinstance(content, list):
+        raise bad(f"{where}: expected a string or a list of content parts", where)
+    blocks: list[tuple[dict[str, Any], Origin]] = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in text_kinds:
+            text = checked(part.get("text"), "string", f"{at}.text")
+            report_unknown(part, frozenset({"type", "text"}), at, ignored)
+            if text:
+                blocks.append(({"type": "text", "text": text}, Origin(at)))
+        elif kind == images[0]:
+            blocks.append(images[1](part, at, ignored))
+        else:
+            raise bad(f"{at}.type: content part type {kind!r} is not supported", f"{at}.type")
+    return blocks
 
 
 #: The fields of a text part read or harmless (``annotations``, ``logprobs``

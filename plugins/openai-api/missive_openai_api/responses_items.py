@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import bad, checked, image_block, optional, report_unknown, text_of, tool_use
+from .common import bad, checked, image_block, optional, report_unknown, text_of, tool_use, user_blocks
 from .turns import Origin, ToolIds, Turns
 
 __all__ = ["items"]
@@ -42,30 +42,17 @@ _SYSTEM_KINDS = ("input_text", "text")
 _ASSISTANT_KINDS = ("output_text", "refusal", "input_text", "text")
 
 
+def _image(part: dict[str, Any], at: str, ignored: list[str]) -> tuple[dict[str, Any], Origin]:
+    if part.get("file_id") is not None and part.get("image_url") is None:
+        raise bad(f"{at}.file_id: file ids are not supported; send image_url", f"{at}.file_id")
+    url = checked(part.get("image_url"), "string", f"{at}.image_url")
+    report_unknown(part, frozenset({"type", "image_url", "file_id", "detail"}), at, ignored)
+    block = image_block(url, f"{at}.image_url", data_param=f"{at}.image_url")
+    return block, Origin(at, {"source": "image_url"})
+
+
 def _user_blocks(content: Any, where: str, ignored: list[str]) -> list[tuple[dict[str, Any], Origin]]:
-    if isinstance(content, str):
-        return [({"type": "text", "text": content}, Origin(where, {"text": ""}))] if content else []
-    if not isinstance(content, list):
-        raise bad(f"{where}: expected a string or a list of content parts", where)
-    blocks: list[tuple[dict[str, Any], Origin]] = []
-    for j, part in enumerate(content):
-        at = f"{where}[{j}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "text"):
-            text = checked(part.get("text"), "string", f"{at}.text")
-            report_unknown(part, frozenset({"type", "text"}), at, ignored)
-            if text:
-                blocks.append(({"type": "text", "text": text}, Origin(at)))
-        elif kind == "input_image":
-            if part.get("file_id") is not None and part.get("image_url") is None:
-                raise bad(f"{at}.file_id: file ids are not supported; send image_url", f"{at}.file_id")
-            url = checked(part.get("image_url"), "string", f"{at}.image_url")
-            report_unknown(part, frozenset({"type", "image_url", "file_id", "detail"}), at, ignored)
-            block = image_block(url, f"{at}.image_url", data_param=f"{at}.image_url")
-            blocks.append((block, Origin(at, {"source": "image_url"})))
-        else:
-            raise bad(f"{at}.type: content part type {kind!r} is not supported", f"{at}.type")
-    return blocks
+    return user_blocks(content, where, ("input_text", "text"), ("input_image", _image), ignored)
 
 
 def _call_output(item: dict[str, Any], where: str, ids: ToolIds, ignored: list[str]) -> Any:
@@ -128,11 +115,12 @@ def items(
             raise bad(f"{where}.type: input item type {kind!r} is not supported", f"{where}.type")
         report_unknown(item, _ITEM_FIELDS[kind], where, ignored)
         if kind == "message" and item.get("role") in ("system", "developer"):
-            text = text_of(item.get("content"), f"{where}.content", _SYSTEM_KINDS, ignored)
-            if leading:
-                system.append((text, f"{where}.content"))
-            elif text:
-                turns.add("system", [({"type": "text", "text": text}, Origin(f"{where}.content"))], where)
+            turns.instruction(
+                text_of(item.get("content"), f"{where}.content", _SYSTEM_KINDS, ignored),
+                where,
+                leading,
+                system,
+            )
             continue
         leading = False
         if kind == "message":

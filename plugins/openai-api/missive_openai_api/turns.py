@@ -90,6 +90,16 @@ class Turns:
         self.starts.append(where)
         self.origins.append([o for _, o in blocks])
 
+    def instruction(self, text: str, where: str, leading: bool, system: list[tuple[str, str]]) -> None:
+        """A ``system``/``developer`` message's ``text`` (at ``where``): while
+        ``leading`` (before any other message) it joins ``system`` (as
+        ``(text, its path)``), later it is a mid-conversation ``system``
+        turn (left out when empty)."""
+        if leading:
+            system.append((text, f"{where}.content"))
+        elif text:
+            self.add("system", [({"type": "text", "text": text}, Origin(f"{where}.content"))], where)
+
     def extend(self, other: Turns) -> None:
         """Append ``other``'s turns, merging at the seam."""
         for message, start, origins in zip(other.messages, other.starts, other.origins, strict=True):

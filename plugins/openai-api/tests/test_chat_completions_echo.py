@@ -6,14 +6,13 @@ the answer's shapes, usage, tool calls and the error envelope."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from missive.testing import InProcessApp, in_process_app
+from missive.testing import InProcessApp
 
 CONFIG: dict[str, Any] = {
     "server": {"ping_interval": 0.3},
@@ -52,24 +51,6 @@ WEATHER = {
 
 def script(*steps: dict[str, Any], **extra: Any) -> str:
     return json.dumps({"script": list(steps), **extra})
-
-
-@pytest.fixture(scope="module")
-def app() -> Iterator[InProcessApp]:
-    with in_process_app(CONFIG) as made:
-        yield made
-
-
-@pytest.fixture(scope="module")
-def client(app: InProcessApp) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=app.url + "/v1", api_key="unused", max_retries=0, http_client=app.http_client()
-    )
-
-
-@pytest.fixture(scope="module")
-def raw(app: InProcessApp) -> httpx.Client:
-    return app.http_client()
 
 
 def test_plain_answer_and_usage(client: openai.OpenAI) -> None:
