@@ -18,11 +18,13 @@ MESSAGES_TERMS = ("tool_use", "tool_result", "input_schema", '"any"', "messages.
 
 
 _MODES = ["auto", "any", "tool", "none"]
-#: Echo models: tool_choice in every mode, strict tools when forced, auto
-#: only, and one reporting the conversation it gets (images taken).
+#: Echo models: one with a fallback, tool_choice in every mode, strict tools
+#: when forced, auto only, and one reporting the conversation it gets (images taken).
 ECHO_MODELS: dict[str, Any] = {
+    "routing": {"default_fallbacks": True},
     "models": {
         "echo": {"driver": "echo", "context_window": 1000},
+        "echo-spare": {"driver": "echo", "context_window": 1000, "fallbacks": ["echo"]},
         "echo-tools": {
             "driver": "echo",
             "context_window": 1000,

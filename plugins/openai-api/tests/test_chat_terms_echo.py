@@ -141,6 +141,11 @@ def test_whitespace_stop(client: openai.OpenAI, raw: httpx.Client) -> None:
         model="echo", messages=[{"role": "user", "content": content}], stop=["\n"], stream=True
     )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "line one"
+    # A request with fallbacks is checked again for each: still as this door's.
+    done = client.chat.completions.create(
+        model="echo-spare", messages=[{"role": "user", "content": content}], stop="\n"
+    )
+    assert done.choices[0].message.content == "line one"
     body = {"model": "echo", "max_tokens": 10, "stop_sequences": ["\n"], "messages": [USER]}
     response = raw.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
     assert response.status_code == 400 and "non-whitespace" in response.text
