@@ -30,6 +30,7 @@ import anyio
 
 if TYPE_CHECKING:
     from ..messages.extras import EventStream
+    from ..messages.stream.usage import Usage
     from .admission import Permit
     from .prepared import Prepared
 
@@ -47,12 +48,30 @@ class Answer:
             diagnostics may still be put into it).
     """
 
-    def __init__(self, prepared: Prepared, first: Event, stream: EventStream, permit: Permit) -> None:
+    def __init__(
+        self,
+        prepared: Prepared,
+        first: Event,
+        stream: EventStream,
+        permit: Permit,
+        usage: Usage | None = None,
+    ) -> None:
         self.prepared = prepared
         self.first = first
         self._stream = stream
+        self._usage = usage
         self._permit: Permit | None = permit
         self._watchers: list[Callable[[Event], None]] = [prepared.caller.record.note]
+
+    @property
+    def thinking_tokens(self) -> int:
+        """The output tokens of the model's reasoning so far (counted on its
+        thinking deltas, at most the answer's output tokens; 0 when it did
+        not reason): not in the Messages API's usage, for a front door whose
+        API reports them (OpenAI's ``reasoning_tokens``)."""
+        if self._usage is None:
+            return 0
+        return min(self._usage.thinking_tokens, self._usage.used())
 
     def watch(self, note: Callable[[Event], None]) -> None:
         """Have ``note`` take in every event after ``message_start`` as it is

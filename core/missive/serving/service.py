@@ -167,15 +167,16 @@ class Messages:
         if admit is None:
             admit = self._admit(prepared)
         req = prepared.request
+        message = MessageStream(
+            driver,
+            prepared.generation,
+            message_id=message_id(),
+            model=req.model,
+            signer=self.signer,
+            server_tools=self.server_tools,
+        )
         stream = finish_stream(
-            MessageStream(
-                driver,
-                prepared.generation,
-                message_id=message_id(),
-                model=req.model,
-                signer=self.signer,
-                server_tools=self.server_tools,
-            ),
+            message,
             prepared.extras,
             self.signer,
             fallback_model=req.model if prepared.fallback else None,
@@ -197,7 +198,7 @@ class Messages:
                 permit.release()
                 raise
         record.note(first)
-        return Answer(prepared, first, stream, permit)
+        return Answer(prepared, first, stream, permit, usage=message.usage)
 
     def _admit(self, prepared: Prepared) -> Admit:
         gate = self.admission.gate(prepared.model_id, prepared.driver)

@@ -31,8 +31,10 @@ message or reasoning item ``response.content_part.added``, the deltas
 
 Usage (:func:`usage_of`): ``input_tokens`` counts the whole prompt, cached
 tokens included, ``input_tokens_details.cached_tokens`` the cached part;
-``output_tokens_details.reasoning_tokens`` is 0 (Missive's usage does not
-count reasoning tokens apart from the others).
+``output_tokens_details.reasoning_tokens`` the part of ``output_tokens``
+the model spent reasoning (:data:`.chat_stream.REASONING_TOKENS`, which
+the door adds to the Messages usage from ``Answer.thinking_tokens``; 0 when
+it did not reason).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 
 from missive.api import MissiveError, json_dumps
 
+from .chat_stream import REASONING_TOKENS
 from .errors import envelope, status_of
 
 __all__ = [
@@ -77,7 +80,7 @@ def usage_of(usage: dict[str, Any]) -> dict[str, Any]:
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": output,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.get(REASONING_TOKENS) or 0},
         "total_tokens": prompt + output,
     }
 

@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import AsyncGenerator
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from quart import Blueprint, Response, request
 from werkzeug.exceptions import MethodNotAllowed
@@ -30,7 +30,7 @@ from werkzeug.exceptions import MethodNotAllowed
 from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 
 from .chat_request import translate
-from .chat_stream import ChunkConverter, completion_of
+from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
 from .errors import OpenAIRequestError, envelope, status_of
 from .responses_request import translate as translate_responses
 from .responses_store import ResponseStore, Stored
@@ -55,6 +55,26 @@ def _data(obj: Any) -> bytes:
 def _event(event: dict[str, Any]) -> bytes:
     kind: str = event["type"]
     return b"event: " + kind.encode() + b"\ndata: " + json_dumps(event) + b"\n\n"
+
+
+class Answer(Protocol):
+    """What the door reads of the gateway's answer besides its events."""
+
+    @property
+    def thinking_tokens(self) -> int: ...
+
+
+def _counted(event: dict[str, Any], answer: Answer) -> dict[str, Any]:
+    """``event``; a ``message_delta`` with the answer's reasoning tokens in
+    its usage (:data:`.chat_stream.REASONING_TOKENS`), for the converters."""
+    if event["type"] != "message_delta":
+        return event
+    return {**event, "usage": {**(event.get("usage") or {}), REASONING_TOKENS: answer.thinking_tokens}}
+
+
+def _collected(message: dict[str, Any], answer: Answer) -> dict[str, Any]:
+    """The folded ``message`` with the answer's reasoning tokens in its usage."""
+    return {**message, "usage": {**(message.get("usage") or {}), REASONING_TOKENS: answer.thinking_tokens}}
 
 
 def _error_response(error: MissiveError) -> Response:
@@ -127,7 +147,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
         completion_id = "chatcmpl-" + str(answer.first["message"]["id"]).removeprefix("msg_")
         created = int(time.time())
         if not chat.stream:
-            message = await gateway.collect(answer)
+            message = _collected(await gateway.collect(answer), answer)
             return completion_of(message, completion_id=completion_id, model=chat.model, created=created)
         converter = ChunkConverter(
             completion_id=completion_id, model=chat.model, created=created, include_usage=chat.include_usage
@@ -144,7 +164,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
                             if event["type"] == "ping":
                                 out.append(b": ping\n\n")
                             else:
-                                out.extend(_data(chunk) for chunk in converter.feed(event))
+                                out.extend(_data(chunk) for chunk in converter.feed(_counted(event, answer)))
                         if out:
                             yield b"".join(out)
                 except MissiveError as exc:
@@ -185,7 +205,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
             encrypted_reasoning=asked.encrypted_reasoning,
         )
         if not asked.stream:
-            message = await gateway.collect(answer)
+            message = _collected(await gateway.collect(answer), answer)
             done = response_of(message, shape)
             keep(asked, owner, done, message.get("content") or [])
             return done
@@ -203,7 +223,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
                             if event["type"] == "ping":
                                 out.append(b": ping\n\n")
                             else:
-                                out.extend(_event(e) for e in converter.feed(event))
+                                out.extend(_event(e) for e in converter.feed(_counted(event, answer)))
                         if converter.final is not None and not kept_already:
                             # kept before response.completed leaves: a client that
                             # continues as soon as it reads it finds it

@@ -129,6 +129,7 @@ def test_chunk_by_chunk() -> None:
         "completion_tokens": 9,
         "total_tokens": 22,
         "prompt_tokens_details": {"cached_tokens": 7},
+        "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
 

@@ -204,6 +204,7 @@ class MessageStream:
                             break
                     elif isinstance(event, ThinkingDelta):
                         usage.output_tokens += event.tokens
+                        usage.thinking_tokens += event.tokens
                         if self.request.thinking.shows_blocks:
                             for out in blocks.thinking(event.thinking):
                                 yield out

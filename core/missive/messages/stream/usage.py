@@ -27,12 +27,17 @@ class Usage:
 
     Attributes:
         output_tokens: output tokens counted on the events so far (every round).
+        thinking_tokens: the part of them counted on thinking deltas (the
+            model's reasoning, shown or not). Not part of the Messages API's
+            usage; a front door reports it where its API has a place for it
+            (:attr:`missive.serving.answer.Answer.thinking_tokens`).
         budget: the request's ``max_tokens`` (the whole message's, across rounds).
     """
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.output_tokens = 0
+        self.thinking_tokens = 0
         self._started: Started | None = None
         self._before = dict.fromkeys(_INPUT, 0)  # the prompts of the rounds before this one
         self._settled = 0  # output tokens of the rounds before this one
