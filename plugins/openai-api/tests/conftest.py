@@ -19,7 +19,8 @@ MESSAGES_TERMS = ("tool_use", "tool_result", "input_schema", '"any"', "messages.
 
 _MODES = ["auto", "any", "tool", "none"]
 #: Echo models: one with a fallback, tool_choice in every mode, strict tools
-#: when forced, reasoning, auto only, and one reporting the conversation it gets (images taken).
+#: when forced, no sampling or stop sequences, reasoning, auto only, and one
+#: reporting the conversation it gets (images taken).
 ECHO_MODELS: dict[str, Any] = {
     "routing": {"default_fallbacks": True},
     "models": {
@@ -34,6 +35,11 @@ ECHO_MODELS: dict[str, Any] = {
             "driver": "echo",
             "context_window": 1000,
             "settings": {"capabilities": {"tool_choice": _MODES, "strict_tools": ["any", "tool"]}},
+        },
+        "echo-fixed": {
+            "driver": "echo",
+            "context_window": 1000,
+            "settings": {"capabilities": {"sampling": [], "stop_sequences": False}},
         },
         "echo-think": {
             "driver": "echo",

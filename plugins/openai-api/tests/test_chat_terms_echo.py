@@ -114,6 +114,16 @@ def test_media_errors(refuse: Refuse) -> None:
     assert error.param == "messages[1].content[1].image_url.url"
     error = refuse(model="echo", messages=[message])
     assert error.param == "messages" and "image/png" in error.message
+    local = {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/x.png"}}
+    error = refuse(model="echo-report", messages=[SYSTEM, USER, {"role": "user", "content": [local]}])
+    assert error.param == "messages[2].content[0].image_url.url" and "refused to fetch" in error.message
+
+
+def test_sampling_capability_errors(refuse: Refuse) -> None:
+    error = refuse(model="echo-fixed", messages=[USER], temperature=0.5)
+    assert error.param == "temperature"
+    error = refuse(model="echo-fixed", messages=[USER], stop=["end"])
+    assert error.param == "stop" and "stop is not supported" in error.message
 
 
 def test_output_and_stop_errors(refuse: Refuse) -> None:
