@@ -324,7 +324,7 @@ def test_non_strict_schema_is_enforced_as_far_as_it_can_be(smol: anthropic.Anthr
         extra_body=GREEDY,
     )
     # The 135M model may write inside a string until max_tokens: the call is
-    # then open and cut (input {}), as the API does; it is still the call.
+    # then open and cut (input: the members written in full), as the API does; it is still the call.
     assert reply.stop_reason in ("tool_use", "max_tokens")
     calls = [b for b in reply.content if b.type == "tool_use"]  # parallel calls are allowed: one or more
     assert calls and all(c.name == "f" and isinstance(c.input, dict) for c in calls)
