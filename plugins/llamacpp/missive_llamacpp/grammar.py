@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
@@ -38,7 +39,17 @@ _LOOSE_CHAR = r'char ::= [^"\\] |'
 _JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
 
 
+#: llama-cpp-python's port writes the rest of an object after an optional
+#: property as ``X-rest ::= X-additional-kvs`` when only additional
+#: properties follow: no comma, and not optional, so ``{"a": 1"k": 2}`` is
+#: admitted and ``{"a": 1}`` is not (measured; llama.cpp's own
+#: ``json_schema_to_grammar`` writes ``( "," space X-additional-kv )*``,
+#: which this restores).
+_ADDITIONAL_REST = re.compile(r"^(\S+-rest) ::= (\S*additional-kv)s$", re.MULTILINE)
+
+
 def _strict_json(grammar: str) -> str:
+    grammar = _ADDITIONAL_REST.sub(r'\1 ::= ( "," space \2 )*', grammar)
     return grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
 
 

@@ -17,6 +17,7 @@ import pytest
 from llama_cpp.llama_grammar import SchemaConverter
 
 from missive_llamacpp.enforced import unenforced
+from missive_llamacpp.grammar import json_schema_grammar
 
 _TOKEN = re.compile(
     r'\s*(?:(?P<lit>"(?:\\.|[^"\\])*")|(?P<cls>\[(?:\\.|[^\]\\])*\])|(?P<rep>\{\d+(?:,\d*)?\})'
@@ -154,3 +155,19 @@ def test_branch_order_decides_what_is_read() -> None:
         {"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "integer"}}
     ) == ["prefixItems"]
     assert unenforced({"oneOf": [{"type": "integer"}], "anyOf": [{"type": "string"}]}) == ["anyOf"]
+
+
+def test_optional_properties_then_additional_ones_are_valid_json() -> None:
+    """The port's grammar after an optional property, when only additional
+    properties may follow, had no comma and no way to stop there
+    (missive_llamacpp.grammar._ADDITIONAL_REST restores llama.cpp's rule)."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "additionalProperties": {"type": "integer"},
+    }
+    rules = dict(line.split(" ::= ", 1) for line in json_schema_grammar(schema).splitlines())
+    regex = _regex(rules, "root")
+    for text in ('{"a": 1}', '{"a": 1, "k": 2}', '{"k": 2, "j": 3}', "{}"):
+        assert re.fullmatch(regex, text), text
+    assert not re.fullmatch(regex, '{"a": 1"k": 2}')
