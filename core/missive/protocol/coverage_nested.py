@@ -232,9 +232,7 @@ NESTED: dict[str, Rule] = {
         "thinking.block_binding",
     ),
     "output_config.effort": _h(
-        "missive.driver.thinking",
-        "the reasoning depth; a model that does not reason: reported in `missive-ignored` "
-        "(`missive.thinking.effort`)",
+        "missive.driver.thinking", "the reasoning depth; without reasoning, reported in `missive-ignored`"
     ),
     "output_config.format.**": _h("missive.messages.capabilities", "needs `structured_output`"),
     "**.output_config.task_budget.**": _ig(
