@@ -240,6 +240,44 @@ def test_forced_call_cut_by_max_tokens_is_a_max_tokens_answer(echo: anthropic.An
         assert all(b.input == {} for b in message.content[1:])  # the cut-off call, if it was opened
 
 
+@pytest.mark.parametrize(
+    ("model", "steps"),
+    [
+        (  # a parsed call (Hermes): the text is cut inside the arguments
+            "echo-hermes",
+            [
+                {"text": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "cel'},
+                {"text": 'sius"}}\n</tool_call>'},
+            ],
+        ),
+        (  # a driver's call events whose fragments end mid-object
+            "echo-tools",
+            [{"tool_call": {"name": "get_weather", "arguments": ['{"city": "Paris", ', '"unit": "cel']}}],
+        ),
+    ],
+)
+def test_a_cut_forced_call_has_the_same_input_streamed_or_not(
+    echo: anthropic.Anthropic, model: str, steps: list[dict[str, Any]]
+) -> None:
+    """A forced call cut by max_tokens: the non-streamed input is what the
+    SDK's accumulator parses from the streamed fragments (partial JSON: the
+    members written in full), not {} beside a streamed {"city": "Paris"}."""
+    kwargs: dict[str, Any] = dict(
+        model=model,
+        max_tokens=1,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": script(*steps, stop_reason="max_tokens")}],
+    )
+    plain = echo.messages.create(**kwargs)
+    with echo.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    assert plain.stop_reason == final.stop_reason == "max_tokens"
+    cut = [("tool_use", "get_weather", {"city": "Paris"})]
+    assert [(b.type, b.name, b.input) for b in plain.content] == cut
+    assert [(b.type, b.name, b.input) for b in final.content] == cut
+
+
 def test_a_repeated_call_ends_the_answer(echo: anthropic.Anthropic) -> None:
     """A model that writes the same call again (a small model forced to call
     a tool loops until max_tokens) ends its answer with tool_use before the

@@ -271,6 +271,45 @@ def test_strict_schema_a_grammar_cannot_enforce_is_a_400(smol: anthropic.Anthrop
     )
 
 
+BOUNDED = {
+    "type": "object",
+    "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 10}},
+    "required": ["x"],
+}
+
+
+def test_strict_tool_with_a_bound_the_grammar_ignores_is_a_400(smol: anthropic.Anthropic) -> None:
+    """llama.cpp's converter accepts maximum without enforcing it (SmolLM2
+    answered {"x": 500} with a 200): strict promises schema-exact arguments,
+    so it is refused, naming the keyword."""
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        smol.messages.create(
+            model=MODEL,
+            max_tokens=20,
+            tools=[{"name": "f", "input_schema": BOUNDED, "strict": True}],
+            tool_choice={"type": "any"},
+            messages=ASK,
+        )
+    message = caught.value.body["error"]["message"]
+    assert "strict tool's input_schema cannot be enforced by a llama.cpp grammar" in message
+    assert "tool 'f' #/properties/x/minimum, tool 'f' #/properties/x/maximum" in message
+
+
+def test_non_strict_tool_with_a_bound_is_answered(smol: anthropic.Anthropic) -> None:
+    reply = smol.messages.create(
+        model=MODEL,
+        max_tokens=30,
+        tools=[{"name": "f", "input_schema": BOUNDED}],
+        tool_choice={"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+        messages=ASK,
+        extra_body=GREEDY,
+    )
+    calls = [b for b in reply.content if b.type == "tool_use"]
+    assert [c.name for c in calls] == ["f"]
+    if reply.stop_reason == "tool_use":
+        assert isinstance(calls[0].input["x"], int)
+
+
 @pytest.mark.parametrize("schema", HARD_SCHEMAS)
 def test_non_strict_schema_is_enforced_as_far_as_it_can_be(smol: anthropic.Anthropic, schema: dict) -> None:
     """Issue 15 item 4: the API accepts any JSON Schema for a tool without
@@ -285,7 +324,7 @@ def test_non_strict_schema_is_enforced_as_far_as_it_can_be(smol: anthropic.Anthr
         extra_body=GREEDY,
     )
     # The 135M model may write inside a string until max_tokens: the call is
-    # then open and cut (input {}), as the API does; it is still the call.
+    # then open and cut (input: the members written in full), as the API does; it is still the call.
     assert reply.stop_reason in ("tool_use", "max_tokens")
     calls = [b for b in reply.content if b.type == "tool_use"]  # parallel calls are allowed: one or more
     assert calls and all(c.name == "f" and isinstance(c.input, dict) for c in calls)

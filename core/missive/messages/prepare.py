@@ -20,7 +20,8 @@ found is the error):
 3. thinking a model cannot do, asked through an alias, answered without
    it (:mod:`missive.thinking.through_alias`); then
    :func:`~missive.messages.capabilities.check_request` against the driver's
-   capabilities;
+   capabilities; ``output_config.effort`` for a model that does not reason
+   reported (:mod:`missive.thinking.effort`);
 4. replayed thinking checked against its signature (:mod:`missive.thinking.replay`),
    the conversation built (:mod:`.conversation`), deferred tools' references
    expanded, the thinking plan made;
@@ -48,6 +49,7 @@ from ..driver.thinking import plan_thinking
 from ..protocol.errors import InvalidRequestError
 from ..protocol.schema.request import CountTokensRequest
 from ..thinking.between_tools import as_text as between_tools_text
+from ..thinking.effort import unreasoned_effort
 from ..thinking.replay import answer_position, check_replayed_thinking
 from ..thinking.signing import Signer
 from ..thinking.through_alias import fit_thinking
@@ -183,6 +185,7 @@ def build_generation(
         tool_choice=choice,
         image_fallback=image_fallback,
     )
+    notes.ignore(unreasoned_effort(req, caps, model=target.model_id))
     replay = check_replayed_thinking(req.messages, signer)
     if replay.dropped:
         log.info("thinking left out of the prompt: %s", ", ".join(replay.dropped))

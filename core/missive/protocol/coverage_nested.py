@@ -231,7 +231,9 @@ NESTED: dict[str, Rule] = {
         {"thinking": {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "error"}}},
         "thinking.block_binding",
     ),
-    "output_config.effort": _h("missive.driver.thinking", "the reasoning depth"),
+    "output_config.effort": _h(
+        "missive.driver.thinking", "the reasoning depth; without reasoning, reported in `missive-ignored`"
+    ),
     "output_config.format.**": _h("missive.messages.capabilities", "needs `structured_output`"),
     "**.output_config.task_budget.**": _ig(
         "no task budgets: `max_tokens` bounds the answer",

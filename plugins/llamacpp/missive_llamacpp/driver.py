@@ -96,8 +96,10 @@ class LlamaCppDriver(LocalDriver):
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise InvalidRequestError(
                 f"the strict tool's input_schema cannot be enforced by a llama.cpp grammar ({detail}); "
-                "llama.cpp supports JSON Schema without unresolved $ref, boolean subschemas, "
-                "unanchored patterns or not/if/then/else; remove strict: true to have the rest enforced"
+                "llama.cpp enforces types, properties, required keys, enum, const, anyOf, local $ref, "
+                "anchored patterns, string lengths and item counts, not minimum/maximum, multipleOf, "
+                "not, if/then/else, other formats (docs/tools.md); "
+                "remove strict: true to have the rest enforced"
             ) from exc
         if relaxed:
             self.log.info(

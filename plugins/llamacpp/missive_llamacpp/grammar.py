@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
 from missive.api import RawValueLanguage, ToolChoice, ToolDefinition, ToolParser, allows_string
 
-__all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "MAX_PARALLEL_CALLS"]
+from .enforced import unenforced
+
+__all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "UnenforcedSchema", "MAX_PARALLEL_CALLS"]
 
 MAX_PARALLEL_CALLS = 8
 
@@ -36,7 +39,17 @@ _LOOSE_CHAR = r'char ::= [^"\\] |'
 _JSON_CHAR = r'char ::= [^"\\\x7F\x00-\x1F] |'
 
 
+#: llama-cpp-python's port writes the rest of an object after an optional
+#: property as ``X-rest ::= X-additional-kvs`` when only additional
+#: properties follow: no comma, and not optional, so ``{"a": 1"k": 2}`` is
+#: admitted and ``{"a": 1}`` is not (measured; llama.cpp's own
+#: ``json_schema_to_grammar`` writes ``( "," space X-additional-kv )*``,
+#: which this restores).
+_ADDITIONAL_REST = re.compile(r"^(\S+-rest) ::= (\S*additional-kv)s$", re.MULTILINE)
+
+
 def _strict_json(grammar: str) -> str:
+    grammar = _ADDITIONAL_REST.sub(r'\1 ::= ( "," space \2 )*', grammar)
     return grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
 
 
@@ -53,22 +66,6 @@ def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-#: Keywords llama.cpp's converter does not know (it stops with "Unrecognized
-#: schema"): dropped from a relaxed schema.
-_UNKNOWN_KEYWORDS = frozenset(
-    {
-        "not",
-        "if",
-        "then",
-        "else",
-        "dependentSchemas",
-        "dependentRequired",
-        "dependencies",
-        "unevaluatedProperties",
-        "unevaluatedItems",
-        "contentSchema",
-    }
-)
 #: Keywords whose value is one subschema, a list of them, or a name -> subschema map.
 _ONE = ("items", "additionalProperties", "propertyNames", "contains", "additionalItems")
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -85,15 +82,17 @@ def _pattern_ok(pattern: Any) -> bool:
         return False
 
 
-def relax(schema: Any, relaxed: list[str], path: str = "#") -> Any:
-    """A copy of ``schema`` that llama.cpp's converter can turn into a
-    grammar: the parts it cannot enforce are left out, each named in
+def relax(schema: Any, relaxed: list[str], path: str = "#", root: Any = None) -> Any:
+    """A copy of ``schema`` whose every keyword llama.cpp's converter
+    enforces: the parts it would not enforce are left out, each named in
     ``relaxed`` (a JSON pointer-like path and the keyword). What is left
     still constrains the output (types, properties, required keys, enums...);
     what was left out is not enforced during sampling.
 
-    Left out: keywords the converter does not know (``not``, ``if``/``then``/
-    ``else``, ``dependentSchemas``...), a ``pattern`` it cannot translate
+    Left out: what :func:`missive_llamacpp.enforced.unenforced` finds (the
+    converter reads one branch of keywords per subschema and ignores the
+    rest: ``minimum``/``maximum``, ``multipleOf``, ``not``, ``if``/``then``/
+    ``else``, an unknown ``format``...), a ``pattern`` it cannot translate
     (unanchored, lookarounds, inline flags), ``$ref`` to another document;
     boolean subschemas become ``{}`` (``true``) or are dropped (``false``).
     """
@@ -104,24 +103,45 @@ def relax(schema: Any, relaxed: list[str], path: str = "#") -> Any:
         return {}
     if not isinstance(schema, dict):
         return schema
-    out: dict[str, Any] = {}
+    root = schema if root is None else root
+    node = dict(schema)
     for key, value in schema.items():
+        if (key == "pattern" and not _pattern_ok(value)) or (
+            key == "$ref" and isinstance(value, str) and not value.startswith("#")
+        ):
+            relaxed.append(f"{path}/{key}")
+            del node[key]
+    while dropped := unenforced(node, root):  # leaving one out may change the converter's branch
+        for key in dropped:
+            relaxed.append(f"{path}/{key}")
+            del node[key]
+    out: dict[str, Any] = {}
+    for key, value in node.items():
         where = f"{path}/{key}"
-        if key in _UNKNOWN_KEYWORDS:
-            relaxed.append(where)
-        elif key == "pattern" and not _pattern_ok(value):
-            relaxed.append(where)
-        elif key == "$ref" and isinstance(value, str) and not value.startswith("#"):
-            relaxed.append(where)
+        if key == "allOf" and isinstance(value, list):  # read as property lists: relax their properties
+            out[key] = [
+                {
+                    **c,
+                    "properties": {
+                        n: relax(v, relaxed, f"{where}/{i}/properties/{n}", root)
+                        for n, v in c["properties"].items()
+                    },
+                }
+                if isinstance(c, dict) and isinstance(c.get("properties"), dict)
+                else c
+                for i, c in enumerate(value)
+            ]
         elif key in _ONE and isinstance(value, (dict, bool)):
             out[key] = (
-                relax(value, relaxed, where) if value is not False or key != "additionalProperties" else False
+                relax(value, relaxed, where, root)
+                if value is not False or key != "additionalProperties"
+                else False
             )
         elif key in _MANY and isinstance(value, list):
-            out[key] = [relax(v, relaxed, f"{where}/{i}") for i, v in enumerate(value)]
+            out[key] = [relax(v, relaxed, f"{where}/{i}", root) for i, v in enumerate(value)]
         elif key in _MAP and isinstance(value, dict):
             out[key] = {
-                name: relax(v, relaxed, f"{where}/{name}")
+                name: relax(v, relaxed, f"{where}/{name}", root)
                 for name, v in value.items()
                 if not (v is False and key == "properties")  # a property that must not appear: left out
             }
@@ -130,21 +150,28 @@ def relax(schema: Any, relaxed: list[str], path: str = "#") -> Any:
     return out
 
 
+class UnenforcedSchema(ValueError):
+    """A ``strict: true`` tool's schema holds what the grammar would not enforce."""
+
+
 def _args_schema(tool: ToolDefinition, index: int, relaxed: list[str]) -> dict[str, Any]:
     """The arguments schema to build ``tool``'s grammar from: its own when
-    the converter takes it, else (non-strict tools only) :func:`relax`'s
-    copy, else any JSON object.
+    the converter enforces all of it, else (non-strict tools only)
+    :func:`relax`'s copy, else any JSON object.
 
     Raises:
-        Exception: a ``strict: true`` tool whose schema the converter
-            refuses (the driver answers 400: the API documents the schema
-            features strict tools may use).
+        UnenforcedSchema: a ``strict: true`` tool whose schema holds a part
+            the converter would not enforce (the driver answers 400: strict
+            promises schema-exact arguments); the converter's own exception
+            is raised later for one it refuses.
     """
     schema = _object_schema(tool.input_schema)
-    if _converts(schema, f"tool{index}") or tool.strict:
-        return schema
     notes: list[str] = []
-    loose = relax(schema, notes)
+    loose: dict[str, Any] = relax(schema, notes)
+    if tool.strict:
+        if notes:
+            raise UnenforcedSchema("not enforced: " + ", ".join(f"tool '{tool.name}' {n}" for n in notes))
+        return loose  # the same constraints (a true subschema written {})
     if _converts(loose, f"tool{index}"):
         relaxed.extend(f"tool '{tool.name}' {note}" for note in notes)
         return loose
@@ -306,15 +333,14 @@ def json_schema_grammar(schema: dict[str, Any], relaxed: list[str] | None = None
     notes = relaxed if relaxed is not None else []
     schema = copy.deepcopy(schema)
     schema.pop("$schema", None)
-    if not _converts(schema, "output"):
-        found: list[str] = []
-        loose = relax(schema, found)
-        if _converts(loose, "output"):
-            notes.extend(f"output_config.format {note}" for note in found)
-            schema = loose
-        else:
-            notes.append("output_config.format (whole schema: any JSON object)")
-            schema = {"type": "object"}
+    found: list[str] = []
+    loose = relax(schema, found)
+    if _converts(loose, "output"):
+        notes.extend(f"output_config.format {note}" for note in found)
+        schema = loose
+    else:
+        notes.append("output_config.format (whole schema: any JSON object)")
+        schema = {"type": "object"}
     converter = _converter()
     resolved = converter.resolve_refs(schema, "output")
     converter.visit(resolved, "")

@@ -19,6 +19,8 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+from pydantic_core import from_json
+
 from ...driver.events import GenerationEvent, ToolCallDelta, ToolCallEnd, ToolCallStart
 from ...driver.interface import GenerationRequest
 from ...tools.validate import parsed, schema_violation
@@ -31,15 +33,21 @@ log = logging.getLogger("missive.pipeline")
 def input_object(raw: str) -> Any:
     """A tool_use block's ``input`` from its concatenated ``partial_json``.
 
-    Always one JSON object for a complete call; a call cut off by
-    ``max_tokens`` (its fragments end mid-object) gets ``{}``, as the
-    arguments are not usable (the API documents retrying with a larger
-    ``max_tokens`` in that case).
+    Parsed as the official SDK's stream accumulator parses the buffer
+    (``anthropic`` ``lib/streaming/_messages.py``: jiter's ``from_json`` with
+    ``partial_mode=True``; pydantic-core's ``from_json(allow_partial=True)``
+    is the same jiter parser), so a non-streamed answer equals what
+    ``get_final_message()`` builds from the stream (contract section 4:
+    stream and non-stream must be equivalent): a complete call is its
+    object; a call cut off by ``max_tokens`` keeps the members written in
+    full (``{"city": "Paris", "unit": "cel`` is ``{"city": "Paris"}``), an
+    unfinished string or number left out. No fragment, or text that is not
+    JSON even cut short, is ``{}`` (where the SDK raises).
     """
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
+        return from_json(raw, allow_partial=True)
     except ValueError:
         return {}
 
