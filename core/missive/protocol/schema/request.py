@@ -255,9 +255,9 @@ class CountTokensRequest(Open):
             if (control := getattr(tool, "cache_control", None)) is not None:
                 yield f"tools.{i}", control
         if isinstance(self.system, list):
-            for i, block in enumerate(self.system):
-                if block.cache_control is not None:
-                    yield f"system.{i}", block.cache_control
+            for i, text in enumerate(self.system):
+                if text.cache_control is not None:
+                    yield f"system.{i}", text.cache_control
         for m, message in enumerate(self.messages):
             for i, block in enumerate(message.content if isinstance(message.content, list) else []):
                 if (control := getattr(block, "cache_control", None)) is not None:
