@@ -16,8 +16,9 @@ prompt filling most of SmolLM2's window and on ~12,500 tokens with Gemma 3
 streams; Claude Code's first request after a restart (disk tier) against a
 warm in-memory hit; 4 concurrent streams against ``llama-server --parallel
 4``; single-stream decode against llama-cpp-python direct; later-turn time
-to first token with side requests between turns against the turns alone.
-A benchmark whose script is missing is listed as such.
+to first token with side requests between turns against the turns alone;
+a Codex turn (``/v1/responses``) after a Claude Code turn on the same prefix
+against a cold one, and the reverse (issue 44). A benchmark whose script is missing is listed as such.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ STEPS = (
     ),
     Step("decode", "bench_llamacpp.py", ("--runs", "5"), ("--runs", "2")),
     Step("prompt_cache", "bench_prompt_cache.py", (), ("--system-tokens", "800", "--turns", "3")),
+    Step("shared_cache", "bench_shared_cache.py", ("--repeats", "3"), ("--repeats", "1", "--tools", "Bash")),
     Step(
         "prompt_cache_hybrid",
         "bench_prompt_cache.py",

@@ -176,3 +176,44 @@ def test_requests_hypercorn_refuses_get_the_envelope(
     assert envelope["type"] == "error" and envelope["error"]["type"] == "invalid_request_error"
     assert fragment in envelope["error"]["message"]
     assert envelope["request_id"] == headers["request-id"] and headers["request-id"].startswith("req_")
+
+
+def test_both_content_length_and_transfer_encoding_is_a_400_and_the_connection_closes(
+    server: ServerProcess,
+) -> None:
+    """RFC 9112 section 6.1: a request with both ``Content-Length`` and
+    ``Transfer-Encoding`` ought to be an error (request smuggling: a proxy
+    in front that frames by ``Content-Length`` would forward what follows the
+    chunked body as part of this request; read as chunked, it is a second
+    request here), and the server must close the connection after answering.
+    The answer is the envelope's 400 with ``connection: close``, and the
+    request hidden after the chunked body is never answered."""
+    hidden = b"GET /v1/models HTTP/1.1\r\nhost: missive\r\n\r\n"
+    body = b"0\r\n\r\n" + hidden
+    raw = (
+        b"POST /v1/messages HTTP/1.1\r\nHost: missive\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        answer, closed = b"", False
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+            closed = True  # the server closed it: nothing more is read from this connection
+        except TimeoutError:
+            pass
+    assert answer.count(b"HTTP/1.1 ") == 1, answer  # the hidden GET got no answer
+    assert closed, answer
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    headers = {k.lower(): v for k, v in (line.split(": ", 1) for line in head.decode().split("\r\n")[1:])}
+    assert headers["connection"] == "close"
+    envelope = json.loads(rest[: int(headers["content-length"])])
+    assert envelope["type"] == "error" and envelope["error"]["type"] == "invalid_request_error"
+    assert "both Content-Length and Transfer-Encoding" in envelope["error"]["message"]
+    assert envelope["request_id"] == headers["request-id"]
+    # The same message with one framing header is served.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_bytes({**stream_body(), "stream": False}, close=True))
+        assert read_until(sock, b"}}").startswith(b"HTTP/1.1 200 ")

@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from missive.models.residency import idle_expired, plan_eviction
+from missive.server.services import services
 from missive.testing import InProcessApp, in_process_app, serve_process, until
 from missive_echo import script
 
@@ -171,10 +172,25 @@ def test_a_model_that_cannot_load_is_an_error_and_the_server_goes_on(lazy_server
         client.messages.create(model="idle", max_tokens=5, messages=say("still here")).content[0].text
         == "still here"
     )
-    assert http.get("/readyz").json()["models"]["broken"] == {
-        "status": "ready",
-        "loaded": False,
-    }
+    # Not ready while it cannot load: its requests get a 500 not to retry.
+    ready = http.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["status"] == "not_ready"
+    assert ready.json()["models"]["broken"] == {"status": "failed", "loaded": False, "reason": "load_failed"}
+    assert "weights are corrupt" not in ready.text  # the error is behind the keys
+    assert "weights are corrupt" in http.get("/v1/status").json()["models"]["broken"]["load_error"]
+    # Its cause fixed (the file put back: here the setting the next load reads), a
+    # request loads it and the server is ready again.
+    settings = services(lazy_server.app).models.entries["broken"].settings
+    error = settings.pop("start_error")
+    try:
+        mended = client.messages.create(model="broken", max_tokens=5, messages=say("mended"))
+        assert mended.content[0].text == "mended"
+        ready = http.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["models"]["broken"] == {"status": "ready"}
+        assert "load_error" not in http.get("/v1/status").json()["models"]["broken"]
+    finally:
+        settings["start_error"] = error
 
 
 def test_an_idle_model_is_unloaded_but_never_while_in_use(lazy_server: InProcessApp) -> None:

@@ -149,6 +149,48 @@ async def test_readyz_is_503_until_the_models_have_started() -> None:
         await models.aclose()
 
 
+def test_readyz_is_503_naming_a_lazy_model_whose_load_failed() -> None:
+    """A ``lazy`` model whose load failed (the echo driver's ``start_error``
+    stands for a missing or corrupt file) makes the server not ready: its
+    requests get a 500 that says not to retry, so a load balancer must not
+    send them here. The probe names the model and the reason, not the error
+    (no key); ``/v1/status`` has the error."""
+    config = {
+        "keys": {"ops": {"key_sha256": hashlib.sha256(KEY.encode()).hexdigest(), "scope": "admin"}},
+        "models": {
+            "echo": {"driver": "echo", "context_window": 1000},
+            "broken": {
+                "driver": "echo",
+                "context_window": 1000,
+                "lazy": True,
+                "settings": {"start_error": "weights are corrupt"},
+            },
+        },
+    }
+    with serve_process(config) as proc:
+        ready = get(proc.url, "/readyz", None)
+        assert ready.status_code == 200, ready.text  # not loaded yet: loads on its first request
+        assert ready.json()["models"]["broken"] == {"status": "ready", "loaded": False}
+        body = {"model": "broken", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        answer = httpx.post(f"{proc.url}/v1/messages", json=body, headers={"x-api-key": KEY}, timeout=30)
+        assert answer.status_code == 500 and answer.headers["x-should-retry"] == "false", answer.text
+        ready = get(proc.url, "/readyz", None)
+        assert ready.status_code == 503, ready.text
+        assert ready.json() == {
+            "status": "not_ready",
+            "models": {
+                "echo": {"status": "ready"},
+                "broken": {"status": "failed", "loaded": False, "reason": "load_failed"},
+            },
+        }
+        status = get(proc.url, "/v1/status").json()["models"]["broken"]
+        assert status["status"] == "failed"
+        assert status["load_error"] == "model 'broken': weights are corrupt"
+        # The other model still answers: only the probe says this replica cannot serve everything.
+        body["model"] = "echo"
+        assert httpx.post(f"{proc.url}/v1/messages", json=body, headers={"x-api-key": KEY}).status_code == 200
+
+
 def test_status_needs_a_key_and_shows_every_model(server: ServerProcess, backend_port: int) -> None:
     """/v1/status is 401 without a key; with one it shows each model's driver,
     state, context window, load and queue limits, and the remote model's

@@ -1,6 +1,6 @@
 """``missive ps``: the models of a running server, from ``GET /v1/status``.
 
-One row per model: driver, state (``ready``, ``starting``, ``unavailable``),
+One row per model: driver, state (``ready``, ``starting``, ``unavailable``, ``failed``),
 context window, generations running (of ``max_concurrency``), requests
 waiting (of ``queue_depth``), then what the driver reports
 (:meth:`missive.driver.interface.Driver.status`: slots, cache use) and the health of

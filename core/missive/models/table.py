@@ -88,6 +88,9 @@ class ModelTable:
         #: Ids of the models loaded now: their ``start()`` has returned
         #: (``GET /readyz``).
         self.started: set[str] = set()
+        #: Model id -> why its last load on demand failed (cleared by a load
+        #: that succeeds): ``/readyz`` is 503 for it.
+        self.load_errors: dict[str, str] = {}
         #: Requests using each model now (:meth:`use`).
         self.uses: Counter[str] = Counter()
         #: ``time.monotonic()`` of each model's last use (or load).
@@ -223,7 +226,11 @@ class ModelTable:
             def done(t: asyncio.Task[None]) -> None:
                 self._loading.pop(model_id, None)
                 if not t.cancelled():
-                    t.exception()  # retrieved: every waiter may have left
+                    error = t.exception()  # retrieved: every waiter may have left
+                    if error is None:
+                        self.load_errors.pop(model_id, None)
+                    elif not isinstance(error, OverloadedError):  # a busy budget is no failed load
+                        self.load_errors[model_id] = str(error) or type(error).__name__
 
             task.add_done_callback(done)
         try:
@@ -438,9 +445,5 @@ def _log_choices(model_id: str, driver: Driver) -> None:
         log.exception("model %s: choices() failed", model_id)
         return
     if choices:
-        log.info(
-            "model %s ready: %s",
-            model_id,
-            " ".join(f"{k}={v}" for k, v in choices.items()),
-            extra={"fields": {"model": model_id, **choices}},
-        )
+        detail = " ".join(f"{k}={v}" for k, v in choices.items())
+        log.info("model %s ready: %s", model_id, detail, extra={"fields": {"model": model_id, **choices}})

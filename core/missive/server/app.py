@@ -41,6 +41,17 @@ _HTTP_ERRORS: dict[int, type[MissiveError]] = {404: NotFoundError, 413: RequestT
 
 MAX_IGNORED_HEADER = 2000
 
+#: RFC 9112 section 6.1: a request with both ``Content-Length`` and
+#: ``Transfer-Encoding`` "ought to be handled as an error" (section 6.3: a
+#: request smuggling attempt, where a proxy in front reads one length and this
+#: server the other); the server "MAY reject" it and "MUST close the connection
+#: after responding". h11 (under Hypercorn) reads it as chunked and passes both
+#: headers on, so the app refuses it, with ``connection: close``.
+AMBIGUOUS_LENGTH = (
+    "the request has both Content-Length and Transfer-Encoding headers, so its body's length is ambiguous "
+    "(RFC 9112 section 6.1); send one of them"
+)
+
 
 def error_response(exc: MissiveError) -> Response:
     """The Anthropic error envelope for ``exc``, with retry headers; its
@@ -155,6 +166,9 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
             g.request_id, request.method, request.path, endpoint_label(rule), found.observe
         )
         g.record.agent = agent_of(request.headers)
+        if "content-length" in request.headers and "transfer-encoding" in request.headers:
+            g.close_connection = True
+            raise InvalidRequestError(AMBIGUOUS_LENGTH)
         if found.tracing is not None and found.tracing.wanted(request.method, g.record.endpoint):
             g.record.trace_headers = found.tracing.carrier(request.headers.get)
         if drain.begun and request.path.startswith("/v1/"):
@@ -172,9 +186,11 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         ignored = getattr(g, "ignored", None)
         if ignored:
             response.headers["missive-ignored"] = header_list(ignored)
-        if drain.begun and request.http_version.startswith("1"):
-            # Hypercorn closes the connection after this response anyway; say
-            # so, so the client does not send its next request on it.
+        if (drain.begun or getattr(g, "close_connection", False)) and request.http_version.startswith("1"):
+            # Shutting down, Hypercorn closes the connection after this response
+            # anyway; say so, so the client does not send its next request on
+            # it. An ambiguous length (AMBIGUOUS_LENGTH): h11 closes it on this
+            # header, so no byte left of that body is read as a request.
             response.headers["connection"] = "close"
         if config.server.capture_dir:
             write_capture(

@@ -10,6 +10,13 @@ A model is
   replica holding it is still ready to take traffic;
 * ``unavailable`` while it has a replica pool (a remote backend) and none of
   its replicas is healthy;
+* ``failed`` (``"reason": "load_failed"``) while not loaded after its last
+  load on demand failed (a ``lazy`` model, or one unloaded since): requests
+  to it get a 500 that says not to retry, so a replica holding it is not
+  ready, as Kubernetes reads readiness ("ready to serve requests"). The
+  error itself is in ``GET /v1/status`` (``load_error``, behind the keys)
+  and the log, never in ``/readyz``; the next request to the model tries
+  the load again, and a load that succeeds clears it;
 * ``ready`` otherwise.
 
 Replica health is what :mod:`missive.remote.replicas` knows: failures seen by
@@ -53,6 +60,8 @@ def _state(model_id: str, driver: Driver, models: ModelTable) -> dict[str, Any]:
     if state == "starting":
         return {"status": "starting"}
     if state != "loaded":
+        if model_id in models.load_errors:
+            return {"status": "failed", "loaded": False, "reason": "load_failed"}
         return {"status": "ready", "loaded": False}
     pool = driver.replica_pool()
     if pool is None:
@@ -66,7 +75,7 @@ def _state(model_id: str, driver: Driver, models: ModelTable) -> dict[str, Any]:
 
 
 async def readiness(models: ModelTable) -> dict[str, dict[str, Any]]:
-    """Model id -> ``{"status": "ready" | "starting" | "unavailable"}``, with
+    """Model id -> ``{"status": "ready" | "starting" | "unavailable" | "failed"}``, with
     ``replicas_healthy`` and ``replicas_total`` (counts) for remote models. No
     URLs or errors: ``/readyz`` needs no key."""
     await _check_replicas(models)
@@ -119,6 +128,8 @@ async def model_status(models: ModelTable, admission: Admission) -> dict[str, di
                 if last is not None and not models.uses[model_id]
                 else 0.0,
             )
+        if info["status"] == "failed":
+            info["load_error"] = models.load_errors.get(model_id, "")
         pool = driver.replica_pool()
         if pool is not None:
             info["replicas"] = [

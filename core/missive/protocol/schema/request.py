@@ -249,20 +249,46 @@ class CountTokensRequest(Open):
             "mcp_toolsets": sets,
         }
 
+    def _cache_controls(self) -> Iterator[tuple[str, CacheControl]]:
+        """Each ``cache_control`` breakpoint with its field path, in the
+        order the API processes blocks: ``tools``, ``system``, ``messages``."""
+        for i, tool in enumerate(self.tools or []):
+            if (control := getattr(tool, "cache_control", None)) is not None:
+                yield f"tools.{i}", control
+        if isinstance(self.system, list):
+            for i, text in enumerate(self.system):
+                if text.cache_control is not None:
+                    yield f"system.{i}", text.cache_control
+        for m, message in enumerate(self.messages):
+            for i, block in enumerate(message.content if isinstance(message.content, list) else []):
+                if (control := getattr(block, "cache_control", None)) is not None:
+                    yield f"messages.{m}.content.{i}", control
+
     @model_validator(mode="after")
     def _breakpoints(self) -> CountTokensRequest:
-        """At most 4 ``cache_control`` breakpoints (the API's rule and
-        wording, "Prompt caching": tools, system and message blocks)."""
-        found = sum(getattr(tool, "cache_control", None) is not None for tool in self.tools or [])
-        if isinstance(self.system, list):
-            found += sum(block.cache_control is not None for block in self.system)
-        for message in self.messages:
-            for block in message.content if isinstance(message.content, list) else []:
-                found += getattr(block, "cache_control", None) is not None
-        if found > MAX_BREAKPOINTS:
+        """At most 4 ``cache_control`` breakpoints, and their TTLs never
+        longer than an earlier one's: a ``ttl: "1h"`` breakpoint after a
+        ``5m`` one (the default when ``ttl`` is absent) is refused. Both
+        are the API's rules and wording (Anthropic docs, "Prompt caching":
+        "Mixing different TTLs", longer TTLs first; the API's 400 as
+        clients report it, e.g. cnighswonger/claude-code-cache-fix#44)."""
+        controls = list(self._cache_controls())
+        if len(controls) > MAX_BREAKPOINTS:
             raise ValueError(
-                f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
+                f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                f"Found {len(controls)}."
             )
+        short: str | None = None  # the first 5m breakpoint's path
+        for path, control in controls:
+            if control.ttl == "1h" and short is not None:
+                raise ValueError(
+                    f"{path}.cache_control.ttl: a ttl='1h' cache_control block must not come after a "
+                    "ttl='5m' cache_control block. Note that blocks are processed in the following order: "
+                    f"`tools`, `system`, `messages`. (The earlier one: {short}.cache_control, 5m "
+                    "when `ttl` is absent; put the 1h breakpoints first, or make this one 5m.)"
+                )
+            if control.ttl != "1h" and short is None:
+                short = path
         return self
 
     @model_validator(mode="after")

@@ -6,8 +6,10 @@
 * ``/readyz``: 200 when every model is ready, else 503; the body names each
   model's state (:func:`missive.server.model_status.readiness`): ``starting`` until its
   driver has started, ``unavailable`` while a remote model has no healthy
-  replica. Model ids and replica counts only: no URLs, no errors (those
-  are in ``GET /v1/status``, behind the keys). 503 ``shutting_down`` once
+  replica, ``failed`` (``"reason": "load_failed"``) while a model loaded on
+  demand is not loaded because its last load failed. Model ids, replica
+  counts and that reason only: no URLs, no errors (those are in
+  ``GET /v1/status``, behind the keys, and the log). 503 ``shutting_down`` once
   the server drains (:mod:`missive.server.shutdown`).
 
 ``/health`` (:mod:`.health`) stays as it was: liveness plus the load.
