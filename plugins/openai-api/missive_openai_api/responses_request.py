@@ -9,9 +9,9 @@ takes, validated by the core like any other:
   message; as a list of items, turns (:mod:`.responses_items`);
 * ``previous_response_id``: the kept conversation of that response
   (:mod:`.responses_store`) comes first, the new input after it;
-* ``tools`` of type ``function`` -> ``tools``; ``web_search`` and
-  ``namespace`` (the model answers without them) are reported as ignored, any other type is a 400
-  naming it; ``tool_choice`` ``auto``/``none``/``required``/``{"type":
+* ``tools`` of type ``function``, and the functions of ``namespace`` tools,
+  -> ``tools`` (:mod:`.responses_tools`; ``web_search`` is left out and
+  reported, any other type is a 400 naming it); ``tool_choice`` ``auto``/``none``/``required``/``{"type":
   "function", "name"}`` -> ``auto``/``none``/``any``/``tool``;
   ``parallel_tool_calls: false`` -> ``disable_parallel_tool_use``;
 * ``max_output_tokens`` -> ``max_tokens`` (:data:`DEFAULT_MAX_TOKENS`
@@ -32,9 +32,7 @@ from typing import Any
 
 from .common import (
     bad,
-    checked,
     effort_of,
-    function_tool,
     json_format,
     optional,
     sampling,
@@ -43,17 +41,14 @@ from .common import (
 )
 from .errors import COMMON_WORDS, RESPONSES_WORDS, OpenAIRequestError, Paths
 from .responses_items import items
-from .turns import Origin, ToolIds, Turns
+from .responses_tools import tools_of
+from .turns import ToolIds, Turns
 
 __all__ = ["ResponsesRequest", "translate", "Lookup"]
 
 #: ``previous_response_id`` -> ``(system, messages)`` of its conversation, or None.
 Lookup = Callable[[str], "tuple[list[Any], list[Any]] | None"]
 
-#: Tool types dropped (and reported): the model answers without them (a
-#: ``namespace``, a group of function tools whose calls name it, as Codex
-#: sends its sub-agent tools, is not offered).
-_DROPPED_TOOLS = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26", "namespace"})
 #: Accepted and without effect here, with their types.
 _ACCEPTED = {
     "store": "boolean",
@@ -88,7 +83,6 @@ _KNOWN = frozenset(
 )
 #: Refused: they need state or services Missive does not have.
 _REFUSED = ("conversation", "prompt")
-_TOOL_ORIGIN = {"input_schema": "parameters"}
 
 
 @dataclass
@@ -105,36 +99,9 @@ class ResponsesRequest:
     new_system: list[dict[str, Any]] = field(default_factory=list)
     new_messages: list[dict[str, Any]] = field(default_factory=list)
     encrypted_reasoning: bool = False
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
-
-
-def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Origin], list[dict[str, Any]]]:
-    """``(Messages tools, their origins, the function tools as the response echoes them)``."""
-    tools, origins, echoed = [], [], []
-    for i, tool in enumerate(checked(raw, "list", "tools")):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind in _DROPPED_TOOLS:
-            ignored.append(f"tools[{i}] ({kind})")
-            continue
-        if not isinstance(tool, dict) or kind != "function":
-            raise bad(
-                f"tools[{i}].type: tool type {kind!r} is not supported; only function tools are",
-                f"tools[{i}].type",
-            )
-        out = function_tool(tool, f"tools[{i}]", ignored, frozenset({"type"}))
-        tools.append(out)
-        origins.append(Origin(f"tools[{i}]", _TOOL_ORIGIN, frozenset({"input_schema"})))
-        echoed.append(
-            {
-                "type": "function",
-                "name": out["name"],
-                "description": tool.get("description"),
-                "parameters": out["input_schema"],
-                "strict": tool.get("strict", True),
-            }
-        )
-    return tools, origins, echoed
 
 
 def _previous(raw: dict[str, Any], lookup: Lookup) -> tuple[str | None, tuple[list[Any], list[Any]] | None]:
@@ -203,15 +170,12 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         body["system"] = system
     sampling(raw, body, "max_output_tokens", ignored)
     parallel = optional(raw, "parallel_tool_calls", "boolean")
-    echoed_tools: list[dict[str, Any]] = []
-    tool_origins: list[Origin] = []
-    if raw.get("tools"):
-        tools, tool_origins, echoed_tools = _tools(raw["tools"], ignored)
-        if tools:
-            body["tools"] = tools
-            choice = tool_choice(raw.get("tool_choice"), parallel, ("name",))
-            if choice is not None:
-                body["tool_choice"] = choice
+    offered = tools_of(raw.get("tools") or [], ignored)
+    if offered.tools:
+        body["tools"] = offered.tools
+        choice = tool_choice(raw.get("tool_choice"), parallel, ("name",))
+        if choice is not None:
+            body["tool_choice"] = offered.choice(choice)
     if "tools" not in body and raw.get("tool_choice") not in (None, "none", "auto"):
         raise bad("tool_choice: no function tools were given", "tool_choice")
     output_config: dict[str, Any] = {}
@@ -251,7 +215,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         "temperature": 1.0 if temperature is None else float(temperature),
         "text": {"format": text_config.get("format") or {"type": "text"}},
         "tool_choice": raw.get("tool_choice") or "auto",
-        "tools": echoed_tools,
+        "tools": offered.echoed,
         "top_p": 1.0 if top_p is None else float(top_p),
         "truncation": raw.get("truncation") or "disabled",
         "user": raw.get("user"),
@@ -259,7 +223,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
     paths = Paths(
         turns,
         system=system_paths,
-        tools=tool_origins,
+        tools=offered.origins,
         fields={
             "messages": "input",
             "max_tokens": "max_output_tokens",
@@ -286,6 +250,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         new_system=new_system if previous is None else [],
         new_messages=new.messages,
         encrypted_reasoning="reasoning.encrypted_content" in include,
+        namespaced=offered.namespaced,
         ignored=ignored,
         paths=paths,
     )

@@ -16,7 +16,9 @@ output item, in order:
 * a ``text`` block: a ``message`` item (``role: "assistant"``) with one
   ``output_text`` part;
 * a ``tool_use`` block: a ``function_call`` item (``call_id`` is the block's
-  id, ``arguments`` the JSON text).
+  id, ``arguments`` the JSON text); a call of a namespaced function names
+  it by ``namespace`` and ``name``, as OpenAI's item does
+  (``ResponseFunctionToolCall.namespace``).
 
 A stream is SSE events ``event: <type>`` / ``data: {...}``, each with a
 ``sequence_number`` counting from 0: ``response.created``,
@@ -96,6 +98,8 @@ class ResponseShape:
         echo: the request's parameters as the response object repeats them
             (``instructions``, ``tools``, ``tool_choice``, ``text``...).
         encrypted_reasoning: ``include`` has ``reasoning.encrypted_content``.
+        namespaced: a Messages tool name -> ``(namespace, name)`` of the
+            namespaced function it offers (:mod:`.responses_tools`).
     """
 
     response_id: str
@@ -103,6 +107,7 @@ class ResponseShape:
     model: str
     echo: dict[str, Any] = field(default_factory=dict)
     encrypted_reasoning: bool = False
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def item_id(self, prefix: str, index: int) -> str:
         """The id of output item ``index`` (``msg_``, ``fc_``, ``rs_``)."""
@@ -162,7 +167,7 @@ def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) 
             "encrypted_content": signature if done and shape.encrypted_reasoning else None,
         }
     if kind == "tool_use":
-        return {
+        item = {
             "id": shape.item_id("fc", index),
             "type": "function_call",
             "status": status,
@@ -170,6 +175,9 @@ def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) 
             "name": block["name"],
             "arguments": block.get("arguments", "") if status != "in_progress" else "",
         }
+        if block["name"] in shape.namespaced:
+            item["namespace"], item["name"] = shape.namespaced[block["name"]]
+        return item
     return None
 
 

@@ -203,6 +203,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
             model=asked.model,
             echo=asked.echo,
             encrypted_reasoning=asked.encrypted_reasoning,
+            namespaced=asked.namespaced,
         )
         if not asked.stream:
             message = _collected(await gateway.collect(answer), answer)
