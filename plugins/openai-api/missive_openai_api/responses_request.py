@@ -88,7 +88,8 @@ _REFUSED = ("conversation", "prompt")
 @dataclass
 class ResponsesRequest:
     """The translation: the Messages body, what this request adds to the
-    conversation (for the store), and what only the door needs."""
+    conversation (for the store: its turns, and ``raw_input`` for the
+    listing of its input items), and what only the door needs."""
 
     body: dict[str, Any]
     model: str
@@ -99,6 +100,7 @@ class ResponsesRequest:
     new_system: list[dict[str, Any]] = field(default_factory=list)
     new_messages: list[dict[str, Any]] = field(default_factory=list)
     encrypted_reasoning: bool = False
+    raw_input: Any = None
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
@@ -251,6 +253,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         new_messages=new.messages,
         encrypted_reasoning="reasoning.encrypted_content" in include,
         namespaced=offered.namespaced,
+        raw_input=raw["input"],
         ignored=ignored,
         paths=paths,
     )

@@ -1,5 +1,6 @@
 """The front door's blueprint: ``POST /chat/completions``, ``POST /responses``
-with ``GET``/``DELETE /responses/{id}`` (mounted under ``/v1``) and, for
+with ``GET``/``DELETE /responses/{id}`` and ``GET /responses/{id}/input_items``
+(mounted under ``/v1``) and, for
 OpenAI clients, ``GET /models`` and ``GET /models/{id}`` in OpenAI's shape.
 
 Each request goes through the :class:`~missive.api.Gateway`: its key and
@@ -32,6 +33,7 @@ from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 from .chat_request import translate
 from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
 from .errors import OpenAIRequestError, envelope, status_of
+from .responses_listing import listed_items, page_of
 from .responses_request import translate as translate_responses
 from .responses_store import ResponseStore, Stored
 from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
@@ -185,7 +187,14 @@ def blueprint(gateway: Gateway) -> Blueprint:
             return
         reply = assistant_turn(content)
         messages = [*translated.new_messages, *([reply] if reply else [])]
-        entry = Stored(owner, translated.previous_response_id, translated.new_system, messages, response)
+        entry = Stored(
+            owner,
+            translated.previous_response_id,
+            translated.new_system,
+            messages,
+            response,
+            listed_items(translated.raw_input, response["id"]),
+        )
         store.put(response["id"], entry)
 
     async def responses() -> Response | dict[str, Any]:
@@ -251,6 +260,14 @@ def blueprint(gateway: Gateway) -> Blueprint:
     async def get_response(response_id: str) -> dict[str, Any]:
         return kept(response_id).response
 
+    async def input_items(response_id: str) -> dict[str, Any]:
+        kept(response_id)
+        args = {name: request.args.get(name) for name in ("after", "before", "limit", "order")}
+        include = request.args.getlist("include[]") + request.args.getlist("include")
+        gateway.ignore([f"include {x}" for x in include if x != "reasoning.encrypted_content"])
+        found = store.input_items(gateway.key_name, response_id)
+        return page_of(found or [], args)
+
     async def delete_response(response_id: str) -> dict[str, Any]:
         kept(response_id)
         store.delete(gateway.key_name, response_id)
@@ -290,4 +307,5 @@ def blueprint(gateway: Gateway) -> Blueprint:
     bp.add_url_rule("/responses", "responses", responses, methods=["POST"])
     bp.add_url_rule("/responses/<response_id>", "response", get_response, methods=["GET"])
     bp.add_url_rule("/responses/<response_id>", "response-delete", delete_response, methods=["DELETE"])
+    bp.add_url_rule("/responses/<response_id>/input_items", "input-items", input_items, methods=["GET"])
     return bp

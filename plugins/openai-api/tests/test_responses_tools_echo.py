@@ -114,9 +114,8 @@ def test_namespaced_tool_choice_and_errors(
 
 def test_hosted_tools(client: openai.OpenAI, raw: httpx.Client, refused: Callable[..., Any]) -> None:
     """web_search is left out and reported; other hosted tools are refused naming their type."""
-    response = raw.post(
-        "/v1/responses", json={"model": "echo-tools", "input": "x", "tools": [{"type": "web_search"}, WEATHER]}
-    )
+    body = {"model": "echo-tools", "input": "x", "tools": [{"type": "web_search"}, WEATHER]}
+    response = raw.post("/v1/responses", json=body)
     assert response.status_code == 200 and "tools[0] (web_search)" in response.headers["missive-ignored"]
     for kind in ("file_search", "code_interpreter", "image_generation", "computer_use_preview"):
         error = refused(client.responses.create, model="echo", input="x", tools=[{"type": kind}])
