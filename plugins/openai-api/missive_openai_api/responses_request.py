@@ -18,7 +18,9 @@ takes, validated by the core like any other:
   when absent); ``temperature`` (0-2, above 1 sent as 1), ``top_p``;
 * ``text.format`` ``json_schema`` (``json_object``) -> ``output_config.format``;
 * ``reasoning.effort`` -> ``thinking`` (as ``reasoning_effort`` in
-  :mod:`.chat_request`).
+  :mod:`.chat_request`); ``reasoning.summary`` (or its deprecated name
+  ``generate_summary``) ``auto``/``concise``/``detailed``: reasoning items
+  carry the reasoning as their summary (:mod:`.responses_stream`).
 
 Every field read is type-checked (:mod:`.common`); :attr:`ResponsesRequest.paths`
 names the request's fields in the core's errors (:class:`.errors.Paths`).
@@ -101,9 +103,26 @@ class ResponsesRequest:
     new_messages: list[dict[str, Any]] = field(default_factory=list)
     encrypted_reasoning: bool = False
     raw_input: Any = None
+    summary: bool = False
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
+
+
+#: ``reasoning.summary`` values (the SDK's ``Reasoning.summary``; ``generate_summary``
+#: is its deprecated name).
+_SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _summary(reasoning: dict[str, Any]) -> str | None:
+    """The reasoning summary asked for, or None."""
+    for name in ("summary", "generate_summary"):
+        value = reasoning.get(name)
+        if value is not None and value not in _SUMMARIES:
+            expected = ", ".join(_SUMMARIES)
+            raise bad(f"reasoning.{name}: expected one of {expected}; got {value!r}", f"reasoning.{name}")
+    found: str | None = reasoning.get("summary") or reasoning.get("generate_summary")
+    return found
 
 
 def _previous(raw: dict[str, Any], lookup: Lookup) -> tuple[str | None, tuple[list[Any], list[Any]] | None]:
@@ -188,6 +207,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
     if text_config.get("verbosity") not in (None, "medium"):
         ignored.append("text.verbosity")
     reasoning = optional(raw, "reasoning", "object") or {}
+    summary = _summary(reasoning)
     thinking, effort = effort_of(reasoning.get("effort"), "reasoning.effort")
     if thinking is not None:
         body["thinking"] = thinking
@@ -212,7 +232,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         "metadata": raw.get("metadata") or {},
         "parallel_tool_calls": raw.get("parallel_tool_calls", True),
         "previous_response_id": previous_id,
-        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "reasoning": {"effort": reasoning.get("effort"), "summary": summary},
         "store": store,
         "temperature": 1.0 if temperature is None else float(temperature),
         "text": {"format": text_config.get("format") or {"type": "text"}},
@@ -254,6 +274,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         encrypted_reasoning="reasoning.encrypted_content" in include,
         namespaced=offered.namespaced,
         raw_input=raw["input"],
+        summary=summary is not None,
         ignored=ignored,
         paths=paths,
     )

@@ -8,7 +8,12 @@ output item, in order:
 
 * a ``thinking`` block: a ``reasoning`` item whose ``content`` is one
   ``reasoning_text`` part (the raw reasoning, as OpenAI's open-weight models
-  give it) and whose ``summary`` is empty; its ``encrypted_content`` is the
+  give it) and whose ``summary`` is empty; when the request asks for a
+  summary (``reasoning.summary`` ``auto``, ``concise`` or ``detailed``),
+  ``summary`` is one ``summary_text`` part holding that same text instead
+  (a local model writes no summary of its reasoning: the reasoning itself
+  is the most faithful one Missive has) and ``content`` is empty; its
+  ``encrypted_content`` is the
   block's signature when the request's ``include`` asks for
   ``reasoning.encrypted_content``, so a client that keeps no state
   (``store: false``) can send the item back and the model sees its reasoning
@@ -26,7 +31,11 @@ A stream is SSE events ``event: <type>`` / ``data: {...}``, each with a
 message or reasoning item ``response.content_part.added``, the deltas
 (``response.output_text.delta``, ``response.reasoning_text.delta``,
 ``response.function_call_arguments.delta``), their ``.done`` event,
-``response.content_part.done``, ``response.output_item.done``; and last
+``response.content_part.done``, ``response.output_item.done`` (a reasoning
+item summarised: ``response.reasoning_summary_part.added``,
+``response.reasoning_summary_text.delta`` and ``.done``,
+``response.reasoning_summary_part.done``, each with its ``summary_index``,
+as the SDK's ``ResponseReasoningSummary*Event`` types have them); and last
 ``response.completed`` (``response.incomplete`` when the answer stopped at
 ``max_output_tokens``), which holds the whole response, or
 ``response.failed`` for an error after the stream started.
@@ -100,6 +109,7 @@ class ResponseShape:
         encrypted_reasoning: ``include`` has ``reasoning.encrypted_content``.
         namespaced: a Messages tool name -> ``(namespace, name)`` of the
             namespaced function it offers (:mod:`.responses_tools`).
+        summary: the request asked for reasoning summaries (``reasoning.summary``).
     """
 
     response_id: str
@@ -108,6 +118,7 @@ class ResponseShape:
     echo: dict[str, Any] = field(default_factory=dict)
     encrypted_reasoning: bool = False
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    summary: bool = False
 
     def item_id(self, prefix: str, index: int) -> str:
         """The id of output item ``index`` (``msg_``, ``fc_``, ``rs_``)."""
@@ -158,12 +169,14 @@ def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) 
     if kind == "thinking":
         done = status != "in_progress"
         signature = block.get("signature") or None
+        kind = "summary_text" if shape.summary else "reasoning_text"
+        parts = [{"type": kind, "text": block.get("thinking", "")}] if done else []
         return {
             "id": shape.item_id("rs", index),
             "type": "reasoning",
             "status": status,
-            "summary": [],
-            "content": [{"type": "reasoning_text", "text": block.get("thinking", "")}] if done else [],
+            "summary": parts if shape.summary else [],
+            "content": [] if shape.summary else parts,
             "encrypted_content": signature if done and shape.encrypted_reasoning else None,
         }
     if kind == "tool_use":
@@ -267,6 +280,10 @@ class ResponseConverter:
         where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
         if kind == "text":
             events.append(self._event("response.content_part.added", **where, part=_text_part("")))
+        elif kind == "thinking" and self.shape.summary:
+            part = {"type": "summary_text", "text": ""}
+            where = {"item_id": item["id"], "output_index": output_index, "summary_index": 0}
+            events.append(self._event("response.reasoning_summary_part.added", **where, part=part))
         elif kind == "thinking":
             part = {"type": "reasoning_text", "text": ""}
             events.append(self._event("response.content_part.added", **where, part=part))
@@ -288,11 +305,11 @@ class ResponseConverter:
             ]
         if dtype == "thinking_delta" and block["type"] == "thinking" and delta["thinking"]:
             block["thinking"] += delta["thinking"]
-            return [
-                self._event(
-                    "response.reasoning_text.delta", **where, content_index=0, delta=delta["thinking"]
-                )
-            ]
+            if self.shape.summary:
+                kind, at = "response.reasoning_summary_text.delta", {"summary_index": 0}
+            else:
+                kind, at = "response.reasoning_text.delta", {"content_index": 0}
+            return [self._event(kind, **where, **at, delta=delta["thinking"])]
         if dtype == "signature_delta" and block["type"] == "thinking":
             block["signature"] += delta["signature"]
         elif dtype == "input_json_delta" and block["type"] == "tool_use" and delta["partial_json"]:
@@ -320,6 +337,13 @@ class ResponseConverter:
                     "response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]
                 ),
                 self._event("response.content_part.done", **where, content_index=0, part=part),
+            ]
+            self.content.append(block)
+        elif block["type"] == "thinking" and self.shape.summary:
+            part, at = item["summary"][0], {**where, "summary_index": 0}
+            events += [
+                self._event("response.reasoning_summary_text.done", **at, text=part["text"]),
+                self._event("response.reasoning_summary_part.done", **at, part=part),
             ]
             self.content.append(block)
         elif block["type"] == "thinking":

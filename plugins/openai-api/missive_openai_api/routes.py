@@ -213,6 +213,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
             echo=asked.echo,
             encrypted_reasoning=asked.encrypted_reasoning,
             namespaced=asked.namespaced,
+            summary=asked.summary,
         )
         if not asked.stream:
             message = _collected(await gateway.collect(answer), answer)
