@@ -104,6 +104,7 @@ class ResponsesRequest:
     encrypted_reasoning: bool = False
     raw_input: Any = None
     summary: bool = False
+    background: bool = False
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
@@ -151,8 +152,12 @@ def _checked_top(raw: Any) -> str:
             raise bad(f"{name}: not supported by this server", name)
     for name, kind in _ACCEPTED.items():
         optional(raw, name, kind)
-    if raw.get("background"):
-        raise bad("background: background responses are not supported by this server", "background")
+    if raw.get("background") and raw.get("stream"):
+        message = "background responses are not streamed by this server; poll GET /v1/responses/{id}"
+        raise bad(f"background: {message}", "background")
+    if raw.get("background") and raw.get("store") is False:
+        message = "a background response is kept to be polled; it cannot be made with store false"
+        raise bad(f"store: {message}", "store")
     if raw.get("input") is None:
         raise bad("input: expected a string or a list of items", "input")
     return model
@@ -232,6 +237,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         "metadata": raw.get("metadata") or {},
         "parallel_tool_calls": raw.get("parallel_tool_calls", True),
         "previous_response_id": previous_id,
+        "background": raw.get("background") is True,
         "reasoning": {"effort": reasoning.get("effort"), "summary": summary},
         "store": store,
         "temperature": 1.0 if temperature is None else float(temperature),
@@ -275,6 +281,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         namespaced=offered.namespaced,
         raw_input=raw["input"],
         summary=summary is not None,
+        background=raw.get("background") is True,
         ignored=ignored,
         paths=paths,
     )

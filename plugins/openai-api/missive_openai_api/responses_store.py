@@ -31,6 +31,9 @@ from missive.api import json_dumps
 
 __all__ = ["Stored", "ResponseStore", "MAX_COUNT", "MAX_BYTES"]
 
+#: The statuses of a response a conversation may continue from (a background
+#: response still running, failed or cancelled has no answer to continue).
+FINISHED = ("completed", "incomplete")
 #: Responses kept at most, per process.
 MAX_COUNT = 10_000
 #: Bytes of kept conversations and response objects (their JSON) at most.
@@ -105,7 +108,7 @@ class ResponseStore:
         """The items ``response_id`` was made from, oldest first: the input
         and output items of the responses it continued, then its own input;
         None as for :meth:`conversation`."""
-        chain = self._chain(owner, response_id)
+        chain = self._chain(owner, response_id, finished=False)
         if chain is None:
             return None
         found: list[dict[str, Any]] = []
@@ -113,14 +116,15 @@ class ResponseStore:
             found += [*entry.input_items, *entry.response["output"]]
         return found + chain[-1].input_items
 
-    def _chain(self, owner: str, response_id: str) -> list[Stored] | None:
-        """The entries of ``response_id``'s conversation, oldest first."""
+    def _chain(self, owner: str, response_id: str, *, finished: bool = True) -> list[Stored] | None:
+        """The entries of ``response_id``'s conversation, oldest first;
+        with ``finished``, None when one has no answer to continue from."""
         chain: list[Stored] = []
         seen: set[str] = set()
         current: str | None = response_id
         while current is not None:
             entry = self.get(owner, current)
-            if entry is None or current in seen:
+            if entry is None or current in seen or (finished and entry.response["status"] not in FINISHED):
                 return None
             seen.add(current)
             chain.append(entry)

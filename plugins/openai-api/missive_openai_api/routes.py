@@ -33,9 +33,10 @@ from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 from .chat_request import translate
 from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
 from .errors import OpenAIRequestError, envelope, status_of
+from .responses_background import Background
 from .responses_listing import listed_items, page_of
 from .responses_request import translate as translate_responses
-from .responses_store import ResponseStore, Stored
+from .responses_store import FINISHED, ResponseStore, Stored
 from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
 
 __all__ = ["blueprint", "MODELS_PATHS"]
@@ -182,12 +183,18 @@ def blueprint(gateway: Gateway) -> Blueprint:
 
     store = ResponseStore()
 
-    def keep(translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]) -> None:
-        if not translated.store or response["status"] not in ("completed", "incomplete"):
-            return
+    background = Background(store)
+
+    @bp.after_app_serving
+    async def _stop_background() -> None:
+        await background.close()
+
+    def entry_of(
+        translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]
+    ) -> Stored:
         reply = assistant_turn(content)
         messages = [*translated.new_messages, *([reply] if reply else [])]
-        entry = Stored(
+        return Stored(
             owner,
             translated.previous_response_id,
             translated.new_system,
@@ -195,7 +202,10 @@ def blueprint(gateway: Gateway) -> Blueprint:
             response,
             listed_items(translated.raw_input, response["id"]),
         )
-        store.put(response["id"], entry)
+
+    def keep(translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]) -> None:
+        if translated.store and (translated.background or response["status"] in FINISHED):
+            store.put(response["id"], entry_of(translated, owner, response, content))
 
     async def responses() -> Response | dict[str, Any]:
         gateway.admit()
@@ -215,6 +225,15 @@ def blueprint(gateway: Gateway) -> Blueprint:
             namespaced=asked.namespaced,
             summary=asked.summary,
         )
+        if asked.background:
+            converter = ResponseConverter(shape)
+
+            def finished(done: ResponseConverter) -> None:
+                assert done.final is not None
+                keep(asked, owner, done.final, done.content)
+
+            pending = entry_of(asked, owner, shape.response("in_progress", [], None), [])
+            return background.start(pending, converter, answer.first, gateway.stream(answer), finished)
         if not asked.stream:
             message = _collected(await gateway.collect(answer), answer)
             done = response_of(message, shape)
@@ -269,6 +288,13 @@ def blueprint(gateway: Gateway) -> Blueprint:
         found = store.input_items(gateway.key_name, response_id)
         return page_of(found or [], args)
 
+    async def cancel_response(response_id: str) -> dict[str, Any]:
+        entry = kept(response_id)
+        if not entry.response.get("background"):
+            raise OpenAIRequestError("Only background responses can be cancelled.", param=None)
+        await background.cancel(response_id)
+        return kept(response_id).response
+
     async def delete_response(response_id: str) -> dict[str, Any]:
         kept(response_id)
         store.delete(gateway.key_name, response_id)
@@ -309,4 +335,5 @@ def blueprint(gateway: Gateway) -> Blueprint:
     bp.add_url_rule("/responses/<response_id>", "response", get_response, methods=["GET"])
     bp.add_url_rule("/responses/<response_id>", "response-delete", delete_response, methods=["DELETE"])
     bp.add_url_rule("/responses/<response_id>/input_items", "input-items", input_items, methods=["GET"])
+    bp.add_url_rule("/responses/<response_id>/cancel", "response-cancel", cancel_response, methods=["POST"])
     return bp
