@@ -17,7 +17,9 @@ The item types are OpenAI's (API reference, "Create a model response",
   with it as their signature: the core keeps those it signed; without it
   they are left out);
 
-consecutive items of one side merge into one turn. Fields of an item or
+``web_search_call`` items (a search Missive's web search ran, sent back)
+hold no results to show again: left out and reported. Consecutive items of
+one side merge into one turn. Fields of an item or
 part the translation does not read (besides ``id`` and ``status``, which
 items sent back carry) are reported in ``missive-ignored``.
 """
@@ -126,6 +128,9 @@ def items(
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "item_reference":
             raise bad(f"{where}: item references are not supported; send the item itself", f"{where}.type")
+        if kind == "web_search_call":
+            ignored.append(f"{where} (web_search_call)")  # no results in it to show the model again
+            continue
         if kind not in _ITEM_FIELDS:
             raise bad(f"{where}.type: input item type {kind!r} is not supported", f"{where}.type")
         report_unknown(item, _ITEM_FIELDS[kind], where, ignored)

@@ -105,6 +105,8 @@ class ResponsesRequest:
     raw_input: Any = None
     summary: bool = False
     background: bool = False
+    web_search: bool = False
+    search_sources: bool = False
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
@@ -163,9 +165,11 @@ def _checked_top(raw: Any) -> str:
     return model
 
 
-def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
+def translate(raw: Any, lookup: Lookup, *, server_tools: frozenset[str] = frozenset()) -> ResponsesRequest:
     """The :class:`ResponsesRequest` of a parsed ``POST /v1/responses`` body;
-    ``lookup`` finds the conversation of a ``previous_response_id``.
+    ``lookup`` finds the conversation of a ``previous_response_id``;
+    ``server_tools`` are those the server runs
+    (:attr:`missive.api.Gateway.server_tools`).
 
     Raises:
         OpenAIRequestError: a body OpenAI would refuse or Missive cannot
@@ -196,7 +200,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         body["system"] = system
     sampling(raw, body, "max_output_tokens", ignored)
     parallel = optional(raw, "parallel_tool_calls", "boolean")
-    offered = tools_of(raw.get("tools") or [], ignored)
+    offered = tools_of(raw.get("tools") or [], ignored, web_search="web_search" in server_tools)
     if offered.tools:
         body["tools"] = offered.tools
         choice = tool_choice(raw.get("tool_choice"), parallel, ("name",))
@@ -226,7 +230,10 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
     include = raw.get("include") or []
     if not all(isinstance(x, str) for x in include):
         raise bad("include: expected a list of strings", "include")
-    ignored += [f"include {x}" for x in include if x != "reasoning.encrypted_content"]
+    read = {"reasoning.encrypted_content"}
+    if offered.web_search:
+        read.add("web_search_call.action.sources")
+    ignored += [f"include {x}" for x in include if x not in read]
     for name in raw:
         if name not in _KNOWN and name not in _ACCEPTED and raw[name] is not None:
             ignored.append(name)
@@ -282,6 +289,8 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         raw_input=raw["input"],
         summary=summary is not None,
         background=raw.get("background") is True,
+        web_search=offered.web_search,
+        search_sources="web_search_call.action.sources" in include,
         ignored=ignored,
         paths=paths,
     )

@@ -23,7 +23,10 @@ output item, in order:
 * a ``tool_use`` block: a ``function_call`` item (``call_id`` is the block's
   id, ``arguments`` the JSON text); a call of a namespaced function names
   it by ``namespace`` and ``name``, as OpenAI's item does
-  (``ResponseFunctionToolCall.namespace``).
+  (``ResponseFunctionToolCall.namespace``);
+* where web search was offered as the server tool, a ``server_tool_use``
+  block and its ``web_search_tool_result``: a ``web_search_call`` item
+  (:mod:`.responses_search`).
 
 A stream is SSE events ``event: <type>`` / ``data: {...}``, each with a
 ``sequence_number`` counting from 0: ``response.created``,
@@ -58,6 +61,7 @@ from missive.api import MissiveError, json_dumps
 
 from .chat_stream import REASONING_TOKENS
 from .errors import envelope, status_of
+from .responses_search import SearchEvents, call_item, sources_of
 
 __all__ = [
     "ResponseConverter",
@@ -110,6 +114,8 @@ class ResponseShape:
         namespaced: a Messages tool name -> ``(namespace, name)`` of the
             namespaced function it offers (:mod:`.responses_tools`).
         summary: the request asked for reasoning summaries (``reasoning.summary``).
+        web_search: web search was offered as the server tool (:mod:`.responses_search`);
+            ``search_sources``: ``include`` asks for its ``action.sources``.
     """
 
     response_id: str
@@ -119,6 +125,8 @@ class ResponseShape:
     encrypted_reasoning: bool = False
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     summary: bool = False
+    web_search: bool = False
+    search_sources: bool = False
 
     def item_id(self, prefix: str, index: int) -> str:
         """The id of output item ``index`` (``msg_``, ``fc_``, ``rs_``)."""
@@ -194,6 +202,10 @@ def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) 
     return None
 
 
+def _is_search(block: dict[str, Any]) -> bool:
+    return block.get("type") == "server_tool_use" and block.get("name") == "web_search"
+
+
 def _arguments(block: dict[str, Any]) -> str:
     return json_dumps(block.get("input") or {}).decode()
 
@@ -201,7 +213,19 @@ def _arguments(block: dict[str, Any]) -> str:
 def response_of(message: dict[str, Any], shape: ResponseShape) -> dict[str, Any]:
     """The ``response`` object of a folded ``Message``."""
     output: list[dict[str, Any]] = []
+    calls: dict[str, dict[str, Any]] = {}
     for block in message.get("content") or []:
+        if shape.web_search and _is_search(block):
+            sources: list[dict[str, Any]] | None = [] if shape.search_sources else None
+            call = call_item(shape.item_id("ws", len(output)), block, "completed", sources)
+            calls[block["id"]] = call
+            output.append(call)
+            continue
+        if shape.web_search and block.get("type") == "web_search_tool_result":
+            found = calls.get(block.get("tool_use_id", ""))
+            if found is not None and shape.search_sources:
+                found["action"]["sources"] = sources_of(block)
+            continue
         if block.get("type") == "tool_use":
             block = {**block, "arguments": _arguments(block)}
         item = _item(shape, len(output), block, "completed")
@@ -224,10 +248,10 @@ def assistant_turn(content: list[dict[str, Any]]) -> dict[str, Any] | None:
             blocks.append(
                 {"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]}
             )
-        elif kind == "tool_use":
-            blocks.append(
-                {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
-            )
+        elif kind in ("tool_use", "server_tool_use"):
+            blocks.append({"type": kind, "id": block["id"], "name": block["name"], "input": block["input"]})
+        elif kind == "web_search_tool_result":
+            blocks.append(block)
     return {"role": "assistant", "content": blocks} if blocks else None
 
 
@@ -256,6 +280,8 @@ class ResponseConverter:
         self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # block index -> (output index, block)
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
+        self._search = SearchEvents(self._event, self.output, lambda index: shape.item_id("ws", index))
+        self._search.sources = shape.search_sources
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -264,6 +290,11 @@ class ResponseConverter:
 
     def _start(self, index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
         kind = block.get("type")
+        if self.shape.web_search and _is_search(block):
+            return self._search.start(index, block)
+        if self.shape.web_search and kind == "web_search_tool_result":
+            self.content.append(block)  # arrives whole
+            return self._search.result(block)
         if kind == "tool_use":
             block = {"type": "tool_use", "id": block["id"], "name": block["name"], "arguments": ""}
         elif kind == "text":
@@ -290,6 +321,8 @@ class ResponseConverter:
         return events
 
     def _delta(self, index: int, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        if delta.get("type") == "input_json_delta" and self._search.delta(index, delta["partial_json"]):
+            return []
         if index not in self._items:
             return []
         output_index, block = self._items[index]
@@ -320,6 +353,10 @@ class ResponseConverter:
         return []
 
     def _stop(self, index: int) -> list[dict[str, Any]]:
+        searched, call = self._search.stop(index)
+        if call is not None:
+            self.content.append(call)
+            return searched
         if index not in self._items:
             return []
         output_index, block = self._items.pop(index)

@@ -18,7 +18,9 @@ The tool types are OpenAI's (the ``openai`` SDK 3.57.0's ``ToolParam``):
   A custom (free-form) tool in a namespace is left out and reported, as a
   namespace as a whole was before Missive offered its functions;
 * ``web_search`` (and its dated and preview versions, :data:`HOSTED`), which
-  OpenAI runs itself: left out, the model answers without it, reported in
+  OpenAI runs itself: where the operator turned on Missive's web search,
+  offered as that server tool (:mod:`.responses_search`; one, a second is
+  reported); elsewhere left out, the model answers without it, reported in
   ``missive-ignored``;
 * any other type (the other hosted tools, ``file_search``,
   ``code_interpreter``..., and ``custom``, ``shell``...): a 400 naming it.
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .common import bad, checked, function_tool, optional, report_unknown
+from .responses_search import search_tool
 from .turns import Origin
 
 __all__ = ["HOSTED", "Tools", "flat_name", "tools_of"]
@@ -63,12 +66,14 @@ class Tools:
         echoed: the tools as the response object repeats them.
         namespaced: a Messages tool name -> ``(namespace, name)`` of the
             namespaced function it offers.
+        web_search: a ``web_search`` tool is offered as the server tool.
     """
 
     tools: list[dict[str, Any]] = field(default_factory=list)
     origins: list[Origin] = field(default_factory=list)
     echoed: list[dict[str, Any]] = field(default_factory=list)
     namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    web_search: bool = False
 
     def choice(self, choice: dict[str, Any]) -> dict[str, Any]:
         """``choice``, a Messages ``tool_choice``, naming a namespaced
@@ -127,8 +132,9 @@ def _namespace(tool: dict[str, Any], where: str, found: Tools, ignored: list[str
     found.echoed.append({"type": "namespace", "name": namespace, "description": about, "tools": echoed})
 
 
-def tools_of(raw: Any, ignored: list[str]) -> Tools:
-    """The :class:`Tools` of the request's ``tools``.
+def tools_of(raw: Any, ignored: list[str], *, web_search: bool = False) -> Tools:
+    """The :class:`Tools` of the request's ``tools``; ``web_search``: the
+    server runs web search (a ``web_search`` tool is offered as it).
 
     Raises:
         OpenAIRequestError: a tool of a type Missive does not serve, a
@@ -138,7 +144,12 @@ def tools_of(raw: Any, ignored: list[str]) -> Tools:
     for i, tool in enumerate(checked(raw, "list", "tools")):
         kind = tool.get("type") if isinstance(tool, dict) else None
         where = f"tools[{i}]"
-        if kind in HOSTED:
+        if kind in HOSTED and web_search and isinstance(tool, dict) and not found.web_search:
+            found.tools.append(search_tool(tool, where, ignored))
+            found.origins.append(Origin(where))
+            found.echoed.append(tool)
+            found.web_search = True
+        elif kind in HOSTED:
             ignored.append(f"{where} ({kind})")
         elif isinstance(tool, dict) and kind == "namespace":
             _namespace(tool, where, found, ignored)

@@ -210,7 +210,11 @@ def blueprint(gateway: Gateway) -> Blueprint:
     async def responses() -> Response | dict[str, Any]:
         gateway.admit()
         owner = gateway.key_name
-        asked = translate_responses(await gateway.read_json(), lambda rid: store.conversation(owner, rid))
+        asked = translate_responses(
+            await gateway.read_json(),
+            lambda rid: store.conversation(owner, rid),
+            server_tools=gateway.server_tools,
+        )
         gateway.ignore(asked.ignored)
         try:
             answer = await gateway.answer(asked.body)
@@ -224,6 +228,8 @@ def blueprint(gateway: Gateway) -> Blueprint:
             encrypted_reasoning=asked.encrypted_reasoning,
             namespaced=asked.namespaced,
             summary=asked.summary,
+            web_search=asked.web_search,
+            search_sources=asked.search_sources,
         )
         if asked.background:
             converter = ResponseConverter(shape)
