@@ -64,25 +64,33 @@ class Background:
         first: dict[str, Any],
         batches: EventBatches,
         finished: Keep,
+        counted: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> dict[str, Any]:
         """Keep ``entry`` (its response ``in_progress``) and read the
-        answer's events (``first``, then ``batches``) in a task; ``finished``
-        keeps the last state. The response object to answer with."""
+        answer's events (``first``, then ``batches``, each as ``counted``
+        gives it: with the reasoning tokens in its usage) in a task;
+        ``finished`` keeps the last state. The response object to answer with."""
         converter.feed(first)
         response_id = entry.response["id"]
         self.store.put(response_id, entry)
-        task = asyncio.get_running_loop().create_task(self._run(converter, batches, finished))
+        task = asyncio.get_running_loop().create_task(self._run(converter, batches, finished, counted))
         self._running[response_id] = task
         task.add_done_callback(lambda _: self._running.pop(response_id, None))
         return entry.response
 
-    async def _run(self, converter: ResponseConverter, batches: EventBatches, finished: Keep) -> None:
+    async def _run(
+        self,
+        converter: ResponseConverter,
+        batches: EventBatches,
+        finished: Keep,
+        counted: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
         try:
             try:
                 async for batch in batches:
                     for event in batch:
                         if event["type"] != "ping":
-                            converter.feed(event)
+                            converter.feed(counted(event))
             except MissiveError as exc:
                 converter.fail(exc)
             except asyncio.CancelledError:

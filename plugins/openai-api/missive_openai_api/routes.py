@@ -239,7 +239,14 @@ def blueprint(gateway: Gateway) -> Blueprint:
                 keep(asked, owner, done.final, done.content)
 
             pending = entry_of(asked, owner, shape.response("in_progress", [], None), [])
-            return background.start(pending, converter, answer.first, gateway.stream(answer), finished)
+            return background.start(
+                pending,
+                converter,
+                answer.first,
+                gateway.stream(answer),
+                finished,
+                lambda event: _counted(event, answer),
+            )
         if not asked.stream:
             message = _collected(await gateway.collect(answer), answer)
             done = response_of(message, shape)

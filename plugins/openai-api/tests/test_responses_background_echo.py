@@ -41,6 +41,13 @@ def test_polled_until_completed(client: openai.OpenAI, tmp_path: Path) -> None:
     done = _settled(client, started.id)
     assert done.status == "completed" and done.output_text == "Hello" and done.background is True
     assert done.usage is not None and done.usage.output_tokens == 2
+    thought = json.dumps({"script": [{"thinking": "hmm"}, {"text": "Yes"}]})
+    reasoned = client.responses.create(
+        model="echo-think", input=thought, reasoning={"effort": "low", "summary": "auto"}, background=True
+    )
+    reasoned = _settled(client, reasoned.id)
+    assert reasoned.usage is not None and reasoned.usage.output_tokens_details.reasoning_tokens == 1
+    assert reasoned.output[0].summary[0].text == "hmm"  # type: ignore[union-attr]
     assert [i.type for i in client.responses.input_items.list(started.id).data] == ["message"]
     after = client.responses.create(model="echo", previous_response_id=started.id, input="next")
     assert after.status == "completed"
