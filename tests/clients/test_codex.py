@@ -76,6 +76,8 @@ def test_plain_answer(codex_bin: Path, missive: Missive, tmp_path: Path) -> None
     assert req["status"] == 200 and body["stream"] is True and body["model"] == "echo"
     assert body["store"] is False and "reasoning.encrypted_content" in body["include"]
     assert {"exec_command"} <= {t.get("name") for t in body["tools"]}
+    namespaces = [t for t in body["tools"] if t.get("type") == "namespace"]
+    assert namespaces and not any("namespace" in i for i in req["ignored"])  # its functions are offered
     assert req["headers"]["authorization"] == "[redacted]"
     usage = next(e for e in events if e["type"] == "turn.completed")["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] == 2
@@ -106,3 +108,24 @@ def test_tool_loop_reads_a_file(codex_bin: Path, missive: Missive, tmp_path: Pat
     assert fc["name"] == "exec_command" and json.loads(fc["arguments"]) == {"cmd": "cat notes.txt"}
     assert output["call_id"] == fc["call_id"] and "marmalade" in output["output"]
     assert "previous_response_id" not in second["body"]
+
+
+def test_namespaced_call(codex_bin: Path, missive: Missive, tmp_path: Path) -> None:
+    """A call of a function of Codex's ``multi_agent_v1`` namespace (offered
+    as ``multi_agent_v1__close_agent``) reaches Codex as its own, named by
+    ``namespace`` and ``name``: Codex runs it (an agent that does not
+    exist: an error output) and sends the call back in that shape."""
+    (tmp_path / "work").mkdir()
+    call = {"tool_call": {"name": "multi_agent_v1__close_agent", "arguments": ['{"id": "nobody"}']}}
+    missive.script(
+        {"script": [call], "stop_reason": "tool_use"},
+        {"script": [{"text": "Closed."}]},
+    )
+    code, events = codex_exec(codex_bin, missive, tmp_path, "close the agent")
+    assert code == 0, events
+    assert [m["text"] for m in _items(events, "agent_message")][-1:] == ["Closed."]
+    first, second = missive.captures("/v1/responses")[:2]
+    (fc,) = [i for i in second["body"]["input"] if i.get("type") == "function_call"]
+    assert (fc.get("namespace"), fc["name"]) == ("multi_agent_v1", "close_agent")
+    (output,) = [i for i in second["body"]["input"] if i.get("type") == "function_call_output"]
+    assert output["call_id"] == fc["call_id"] and second["status"] == 200

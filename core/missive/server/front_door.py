@@ -91,6 +91,17 @@ class Gateway:
         core keeps message threads, so that one key never sees another's."""
         return access.current_identity().name
 
+    @property
+    def server_tools(self) -> frozenset[str]:
+        """The server tools this app runs, as the operator turned them on
+        (``[server_tools]``: ``web_search`` with a search provider,
+        ``web_fetch``): a door offers its own API's equivalent as the
+        Messages server tool only where its calls would run, rather than
+        answered ``unavailable``."""
+        tools = self._found.config.server_tools
+        turned_on = {"web_search": tools.web_search is not None, "web_fetch": tools.web_fetch}
+        return frozenset(name for name, on in turned_on.items() if on)
+
     def rate_limits(self) -> dict[str, str]:
         """The key's ``anthropic-ratelimit-*`` headers for this request (empty
         for a key without limits); the app sends them as they are, a door

@@ -8,14 +8,18 @@ The item types are OpenAI's (API reference, "Create a model response",
   ``assistant`` with ``output_text``/``refusal`` parts, ``system``/``developer``
   (leading ones join ``system``, later ones are mid-conversation ``system``
   messages);
-* ``function_call`` (``tool_use`` blocks, ``arguments`` parsed) and
+* ``function_call`` (``tool_use`` blocks, ``arguments`` parsed; one with a
+  ``namespace`` names the tool its namespace's function is offered as:
+  :mod:`.responses_tools`) and
   ``function_call_output`` (``tool_result`` blocks), ``call_id`` the id
   (sent as an allowed id when it is not one: :class:`.turns.ToolIds`);
 * ``reasoning`` items carrying ``encrypted_content`` (``thinking`` blocks
   with it as their signature: the core keeps those it signed; without it
   they are left out);
 
-consecutive items of one side merge into one turn. Fields of an item or
+``web_search_call`` items (a search Missive's web search ran, sent back)
+hold no results to show again: left out and reported. Consecutive items of
+one side merge into one turn. Fields of an item or
 part the translation does not read (besides ``id`` and ``status``, which
 items sent back carry) are reported in ``missive-ignored``.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from .common import bad, checked, image_block, optional, report_unknown, text_of, tool_use, user_blocks
+from .responses_tools import flat_name
 from .turns import Origin, ToolIds, Turns
 
 __all__ = ["items"]
@@ -34,8 +39,9 @@ _RESULT_ORIGIN = {"tool_use_id": "call_id", "content": "output"}
 #: The fields read of each item type (``id`` and ``status``: an output item sent back).
 _ITEM_FIELDS = {
     "message": frozenset({"type", "role", "content", "id", "status"}),
-    "function_call": frozenset({"type", "call_id", "name", "arguments", "id", "status"}),
-    "function_call_output": frozenset({"type", "call_id", "output", "id", "status"}),
+    "function_call": frozenset({"type", "call_id", "name", "namespace", "arguments", "id", "status"}),
+    # name and namespace repeat the call's, which call_id names
+    "function_call_output": frozenset({"type", "call_id", "output", "id", "status", "name", "namespace"}),
     "reasoning": frozenset({"type", "id", "summary", "content", "encrypted_content", "status"}),
 }
 _SYSTEM_KINDS = ("input_text", "text")
@@ -65,6 +71,17 @@ def _call_output(item: dict[str, Any], where: str, ids: ToolIds, ignored: list[s
     )
     block = {"type": "tool_result", "tool_use_id": ids.inward(call_id), "content": content}
     return block, Origin(where, _RESULT_ORIGIN)
+
+
+def _call_name(item: dict[str, Any], where: str) -> Any:
+    """The Messages tool name of a ``function_call`` item: its ``name``, or
+    for a call with a ``namespace`` the name that namespace's function is
+    offered under (:func:`.responses_tools.flat_name`)."""
+    namespace = optional(item, "namespace", "string", f"{where}.namespace")
+    name = item.get("name")
+    if namespace is None or not isinstance(name, str):
+        return name
+    return flat_name(namespace, name)
 
 
 def _reasoning(item: dict[str, Any], where: str) -> list[tuple[dict[str, Any], Origin]]:
@@ -111,6 +128,9 @@ def items(
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "item_reference":
             raise bad(f"{where}: item references are not supported; send the item itself", f"{where}.type")
+        if kind == "web_search_call":
+            ignored.append(f"{where} (web_search_call)")  # no results in it to show the model again
+            continue
         if kind not in _ITEM_FIELDS:
             raise bad(f"{where}.type: input item type {kind!r} is not supported", f"{where}.type")
         report_unknown(item, _ITEM_FIELDS[kind], where, ignored)
@@ -127,9 +147,8 @@ def items(
             role, blocks = _message(item, where, ignored)
             turns.add(role, blocks, where)
         elif kind == "function_call":
-            call = tool_use(
-                item.get("call_id"), item.get("name"), item.get("arguments"), where, _CALL_ORIGIN, ids
-            )
+            name = _call_name(item, where)
+            call = tool_use(item.get("call_id"), name, item.get("arguments"), where, _CALL_ORIGIN, ids)
             turns.add("assistant", [call], where)
         elif kind == "function_call_output":
             turns.add("user", [_call_output(item, where, ids, ignored)], where)

@@ -9,16 +9,18 @@ takes, validated by the core like any other:
   message; as a list of items, turns (:mod:`.responses_items`);
 * ``previous_response_id``: the kept conversation of that response
   (:mod:`.responses_store`) comes first, the new input after it;
-* ``tools`` of type ``function`` -> ``tools``; ``web_search`` and
-  ``namespace`` (the model answers without them) are reported as ignored, any other type is a 400
-  naming it; ``tool_choice`` ``auto``/``none``/``required``/``{"type":
+* ``tools`` of type ``function``, and the functions of ``namespace`` tools,
+  -> ``tools`` (:mod:`.responses_tools`; ``web_search`` is left out and
+  reported, any other type is a 400 naming it); ``tool_choice`` ``auto``/``none``/``required``/``{"type":
   "function", "name"}`` -> ``auto``/``none``/``any``/``tool``;
   ``parallel_tool_calls: false`` -> ``disable_parallel_tool_use``;
 * ``max_output_tokens`` -> ``max_tokens`` (:data:`DEFAULT_MAX_TOKENS`
   when absent); ``temperature`` (0-2, above 1 sent as 1), ``top_p``;
 * ``text.format`` ``json_schema`` (``json_object``) -> ``output_config.format``;
 * ``reasoning.effort`` -> ``thinking`` (as ``reasoning_effort`` in
-  :mod:`.chat_request`).
+  :mod:`.chat_request`); ``reasoning.summary`` (or its deprecated name
+  ``generate_summary``) ``auto``/``concise``/``detailed``: reasoning items
+  carry the reasoning as their summary (:mod:`.responses_stream`).
 
 Every field read is type-checked (:mod:`.common`); :attr:`ResponsesRequest.paths`
 names the request's fields in the core's errors (:class:`.errors.Paths`).
@@ -32,9 +34,7 @@ from typing import Any
 
 from .common import (
     bad,
-    checked,
     effort_of,
-    function_tool,
     json_format,
     optional,
     sampling,
@@ -43,17 +43,14 @@ from .common import (
 )
 from .errors import COMMON_WORDS, RESPONSES_WORDS, OpenAIRequestError, Paths
 from .responses_items import items
-from .turns import Origin, ToolIds, Turns
+from .responses_tools import tools_of
+from .turns import ToolIds, Turns
 
 __all__ = ["ResponsesRequest", "translate", "Lookup"]
 
 #: ``previous_response_id`` -> ``(system, messages)`` of its conversation, or None.
 Lookup = Callable[[str], "tuple[list[Any], list[Any]] | None"]
 
-#: Tool types dropped (and reported): the model answers without them (a
-#: ``namespace``, a group of function tools whose calls name it, as Codex
-#: sends its sub-agent tools, is not offered).
-_DROPPED_TOOLS = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26", "namespace"})
 #: Accepted and without effect here, with their types.
 _ACCEPTED = {
     "store": "boolean",
@@ -88,13 +85,13 @@ _KNOWN = frozenset(
 )
 #: Refused: they need state or services Missive does not have.
 _REFUSED = ("conversation", "prompt")
-_TOOL_ORIGIN = {"input_schema": "parameters"}
 
 
 @dataclass
 class ResponsesRequest:
     """The translation: the Messages body, what this request adds to the
-    conversation (for the store), and what only the door needs."""
+    conversation (for the store: its turns, and ``raw_input`` for the
+    listing of its input items), and what only the door needs."""
 
     body: dict[str, Any]
     model: str
@@ -105,36 +102,30 @@ class ResponsesRequest:
     new_system: list[dict[str, Any]] = field(default_factory=list)
     new_messages: list[dict[str, Any]] = field(default_factory=list)
     encrypted_reasoning: bool = False
+    raw_input: Any = None
+    summary: bool = False
+    background: bool = False
+    web_search: bool = False
+    search_sources: bool = False
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
     paths: Paths = field(default_factory=lambda: Paths(Turns()))
 
 
-def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Origin], list[dict[str, Any]]]:
-    """``(Messages tools, their origins, the function tools as the response echoes them)``."""
-    tools, origins, echoed = [], [], []
-    for i, tool in enumerate(checked(raw, "list", "tools")):
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind in _DROPPED_TOOLS:
-            ignored.append(f"tools[{i}] ({kind})")
-            continue
-        if not isinstance(tool, dict) or kind != "function":
-            raise bad(
-                f"tools[{i}].type: tool type {kind!r} is not supported; only function tools are",
-                f"tools[{i}].type",
-            )
-        out = function_tool(tool, f"tools[{i}]", ignored, frozenset({"type"}))
-        tools.append(out)
-        origins.append(Origin(f"tools[{i}]", _TOOL_ORIGIN, frozenset({"input_schema"})))
-        echoed.append(
-            {
-                "type": "function",
-                "name": out["name"],
-                "description": tool.get("description"),
-                "parameters": out["input_schema"],
-                "strict": tool.get("strict", True),
-            }
-        )
-    return tools, origins, echoed
+#: ``reasoning.summary`` values (the SDK's ``Reasoning.summary``; ``generate_summary``
+#: is its deprecated name).
+_SUMMARIES = ("auto", "concise", "detailed")
+
+
+def _summary(reasoning: dict[str, Any]) -> str | None:
+    """The reasoning summary asked for, or None."""
+    for name in ("summary", "generate_summary"):
+        value = reasoning.get(name)
+        if value is not None and value not in _SUMMARIES:
+            expected = ", ".join(_SUMMARIES)
+            raise bad(f"reasoning.{name}: expected one of {expected}; got {value!r}", f"reasoning.{name}")
+    found: str | None = reasoning.get("summary") or reasoning.get("generate_summary")
+    return found
 
 
 def _previous(raw: dict[str, Any], lookup: Lookup) -> tuple[str | None, tuple[list[Any], list[Any]] | None]:
@@ -163,16 +154,22 @@ def _checked_top(raw: Any) -> str:
             raise bad(f"{name}: not supported by this server", name)
     for name, kind in _ACCEPTED.items():
         optional(raw, name, kind)
-    if raw.get("background"):
-        raise bad("background: background responses are not supported by this server", "background")
+    if raw.get("background") and raw.get("stream"):
+        message = "background responses are not streamed by this server; poll GET /v1/responses/{id}"
+        raise bad(f"background: {message}", "background")
+    if raw.get("background") and raw.get("store") is False:
+        message = "a background response is kept to be polled; it cannot be made with store false"
+        raise bad(f"store: {message}", "store")
     if raw.get("input") is None:
         raise bad("input: expected a string or a list of items", "input")
     return model
 
 
-def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
+def translate(raw: Any, lookup: Lookup, *, server_tools: frozenset[str] = frozenset()) -> ResponsesRequest:
     """The :class:`ResponsesRequest` of a parsed ``POST /v1/responses`` body;
-    ``lookup`` finds the conversation of a ``previous_response_id``.
+    ``lookup`` finds the conversation of a ``previous_response_id``;
+    ``server_tools`` are those the server runs
+    (:attr:`missive.api.Gateway.server_tools`).
 
     Raises:
         OpenAIRequestError: a body OpenAI would refuse or Missive cannot
@@ -203,15 +200,12 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         body["system"] = system
     sampling(raw, body, "max_output_tokens", ignored)
     parallel = optional(raw, "parallel_tool_calls", "boolean")
-    echoed_tools: list[dict[str, Any]] = []
-    tool_origins: list[Origin] = []
-    if raw.get("tools"):
-        tools, tool_origins, echoed_tools = _tools(raw["tools"], ignored)
-        if tools:
-            body["tools"] = tools
-            choice = tool_choice(raw.get("tool_choice"), parallel, ("name",))
-            if choice is not None:
-                body["tool_choice"] = choice
+    offered = tools_of(raw.get("tools") or [], ignored, web_search="web_search" in server_tools)
+    if offered.tools:
+        body["tools"] = offered.tools
+        choice = tool_choice(raw.get("tool_choice"), parallel, ("name",))
+        if choice is not None:
+            body["tool_choice"] = offered.choice(choice)
     if "tools" not in body and raw.get("tool_choice") not in (None, "none", "auto"):
         raise bad("tool_choice: no function tools were given", "tool_choice")
     output_config: dict[str, Any] = {}
@@ -222,6 +216,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
     if text_config.get("verbosity") not in (None, "medium"):
         ignored.append("text.verbosity")
     reasoning = optional(raw, "reasoning", "object") or {}
+    summary = _summary(reasoning)
     thinking, effort = effort_of(reasoning.get("effort"), "reasoning.effort")
     if thinking is not None:
         body["thinking"] = thinking
@@ -235,7 +230,10 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
     include = raw.get("include") or []
     if not all(isinstance(x, str) for x in include):
         raise bad("include: expected a list of strings", "include")
-    ignored += [f"include {x}" for x in include if x != "reasoning.encrypted_content"]
+    read = {"reasoning.encrypted_content"}
+    if offered.web_search:
+        read.add("web_search_call.action.sources")
+    ignored += [f"include {x}" for x in include if x not in read]
     for name in raw:
         if name not in _KNOWN and name not in _ACCEPTED and raw[name] is not None:
             ignored.append(name)
@@ -246,12 +244,13 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         "metadata": raw.get("metadata") or {},
         "parallel_tool_calls": raw.get("parallel_tool_calls", True),
         "previous_response_id": previous_id,
-        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "background": raw.get("background") is True,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": summary},
         "store": store,
         "temperature": 1.0 if temperature is None else float(temperature),
         "text": {"format": text_config.get("format") or {"type": "text"}},
         "tool_choice": raw.get("tool_choice") or "auto",
-        "tools": echoed_tools,
+        "tools": offered.echoed,
         "top_p": 1.0 if top_p is None else float(top_p),
         "truncation": raw.get("truncation") or "disabled",
         "user": raw.get("user"),
@@ -259,7 +258,7 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
     paths = Paths(
         turns,
         system=system_paths,
-        tools=tool_origins,
+        tools=offered.origins,
         fields={
             "messages": "input",
             "max_tokens": "max_output_tokens",
@@ -286,6 +285,12 @@ def translate(raw: Any, lookup: Lookup) -> ResponsesRequest:
         new_system=new_system if previous is None else [],
         new_messages=new.messages,
         encrypted_reasoning="reasoning.encrypted_content" in include,
+        namespaced=offered.namespaced,
+        raw_input=raw["input"],
+        summary=summary is not None,
+        background=raw.get("background") is True,
+        web_search=offered.web_search,
+        search_sources="web_search_call.action.sources" in include,
         ignored=ignored,
         paths=paths,
     )

@@ -1,4 +1,5 @@
-"""The responses kept for ``previous_response_id`` and ``GET /v1/responses/{id}``.
+"""The responses kept for ``previous_response_id``, ``GET /v1/responses/{id}``
+and its ``input_items``.
 
 OpenAI keeps a response made with ``store`` (the default) and lets a later
 request continue from it by id: the new ``input`` follows the earlier
@@ -30,6 +31,9 @@ from missive.api import json_dumps
 
 __all__ = ["Stored", "ResponseStore", "MAX_COUNT", "MAX_BYTES"]
 
+#: The statuses of a response a conversation may continue from (a background
+#: response still running, failed or cancelled has no answer to continue).
+FINISHED = ("completed", "incomplete")
 #: Responses kept at most, per process.
 MAX_COUNT = 10_000
 #: Bytes of kept conversations and response objects (their JSON) at most.
@@ -48,6 +52,9 @@ class Stored:
         messages: the Messages API turns its input added, then its output
             as an assistant turn.
         response: the ``response`` object as it was answered.
+        input_items: its input as ``ResponseItem`` objects
+            (:func:`.responses_listing.listed_items`), for
+            ``GET /v1/responses/{id}/input_items``.
     """
 
     owner: str
@@ -55,6 +62,7 @@ class Stored:
     system: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     response: dict[str, Any]
+    input_items: list[dict[str, Any]] = field(default_factory=list)
     size: int = field(default=0, repr=False)
 
 
@@ -86,29 +94,49 @@ class ResponseStore:
         """``(system, messages)`` of the conversation up to and including
         ``response_id`` (its chain, oldest first); None when it or a link
         of its chain is not kept for ``owner``."""
+        chain = self._chain(owner, response_id)
+        if chain is None:
+            return None
+        system: list[Any] = []
+        messages: list[Any] = []
+        for entry in chain:
+            system += entry.system
+            messages += entry.messages
+        return system, messages
+
+    def input_items(self, owner: str, response_id: str) -> list[dict[str, Any]] | None:
+        """The items ``response_id`` was made from, oldest first: the input
+        and output items of the responses it continued, then its own input;
+        None as for :meth:`conversation`."""
+        chain = self._chain(owner, response_id, finished=False)
+        if chain is None:
+            return None
+        found: list[dict[str, Any]] = []
+        for entry in chain[:-1]:
+            found += [*entry.input_items, *entry.response["output"]]
+        return found + chain[-1].input_items
+
+    def _chain(self, owner: str, response_id: str, *, finished: bool = True) -> list[Stored] | None:
+        """The entries of ``response_id``'s conversation, oldest first;
+        with ``finished``, None when one has no answer to continue from."""
         chain: list[Stored] = []
         seen: set[str] = set()
         current: str | None = response_id
         while current is not None:
             entry = self.get(owner, current)
-            if entry is None or current in seen:
+            if entry is None or current in seen or (finished and entry.response["status"] not in FINISHED):
                 return None
             seen.add(current)
             chain.append(entry)
             current = entry.previous
-        system: list[Any] = []
-        messages: list[Any] = []
-        for entry in reversed(chain):
-            system += entry.system
-            messages += entry.messages
-        return system, messages
+        return chain[::-1]
 
     def put(self, response_id: str, entry: Stored) -> None:
         """Keep ``entry`` under ``response_id`` (ids are random: no other
         key's entry shares one) and bring the store within its bounds; an
         entry alone over ``max_bytes`` is not kept."""
         self.delete(entry.owner, response_id)
-        entry.size = len(json_dumps([entry.system, entry.messages, entry.response]))
+        entry.size = len(json_dumps([entry.system, entry.messages, entry.response, entry.input_items]))
         if entry.size > self.max_bytes:
             return
         self._entries[response_id] = entry

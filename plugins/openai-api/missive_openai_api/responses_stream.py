@@ -8,7 +8,12 @@ output item, in order:
 
 * a ``thinking`` block: a ``reasoning`` item whose ``content`` is one
   ``reasoning_text`` part (the raw reasoning, as OpenAI's open-weight models
-  give it) and whose ``summary`` is empty; its ``encrypted_content`` is the
+  give it) and whose ``summary`` is empty; when the request asks for a
+  summary (``reasoning.summary`` ``auto``, ``concise`` or ``detailed``),
+  ``summary`` is one ``summary_text`` part holding that same text instead
+  (a local model writes no summary of its reasoning: the reasoning itself
+  is the most faithful one Missive has) and ``content`` is empty; its
+  ``encrypted_content`` is the
   block's signature when the request's ``include`` asks for
   ``reasoning.encrypted_content``, so a client that keeps no state
   (``store: false``) can send the item back and the model sees its reasoning
@@ -16,7 +21,12 @@ output item, in order:
 * a ``text`` block: a ``message`` item (``role: "assistant"``) with one
   ``output_text`` part;
 * a ``tool_use`` block: a ``function_call`` item (``call_id`` is the block's
-  id, ``arguments`` the JSON text).
+  id, ``arguments`` the JSON text); a call of a namespaced function names
+  it by ``namespace`` and ``name``, as OpenAI's item does
+  (``ResponseFunctionToolCall.namespace``);
+* where web search was offered as the server tool, a ``server_tool_use``
+  block and its ``web_search_tool_result``: a ``web_search_call`` item
+  (:mod:`.responses_search`).
 
 A stream is SSE events ``event: <type>`` / ``data: {...}``, each with a
 ``sequence_number`` counting from 0: ``response.created``,
@@ -24,7 +34,11 @@ A stream is SSE events ``event: <type>`` / ``data: {...}``, each with a
 message or reasoning item ``response.content_part.added``, the deltas
 (``response.output_text.delta``, ``response.reasoning_text.delta``,
 ``response.function_call_arguments.delta``), their ``.done`` event,
-``response.content_part.done``, ``response.output_item.done``; and last
+``response.content_part.done``, ``response.output_item.done`` (a reasoning
+item summarised: ``response.reasoning_summary_part.added``,
+``response.reasoning_summary_text.delta`` and ``.done``,
+``response.reasoning_summary_part.done``, each with its ``summary_index``,
+as the SDK's ``ResponseReasoningSummary*Event`` types have them); and last
 ``response.completed`` (``response.incomplete`` when the answer stopped at
 ``max_output_tokens``), which holds the whole response, or
 ``response.failed`` for an error after the stream started.
@@ -47,6 +61,7 @@ from missive.api import MissiveError, json_dumps
 
 from .chat_stream import REASONING_TOKENS
 from .errors import envelope, status_of
+from .responses_search import SearchEvents, call_item, sources_of
 
 __all__ = [
     "ResponseConverter",
@@ -96,6 +111,11 @@ class ResponseShape:
         echo: the request's parameters as the response object repeats them
             (``instructions``, ``tools``, ``tool_choice``, ``text``...).
         encrypted_reasoning: ``include`` has ``reasoning.encrypted_content``.
+        namespaced: a Messages tool name -> ``(namespace, name)`` of the
+            namespaced function it offers (:mod:`.responses_tools`).
+        summary: the request asked for reasoning summaries (``reasoning.summary``).
+        web_search: web search was offered as the server tool (:mod:`.responses_search`);
+            ``search_sources``: ``include`` asks for its ``action.sources``.
     """
 
     response_id: str
@@ -103,6 +123,10 @@ class ResponseShape:
     model: str
     echo: dict[str, Any] = field(default_factory=dict)
     encrypted_reasoning: bool = False
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
+    summary: bool = False
+    web_search: bool = False
+    search_sources: bool = False
 
     def item_id(self, prefix: str, index: int) -> str:
         """The id of output item ``index`` (``msg_``, ``fc_``, ``rs_``)."""
@@ -153,16 +177,18 @@ def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) 
     if kind == "thinking":
         done = status != "in_progress"
         signature = block.get("signature") or None
+        kind = "summary_text" if shape.summary else "reasoning_text"
+        parts = [{"type": kind, "text": block.get("thinking", "")}] if done else []
         return {
             "id": shape.item_id("rs", index),
             "type": "reasoning",
             "status": status,
-            "summary": [],
-            "content": [{"type": "reasoning_text", "text": block.get("thinking", "")}] if done else [],
+            "summary": parts if shape.summary else [],
+            "content": [] if shape.summary else parts,
             "encrypted_content": signature if done and shape.encrypted_reasoning else None,
         }
     if kind == "tool_use":
-        return {
+        item = {
             "id": shape.item_id("fc", index),
             "type": "function_call",
             "status": status,
@@ -170,7 +196,14 @@ def _item(shape: ResponseShape, index: int, block: dict[str, Any], status: str) 
             "name": block["name"],
             "arguments": block.get("arguments", "") if status != "in_progress" else "",
         }
+        if block["name"] in shape.namespaced:
+            item["namespace"], item["name"] = shape.namespaced[block["name"]]
+        return item
     return None
+
+
+def _is_search(block: dict[str, Any]) -> bool:
+    return block.get("type") == "server_tool_use" and block.get("name") == "web_search"
 
 
 def _arguments(block: dict[str, Any]) -> str:
@@ -180,7 +213,19 @@ def _arguments(block: dict[str, Any]) -> str:
 def response_of(message: dict[str, Any], shape: ResponseShape) -> dict[str, Any]:
     """The ``response`` object of a folded ``Message``."""
     output: list[dict[str, Any]] = []
+    calls: dict[str, dict[str, Any]] = {}
     for block in message.get("content") or []:
+        if shape.web_search and _is_search(block):
+            sources: list[dict[str, Any]] | None = [] if shape.search_sources else None
+            call = call_item(shape.item_id("ws", len(output)), block, "completed", sources)
+            calls[block["id"]] = call
+            output.append(call)
+            continue
+        if shape.web_search and block.get("type") == "web_search_tool_result":
+            found = calls.get(block.get("tool_use_id", ""))
+            if found is not None and shape.search_sources:
+                found["action"]["sources"] = sources_of(block)
+            continue
         if block.get("type") == "tool_use":
             block = {**block, "arguments": _arguments(block)}
         item = _item(shape, len(output), block, "completed")
@@ -203,10 +248,10 @@ def assistant_turn(content: list[dict[str, Any]]) -> dict[str, Any] | None:
             blocks.append(
                 {"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]}
             )
-        elif kind == "tool_use":
-            blocks.append(
-                {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
-            )
+        elif kind in ("tool_use", "server_tool_use"):
+            blocks.append({"type": kind, "id": block["id"], "name": block["name"], "input": block["input"]})
+        elif kind == "web_search_tool_result":
+            blocks.append(block)
     return {"role": "assistant", "content": blocks} if blocks else None
 
 
@@ -235,6 +280,8 @@ class ResponseConverter:
         self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # block index -> (output index, block)
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
+        self._search = SearchEvents(self._event, self.output, lambda index: shape.item_id("ws", index))
+        self._search.sources = shape.search_sources
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -243,6 +290,11 @@ class ResponseConverter:
 
     def _start(self, index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
         kind = block.get("type")
+        if self.shape.web_search and _is_search(block):
+            return self._search.start(index, block)
+        if self.shape.web_search and kind == "web_search_tool_result":
+            self.content.append(block)  # arrives whole
+            return self._search.result(block)
         if kind == "tool_use":
             block = {"type": "tool_use", "id": block["id"], "name": block["name"], "arguments": ""}
         elif kind == "text":
@@ -259,12 +311,18 @@ class ResponseConverter:
         where = {"item_id": item["id"], "output_index": output_index, "content_index": 0}
         if kind == "text":
             events.append(self._event("response.content_part.added", **where, part=_text_part("")))
+        elif kind == "thinking" and self.shape.summary:
+            part = {"type": "summary_text", "text": ""}
+            where = {"item_id": item["id"], "output_index": output_index, "summary_index": 0}
+            events.append(self._event("response.reasoning_summary_part.added", **where, part=part))
         elif kind == "thinking":
             part = {"type": "reasoning_text", "text": ""}
             events.append(self._event("response.content_part.added", **where, part=part))
         return events
 
     def _delta(self, index: int, delta: dict[str, Any]) -> list[dict[str, Any]]:
+        if delta.get("type") == "input_json_delta" and self._search.delta(index, delta["partial_json"]):
+            return []
         if index not in self._items:
             return []
         output_index, block = self._items[index]
@@ -280,11 +338,11 @@ class ResponseConverter:
             ]
         if dtype == "thinking_delta" and block["type"] == "thinking" and delta["thinking"]:
             block["thinking"] += delta["thinking"]
-            return [
-                self._event(
-                    "response.reasoning_text.delta", **where, content_index=0, delta=delta["thinking"]
-                )
-            ]
+            if self.shape.summary:
+                kind, at = "response.reasoning_summary_text.delta", {"summary_index": 0}
+            else:
+                kind, at = "response.reasoning_text.delta", {"content_index": 0}
+            return [self._event(kind, **where, **at, delta=delta["thinking"])]
         if dtype == "signature_delta" and block["type"] == "thinking":
             block["signature"] += delta["signature"]
         elif dtype == "input_json_delta" and block["type"] == "tool_use" and delta["partial_json"]:
@@ -295,6 +353,10 @@ class ResponseConverter:
         return []
 
     def _stop(self, index: int) -> list[dict[str, Any]]:
+        searched, call = self._search.stop(index)
+        if call is not None:
+            self.content.append(call)
+            return searched
         if index not in self._items:
             return []
         output_index, block = self._items.pop(index)
@@ -312,6 +374,13 @@ class ResponseConverter:
                     "response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]
                 ),
                 self._event("response.content_part.done", **where, content_index=0, part=part),
+            ]
+            self.content.append(block)
+        elif block["type"] == "thinking" and self.shape.summary:
+            part, at = item["summary"][0], {**where, "summary_index": 0}
+            events += [
+                self._event("response.reasoning_summary_text.done", **at, text=part["text"]),
+                self._event("response.reasoning_summary_part.done", **at, part=part),
             ]
             self.content.append(block)
         elif block["type"] == "thinking":

@@ -1,5 +1,6 @@
 """The front door's blueprint: ``POST /chat/completions``, ``POST /responses``
-with ``GET``/``DELETE /responses/{id}`` (mounted under ``/v1``) and, for
+with ``GET``/``DELETE /responses/{id}`` and ``GET /responses/{id}/input_items``
+(mounted under ``/v1``) and, for
 OpenAI clients, ``GET /models`` and ``GET /models/{id}`` in OpenAI's shape.
 
 Each request goes through the :class:`~missive.api.Gateway`: its key and
@@ -32,8 +33,10 @@ from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 from .chat_request import translate
 from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
 from .errors import OpenAIRequestError, envelope, status_of
+from .responses_background import Background
+from .responses_listing import listed_items, page_of
 from .responses_request import translate as translate_responses
-from .responses_store import ResponseStore, Stored
+from .responses_store import FINISHED, ResponseStore, Stored
 from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
 
 __all__ = ["blueprint", "MODELS_PATHS"]
@@ -180,18 +183,38 @@ def blueprint(gateway: Gateway) -> Blueprint:
 
     store = ResponseStore()
 
-    def keep(translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]) -> None:
-        if not translated.store or response["status"] not in ("completed", "incomplete"):
-            return
+    background = Background(store)
+
+    @bp.after_app_serving
+    async def _stop_background() -> None:
+        await background.close()
+
+    def entry_of(
+        translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]
+    ) -> Stored:
         reply = assistant_turn(content)
         messages = [*translated.new_messages, *([reply] if reply else [])]
-        entry = Stored(owner, translated.previous_response_id, translated.new_system, messages, response)
-        store.put(response["id"], entry)
+        return Stored(
+            owner,
+            translated.previous_response_id,
+            translated.new_system,
+            messages,
+            response,
+            listed_items(translated.raw_input, response["id"]),
+        )
+
+    def keep(translated: Any, owner: str, response: dict[str, Any], content: list[dict[str, Any]]) -> None:
+        if translated.store and (translated.background or response["status"] in FINISHED):
+            store.put(response["id"], entry_of(translated, owner, response, content))
 
     async def responses() -> Response | dict[str, Any]:
         gateway.admit()
         owner = gateway.key_name
-        asked = translate_responses(await gateway.read_json(), lambda rid: store.conversation(owner, rid))
+        asked = translate_responses(
+            await gateway.read_json(),
+            lambda rid: store.conversation(owner, rid),
+            server_tools=gateway.server_tools,
+        )
         gateway.ignore(asked.ignored)
         try:
             answer = await gateway.answer(asked.body)
@@ -203,7 +226,27 @@ def blueprint(gateway: Gateway) -> Blueprint:
             model=asked.model,
             echo=asked.echo,
             encrypted_reasoning=asked.encrypted_reasoning,
+            namespaced=asked.namespaced,
+            summary=asked.summary,
+            web_search=asked.web_search,
+            search_sources=asked.search_sources,
         )
+        if asked.background:
+            converter = ResponseConverter(shape)
+
+            def finished(done: ResponseConverter) -> None:
+                assert done.final is not None
+                keep(asked, owner, done.final, done.content)
+
+            pending = entry_of(asked, owner, shape.response("in_progress", [], None), [])
+            return background.start(
+                pending,
+                converter,
+                answer.first,
+                gateway.stream(answer),
+                finished,
+                lambda event: _counted(event, answer),
+            )
         if not asked.stream:
             message = _collected(await gateway.collect(answer), answer)
             done = response_of(message, shape)
@@ -250,6 +293,21 @@ def blueprint(gateway: Gateway) -> Blueprint:
     async def get_response(response_id: str) -> dict[str, Any]:
         return kept(response_id).response
 
+    async def input_items(response_id: str) -> dict[str, Any]:
+        kept(response_id)
+        args = {name: request.args.get(name) for name in ("after", "before", "limit", "order")}
+        include = request.args.getlist("include[]") + request.args.getlist("include")
+        gateway.ignore([f"include {x}" for x in include if x != "reasoning.encrypted_content"])
+        found = store.input_items(gateway.key_name, response_id)
+        return page_of(found or [], args)
+
+    async def cancel_response(response_id: str) -> dict[str, Any]:
+        entry = kept(response_id)
+        if not entry.response.get("background"):
+            raise OpenAIRequestError("Only background responses can be cancelled.", param=None)
+        await background.cancel(response_id)
+        return kept(response_id).response
+
     async def delete_response(response_id: str) -> dict[str, Any]:
         kept(response_id)
         store.delete(gateway.key_name, response_id)
@@ -289,4 +347,6 @@ def blueprint(gateway: Gateway) -> Blueprint:
     bp.add_url_rule("/responses", "responses", responses, methods=["POST"])
     bp.add_url_rule("/responses/<response_id>", "response", get_response, methods=["GET"])
     bp.add_url_rule("/responses/<response_id>", "response-delete", delete_response, methods=["DELETE"])
+    bp.add_url_rule("/responses/<response_id>/input_items", "input-items", input_items, methods=["GET"])
+    bp.add_url_rule("/responses/<response_id>/cancel", "response-cancel", cancel_response, methods=["POST"])
     return bp

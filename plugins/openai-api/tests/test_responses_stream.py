@@ -183,14 +183,19 @@ def test_assistant_turn_keeps_signed_thinking_text_and_calls() -> None:
 def test_store_chain_owner_and_bounds() -> None:
     store = ResponseStore(max_count=3, max_bytes=10_000)
     turn = [{"role": "user", "content": [{"type": "text", "text": "a"}]}]
-    store.put("r1", Stored("alice", None, [{"type": "text", "text": "sys"}], turn, {"id": "r1"}))
-    store.put("r2", Stored("alice", "r1", [], turn, {"id": "r2"}))
+    done = {"status": "completed"}
+    store.put("r1", Stored("alice", None, [{"type": "text", "text": "sys"}], turn, {"id": "r1", **done}))
+    store.put("r2", Stored("alice", "r1", [], turn, {"id": "r2", **done}))
     assert store.conversation("alice", "r2") == ([{"type": "text", "text": "sys"}], turn + turn)
     assert store.conversation("bob", "r2") is None and store.get("bob", "r1") is None
+    # A background response still running (or cancelled, failed) is no conversation yet.
+    store.put("r0", Stored("alice", "r1", [], turn, {"id": "r0", "status": "in_progress"}))
+    assert store.conversation("alice", "r0") is None and store.get("alice", "r0") is not None
+    store.delete("alice", "r0")
     assert not store.delete("bob", "r1")
-    store.put("r3", Stored("alice", "r2", [], turn, {"id": "r3"}))
+    store.put("r3", Stored("alice", "r2", [], turn, {"id": "r3", **done}))
     # over max_count the least recently used goes: r2 (reading r2's chain used r1 after it)
-    store.put("r4", Stored("alice", None, [], turn, {"id": "r4"}))
+    store.put("r4", Stored("alice", None, [], turn, {"id": "r4", **done}))
     assert len(store) == 3 and store.get("alice", "r2") is None and store.get("alice", "r1") is not None
     assert store.conversation("alice", "r3") is None  # a link of its chain was dropped
     big = Stored(
