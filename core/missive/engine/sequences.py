@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import secrets
 from collections import abc
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -98,10 +98,16 @@ class Prompt(NamedTuple):
             hold a runner-specific synthetic id).
         media: the runner's media objects for these positions (libmtmd image
             chunks...), or None; released by :meth:`close`.
+        variant: the variant of the runner's model the prompt runs through
+            (:attr:`missive.engine.local.LocalDriver.variant`: llama.cpp's
+            LoRA adapter set of a model entry sharing another's load); None:
+            the model as loaded. A runner never reuses a cached prefix
+            computed through another variant.
     """
 
     tokens: list[int]
     media: Any = None
+    variant: Hashable | None = None
 
     def close(self) -> None:
         """Release :attr:`media` now (idempotent; a no-op without media)."""
