@@ -132,7 +132,7 @@ class PortableSlots(SlotStates):
             part = (ctypes.c_uint8 * k).from_buffer(payload[at : at + k]) if payload is not None else None
             checkpoints.append(Checkpoint(n_tokens, part, k))
             at += k
-        return SavedContext(tokens, _State(data, size, tuple(checkpoints), pos_min, variant), total)
+        return SavedContext(tokens, _State(data, size, tuple(checkpoints), pos_min, variant), total, variant)
 
 
 def _tuples(value: Any) -> Any:

@@ -178,7 +178,9 @@ class SlotStates:
             # A saved state keeps only the window's cells (measured: a state of
             # 511 tokens with n_swa 128 comes back holding positions 384..510).
             pos_min = max(pos_min, len(tokens) - self._layout.n_swa + 1)
-        return SavedContext(tokens, _State(buffer, written, checkpoints, pos_min, s.variant), nbytes)
+        return SavedContext(
+            tokens, _State(buffer, written, checkpoints, pos_min, s.variant), nbytes, s.variant
+        )
 
     def restore_context(self, saved: SavedContext, slot: int) -> None:
         """Put ``saved`` into slot ``slot`` (any slot: the state carries

@@ -134,7 +134,9 @@ def test_concurrent_streams_answer_as_alone(server: ServerProcess) -> None:
         results: dict[str, list[str]] = {"plain": [], "style": []}
         errors: list[BaseException] = []
 
-        def run(model: str) -> None:
+        def run(
+            model: str, results: dict[str, list[str]] = results, errors: list[BaseException] = errors
+        ) -> None:
             try:
                 results[model].append(stream(server, model, n))
             except BaseException as exc:  # noqa: BLE001 - reported by the test

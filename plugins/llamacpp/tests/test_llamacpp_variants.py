@@ -42,7 +42,9 @@ def test_each_set_gets_its_share_of_steps(groups: list[Any]) -> None:
     assert variants.split_steps == 30 * len(sets) + 12
 
 
-def test_a_set_is_switched_on_the_context_only_when_the_group_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_set_is_switched_on_the_context_only_when_the_group_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     set_on: list[tuple[Any, int]] = []
 
     def set_adapters(ctx: Any, handles: Any, n: int, scales: Any) -> int:
