@@ -15,7 +15,12 @@ llama.cpp's rules (``src/llama-adapter.cpp``, ``include/llama.h``):
   (the effective scale is ``scale * alpha / rank`` when the adapter sets
   ``adapter.lora.alpha``); it "will only modify if the adapters currently
   in context are different" (``include/llama.h``), so setting them again
-  costs nothing.
+  costs nothing; a different set replaces the context's, leaves out every
+  adapter of scale 0 (one at 0 is absent from the graph) and makes the
+  context reserve its compute graph again before the next decode
+  (``llama_context::set_adapters_lora``: ``sched_need_reserve = true``,
+  ``src/llama-context.cpp``): a switch costs a graph reservation, not the
+  KV cache.
 
 Missive loads each adapter of ``settings.lora`` after the model, with
 llama.cpp's log captured so a refusal is a start-up error naming the file and

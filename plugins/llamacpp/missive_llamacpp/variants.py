@@ -12,7 +12,10 @@ sequences are grouped by their prompt's ``variant`` (None: the model's own
 group after the last one stepped (:func:`next_group`, round robin), so with
 two sets each gets every other step and neither starves; the others wait
 that step (their result is ``PENDING``). The set is switched only when the
-group changes (llama.cpp itself does nothing when the same set is set again).
+group changes (llama.cpp itself does nothing when the same set is set
+again); a switch makes llama.cpp reserve its compute graph again before
+the next decode (``src/llama-context.cpp``, :mod:`missive_llamacpp.lora`),
+the price of alternating: with one set running, nothing is switched.
 """
 
 from __future__ import annotations
