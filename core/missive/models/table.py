@@ -17,7 +17,7 @@ from ..driver.interface import Driver
 from ..kernel.plugins import Kernel
 from ..kernel.specs import load_object
 from ..protocol.errors import ModelLoadError, ModelNotFoundError, OverloadedError
-from .bases import check_bases
+from .bases import check_bases, sharing
 from .defaults import choose_default_model
 from .residency import MiB, idle_expired, log_choices, plan_eviction
 from .sources.local import LocalModel
@@ -364,7 +364,11 @@ class ModelTable:
 
     async def _unload(self, model_id: str, reason: str, detail: str) -> None:
         """Close ``model_id``'s driver and put a fresh, unstarted one in its
-        place (loaded again on its next request). Under the load lock."""
+        place (loaded again on its next request), after the models sharing
+        its load. Under the load lock."""
+        for other in sharing(self.bases, model_id):
+            if other in self.started:
+                await self._unload(other, reason, f"{model_id}, whose load it shares, is unloaded")
         driver = self.drivers[model_id]
         self.started.discard(model_id)
         try:
