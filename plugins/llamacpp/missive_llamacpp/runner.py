@@ -40,7 +40,10 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   ``split_equal`` in src/llama-batch.cpp), logits only where a sequence samples next; an image
   is encoded and decoded by libmtmd by itself at its position; a prompt
   chunk stops at each checkpoint position, and the checkpoint is taken
-  before the chunk that starts there is decoded. Each sequence
+  before the chunk that starts there is decoded. Sequences of one LoRA
+  adapter set per step (``Prompt.variant``: entries sharing this load with
+  ``settings.base``; :mod:`missive_llamacpp.variants`), the sets taking
+  turns. Each sequence
   then samples from its own logits (``llama_sampler_sample`` at its batch
   index) with its own sampler chain; an end-of-generation token
   (``llama_vocab_is_eog``) ends it, neither shown nor counted (as
