@@ -307,7 +307,7 @@ class LocalDriver(Driver):
         pieces, marks = prompts.render(request, constrained=constrained)
         prompt = self.runner.tokenize(pieces, marks)
         if self.variant is not None:
-            prompt = prompt._replace(variant=self.variant)
+            prompt = prompt.with_variant(self.variant)
         try:
             opened = "" if constrained else prompts.opened(pieces)
             reusable = host_reusable(self.runner, self._host_cache, prompt)

@@ -90,8 +90,13 @@ class ModelInfo:
     sampling: SamplingDefaults = NO_DEFAULTS
 
 
-class Prompt(NamedTuple):
-    """A tokenized prompt.
+class _Tokens(NamedTuple):
+    tokens: list[int]
+    media: Any = None
+
+
+class Prompt(_Tokens):
+    """A tokenized prompt: ``(tokens, media)``.
 
     Attributes:
         tokens: token ids, one per context position (an image's positions may
@@ -100,14 +105,19 @@ class Prompt(NamedTuple):
             chunks...), or None; released by :meth:`close`.
         variant: the variant of the runner's model the prompt runs through
             (:attr:`missive.engine.local.LocalDriver.variant`: llama.cpp's
-            LoRA adapter set of a model entry sharing another's load); None:
-            the model as loaded. A runner never reuses a cached prefix
-            computed through another variant.
+            LoRA adapter set of a model entry sharing another's load), set
+            by :meth:`with_variant`; None: the model as loaded. A runner
+            never reuses a cached prefix computed through another variant.
+            Not an item of the tuple, which still unpacks as ``tokens, media``.
     """
 
-    tokens: list[int]
-    media: Any = None
     variant: Hashable | None = None
+
+    def with_variant(self, variant: Hashable | None) -> Prompt:
+        """The same prompt, run through ``variant``."""
+        prompt = Prompt(self.tokens, self.media)
+        prompt.variant = variant
+        return prompt
 
     def close(self) -> None:
         """Release :attr:`media` now (idempotent; a no-op without media)."""
