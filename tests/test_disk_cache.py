@@ -5,6 +5,7 @@ puts and lookups, one server per folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -263,3 +264,42 @@ def test_the_slots_get_the_latest_states_back_at_load(tmp_path: Path) -> None:
     assert got == (0, 0) and runner.restored == [] and not newest.exists()
     assert disk.counters["corrupt"] == 1
     disk.close()
+
+
+class Variants(Portable):
+    """A :class:`Portable` whose states remember their ``variant`` (another
+    model entry's LoRA adapters on the same load) in their description."""
+
+    variant: str | None = None
+
+    def save_context(self, slot: int) -> SavedContext | None:
+        saved = super().save_context(slot)
+        return None if saved is None else SavedContext(saved.tokens, saved.state, saved.nbytes, self.variant)
+
+    def state_bytes(self, saved: SavedContext) -> tuple[bytes, list[object]]:
+        return json.dumps({"variant": saved.variant}).encode(), [saved.state]
+
+    def state_from_bytes(self, tokens: list[int], info: bytes, payload: memoryview | None) -> SavedContext:
+        data = bytes(payload) if payload is not None else None
+        variant = json.loads(info)["variant"]
+        return SavedContext(tokens, data, len(data) if data is not None else 0, variant)
+
+
+def test_a_file_of_another_variant_is_neither_offered_nor_replaced(tmp_path: Path) -> None:
+    runner = Variants(list(MAIN[:80]))
+    disk = tier(tmp_path, runner)
+    disk.put(runner.save_context(0))  # type: ignore[arg-type]
+    runner.tokens, runner.variant = list(MAIN), "style"
+    disk.put(runner.save_context(0))  # type: ignore[arg-type]
+    disk.flush()
+    for tier_now in (disk, None):
+        if tier_now is None:  # a new instance reads the files' descriptions back
+            disk.close()
+            tier_now = tier(tmp_path, runner)
+        assert len(tier_now) == 2  # the longer file of "style" did not replace the other
+        found, n = tier_now.best(MAIN)
+        assert found is not None and found.variant is None and n == 80
+        found, n = tier_now.best(MAIN, variant="style")
+        assert found is not None and found.variant == "style" and n == len(MAIN)
+        assert tier_now.best(MAIN, variant="tone") == (None, 0)
+    tier_now.close()

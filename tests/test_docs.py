@@ -47,14 +47,16 @@ def test_firstresult_hooks_say_so() -> None:
 
 def test_llamacpp_settings_table_lists_every_setting() -> None:
     """docs/drivers.md's llamacpp settings table names each field of
-    LlamaCppSettings, and no field that does not exist."""
+    LlamaCppSettings and the settings of an entry sharing another's load
+    (``base``: missive_llamacpp.shared), and no field that does not exist."""
     from missive_llamacpp.settings import LlamaCppSettings
+    from missive_llamacpp.shared import SHARED_SETTINGS
 
     text = (DOC.parent / "drivers.md").read_text()
     section = text.split("### `llamacpp` (`missive-llamacpp`)", 1)[1].split("\n### ", 1)[0]
     table = section.split("| Key | Default | Meaning |", 1)[1].split("\n\n", 1)[0]
     keys = set(re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE))
-    assert keys == set(LlamaCppSettings.model_fields)
+    assert keys == set(LlamaCppSettings.model_fields) | set(SHARED_SETTINGS)
 
 
 def _shipped_drivers() -> set[str]:

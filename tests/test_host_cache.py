@@ -94,3 +94,16 @@ def test_swap_saves_what_would_be_lost_and_restores_the_best() -> None:
 def test_no_cache_reports_the_live_context_only() -> None:
     runner: Any = Runner([1, 2, 3])
     assert reusable(runner, None, Prompt([1, 2, 4])) == 2
+
+
+def test_a_state_of_another_variant_is_neither_offered_nor_superseded() -> None:
+    """``Prompt.variant`` (another model entry's LoRA adapters on the same
+    load): the same tokens through other adapters are other keys and values."""
+    cache = HostPromptCache(max_bytes=100)
+    own, other = SavedContext([1, 2, 3], object(), 10), SavedContext([1, 2, 3, 4, 5], object(), 10, "style")
+    assert cache.put(own) and cache.put(other)
+    assert len(cache) == 2  # the longer state of another variant does not drop this one
+    assert cache.best([1, 2, 3, 4, 5, 6]) == (own, 3)  # not the longer one of "style"
+    assert cache.best([1, 2, 3, 4, 5, 6], variant="style") == (other, 5)
+    assert cache.best([1, 2, 3], variant="tone") == (None, 0)
+    assert cache.put(SavedContext([1, 2, 3, 4, 5, 6], object(), 10, "style")) and len(cache) == 2

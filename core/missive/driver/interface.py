@@ -146,6 +146,19 @@ class Driver(abc.ABC):
     tool_parser_specs: Mapping[str, ToolParserSpec] = {}
     #: Registered reasoning parsers (set by the core when the driver is built).
     reasoning_parser_specs: Mapping[str, ReasoningParserSpec] = {}
+    #: The id of the model whose loaded driver this one serves through (a
+    #: driver's ``settings.base``: one load for both), or None. The model
+    #: table checks it, loads that model first, hands its driver to
+    #: :meth:`bind_base` before :meth:`start`, keeps it loaded while this
+    #: one is, and closes this one first (:mod:`missive.models.bases`).
+    base: str | None = None
+
+    def bind_base(self, base: Driver) -> None:  # noqa: B027 - optional hook
+        """Take the loaded driver of :attr:`base` (before :meth:`start`).
+
+        Raises:
+            ConfigError: ``base`` cannot be shared (naming the setting).
+        """
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities) -> None:
         self.model_id = model_id

@@ -11,9 +11,30 @@ thinking budget processors). Used by :mod:`missive.engine.producer`.
 
 from __future__ import annotations
 
+from ..driver.interface import GenerationRequest
 from ..driver.parsing import ReasoningParser
+from ..protocol.errors import InvalidRequestError
 
-__all__ = ["ThinkingBudget"]
+__all__ = ["ThinkingBudget", "refuse_under_constraint"]
+
+
+def refuse_under_constraint(request: GenerationRequest, reasons: bool, model_id: str, driver: str) -> None:
+    """A thinking budget (``thinking.type: "enabled"``) on a reasoning
+    model (``reasons``) cannot come with a constrained reply: the grammar
+    constrains the whole output, so the model could not reason first.
+
+    Raises:
+        InvalidRequestError: naming the model, the driver and the way out.
+    """
+    if request.thinking.budget_tokens is None or not reasons:
+        return
+    forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
+    if forced or request.output_schema is not None:
+        raise InvalidRequestError(
+            "thinking {\"type\": \"enabled\"} cannot be combined with a constrained output "
+            f"(output_config.format) on model '{model_id}' (driver {driver}): its grammar "
+            "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
+        )
 
 
 class ThinkingBudget:

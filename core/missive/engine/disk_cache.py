@@ -43,7 +43,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,7 +179,9 @@ class DiskPromptCache:
         ):
             raise ValueError("truncated")
         stub = self.states.state_from_bytes(tokens.tolist(), info, None)
-        return OnDisk(stub.tokens, stub.state, size, path=path, info=info, used=path.stat().st_mtime)
+        return OnDisk(
+            stub.tokens, stub.state, size, stub.variant, path=path, info=info, used=path.stat().st_mtime
+        )
 
     def _refuse(self, path: Path, why: str) -> None:
         """Delete a file that cannot be used, with a warning."""
@@ -188,15 +190,17 @@ class DiskPromptCache:
         path.unlink(missing_ok=True)
         return None
 
-    def best(self, tokens: Sequence[int], better_than: int = 0) -> tuple[OnDisk | None, int]:
-        """The file sharing the longest prefix with ``tokens``, if longer
-        than ``better_than``, and that prefix's length."""
+    def best(
+        self, tokens: Sequence[int], better_than: int = 0, variant: Hashable | None = None
+    ) -> tuple[OnDisk | None, int]:
+        """The file of ``variant`` sharing the longest prefix with ``tokens``,
+        if longer than ``better_than``, and that prefix's length."""
         with self._lock:
             entries = list(self._entries)
         found: OnDisk | None = None
         longest = better_than
         for entry in entries:
-            common = common_prefix(entry.tokens, tokens)
+            common = common_prefix(entry.tokens, tokens) if entry.variant == variant else 0
             if common > longest:
                 found, longest = entry, common
         return found, (longest if found is not None else 0)
@@ -382,13 +386,15 @@ class DiskPromptCache:
             raise
         size = path.stat().st_size
         stub = self.states.state_from_bytes(tokens, info, None)
-        entry = OnDisk(tokens, stub.state, size, path=path, info=info, used=time.time())
+        entry = OnDisk(tokens, stub.state, size, stub.variant, path=path, info=info, used=time.time())
         with self._lock:
             # A state whose tokens begin the new one's serves nothing it would not.
             for old in [
                 e
                 for e in self._entries
-                if len(e.tokens) <= len(tokens) and tokens[: len(e.tokens)] == e.tokens
+                if len(e.tokens) <= len(tokens)
+                and tokens[: len(e.tokens)] == e.tokens
+                and e.variant == stub.variant
             ]:
                 self._entries.remove(old)
                 old.path.unlink(missing_ok=True)

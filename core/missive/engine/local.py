@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -26,13 +26,13 @@ from ..driver.capabilities import Capabilities
 from ..driver.events import Finished, GenerationEvent, Started, StopReason, TextDelta
 from ..driver.interface import Driver, GenerationRequest, fit_prompt
 from ..driver.parsing import ReasoningParser, ToolParser
-from ..protocol.errors import ApiError, InvalidRequestError
+from ..protocol.errors import ApiError
 from ..reasoning.registry import reasoning_parser_class, reasoning_parser_for_template
 from ..sampling import NO_DEFAULTS
 from ..tools.parsers.registry import build_parser
 from ..tools.parsers.selection import parser_for_template
 from .batcher import Batcher
-from .budget import ThinkingBudget
+from .budget import ThinkingBudget, refuse_under_constraint
 from .disk_cache import DiskPromptCache
 from .disk_tier import close_tier, open_disk_tier, restore_slots, tier_report
 from .host_cache import HostPromptCache, batcher_hooks, default_cache_bytes, swap_in
@@ -47,6 +47,11 @@ __all__ = ["LocalDriver"]
 
 #: Seconds :meth:`LocalDriver.aclose` waits for running generations.
 CLOSE_TIMEOUT = 30
+#: What a driver sharing another's load takes from it (:meth:`LocalDriver.share_engine`).
+_ENGINE = (
+    "runner _host_cache _disk _tool_parser_setting _reasoning_setting _info _template _reasoning _prompts "
+    "_scheduler _batcher _limiter _executor"
+).split()
 
 
 @dataclass
@@ -77,6 +82,10 @@ class LocalDriver(Driver):
     #: prompt is rendered with reasoning switched off, and tool parsers are
     #: built constrained.
     constrains_output: bool = False
+    #: The variant of the runner's model this driver's prompts run through
+    #: (:attr:`~missive.engine.runner.Prompt.variant`); None: the model as loaded.
+    variant: Hashable | None = None
+    _owner: LocalDriver | None = None  # the driver whose engine this one shares
 
     def __init__(
         self,
@@ -150,6 +159,14 @@ class LocalDriver(Driver):
             await loop.run_in_executor(self._executor, self.runner.close)
             raise
 
+    def share_engine(self, base: LocalDriver) -> None:
+        """Serve through ``base``'s loaded engine from now on (its runner,
+        slots, caches, scheduler and model thread; prompts tagged with
+        :attr:`variant`); :meth:`aclose` then only lets go of it."""
+        for name in _ENGINE:
+            setattr(self, name, getattr(base, name))
+        self.capabilities, self._owner = base.capabilities, base
+
     def _configure(self, info: ModelInfo) -> None:
         try:
             compile_template(info.chat_template)
@@ -186,8 +203,8 @@ class LocalDriver(Driver):
         """Free the model once running generations have stopped (waits at
         most 30 s, else leaves it to the garbage collector)."""
         info, self._info = self._info, None
-        if info is None or self._scheduler is None:
-            return
+        if info is None or self._scheduler is None or self._owner is not None:
+            return  # not loaded, or another driver's engine (that driver frees it)
         if not await self._scheduler.drain(CLOSE_TIMEOUT):
             self.log.warning("model %s still generating at shutdown; not freed explicitly", self.model_id)
             return
@@ -240,22 +257,8 @@ class LocalDriver(Driver):
         return forced or request.output_schema is not None
 
     def _refuse_budget_under_constraint(self, request: GenerationRequest) -> None:
-        """A thinking budget (``thinking.type: "enabled"``) on a reasoning
-        model cannot come with a constrained reply: the grammar constrains
-        the whole output, so the model could not reason first.
-
-        Raises:
-            InvalidRequestError: naming the model, the driver and the way out.
-        """
-        if request.thinking.budget_tokens is None or self._reasoning is None:
-            return
-        forced = bool(request.tools) and request.tool_choice.mode in ("any", "tool")
-        if forced or request.output_schema is not None:
-            raise InvalidRequestError(
-                "thinking {\"type\": \"enabled\"} cannot be combined with a constrained output "
-                f"(output_config.format) on model '{self.model_id}' (driver {self.name}): its grammar "
-                "would forbid the reasoning; use thinking \"adaptive\" or \"disabled\""
-            )
+        """:func:`~missive.engine.budget.refuse_under_constraint` for this model."""
+        refuse_under_constraint(request, self._reasoning is not None, self.model_id, self.name)
 
     def tool_parser(self, request: GenerationRequest) -> ToolParser | None:
         """The parser of the model's tool call format: the ``tool_parser``
@@ -303,6 +306,8 @@ class LocalDriver(Driver):
         constrained = self._constrained(request)
         pieces, marks = prompts.render(request, constrained=constrained)
         prompt = self.runner.tokenize(pieces, marks)
+        if self.variant is not None:
+            prompt = prompt.with_variant(self.variant)
         try:
             opened = "" if constrained else prompts.opened(pieces)
             reusable = host_reusable(self.runner, self._host_cache, prompt)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import secrets
 from collections import abc
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -90,18 +90,34 @@ class ModelInfo:
     sampling: SamplingDefaults = NO_DEFAULTS
 
 
-class Prompt(NamedTuple):
-    """A tokenized prompt.
+class _Tokens(NamedTuple):
+    tokens: list[int]
+    media: Any = None
+
+
+class Prompt(_Tokens):
+    """A tokenized prompt: ``(tokens, media)``.
 
     Attributes:
         tokens: token ids, one per context position (an image's positions may
             hold a runner-specific synthetic id).
         media: the runner's media objects for these positions (libmtmd image
             chunks...), or None; released by :meth:`close`.
+        variant: the variant of the runner's model the prompt runs through
+            (:attr:`missive.engine.local.LocalDriver.variant`: llama.cpp's
+            LoRA adapter set of a model entry sharing another's load), set
+            by :meth:`with_variant`; None: the model as loaded. A runner
+            never reuses a cached prefix computed through another variant.
+            Not an item of the tuple, which still unpacks as ``tokens, media``.
     """
 
-    tokens: list[int]
-    media: Any = None
+    variant: Hashable | None = None
+
+    def with_variant(self, variant: Hashable | None) -> Prompt:
+        """The same prompt, run through ``variant``."""
+        prompt = Prompt(self.tokens, self.media)
+        prompt.variant = variant
+        return prompt
 
     def close(self) -> None:
         """Release :attr:`media` now (idempotent; a no-op without media)."""

@@ -11,6 +11,7 @@ one whose slots share one pool of KV cells :class:`SharedPool`
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -28,11 +29,14 @@ class SavedContext:
         tokens: the token ids (context positions) it holds.
         state: the runner's copy of the KV cache for them (opaque to the engine).
         nbytes: its size in host memory, in bytes.
+        variant: the ``Prompt.variant`` it was computed through: the caches
+            offer it only to prompts of the same variant.
     """
 
     tokens: list[int]
     state: Any
     nbytes: int
+    variant: Hashable | None = None
 
 
 @runtime_checkable

@@ -21,9 +21,15 @@ is never unloaded.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["MiB", "plan_eviction", "idle_expired"]
+from ..driver.interface import Driver
+
+__all__ = ["MiB", "plan_eviction", "idle_expired", "log_choices"]
+
+log = logging.getLogger("missive.models")
 
 MiB = 1024 * 1024
 
@@ -68,3 +74,19 @@ def idle_expired(
         for model_id, limit in idle_unload.items()
         if limit is not None and model_id not in busy and now - last_used.get(model_id, now) >= limit
     ]
+
+
+def log_choices(model_id: str, driver: Driver) -> None:
+    """Log ``driver.choices()`` once ``model_id`` is loaded (a failure is logged, never raised)."""
+    try:
+        choices: dict[str, Any] = driver.choices()
+    except Exception:  # noqa: BLE001 - a log line must not stop the server
+        log.exception("model %s: choices() failed", model_id)
+        return
+    if choices:
+        log.info(
+            "model %s ready: %s",
+            model_id,
+            " ".join(f"{k}={v}" for k, v in choices.items()),
+            extra={"fields": {"model": model_id, **choices}},
+        )

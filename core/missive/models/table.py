@@ -9,7 +9,6 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from typing import Any
 
 import anyio.to_thread
 
@@ -18,8 +17,9 @@ from ..driver.interface import Driver
 from ..kernel.plugins import Kernel
 from ..kernel.specs import load_object
 from ..protocol.errors import ModelLoadError, ModelNotFoundError, OverloadedError
+from .bases import check_bases, sharing
 from .defaults import choose_default_model
-from .residency import MiB, idle_expired, plan_eviction
+from .residency import MiB, idle_expired, log_choices, plan_eviction
 from .sources.local import LocalModel
 
 __all__ = ["ModelTable", "ModelUse", "BUILTIN_DRIVERS"]
@@ -110,6 +110,8 @@ class ModelTable:
         self._sweeper: asyncio.Task[None] | None = None
         for model_id, entry in config.models.items():
             self.drivers[model_id] = self._build(model_id, entry)
+        #: Model id -> the model whose load it shares (:mod:`missive.models.bases`).
+        self.bases = check_bases(self.entries, self.drivers)
 
     def _build(self, model_id: str, entry: ModelEntry) -> Driver:
         spec = self.kernel.drivers.get(entry.driver)
@@ -187,14 +189,16 @@ class ModelTable:
         """Hold ``model_id`` for one request, from before it is loaded to
         the end of its answer: a model in use is never unloaded. The caller
         must :meth:`ModelUse.release` it (the routes do when the request's
-        record finishes)."""
-        self.uses[model_id] += 1
-        self.last_used[model_id] = time.monotonic()
+        record finishes). A model sharing another's load holds that one too."""
+        for held in (model_id, *([self.bases[model_id]] if model_id in self.bases else [])):
+            self.uses[held] += 1
+            self.last_used[held] = time.monotonic()
         return ModelUse(self, model_id)
 
     def _release(self, model_id: str) -> None:
-        self.uses[model_id] -= 1
-        self.last_used[model_id] = time.monotonic()
+        for held in (model_id, *([self.bases[model_id]] if model_id in self.bases else [])):
+            self.uses[held] -= 1
+            self.last_used[held] = time.monotonic()
         loop, event = self._loop, self._released
         if loop is not None and event is not None and not loop.is_closed():
             try:
@@ -294,26 +298,35 @@ class ModelTable:
         self._init_loop()
         assert self._lock is not None
         async with self._lock:
-            if model_id in self.started:
-                return
-            await self.fetch(model_id)
-            await self._make_room(model_id)
-            driver = self.drivers[model_id]
-            log.info("%s model %s (driver %s)", "loading" if on_demand else "starting", model_id, driver.name)
-            began = time.monotonic()
-            try:
-                await driver.start()
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await driver.aclose()
-                self.drivers[model_id] = self._build(model_id, self.entries[model_id])
-                raise
-            self.started.add(model_id)
-            self.loads[model_id] += 1
-            self.last_used[model_id] = time.monotonic()
-            if on_demand:
-                log.info("model %s loaded on demand in %.1f s", model_id, time.monotonic() - began)
-            _log_choices(model_id, driver)
+            await self._load_locked(model_id, on_demand=on_demand)
+
+    async def _load_locked(self, model_id: str, *, on_demand: bool) -> None:
+        """:meth:`_load` under the lock; the model whose load it shares first."""
+        if model_id in self.started:
+            return
+        base = self.bases.get(model_id)
+        if base is not None:
+            await self._load_locked(base, on_demand=on_demand)
+        await self.fetch(model_id)
+        await self._make_room(model_id)
+        driver = self.drivers[model_id]
+        log.info("%s model %s (driver %s)", "loading" if on_demand else "starting", model_id, driver.name)
+        began = time.monotonic()
+        try:
+            if base is not None:
+                driver.bind_base(self.drivers[base])
+            await driver.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await driver.aclose()
+            self.drivers[model_id] = self._build(model_id, self.entries[model_id])
+            raise
+        self.started.add(model_id)
+        self.loads[model_id] += 1
+        self.last_used[model_id] = time.monotonic()
+        if on_demand:
+            log.info("model %s loaded on demand in %.1f s", model_id, time.monotonic() - began)
+        log_choices(model_id, driver)
 
     async def _make_room(self, model_id: str) -> None:
         """Unload idle models (least recently used first) until ``model_id``
@@ -358,7 +371,11 @@ class ModelTable:
 
     async def _unload(self, model_id: str, reason: str, detail: str) -> None:
         """Close ``model_id``'s driver and put a fresh, unstarted one in its
-        place (loaded again on its next request). Under the load lock."""
+        place (loaded again on its next request), after the models sharing
+        its load. Under the load lock."""
+        for other in sharing(self.bases, model_id):
+            if other in self.started:
+                await self._unload(other, reason, f"{model_id}, whose load it shares, is unloaded")
         driver = self.drivers[model_id]
         self.started.discard(model_id)
         try:
@@ -431,19 +448,9 @@ class ModelTable:
         for task in list(self._loading.values()):
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(task), 60)
-        for driver in self.drivers.values():
+        # The models sharing another's load first: their base frees what they use.
+        for driver in sorted(self.drivers.values(), key=lambda d: d.base is None):
             try:
                 await driver.aclose()
             except Exception:
                 log.exception("closing driver %s failed", driver.name)
-
-
-def _log_choices(model_id: str, driver: Driver) -> None:
-    try:
-        choices: dict[str, Any] = driver.choices()
-    except Exception:  # noqa: BLE001 - a log line must not stop the server
-        log.exception("model %s: choices() failed", model_id)
-        return
-    if choices:
-        detail = " ".join(f"{k}={v}" for k, v in choices.items())
-        log.info("model %s ready: %s", model_id, detail, extra={"fields": {"model": model_id, **choices}})

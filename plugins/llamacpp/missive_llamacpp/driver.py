@@ -10,16 +10,26 @@ forced tool calls and structured output exact, sampled under the constraint.
 ``max_tokens: 0`` (the API's cache warm-up) decodes the prompt into the KV
 cache without emitting anything, so the next request with that prefix reads it
 from the cache; it finishes with ``max_tokens`` and 0 output tokens.
+
+An entry with ``settings.base`` serves another llamacpp entry's load
+through its own LoRA adapters (:mod:`missive_llamacpp.shared`): the core
+loads the base first and binds it (:meth:`LlamaCppDriver.bind_base`);
+:meth:`LlamaCppDriver.start` then loads the adapters against the base's
+model and shares its engine (:meth:`missive.api.LocalDriver.share_engine`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 import llama_cpp
 
 from missive.api import (
     Capabilities,
+    ConfigError,
+    Driver,
     GenerationRequest,
     InvalidRequestError,
     LocalDriver,
@@ -33,6 +43,9 @@ from .grammar import json_schema_grammar, tool_call_grammar
 from .plugin import CAPABILITIES
 from .runner import LlamaCppRunner
 from .settings import LlamaCppSettings, parse_settings
+from .shared import SharedEntry, parse_shared, variant_key
+
+log = logging.getLogger("missive.llamacpp")
 
 __all__ = ["LlamaCppDriver"]
 
@@ -48,7 +61,21 @@ class LlamaCppDriver(LocalDriver):
     constrains_output = True
 
     def __init__(self, model_id: str, entry: ModelEntry, capabilities: Capabilities | None = None) -> None:
-        self.settings: LlamaCppSettings = parse_settings(model_id, entry.settings)
+        self.shared: SharedEntry | None = parse_shared(model_id, entry)
+        self._base_driver: LlamaCppDriver | None = None
+        if self.shared is not None:  # settings.base: the runner and caches are the base's, once bound
+            self.base = self.shared.base
+            self.settings: LlamaCppSettings = self.shared.settings
+            super().__init__(
+                model_id,
+                entry,
+                capabilities or CAPABILITIES,
+                LlamaCppRunner(model_id, self.settings, None),  # never loaded
+                host_cache_bytes=0,
+                disk_cache_bytes=0,
+            )
+            return
+        self.settings = parse_settings(model_id, entry.settings)
         super().__init__(
             model_id,
             entry,
@@ -63,6 +90,74 @@ class LlamaCppDriver(LocalDriver):
             if self.settings.cache_disk_mib is None
             else self.settings.cache_disk_mib * 2**20,
         )
+
+    # -- an entry sharing another's load (settings.base) --------------------
+
+    def bind_base(self, base: Driver) -> None:
+        """Take the loaded driver of ``settings.base`` (the core, before :meth:`start`).
+
+        Raises:
+            ConfigError: it is not a llamacpp model.
+        """
+        if not isinstance(base, LlamaCppDriver):
+            raise ConfigError(
+                f"model '{self.model_id}': settings.base = {self.base!r}: not a llamacpp model "
+                f"(driver {base.name})"
+            )
+        self._base_driver = base
+
+    async def start(self) -> None:
+        """Load the model; with ``settings.base``, this entry's adapters
+        against the base's loaded model instead, then serve through its engine.
+
+        Raises:
+            ConfigError: as :meth:`missive.api.LocalDriver.start`; with
+                ``settings.base``: the base not loaded, an adapter file
+                missing or refused by llama.cpp.
+        """
+        if self.shared is None:
+            await super().start()
+            return
+        base = self._base_driver
+        if base is None or base._info is None:
+            raise ConfigError(
+                f"model '{self.model_id}': settings.base = {self.base!r}: that model is not loaded"
+            )
+        lora = self.shared.lora
+        key = variant_key(lora, self.model_id)
+        runner = base.runner
+        assert isinstance(runner, LlamaCppRunner)
+        loop = asyncio.get_running_loop()
+        adapters = await loop.run_in_executor(base._executor, runner.add_variant, key, lora, self.model_id)
+        self.variant = key
+        self.share_engine(base)
+        self.settings = base.settings
+        log.info(
+            "model %s loaded: shares the weights and context of model %s (settings.base: one load, its "
+            "%d slots), %s",
+            self.model_id,
+            self.base,
+            self.capabilities.max_concurrency,
+            adapters.describe(),
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """The engine's status, and how often the context's LoRA adapters
+        were switched (``lora_switches``) and a step left sequences of
+        another adapter set waiting (``lora_split_steps``:
+        :mod:`missive_llamacpp.variants`), once loaded."""
+        out = await super().status()
+        runner = self.runner
+        if out.get("loaded") and isinstance(runner, LlamaCppRunner):
+            out.update(runner.variant_counts())
+        return out
+
+    def choices(self) -> dict[str, Any]:
+        """The loaded model's choices; with ``settings.base``, which model's load it shares."""
+        choices = super().choices()
+        if self.base is not None and choices:
+            choices["shares_weights_with"] = self.base
+        return choices
 
     # -- tools and structured output ---------------------------------------
 

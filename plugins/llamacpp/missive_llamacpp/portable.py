@@ -16,7 +16,11 @@ A mixin of :class:`~missive_llamacpp.runner.LlamaCppRunner`, the
   (a sliding-window cache of the whole context or of the window).
 * **bytes** (:meth:`PortableSlots.state_bytes`): the sequence's state, then
   each checkpoint's, one after the other; the description (``info``, JSON)
-  gives their sizes, the checkpoints' token counts and ``pos_min``.
+  gives their sizes, the checkpoints' token counts, ``pos_min`` and the
+  adapter set it was computed through (``variant``: null for the model's
+  own ``settings.lora``, which the key covers; another entry's set,
+  ``settings.base``, as its files' paths, sizes, modification times and
+  scales), so a state read back is restored only for prompts of that set.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ class PortableSlots(SlotStates):
             "size": state.size,
             "pos_min": state.pos_min,
             "checkpoints": [[c.n_tokens, c.size] for c in state.checkpoints],
+            "variant": state.variant,
         }
         parts = [memoryview(state.data)[: state.size]]
         parts += [memoryview(c.data)[: c.size] for c in state.checkpoints]
@@ -112,6 +117,7 @@ class PortableSlots(SlotStates):
             described = json.loads(info)
             size, pos_min = int(described["size"]), int(described["pos_min"])
             marks = [(int(n), int(k)) for n, k in described["checkpoints"]]
+            variant = _tuples(described.get("variant"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a llama.cpp state description: {exc}") from exc
         total = size + sum(k for _, k in marks)
@@ -126,4 +132,9 @@ class PortableSlots(SlotStates):
             part = (ctypes.c_uint8 * k).from_buffer(payload[at : at + k]) if payload is not None else None
             checkpoints.append(Checkpoint(n_tokens, part, k))
             at += k
-        return SavedContext(tokens, _State(data, size, tuple(checkpoints), pos_min), total)
+        return SavedContext(tokens, _State(data, size, tuple(checkpoints), pos_min, variant), total, variant)
+
+
+def _tuples(value: Any) -> Any:
+    """A variant read back from JSON: its lists as tuples again (the key it was)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value

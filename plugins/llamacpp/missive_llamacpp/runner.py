@@ -40,7 +40,10 @@ see :mod:`missive.engine.local` and :mod:`missive.engine.batcher`):
   ``split_equal`` in src/llama-batch.cpp), logits only where a sequence samples next; an image
   is encoded and decoded by libmtmd by itself at its position; a prompt
   chunk stops at each checkpoint position, and the checkpoint is taken
-  before the chunk that starts there is decoded. Each sequence
+  before the chunk that starts there is decoded. Sequences of one LoRA
+  adapter set per step (``Prompt.variant``: entries sharing this load with
+  ``settings.base``; :mod:`missive_llamacpp.variants`), the sets taking
+  turns. Each sequence
   then samples from its own logits (``llama_sampler_sample`` at its batch
   index) with its own sampler chain; an end-of-generation token
   (``llama_vocab_is_eog``) ends it, neither shown nor counted (as
@@ -83,7 +86,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,10 +116,10 @@ from . import checkpoints
 from .context import Layout, make_context, warm_up
 from .draft import DraftModel, ModelDrafter, load_draft
 from .grammar import warm_up as warm_up_grammar
-from .lora import Adapters, load_adapters
+from .lora import AdapterBank, Adapters, load_adapters
 from .placement import SPLIT_MODES, GpuLayout, Placement, devices, gpu_layout, plan, tensor_sizes
 from .portable import PortableSlots
-from .settings import LlamaCppSettings
+from .settings import LlamaCppSettings, LoraAdapter
 from .slots import Slot
 from .speculative import (
     AUTO_ACCEPTANCE,
@@ -129,6 +132,7 @@ from .speculative import (
 )
 from .step_cost import step_costs
 from .trial import choose_extra_buffer_types, crash_point, model_params
+from .variants import Variants
 from .vision import VISION_MEDIA_TYPES, MediaPrompt, Projector, load_projector
 
 __all__ = ["LlamaCppRunner"]
@@ -214,6 +218,7 @@ class LlamaCppRunner(PortableSlots):
         self._speculation = "speculative=off"  # what the load line says of it
         self._host_weight_bytes = 0  # weights the tensor overrides keep in host memory
         self._adapters = Adapters()  # settings.lora, loaded with the model
+        self._variants = Variants()  # and the sets of the entries sharing its load (settings.base)
         self._draft: DraftModel | None = None  # settings.draft_model, loaded with the model
         self._drafted = 0  # draft tokens verified since this runner was made (it outlives reloads)
         self._accepted = 0
@@ -279,8 +284,11 @@ class LlamaCppRunner(PortableSlots):
         try:
             info = self._configure(llm)
             info = self._make_slots(llm, info)
-            self._adapters = load_adapters(llm, s, self.model_id)
-            self._adapters.apply(self._ctx.ctx)
+            bank = AdapterBank()
+            self._adapters = load_adapters(llm, s.lora, self.model_id, verbose=s.verbose, bank=bank)
+            if s.lora:
+                self._adapters.apply(self._ctx.ctx)
+            self._variants = Variants(self._adapters, bank)
             if s.draft_model is not None and s.speculative in ("auto", "draft"):
                 assert self._layout is not None
                 self._draft = load_draft(llm, s, self.model_id, self._layout.n_ctx, len(self._slots))
@@ -388,6 +396,24 @@ class LlamaCppRunner(PortableSlots):
             f"{'; ' + drafts if on else ''})"
         )
 
+    def add_variant(self, key: Hashable, lora: list[LoraAdapter], model_id: str) -> Adapters:
+        """Load the adapters of ``model_id``, an entry sharing this model's
+        load (``settings.base``), as the set of prompts whose ``variant`` is
+        ``key`` (model thread; each file loaded once per model).
+
+        Raises:
+            ConfigError: a file missing or refused by llama.cpp (naming ``model_id``'s ``settings.lora``).
+        """
+        adapters = load_adapters(
+            self._loaded(), lora, model_id, verbose=self.settings.verbose, bank=self._variants.bank
+        )
+        self._variants.add(key, adapters)
+        return adapters
+
+    def variant_counts(self) -> dict[str, int]:
+        """``lora_switches`` and ``lora_split_steps`` (:class:`~missive_llamacpp.variants.Variants`)."""
+        return {"lora_switches": self._variants.switches, "lora_split_steps": self._variants.split_steps}
+
     def draft_counts(self) -> tuple[int, int]:
         """Draft tokens verified and accepted since this runner was made
         (:class:`~missive.api.Speculative`)."""
@@ -455,6 +481,7 @@ class LlamaCppRunner(PortableSlots):
         if batch is not None:
             llama_cpp.llama_batch_free(batch)
         self._ctx = self._memory = self._layout = None
+        self._variants = Variants()  # the adapters are freed with the model
         if llm is not None:
             llm.close()  # frees the context (registered with its model) before the model
 
@@ -627,8 +654,14 @@ class LlamaCppRunner(PortableSlots):
         first one token for each generating sequence, then prompt chunks in
         order while the batch has room (``n_batch`` tokens); an image next in
         a prompt is encoded and decoded by itself first. Each sequence whose
-        input is all decoded samples from its own logits."""
+        input is all decoded samples from its own logits. Sequences of one
+        adapter set only (:mod:`missive_llamacpp.variants`): the others
+        wait this step (``PENDING``)."""
         ctx, batch, room = self._ctx.ctx, self._batch, self._n_batch
+        everyone = seqs
+        group = self._variants.choose([seq.prompt.variant for seq in seqs])
+        self._variants.switch(ctx, group)
+        seqs = [seq for seq in seqs if seq.prompt.variant == group]
         n = 0
         plans: list[
             tuple[Sequence, int, int, list[int]]
@@ -702,7 +735,7 @@ class LlamaCppRunner(PortableSlots):
                     if state.drafter is not None:
                         state.drafter.extend([token])
                     results[id(seq)] = token
-        return [results[id(seq)] for seq in seqs]
+        return [results.get(id(seq), PENDING) for seq in everyone]
 
     @staticmethod
     def _add_draft(batch: Any, n: int, draft: list[int], pos: int, seq_id: int) -> int:

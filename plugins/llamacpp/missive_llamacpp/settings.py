@@ -59,6 +59,10 @@ Example::
     reasoning_parser = "think"      # reasoning format or "none"; default: from the template
     verbose = false                 # llama.cpp's own logging on stderr
 
+    [models.qwen-style]             # the same load through other LoRA adapters, chosen by model id
+    driver = "llamacpp"             #   (missive_llamacpp.shared: only base and lora are set)
+    settings = {base = "qwen", lora = [{path = "~/adapters/style.gguf", scale = 1.0}]}
+
 Unknown keys are rejected (a typo must not silently fall back to a default).
 """
 

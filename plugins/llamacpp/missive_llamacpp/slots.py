@@ -7,7 +7,10 @@ sides of the runner, on its slots (one llama.cpp ``seq_id`` each).
 * **reuse** (:meth:`SlotStates.reusable_in`, :meth:`~SlotStates.reusable_from`):
   :func:`~missive_llamacpp.checkpoints.plan_reuse` on the slot's tokens, its
   checkpoints and, for a sliding-window model, the first position its
-  window still holds; an image is reused whole or not at all;
+  window still holds; an image is reused whole or not at all; nothing of a
+  state computed through another adapter set than the prompt's
+  (``Prompt.variant``: a slot and a saved state remember theirs; its keys
+  and values are other numbers);
 * **cut** (:meth:`SlotStates.cut`, in ``begin``): restore the checkpoint
   the plan names (its partial state), then ``llama_memory_seq_rm`` after
   the reused prefix, and forget the checkpoints beyond it;
@@ -21,6 +24,7 @@ sides of the runner, on its slots (one llama.cpp ``seq_id`` each).
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +50,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
     pos_min: int = -1
+    variant: Hashable | None = None  # the adapter set its tokens were decoded through
 
     def clear(self) -> None:
         self.tokens.clear()
@@ -61,6 +66,7 @@ class _State:
     size: int
     checkpoints: tuple[Checkpoint, ...]
     pos_min: int
+    variant: Hashable | None = None  # the adapter set (Prompt.variant) it was computed through
 
 
 class SlotStates:
@@ -91,7 +97,10 @@ class SlotStates:
         tokens: list[int],
         checkpoints: list[Checkpoint] | tuple[Checkpoint, ...],
         pos_min: int,
+        variant: Hashable | None,
     ) -> tuple[int, Checkpoint | None]:
+        if variant != prompt.variant:
+            return 0, None  # computed through other adapters: other keys and values
         layout = self._layout
         return plan_reuse(
             tokens,
@@ -111,7 +120,7 @@ class SlotStates:
     def reusable_in(self, prompt: Prompt, slot: int) -> int:
         """Prompt tokens slot ``slot`` would serve (module documentation)."""
         s = self._slots[slot]
-        return self._plan(prompt, list(s.tokens), list(s.checkpoints), s.pos_min)[0]
+        return self._plan(prompt, list(s.tokens), list(s.checkpoints), s.pos_min, s.variant)[0]
 
     def context_tokens(self, slot: int) -> list[int]:
         return list(self._slots[slot].tokens)
@@ -119,14 +128,14 @@ class SlotStates:
     def reusable_from(self, prompt: Prompt, saved: SavedContext) -> int:
         """Reuse from ``saved`` restored into a slot (its checkpoints included)."""
         state: _State = saved.state
-        return self._plan(prompt, saved.tokens, state.checkpoints, state.pos_min)[0]
+        return self._plan(prompt, saved.tokens, state.checkpoints, state.pos_min, state.variant)[0]
 
     def cut(self, seq: Sequence) -> int:
         """Keep slot ``seq.slot``'s reusable prefix of ``seq.prompt`` and drop
         the rest (restoring a checkpoint first when the plan names one);
         the tokens kept (model thread)."""
         s = self._slots[seq.slot]
-        reuse, checkpoint = self._plan(seq.prompt, s.tokens, s.checkpoints, s.pos_min)
+        reuse, checkpoint = self._plan(seq.prompt, s.tokens, s.checkpoints, s.pos_min, s.variant)
         if checkpoint is not None:
             if not restore(self._ctx.ctx, seq.slot, checkpoint):
                 reuse = 0
@@ -136,6 +145,7 @@ class SlotStates:
                 reuse = 0
             del s.tokens[reuse:]
         s.checkpoints = [c for c in s.checkpoints if c.n_tokens <= reuse]
+        s.variant = seq.prompt.variant
         self._note_pos_min(seq.slot)
         return reuse
 
@@ -168,7 +178,9 @@ class SlotStates:
             # A saved state keeps only the window's cells (measured: a state of
             # 511 tokens with n_swa 128 comes back holding positions 384..510).
             pos_min = max(pos_min, len(tokens) - self._layout.n_swa + 1)
-        return SavedContext(tokens, _State(buffer, written, checkpoints, pos_min), nbytes)
+        return SavedContext(
+            tokens, _State(buffer, written, checkpoints, pos_min, s.variant), nbytes, s.variant
+        )
 
     def restore_context(self, saved: SavedContext, slot: int) -> None:
         """Put ``saved`` into slot ``slot`` (any slot: the state carries
@@ -186,6 +198,7 @@ class SlotStates:
             raise ApiError("llama.cpp could not restore a saved prompt state")
         s.tokens.extend(saved.tokens)
         s.checkpoints = list(state.checkpoints)
+        s.variant = state.variant
         self._note_pos_min(slot)
 
     # -- the shared KV pool ------------------------------------------------

@@ -7,6 +7,9 @@ The listing pages with ``limit`` (1-1000, default 20), ``after_id`` and
 Each model carries ``capabilities`` and ``lifecycle`` as the API always
 sends them (:mod:`missive.models.capabilities`).
 
+A model that shares another's load (its driver's ``settings.base``:
+:mod:`missive.models.bases`) says which in ``shares_weights_with``.
+
 Aliases written as plain ids (no glob characters), such as
 ``claude-local``, are listed too, after the configured models: Claude Code
 keeps only ids containing ``claude`` in its model picker (contract section 6).
@@ -49,6 +52,9 @@ def _model_object(
         web_search=config.server_tools.web_search is not None,
     )
     obj.update(lifecycle_fields(entry))
+    if driver.base is not None:
+        # It runs on that model's loaded weights and context (settings.base: missive.models.bases).
+        obj["shares_weights_with"] = driver.base
     obj["line"] = None  # no Claude model line (the API: "do not infer a line from the id")
     # Any other served model the key may use can be a `fallbacks` entry (missive.routing.chain).
     obj["allowed_fallback_models"] = [m for m in models.drivers if m != model_id and identity.may_use(m)]
