@@ -79,17 +79,13 @@ class ModelTable:
                 "embedded default with pip install 'missive-server[default]'"
             )
         self.drivers: dict[str, Driver] = {}
-        #: Model id -> its entry with model references resolved to local
-        #: files (:meth:`fetch`; until then, as configured).
+        #: Model id -> its entry, model references resolved to local files (:meth:`fetch`).
         self.entries: dict[str, ModelEntry] = dict(config.models)
-        #: Model id -> its files on this machine, once fetched (None: a
-        #: driver that loads no files).
+        #: Model id -> its files on this machine, once fetched (None: a driver loading none).
         self.local: dict[str, LocalModel | None] = {}
-        #: Ids of the models loaded now: their ``start()`` has returned
-        #: (``GET /readyz``).
+        #: Ids of the models loaded now: their ``start()`` has returned (``GET /readyz``).
         self.started: set[str] = set()
-        #: Model id -> why its last load on demand failed (cleared by a load
-        #: that succeeds): ``/readyz`` is 503 for it.
+        #: Model id -> why its last load on demand failed (until one succeeds): /readyz 503.
         self.load_errors: dict[str, str] = {}
         #: Requests using each model now (:meth:`use`).
         self.uses: Counter[str] = Counter()
@@ -117,11 +113,8 @@ class ModelTable:
         spec = self.kernel.drivers.get(entry.driver)
         if spec is None:
             known = ", ".join(sorted(self.kernel.drivers)) or "none installed"
-            hint = (
-                f"pip install 'missive-server[{entry.driver}]'"
-                if entry.driver in BUILTIN_DRIVERS
-                else "install the plugin distribution that provides it"
-            )
+            builtin = entry.driver in BUILTIN_DRIVERS
+            hint = f"pip install 'missive-server[{entry.driver}]'" if builtin else "install its plugin"
             raise ConfigError(
                 f"model '{model_id}' uses driver '{entry.driver}', which no loaded plugin provides "
                 f"(available: {known}); {hint} (see `missive plugins` for plugins that failed to load)"
@@ -129,11 +122,7 @@ class ModelTable:
         try:
             cls = load_object(spec.factory)
         except ImportError as exc:
-            hint = (
-                f"pip install 'missive-server[{spec.extra}]'"
-                if spec.extra
-                else "reinstall the plugin that provides it"
-            )
+            hint = f"pip install 'missive-server[{spec.extra}]'" if spec.extra else "reinstall its plugin"
             raise ConfigError(
                 f"driver '{spec.name}' for model '{model_id}' cannot be imported ({exc}); {hint}"
             ) from exc
