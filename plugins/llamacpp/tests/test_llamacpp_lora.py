@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tiny_served import TEMPLATE, entry, greedy
+from tiny_served import entry, greedy, lora_files
 
 from missive.config import ConfigError
 from missive.testing import ServerProcess, in_process_app, serve_process
@@ -27,20 +27,7 @@ pytest.importorskip("gguf", reason="the llamacpp plugin's test extra")
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from missive_llamacpp.testing_gguf import write_tiny_gguf, write_tiny_lora
-
-    folder = tmp_path_factory.mktemp("lora")
-    base = write_tiny_gguf(
-        folder / "llama.gguf", arch="llama", chat_template=TEMPLATE, special_tokens=["<|end|>"]
-    )
-    other = write_tiny_gguf(
-        folder / "qwen3.gguf", arch="qwen3", chat_template=TEMPLATE, special_tokens=["<|end|>"]
-    )
-    return {
-        "base": base,
-        "adapter": write_tiny_lora(folder / "style.gguf", base),
-        "foreign": write_tiny_lora(folder / "qwen3-style.gguf", other),
-    }
+    return lora_files(tmp_path_factory.mktemp("lora"))
 
 
 @pytest.fixture(scope="module")

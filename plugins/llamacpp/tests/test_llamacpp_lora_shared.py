@@ -26,7 +26,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from tiny_served import TEMPLATE, entry, greedy
+from tiny_served import entry, greedy, lora_files
 
 from missive.config import ConfigError
 from missive.testing import ServerProcess, in_process_app, serve_process
@@ -38,20 +38,7 @@ QUESTION = "Weather in Lyon? " * 12
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from missive_llamacpp.testing_gguf import write_tiny_gguf, write_tiny_lora
-
-    folder = tmp_path_factory.mktemp("lora-shared")
-    base = write_tiny_gguf(
-        folder / "llama.gguf", arch="llama", chat_template=TEMPLATE, special_tokens=["<|end|>"]
-    )
-    other = write_tiny_gguf(
-        folder / "qwen3.gguf", arch="qwen3", chat_template=TEMPLATE, special_tokens=["<|end|>"]
-    )
-    return {
-        "base": base,
-        "adapter": write_tiny_lora(folder / "style.gguf", base),
-        "foreign": write_tiny_lora(folder / "qwen3-style.gguf", other),
-    }
+    return lora_files(tmp_path_factory.mktemp("lora-shared"))
 
 
 def shared(base: str, **settings: Any) -> dict[str, Any]:

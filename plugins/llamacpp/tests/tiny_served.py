@@ -30,3 +30,21 @@ def greedy(server: ServerProcess, model: str, text: str = "Weather in Lyon?", ma
         messages=[{"role": "user", "content": text}],
     )
     return "".join(b.text for b in msg.content if b.type == "text")
+
+
+def lora_files(folder: Path) -> dict[str, Path]:
+    """A tiny Llama (``base``), a LoRA adapter for it (``adapter``) and one
+    written for a tiny Qwen3 (``foreign``: llama.cpp refuses it on ``base``)."""
+    from missive_llamacpp.testing_gguf import write_tiny_gguf, write_tiny_lora
+
+    base = write_tiny_gguf(
+        folder / "llama.gguf", arch="llama", chat_template=TEMPLATE, special_tokens=["<|end|>"]
+    )
+    other = write_tiny_gguf(
+        folder / "qwen3.gguf", arch="qwen3", chat_template=TEMPLATE, special_tokens=["<|end|>"]
+    )
+    return {
+        "base": base,
+        "adapter": write_tiny_lora(folder / "style.gguf", base),
+        "foreign": write_tiny_lora(folder / "qwen3-style.gguf", other),
+    }
