@@ -56,6 +56,7 @@ from .common import (
     user_blocks,
 )
 from .errors import CHAT_WORDS, COMMON_WORDS, Paths
+from .limits import check_metadata, check_stop, check_stream_options
 from .turns import Origin, ToolIds, Turns
 
 __all__ = ["ChatRequest", "translate"]
@@ -203,6 +204,12 @@ def _messages(raw: Any, ids: ToolIds, ignored: list[str]) -> tuple[list[tuple[st
             text = text_of(content, f"{where}.content", ("text",), ignored)
             result = {"type": "tool_result", "tool_use_id": ids.inward(call_id), "content": text}
             turns.add("user", [(result, Origin(where, _RESULT_ORIGIN))], where)
+    if not turns.messages:
+        raise bad(
+            "messages: expected at least one user, assistant or tool message; system and developer "
+            "messages alone give the model nothing to answer",
+            "messages",
+        )
     return [(t, w) for t, w in system if t], turns
 
 
@@ -210,8 +217,19 @@ def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Ori
     tools, origins = [], []
     for i, tool in enumerate(checked(raw, "list", "tools")):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
-            raise bad(f"tools[{i}]: only function tools are supported", f"tools[{i}].type")
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise bad(
+                f"tools[{i}].type: expected 'function' (only function tools are supported); got {kind!r}",
+                f"tools[{i}].type",
+            )
+        if function is None:
+            raise bad(
+                f"Missing required parameter: 'tools[{i}].function'.",
+                f"tools[{i}].function",
+                "missing_required_parameter",
+            )
+        checked(function, "object", f"tools[{i}].function")
         report_unknown(tool, frozenset({"type", "function"}), f"tools[{i}]", ignored)
         tools.append(function_tool(function, f"tools[{i}].function", ignored, frozenset()))
         origins.append(Origin(f"tools[{i}].function", _TOOL_ORIGIN, frozenset({"input_schema"})))
@@ -239,6 +257,7 @@ def translate(raw: Any) -> ChatRequest:
         raise bad("model: expected a model id", "model")
     for name, kind in _ACCEPTED.items():
         optional(raw, name, kind)
+    check_metadata(raw)
     if raw.get("n") not in (None, 1):
         raise bad("n: only n = 1 is supported", "n")
     ignored: list[str] = []
@@ -251,6 +270,7 @@ def translate(raw: Any) -> ChatRequest:
     maximum = "max_completion_tokens" if raw.get("max_completion_tokens") is not None else "max_tokens"
     sampling(raw, body, maximum, ignored)
     if raw.get("stop") is not None and (stop := _stop(raw["stop"])):
+        check_stop(stop)
         body["stop_sequences"] = stop
     parallel = optional(raw, "parallel_tool_calls", "boolean")
     tool_origins: list[Origin] = []
@@ -265,7 +285,9 @@ def translate(raw: Any) -> ChatRequest:
     fmt = optional(raw, "response_format", "object")
     if fmt is not None:
         spec = optional(fmt, "json_schema", "object", "response_format.json_schema") or {}
-        found = json_format(fmt.get("type"), spec.get("schema"), "response_format.json_schema")
+        found = json_format(
+            fmt.get("type"), spec.get("schema"), "response_format.json_schema", "response_format.type"
+        )
         if found is not None:
             output_config["format"] = found
     thinking, effort = effort_of(raw.get("reasoning_effort"), "reasoning_effort")
@@ -278,6 +300,7 @@ def translate(raw: Any) -> ChatRequest:
     stream = optional(raw, "stream", "boolean") or False
     body["stream"] = stream
     options = optional(raw, "stream_options", "object") or {}
+    check_stream_options(raw)
     include_usage = optional(options, "include_usage", "boolean", "stream_options.include_usage") or False
     for name in raw:
         if name in _REPORTED and raw[name] not in (None, False, 0, {}, []):

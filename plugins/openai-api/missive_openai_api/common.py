@@ -235,16 +235,18 @@ def effort_of(effort: Any, param: str) -> tuple[dict[str, Any] | None, str | Non
     raise bad(f"{param}: expected none, minimal, low, medium, high or xhigh", param)
 
 
-def json_format(kind: Any, schema: Any, where: str) -> dict[str, Any] | None:
+def json_format(kind: Any, schema: Any, where: str, kind_at: str) -> dict[str, Any] | None:
     """``output_config.format`` of an output format of ``kind`` (``text``:
-    None; ``json_object``: any object) at ``where``."""
+    None; ``json_object``: any object), its schema at ``where.schema``;
+    ``kind_at`` is the path of ``kind`` (Chat's ``response_format.type``
+    sits beside its ``json_schema``, not in it)."""
     if kind == "text":
         return None
     if kind == "json_object":
         return {"type": "json_schema", "schema": {"type": "object"}}
     if kind == "json_schema":
         return {"type": "json_schema", "schema": checked(schema, "object", f"{where}.schema")}
-    raise bad(f"{where}.type: expected text, json_object or json_schema", f"{where}.type")
+    raise bad(f"{kind_at}: expected text, json_object or json_schema; got {kind!r}", kind_at)
 
 
 def _number(raw: dict[str, Any], name: str, low: float, high: float) -> float | None:

@@ -112,6 +112,46 @@ _CAPABILITY_PARAMS = (
 )
 
 
+#: Pydantic's wordings in the core's 400s (the Messages body's validation,
+#: :func:`missive.protocol.validation.format_validation_error`) -> plain words
+#: about the request, as the door's own checks write them (``expected ...``).
+_PYDANTIC: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), plain)
+    for pattern, plain in (
+        (r"List should have at least 1 item after validation, not 0", "expected a non-empty list"),
+        (
+            r"List should have at least (\d+) items? after validation, not (\d+)",
+            r"expected at least \1 items, got \2",
+        ),
+        (
+            r"List should have at most (\d+) items? after validation, not (\d+)",
+            r"expected at most \1 items, got \2",
+        ),
+        (r"String should have at least 1 character", "expected a non-empty string"),
+        (r"String should have at least (\d+) characters", r"expected a string of at least \1 characters"),
+        (r"String should have at most (\d+) characters", r"expected a string of at most \1 characters"),
+        (r"String should match pattern '(.*)'", r"expected a string matching \1"),
+        (r"Input should be a valid dictionary[^;]*", "expected an object"),
+        (r"Input should be a valid (string|list|boolean)[^;]*", r"expected a \1"),
+        (r"Input should be a valid (integer|number)[^;]*", r"expected an? \1"),
+        (r"Input should be greater than or equal to", "expected a value >="),
+        (r"Input should be less than or equal to", "expected a value <="),
+        (r"Input should be greater than", "expected a value >"),
+        (r"Input should be less than", "expected a value <"),
+        (r"Input should be", "expected"),
+        (r"Field required", "a required field is missing"),
+        (r"Extra inputs are not permitted", "unknown field"),
+    )
+)
+
+
+def plain(text: str) -> str:
+    """``text`` with pydantic's wordings (:data:`_PYDANTIC`) in plain words."""
+    for pattern, words in _PYDANTIC:
+        text = pattern.sub(words, text)
+    return text
+
+
 @dataclass
 class Paths:
     """Where the parts of a translated request came from, and the door's
@@ -185,7 +225,7 @@ class Paths:
                 where = self.param(path)
                 param = param or where
                 line = f"{where}: {rest}"
-            lines.append(self.say(line))
+            lines.append(self.say(plain(line)))
         if param is None:
             named = next((p for word, p in _CAPABILITY_PARAMS if error.message.startswith(word)), None)
             param = self.param(named) if named else None

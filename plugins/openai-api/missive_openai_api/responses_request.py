@@ -42,6 +42,7 @@ from .common import (
     tool_choice,
 )
 from .errors import COMMON_WORDS, RESPONSES_WORDS, OpenAIRequestError, Paths
+from .limits import check_metadata, check_min_output_tokens, check_stream_options, check_truncation
 from .responses_items import items
 from .responses_tools import tools_of
 from .turns import ToolIds, Turns
@@ -154,6 +155,12 @@ def _checked_top(raw: Any) -> str:
             raise bad(f"{name}: not supported by this server", name)
     for name, kind in _ACCEPTED.items():
         optional(raw, name, kind)
+    optional(raw, "stream", "boolean")
+    optional(raw, "max_output_tokens", "integer")
+    check_metadata(raw)
+    check_stream_options(raw)
+    check_truncation(raw)
+    check_min_output_tokens(raw)
     if raw.get("background") and raw.get("stream"):
         message = "background responses are not streamed by this server; poll GET /v1/responses/{id}"
         raise bad(f"background: {message}", "background")
@@ -195,6 +202,12 @@ def translate(raw: Any, lookup: Lookup, *, server_tools: frozenset[str] = frozen
     system_paths += ["previous_response_id"] * len(earlier) + [w for _, w in system_texts]
     turns = Turns.of(previous[1], "previous_response_id") if previous else Turns()
     turns.extend(new)
+    if not turns.messages:
+        raise bad(
+            "input: expected at least one message or item besides system and developer messages; "
+            "instructions alone give the model nothing to answer",
+            "input",
+        )
     body: dict[str, Any] = {"model": model, "messages": turns.messages}
     if system:
         body["system"] = system
@@ -211,8 +224,10 @@ def translate(raw: Any, lookup: Lookup, *, server_tools: frozenset[str] = frozen
     output_config: dict[str, Any] = {}
     text_config = optional(raw, "text", "object") or {}
     fmt = optional(text_config, "format", "object", "text.format")
-    if fmt is not None and (found := json_format(fmt.get("type"), fmt.get("schema"), "text.format")):
-        output_config["format"] = found
+    if fmt is not None:
+        found = json_format(fmt.get("type"), fmt.get("schema"), "text.format", "text.format.type")
+        if found is not None:
+            output_config["format"] = found
     if text_config.get("verbosity") not in (None, "medium"):
         ignored.append("text.verbosity")
     reasoning = optional(raw, "reasoning", "object") or {}

@@ -293,12 +293,11 @@ def test_previous_response_tool_loop_streamed(client: openai.OpenAI) -> None:
 
 
 def test_incomplete_and_structured(client: openai.OpenAI) -> None:
-    done = client.responses.create(model="echo", input="one two three four five", max_output_tokens=2)
+    words = " ".join(f"w{i}" for i in range(40))  # more than OpenAI's least max_output_tokens, 16
+    done = client.responses.create(model="echo", input=words, max_output_tokens=16)
     assert done.status == "incomplete" and done.incomplete_details is not None
-    assert done.incomplete_details.reason == "max_output_tokens" and done.max_output_tokens == 2
-    events = list(
-        client.responses.create(model="echo", input="one two three", max_output_tokens=1, stream=True)
-    )
+    assert done.incomplete_details.reason == "max_output_tokens" and done.max_output_tokens == 16
+    events = list(client.responses.create(model="echo", input=words, max_output_tokens=16, stream=True))
     assert events[-1].type == "response.incomplete"
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     fmt = {"format": {"type": "json_schema", "name": "thing", "schema": schema, "strict": True}}
