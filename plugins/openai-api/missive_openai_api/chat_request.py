@@ -57,6 +57,7 @@ from .common import (
 )
 from .errors import CHAT_WORDS, COMMON_WORDS, Paths
 from .limits import check_metadata, check_stop, check_stream_options
+from .tool_pairs import check_chat_calls
 from .turns import Origin, ToolIds, Turns
 
 __all__ = ["ChatRequest", "translate"]
@@ -263,6 +264,7 @@ def translate(raw: Any) -> ChatRequest:
     ignored: list[str] = []
     ids = ToolIds()
     system, turns = _messages(raw.get("messages"), ids, ignored)
+    check_chat_calls(raw["messages"])
     body: dict[str, Any] = {"model": model, "messages": turns.messages}
     if system:
         body["system"] = [{"type": "text", "text": t} for t, _ in system]

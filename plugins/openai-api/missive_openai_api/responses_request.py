@@ -45,6 +45,7 @@ from .errors import COMMON_WORDS, RESPONSES_WORDS, OpenAIRequestError, Paths
 from .limits import check_metadata, check_min_output_tokens, check_stream_options, check_truncation
 from .responses_items import items
 from .responses_tools import tools_of
+from .tool_pairs import check_response_calls
 from .turns import ToolIds, Turns
 
 __all__ = ["ResponsesRequest", "translate", "Lookup"]
@@ -208,6 +209,7 @@ def translate(raw: Any, lookup: Lookup, *, server_tools: frozenset[str] = frozen
             "instructions alone give the model nothing to answer",
             "input",
         )
+    check_response_calls(turns, ids)
     body: dict[str, Any] = {"model": model, "messages": turns.messages}
     if system:
         body["system"] = system

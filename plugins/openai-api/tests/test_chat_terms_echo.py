@@ -43,19 +43,35 @@ def refuse(client: openai.OpenAI, refused: Callable[..., openai.BadRequestError]
     return lambda **kwargs: refused(client.chat.completions.create, **{"model": "echo-tools", **kwargs})
 
 
+UNANSWERED = (
+    "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+    "'tool_call_id'. The following tool_call_ids did not have response messages: "
+)
+
+
 def test_history_errors(refuse: Refuse) -> None:
-    """The system message is pulled out of the turns: the core's messages.1 is the request's messages[2]."""
+    """Calls without their tool messages, tool messages without their call: OpenAI's 400s,
+    naming the request's own message (the system message does not shift the index)."""
     error = refuse(messages=[SYSTEM, USER, call(), {"role": "user", "content": "and?"}], tools=[WEATHER])
-    assert error.param == "messages[2]"
-    assert "- messages[2]: tool call ids were found without tool messages" in error.message
-    assert "call_1" in error.message
+    assert error.param == "messages[2].role" and error.body["message"] == UNANSWERED + "call_1"  # type: ignore[index]
+    # the last message: nothing answers its calls (the Messages API would read it as a prefill)
+    error = refuse(messages=[USER, call("call_x")], tools=[WEATHER])
+    assert error.param == "messages[1].role" and error.body["message"] == UNANSWERED + "call_x"  # type: ignore[index]
+    two = call()
+    two["tool_calls"] = [*two["tool_calls"], {**two["tool_calls"][0], "id": "call_2"}]
+    answer = {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}
+    error = refuse(messages=[USER, two, answer], tools=[WEATHER])
+    assert error.param == "messages[1].role" and error.message.endswith("messages: call_2")
     error = refuse(
         messages=[SYSTEM, USER, {"role": "tool", "tool_call_id": "call_9", "content": "x"}],
         tools=[WEATHER],
     )
-    assert (
-        error.param == "messages[2]" and "`tool_call_id`" in error.message and "tool message" in error.message
+    assert error.param == "messages[2].role" and "must be a response to a preceeding message" in error.message
+    error = refuse(
+        messages=[USER, call(), {"role": "tool", "tool_call_id": "call_9", "content": "x"}], tools=[WEATHER]
     )
+    assert error.param == "messages[2].tool_call_id"
+    assert "'tool_call_id' of 'call_9' not found in 'tool_calls' of previous message" in error.message
     doubled = call()
     doubled["tool_calls"] = doubled["tool_calls"] * 2
     result = {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}

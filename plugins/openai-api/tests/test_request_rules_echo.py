@@ -26,7 +26,9 @@ def chat(client: openai.OpenAI, refused: Callable[..., openai.BadRequestError]) 
 
 @pytest.fixture
 def responses(client: openai.OpenAI, refused: Callable[..., openai.BadRequestError]) -> Refuse:
-    return lambda **kwargs: refused(client.responses.create, **{"model": "echo-tools", "input": "hi", **kwargs})
+    return lambda **kwargs: refused(
+        client.responses.create, **{"model": "echo-tools", "input": "hi", **kwargs}
+    )
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])

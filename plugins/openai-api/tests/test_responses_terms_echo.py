@@ -46,11 +46,18 @@ def refuse(client: openai.OpenAI, refused: Callable[..., openai.BadRequestError]
 
 
 def test_history_errors(refuse: Refuse) -> None:
-    """The leading developer item joins the system prompt: the core's messages.1 is input[2]."""
+    """A call without its output, an output without its call: OpenAI's 400s, naming the item
+    (the leading developer item joins the system prompt, the indices are the request's)."""
     error = refuse(input=[SYSTEM, USER, call(), {"role": "user", "content": "and?"}], tools=[WEATHER])
-    assert error.param == "input[2]" and "`function_call` call_ids were found without" in error.message
+    assert error.param == "input[2].call_id"
+    assert error.body["message"] == "No tool output found for function call call_1."  # type: ignore[index]
     error = refuse(input=[SYSTEM, USER, output("call_9")], tools=[WEATHER])
-    assert error.param == "input[2]" and "`call_id`" in error.message
+    assert error.param == "input[2].call_id"
+    message = "No tool call found for function call output with call_id call_9."
+    assert error.body["message"] == message  # type: ignore[index]
+    # the last item a call: nothing answers it (the Messages API would read it as a prefill)
+    error = refuse(input=[USER, call("call_2")], tools=[WEATHER])
+    assert error.param == "input[1].call_id" and "call_2" in error.message
 
 
 def test_tool_errors(refuse: Refuse) -> None:
@@ -87,18 +94,30 @@ def test_call_ids_outside_the_pattern(client: openai.OpenAI, refuse: Refuse) -> 
     assert mapped != KIMI and mapped.replace("_", "").replace("-", "").isalnum()
     error = refuse(input=[USER, call(KIMI), USER], tools=[WEATHER])
     assert KIMI in error.message and mapped not in error.message
-    # A call kept with a response, answered in the next request: the ids still match.
-    first = client.responses.create(model="echo-tools", input=[USER, call(KIMI)], tools=[WEATHER])
-    then = client.responses.create(
-        model="echo-report", previous_response_id=first.id, input=[output(KIMI)], tools=[WEATHER]
+    # A call and its output kept with a response: the next request's conversation has them, matched.
+    first = client.responses.create(
+        model="echo-tools", input=[USER, call(KIMI), output(KIMI)], tools=[WEATHER]
     )
-    assert then.status == "completed" and mapped in then.output_text
+    then = client.responses.create(
+        model="echo-report", previous_response_id=first.id, input="and?", tools=[WEATHER]
+    )
+    assert then.status == "completed" and then.output_text.count(mapped) == 2
 
 
 def test_previous_response_errors_name_it(client: openai.OpenAI, refuse: Refuse) -> None:
-    first = client.responses.create(model="echo-tools", input=[USER, call("call_7")], tools=[WEATHER])
+    """A call the kept response made, not answered by the next request."""
+    step = {"tool_call": {"name": "get_weather", "arguments": ['{"city": "Oslo"}']}}
+    script = json.dumps({"script": [step], "stop_reason": "tool_use"})
+    first = client.responses.create(model="echo-tools", input=script, tools=[WEATHER])  # type: ignore[list-item]
+    (made,) = first.output
+    assert made.type == "function_call"
     error = refuse(previous_response_id=first.id, input="and?", tools=[WEATHER])
-    assert error.param == "previous_response_id" and "call_7" in error.message
+    assert error.param == "previous_response_id"
+    assert error.body["message"] == f"No tool output found for function call {made.call_id}."  # type: ignore[index]
+    then = client.responses.create(
+        model="echo-tools", previous_response_id=first.id, input=[output(made.call_id)], tools=[WEATHER]
+    )
+    assert then.status == "completed"
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,10 @@ def test_namespaced_call_sent_back_and_continued(client: openai.OpenAI) -> None:
     (call,) = first.output
     output = {"type": "function_call_output", "call_id": call.call_id, "output": "found"}
     again = client.responses.create(
-        model="echo-tools", previous_response_id=first.id, input=[output], tools=[CRM]  # type: ignore[list-item]
+        model="echo-tools",
+        previous_response_id=first.id,
+        input=[output],
+        tools=[CRM],  # type: ignore[list-item]
     )
     assert again.output_text == "Ada is a customer."
     sent = call.model_dump(exclude_none=True)

@@ -44,7 +44,10 @@ def app() -> Iterator[InProcessApp]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SearXNG)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     config = {
-        "server_tools": {"web_search": "searxng", "search": {"url": f"http://127.0.0.1:{server.server_port}"}},
+        "server_tools": {
+            "web_search": "searxng",
+            "search": {"url": f"http://127.0.0.1:{server.server_port}"},
+        },
         "models": {
             "echo": {
                 "driver": "echo",
