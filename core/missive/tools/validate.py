@@ -32,7 +32,19 @@ from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-__all__ = ["parsed", "schema_violation", "schema_error", "REGISTRY"]
+__all__ = ["parsed", "schema_violation", "schema_error", "schema_too_deep", "MAX_SCHEMA_DEPTH", "REGISTRY"]
+
+#: Objects and arrays one inside another a request's JSON schema may hold
+#: (a tool's ``input_schema``, ``output_config.format.schema``). The checks
+#: and grammar converters that read a schema recurse per level (jsonschema,
+#: llama.cpp's and llguidance's converters): a deeper one met Python's
+#: recursion limit there, a 400 saying nothing of the schema, or none at all
+#: (jsonschema's check gave up and passed it). OpenAI's own limit for a
+#: structured output's schema is 10 levels of nesting (the Structured
+#: Outputs guide, "Supported schemas"); this one is far above what real
+#: schemas use (a level of properties is two here: the object and its
+#: ``properties``).
+MAX_SCHEMA_DEPTH = 64
 
 #: The base URI a schema is resolved against (never fetched).
 _BASE = "urn:missive:schema"
@@ -72,6 +84,23 @@ def _dangling_ref(schema: dict[str, Any]) -> str | None:
             resolver.lookup(ref)
         except Unresolvable:
             return ref
+    return None
+
+
+def schema_too_deep(schema: Any, limit: int = MAX_SCHEMA_DEPTH) -> str | None:
+    """Why ``schema`` is too deep to be read (:data:`MAX_SCHEMA_DEPTH`), or
+    None; walked without recursion, so any depth the JSON parser took is
+    measured."""
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return (
+                f"the JSON schema is nested more than {limit} levels deep (objects and arrays inside "
+                "one another), beyond this server's limit; flatten it, or share parts with $defs and $ref"
+            )
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return None
 
 

@@ -114,3 +114,34 @@ PYDANTIC = ("should", "Input should", "after validation", "Field required")
 def test_no_pydantic_words(chat: Refuse, extra: dict[str, Any]) -> None:
     error = chat(**extra)
     assert not any(word in error.message for word in PYDANTIC), error.message
+
+
+def deep(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def test_schema_too_deep(chat: Refuse, responses: Refuse) -> None:
+    """A 250-level schema: the core's depth limit, named where the request put the schema."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": deep(250)}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": deep(250)}}
+    for error, param in (
+        (chat(response_format=fmt), "response_format.json_schema.schema"),
+        (chat(tools=[tool]), "tools[0].function.parameters"),
+        (
+            responses(text={"format": {"type": "json_schema", "name": "x", "schema": deep(250)}}),
+            "text.format.schema",
+        ),
+        (
+            responses(tools=[{"type": "function", "name": "f", "parameters": deep(250)}]),
+            "tools[0].parameters",
+        ),
+    ):
+        assert error.param == param
+        assert error.message.endswith(
+            f"{param}: the JSON schema is nested more than 64 levels deep"
+            " (objects and arrays inside one another), beyond this server's limit;"
+            " flatten it, or share parts with $defs and $ref"
+        )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
-from ...tools.validate import schema_error
+from ...tools.validate import schema_error, schema_too_deep
 from .blocks import (
     CacheControl,
     ContentBlock,
@@ -101,6 +101,8 @@ class Tool(Open):
             raise ValueError("input_schema.type: Field required")
         if self.input_schema["type"] != "object":
             raise ValueError("input_schema.type: Input should be 'object'")
+        if deep := schema_too_deep(self.input_schema):
+            raise ValueError(f"input_schema: {deep}")
         problem = schema_error(self.input_schema)
         if problem is not None:
             raise ValueError(f"input_schema: JSON schema is invalid ({problem}); see https://json-schema.org")
@@ -149,6 +151,8 @@ class OutputFormat(Open):
     def _valid_schema(self) -> OutputFormat:
         """The schema must be valid JSON Schema, as a tool's ``input_schema``
         (:func:`missive.tools.validate.schema_error`; nothing is fetched)."""
+        if deep := schema_too_deep(self.schema_):
+            raise ValueError(f"schema: {deep}")
         problem = schema_error(self.schema_)
         if problem is not None:
             raise ValueError(f"schema: JSON schema is invalid ({problem}); see https://json-schema.org")
