@@ -212,12 +212,17 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
             record.finish(response.status_code)  # a stream's body finishes it when it ends
         return response
 
+    def _rendered(error: MissiveError) -> Response:
+        # A front door's envelope on the paths and clients it claims (front_door.Gateway.claim).
+        claimed = claimed_error(app, error)
+        return claimed if claimed is not None else error_response(error)
+
     @app.errorhandler(MissiveError)
     async def _missive_error(exc: MissiveError) -> Response:
         # Overload (529) is logged once, as a warning, by the admission gate.
         if exc.status >= 500 and exc.error_type != "overloaded_error":
             log.error("%s: %s", exc.error_type, exc.message)
-        return error_response(exc)
+        return _rendered(exc)
 
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException) -> Response:
@@ -235,7 +240,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         if cls is None:
             cls = InvalidRequestError if status < 500 else ApiError
         error = cls(message)
-        response = error_response(error)
+        error.status = status  # type: ignore[misc]  # the instance keeps Quart's status
+        response = _rendered(error)
         response.status_code = status
         return response
 
@@ -244,7 +250,7 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         log.exception("unhandled error")
         return error_response(ApiError("internal server error; the server log has the details"))
 
-    from .front_door import mount_front_doors
+    from .front_door import claimed_error, mount_front_doors
     from .routes import PREFIXES, register_routes
 
     register_routes(app)

@@ -26,8 +26,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from quart import Blueprint, Quart, g
-from werkzeug.exceptions import HTTPException
+from quart import Blueprint, Quart, Response, g, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from ..kernel.specs import load_object
 from ..messages.stream import accumulate
@@ -41,7 +41,10 @@ from . import access
 from .routes.common import caller_of, read_raw_body, record, report_notes
 from .services import Services
 
-__all__ = ["Gateway", "ModelListing", "EventBatches", "mount_front_doors"]
+__all__ = ["Gateway", "ModelListing", "EventBatches", "mount_front_doors", "claimed_error", "GATEWAY"]
+
+#: Where the app keeps its :class:`Gateway` (``app.extensions``).
+GATEWAY = "missive.gateway"
 
 log = logging.getLogger("missive.front_door")
 
@@ -63,11 +66,48 @@ class ModelListing:
     display_name: str
 
 
+@dataclass(frozen=True)
+class _Claim:
+    prefixes: tuple[str, ...]
+    render: Callable[[MissiveError], Response]
+    clients: Callable[[], bool] | None
+
+
 class Gateway:
     """The serving object a front door gets (see the module doc). One per app."""
 
-    def __init__(self, found: Services) -> None:
+    def __init__(self, found: Services, mounts: tuple[str, ...] = ()) -> None:
         self._found = found
+        self._mounts = mounts
+        self._claims: list[_Claim] = []
+
+    def claim(
+        self,
+        prefixes: tuple[str, ...],
+        render: Callable[[MissiveError], Response],
+        *,
+        clients: Callable[[], bool] | None = None,
+    ) -> None:
+        """Have the errors the app raises itself, outside any view (a path
+        no route serves: 404; a method its route does not take: 405), sent
+        by ``render`` (the door's envelope) for requests under ``prefixes``
+        (relative to ``/v1``, as the blueprint's rules: ``"/responses"``
+        claims ``/v1/responses`` and what is below it) and, for a path no
+        route serves under any method, for requests ``clients()`` says come
+        from the door's clients (their SDK's headers). ``render`` runs in
+        the request and gets the core's error, its status set."""
+        self._claims.append(_Claim(tuple(prefixes), render, clients))
+
+    def unrouted(self, error: MissiveError) -> Response | None:
+        """The claiming door's answer to ``error``, raised by the app for
+        this request outside any view, or None (the core's envelope)."""
+        tails = [request.path[len(m) :] for m in self._mounts if request.path.startswith(m + "/")]
+        unknown = request.url_rule is None and not isinstance(request.routing_exception, MethodNotAllowed)
+        for claim in self._claims:
+            owned = any(t == p or t.startswith(p.rstrip("/") + "/") for t in tails for p in claim.prefixes)
+            if owned or (unknown and claim.clients is not None and claim.clients()):
+                return claim.render(self._noted(error, getattr(g, "record", None)))
+        return None
 
     @property
     def request_id(self) -> str:
@@ -316,7 +356,8 @@ def mount_front_doors(app: Quart, found: Services, prefixes: tuple[str, ...]) ->
     """Mount each registered front door's blueprint under each of ``prefixes``;
     the names of those mounted. A door whose factory fails is logged and
     left out, as a plugin failing in a registration hook is."""
-    gateway = Gateway(found)
+    gateway = Gateway(found, prefixes)
+    app.extensions[GATEWAY] = gateway
     mounted = []
     for name, spec in found.kernel.front_doors.items():
         try:
@@ -330,3 +371,10 @@ def mount_front_doors(app: Quart, found: Services, prefixes: tuple[str, ...]) ->
             app.register_blueprint(blueprint, url_prefix=prefix, name=f"{name}{prefix.replace('/', '-')}")
         mounted.append(name)
     return mounted
+
+
+def claimed_error(app: Quart, error: MissiveError) -> Response | None:
+    """A front door's answer to ``error``, raised by the app outside any
+    view, for a request the door claims (:meth:`Gateway.claim`), or None."""
+    gateway = app.extensions.get(GATEWAY)
+    return gateway.unrouted(error) if isinstance(gateway, Gateway) else None

@@ -118,17 +118,41 @@ def _model_not_found(model_id: str) -> OpenAIRequestError:
 
 
 def _is_openai_client() -> bool:
-    """An OpenAI client asks: no ``anthropic-version`` header (every
-    Anthropic SDK and Claude Code send one) and a bearer token (every OpenAI
-    SDK sends its API key as one)."""
-    return "anthropic-version" not in request.headers and request.headers.get(
-        "authorization", ""
-    ).lower().startswith("bearer ")
+    """An OpenAI client asks: an OpenAI SDK's ``user-agent`` (``OpenAI/Python
+    2.8.1``, ``OpenAI/JS 5.0.0``), or a bearer token (every OpenAI SDK sends
+    its API key as one) with no ``x-api-key`` and no ``anthropic-version``
+    header (every Anthropic SDK and Claude Code send one)."""
+    if request.headers.get("user-agent", "").startswith("OpenAI/"):
+        return True
+    headers = request.headers
+    bearer = headers.get("authorization", "").lower().startswith("bearer ")
+    return bearer and "anthropic-version" not in headers and "x-api-key" not in headers
+
+
+#: What a 404 on an unknown path tells an OpenAI client this server serves.
+SERVED = (
+    "this server serves OpenAI's Chat Completions (POST /v1/chat/completions), Responses "
+    "(POST /v1/responses; GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items, "
+    "POST /v1/responses/{id}/cancel) and Models (GET /v1/models, GET /v1/models/{id}) endpoints, "
+    "and Anthropic's Messages API (POST /v1/messages)"
+)
+
+
+def _unrouted(error: MissiveError) -> Response:
+    """OpenAI's envelope for an error the app raised outside this door's
+    views on a path or client the door claims (``Gateway.claim``): a
+    method its route does not take (405), a path no route serves (404,
+    saying which endpoints are served, as OpenAI's own "Invalid URL (POST
+    /v1/...)" does not: ``/v1/completions``, ``/v1/embeddings``... are not)."""
+    if isinstance(error, NotFoundError):
+        error = NotFoundError(f"Invalid URL ({request.method} {request.path}): {SERVED}.")
+    return _error_response(error)
 
 
 def blueprint(gateway: Gateway) -> Blueprint:
     """The blueprint of this front door (``FrontDoorSpec.factory``)."""
     bp = Blueprint("openai", __name__)
+    gateway.claim(("/chat/completions", "/responses"), _unrouted, clients=_is_openai_client)
 
     @bp.errorhandler(Exception)
     async def _error(exc: Exception) -> Response:
