@@ -85,6 +85,10 @@ def envelope(error: MissiveError) -> dict[str, Any]:
 
 #: A line of a core error that starts with a Messages path.
 _PATH = re.compile(r"^(?P<path>(?:[A-Za-z_]+|\d+)(?:\.(?:[A-Za-z_]+|\d+))*): ")
+#: A core error about the request a fallback of the model was sent
+#: (:mod:`missive.routing.chain`: ``fallbacks.1: max_tokens: ...``, or
+#: ``fallbacks.1.model: ...``, the fallbacks of the model's configuration).
+_FALLBACK = re.compile(r"^fallbacks\.(?P<index>\d+)(?P<model>\.model)?: ")
 #: The Messages request's fields a core error's path can start with.
 _REQUEST_FIELDS = frozenset(
     {
@@ -213,7 +217,11 @@ class Paths:
             return error
         param = None
         lines = []
-        for line in error.message.split("; "):
+        message, fallback = error.message, _FALLBACK.match(error.message)
+        if fallback is not None:  # the whole message is about that fallback's request
+            message = message[fallback.end() :]
+            param = "model" if fallback.group("model") else None
+        for line in message.split("; "):
             found = _PATH.match(line)
             if found is not None and found.group("path").split(".")[0] in _REQUEST_FIELDS:
                 path, rest = found.group("path"), line[found.end() :]
@@ -232,7 +240,10 @@ class Paths:
         code = "context_length_exceeded" if "prompt is too long" in error.message else None
         if param is None and ("prompt is too long" in error.message or "chat template" in error.message):
             param = self.param("messages")
-        translated = OpenAIRequestError("; ".join(lines), param=param, code=code)
+        text = "; ".join(lines)
+        if fallback is not None:
+            text = f"the request as sent to the model's fallback {fallback.group('index')}: {text}"
+        translated = OpenAIRequestError(text, param=param, code=code)
         translated.status = error.status  # type: ignore[misc]  # the core's 4xx is kept
         return translated
 
