@@ -292,6 +292,22 @@ class Gateway:
                 )
         return found
 
+    def model(self, requested: str) -> ModelListing:
+        """The model a request naming ``requested`` reaches, resolved as a
+        request's ``model`` is (a configured id, an alias, a glob alias:
+        ``claude-*``), shown as ``requested`` (as ``GET /v1/models/{id}``
+        answers it).
+
+        Raises:
+            AuthenticationError: 401.
+            ModelNotFoundError: 404, no served model matches, or the key may not use it.
+        """
+        identity = access.authenticate()
+        model_id = self._found.choice.resolve(requested, identity.may_use)
+        entry = self._found.models.drivers[model_id].entry
+        created = int(entry.created_at.timestamp())
+        return ModelListing(requested, model_id, created, entry.display_name or model_id)
+
     def error(self, exc: BaseException) -> MissiveError:
         """``exc`` as the core's error (status, type, message), noted in the
         request's record and logged as the app logs its own: an HTTP error

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from quart import Blueprint, Response, request
 from werkzeug.exceptions import MethodNotAllowed
 
-from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
+from missive.api import Gateway, MissiveError, ModelListing, NotFoundError, json_dumps
 
 from .chat_request import translate
 from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
@@ -115,6 +115,12 @@ def _model_not_found(model_id: str) -> OpenAIRequestError:
     )
     error.status = 404  # type: ignore[misc]  # OpenAI's status for it, in its invalid_request_error
     return error
+
+
+def _model(listed: ModelListing) -> dict[str, Any]:
+    """OpenAI's model object (API reference, "Models": ``id``, ``object``,
+    ``created``, ``owned_by``)."""
+    return {"id": listed.id, "object": "model", "created": listed.created, "owned_by": "missive"}
 
 
 def _is_openai_client() -> bool:
@@ -350,16 +356,14 @@ def blueprint(gateway: Gateway) -> Blueprint:
         ):
             return None
         try:
-            data = [
-                {"id": m.id, "object": "model", "created": m.created, "owned_by": "missive"}
-                for m in gateway.models()
-            ]
             if one is None:
+                data = [_model(m) for m in gateway.models()]
                 listing: dict[str, Any] = {"object": "list", "data": data}
                 return Response(json_dumps(listing), content_type="application/json")
-            found = next((m for m in data if m["id"] == one.group("id")), None)
-            if found is None:
-                raise _model_not_found(one.group("id"))
+            try:
+                found = _model(gateway.model(one.group("id")))  # as a request's model resolves
+            except NotFoundError:
+                raise _model_not_found(one.group("id")) from None
         except Exception as exc:
             return _error_response(gateway.error(exc))
         return Response(json_dumps(found), content_type="application/json")
