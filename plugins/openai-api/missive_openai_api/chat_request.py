@@ -24,7 +24,9 @@ apply:
   as the schema ``{"type": "object"}``);
 * ``reasoning_effort`` -> ``thinking`` (``none``: disabled; else adaptive with
   ``output_config.effort``, ``minimal`` as ``low``);
-* ``n`` must be 1; ``seed``, ``user``, ``store``, ``metadata`` are accepted;
+* ``n`` must be 1; ``seed``, ``user``, ``store``, ``metadata`` are accepted
+  (``metadata``, ``stream_options`` and ``stop`` within OpenAI's limits:
+  :mod:`.limits`; tool calls and tool messages paired: :mod:`.tool_pairs`);
   what Missive does not act on (``logprobs``, penalties, ``logit_bias``...,
   and fields of a message, part, call or tool it does not read, such as a
   message's ``name``) is reported in the ``missive-ignored`` header.

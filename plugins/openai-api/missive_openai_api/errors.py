@@ -20,7 +20,9 @@ without `tool_result` blocks``, ``tools.0.input_schema.type``, ``tool_choice
 ``param`` and in the message (``messages[2]``, ``tools[0].function.parameters``,
 ``input[3].call_id``), in the door's words (a tool call, a tool message or a
 ``function_call_output`` item; ``"required"``, a named function;
-``parameters``; ``max_completion_tokens``, ``max_output_tokens``; ``stop``).
+``parameters``; ``max_completion_tokens``, ``max_output_tokens``; ``stop``),
+pydantic's wordings in plain ones (:func:`plain`), and an error about the
+request a fallback of the model would get (``fallbacks.0: ...``) as such.
 
 Missive's ``529 overloaded_error`` (a full admission queue) is sent as
 ``503``, the status OpenAI uses for an overloaded engine: OpenAI clients

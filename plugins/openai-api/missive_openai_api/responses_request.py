@@ -22,7 +22,10 @@ takes, validated by the core like any other:
   ``generate_summary``) ``auto``/``concise``/``detailed``: reasoning items
   carry the reasoning as their summary (:mod:`.responses_stream`).
 
-Every field read is type-checked (:mod:`.common`); :attr:`ResponsesRequest.paths`
+Every field read is type-checked (:mod:`.common`), and held to OpenAI's
+limits (:mod:`.limits`: ``metadata``, ``stream_options``, ``truncation``,
+``max_output_tokens`` >= 16); ``function_call`` and ``function_call_output``
+items pair up (:mod:`.tool_pairs`); :attr:`ResponsesRequest.paths`
 names the request's fields in the core's errors (:class:`.errors.Paths`).
 """
 
