@@ -94,8 +94,7 @@ class Background:
             except MissiveError as exc:
                 converter.fail(exc)
             except asyncio.CancelledError:
-                output = list(converter.output)
-                converter.final = converter.shape.response("cancelled", output, None)
+                converter.stop("cancelled")
             finally:
                 await batches.aclose()
             if converter.final is not None:

@@ -30,14 +30,15 @@ from werkzeug.exceptions import MethodNotAllowed
 
 from missive.api import Gateway, MissiveError, NotFoundError, json_dumps
 
+from .calls import RawArguments
 from .chat_request import translate
 from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
 from .errors import OpenAIRequestError, envelope, status_of
 from .responses_background import Background
 from .responses_listing import listed_items, page_of
 from .responses_request import translate as translate_responses
-from .responses_store import FINISHED, ResponseStore, Stored
-from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
+from .responses_store import FINISHED, ResponseStore, Stored, continued
+from .responses_stream import CLIENT_GONE, ResponseConverter, ResponseShape, assistant_turn, response_of
 
 __all__ = ["blueprint", "MODELS_PATHS"]
 
@@ -150,8 +151,12 @@ def blueprint(gateway: Gateway) -> Blueprint:
         completion_id = "chatcmpl-" + str(answer.first["message"]["id"]).removeprefix("msg_")
         created = int(time.time())
         if not chat.stream:
+            raw = RawArguments()
+            answer.watch(raw.note)
             message = _collected(await gateway.collect(answer), answer)
-            return completion_of(message, completion_id=completion_id, model=chat.model, created=created)
+            return completion_of(
+                message, completion_id=completion_id, model=chat.model, created=created, raw=raw.text
+            )
         converter = ChunkConverter(
             completion_id=completion_id, model=chat.model, created=created, include_usage=chat.include_usage
         )
@@ -212,7 +217,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
         owner = gateway.key_name
         asked = translate_responses(
             await gateway.read_json(),
-            lambda rid: store.conversation(owner, rid),
+            lambda rid: continued(store, owner, rid),
             server_tools=gateway.server_tools,
         )
         gateway.ignore(asked.ignored)
@@ -248,8 +253,10 @@ def blueprint(gateway: Gateway) -> Blueprint:
                 lambda event: _counted(event, answer),
             )
         if not asked.stream:
+            raw = RawArguments()
+            answer.watch(raw.note)
             message = _collected(await gateway.collect(answer), answer)
-            done = response_of(message, shape)
+            done = response_of(message, shape, raw.text)
             keep(asked, owner, done, message.get("content") or [])
             return done
         converter = ResponseConverter(shape)
@@ -277,7 +284,12 @@ def blueprint(gateway: Gateway) -> Blueprint:
                 except MissiveError as exc:
                     yield b"".join(_event(e) for e in converter.fail(exc))
             finally:
-                await batches.aclose()
+                try:
+                    await batches.aclose()
+                finally:
+                    if converter.final is None:  # the client went: kept as far as it got
+                        converter.stop("incomplete", CLIENT_GONE)
+                        keep(asked, owner, converter.final, converter.content)
 
         response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
         response.timeout = None
