@@ -154,9 +154,6 @@ def _checked_top(raw: Any) -> str:
             raise bad(f"{name}: not supported by this server", name)
     for name, kind in _ACCEPTED.items():
         optional(raw, name, kind)
-    if raw.get("background") and raw.get("stream"):
-        message = "background responses are not streamed by this server; poll GET /v1/responses/{id}"
-        raise bad(f"background: {message}", "background")
     if raw.get("background") and raw.get("store") is False:
         message = "a background response is kept to be polled; it cannot be made with store false"
         raise bad(f"store: {message}", "store")

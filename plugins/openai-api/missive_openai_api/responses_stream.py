@@ -461,6 +461,17 @@ class ResponseConverter:
             return [*events, self._event(f"response.{status}", response=self.final)]
         return []
 
+    def snapshot(self) -> dict[str, Any]:
+        """The response as it stands while the answer runs: the items ended,
+        and those still written with what they hold so far, ``in_progress``."""
+        output = list(self.output)
+        open_items = [*self._items.values(), *([self._held] if self._held else [])]
+        for output_index, block in open_items:
+            item = _item(self.shape, output_index, block, "completed")
+            if item is not None:
+                output[output_index] = {**item, "status": "in_progress"}
+        return self.shape.response("in_progress", output, None)
+
     def stop(self, status: str, incomplete: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """End an answer stopped before its end (its client gone: ``incomplete``;
         a background response cancelled: ``cancelled``): the items still
