@@ -11,7 +11,10 @@ or streamed chunk by chunk (:class:`.chat_stream.ChunkConverter`, SSE
 ``data:`` lines, ``data: [DONE]`` at the end, ``: ping`` comments on silence).
 A response (:mod:`.responses_request`, :mod:`.responses_stream`) is folded
 or streamed as ``event:``/``data:`` pairs, and kept for its key unless the
-request said ``store: false`` (:mod:`.responses_store`).
+request said ``store: false`` (:mod:`.responses_store`), a stream whose
+client went included (``incomplete``, as far as it got); a background one
+runs in a task (:mod:`.responses_background`), its events kept to be
+streamed again (``GET /responses/{id}?stream=true``, :mod:`.responses_replay`).
 Every error on these routes is OpenAI's envelope (:mod:`.errors`); one
 after the stream started is a last ``data: {"error": ...}`` event, as
 OpenAI sends it, with no ``[DONE]`` after it.
