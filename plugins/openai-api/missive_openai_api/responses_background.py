@@ -92,10 +92,12 @@ class Background:
         gives it: with the reasoning tokens in its usage) in a task;
         ``finished`` keeps the last state. The response object to answer with."""
         response_id = entry.response["id"]
-        log = self._logs[response_id] = EventLog()
-        log.add(converter.feed(first))
+        logged = self._logs[response_id] = EventLog()
+        logged.add(converter.feed(first))
         self.store.put(response_id, entry)
-        task = asyncio.get_running_loop().create_task(self._run(converter, batches, finished, counted, log))
+        task = asyncio.get_running_loop().create_task(
+            self._run(converter, batches, finished, counted, logged)
+        )
         self._running[response_id] = task
         self._converters[response_id] = converter
         task.add_done_callback(lambda _: self._ended(response_id))
@@ -104,9 +106,9 @@ class Background:
     def _ended(self, response_id: str) -> None:
         self._running.pop(response_id, None)
         self._converters.pop(response_id, None)
-        log = self._logs.get(response_id)
-        if log is not None:
-            log.end()
+        logged = self._logs.get(response_id)
+        if logged is not None:
+            logged.end()
         finished = [rid for rid in self._logs if rid not in self._running]
         for rid in finished[: max(0, len(finished) - KEPT_LOGS)]:
             del self._logs[rid]
@@ -117,7 +119,7 @@ class Background:
         batches: EventBatches,
         finished: Keep,
         counted: Callable[[dict[str, Any]], dict[str, Any]],
-        log: EventLog,
+        logged: EventLog,
     ) -> None:
         kept = False
         try:
@@ -134,12 +136,12 @@ class Background:
                         # continues as soon as it reads it finds it
                         finished(converter)
                         kept = True
-                    log.add(events)
+                    logged.add(events)
             except MissiveError as exc:
-                log.add(converter.fail(exc))
+                logged.add(converter.fail(exc))
             except asyncio.CancelledError:
                 # the items' ends; OpenAI's stream has no event of a cancelled response
-                log.add([e for e in converter.stop("cancelled") if e["type"] != "response.cancelled"])
+                logged.add([e for e in converter.stop("cancelled") if e["type"] != "response.cancelled"])
             finally:
                 await batches.aclose()
             if converter.final is not None and not kept:

@@ -336,8 +336,8 @@ def blueprint(gateway: Gateway) -> Blueprint:
                     await batches.aclose()
                 finally:
                     if converter.final is None:  # the client went: kept as far as it got
-                        converter.stop("incomplete", CLIENT_GONE)
-                        keep(asked, owner, converter.final, converter.content)
+                        *_, last = converter.stop("incomplete", CLIENT_GONE)
+                        keep(asked, owner, last["response"], converter.content)
 
         response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
         response.timeout = None
