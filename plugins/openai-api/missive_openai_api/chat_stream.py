@@ -29,9 +29,10 @@ for reasoning"), which the door adds to the Messages usage under
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from missive.api import json_dumps
+from .calls import arguments_of
 
 __all__ = [
     "ChunkConverter",
@@ -76,18 +77,29 @@ def usage_of(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def completion_of(message: dict[str, Any], *, completion_id: str, model: str, created: int) -> dict[str, Any]:
-    """The ``chat.completion`` of a folded ``Message``."""
+def completion_of(
+    message: dict[str, Any],
+    *,
+    completion_id: str,
+    model: str,
+    created: int,
+    raw: Mapping[int, str] | None = None,
+) -> dict[str, Any]:
+    """The ``chat.completion`` of a folded ``Message``; ``raw``: the text of
+    each call's argument fragments by block index (:class:`.calls.RawArguments`),
+    its ``arguments`` as the stream sends them (a call cut by ``max_tokens``
+    included), else each call's ``input`` as JSON."""
     content = message.get("content") or []
+    raw = raw or {}
     text = "".join(b["text"] for b in content if b.get("type") == "text")
     reasoning = "".join(b.get("thinking", "") for b in content if b.get("type") == "thinking")
     calls = [
         {
             "id": b["id"],
             "type": "function",
-            "function": {"name": b["name"], "arguments": json_dumps(b.get("input", {})).decode()},
+            "function": {"name": b["name"], "arguments": arguments_of(b, raw.get(i))},
         }
-        for b in content
+        for i, b in enumerate(content)
         if b.get("type") == "tool_use"
     ]
     reply: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}

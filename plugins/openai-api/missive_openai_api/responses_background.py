@@ -17,20 +17,29 @@ a task of the process (:class:`Background`), through the same
 response is replaced by each newer state; its request's record finishes
 when the answer ends, as a stream's does. A background response is kept
 (``store: false`` with ``background`` is a 400, as it cannot be polled), for
-its key only, and lost with the process like every kept response. Not
-served: ``background`` with ``stream: true`` (a 400: the SSE replay by
-``starting_after`` it implies is not kept).
+its key only, and lost with the process like every kept response. While
+it runs, ``GET`` shows the output written so far (its items
+``in_progress``, :meth:`.responses_stream.ResponseConverter.snapshot`).
+
+Its stream events are logged (:mod:`.responses_replay`): ``background``
+with ``stream: true`` streams them as they come, and ``GET
+/v1/responses/{id}?stream=true&starting_after=N`` streams them again from
+there, then the new ones; a client whose stream drops does not stop the
+response (the guide: "helpful if you expect the client to drop the stream
+and want the option of picking it back up later").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
 from missive.api import MissiveError
 
+from .responses_replay import KEPT_LOGS, EventLog
 from .responses_store import ResponseStore, Stored
 from .responses_stream import ResponseConverter
 
@@ -56,6 +65,18 @@ class Background:
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._converters: dict[str, ResponseConverter] = {}
+        self._logs: OrderedDict[str, EventLog] = OrderedDict()
+
+    def log(self, response_id: str) -> EventLog | None:
+        """The events of ``response_id`` (running, or among the last
+        :data:`~.responses_replay.KEPT_LOGS` finished), or None."""
+        return self._logs.get(response_id)
+
+    def snapshot(self, response_id: str) -> dict[str, Any] | None:
+        """The response ``response_id`` as it stands while it runs (None: not running)."""
+        converter = self._converters.get(response_id)
+        return None if converter is None else converter.snapshot()
 
     def start(
         self,
@@ -70,13 +91,27 @@ class Background:
         answer's events (``first``, then ``batches``, each as ``counted``
         gives it: with the reasoning tokens in its usage) in a task;
         ``finished`` keeps the last state. The response object to answer with."""
-        converter.feed(first)
         response_id = entry.response["id"]
+        logged = self._logs[response_id] = EventLog()
+        logged.add(converter.feed(first))
         self.store.put(response_id, entry)
-        task = asyncio.get_running_loop().create_task(self._run(converter, batches, finished, counted))
+        task = asyncio.get_running_loop().create_task(
+            self._run(converter, batches, finished, counted, logged)
+        )
         self._running[response_id] = task
-        task.add_done_callback(lambda _: self._running.pop(response_id, None))
+        self._converters[response_id] = converter
+        task.add_done_callback(lambda _: self._ended(response_id))
         return entry.response
+
+    def _ended(self, response_id: str) -> None:
+        self._running.pop(response_id, None)
+        self._converters.pop(response_id, None)
+        logged = self._logs.get(response_id)
+        if logged is not None:
+            logged.end()
+        finished = [rid for rid in self._logs if rid not in self._running]
+        for rid in finished[: max(0, len(finished) - KEPT_LOGS)]:
+            del self._logs[rid]
 
     async def _run(
         self,
@@ -84,21 +119,32 @@ class Background:
         batches: EventBatches,
         finished: Keep,
         counted: Callable[[dict[str, Any]], dict[str, Any]],
+        logged: EventLog,
     ) -> None:
+        kept = False
         try:
             try:
                 async for batch in batches:
-                    for event in batch:
-                        if event["type"] != "ping":
-                            converter.feed(counted(event))
+                    events = [
+                        e
+                        for event in batch
+                        if event["type"] != "ping"
+                        for e in converter.feed(counted(event))
+                    ]
+                    if converter.final is not None and not kept:
+                        # kept before its last event is streamed: a client that
+                        # continues as soon as it reads it finds it
+                        finished(converter)
+                        kept = True
+                    logged.add(events)
             except MissiveError as exc:
-                converter.fail(exc)
+                logged.add(converter.fail(exc))
             except asyncio.CancelledError:
-                output = list(converter.output)
-                converter.final = converter.shape.response("cancelled", output, None)
+                # the items' ends; OpenAI's stream has no event of a cancelled response
+                logged.add([e for e in converter.stop("cancelled") if e["type"] != "response.cancelled"])
             finally:
                 await batches.aclose()
-            if converter.final is not None:
+            if converter.final is not None and not kept:
                 finished(converter)
         except Exception:  # a task's failure has no one to reach but the log
             log.exception("background response %s failed", converter.shape.response_id)

@@ -165,9 +165,6 @@ def _checked_top(raw: Any) -> str:
     check_stream_options(raw)
     check_truncation(raw)
     check_min_output_tokens(raw)
-    if raw.get("background") and raw.get("stream"):
-        message = "background responses are not streamed by this server; poll GET /v1/responses/{id}"
-        raise bad(f"background: {message}", "background")
     if raw.get("background") and raw.get("store") is False:
         message = "a background response is kept to be polled; it cannot be made with store false"
         raise bad(f"store: {message}", "store")

@@ -29,7 +29,9 @@ from typing import Any
 
 from missive.api import json_dumps
 
-__all__ = ["Stored", "ResponseStore", "MAX_COUNT", "MAX_BYTES"]
+from .errors import OpenAIRequestError
+
+__all__ = ["Stored", "ResponseStore", "MAX_COUNT", "MAX_BYTES", "continued"]
 
 #: The statuses of a response a conversation may continue from (a background
 #: response still running, failed or cancelled has no answer to continue).
@@ -153,3 +155,39 @@ class ResponseStore:
         del self._entries[response_id]
         self._bytes -= entry.size
         return True
+
+
+#: What a request that continues a kept response with no answer to continue
+#: from is told, by that response's ``status``.
+_RUNNING = "is still in progress; poll GET /v1/responses/{id} until it has finished, then continue from it"
+_ENDED = "cannot be continued; continue from an earlier response or send the conversation whole"
+_UNFINISHED = {
+    "queued": _RUNNING,
+    "in_progress": _RUNNING,
+    "cancelled": "was cancelled before it finished and " + _ENDED,
+    "failed": "failed and " + _ENDED,
+}
+
+
+def continued(store: ResponseStore, owner: str, response_id: str) -> tuple[list[Any], list[Any]] | None:
+    """The conversation a ``previous_response_id`` continues (:meth:`ResponseStore.conversation`),
+    or None when it is not kept (the request's ``previous_response_not_found``).
+
+    The Background mode guide (OpenAI, "Background mode": poll while the
+    status is ``queued`` or ``in_progress``; a response leaves those states
+    for a final one) makes a background response still running a response
+    with nothing to continue from yet, and a cancelled (or failed) one a
+    response whose answer never finished: each is a 400 of its own, naming
+    ``previous_response_id``, rather than "not found" for an id that is kept.
+
+    Raises:
+        OpenAIRequestError: ``response_id`` is kept but has no finished answer.
+    """
+    found = store.conversation(owner, response_id)
+    entry = store.get(owner, response_id) if found is None else None
+    if entry is not None and entry.response["status"] in _UNFINISHED:
+        why = _UNFINISHED[entry.response["status"]].replace("{id}", response_id)
+        raise OpenAIRequestError(
+            f"Previous response with id '{response_id}' {why}.", param="previous_response_id"
+        )
+    return found

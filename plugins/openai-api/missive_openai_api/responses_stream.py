@@ -53,12 +53,13 @@ it did not reason).
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from missive.api import MissiveError, json_dumps
+from missive.api import MissiveError
 
+from .calls import CUT_STOPS, arguments_of, cut_call, input_of, is_whole
 from .chat_stream import REASONING_TOKENS
 from .errors import envelope, status_of
 from .responses_search import SearchEvents, call_item, sources_of
@@ -70,6 +71,7 @@ __all__ = [
     "usage_of",
     "status_of_stop",
     "assistant_turn",
+    "CLIENT_GONE",
 ]
 
 #: Missive's ``stop_reason`` -> the ``incomplete_details.reason`` of an incomplete response.
@@ -78,6 +80,12 @@ INCOMPLETE = {
     "model_context_window_exceeded": "max_output_tokens",
     "refusal": "content_filter",
 }
+
+
+#: The ``incomplete_details`` of a streamed response whose client went before
+#: its end: the answer stopped there (as a ``POST /v1/messages`` stream's
+#: does), and the response is kept as far as it got (``routes``).
+CLIENT_GONE = {"reason": "client_disconnected"}
 
 
 def status_of_stop(stop_reason: str | None) -> tuple[str, dict[str, Any] | None]:
@@ -206,15 +214,19 @@ def _is_search(block: dict[str, Any]) -> bool:
     return block.get("type") == "server_tool_use" and block.get("name") == "web_search"
 
 
-def _arguments(block: dict[str, Any]) -> str:
-    return json_dumps(block.get("input") or {}).decode()
-
-
-def response_of(message: dict[str, Any], shape: ResponseShape) -> dict[str, Any]:
-    """The ``response`` object of a folded ``Message``."""
+def response_of(
+    message: dict[str, Any], shape: ResponseShape, raw: Mapping[int, str] | None = None
+) -> dict[str, Any]:
+    """The ``response`` object of a folded ``Message``; ``raw``: the text of
+    each call's argument fragments by block index (:class:`.calls.RawArguments`),
+    its ``arguments`` as a stream sends them, else each call's ``input`` as
+    JSON; a call the answer's end cut is ``incomplete`` (:func:`.calls.cut_call`)."""
     output: list[dict[str, Any]] = []
     calls: dict[str, dict[str, Any]] = {}
-    for block in message.get("content") or []:
+    raw = raw or {}
+    content = message.get("content") or []
+    cut = cut_call(content, message.get("stop_reason"), raw)
+    for index, block in enumerate(content):
         if shape.web_search and _is_search(block):
             sources: list[dict[str, Any]] | None = [] if shape.search_sources else None
             call = call_item(shape.item_id("ws", len(output)), block, "completed", sources)
@@ -227,8 +239,8 @@ def response_of(message: dict[str, Any], shape: ResponseShape) -> dict[str, Any]
                 found["action"]["sources"] = sources_of(block)
             continue
         if block.get("type") == "tool_use":
-            block = {**block, "arguments": _arguments(block)}
-        item = _item(shape, len(output), block, "completed")
+            block = {**block, "arguments": arguments_of(block, raw.get(index))}
+        item = _item(shape, len(output), block, "incomplete" if index == cut else "completed")
         if item is not None:
             output.append(item)
     status, incomplete = status_of_stop(message.get("stop_reason"))
@@ -280,6 +292,7 @@ class ResponseConverter:
         self._items: dict[int, tuple[int, dict[str, Any]]] = {}  # block index -> (output index, block)
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
+        self._held: tuple[int, dict[str, Any]] | None = None  # a call that may be cut: its end waits
         self._search = SearchEvents(self._event, self.output, lambda index: shape.item_id("ws", index))
         self._search.sources = shape.search_sources
 
@@ -360,9 +373,26 @@ class ResponseConverter:
         if index not in self._items:
             return []
         output_index, block = self._items.pop(index)
+        if block["type"] == "tool_use" and not is_whole(block["arguments"] or "{}"):  # as arguments_of
+            # cut if the answer ends here at its token limit (.calls): known at
+            # the next block or the message_delta, which release it (_release)
+            events = self._release("completed")
+            self._held = (output_index, block)
+            return events
+        return self._done(output_index, block, "completed")
+
+    def _release(self, status: str) -> list[dict[str, Any]]:
+        """The end events of the call held by :meth:`_stop`, with ``status``."""
+        if self._held is None:
+            return []
+        (output_index, block), self._held = self._held, None
+        return self._done(output_index, block, status)
+
+    def _done(self, output_index: int, block: dict[str, Any], status: str) -> list[dict[str, Any]]:
+        """The end events of an item (``status``: ``completed``, ``incomplete``)."""
         if block["type"] == "tool_use" and not block["arguments"]:
             block["arguments"] = "{}"
-        item = _item(self.shape, output_index, block, "completed")
+        item = _item(self.shape, output_index, block, status)
         assert item is not None
         self.output[output_index] = item
         where = {"item_id": item["id"], "output_index": output_index}
@@ -394,10 +424,7 @@ class ResponseConverter:
             events.append(
                 self._event("response.function_call_arguments.done", **where, arguments=block["arguments"])
             )
-            try:
-                args = json.loads(block["arguments"])
-            except ValueError:
-                args = {}
+            args = input_of(block["arguments"])
             self.content.append({"type": "tool_use", "id": block["id"], "name": block["name"], "input": args})
         events.append(self._event("response.output_item.done", output_index=output_index, item=item))
         return events
@@ -414,7 +441,7 @@ class ResponseConverter:
             ]
         if kind == "content_block_start":
             block = event["content_block"]
-            events = self._start(event["index"], block)
+            events = [*self._release("completed"), *self._start(event["index"], block)]
             if block.get("type") == "text" and block.get("text"):
                 events += self._delta(event["index"], {"type": "text_delta", "text": block["text"]})
             return events
@@ -425,13 +452,38 @@ class ResponseConverter:
         if kind == "message_delta":
             self._usage = {**self._usage, **(event.get("usage") or {})}
             self._stop_reason = event["delta"].get("stop_reason")
-            return []
+            return self._release("incomplete" if self._stop_reason in CUT_STOPS else "completed")
         if kind == "message_stop":
             events = [e for index in list(self._items) for e in self._stop(index)]
+            events += self._release("incomplete" if self._stop_reason in CUT_STOPS else "completed")
             status, incomplete = status_of_stop(self._stop_reason)
             self.final = self.shape.response(status, list(self.output), self._usage, incomplete=incomplete)
             return [*events, self._event(f"response.{status}", response=self.final)]
         return []
+
+    def snapshot(self) -> dict[str, Any]:
+        """The response as it stands while the answer runs: the items ended,
+        and those still written with what they hold so far, ``in_progress``."""
+        output = list(self.output)
+        open_items = [*self._items.values(), *([self._held] if self._held else [])]
+        for output_index, block in open_items:
+            item = _item(self.shape, output_index, block, "completed")
+            if item is not None:
+                output[output_index] = {**item, "status": "in_progress"}
+        return self.shape.response("in_progress", output, None)
+
+    def stop(self, status: str, incomplete: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """End an answer stopped before its end (its client gone: ``incomplete``;
+        a background response cancelled: ``cancelled``): the items still
+        open end ``incomplete``, and :attr:`final` is the response as it
+        stands, with ``status`` and no ``usage`` (the answer's count ends
+        with it). The events that would end it (no one reads them)."""
+        events = [*self._release("incomplete")]
+        for index in list(self._items):
+            output_index, block = self._items.pop(index)
+            events += self._done(output_index, block, "incomplete")
+        self.final = self.shape.response(status, list(self.output), None, incomplete=incomplete)
+        return [*events, self._event(f"response.{status}", response=self.final)]
 
     def fail(self, error: MissiveError) -> list[dict[str, Any]]:
         """The last event of a stream that failed with ``error``."""

@@ -11,7 +11,10 @@ or streamed chunk by chunk (:class:`.chat_stream.ChunkConverter`, SSE
 ``data:`` lines, ``data: [DONE]`` at the end, ``: ping`` comments on silence).
 A response (:mod:`.responses_request`, :mod:`.responses_stream`) is folded
 or streamed as ``event:``/``data:`` pairs, and kept for its key unless the
-request said ``store: false`` (:mod:`.responses_store`).
+request said ``store: false`` (:mod:`.responses_store`), a stream whose
+client went included (``incomplete``, as far as it got); a background one
+runs in a task (:mod:`.responses_background`), its events kept to be
+streamed again (``GET /responses/{id}?stream=true``, :mod:`.responses_replay`).
 Every error on these routes is OpenAI's envelope (:mod:`.errors`); one
 after the stream started is a last ``data: {"error": ...}`` event, as
 OpenAI sends it, with no ``[DONE]`` after it.
@@ -30,14 +33,16 @@ from werkzeug.exceptions import MethodNotAllowed
 
 from missive.api import Gateway, MissiveError, ModelListing, NotFoundError, json_dumps
 
+from .calls import RawArguments
 from .chat_request import translate
 from .chat_stream import REASONING_TOKENS, ChunkConverter, completion_of
 from .errors import OpenAIRequestError, envelope, status_of
 from .responses_background import Background
 from .responses_listing import listed_items, page_of
+from .responses_replay import EventLog
 from .responses_request import translate as translate_responses
-from .responses_store import FINISHED, ResponseStore, Stored
-from .responses_stream import ResponseConverter, ResponseShape, assistant_turn, response_of
+from .responses_store import FINISHED, ResponseStore, Stored, continued
+from .responses_stream import CLIENT_GONE, ResponseConverter, ResponseShape, assistant_turn, response_of
 
 __all__ = ["blueprint", "MODELS_PATHS"]
 
@@ -78,6 +83,48 @@ def _counted(event: dict[str, Any], answer: Answer) -> dict[str, Any]:
 def _collected(message: dict[str, Any], answer: Answer) -> dict[str, Any]:
     """The folded ``message`` with the answer's reasoning tokens in its usage."""
     return {**message, "usage": {**(message.get("usage") or {}), REASONING_TOKENS: answer.thinking_tokens}}
+
+
+def _replayed(log: EventLog, after: int) -> Response:
+    """The SSE response of a background response's events after ``after``
+    (:mod:`.responses_replay`): a client that leaves stops only its stream."""
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        async for batch in log.follow(after):
+            yield b"".join(_event(e) for e in batch) if batch else b": ping\n\n"
+
+    response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
+    response.timeout = None
+    return response
+
+
+def _query_flag(name: str) -> bool:
+    """The boolean query parameter ``name`` (``true``/``false``, absent: false).
+
+    Raises:
+        OpenAIRequestError: another value, naming it.
+    """
+    value = request.args.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise OpenAIRequestError(f"{name}: expected true or false; got {value!r}", param=name)
+    return value in ("true", "1")
+
+
+def _starting_after() -> int:
+    """``starting_after``: the sequence number the stream starts after (absent: -1, from the start).
+
+    Raises:
+        OpenAIRequestError: not an integer, naming it.
+    """
+    value = request.args.get("starting_after")
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise OpenAIRequestError(
+            f"starting_after: expected an integer; got {value!r}", param="starting_after"
+        ) from None
 
 
 def _error_response(error: MissiveError) -> Response:
@@ -180,8 +227,12 @@ def blueprint(gateway: Gateway) -> Blueprint:
         completion_id = "chatcmpl-" + str(answer.first["message"]["id"]).removeprefix("msg_")
         created = int(time.time())
         if not chat.stream:
+            raw = RawArguments()
+            answer.watch(raw.note)
             message = _collected(await gateway.collect(answer), answer)
-            return completion_of(message, completion_id=completion_id, model=chat.model, created=created)
+            return completion_of(
+                message, completion_id=completion_id, model=chat.model, created=created, raw=raw.text
+            )
         converter = ChunkConverter(
             completion_id=completion_id, model=chat.model, created=created, include_usage=chat.include_usage
         )
@@ -242,7 +293,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
         owner = gateway.key_name
         asked = translate_responses(
             await gateway.read_json(),
-            lambda rid: store.conversation(owner, rid),
+            lambda rid: continued(store, owner, rid),
             server_tools=gateway.server_tools,
         )
         gateway.ignore(asked.ignored)
@@ -269,7 +320,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
                 keep(asked, owner, done.final, done.content)
 
             pending = entry_of(asked, owner, shape.response("in_progress", [], None), [])
-            return background.start(
+            started = background.start(
                 pending,
                 converter,
                 answer.first,
@@ -277,9 +328,13 @@ def blueprint(gateway: Gateway) -> Blueprint:
                 finished,
                 lambda event: _counted(event, answer),
             )
+            log = background.log(shape.response_id)
+            return _replayed(log, -1) if asked.stream and log is not None else started
         if not asked.stream:
+            raw = RawArguments()
+            answer.watch(raw.note)
             message = _collected(await gateway.collect(answer), answer)
-            done = response_of(message, shape)
+            done = response_of(message, shape, raw.text)
             keep(asked, owner, done, message.get("content") or [])
             return done
         converter = ResponseConverter(shape)
@@ -307,7 +362,12 @@ def blueprint(gateway: Gateway) -> Blueprint:
                 except MissiveError as exc:
                     yield b"".join(_event(e) for e in converter.fail(exc))
             finally:
-                await batches.aclose()
+                try:
+                    await batches.aclose()
+                finally:
+                    if converter.final is None:  # the client went: kept as far as it got
+                        *_, last = converter.stop("incomplete", CLIENT_GONE)
+                        keep(asked, owner, last["response"], converter.content)
 
         response = Response(body(), content_type="text/event-stream; charset=utf-8", headers=SSE_HEADERS)
         response.timeout = None
@@ -320,8 +380,24 @@ def blueprint(gateway: Gateway) -> Blueprint:
             raise NotFoundError(f"No response found with id '{response_id}'.")
         return entry
 
-    async def get_response(response_id: str) -> dict[str, Any]:
-        return kept(response_id).response
+    async def get_response(response_id: str) -> Response | dict[str, Any]:
+        entry = kept(response_id)
+        if _query_flag("stream"):
+            if not entry.response.get("background"):
+                raise OpenAIRequestError(
+                    "This response cannot be streamed because it was not created with background=true.",
+                    param="stream",
+                )
+            log = background.log(response_id)
+            if log is None:
+                raise OpenAIRequestError(
+                    "This response's stream events are no longer kept; retrieve it without stream.",
+                    param="stream",
+                )
+            return _replayed(log, _starting_after())
+        if entry.response["status"] in ("queued", "in_progress"):
+            return background.snapshot(response_id) or entry.response
+        return entry.response
 
     async def input_items(response_id: str) -> dict[str, Any]:
         kept(response_id)

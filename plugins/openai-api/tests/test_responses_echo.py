@@ -359,7 +359,6 @@ def test_ignored_and_dropped_tools(raw: httpx.Client) -> None:
         ({"model": "echo", "input": "x", "text": {"format": {"type": "yaml"}}}, 400, "text.format.type"),
         ({"model": "echo", "input": "x", "reasoning": {"effort": "huge"}}, 400, "reasoning.effort"),
         ({"model": "echo", "input": "x", "previous_response_id": "resp_nope"}, 400, "previous_response_id"),
-        ({"model": "echo", "input": "x", "background": True, "stream": True}, 400, "background"),
         ({"model": "echo", "input": "x", "background": True, "store": False}, 400, "store"),
         ({"model": "echo", "input": "x", "conversation": "conv_1"}, 400, "conversation"),
         ({"model": "echo", "input": "x", "stream": "yes"}, 400, "stream"),

@@ -204,3 +204,52 @@ def test_store_chain_owner_and_bounds() -> None:
     store.put("big", big)
     assert store.get("alice", "big") is None  # alone over max_bytes: not kept
     assert store.delete("alice", "r4") and store.bytes > 0
+
+
+@pytest.mark.parametrize(("stop", "status"), [("max_tokens", "incomplete"), ("end_turn", "completed")])
+def test_a_call_cut_short_is_the_same_streamed_or_not(stop: str, status: str) -> None:
+    """A call whose arguments are not whole JSON at the answer's end is
+    ``incomplete`` when the token limit ended the answer (its end events
+    wait for the message_delta), else ``completed``; its ``arguments`` are
+    the fragments' text, streamed or not."""
+    arguments = '{"k": "v", "n": 1'
+    folded = {
+        "content": [
+            {"type": "thinking", "thinking": "why?", "signature": "sig"},
+            {"type": "text", "text": "Hi"},
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"k": "v", "n": 1}},
+        ],
+        "stop_reason": stop,
+        "usage": {**USAGE, "output_tokens": 9},
+    }
+    expected = response_of(folded, shape(), {2: arguments})
+    assert expected["output"][2]["status"] == status and expected["output"][2]["arguments"] == arguments
+    assert response_of(folded, shape())["output"][2]["status"] == "completed"  # its input is whole
+    for args in splits(arguments):
+        converter, stream = run(events(["Hi"], ["why?"], args, stop))
+        assert stream[-1]["response"]["output"] == expected["output"]
+        (done,) = [e for e in stream if e["type"] == "response.output_item.done" and e["output_index"] == 2]
+        assert done["item"] == expected["output"][2]
+        assert converter.content[-1]["input"] == {"k": "v", "n": 1}  # as the core's fold parses it
+
+
+def test_snapshot_and_stop_of_an_answer_cut_off() -> None:
+    evs = events(["Hel", "lo"], ["hm"], ['{"a"', ": 1}"])
+    converter, _ = run(evs[: evs.index({"type": "content_block_stop", "index": 1})])
+    snapshot = converter.snapshot()
+    assert snapshot["status"] == "in_progress" and converter.final is None
+    assert [(i["type"], i["status"]) for i in snapshot["output"]] == [
+        ("reasoning", "completed"),
+        ("message", "in_progress"),
+    ]
+    assert snapshot["output"][1]["content"][0]["text"] == "Hello"
+    *_, last = converter.stop("incomplete", {"reason": "client_disconnected"})
+    final = converter.final
+    assert final is not None and last["response"] == final and final["usage"] is None
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {
+        "reason": "client_disconnected"
+    }
+    assert (
+        final["output"][1]["status"] == "incomplete" and final["output"][1]["content"][0]["text"] == "Hello"
+    )
+    assert converter.content[-1] == {"type": "text", "text": "Hello"}
