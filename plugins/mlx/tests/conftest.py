@@ -66,3 +66,12 @@ def qwen_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     from tiny_vision import build_tiny_vision
 
     return build_tiny_vision("qwen2_5_vl", mlx_model_dir, tmp_path_factory.mktemp("qwen25vl-tiny"))
+
+
+@pytest.fixture(scope="session")
+def gemma3_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Gemma 3 vision folder (:mod:`tiny_vision`); needs mlx-vlm."""
+    pytest.importorskip("mlx_vlm")
+    from tiny_vision import build_tiny_vision
+
+    return build_tiny_vision("gemma3", mlx_model_dir, tmp_path_factory.mktemp("gemma3vl-tiny"))

@@ -21,15 +21,27 @@ with ``max_pixels`` 28 * 28 * 64, so an image takes at most 64 tokens.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 #: Largest image a tiny Qwen model reads: 64 tokens of 28 x 28 pixels.
 QWEN_MAX_PIXELS = 28 * 28 * 64
 
+#: Gemma 3's image tokens: ``mm_tokens_per_image`` soft tokens an image.
+GEMMA_TOKENS_PER_IMAGE = 4
+
 _TOKENS = {
     "qwen2_5_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+    "gemma3": ["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
+}
+
+#: Gemma 3's tokenizer_config.json names its image tokens (the processor reads them).
+_TOKENIZER_EXTRA = {
+    "gemma3": {
+        "boi_token": "<start_of_image>",
+        "eoi_token": "<end_of_image>",
+        "image_token": "<image_soft_token>",
+    },
 }
 
 
@@ -74,6 +86,38 @@ def _config(kind: str, ids: dict[str, int], base: dict[str, Any], vocab: int) ->
                 "in_channels": 3,
             },
         }
+    if kind == "gemma3":
+        return {
+            "model_type": "gemma3",
+            "hidden_size": 64,  # mlx-vlm scales the image features by it (the text model's)
+            "vocab_size": vocab,  # mlx-lm's text-only gemma3 reads it here
+            "image_token_index": ids["<image_soft_token>"],
+            "boi_token_index": ids["<start_of_image>"],
+            "eoi_token_index": ids["<end_of_image>"],
+            "mm_tokens_per_image": GEMMA_TOKENS_PER_IMAGE,
+            "bos_token_id": base.get("bos_token_id"),
+            "eos_token_id": base.get("eos_token_id"),
+            "text_config": {
+                **text,
+                "model_type": "gemma3_text",
+                "head_dim": 32,
+                "query_pre_attn_scalar": 32,
+                "sliding_window": 512,
+                "sliding_window_pattern": 2,  # layer 0 sliding (RotatingKVCache), layer 1 global
+                "mm_tokens_per_image": GEMMA_TOKENS_PER_IMAGE,
+            },
+            # SigLIP: 56 x 56 pixels in 16 patches of 14, pooled 2 x 2 into 4 soft tokens
+            "vision_config": {
+                "model_type": "siglip_vision_model",
+                "num_hidden_layers": 2,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_attention_heads": 2,
+                "patch_size": 14,
+                "image_size": 56,
+                "layer_norm_eps": 1e-6,
+            },
+        }
     raise ValueError(kind)
 
 
@@ -94,6 +138,21 @@ def _preprocessor(kind: str) -> dict[str, Any]:
             "do_normalize": True,
             "do_convert_rgb": True,
         }
+    if kind == "gemma3":
+        return {
+            "image_processor_type": "Gemma3ImageProcessor",
+            "processor_class": "Gemma3Processor",
+            "size": {"height": 56, "width": 56},
+            "resample": 2,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "do_resize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "do_convert_rgb": None,
+            "do_pan_and_scan": None,
+        }
     raise ValueError(kind)
 
 
@@ -108,7 +167,9 @@ def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _TOKENS[kind]])
     tokenizer.save(str(out / "tokenizer.json"))
-    shutil.copy(tokenizer_dir / "tokenizer_config.json", out / "tokenizer_config.json")
+    tokenizer_config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    tokenizer_config.update(_TOKENIZER_EXTRA.get(kind, {}))
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
     ids = {t: tokenizer.token_to_id(t) for t in _TOKENS[kind]}
     base = json.loads((tokenizer_dir / "config.json").read_text())
     config = _config(kind, ids, base, tokenizer.get_vocab_size())
@@ -122,4 +183,7 @@ def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
     mx.save_safetensors(str(out / "model.safetensors"), weights)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor(kind), indent=2))
+    if kind == "gemma3":
+        processor = {"processor_class": "Gemma3Processor", "image_seq_length": GEMMA_TOKENS_PER_IMAGE}
+        (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
     return out
