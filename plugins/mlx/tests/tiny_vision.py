@@ -10,12 +10,19 @@ processor, read from ``preprocessor_config.json``.
 The tokenizer files (and the chat template) are SmolLM2's, copied from the
 converted folder, with the family's image tokens added as special tokens
 (ids after SmolLM2's 49152): Qwen2-VL's ``<|vision_start|>``,
-``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``. The answers
+``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>``; Gemma 3's
+``<start_of_image>``, ``<end_of_image>``, ``<image_soft_token>`` (named in
+``tokenizer_config.json`` as ``boi_token`` / ``eoi_token`` /
+``image_token``, which transformers' ``Gemma3Processor`` reads). The answers
 are random tokens: the tests check the plumbing (placement, counts, caching).
 
 ``preprocessor_config.json`` holds the family's processor settings, sized
 down: Qwen2.5-VL's (patch 14, merge 2, temporal patch 2, CLIP mean and std)
-with ``max_pixels`` 28 * 28 * 64, so an image takes at most 64 tokens.
+with ``max_pixels`` 28 * 28 * 64, so an image takes at most 64 tokens;
+Gemma 3's (``Gemma3ImageProcessor``, mean and std 0.5) resizing to the
+tower's 56 x 56 pixels: 16 SigLIP patches of 14, pooled 2 x 2 into
+:data:`GEMMA_TOKENS_PER_IMAGE` soft tokens (``processor_config.json``'s
+``image_seq_length``).
 """
 
 from __future__ import annotations
@@ -157,7 +164,7 @@ def _preprocessor(kind: str) -> dict[str, Any]:
 
 
 def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
-    """Write a random-weight ``kind`` vision model (``qwen2_5_vl``) into ``out``."""
+    """Write a random-weight ``kind`` vision model (``qwen2_5_vl``, ``gemma3``) into ``out``."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_vlm.utils import get_model_and_args
