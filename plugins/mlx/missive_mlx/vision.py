@@ -23,6 +23,11 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   - Qwen2-VL and Qwen2.5-VL (``qwen2_vl``, ``qwen2_5_vl``;
     :mod:`missive_mlx.vision_qwen`): ``<|vision_start|>``, one
     ``<|image_pad|>`` per merged patch, ``<|vision_end|>``; M-RoPE;
+  - Qwen3-VL (``qwen3_vl``, ``qwen3_vl_moe``;
+    :mod:`missive_mlx.vision_qwen3`): Qwen2.5-VL's tokens and positions,
+    plus deepstack features added to the first language layers' outputs
+    at the image's positions (:class:`VisionLM` gives each forward pass
+    the rows of the image positions among its tokens);
   - Gemma 3 (``gemma3``; :mod:`missive_mlx.vision_gemma3`): ``"\\n\\n"``,
     ``<start_of_image>``, ``mm_tokens_per_image`` soft tokens,
     ``<end_of_image>``, ``"\\n\\n"`` (``Family.pad_text``: the
@@ -57,10 +62,9 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   probe treat them as for a text model.
 
 Families mlx-vlm loads but this module does not place images for yet
-(Qwen3-VL's deepstack features, Mistral 3 / Pixtral's image break tokens,
-Llama 4's tiles...) are served as text-only models through mlx-lm, with a
-warning at load, as is every vision folder when mlx-vlm is not installed
-(``missive-mlx[vision]``).
+(Mistral 3 / Pixtral's image break tokens, Llama 4's tiles...) are served
+as text-only models through mlx-lm, with a warning at load, as is every
+vision folder when mlx-vlm is not installed (``missive-mlx[vision]``).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ from typing import Any
 from missive.api import ApiError, ConfigError, ImageInput, ImageMarks, InvalidRequestError, Prompt
 
 from .vision_family import Family, ImageSpan
+from .vision_lm import VisionLM
 
 __all__ = [
     "FAMILIES",
@@ -97,7 +102,7 @@ log = logging.getLogger("missive.mlx")
 VISION_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 #: ``model_type`` values of ``config.json`` whose images this module places.
-FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3"})
+FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe"})
 
 
 def marker(index: int, nonce: str) -> str:
@@ -160,76 +165,13 @@ def family_rule(model_type: str) -> type[Family]:
         from .vision_gemma3 import Gemma3
 
         return Gemma3
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        from .vision_qwen3 import Qwen3VL
+
+        return Qwen3VL
     from .vision_qwen import QwenVL
 
     return QwenVL
-
-
-class VisionLM:
-    """mlx-lm's model interface (``model(tokens, cache=, input_embeddings=)``
-    returning logits; ``layers``; ``make_cache``) over an mlx-vlm model's
-    language model, with explicit M-RoPE positions for Qwen (see the module
-    documentation).
-
-    Attributes:
-        positions: M-RoPE positions of the current prompt, ``(3, 1, n)``;
-            None before a prompt with images (positions are then the index
-            plus :attr:`delta`).
-        delta: position minus index of the tokens past :attr:`positions`.
-    """
-
-    def __init__(self, vlm: Any, mrope: bool) -> None:
-        self.vlm = vlm
-        self.language_model = vlm.language_model
-        self.mrope = mrope
-        self.positions: Any = None
-        self.delta = 0
-        self.prompt: list[int] | None = None  # the token list positions were set for
-
-    @property
-    def layers(self) -> Any:
-        return self.language_model.layers
-
-    def make_cache(self) -> list[Any]:
-        """The language model's caches (its ``make_cache``: Gemma 3's
-        ``RotatingKVCache`` of its sliding-window layers), as mlx-lm's classes
-        of the same kind, which the driver's prompt cache, KV quantization
-        and memory probe know; ``KVCache`` a layer without one."""
-        from mlx_lm.models.cache import KVCache, RotatingKVCache
-
-        if not hasattr(self.language_model, "make_cache"):
-            return [KVCache() for _ in self.language_model.layers]
-        caches = []
-        for cache in self.language_model.make_cache():
-            kind = type(cache).__name__
-            if kind == "KVCache":
-                cache = KVCache()
-            elif kind == "RotatingKVCache":
-                cache = RotatingKVCache(max_size=cache.max_size, keep=cache.keep)
-            caches.append(cache)
-        return caches
-
-    def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
-        extra: dict[str, Any] = {}
-        if self.mrope:
-            offset = int(cache[0].offset) if cache else 0
-            extra["position_ids"] = self._positions(offset, int(inputs.shape[1]))
-        out = self.language_model(inputs, inputs_embeds=input_embeddings, cache=cache, **extra)
-        return out.logits
-
-    def _positions(self, offset: int, length: int) -> Any:
-        """M-RoPE positions ``(3, 1, length)`` of the tokens at ``offset ..``."""
-        import mlx.core as mx
-
-        parts = []
-        known = 0 if self.positions is None else int(self.positions.shape[-1])
-        if offset < known:
-            parts.append(self.positions[:, :, offset : min(known, offset + length)])
-        rest = offset + length - max(offset, known)
-        if rest > 0:
-            start = max(offset, known) + self.delta
-            parts.append(mx.broadcast_to(mx.arange(start, start + rest)[None, None, :], (3, 1, rest)))
-        return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=-1)
 
 
 class Vision:
@@ -324,7 +266,8 @@ class Vision:
         ``start``, or tokens appended after it): the token ids (image
         positions as the family's image token) and their embeddings with the
         images' features in place, or None when no image is among them.
-        Sets the M-RoPE positions of ``prompt`` (:class:`VisionLM`)."""
+        Sets the M-RoPE positions of ``prompt`` and the deepstack rows of the
+        images among ``tokens`` (:class:`VisionLM`)."""
         import mlx.core as mx
 
         ids = [self.image_token if t < 0 else t for t in tokens]
@@ -334,21 +277,30 @@ class Vision:
             self._set_positions(prompt, spans)
         end = start + len(tokens)
         inside = [s for s in spans if s.start < end and s.end > start]
+        self.lm.visual, self.lm.deepstack = [], []  # set below for the images in these tokens
         if not inside:  # text only (appended tokens start past the prompt's images)
             return mx.array(ids), None
         lm = self.vlm.language_model
         embeds = lm.model.embed_tokens(mx.array(ids))
         parts = []
+        deep: list[list[Any]] = []
         pos = start
         for span in inside:
             lo, hi = max(span.start, start), min(span.end, end)
             if lo > pos:
                 parts.append(embeds[pos - start : lo - start])
-            features = self.family.checked(self.family.features(span, embeds.dtype), span)
-            parts.append(features.astype(embeds.dtype)[lo - span.start : hi - span.start])
+            features, deepstack = self.family.features(span, embeds.dtype)
+            parts.append(
+                self.family.checked(features, span).astype(embeds.dtype)[lo - span.start : hi - span.start]
+            )
+            if self.family.deepstack:
+                deep.append([layer[lo - span.start : hi - span.start] for layer in deepstack])
+                self.lm.visual += range(lo, hi)
             pos = hi
         if pos < end:
             parts.append(embeds[pos - start :])
+        if self.family.deepstack:
+            self.lm.deepstack = [mx.concatenate(layers, axis=0) for layers in zip(*deep, strict=True)]
         return mx.array(ids), mx.concatenate(parts, axis=0)
 
     def _set_positions(self, prompt: Prompt, spans: list[ImageSpan]) -> None:

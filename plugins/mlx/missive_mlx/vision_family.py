@@ -47,10 +47,13 @@ class Family:
             text before it is tokenized, as the processor's expanded prompt is.
         mrope: whether the family takes explicit M-RoPE positions
             (:meth:`positions`).
+        deepstack: whether its images have deepstack features
+            (:meth:`features`).
     """
 
     pad_text = ""
     mrope = False
+    deepstack = False
 
     def __init__(
         self, model_id: str, model_type: str, vlm: Any, image_processor: Any, token: Callable[[str], int]
@@ -72,9 +75,12 @@ class Family:
         """
         raise NotImplementedError
 
-    def features(self, span: ImageSpan, dtype: Any) -> Any:
+    def features(self, span: ImageSpan, dtype: Any) -> tuple[Any, list[Any]]:
         """The image's features, ``(n_tokens, hidden_size)``, as they go in
-        place of its tokens in the embeddings (of ``dtype``)."""
+        place of its tokens in the embeddings (of ``dtype``), and its
+        deepstack features (Qwen3-VL: one ``(n_tokens, hidden_size)`` array
+        a language model layer from the first, added to that layer's output
+        at the image's positions), empty for other families."""
         raise NotImplementedError
 
     def positions(self, ids: Any, spans: list[ImageSpan]) -> tuple[Any, int]:

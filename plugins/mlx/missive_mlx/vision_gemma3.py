@@ -74,7 +74,7 @@ class Gemma3(Family):
         out = self.preprocessed(rgb, return_tensors="np", do_pan_and_scan=False)
         return self.n_tokens, {"pixel_values": out["pixel_values"]}
 
-    def features(self, span: ImageSpan, dtype: Any) -> Any:
+    def features(self, span: ImageSpan, dtype: Any) -> tuple[Any, list[Any]]:
         import mlx.core as mx
 
         vlm = self.vlm
@@ -83,4 +83,4 @@ class Gemma3(Family):
             pixel_values.transpose(0, 2, 3, 1).astype(dtype), output_hidden_states=True
         )
         features = vlm.multi_modal_projector(hidden) / self.scale
-        return features.reshape(-1, features.shape[-1])
+        return features.reshape(-1, features.shape[-1]), []

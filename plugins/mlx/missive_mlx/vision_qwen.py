@@ -49,7 +49,11 @@ class QwenVL(Family):
         n = grid[0] * grid[1] * grid[2] // (self.merge * self.merge)
         return n, {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
 
-    def features(self, span: ImageSpan, dtype: Any) -> Any:
+    def features(self, span: ImageSpan, dtype: Any) -> tuple[Any, list[Any]]:
+        return self.tower(span), []
+
+    def tower(self, span: ImageSpan) -> Any:
+        """The vision tower's output for the image (Qwen2-VL: its features)."""
         import mlx.core as mx
 
         vlm = self.vlm

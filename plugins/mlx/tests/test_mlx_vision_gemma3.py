@@ -21,7 +21,6 @@ The answers are random tokens: only the plumbing is checked.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import anthropic
 import pytest
 from test_mlx_vision import _last_logits, image_block, png
+from vision_checks import AFTER, BEFORE, ids_of, prompt_of, rgb_images, runner_tokens, stacked
 
 from missive.testing import live_server
 
@@ -37,8 +37,6 @@ pytest.importorskip("mlx_vlm", reason="mlx-vlm (missive-mlx[vision]) is not inst
 VISION = "tiny-gemma3-vl"
 GREEDY = {"temperature": 0.0}
 SYSTEM = "You look at images."
-BEFORE = "<|im_start|>user\nLook:"
-AFTER = "<|im_end|>\n<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
@@ -52,66 +50,20 @@ def runner(gemma3_vl_dir: Path) -> Iterator[Any]:
     r.close()
 
 
-def _prompt(runner: Any, images: list[bytes], text: str = " What is it?") -> Any:
-    from PIL import Image
-
-    from missive.api import ImageInput, ImageMarks
-
-    marks = ImageMarks(runner.image_marker)
-    body = ""
-    for data in images:
-        with Image.open(io.BytesIO(data)) as opened:
-            size = opened.size
-        body += " " + marks.mark(ImageInput("image/png", data, *size))
-    return runner.tokenize([(BEFORE + body + text, False), (AFTER, False)], marks)
-
-
-def _ids(runner: Any, prompt: Any) -> Any:
-    import mlx.core as mx
-
-    return mx.array([[runner.vision.image_token if t < 0 else t for t in prompt.tokens]])
-
-
-def _pixels(prompt: Any) -> Any:
-    import mlx.core as mx
-
-    return mx.concatenate([mx.array(s.pixels["pixel_values"]) for s in prompt.media.spans])
-
-
 def _reference_logits(runner: Any, prompt: Any) -> Any:
     """mlx-vlm's own forward pass of the whole prompt (its embeddings; as its
     ``generate_step``, the language model gets no mask: causal)."""
     import mlx.core as mx
 
     vlm = runner.vision.vlm
-    ids = _ids(runner, prompt)
-    features = vlm.get_input_embeddings(ids, _pixels(prompt), mask=mx.ones(ids.shape))
+    ids = ids_of(runner, prompt)
+    features = vlm.get_input_embeddings(ids, stacked(prompt, "pixel_values"), mask=mx.ones(ids.shape))
     out = vlm.language_model(ids, inputs_embeds=features.inputs_embeds, cache=vlm.language_model.make_cache())
     return out.logits[0, -1].astype(mx.float32)
 
 
-def _runner_tokens(runner: Any, prompt: Any, n: int) -> tuple[list[int], int]:
-    """Greedy tokens through the runner (the engine's calls), and the prompt
-    tokens it read from its prompt cache."""
-    from missive.api import Sampling, Sequence
-
-    seq = Sequence(prompt=prompt, max_new=n, sampling=Sampling(temperature=0.0), cancelled=lambda: False)
-    runner.begin(seq)
-    out: list[int] = []
-    try:
-        while len(out) < n:
-            token = runner.step(seq)
-            if token is None:
-                break
-            out.append(token)
-    finally:
-        runner.end(seq, True)
-    return out, seq.reused
-
-
 def test_image_tokens_are_the_processors(runner: Any, gemma3_vl_dir: Path) -> None:
     from mlx_vlm.utils import load_processor
-    from PIL import Image
     from tiny_vision import GEMMA_TOKENS_PER_IMAGE
 
     processor = load_processor(gemma3_vl_dir, add_detokenizer=False)
@@ -120,12 +72,12 @@ def test_image_tokens_are_the_processors(runner: Any, gemma3_vl_dir: Path) -> No
     images = [png(w, h, (9, 99, 199 - i)) for i, (w, h) in enumerate(sizes)]
     # the "\n\n" after an image joins text starting with a word or with newlines
     for text in (" What is it?", "\n\nWhat?", "\nWhat"):
-        prompt = _prompt(runner, images, text)
+        prompt = prompt_of(runner, images, text)
         expected = processor(
             text=[BEFORE + " <start_of_image>" * len(images) + text + AFTER],
-            images=[Image.open(io.BytesIO(data)).convert("RGB") for data in images],
+            images=rgb_images(images),
         )["input_ids"]
-        assert _ids(runner, prompt)[0].tolist() == [int(t) for t in list(expected[0])], text
+        assert ids_of(runner, prompt)[0].tolist() == [int(t) for t in list(expected[0])], text
         for span in prompt.media.spans:
             assert span.n_tokens == GEMMA_TOKENS_PER_IMAGE
             assert prompt.tokens[span.start - 1] == vocab["<start_of_image>"]
@@ -136,7 +88,7 @@ def test_image_tokens_are_the_processors(runner: Any, gemma3_vl_dir: Path) -> No
 def test_logits_equal_mlx_vlm_in_one_pass_and_from_a_cached_prefix(runner: Any) -> None:
     import mlx.core as mx
 
-    prompt = _prompt(runner, [png(100, 60, (200, 10, 10)), png(60, 90, (10, 200, 10))])
+    prompt = prompt_of(runner, [png(100, 60, (200, 10, 10)), png(60, 90, (10, 200, 10))])
     first, second = prompt.media.spans
     reference = _reference_logits(runner, prompt)
     # one pass; past both images; inside an image; between them
@@ -159,25 +111,30 @@ def test_greedy_tokens_equal_mlx_vlm_generate_and_the_cache_reads_the_image(runn
     from mlx_vlm.generate.ar import generate_step
 
     n = 8
-    prompt = _prompt(runner, [png(90, 70, (40, 80, 120), noise=3)])
+    prompt = prompt_of(runner, [png(90, 70, (40, 80, 120), noise=3)])
     (span,) = prompt.media.spans
-    ids = _ids(runner, prompt)
+    ids = ids_of(runner, prompt)
     reference = [
         int(token)
         for token, _ in generate_step(
-            ids, runner.vision.vlm, _pixels(prompt), mx.ones(ids.shape), max_tokens=n, temperature=0.0
+            ids,
+            runner.vision.vlm,
+            stacked(prompt, "pixel_values"),
+            mx.ones(ids.shape),
+            max_tokens=n,
+            temperature=0.0,
         )
     ]
-    got, reused = _runner_tokens(runner, prompt, n)
+    got, reused = runner_tokens(runner, prompt, n)
     assert got and got == reference[: len(got)], (got, reference)
     assert len(got) == n or got[-1] in runner.tokenizer.eos_token_ids
     # the same prompt again: read from the prompt cache, image included, same tokens
-    again, reused = _runner_tokens(runner, prompt, n)
+    again, reused = runner_tokens(runner, prompt, n)
     assert reused > span.end and again == got
     # another image: the cached prefix stops at its first token
-    other = _prompt(runner, [png(90, 70, (40, 80, 121), noise=3)])
+    other = prompt_of(runner, [png(90, 70, (40, 80, 121), noise=3)])
     assert other.tokens[: span.start] == prompt.tokens[: span.start]
-    _, reused = _runner_tokens(runner, other, n)
+    _, reused = runner_tokens(runner, other, n)
     assert reused <= span.start
 
 

@@ -34,12 +34,17 @@ from typing import Any
 #: Largest image a tiny Qwen model reads: 64 tokens of 28 x 28 pixels.
 QWEN_MAX_PIXELS = 28 * 28 * 64
 
+#: Largest image a tiny Qwen3-VL reads: 64 tokens of 32 x 32 pixels.
+QWEN3_MAX_PIXELS = 32 * 32 * 64
+
 #: Gemma 3's image tokens: ``mm_tokens_per_image`` soft tokens an image.
 GEMMA_TOKENS_PER_IMAGE = 4
 
 _TOKENS = {
     "qwen2_5_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
     "gemma3": ["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
+    "qwen3_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+    "qwen3_vl_moe": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
 }
 
 #: Gemma 3's tokenizer_config.json names its image tokens (the processor reads them).
@@ -90,6 +95,52 @@ def _config(kind: str, ids: dict[str, int], base: dict[str, Any], vocab: int) ->
                 "temporal_patch_size": 2,
                 "window_size": 112,
                 "fullatt_block_indexes": [1],
+                "in_channels": 3,
+            },
+        }
+    if kind == "qwen3_vl_moe":  # Qwen3-VL's with 4 experts (2 a token) in each text layer
+        config = _config("qwen3_vl", ids, base, vocab)
+        moe = {"num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": []}
+        config["text_config"].update(model_type="qwen3_vl_moe", moe_intermediate_size=32, **moe)
+        config["vision_config"]["model_type"] = "qwen3_vl_moe"
+        return {**config, "model_type": "qwen3_vl_moe"}
+    if kind == "qwen3_vl":
+        return {
+            "model_type": "qwen3_vl",
+            "image_token_id": ids["<|image_pad|>"],
+            "video_token_id": ids["<|video_pad|>"],
+            "vision_start_token_id": ids["<|vision_start|>"],
+            "vision_end_token_id": ids["<|vision_end|>"],
+            "vocab_size": vocab,
+            "bos_token_id": base.get("bos_token_id"),
+            "eos_token_id": base.get("eos_token_id"),
+            "tie_word_embeddings": True,
+            "text_config": {
+                **text,
+                "model_type": "qwen3_vl",
+                "head_dim": 32,
+                "rope_theta": 5e6,
+                # 16 rotary frequencies split among time, height, width, interleaved
+                "rope_scaling": {
+                    "rope_type": "default",
+                    "mrope_section": [4, 6, 6],
+                    "mrope_interleaved": True,
+                },
+            },
+            # patches of 16 pixels, 2 x 2 merged into a token; the outputs of
+            # blocks 0 and 1 added to the text model's layers 0 and 1 (deepstack)
+            "vision_config": {
+                "model_type": "qwen3_vl",
+                "depth": 3,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "out_hidden_size": 64,
+                "num_heads": 2,
+                "patch_size": 16,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "num_position_embeddings": 64,
+                "deepstack_visual_indexes": [0, 1],
                 "in_channels": 3,
             },
         }
@@ -145,6 +196,23 @@ def _preprocessor(kind: str) -> dict[str, Any]:
             "do_normalize": True,
             "do_convert_rgb": True,
         }
+    if kind == "qwen3_vl_moe":
+        return _preprocessor("qwen3_vl")
+    if kind == "qwen3_vl":
+        return {
+            "image_processor_type": "Qwen2VLImageProcessorFast",
+            "processor_class": "Qwen3VLProcessor",
+            "patch_size": 16,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "size": {"shortest_edge": 64 * 64, "longest_edge": QWEN3_MAX_PIXELS},
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "do_convert_rgb": True,
+        }
     if kind == "gemma3":
         return {
             "image_processor_type": "Gemma3ImageProcessor",
@@ -164,7 +232,8 @@ def _preprocessor(kind: str) -> dict[str, Any]:
 
 
 def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
-    """Write a random-weight ``kind`` vision model (``qwen2_5_vl``, ``gemma3``) into ``out``."""
+    """Write a random-weight ``kind`` vision model (``qwen2_5_vl``, ``gemma3``,
+    ``qwen3_vl``, ``qwen3_vl_moe``) into ``out``."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_vlm.utils import get_model_and_args
