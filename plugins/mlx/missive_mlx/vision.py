@@ -28,6 +28,10 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
     plus deepstack features added to the first language layers' outputs
     at the image's positions (:class:`VisionLM` gives each forward pass
     the rows of the image positions among its tokens);
+  - Mistral 3 (``mistral3``; :mod:`missive_mlx.vision_mistral3`): rows
+    of ``[IMG]``, each closed by ``[IMG_BREAK]``, the last by
+    ``[IMG_END]``, all the image's span (:attr:`ImageSpan.layout`: the
+    features go to the ``[IMG]`` positions only); plain positions;
   - Gemma 3 (``gemma3``; :mod:`missive_mlx.vision_gemma3`): ``"\\n\\n"``,
     ``<start_of_image>``, ``mm_tokens_per_image`` soft tokens,
     ``<end_of_image>``, ``"\\n\\n"`` (``Family.pad_text``: the
@@ -40,7 +44,7 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   does), so the prompt cache's prefix comparison
   (:mod:`missive_mlx.prompt_cache`) reuses an image already in a cached
   prefix and stops at one that differs; the model gets the family's image
-  token id there;
+  token id there (or the span's layout: Mistral 3's break tokens);
 * at generation the part of the prompt past the cached prefix is embedded
   (the language model's ``embed_tokens``) with the vision tower's features
   of each image in it put in place of its image tokens (the family's
@@ -62,7 +66,7 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   probe treat them as for a text model.
 
 Families mlx-vlm loads but this module does not place images for yet
-(Mistral 3 / Pixtral's image break tokens, Llama 4's tiles...) are served
+(Pixtral 12B's own projector, Llama 4's tiles...) are served
 as text-only models through mlx-lm, with a warning at load, as is every
 vision folder when mlx-vlm is not installed (``missive-mlx[vision]``).
 """
@@ -102,7 +106,7 @@ log = logging.getLogger("missive.mlx")
 VISION_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 #: ``model_type`` values of ``config.json`` whose images this module places.
-FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe"})
+FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "mistral3"})
 
 
 def marker(index: int, nonce: str) -> str:
@@ -165,6 +169,10 @@ def family_rule(model_type: str) -> type[Family]:
         from .vision_gemma3 import Gemma3
 
         return Gemma3
+    if model_type == "mistral3":
+        from .vision_mistral3 import Mistral3
+
+        return Mistral3
     if model_type in ("qwen3_vl", "qwen3_vl_moe"):
         from .vision_qwen3 import Qwen3VL
 
@@ -254,8 +262,9 @@ class Vision:
 
     def _append_image(self, image: ImageInput, tokens: list[int], media: MediaPrompt) -> None:
         n, pixels = self.family.preprocess(_rgb(image))
+        layout = pixels.pop("layout", None)
         tokens += self.family.before
-        media.spans.append(ImageSpan(start=len(tokens), n_tokens=n, pixels=pixels))
+        media.spans.append(ImageSpan(start=len(tokens), n_tokens=n, pixels=pixels, layout=layout))
         tokens += [image_id(image)] * n
         tokens += self.family.after
 
@@ -270,9 +279,9 @@ class Vision:
         images among ``tokens`` (:class:`VisionLM`)."""
         import mlx.core as mx
 
-        ids = [self.image_token if t < 0 else t for t in tokens]
         media: MediaPrompt | None = prompt.media if isinstance(prompt.media, MediaPrompt) else None
         spans = media.spans if media is not None else []
+        ids = self.model_ids(tokens, start, spans)
         if self.family.mrope:
             self._set_positions(prompt, spans)
         end = start + len(tokens)
@@ -290,9 +299,8 @@ class Vision:
             if lo > pos:
                 parts.append(embeds[pos - start : lo - start])
             features, deepstack = self.family.features(span, embeds.dtype)
-            parts.append(
-                self.family.checked(features, span).astype(embeds.dtype)[lo - span.start : hi - span.start]
-            )
+            rows = self._rows(span, self.family.checked(features, span).astype(embeds.dtype))
+            parts.append(rows[lo - span.start : hi - span.start])
             if self.family.deepstack:
                 deep.append([layer[lo - span.start : hi - span.start] for layer in deepstack])
                 self.lm.visual += range(lo, hi)
@@ -302,6 +310,31 @@ class Vision:
         if self.family.deepstack:
             self.lm.deepstack = [mx.concatenate(layers, axis=0) for layers in zip(*deep, strict=True)]
         return mx.array(ids), mx.concatenate(parts, axis=0)
+
+    def model_ids(self, tokens: list[int], start: int, spans: list[ImageSpan]) -> list[int]:
+        """The token ids the model gets for ``tokens`` (from position
+        ``start`` of a prompt holding ``spans``): an image's positions hold
+        the family's image token, or its :attr:`ImageSpan.layout`."""
+        ids = [self.image_token if t < 0 else t for t in tokens]
+        for span in spans:
+            if span.layout is not None and span.start < start + len(tokens) and span.end > start:
+                lo, hi = max(span.start, start), min(span.end, start + len(tokens))
+                ids[lo - start : hi - start] = span.layout[lo - span.start : hi - span.start]
+        return ids
+
+    def _rows(self, span: ImageSpan, features: Any) -> Any:
+        """The embeddings of the span's positions: ``features`` where its
+        layout holds the image token (all of them without a layout), the
+        token's embedding elsewhere."""
+        import mlx.core as mx
+
+        if span.layout is None:
+            return features
+        layout = mx.array(span.layout)
+        image = layout == self.image_token
+        order = mx.maximum(mx.cumsum(image.astype(mx.int32)) - 1, 0)
+        embeds = self.vlm.language_model.model.embed_tokens(layout).astype(features.dtype)
+        return mx.where(image[:, None], features[order], embeds)
 
     def _set_positions(self, prompt: Prompt, spans: list[ImageSpan]) -> None:
         import mlx.core as mx
@@ -313,7 +346,7 @@ class Vision:
         if not spans:
             lm.positions, lm.delta = None, 0
             return
-        ids = mx.array([[self.image_token if t < 0 else t for t in prompt.tokens]])
+        ids = mx.array([self.model_ids(prompt.tokens, 0, spans)])
         lm.positions, lm.delta = self.family.positions(ids, spans)
 
 

@@ -24,11 +24,18 @@ class ImageSpan:
     Attributes:
         pixels: the processor's arrays for it (``pixel_values``, and Qwen's
             ``image_grid_thw``), as numpy or MLX arrays.
+        layout: the token id the model gets at each of its positions when
+            they are not all the family's image token (Mistral 3: ``[IMG]``
+            rows, each closed by ``[IMG_BREAK]``, the last by
+            ``[IMG_END]``); the image's features go, in order, to the
+            positions holding the image token, the others are embedded as
+            tokens. None: every position holds a feature.
     """
 
     start: int
     n_tokens: int
     pixels: dict[str, Any]
+    layout: tuple[int, ...] | None = None
 
     @property
     def end(self) -> int:
@@ -68,7 +75,8 @@ class Family:
 
     def preprocess(self, rgb: Any) -> tuple[int, dict[str, Any]]:
         """The number of tokens of an RGB Pillow image and the processor's
-        arrays for it (:attr:`ImageSpan.pixels`).
+        arrays for it (:attr:`ImageSpan.pixels`; a ``layout`` entry, if
+        any, is the span's :attr:`ImageSpan.layout`).
 
         Raises:
             InvalidRequestError: the processor refused the image.
@@ -98,8 +106,7 @@ class Family:
             ) from exc
 
     def checked(self, features: Any, span: ImageSpan) -> Any:
-        if features.shape[0] != span.n_tokens:
-            raise ApiError(
-                f"the vision tower gave {features.shape[0]} features for an image of {span.n_tokens} tokens"
-            )
+        n = span.n_tokens if span.layout is None else span.layout.count(self.image_token)
+        if features.shape[0] != n:
+            raise ApiError(f"the vision tower gave {features.shape[0]} features for an image of {n} tokens")
         return features

@@ -37,6 +37,9 @@ QWEN_MAX_PIXELS = 28 * 28 * 64
 #: Largest image a tiny Qwen3-VL reads: 64 tokens of 32 x 32 pixels.
 QWEN3_MAX_PIXELS = 32 * 32 * 64
 
+#: Longest image side a tiny Mistral 3 reads: 8 x 8 tokens of 16 x 16 pixels.
+MISTRAL_MAX_EDGE = 128
+
 #: Gemma 3's image tokens: ``mm_tokens_per_image`` soft tokens an image.
 GEMMA_TOKENS_PER_IMAGE = 4
 
@@ -45,6 +48,7 @@ _TOKENS = {
     "gemma3": ["<start_of_image>", "<end_of_image>", "<image_soft_token>"],
     "qwen3_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
     "qwen3_vl_moe": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+    "mistral3": ["[IMG]", "[IMG_BREAK]", "[IMG_END]"],
 }
 
 #: Gemma 3's tokenizer_config.json names its image tokens (the processor reads them).
@@ -144,6 +148,30 @@ def _config(kind: str, ids: dict[str, int], base: dict[str, Any], vocab: int) ->
                 "in_channels": 3,
             },
         }
+    if kind == "mistral3":
+        return {
+            "model_type": "mistral3",
+            "image_token_index": ids["[IMG]"],
+            "spatial_merge_size": 2,
+            "vision_feature_layer": -1,
+            "multimodal_projector_bias": False,
+            "vocab_size": vocab,
+            "bos_token_id": base.get("bos_token_id"),
+            "eos_token_id": base.get("eos_token_id"),
+            "text_config": {**text, "model_type": "mistral", "head_dim": 32, "rope_theta": 1e6},
+            # Pixtral: patches of 8 pixels, 2 x 2 merged into a token by the projector
+            "vision_config": {
+                "model_type": "pixtral",
+                "num_hidden_layers": 2,
+                "hidden_size": 32,
+                "head_dim": 16,
+                "intermediate_size": 64,
+                "num_attention_heads": 2,
+                "image_size": MISTRAL_MAX_EDGE,
+                "patch_size": 8,
+                "rope_theta": 10000.0,
+            },
+        }
     if kind == "gemma3":
         return {
             "model_type": "gemma3",
@@ -213,6 +241,21 @@ def _preprocessor(kind: str) -> dict[str, Any]:
             "do_normalize": True,
             "do_convert_rgb": True,
         }
+    if kind == "mistral3":
+        return {
+            "image_processor_type": "PixtralImageProcessor",
+            "processor_class": "Mistral3Processor",
+            "patch_size": 8,
+            "size": {"longest_edge": MISTRAL_MAX_EDGE},
+            "resample": 3,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073],
+            "image_std": [0.26862954, 0.26130258, 0.27577711],
+            "do_resize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "do_convert_rgb": True,
+        }
     if kind == "gemma3":
         return {
             "image_processor_type": "Gemma3ImageProcessor",
@@ -261,5 +304,8 @@ def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
     (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor(kind), indent=2))
     if kind == "gemma3":
         processor = {"processor_class": "Gemma3Processor", "image_seq_length": GEMMA_TOKENS_PER_IMAGE}
+        (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
+    if kind == "mistral3":
+        processor = {"processor_class": "Mistral3Processor", "patch_size": 8, "spatial_merge_size": 2}
         (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
     return out

@@ -31,7 +31,7 @@ def ids_of(runner: Any, prompt: Any) -> Any:
     """The prompt's token ids as the model gets them, ``(1, n)``."""
     import mlx.core as mx
 
-    return mx.array([[runner.vision.image_token if t < 0 else t for t in prompt.tokens]])
+    return mx.array([runner.vision.model_ids(prompt.tokens, 0, prompt.media.spans)])
 
 
 def stacked(prompt: Any, key: str) -> Any:
