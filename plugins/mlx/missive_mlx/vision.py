@@ -28,7 +28,8 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
     plus deepstack features added to the first language layers' outputs
     at the image's positions (:class:`VisionLM` gives each forward pass
     the rows of the image positions among its tokens);
-  - Mistral 3 (``mistral3``; :mod:`missive_mlx.vision_mistral3`): rows
+  - Mistral 3 and Pixtral (``mistral3``, ``pixtral``;
+    :mod:`missive_mlx.vision_mistral3`): rows
     of ``[IMG]``, each closed by ``[IMG_BREAK]``, the last by
     ``[IMG_END]``, all the image's span (:attr:`ImageSpan.layout`: the
     features go to the ``[IMG]`` positions only); plain positions;
@@ -66,7 +67,7 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   probe treat them as for a text model.
 
 Families mlx-vlm loads but this module does not place images for yet
-(Pixtral 12B's own projector, Llama 4's tiles...) are served
+(Llama 4's tiles, SmolVLM...) are served
 as text-only models through mlx-lm, with a warning at load, as is every
 vision folder when mlx-vlm is not installed (``missive-mlx[vision]``).
 """
@@ -106,7 +107,7 @@ log = logging.getLogger("missive.mlx")
 VISION_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 #: ``model_type`` values of ``config.json`` whose images this module places.
-FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "mistral3"})
+FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "mistral3", "pixtral"})
 
 
 def marker(index: int, nonce: str) -> str:
@@ -169,7 +170,7 @@ def family_rule(model_type: str) -> type[Family]:
         from .vision_gemma3 import Gemma3
 
         return Gemma3
-    if model_type == "mistral3":
+    if model_type in ("mistral3", "pixtral"):
         from .vision_mistral3 import Mistral3
 
         return Mistral3

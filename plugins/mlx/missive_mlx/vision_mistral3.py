@@ -1,6 +1,6 @@
-"""Mistral 3 images (``mistral3``: Mistral Small 3.1 / 3.2 and the models
-built like them), a :class:`~missive_mlx.vision_family.Family` of
-:mod:`missive_mlx.vision`.
+"""Mistral 3 and Pixtral images (``mistral3``: Mistral Small 3.1 / 3.2 and
+the models built like them; ``pixtral``: Pixtral 12B), a
+:class:`~missive_mlx.vision_family.Family` of :mod:`missive_mlx.vision`.
 
 The rule of transformers' ``Mistral3Processor`` / ``PixtralProcessor``
 (`processing_pixtral.py
@@ -22,8 +22,10 @@ vision tower, its ``Mistral3MultiModalProjector``):
 * the features (one an ``[IMG]``) are the Pixtral tower's hidden state of
   ``vision_feature_layer`` (its own 2-D RoPE over the patches of the
   image's real size), merged ``merge x merge`` and projected
-  (``multi_modal_projector(features, image_sizes)``); the break and end
-  tokens keep their embeddings;
+  (``multi_modal_projector(features, image_sizes)``); Pixtral 12B has no
+  merger (``spatial_merge_size`` 1: a token a patch) and a plain two-layer
+  projector (mlx-vlm's ``pixtral`` model); the break and end tokens keep
+  their embeddings;
 * positions are the token's index (plain RoPE), attention causal.
 """
 
@@ -50,7 +52,7 @@ class Mistral3(Family):
         self.image_token = int(config.image_token_index)
         self.row_end = token("[IMG_BREAK]")
         self.image_end = token("[IMG_END]")
-        self.merge = int(config.spatial_merge_size)
+        self.merge = int(getattr(config, "spatial_merge_size", 1))  # Pixtral: none
         self.patch = int(config.vision_config.patch_size)
 
     def preprocess(self, rgb: Any) -> tuple[int, dict[str, Any]]:
@@ -81,4 +83,7 @@ class Mistral3(Family):
         selected = hidden[vlm.vision_feature_layer]
         if selected.ndim == 3 and selected.shape[0] == 1:
             selected = selected.squeeze(0)
+        if self.model_type == "pixtral":  # a token a patch: no merger
+            features = vlm.multi_modal_projector(selected)
+            return features.reshape(-1, features.shape[-1]), []
         return vlm.multi_modal_projector(selected, sizes), []

@@ -89,10 +89,13 @@ def qwen3_vl_dir(
     return build_tiny_vision(kind, mlx_model_dir, tmp_path_factory.mktemp(f"{kind}-tiny"))
 
 
-@pytest.fixture(scope="session")
-def mistral3_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight Mistral 3 vision folder (:mod:`tiny_vision`); needs mlx-vlm."""
+@pytest.fixture(scope="session", params=["mistral3", "pixtral"])
+def mistral3_vl_dir(
+    request: pytest.FixtureRequest, mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A tiny random-weight Mistral 3 or Pixtral folder (:mod:`tiny_vision`); needs mlx-vlm."""
     pytest.importorskip("mlx_vlm")
     from tiny_vision import build_tiny_vision
 
-    return build_tiny_vision("mistral3", mlx_model_dir, tmp_path_factory.mktemp("mistral3-tiny"))
+    kind = str(request.param)
+    return build_tiny_vision(kind, mlx_model_dir, tmp_path_factory.mktemp(f"{kind}-tiny"))

@@ -1,10 +1,10 @@
-"""Mistral 3 images on MLX (:mod:`missive_mlx.vision_mistral3`), on a tiny
-random-weight Mistral 3 (:mod:`tiny_vision`: a Pixtral tower of 8-pixel
-patches, merged 2 x 2 into a token, images up to 128 pixels a side) with
-SmolLM2's tokenizer.
+"""Mistral 3 and Pixtral images on MLX (:mod:`missive_mlx.vision_mistral3`),
+on tiny random-weight models (:mod:`tiny_vision`: a Pixtral tower of 8-pixel
+patches; Mistral 3 merges them 2 x 2 into a token, up to 128 pixels a side;
+Pixtral takes a token a patch, up to 64) with SmolLM2's tokenizer.
 
 * placement: the prompt's tokens are those of mlx-vlm's
-  ``Mistral3Processor`` for the same text (rows of ``[IMG]``, each closed
+  ``Mistral3Processor`` / ``PixtralProcessor`` for the same text (rows of ``[IMG]``, each closed
   by ``[IMG_BREAK]``, the last by ``[IMG_END]``), for several sizes;
 * the model: the logits of the prompt's last token, read in one pass or
   from a cached prefix (ending inside an image too), equal mlx-vlm's own
@@ -38,16 +38,21 @@ GREEDY = {"temperature": 0.0}
 SYSTEM = "You look at images."
 
 
-def mistral_tokens(width: int, height: int) -> int:
-    """Tokens of a ``width x height`` image for the tiny model's processor:
-    scaled down to fit 128 pixels a side (never up), each side rounded up to
-    a multiple of 16 (patch 8 x merge 2); a row of tokens a 16 pixels, plus
-    its break (the last row's end) token."""
+def mistral_tokens(folder: Path, width: int, height: int) -> int:
+    """Tokens of a ``width x height`` image for the tiny model's processor
+    (:data:`tiny_vision.MISTRAL_GEOMETRY`): scaled down to fit the longest
+    side (never up), each side rounded up to a multiple of the pixels a
+    token (Mistral 3: 16, patch 8 x merge 2; Pixtral: 8); a row of tokens,
+    plus its break (the last row's end) token."""
+    import json
     import math
 
-    scale = min(1.0, 128 / max(width, height))
+    from tiny_vision import MISTRAL_GEOMETRY
+
+    longest, side = MISTRAL_GEOMETRY[json.loads((folder / "config.json").read_text())["model_type"]]
+    scale = min(1.0, longest / max(width, height))
     w, h = int(width * scale), int(height * scale)
-    cols, rows = math.ceil(w / 16), math.ceil(h / 16)
+    cols, rows = math.ceil(w / side), math.ceil(h / side)
     return rows * (cols + 1)
 
 
@@ -86,7 +91,7 @@ def test_image_tokens_are_the_processors(runner: Any, mistral3_vl_dir: Path) -> 
         ids = ids_of(runner, prompt)[0].tolist()
         assert ids == [int(t) for t in list(expected["input_ids"][0])], (width, height)
         (span,) = prompt.media.spans
-        assert span.n_tokens == mistral_tokens(width, height), (width, height)
+        assert span.n_tokens == mistral_tokens(mistral3_vl_dir, width, height), (width, height)
         assert ids[span.end - 1] == vocab["[IMG_END]"]
         assert (
             set(prompt.tokens[span.start : span.end]) == {prompt.tokens[span.start]}
@@ -176,9 +181,9 @@ def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]]) -> tuple[An
     return message, counted
 
 
-def test_served_image_counts_and_cache(client: anthropic.Anthropic) -> None:
+def test_served_image_counts_and_cache(client: anthropic.Anthropic, mistral3_vl_dir: Path) -> None:
     x, y = png(200, 140, (10, 20, 30), noise=7), png(200, 140, (10, 20, 31), noise=7)
-    n = mistral_tokens(200, 140)
+    n = mistral_tokens(mistral3_vl_dir, 200, 140)
     first, total = ask(client, [user(x, "Which image is this?")])
     assert first.usage.output_tokens >= 1
     text_only = client.messages.count_tokens(

@@ -40,6 +40,10 @@ QWEN3_MAX_PIXELS = 32 * 32 * 64
 #: Longest image side a tiny Mistral 3 reads: 8 x 8 tokens of 16 x 16 pixels.
 MISTRAL_MAX_EDGE = 128
 
+#: Per kind of the Mistral 3 layout: the longest image side and the pixels
+#: a token (Mistral 3: patch 8 x merge 2; Pixtral: patch 8, no merge).
+MISTRAL_GEOMETRY = {"mistral3": (MISTRAL_MAX_EDGE, 16), "pixtral": (64, 8)}
+
 #: Gemma 3's image tokens: ``mm_tokens_per_image`` soft tokens an image.
 GEMMA_TOKENS_PER_IMAGE = 4
 
@@ -49,6 +53,7 @@ _TOKENS = {
     "qwen3_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
     "qwen3_vl_moe": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
     "mistral3": ["[IMG]", "[IMG_BREAK]", "[IMG_END]"],
+    "pixtral": ["[IMG]", "[IMG_BREAK]", "[IMG_END]"],
 }
 
 #: Gemma 3's tokenizer_config.json names its image tokens (the processor reads them).
@@ -148,6 +153,12 @@ def _config(kind: str, ids: dict[str, int], base: dict[str, Any], vocab: int) ->
                 "in_channels": 3,
             },
         }
+    if kind == "pixtral":  # Mistral 3's without the patch merger: a token a patch, a bias in the projector
+        config = _config("mistral3", ids, base, vocab)
+        for key in ("spatial_merge_size", "multimodal_projector_bias"):
+            del config[key]
+        config["vision_config"]["image_size"] = MISTRAL_GEOMETRY["pixtral"][0]
+        return {**config, "model_type": "pixtral"}
     if kind == "mistral3":
         return {
             "model_type": "mistral3",
@@ -241,6 +252,12 @@ def _preprocessor(kind: str) -> dict[str, Any]:
             "do_normalize": True,
             "do_convert_rgb": True,
         }
+    if kind == "pixtral":
+        return {
+            **_preprocessor("mistral3"),
+            "processor_class": "PixtralProcessor",
+            "size": {"longest_edge": 64},
+        }
     if kind == "mistral3":
         return {
             "image_processor_type": "PixtralImageProcessor",
@@ -276,7 +293,7 @@ def _preprocessor(kind: str) -> dict[str, Any]:
 
 def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
     """Write a random-weight ``kind`` vision model (``qwen2_5_vl``, ``gemma3``,
-    ``qwen3_vl``, ``qwen3_vl_moe``) into ``out``."""
+    ``qwen3_vl``, ``qwen3_vl_moe``, ``mistral3``, ``pixtral``) into ``out``."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_vlm.utils import get_model_and_args
@@ -305,7 +322,11 @@ def build_tiny_vision(kind: str, tokenizer_dir: Path, out: Path) -> Path:
     if kind == "gemma3":
         processor = {"processor_class": "Gemma3Processor", "image_seq_length": GEMMA_TOKENS_PER_IMAGE}
         (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
-    if kind == "mistral3":
-        processor = {"processor_class": "Mistral3Processor", "patch_size": 8, "spatial_merge_size": 2}
+    if kind in ("mistral3", "pixtral"):
+        processor = {
+            "processor_class": "Mistral3Processor" if kind == "mistral3" else "PixtralProcessor",
+            "patch_size": 8,
+            "spatial_merge_size": 2 if kind == "mistral3" else 1,
+        }
         (out / "processor_config.json").write_text(json.dumps(processor, indent=2))
     return out
