@@ -16,27 +16,41 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   text can never forge one); text between markers is tokenized as before;
 * each marker becomes the family's image tokens: the processor preprocesses
   the image (resize, patches) at tokenizing time, which fixes how many
-  tokens it takes, so ``count_tokens`` and the usage are exact:
+  tokens it takes, so ``count_tokens`` and the usage are exact. Each
+  family is a :class:`~missive_mlx.vision_family.Family` in a module of its
+  own (its processor's expansion, its features, its positions):
 
-  - Qwen2-VL and Qwen2.5-VL (``qwen2_vl``, ``qwen2_5_vl``; the
-    transformers processors ``Qwen2VLProcessor`` / ``Qwen2_5_VLProcessor``):
-    ``<|vision_start|>``, then ``t * h * w / merge_size**2`` times
-    ``<|image_pad|>`` (``image_grid_thw`` of the processor: patches of
-    ``patch_size`` pixels after ``smart_resize`` to a multiple of
-    ``patch_size * merge_size`` within ``min_pixels .. max_pixels``), then
-    ``<|vision_end|>``;
+  - Qwen2-VL and Qwen2.5-VL (``qwen2_vl``, ``qwen2_5_vl``;
+    :mod:`missive_mlx.vision_qwen`): ``<|vision_start|>``, one
+    ``<|image_pad|>`` per merged patch, ``<|vision_end|>``; M-RoPE;
+  - Qwen3-VL (``qwen3_vl``, ``qwen3_vl_moe``;
+    :mod:`missive_mlx.vision_qwen3`): Qwen2.5-VL's tokens and positions,
+    plus deepstack features added to the first language layers' outputs
+    at the image's positions (:class:`VisionLM` gives each forward pass
+    the rows of the image positions among its tokens);
+  - Mistral 3 and Pixtral (``mistral3``, ``pixtral``;
+    :mod:`missive_mlx.vision_mistral3`): rows
+    of ``[IMG]``, each closed by ``[IMG_BREAK]``, the last by
+    ``[IMG_END]``, all the image's span (:attr:`ImageSpan.layout`: the
+    features go to the ``[IMG]`` positions only); plain positions;
+  - Gemma 3 (``gemma3``; :mod:`missive_mlx.vision_gemma3`): ``"\\n\\n"``,
+    ``<start_of_image>``, ``mm_tokens_per_image`` soft tokens,
+    ``<end_of_image>``, ``"\\n\\n"`` (``Family.pad_text``: the
+    newlines are joined to the text around the image before it is
+    tokenized, as the processor's expanded prompt is); plain positions;
+    causal attention, as mlx-vlm's own generation;
 
 * in the prompt's token list the image's positions hold a synthetic id
   (negative, from a SHA-256 of the image's bytes, as the llamacpp driver
   does), so the prompt cache's prefix comparison
   (:mod:`missive_mlx.prompt_cache`) reuses an image already in a cached
   prefix and stops at one that differs; the model gets the family's image
-  token id there;
+  token id there (or the span's layout: Mistral 3's break tokens);
 * at generation the part of the prompt past the cached prefix is embedded
   (the language model's ``embed_tokens``) with the vision tower's features
   of each image in it put in place of its image tokens (the family's
-  ``get_input_embeddings`` rule: Qwen's ``vision_tower(pixel_values,
-  grid_thw)``), and ``mlx_lm.generate_step`` reads
+  ``get_input_embeddings`` rule: ``Family.features``), and
+  ``mlx_lm.generate_step`` reads
   those embeddings (its ``input_embeddings``) through :class:`VisionLM`,
   which gives mlx-lm's model interface to mlx-vlm's language model;
 * Qwen's M-RoPE positions (three position ids a token: time, height, width;
@@ -46,14 +60,16 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
   every forward pass, prompt or generated token (a generated token's
   position is its index plus the prompt's ``rope_deltas``), so a cached
   prefix continues at the right positions and nothing depends on the state
-  mlx-vlm's language model keeps between calls.
+  mlx-vlm's language model keeps between calls;
+* the caches are mlx-lm's classes of the kinds the language model's
+  ``make_cache`` makes (Gemma 3's sliding-window layers: a
+  ``RotatingKVCache``), so the prompt cache, KV quantization and the memory
+  probe treat them as for a text model.
 
 Families mlx-vlm loads but this module does not place images for yet
-(Gemma 3's 256 soft tokens and bidirectional image attention, Qwen3-VL's
-deepstack features, Mistral 3 / Pixtral's image break tokens, Llama 4's
-tiles...) are served as text-only models through mlx-lm, with a warning at
-load, as is every vision folder when mlx-vlm is not installed
-(``missive-mlx[vision]``).
+(Llama 4's tiles, SmolVLM...) are served
+as text-only models through mlx-lm, with a warning at load, as is every
+vision folder when mlx-vlm is not installed (``missive-mlx[vision]``).
 """
 
 from __future__ import annotations
@@ -69,8 +85,12 @@ from typing import Any
 
 from missive.api import ApiError, ConfigError, ImageInput, ImageMarks, InvalidRequestError, Prompt
 
+from .vision_family import Family, ImageSpan
+from .vision_lm import VisionLM
+
 __all__ = [
     "FAMILIES",
+    "Family",
     "ImageSpan",
     "MediaPrompt",
     "Vision",
@@ -87,7 +107,7 @@ log = logging.getLogger("missive.mlx")
 VISION_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 #: ``model_type`` values of ``config.json`` whose images this module places.
-FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl"})
+FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "gemma3", "qwen3_vl", "qwen3_vl_moe", "mistral3", "pixtral"})
 
 
 def marker(index: int, nonce: str) -> str:
@@ -112,24 +132,6 @@ def image_id(image: ImageInput) -> int:
     in the prompt cache and different ones (all but surely) do not."""
     digest = hashlib.sha256(image.data).digest()
     return -1 - int.from_bytes(digest[:4], "big") % (2**31 - 2)
-
-
-@dataclass(frozen=True)
-class ImageSpan:
-    """One image in a prompt: positions ``start .. start + n_tokens - 1``.
-
-    Attributes:
-        pixels: the processor's arrays for it (``pixel_values``, and Qwen's
-            ``image_grid_thw``), as numpy or MLX arrays.
-    """
-
-    start: int
-    n_tokens: int
-    pixels: dict[str, Any]
-
-    @property
-    def end(self) -> int:
-        return self.start + self.n_tokens
 
 
 @dataclass
@@ -162,59 +164,23 @@ def vision_capable(path: Path) -> bool:
     return vision_model_type(path) in FAMILIES and importlib.util.find_spec("mlx_vlm") is not None
 
 
-class VisionLM:
-    """mlx-lm's model interface (``model(tokens, cache=, input_embeddings=)``
-    returning logits; ``layers``; ``make_cache``) over an mlx-vlm model's
-    language model, with explicit M-RoPE positions for Qwen (see the module
-    documentation).
+def family_rule(model_type: str) -> type[Family]:
+    """The :class:`Family` of a ``model_type`` of :data:`FAMILIES`."""
+    if model_type == "gemma3":
+        from .vision_gemma3 import Gemma3
 
-    Attributes:
-        positions: M-RoPE positions of the current prompt, ``(3, 1, n)``;
-            None before a prompt with images (positions are then the index
-            plus :attr:`delta`).
-        delta: position minus index of the tokens past :attr:`positions`.
-    """
+        return Gemma3
+    if model_type in ("mistral3", "pixtral"):
+        from .vision_mistral3 import Mistral3
 
-    def __init__(self, vlm: Any, mrope: bool) -> None:
-        self.vlm = vlm
-        self.language_model = vlm.language_model
-        self.mrope = mrope
-        self.positions: Any = None
-        self.delta = 0
-        self.prompt: list[int] | None = None  # the token list positions were set for
+        return Mistral3
+    if model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        from .vision_qwen3 import Qwen3VL
 
-    @property
-    def layers(self) -> Any:
-        return self.language_model.layers
+        return Qwen3VL
+    from .vision_qwen import QwenVL
 
-    def make_cache(self) -> list[Any]:
-        if hasattr(self.language_model, "make_cache"):
-            return list(self.language_model.make_cache())
-        from mlx_lm.models.cache import KVCache
-
-        return [KVCache() for _ in self.language_model.layers]
-
-    def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
-        extra: dict[str, Any] = {}
-        if self.mrope:
-            offset = int(cache[0].offset) if cache else 0
-            extra["position_ids"] = self._positions(offset, int(inputs.shape[1]))
-        out = self.language_model(inputs, inputs_embeds=input_embeddings, cache=cache, **extra)
-        return out.logits
-
-    def _positions(self, offset: int, length: int) -> Any:
-        """M-RoPE positions ``(3, 1, length)`` of the tokens at ``offset ..``."""
-        import mlx.core as mx
-
-        parts = []
-        known = 0 if self.positions is None else int(self.positions.shape[-1])
-        if offset < known:
-            parts.append(self.positions[:, :, offset : min(known, offset + length)])
-        rest = offset + length - max(offset, known)
-        if rest > 0:
-            start = max(offset, known) + self.delta
-            parts.append(mx.broadcast_to(mx.arange(start, start + rest)[None, None, :], (3, 1, rest)))
-        return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=-1)
+    return QwenVL
 
 
 class Vision:
@@ -222,7 +188,7 @@ class Vision:
 
     Args:
         model_id: for messages.
-        model_type: one of :data:`FAMILIES` (M-RoPE models all).
+        model_type: one of :data:`FAMILIES`.
         vlm: the mlx-vlm model.
         image_processor: the family's image processor (mlx-vlm's).
         tokenizer: the driver's tokenizer (mlx-lm's ``TokenizerWrapper``).
@@ -236,9 +202,6 @@ class Vision:
         self.model_id = model_id
         self.model_type = model_type
         self.vlm = vlm
-        self.image_processor = image_processor
-        self.lm = VisionLM(vlm, mrope=True)
-        config = vlm.config
         vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else tokenizer.vocab
 
         def token(text: str) -> int:
@@ -249,11 +212,9 @@ class Vision:
                 )
             return int(vocab[text])
 
-        # Qwen2-VL, Qwen2.5-VL: <|vision_start|>, the image's <|image_pad|>, <|vision_end|>
-        self.image_token = int(config.image_token_id)
-        self.before = [token("<|vision_start|>")]
-        self.after = [token("<|vision_end|>")]
-        self.merge = int(getattr(image_processor, "merge_size", 2))
+        self.family = family_rule(model_type)(model_id, model_type, vlm, image_processor, token)
+        self.image_token = self.family.image_token
+        self.lm = VisionLM(vlm, mrope=self.family.mrope)
 
     # -- tokenizing thread ---------------------------------------------------
 
@@ -274,7 +235,9 @@ class Vision:
         media = MediaPrompt()
         rendered: set[int] = set()
         for text, client in pieces:
-            for part in split(text, marks.nonce) if not client else (text,):
+            for part in (
+                _padded(list(split(text, marks.nonce)), self.family.pad_text) if not client else [text]
+            ):
                 if isinstance(part, int):
                     if part >= len(images):
                         raise ApiError(
@@ -299,20 +262,12 @@ class Vision:
         return Prompt(tokens, media)
 
     def _append_image(self, image: ImageInput, tokens: list[int], media: MediaPrompt) -> None:
-        rgb = _rgb(image)
-        try:
-            out = self.image_processor(images=[rgb])
-        except (ValueError, TypeError, ZeroDivisionError) as exc:
-            raise InvalidRequestError(
-                f"the model's image processor could not preprocess a {rgb.width}x{rgb.height} image: {exc}"
-            ) from exc
-        grid = [int(v) for v in _numpy(out["image_grid_thw"]).reshape(-1)[:3]]
-        n = grid[0] * grid[1] * grid[2] // (self.merge * self.merge)
-        pixels = {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
-        tokens += self.before
-        media.spans.append(ImageSpan(start=len(tokens), n_tokens=n, pixels=pixels))
+        n, pixels = self.family.preprocess(_rgb(image))
+        layout = pixels.pop("layout", None)
+        tokens += self.family.before
+        media.spans.append(ImageSpan(start=len(tokens), n_tokens=n, pixels=pixels, layout=layout))
         tokens += [image_id(image)] * n
-        tokens += self.after
+        tokens += self.family.after
 
     # -- model thread ----------------------------------------------------------
 
@@ -321,46 +276,66 @@ class Vision:
         ``start``, or tokens appended after it): the token ids (image
         positions as the family's image token) and their embeddings with the
         images' features in place, or None when no image is among them.
-        Sets the M-RoPE positions of ``prompt`` (:class:`VisionLM`)."""
+        Sets the M-RoPE positions of ``prompt`` and the deepstack rows of the
+        images among ``tokens`` (:class:`VisionLM`)."""
         import mlx.core as mx
 
-        ids = [self.image_token if t < 0 else t for t in tokens]
         media: MediaPrompt | None = prompt.media if isinstance(prompt.media, MediaPrompt) else None
         spans = media.spans if media is not None else []
-        self._set_positions(prompt, spans)
+        ids = self.model_ids(tokens, start, spans)
+        if self.family.mrope:
+            self._set_positions(prompt, spans)
         end = start + len(tokens)
         inside = [s for s in spans if s.start < end and s.end > start]
+        self.lm.visual, self.lm.deepstack = [], []  # set below for the images in these tokens
         if not inside:  # text only (appended tokens start past the prompt's images)
             return mx.array(ids), None
         lm = self.vlm.language_model
         embeds = lm.model.embed_tokens(mx.array(ids))
         parts = []
+        deep: list[list[Any]] = []
         pos = start
         for span in inside:
             lo, hi = max(span.start, start), min(span.end, end)
             if lo > pos:
                 parts.append(embeds[pos - start : lo - start])
-            features = self._features(span).astype(embeds.dtype)
-            parts.append(features[lo - span.start : hi - span.start])
+            features, deepstack = self.family.features(span, embeds.dtype)
+            rows = self._rows(span, self.family.checked(features, span).astype(embeds.dtype))
+            parts.append(rows[lo - span.start : hi - span.start])
+            if self.family.deepstack:
+                deep.append([layer[lo - span.start : hi - span.start] for layer in deepstack])
+                self.lm.visual += range(lo, hi)
             pos = hi
         if pos < end:
             parts.append(embeds[pos - start :])
+        if self.family.deepstack:
+            self.lm.deepstack = [mx.concatenate(layers, axis=0) for layers in zip(*deep, strict=True)]
         return mx.array(ids), mx.concatenate(parts, axis=0)
 
-    def _features(self, span: ImageSpan) -> Any:
-        """The image's features, ``(n_tokens, hidden_size)``."""
+    def model_ids(self, tokens: list[int], start: int, spans: list[ImageSpan]) -> list[int]:
+        """The token ids the model gets for ``tokens`` (from position
+        ``start`` of a prompt holding ``spans``): an image's positions hold
+        the family's image token, or its :attr:`ImageSpan.layout`."""
+        ids = [self.image_token if t < 0 else t for t in tokens]
+        for span in spans:
+            if span.layout is not None and span.start < start + len(tokens) and span.end > start:
+                lo, hi = max(span.start, start), min(span.end, start + len(tokens))
+                ids[lo - start : hi - start] = span.layout[lo - span.start : hi - span.start]
+        return ids
+
+    def _rows(self, span: ImageSpan, features: Any) -> Any:
+        """The embeddings of the span's positions: ``features`` where its
+        layout holds the image token (all of them without a layout), the
+        token's embedding elsewhere."""
         import mlx.core as mx
 
-        vlm = self.vlm
-        pixel_values = mx.array(_numpy(span.pixels["pixel_values"]))
-        grid = mx.array(_numpy(span.pixels["image_grid_thw"]))
-        dtype = vlm.vision_tower.patch_embed.proj.weight.dtype
-        features = vlm.vision_tower(pixel_values.astype(dtype), grid, output_hidden_states=False)
-        if features.shape[0] != span.n_tokens:
-            raise ApiError(
-                f"the vision tower gave {features.shape[0]} features for an image of {span.n_tokens} tokens"
-            )
-        return features
+        if span.layout is None:
+            return features
+        layout = mx.array(span.layout)
+        image = layout == self.image_token
+        order = mx.maximum(mx.cumsum(image.astype(mx.int32)) - 1, 0)
+        embeds = self.vlm.language_model.model.embed_tokens(layout).astype(features.dtype)
+        return mx.where(image[:, None], features[order], embeds)
 
     def _set_positions(self, prompt: Prompt, spans: list[ImageSpan]) -> None:
         import mlx.core as mx
@@ -372,17 +347,21 @@ class Vision:
         if not spans:
             lm.positions, lm.delta = None, 0
             return
-        ids = mx.array([[self.image_token if t < 0 else t for t in prompt.tokens]])
-        grids = mx.concatenate([mx.array(_numpy(s.pixels["image_grid_thw"])).reshape(1, 3) for s in spans])
-        positions, deltas = self.vlm.language_model.get_rope_index(ids, grids, None, None)
-        lm.positions = positions
-        lm.delta = int(mx.array(deltas).reshape(-1)[0].item())
+        ids = mx.array([self.model_ids(prompt.tokens, 0, spans)])
+        lm.positions, lm.delta = self.family.positions(ids, spans)
 
 
-def _numpy(value: Any) -> Any:
-    import numpy as np
-
-    return np.asarray(value)
+def _padded(parts: list[str | int], pad: str) -> list[str | int]:
+    """``parts`` (from :func:`split`: text, image, text...) with ``pad``
+    joined to the text on both sides of each image."""
+    if not pad:
+        return parts
+    out = list(parts)
+    for i, part in enumerate(parts):
+        if isinstance(part, int):
+            out[i - 1] = f"{out[i - 1]}{pad}"
+            out[i + 1] = f"{pad}{out[i + 1]}"
+    return out
 
 
 def _rgb(image: ImageInput) -> Any:

@@ -66,3 +66,36 @@ def qwen_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
     from tiny_vision import build_tiny_vision
 
     return build_tiny_vision("qwen2_5_vl", mlx_model_dir, tmp_path_factory.mktemp("qwen25vl-tiny"))
+
+
+@pytest.fixture(scope="session")
+def gemma3_vl_dir(mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Gemma 3 vision folder (:mod:`tiny_vision`); needs mlx-vlm."""
+    pytest.importorskip("mlx_vlm")
+    from tiny_vision import build_tiny_vision
+
+    return build_tiny_vision("gemma3", mlx_model_dir, tmp_path_factory.mktemp("gemma3vl-tiny"))
+
+
+@pytest.fixture(scope="session", params=["qwen3_vl", "qwen3_vl_moe"])
+def qwen3_vl_dir(
+    request: pytest.FixtureRequest, mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A tiny random-weight Qwen3-VL folder, dense and MoE (:mod:`tiny_vision`); needs mlx-vlm."""
+    pytest.importorskip("mlx_vlm")
+    from tiny_vision import build_tiny_vision
+
+    kind = str(request.param)
+    return build_tiny_vision(kind, mlx_model_dir, tmp_path_factory.mktemp(f"{kind}-tiny"))
+
+
+@pytest.fixture(scope="session", params=["mistral3", "pixtral"])
+def mistral3_vl_dir(
+    request: pytest.FixtureRequest, mlx_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A tiny random-weight Mistral 3 or Pixtral folder (:mod:`tiny_vision`); needs mlx-vlm."""
+    pytest.importorskip("mlx_vlm")
+    from tiny_vision import build_tiny_vision
+
+    kind = str(request.param)
+    return build_tiny_vision(kind, mlx_model_dir, tmp_path_factory.mktemp(f"{kind}-tiny"))
