@@ -47,6 +47,10 @@ __all__ = [
 #: Most ``cache_control`` breakpoints a request may set (the API's prompt caching rule).
 MAX_BREAKPOINTS = 4
 
+#: Largest ``max_tokens`` taken (and clamped to the model's room); beyond, the
+#: API's 400 for a value over the model's output maximum (see ``_api_rules``).
+MAX_TOKENS_LIMIT = 2**31 - 1
+
 #: What a ``role: "system"`` message holds (Anthropic docs, "Mid-conversation
 #: system messages"; SDK 2.16 ``BetaSystemMessageParam``: text and the tool
 #: changes; images and documents are reported as not shown).
@@ -387,6 +391,16 @@ class MessagesRequest(CountTokensRequest):
 
     @model_validator(mode="after")
     def _api_rules(self) -> MessagesRequest:
+        if self.max_tokens > MAX_TOKENS_LIMIT:
+            # A smaller value is clamped to the model's output cap and context
+            # (Claude Code sends 32000 to any model); this one is a mistake. The
+            # API's 400 and wording for max_tokens over a model's maximum (Anthropic
+            # docs, "Migrating from Text Completions": "If you pass a value higher
+            # than the model supports, returns a validation error").
+            raise ValueError(
+                f"max_tokens: {self.max_tokens} > {MAX_TOKENS_LIMIT}, which is the maximum allowed number "
+                f"of output tokens for {self.model} (a value up to it is clamped to what the model can write)"
+            )
         if self.stop_sequences is not None:
             for i, seq in enumerate(self.stop_sequences):
                 if self.whitespace_stops and not seq:
