@@ -89,3 +89,112 @@ def test_a_1h_breakpoint_after_a_5m_one_is_the_api_400(
 def test_non_increasing_ttls_are_served(echo_in_process: anthropic.Anthropic, fields: dict[str, Any]) -> None:
     answer = echo_in_process.messages.create(model=MODEL, max_tokens=5, **fields)
     assert answer.stop_reason in ("end_turn", "max_tokens")
+
+
+#: A tool loop's history: the call, then its result (whose content may carry breakpoints).
+CALL = {
+    "role": "assistant",
+    "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}],
+}
+
+
+def result(inner: dict[str, Any] | None, own: dict[str, Any] | None) -> dict[str, Any]:
+    """A user turn answering CALL: a tool_result whose text block carries
+    ``inner`` and the tool_result itself ``own``, then a text block."""
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [text("r", inner)]}
+    if own is not None:
+        block["cache_control"] = own
+    return {"role": "user", "content": [block, text("next", None)]}
+
+
+def loop(inner: dict[str, Any] | None, own: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
+    return {
+        "tools": [TOOL],
+        "messages": [{"role": "user", "content": "q"}, CALL, result(inner, own)],
+        **fields,
+    }
+
+
+TOOLSET = {"type": "mcp_toolset", "mcp_server_name": "docs", "cache_control": FIVE_MIN}
+SERVER = {"type": "url", "url": "https://mcp.example.com/mcp", "name": "docs"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "earlier"),
+    [
+        (body(system=[FIVE_MIN]) | {"cache_control": ONE_HOUR}, "cache_control.ttl", "system.0"),
+        (body(user=[DEFAULT]) | {"cache_control": ONE_HOUR}, "cache_control.ttl", "messages.0.content.0"),
+        (
+            loop(FIVE_MIN, ONE_HOUR),
+            "messages.2.content.0.cache_control.ttl",
+            "messages.2.content.0.content.0",
+        ),
+        (
+            loop(FIVE_MIN, None, system=[text("s", ONE_HOUR)]) | {"cache_control": ONE_HOUR},
+            "cache_control.ttl",
+            "messages.2.content.0.content.0",
+        ),
+        (
+            {
+                "tools": [TOOLSET, {**TOOL, "cache_control": ONE_HOUR}],
+                "extra_body": {"mcp_servers": [SERVER]},  # not a field of the non-beta SDK call
+                "messages": [{"role": "user", "content": "q"}],
+            },
+            "tools.1.cache_control.ttl",
+            "tools.0",
+        ),
+    ],
+    ids=[
+        "top-level-after-system",
+        "top-level-after-message",
+        "result-after-its-content",
+        "nested-then-top",
+        "mcp",
+    ],
+)
+def test_every_breakpoint_the_api_reads_is_in_the_order(
+    echo_in_process: anthropic.Anthropic, fields: dict[str, Any], field: str, earlier: str
+) -> None:
+    """The top-level ``cache_control`` (it marks the last block), the blocks
+    inside a ``tool_result`` (before the result's own marker) and
+    ``mcp_toolset`` entries at their place in ``tools`` are breakpoints
+    too (:mod:`missive.protocol.schema.breakpoints`)."""
+    client = echo_in_process
+    for call in (
+        lambda: client.messages.create(model=MODEL, max_tokens=5, **fields),
+        lambda: client.messages.count_tokens(model=MODEL, **fields),
+    ):
+        with pytest.raises(anthropic.BadRequestError) as info:
+            call()
+        message = info.value.body["error"]["message"]  # type: ignore[index]
+        assert message.startswith(
+            f"{field}: a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block. "
+            f"{ORDER}"
+        ), message
+        assert f"The earlier one: {earlier}.cache_control" in message
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        body(system=[ONE_HOUR], user=[ONE_HOUR]) | {"cache_control": FIVE_MIN},
+        body(system=[ONE_HOUR]) | {"cache_control": ONE_HOUR},
+        loop(ONE_HOUR, FIVE_MIN),  # the content's marker comes first
+        loop(None, None) | {"cache_control": DEFAULT},
+    ],
+    ids=["5m-top-level-last", "1h-top-level-after-1h", "1h-content-then-5m-result", "plain"],
+)
+def test_top_level_and_nested_breakpoints_in_order_are_served(
+    echo_in_process: anthropic.Anthropic, fields: dict[str, Any]
+) -> None:
+    answer = echo_in_process.messages.create(model=MODEL, max_tokens=5, **fields)
+    assert answer.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+def test_breakpoints_inside_a_tool_result_count_among_the_four(echo_in_process: anthropic.Anthropic) -> None:
+    fields = loop(FIVE_MIN, FIVE_MIN, system=[text("a", FIVE_MIN), text("b", FIVE_MIN), text("c", FIVE_MIN)])
+    with pytest.raises(anthropic.BadRequestError) as info:
+        echo_in_process.messages.count_tokens(model=MODEL, **fields)
+    assert info.value.body["error"]["message"] == (  # type: ignore[index]
+        "A maximum of 4 blocks with cache_control may be provided. Found 5."
+    )

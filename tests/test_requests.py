@@ -112,6 +112,27 @@ def test_max_tokens_clamped_to_context(echo: anthropic.Anthropic) -> None:
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 3
 
 
+def test_absurd_max_tokens_is_the_api_400_naming_it(echo_url: str) -> None:
+    """Beyond 2**31 - 1, max_tokens is refused with the API's wording for a value
+    over the model's maximum, not clamped; up to it, clamped as above."""
+    prompt = '"messages": [{"role": "user", "content": "a b c d e f g h i"}]'
+    json_type = {"content-type": "application/json"}
+    for value in ("99999999999999999999", str(2**63), str(2**31)):
+        raw = f'{{"model": "echo-small", "max_tokens": {value}, {prompt}}}'
+        resp = httpx.post(f"{echo_url}/v1/messages", content=raw, headers=json_type)
+        assert resp.status_code == 400
+        error = resp.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error["message"].startswith(
+            f"max_tokens: {value} > 2147483647, which is the maximum allowed number of output tokens for "
+            "echo-small"
+        ), error
+    raw = f'{{"model": "echo-small", "max_tokens": {2**31 - 1}, {prompt}}}'
+    resp = httpx.post(f"{echo_url}/v1/messages", content=raw, headers=json_type)
+    assert resp.status_code == 200
+    assert resp.json()["stop_reason"] == "max_tokens" and resp.json()["usage"]["output_tokens"] == 3
+
+
 def test_async_client_streams(echo_url: str) -> None:
     import asyncio
 

@@ -164,6 +164,29 @@ def test_tool_loop_history_is_accepted(echo: anthropic.Anthropic) -> None:
             ],
             "messages.1.content.1: `tool_use` ids must be unique",
         ),
+        (  # a call in a user message: the API's 400, not rendered as the user's words
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_use", "id": "toolu_u", "name": "get_weather", "input": {}}],
+                },
+            ],
+            "messages.1: `tool_use` blocks can only be in `assistant` messages",
+        ),
+        (  # a result in an assistant message, even with its call before it
+            [
+                {"role": "user", "content": "hi"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {}},
+                        {"type": "tool_result", "tool_use_id": "toolu_a", "content": "sunny"},
+                    ],
+                },
+            ],
+            "messages.1: `tool_result` blocks can only be in `user` messages",
+        ),
     ],
 )
 def test_history_errors_use_the_api_wording(echo: anthropic.Anthropic, messages: list, expected: str) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 
 import anthropic
+import httpx
 import pytest
+
+from missive.testing import in_process_app
 
 MODEL = "smollm2-135m"
 GREEDY = {"temperature": 0.0}
@@ -341,16 +344,68 @@ def test_structured_output_with_an_unanchored_pattern_is_answered(smol: anthropi
         "required": ["code"],
         "additionalProperties": False,
     }
-    reply = smol.messages.create(
+    raw = smol.messages.with_raw_response.create(
         model=MODEL,
         max_tokens=40,
         messages=ASK,
         extra_body=GREEDY,
         output_config={"format": {"type": "json_schema", "schema": schema}},
     )
+    reply = raw.parse()
     assert reply.stop_reason in ("end_turn", "max_tokens")
     if reply.stop_reason == "end_turn":
         assert set(json.loads(reply.content[0].text)) == {"code"}
+    # The grammar cannot hold an unanchored pattern: the client is told, as for any ignored part.
+    assert raw.headers["missive-ignored"] == (
+        "output_config.format #/properties/code/pattern (not enforced by the llama.cpp grammar)"
+    )
+
+
+#: A schema llama.cpp's grammar enforces only in part: bounds, an unanchored
+#: pattern and a $ref to another document are left out (missive_llamacpp.enforced).
+LOOSE = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer", "minimum": 1},
+        "s": {"type": "string", "pattern": "[0-9]+"},
+        "r": {"$ref": "https://example.com/r.json"},
+    },
+    "required": ["n"],
+}
+LOOSE_PARTS = [
+    "#/properties/n/minimum (not enforced by the llama.cpp grammar)",
+    "#/properties/s/pattern (not enforced by the llama.cpp grammar)",
+    "#/properties/r/$ref (not enforced by the llama.cpp grammar)",
+]
+
+
+def test_unenforced_structured_output_parts_are_reported_and_refused_in_strict_mode() -> None:
+    """What the grammar leaves out of ``output_config.format`` (or the older
+    ``output_format``) is in ``missive-ignored``; strict mode refuses it
+    with a 400, before any generation, as any ignored part; a schema the
+    grammar holds whole is neither."""
+    body = {"model": MODEL, "max_tokens": 1, "messages": ASK}
+    with in_process_app() as app:
+        http = app.http_client(httpx)
+        fmt = {"type": "json_schema", "schema": LOOSE}
+        resp = http.post("/v1/messages", json={**body, "output_config": {"format": fmt}})
+        assert resp.status_code == 200
+        assert resp.headers["missive-ignored"] == ", ".join(f"output_config.format {p}" for p in LOOSE_PARTS)
+        resp = http.post("/v1/messages", json={**body, "output_format": fmt})
+        assert resp.headers["missive-ignored"] == ", ".join(f"output_format {p}" for p in LOOSE_PARTS)
+    with in_process_app({"server": {"strict": True}}) as app:
+        http = app.http_client(httpx)
+        resp = http.post("/v1/messages", json={**body, "output_config": {"format": fmt}})
+        assert resp.status_code == 400
+        assert resp.json()["error"]["message"] == "strict mode: this server does not support: " + ", ".join(
+            f"output_config.format {p}" for p in LOOSE_PARTS
+        )
+        exact = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        resp = http.post(
+            "/v1/messages",
+            json={**body, "output_config": {"format": {"type": "json_schema", "schema": exact}}},
+        )
+        assert resp.status_code == 200 and "missive-ignored" not in resp.headers
 
 
 def test_forced_call_is_not_repeated_until_max_tokens(smol: anthropic.Anthropic) -> None:

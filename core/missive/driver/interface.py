@@ -238,6 +238,18 @@ class Driver(abc.ABC):
         """
         return None
 
+    def unenforced(self, request: GenerationRequest) -> list[str]:
+        """Parts of ``request`` this driver takes but does not enforce: the
+        JSON Schema keywords of ``output_config.format`` its grammar leaves
+        out (``output_config.format #/properties/n/maximum``), for instance.
+
+        The core reports them as ignored (the ``missive-ignored`` header and
+        the log; a 400 in strict mode), as it does every part of a request it
+        does not act on. Called once per prepared request that has an
+        ``output_schema``, in a worker thread. Default: none.
+        """
+        return []
+
     @abc.abstractmethod
     async def count_tokens(self, request: GenerationRequest) -> int:
         """Exact prompt tokens of ``request`` as :meth:`generate` would report them

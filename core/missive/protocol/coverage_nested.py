@@ -21,7 +21,7 @@ an example body and the ``missive-ignored`` entry it triggers.
 
 Version 2026-10-21 of the API (the ``anthropic-version`` that SDK 2.x sends)
 answers ``temperature``, ``top_p`` and ``top_k`` with a 400, and SDK 2.16
-no longer defines them; Missive does not check ``anthropic-version`` and
+no longer defines them; Missive answers every ``anthropic-version`` alike and
 still applies them for every version (:data:`LEGACY_FIELDS`).
 
 ``tests/test_api_coverage_nested.py`` walks the installed SDK and fails on a

@@ -139,6 +139,8 @@ class Messages:
         generation, extras = await prepare_in_context(
             req, model_id, driver, base, signer=self.signer, notes=caller.notes, headers=caller.headers
         )
+        if generation.output_schema is not None:  # what the driver's grammar leaves out (a 400 if strict)
+            caller.notes.ignore(await anyio.to_thread.run_sync(driver.unenforced, generation))
         return Prepared(req, model_id, driver, generation, extras, caller, fallback, mcp.listings)
 
     async def _mcp_offer(self, req: CountTokensRequest, driver: Driver, caller: Caller) -> McpOffer:

@@ -2,6 +2,11 @@
 
 Rules and messages are the real API's (seen in its 400 responses):
 
+* ``tool_use`` blocks are the assistant's and ``tool_result`` blocks the
+  user's: ``messages.{i}: `tool_use` blocks can only be in `assistant`
+  messages`` and ``messages.{i}: `tool_result` blocks can only be in `user`
+  messages`` (the API's 400s as clients quote them, e.g.
+  tghamm/Anthropic.SDK#128; checked before the pairing below);
 * every ``tool_use`` id is unique:
   ``messages.{i}.content.{j}: `tool_use` ids must be unique``;
 * every ``tool_use`` of an assistant message is answered by a ``tool_result``
@@ -50,6 +55,8 @@ def check_tool_history(request: CountTokensRequest) -> None:
     folded into the system prompt before rendering.
     """
     turns = [(i, m) for i, m in enumerate(request.messages) if m.role != "system"]
+    for i, message in turns:
+        _check_roles(i, message.role, message.blocks())
     seen_ids: set[str] = set()
     for k, (i, message) in enumerate(turns):
         blocks = message.blocks()
@@ -81,6 +88,15 @@ def check_tool_history(request: CountTokensRequest) -> None:
                     f"after: {', '.join(missing)}. Each `tool_use` block must have a corresponding "
                     "`tool_result` block in the next message."
                 )
+
+
+def _check_roles(i: int, role: str, blocks: list[object]) -> None:
+    """A call only in an assistant message, a result only in a user message (module doc)."""
+    for block in blocks:
+        if isinstance(block, ToolUseBlock) and role != "assistant":
+            raise InvalidRequestError(f"messages.{i}: `tool_use` blocks can only be in `assistant` messages")
+        if isinstance(block, ToolResultBlock) and role != "user":
+            raise InvalidRequestError(f"messages.{i}: `tool_result` blocks can only be in `user` messages")
 
 
 _SERVER_RESULTS = (WebSearchToolResultBlock, WebFetchToolResultBlock, ToolSearchToolResultBlock)

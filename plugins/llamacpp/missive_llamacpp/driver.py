@@ -39,7 +39,7 @@ from missive.api import (
     parser_for_template,
 )
 
-from .grammar import json_schema_grammar, tool_call_grammar
+from .grammar import json_schema_grammar, output_relaxations, tool_call_grammar
 from .plugin import CAPABILITIES
 from .runner import LlamaCppRunner
 from .settings import LlamaCppSettings, parse_settings
@@ -165,6 +165,21 @@ class LlamaCppDriver(LocalDriver):
         """The tool call format: the ``tool_parser`` setting, else the one the
         chat template uses, else Hermes (the fallback rendering's convention)."""
         return parser_for_template(self._template, self.tool_parser_specs, self.settings.tool_parser)
+
+    def unenforced(self, request: GenerationRequest) -> list[str]:
+        """The parts of ``output_config.format`` (or ``output_format``) the
+        grammar of :meth:`constraint` leaves out (llama.cpp's converter
+        ignores them: :mod:`missive_llamacpp.enforced`), reported by the core
+        as ignored. None when a forced tool call gives the grammar instead."""
+        schema = request.output_schema
+        if schema is None or (request.tools and request.tool_choice.mode in ("any", "tool")):
+            return []
+        legacy = request.request.output_config is None or request.request.output_config.format is None
+        field = "output_format" if legacy else "output_config.format"
+        return [
+            f"{field}{note.removeprefix('output_config.format')} (not enforced by the llama.cpp grammar)"
+            for note in output_relaxations(schema)
+        ]
 
     def constraint(self, request: GenerationRequest) -> Any:
         """A compiled llama.cpp grammar for forced tool choice or structured

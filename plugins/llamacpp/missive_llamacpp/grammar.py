@@ -26,7 +26,14 @@ from missive.api import RawValueLanguage, ToolChoice, ToolDefinition, ToolParser
 
 from .enforced import unenforced
 
-__all__ = ["tool_call_grammar", "json_schema_grammar", "relax", "UnenforcedSchema", "MAX_PARALLEL_CALLS"]
+__all__ = [
+    "tool_call_grammar",
+    "json_schema_grammar",
+    "output_relaxations",
+    "relax",
+    "UnenforcedSchema",
+    "MAX_PARALLEL_CALLS",
+]
 
 MAX_PARALLEL_CALLS = 8
 
@@ -331,20 +338,34 @@ def json_schema_grammar(schema: dict[str, Any], relaxed: list[str] | None = None
     schema not even its relaxed copy converts is any JSON object.
     """
     notes = relaxed if relaxed is not None else []
+    schema = _output_schema(schema, notes)
+    converter = _converter()
+    resolved = converter.resolve_refs(schema, "output")
+    converter.visit(resolved, "")
+    return _strict_json(converter.format_grammar())
+
+
+def _output_schema(schema: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The schema :func:`json_schema_grammar` builds its grammar from: the
+    relaxed copy, else any JSON object; each part left out appended to ``notes``."""
     schema = copy.deepcopy(schema)
     schema.pop("$schema", None)
     found: list[str] = []
     loose = relax(schema, found)
     if _converts(loose, "output"):
         notes.extend(f"output_config.format {note}" for note in found)
-        schema = loose
-    else:
-        notes.append("output_config.format (whole schema: any JSON object)")
-        schema = {"type": "object"}
-    converter = _converter()
-    resolved = converter.resolve_refs(schema, "output")
-    converter.visit(resolved, "")
-    return _strict_json(converter.format_grammar())
+        return loose
+    notes.append("output_config.format (whole schema: any JSON object)")
+    return {"type": "object"}
+
+
+def output_relaxations(schema: dict[str, Any]) -> list[str]:
+    """What :func:`json_schema_grammar` would leave out of ``schema``
+    (``output_config.format #/properties/n/maximum``...), without building
+    the grammar."""
+    notes: list[str] = []
+    _output_schema(schema, notes)
+    return notes
 
 
 def warm_up(llm: Any) -> None:

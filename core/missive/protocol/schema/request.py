@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, StrictBool, StrictFloat, StrictInt, model_validator
 
 from ...tools.validate import schema_error, schema_too_deep
 from .blocks import (
@@ -27,6 +27,7 @@ from .blocks import (
     ToolUseBlock,
     UnknownBlock,
 )
+from .breakpoints import check_breakpoints
 from .management import CompactionConfig, ContextManagement, FallbackEntry
 from .mcp import McpServer, McpToolset
 from .thread import Diagnostics, MessageThread
@@ -44,8 +45,9 @@ __all__ = [
 ]
 
 
-#: Most ``cache_control`` breakpoints a request may set (the API's prompt caching rule).
-MAX_BREAKPOINTS = 4
+#: Largest ``max_tokens`` taken (and clamped to the model's room); beyond, the
+#: API's 400 for a value over the model's output maximum (see ``_api_rules``).
+MAX_TOKENS_LIMIT = 2**31 - 1
 
 #: What a ``role: "system"`` message holds (Anthropic docs, "Mid-conversation
 #: system messages"; SDK 2.16 ``BetaSystemMessageParam``: text and the tool
@@ -253,47 +255,17 @@ class CountTokensRequest(Open):
             "mcp_toolsets": sets,
         }
 
-    def _cache_controls(self) -> Iterator[tuple[str, CacheControl]]:
-        """Each ``cache_control`` breakpoint with its field path, in the
-        order the API processes blocks: ``tools``, ``system``, ``messages``."""
-        for i, tool in enumerate(self.tools or []):
-            if (control := getattr(tool, "cache_control", None)) is not None:
-                yield f"tools.{i}", control
-        if isinstance(self.system, list):
-            for i, text in enumerate(self.system):
-                if text.cache_control is not None:
-                    yield f"system.{i}", text.cache_control
-        for m, message in enumerate(self.messages):
-            for i, block in enumerate(message.content if isinstance(message.content, list) else []):
-                if (control := getattr(block, "cache_control", None)) is not None:
-                    yield f"messages.{m}.content.{i}", control
-
-    @model_validator(mode="after")
-    def _breakpoints(self) -> CountTokensRequest:
-        """At most 4 ``cache_control`` breakpoints, and their TTLs never
-        longer than an earlier one's: a ``ttl: "1h"`` breakpoint after a
-        ``5m`` one (the default when ``ttl`` is absent) is refused. Both
-        are the API's rules and wording (Anthropic docs, "Prompt caching":
-        "Mixing different TTLs", longer TTLs first; the API's 400 as
-        clients report it, e.g. cnighswonger/claude-code-cache-fix#44)."""
-        controls = list(self._cache_controls())
-        if len(controls) > MAX_BREAKPOINTS:
-            raise ValueError(
-                f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
-                f"Found {len(controls)}."
-            )
-        short: str | None = None  # the first 5m breakpoint's path
-        for path, control in controls:
-            if control.ttl == "1h" and short is not None:
-                raise ValueError(
-                    f"{path}.cache_control.ttl: a ttl='1h' cache_control block must not come after a "
-                    "ttl='5m' cache_control block. Note that blocks are processed in the following order: "
-                    f"`tools`, `system`, `messages`. (The earlier one: {short}.cache_control, 5m "
-                    "when `ttl` is absent; put the 1h breakpoints first, or make this one 5m.)"
-                )
-            if control.ttl != "1h" and short is None:
-                short = path
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _breakpoints(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """The API's ``cache_control`` rules: at most 4 breakpoints, TTLs
+        never longer than an earlier one's (:mod:`.breakpoints`). Around the
+        other validators (defined after ``_toolsets_apart``, so outside it):
+        the client's ``tools`` list places its ``mcp_toolset`` entries."""
+        raw_tools = data.get("tools") if isinstance(data, dict) else None
+        request = handler(data)
+        check_breakpoints(request, raw_tools)
+        return request
 
     @model_validator(mode="after")
     def _non_empty_content(self) -> CountTokensRequest:
@@ -391,6 +363,16 @@ class MessagesRequest(CountTokensRequest):
 
     @model_validator(mode="after")
     def _api_rules(self) -> MessagesRequest:
+        if self.max_tokens > MAX_TOKENS_LIMIT:
+            # A smaller value is clamped to the model's output cap and context
+            # (Claude Code sends 32000 to any model); this one is a mistake. The
+            # API's 400 and wording for max_tokens over a model's maximum (Anthropic
+            # docs, "Migrating from Text Completions": "If you pass a value higher
+            # than the model supports, returns a validation error").
+            raise ValueError(
+                f"max_tokens: {self.max_tokens} > {MAX_TOKENS_LIMIT}, which is the maximum allowed number "
+                f"of output tokens for {self.model} (a value up to it is clamped to what the model can write)"
+            )
         if self.stop_sequences is not None:
             for i, seq in enumerate(self.stop_sequences):
                 if self.whitespace_stops and not seq:

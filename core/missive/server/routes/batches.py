@@ -22,8 +22,9 @@ from typing import Any
 from quart import Quart, Response, request
 
 from ...batches.service import Batches
+from ...protocol.errors import InvalidRequestError
 from ..services import services
-from .common import authenticate, note_betas, page_limit, read_raw_body
+from .common import api_version, authenticate, note_betas, page_limit, read_raw_body
 
 __all__ = ["register"]
 
@@ -40,7 +41,10 @@ def _base_url() -> str:
 async def create_batch() -> dict[str, Any]:
     identity = authenticate()
     raw = await read_raw_body()
-    note_betas([])
+    version = api_version()
+    if version and services().config.server.strict:
+        raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(version))
+    note_betas(version)
     return await batches().create(raw, _base_url(), identity)
 
 

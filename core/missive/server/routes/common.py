@@ -15,6 +15,7 @@ from ...kernel.plugins import Kernel
 from ...keys.ring import Identity
 from ...messages.prepare import Notes
 from ...models.table import ModelTable
+from ...protocol.api_version import check_api_version
 from ...protocol.errors import InvalidRequestError
 from ...protocol.schema.ignored import collect_ignored
 from ...protocol.validation import parse_json, validate_body
@@ -35,6 +36,7 @@ __all__ = [
     "authenticate_admin",
     "resolve_for",
     "read_request",
+    "api_version",
     "read_raw_body",
     "page_limit",
     "caller_of",
@@ -115,11 +117,12 @@ async def read_request(model: type[M], expand: Callable[[dict[str, Any]], dict[s
     """
     config, _, _ = config_kernel_models()
     raw = await read_raw_body()
+    version = api_version()  # the header first, as the API
     body: Any = parse_json(raw)
     if expand is not None:
         body = expand(body)
     validated = validate_body(model, body)
-    ignored = collect_ignored(validated)
+    ignored = [*collect_ignored(validated), *version]
     if ignored and config.server.strict:
         raise InvalidRequestError("strict mode: this server does not support: " + ", ".join(ignored))
     note_betas(ignored)
@@ -138,6 +141,18 @@ async def read_raw_body() -> bytes:
     if config.server.capture_dir:
         g.capture_body = raw
     return raw
+
+
+def api_version() -> list[str]:
+    """The ``anthropic-version`` header checked
+    (:func:`missive.protocol.api_version.check_api_version`; a repeated
+    header joined with ``", "``): ``missive-ignored`` entries.
+
+    Raises:
+        InvalidRequestError: not a version of the API.
+    """
+    values = request.headers.getlist("anthropic-version")
+    return check_api_version(", ".join(values) if values else None)
 
 
 def note_betas(ignored: list[str]) -> None:
