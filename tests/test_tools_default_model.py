@@ -434,3 +434,52 @@ def test_forced_call_is_not_repeated_until_max_tokens(smol: anthropic.Anthropic)
     calls = [(b.name, json.dumps(b.input, sort_keys=True)) for b in reply.content if b.type == "tool_use"]
     assert reply.stop_reason == "tool_use", (reply.stop_reason, calls)
     assert calls and len(calls) == len(set(calls))
+
+
+def test_long_repetitions_in_a_schema_are_answered_and_huge_counts_refused(smol: anthropic.Anthropic) -> None:
+    """``maxLength: 3000`` once made a grammar llama.cpp's parser crashed on
+    (SIGSEGV: the server died); a count beyond what is written into a grammar
+    is refused for a strict tool, naming it (missive_llamacpp.grammar_size)."""
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 3000}},
+        "required": ["name"],
+        "additionalProperties": False,
+    }
+    for _ in range(2):  # the server is still there for the second
+        reply = smol.messages.create(
+            model=MODEL,
+            max_tokens=12,
+            messages=[{"role": "user", "content": "Invent a name."}],
+            extra_body={**GREEDY, "output_config": {"format": {"type": "json_schema", "schema": schema}}},
+        )
+        assert reply.content[0].text.startswith("{")
+    huge = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 10**9}}, "required": ["s"]}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        smol.messages.create(
+            model=MODEL,
+            max_tokens=12,
+            tools=[{"name": "f", "input_schema": huge, "strict": True}],
+            tool_choice={"type": "any"},
+            messages=ASK,
+        )
+    assert "tool 'f' #/properties/s/maxLength" in caught.value.body["error"]["message"]
+
+
+def test_a_grammar_nested_too_deep_is_a_400_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's last guard: whatever produced it, a grammar nested deeper
+    than llama.cpp's parser takes is refused before it reaches llama.cpp
+    (here a pattern let through by disabling the pattern check)."""
+    from missive_llamacpp import grammar
+
+    monkeypatch.setattr(grammar, "_pattern_ok", lambda pattern: True)
+    deep = "^" + "(" * 300 + "a" + ")" * 300 + "$"
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": deep}}, "required": ["s"]}
+    body = {"model": MODEL, "max_tokens": 4, "messages": ASK}
+    with in_process_app() as app:
+        http = app.http_client(httpx)
+        fmt = {"type": "json_schema", "schema": schema}
+        resp = http.post("/v1/messages", json={**body, "output_config": {"format": fmt}})
+        assert resp.status_code == 400, resp.text
+        assert "nested 300 groups deep" in resp.json()["error"]["message"]
+        assert http.post("/v1/messages", json=body).status_code == 200

@@ -40,6 +40,7 @@ from missive.api import (
 )
 
 from .grammar import json_schema_grammar, output_relaxations, tool_call_grammar
+from .grammar_size import MAX_NESTING, nesting
 from .plugin import CAPABILITIES
 from .runner import LlamaCppRunner
 from .settings import LlamaCppSettings, parse_settings
@@ -192,8 +193,9 @@ class LlamaCppDriver(LocalDriver):
         choice = request.tool_choice
         self._refuse_budget_under_constraint(request)
         relaxed: list[str] = []
+        forced = bool(request.tools) and choice.mode in ("any", "tool")
         try:
-            if request.tools and choice.mode in ("any", "tool"):
+            if forced:
                 cls = parser_class(self.tool_parser_specs, self._parser_name())
                 text = tool_call_grammar(cls, request.tools, choice, relaxed)
             elif (schema := request.output_schema) is not None:
@@ -204,12 +206,16 @@ class LlamaCppDriver(LocalDriver):
             raise
         except Exception as exc:  # llama-cpp-python's converter asserts on schemas it cannot handle
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            what, remedy = (
+                ("the strict tool's input_schema", "remove strict: true to have the rest enforced")
+                if forced
+                else ("the output_config.format schema", "simplify the schema")
+            )
             raise InvalidRequestError(
-                f"the strict tool's input_schema cannot be enforced by a llama.cpp grammar ({detail}); "
+                f"{what} cannot be enforced by a llama.cpp grammar ({detail}); "
                 "llama.cpp enforces types, properties, required keys, enum, const, anyOf, local $ref, "
                 "anchored patterns, string lengths and item counts, not minimum/maximum, multipleOf, "
-                "not, if/then/else, other formats (docs/tools.md); "
-                "remove strict: true to have the rest enforced"
+                f"not, if/then/else, other formats (docs/tools.md); {remedy}"
             ) from exc
         if relaxed:
             self.log.info(
@@ -217,6 +223,11 @@ class LlamaCppDriver(LocalDriver):
                 "afterwards)",
                 request.request_id,
                 ", ".join(relaxed),
+            )
+        if (depth := nesting(text)) > MAX_NESTING:  # llama.cpp's parser would overflow its stack
+            raise InvalidRequestError(
+                f"the schema makes a llama.cpp grammar nested {depth} groups deep, more than the "
+                f"{MAX_NESTING} its parser takes; use fewer nested groups in patterns"
             )
         try:
             return llama_cpp.LlamaGrammar.from_string(text, verbose=False)

@@ -40,7 +40,10 @@ on an open object, ``dependentRequired``/``dependentSchemas``/
 ``dependencies``, ``unevaluatedProperties``/``unevaluatedItems``, a ``format``
 other than those above; and, by branch, what the table does not list (a
 ``maximum`` beside a ``type`` list, ``minLength`` beside a ``pattern``,
-``properties`` beside ``anyOf``, ``minItems`` without ``items``...).
+``properties`` beside ``anyOf``, ``minItems`` without ``items``...). A
+``minLength``/``maxLength``/``minItems``/``maxItems`` above
+:data:`~missive_llamacpp.grammar_size.MAX_REPEAT` is not enforced either:
+it would not be written into a grammar (:mod:`missive_llamacpp.grammar_size`).
 
 :func:`unenforced` lists those keywords of one node; a keyword that cannot
 apply to what the branch produces (``minLength`` beside ``"type":
@@ -59,6 +62,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
+
+from .grammar_size import MAX_REPEAT
 
 __all__ = ["unenforced"]
 
@@ -94,6 +99,8 @@ _APPLIES: dict[str, set[str]] = {
         {"object"},
     ),
 }  # fmt: skip
+#: Counts the converter writes out item by item (at most ``MAX_REPEAT``).
+_COUNTS = frozenset({"minLength", "maxLength", "minItems", "maxItems"})
 _FORMATS = re.compile(r"^(uuid[1-5]?|date|time|date-time)$")
 _PRIMITIVES = {"boolean", "integer", "number", "string", "array", "null", "object"}
 
@@ -251,6 +258,8 @@ def _read_but_loose(node: Mapping[str, Any], branch: str, key: str, root: Mappin
         merged = {name for part in parts for name in (part.get("properties") or {})}
         wanted = [*node.get("required", []), *(k for part in parts for k in part.get("required", []))]
         return any(k not in merged for k in wanted)  # every merged property is required, no other
+    if key in _COUNTS and isinstance(value, int) and value > MAX_REPEAT:
+        return True  # not written into a grammar (grammar_size)
     if branch == "array":
         items = node.get("items")
         if key == "prefixItems":

