@@ -38,7 +38,10 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
     ``<end_of_image>``, ``"\\n\\n"`` (``Family.pad_text``: the
     newlines are joined to the text around the image before it is
     tokenized, as the processor's expanded prompt is); plain positions;
-    causal attention, as mlx-vlm's own generation;
+    an image's soft tokens attend to each other both ways
+    (:mod:`missive_mlx.vision_mask`), so each image is read in one forward
+    pass (:class:`~missive_mlx.vision_lm.Plan`) and a cached prefix is cut
+    back to the start of an image it ends inside;
 
 * in the prompt's token list the image's positions hold a synthetic id
   (negative, from a SHA-256 of the image's bytes, as the llamacpp driver
