@@ -17,6 +17,10 @@ Rules (the same as mlx-lm's own server, ``mlx_lm/server.py`` +
   extended in place (no copy); an entry that diverges from the prompt is
   copied and the copy trimmed to the common prefix (``trim_prompt_cache``), so
   the entry still serves its own conversation;
+* for a model whose image tokens read each other both ways (Gemma 3), a
+  reused prefix that ends inside an image is cut back to the image's start
+  (:func:`image_start`), so the image is read again whole, as the llamacpp
+  driver restores an image whole or not at all;
 * caches that cannot be trimmed (recurrent layers, a sliding window that has
   wrapped: ``can_trim_prompt_cache`` is False) are reused only when they are
   a prefix of the prompt, as they are (nothing to cut), and are copied rather
@@ -48,7 +52,22 @@ from typing import Any
 
 from missive.api import common_prefix
 
-__all__ = ["CachedPrefix", "PromptCacheStore", "common_prefix"]
+__all__ = ["CachedPrefix", "PromptCacheStore", "common_prefix", "image_start"]
+
+
+def image_start(n: int, *lists: Sequence[int]) -> int:
+    """``n`` (a prefix length that ``lists`` share), moved back to the start
+    of an image its position continues in one of them: an image's positions
+    hold one negative synthetic id (:func:`missive_mlx.vision.image_id`),
+    so position ``n`` continues an image when it holds the id of
+    position ``n - 1``."""
+    for tokens in lists:
+        if 0 < n < len(tokens) and tokens[n - 1] < 0 and tokens[n] == tokens[n - 1]:
+            image = tokens[n]
+            while n > 0 and tokens[n - 1] == image:
+                n -= 1
+            return n
+    return n
 
 
 @dataclass
@@ -68,6 +87,8 @@ class PromptCacheStore:
         capacity: entries kept (0: nothing is ever stored).
         can_trim: ``mlx_lm.models.cache.can_trim_prompt_cache``.
         trim: ``mlx_lm.models.cache.trim_prompt_cache`` (cache, n) -> tokens trimmed.
+        whole_images: cut a reused prefix back to the start of an image it
+            ends inside (:func:`image_start`).
     """
 
     def __init__(
@@ -76,8 +97,10 @@ class PromptCacheStore:
         *,
         can_trim: Callable[[list[Any]], bool],
         trim: Callable[[list[Any], int], int],
+        whole_images: bool = False,
     ) -> None:
         self.capacity = capacity
+        self._whole_images = whole_images
         self._can_trim = can_trim
         self._trim = trim
         self._entries: list[CachedPrefix] = []  # least recently used first
@@ -89,6 +112,8 @@ class PromptCacheStore:
 
     def _reuse(self, entry: CachedPrefix, prompt: Sequence[int]) -> int:
         n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+        if self._whole_images:
+            n = image_start(n, entry.tokens, prompt)
         if n < len(entry.tokens) and not self._can_trim(entry.cache):
             return 0
         return max(n, 0)

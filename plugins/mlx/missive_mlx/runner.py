@@ -177,7 +177,10 @@ class MlxRunner:
                 f"model '{self.model_id}': the tokenizer has no chat template; set settings.chat_template"
             )
         self.store = PromptCacheStore(
-            self.settings.prompt_cache_entries, can_trim=can_trim_prompt_cache, trim=trim_prompt_cache
+            self.settings.prompt_cache_entries,
+            can_trim=can_trim_prompt_cache,
+            trim=trim_prompt_cache,
+            whole_images=vision is not None and vision.family.bidirectional,
         )
         self.model, self.tokenizer = model, tokenizer
         self.vision = vision

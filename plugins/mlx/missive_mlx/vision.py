@@ -38,7 +38,10 @@ template, the tokenizer, ``mlx_lm.generate_step``, the prompt cache):
     ``<end_of_image>``, ``"\\n\\n"`` (``Family.pad_text``: the
     newlines are joined to the text around the image before it is
     tokenized, as the processor's expanded prompt is); plain positions;
-    causal attention, as mlx-vlm's own generation;
+    an image's soft tokens attend to each other both ways
+    (:mod:`missive_mlx.vision_mask`), so each image is read in one forward
+    pass (:class:`~missive_mlx.vision_lm.Plan`) and a cached prefix is cut
+    back to the start of an image it ends inside;
 
 * in the prompt's token list the image's positions hold a synthetic id
   (negative, from a SHA-256 of the image's bytes, as the llamacpp driver
@@ -86,7 +89,7 @@ from typing import Any
 from missive.api import ApiError, ConfigError, ImageInput, ImageMarks, InvalidRequestError, Prompt
 
 from .vision_family import Family, ImageSpan
-from .vision_lm import VisionLM
+from .vision_lm import Plan, VisionLM
 
 __all__ = [
     "FAMILIES",
@@ -214,7 +217,8 @@ class Vision:
 
         self.family = family_rule(model_type)(model_id, model_type, vlm, image_processor, token)
         self.image_token = self.family.image_token
-        self.lm = VisionLM(vlm, mrope=self.family.mrope)
+        family = self.family
+        self.lm = VisionLM(vlm, mrope=family.mrope, forward=family.forward if family.bidirectional else None)
 
     # -- tokenizing thread ---------------------------------------------------
 
@@ -276,18 +280,24 @@ class Vision:
         ``start``, or tokens appended after it): the token ids (image
         positions as the family's image token) and their embeddings with the
         images' features in place, or None when no image is among them.
-        Sets the M-RoPE positions of ``prompt`` and the deepstack rows of the
-        images among ``tokens`` (:class:`VisionLM`)."""
+        Sets the M-RoPE positions of ``prompt``, the deepstack rows of the
+        images among ``tokens``, and, for a family whose image tokens read each
+        other both ways, the :class:`~missive_mlx.vision_lm.Plan` that reads
+        each image in one pass (:class:`VisionLM`)."""
         import mlx.core as mx
 
         media: MediaPrompt | None = prompt.media if isinstance(prompt.media, MediaPrompt) else None
         spans = media.spans if media is not None else []
-        ids = self.model_ids(tokens, start, spans)
         if self.family.mrope:
             self._set_positions(prompt, spans)
-        end = start + len(tokens)
+        handed = len(tokens)
+        end = start + handed
+        if self.family.bidirectional:  # an image is read in one pass: on to the end of one the tokens cut
+            end = max([end] + [s.end for s in spans if s.start < end < s.end])
+            tokens = tokens if end == start + handed else prompt.tokens[start:end]
+        ids = self.model_ids(tokens, start, spans)
         inside = [s for s in spans if s.start < end and s.end > start]
-        self.lm.visual, self.lm.deepstack = [], []  # set below for the images in these tokens
+        self.lm.visual, self.lm.deepstack, self.lm.plan = [], [], None  # set below for the images here
         if not inside:  # text only (appended tokens start past the prompt's images)
             return mx.array(ids), None
         lm = self.vlm.language_model
@@ -310,7 +320,11 @@ class Vision:
             parts.append(embeds[pos - start :])
         if self.family.deepstack:
             self.lm.deepstack = [mx.concatenate(layers, axis=0) for layers in zip(*deep, strict=True)]
-        return mx.array(ids), mx.concatenate(parts, axis=0)
+        model_ids, embeddings = mx.array(ids), mx.concatenate(parts, axis=0)
+        if self.family.bidirectional:
+            images = [(s.start, s.end) for s in spans]
+            self.lm.plan = Plan(start, handed, model_ids, embeddings, images, cursor=start)
+        return model_ids[:handed], embeddings[:handed]
 
     def model_ids(self, tokens: list[int], start: int, spans: list[ImageSpan]) -> list[int]:
         """The token ids the model gets for ``tokens`` (from position

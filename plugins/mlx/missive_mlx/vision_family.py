@@ -56,11 +56,14 @@ class Family:
             (:meth:`positions`).
         deepstack: whether its images have deepstack features
             (:meth:`features`).
+        bidirectional: whether an image's tokens read each other both ways
+            (:meth:`forward`); they are then read in one forward pass.
     """
 
     pad_text = ""
     mrope = False
     deepstack = False
+    bidirectional = False
 
     def __init__(
         self, model_id: str, model_type: str, vlm: Any, image_processor: Any, token: Callable[[str], int]
@@ -94,6 +97,13 @@ class Family:
     def positions(self, ids: Any, spans: list[ImageSpan]) -> tuple[Any, int]:
         """M-RoPE positions ``(3, 1, n)`` of the prompt ``ids`` ``(1, n)``
         holding ``spans``, and the position minus index past its end."""
+        raise NotImplementedError
+
+    def forward(self, embeds: Any, cache: list[Any], images: list[tuple[int, int]]) -> Any:
+        """A bidirectional family's forward pass: the logits ``(1, n, vocab)``
+        of the embeddings ``(1, n, hidden_size)`` read into ``cache``, the
+        tokens of each of ``images`` (whole ``(first, end)`` position ranges
+        among them) reading each other both ways."""
         raise NotImplementedError
 
     def preprocessed(self, rgb: Any, **kwargs: Any) -> Any:

@@ -21,16 +21,24 @@ The rule of transformers' ``Gemma3Processor`` (`processing_gemma3.py
   the language model multiplies all its input embeddings by
   ``sqrt(hidden_size)``, text and image alike;
 * positions are the token's index (plain RoPE): nothing to set;
-* attention: transformers' ``Gemma3Model`` lets an image's tokens attend to
-  each other both ways during prefill (``token_type_ids``,
-  ``create_masks_for_vision_model``: causal OR within the image's block).
-  mlx-vlm 0.7.10 does not: ``get_input_embeddings`` builds an
-  ``attention_mask_4d``, but its ``generate_step`` passes it to the language
-  model as a keyword that ``LanguageModel.__call__`` ignores, so its Gemma 3
-  attends causally (with the sliding window of its local layers) over
-  images as over text. This module does as mlx-vlm does, so its output is
-  mlx-vlm's for the same prompt, and a prompt-cache prefix may end inside
-  an image.
+* attention: an image's soft tokens read each other both ways during
+  prefill, every other token reads causally (:mod:`missive_mlx.vision_mask`:
+  transformers' ``Gemma3Model``, ``token_type_ids``, the image blocks OR-ed
+  into the full and sliding-window causal masks; llama.cpp's
+  ``mtmd_decode_use_non_causal``). mlx-vlm 0.7.10 does not: its language
+  model takes one ``mask`` for all its layers, and its ``generate_step``
+  gives it none (the ``attention_mask_4d`` of ``get_input_embeddings``, the
+  outer product of the padding mask, goes as a keyword the model ignores), so
+  its Gemma 3 reads images causally. :meth:`Gemma3.forward` runs the
+  language model's layers itself with one mask a kind of layer: the global
+  layers' (``KVCache``: keys from position 0) and the sliding-window
+  layers' (``RotatingKVCache``: the window, and keys from the last
+  ``max_size - 1`` positions before the pass, which mlx-lm's
+  ``RotatingKVCache`` keeps for a pass of several tokens). An image's tokens
+  must be in one forward pass: :class:`~missive_mlx.vision_lm.VisionLM` runs a
+  prefill chunk that ends inside an image on to its end, and the prompt
+  cache cuts a reused prefix back to the start of an image it ends inside
+  (:func:`missive_mlx.prompt_cache.image_start`).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import numpy as np
 from missive.api import ConfigError
 
 from .vision_family import Family, ImageSpan
+from .vision_mask import image_mask
 
 __all__ = ["Gemma3"]
 
@@ -51,6 +60,7 @@ class Gemma3(Family):
     """Gemma 3's image rule (see the module documentation)."""
 
     pad_text = "\n\n"
+    bidirectional = True
 
     def __init__(
         self, model_id: str, model_type: str, vlm: Any, image_processor: Any, token: Callable[[str], int]
@@ -84,3 +94,33 @@ class Gemma3(Family):
         )
         features = vlm.multi_modal_projector(hidden) / self.scale
         return features.reshape(-1, features.shape[-1]), []
+
+    def forward(self, embeds: Any, cache: list[Any], images: list[tuple[int, int]]) -> Any:
+        """Logits ``(1, n, vocab)`` of the embeddings ``embeds`` ``(1, n,
+        hidden_size)`` read into ``cache`` from its
+        offset, the tokens of each of ``images`` (whole ``(first, end)``
+        position ranges among them) reading each other both ways.
+
+        mlx-vlm 0.7.10's ``Gemma3Model.__call__`` and ``LanguageModel.__call__``
+        (``mlx_vlm/models/gemma3/language.py``: the input scale, layer ``i``
+        global when ``i % sliding_window_pattern == sliding_window_pattern - 1``,
+        the final norm, ``lm_head``) with the masks of
+        :func:`~missive_mlx.vision_mask.image_mask`; each layer's attention
+        keeps the last columns of a mask wider than its keys."""
+        import mlx.core as mx
+
+        lm = self.vlm.language_model
+        model = lm.model
+        h = embeds
+        if getattr(model, "scale_inputs_embeds", True):
+            h = h * mx.array(model.config.hidden_size**0.5, mx.bfloat16).astype(h.dtype)
+        start, n = int(cache[0].offset), int(h.shape[1])
+        pattern = int(model.sliding_window_pattern)
+        full = image_mask(start, n, 0, images)
+        sliding = full
+        if pattern > 1:  # layer 0 is a sliding-window layer: what its RotatingKVCache keeps
+            kept = min(start, int(cache[0].max_size) - 1)
+            sliding = image_mask(start, n, start - kept, images, window=int(model.window_size))
+        for i, (layer, c) in enumerate(zip(model.layers, cache, strict=True)):
+            h = layer(h, full if i % pattern == pattern - 1 else sliding, c)
+        return lm.lm_head(model.norm(h))

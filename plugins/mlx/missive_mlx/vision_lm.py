@@ -1,14 +1,45 @@
 """mlx-lm's model interface over an mlx-vlm language model, for
 :mod:`missive_mlx.vision`: explicit M-RoPE positions (Qwen) and deepstack
-rows (Qwen3-VL) for every forward pass, from the cache's offset, and
-mlx-lm's cache classes.
+rows (Qwen3-VL) for every forward pass, from the cache's offset, images read
+whole in one pass (Gemma 3: :class:`Plan`), and mlx-lm's cache classes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["VisionLM"]
+from missive.api import ApiError
+
+__all__ = ["Plan", "VisionLM"]
+
+
+@dataclass
+class Plan:
+    """The prompt part handed to ``generate_step`` for a family whose image
+    tokens read each other both ways, so each image is read in one pass.
+
+    ``mlx_lm.generate_step`` cuts the prompt into chunks of
+    ``prefill_step_size`` tokens wherever they fall: a chunk that ends inside
+    an image is run on to the image's end (``ids`` and ``embeds`` hold those
+    tokens), and the next chunk's tokens the cache holds already are skipped.
+
+    Attributes:
+        start: the position of ``ids[0]``.
+        handed: the tokens handed to ``generate_step`` (``ids`` may run past
+            them, to the end of the image they end inside).
+        ids: token ids ``(m,)``; embeds: their embeddings ``(m, hidden_size)``.
+        images: the prompt's images, ``(first, end)`` position ranges.
+        cursor: the position of the next token ``generate_step`` hands over.
+    """
+
+    start: int
+    handed: int
+    ids: Any
+    embeds: Any
+    images: list[tuple[int, int]]
+    cursor: int
 
 
 class VisionLM:
@@ -26,10 +57,15 @@ class VisionLM:
             read (Qwen3-VL), in order.
         deepstack: those rows, one ``(len(visual), hidden_size)`` array a
             layer from the first.
+        plan: the prompt part being read, for a family whose images are read
+            in one pass (:class:`Plan`), None otherwise and once read.
     """
 
-    def __init__(self, vlm: Any, mrope: bool) -> None:
+    def __init__(self, vlm: Any, mrope: bool, forward: Callable[..., Any] | None = None) -> None:
         self.vlm = vlm
+        self.forward = forward  # the family's forward pass with its images read both ways
+        self.plan: Plan | None = None  # set by Vision.inputs for such a family
+        self._empty: Any = None  # logits of no token, for a chunk read already
         self.language_model = vlm.language_model
         self.mrope = mrope
         self.positions: Any = None
@@ -62,6 +98,38 @@ class VisionLM:
         return caches
 
     def __call__(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
+        if self.plan is not None and cache:
+            return self._planned(self.plan, int(inputs.shape[1]), cache)
+        return self._call(inputs, cache, input_embeddings)
+
+    def _planned(self, plan: Plan, length: int, cache: list[Any]) -> Any:
+        """Logits of the next ``length`` tokens of ``plan``: from the cache's
+        offset (past those it read ahead) to their end, or to the end of the
+        image they end inside; the family's :attr:`forward` when an image is
+        among them."""
+        first = plan.cursor
+        plan.cursor += length
+        if plan.cursor >= plan.start + plan.handed:
+            self.plan = None  # the last part: tokens after it are generated ones
+        offset, end = int(cache[0].offset), first + length
+        end = max([end] + [e for f, e in plan.images if f < end < e])
+        if offset < first or any(f < offset < e for f, e in plan.images):  # never: an image is read whole
+            raise ApiError(f"the cache holds {offset} tokens, the prompt part {first}: part of an image")
+        if offset >= end:  # read ahead with the image the last part ended inside
+            return self._empty
+        ids = plan.ids[None, offset - plan.start : end - plan.start]
+        embeds = plan.embeds[None, offset - plan.start : end - plan.start]
+        images = [(f, e) for f, e in plan.images if f < end and e > offset]
+        if images and self.forward is not None:
+            logits = self.forward(embeds, cache, images)
+        else:
+            logits = self._call(ids, cache, embeds)
+        import mlx.core as mx
+
+        self._empty = mx.zeros((1, 0, int(logits.shape[-1])), logits.dtype)  # holds nothing of logits
+        return logits
+
+    def _call(self, inputs: Any, cache: Any = None, input_embeddings: Any = None) -> Any:
         extra: dict[str, Any] = {}
         if self.mrope:
             offset = int(cache[0].offset) if cache else 0
