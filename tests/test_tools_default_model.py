@@ -436,25 +436,37 @@ def test_forced_call_is_not_repeated_until_max_tokens(smol: anthropic.Anthropic)
     assert calls and len(calls) == len(set(calls))
 
 
-def test_long_repetitions_in_a_schema_are_answered_and_huge_counts_refused(smol: anthropic.Anthropic) -> None:
-    """``maxLength: 3000`` once made a grammar llama.cpp's parser crashed on
-    (SIGSEGV: the server died); a count beyond what is written into a grammar
-    is refused for a strict tool, naming it (missive_llamacpp.grammar_size)."""
+def test_schemas_that_crashed_llama_cpp_are_answered(smol: anthropic.Anthropic) -> None:
+    """Each of these once killed the server (SIGSEGV): ``maxLength: 3000``
+    (nested groups past llama.cpp's parser stack), ``minLength: 2001`` (a
+    grammar llama.cpp refused, then a NULL sampler), a constant with a quote
+    (an escape the port got wrong). Now: answered, the count above
+    llama.cpp's limit reported as not enforced; a strict tool with one is a
+    400 naming it (missive_llamacpp.grammar_size, grammar_check)."""
     schema = {
         "type": "object",
-        "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 3000}},
-        "required": ["name"],
+        "properties": {
+            "tag": {"const": 'say "hi"'},
+            "name": {"type": "string", "minLength": 1, "maxLength": 2000},
+            "long": {"type": "string", "minLength": 2001},
+        },
+        "required": ["tag"],
         "additionalProperties": False,
     }
     for _ in range(2):  # the server is still there for the second
-        reply = smol.messages.create(
+        raw = smol.messages.with_raw_response.create(
             model=MODEL,
-            max_tokens=12,
+            max_tokens=40,
             messages=[{"role": "user", "content": "Invent a name."}],
             extra_body={**GREEDY, "output_config": {"format": {"type": "json_schema", "schema": schema}}},
         )
-        assert reply.content[0].text.startswith("{")
-    huge = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 10**9}}, "required": ["s"]}
+        reply = raw.parse()
+        assert raw.headers["missive-ignored"] == (
+            "output_config.format #/properties/long/minLength (not enforced by the llama.cpp grammar)"
+        )
+        if reply.stop_reason == "end_turn":
+            assert json.loads(reply.content[0].text)["tag"] == 'say "hi"'
+    huge = {"type": "object", "properties": {"s": {"type": "string", "minLength": 2001}}, "required": ["s"]}
     with pytest.raises(anthropic.BadRequestError) as caught:
         smol.messages.create(
             model=MODEL,
@@ -463,7 +475,7 @@ def test_long_repetitions_in_a_schema_are_answered_and_huge_counts_refused(smol:
             tool_choice={"type": "any"},
             messages=ASK,
         )
-    assert "tool 'f' #/properties/s/maxLength" in caught.value.body["error"]["message"]
+    assert "tool 'f' #/properties/s/minLength" in caught.value.body["error"]["message"]
 
 
 def test_a_grammar_nested_too_deep_is_a_400_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,6 +40,7 @@ from missive.api import (
 )
 
 from .grammar import json_schema_grammar, output_relaxations, tool_call_grammar
+from .grammar_check import grammar_refused
 from .grammar_size import MAX_NESTING, nesting
 from .plugin import CAPABILITIES
 from .runner import LlamaCppRunner
@@ -229,6 +230,8 @@ class LlamaCppDriver(LocalDriver):
                 f"the schema makes a llama.cpp grammar nested {depth} groups deep, more than the "
                 f"{MAX_NESTING} its parser takes; use fewer nested groups in patterns"
             )
+        if (refused := grammar_refused(self.runner, text)) is not None:
+            raise InvalidRequestError(refused)
         try:
             return llama_cpp.LlamaGrammar.from_string(text, verbose=False)
         except (ValueError, RuntimeError) as exc:

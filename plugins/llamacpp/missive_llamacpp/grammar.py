@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from typing import Any
 
@@ -26,6 +27,7 @@ from missive.api import RawValueLanguage, ToolChoice, ToolDefinition, ToolParser
 
 from .enforced import unenforced
 from .grammar_size import MAX_NESTING, MAX_REPEAT, install, nesting, pattern_size
+from .pattern_json import json_safe
 
 install()  # bounded repetitions as x{m,n}, not nested groups (grammar_size's docstring)
 
@@ -63,8 +65,27 @@ def _strict_json(grammar: str) -> str:
     return grammar.replace(_LOOSE_CHAR, _JSON_CHAR)
 
 
+class _Converter(SchemaConverter):  # type: ignore[misc]
+    """llama-cpp-python's converter with literals escaped as llama.cpp's own
+    ``json-schema-to-grammar.cpp`` escapes them (``GRAMMAR_LITERAL_ESCAPES``:
+    the backslash too). The port left a backslash as it was, so the JSON of
+    ``const: "say \\"hi\\""`` (or a property name with a quote) ended the
+    grammar's literal early, a grammar llama.cpp refuses, and a ``\\t`` in
+    a constant became a raw tab, which is not JSON. Constants are written as
+    UTF-8 (``ensure_ascii=False``): ``\\ud83c\\udf89`` for an emoji would
+    be read by llama.cpp as two lone surrogates."""
+
+    _ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
+
+    def _format_literal(self, literal: str) -> str:
+        return '"' + "".join(self._ESCAPES.get(ch, ch) for ch in literal) + '"'
+
+    def _generate_constant_rule(self, value: Any) -> str:
+        return self._format_literal(json.dumps(value, ensure_ascii=False))
+
+
 def _converter() -> SchemaConverter:
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -121,9 +142,10 @@ def relax(schema: Any, relaxed: list[str], path: str = "#", root: Any = None) ->
     root = schema if root is None else root
     node = dict(schema)
     for key, value in schema.items():
-        if (key == "pattern" and not _pattern_ok(value)) or (
-            key == "$ref" and isinstance(value, str) and not value.startswith("#")
-        ):
+        safe = json_safe(value) if key == "pattern" and isinstance(value, str) else None
+        if safe is not None and _pattern_ok(safe):
+            node[key] = safe  # narrowed to what a JSON string holds raw (pattern_json)
+        elif key == "pattern" or (key == "$ref" and isinstance(value, str) and not value.startswith("#")):
             relaxed.append(f"{path}/{key}")
             del node[key]
     while dropped := unenforced(node, root):  # leaving one out may change the converter's branch

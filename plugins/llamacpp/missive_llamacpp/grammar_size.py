@@ -36,9 +36,11 @@ import llama_cpp.llama_grammar as _library
 
 __all__ = ["MAX_NESTING", "MAX_REPEAT", "install", "nesting", "pattern_size", "repetition"]
 
-#: The largest count written into a grammar (each optional item is one
-#: llama.cpp grammar rule: 100,000 of them take about 10 MB).
-MAX_REPEAT = 100_000
+#: The largest count written into a grammar: llama.cpp's parser refuses a
+#: repetition above 2,000 ("number of repetitions exceeds sane defaults",
+#: ``MAX_REPETITION_THRESHOLD`` in ``src/llama-grammar.cpp``); a pattern's
+#: counts multiplied through its groups (:func:`pattern_size`) are held to it too.
+MAX_REPEAT = 2_000
 #: The deepest nesting of groups a grammar may have (llama.cpp's parser
 #: crashed between 1,000 and 2,000 on an 8 MB thread stack).
 MAX_NESTING = 256

@@ -116,6 +116,7 @@ from . import checkpoints
 from .context import Layout, make_context, warm_up
 from .draft import DraftModel, ModelDrafter, load_draft
 from .grammar import warm_up as warm_up_grammar
+from .grammar_check import add_grammar
 from .lora import AdapterBank, Adapters, load_adapters
 from .placement import SPLIT_MODES, GpuLayout, Placement, devices, gpu_layout, plan, tensor_sizes
 from .portable import PortableSlots
@@ -573,7 +574,7 @@ class LlamaCppRunner(PortableSlots):
         model's defaults set it), temperature and a seeded draw."""
         chain = internals.LlamaSampler()
         if sampling.constraint is not None:
-            chain.add_grammar(self.llm._model, sampling.constraint)
+            add_grammar(chain, self.llm._model, sampling.constraint._grammar)  # never a NULL sampler
         temp = 1.0 if sampling.temperature is None else sampling.temperature
         if temp == 0.0:
             chain.add_greedy()

