@@ -321,8 +321,8 @@ class LlamaCppRunner(PortableSlots):
             self._draft.close()
             self._draft = None
         log.info(
-            "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, %s, "
-            "%s, %s, bos=%r add_bos=%s, projector=%s, %s",
+            "model %s loaded from %s: context_window=%d, %d slots (parallel=%s), %s, %d threads, %s, %s, "
+            "%s, %s, %s, %s, bos=%r add_bos=%s, projector=%s, %s",
             self.model_id,
             path,
             info.context_window,
@@ -330,6 +330,7 @@ class LlamaCppRunner(PortableSlots):
             s.parallel,
             self._layout.describe(s),
             s.threads,
+            _residency(s),
             _offload(llm, s, self.model_id),
             placement.describe(),
             gpus.describe(s),
@@ -849,6 +850,14 @@ def _placed(settings: LlamaCppSettings) -> str:
     )
     chosen = [f"{name} = {getattr(settings, name)!r}" for name in fields if name in settings.model_fields_set]
     return f" (with settings {', '.join(chosen)})" if chosen else ""
+
+
+def _residency(settings: LlamaCppSettings) -> str:
+    """How the weights are held, for the load line: ``weights: mapped
+    (mmap)`` or ``weights: read into memory (mmap=false)``, then ``, locked
+    (mlock)`` when asked (:func:`_check_locked` warns if the limit refused it)."""
+    held = "weights: mapped (mmap)" if settings.mmap else "weights: read into memory (mmap=false)"
+    return held + (", locked (mlock)" if settings.mlock else "")
 
 
 def _check_locked(model_id: str) -> None:

@@ -99,6 +99,8 @@ def test_placement_moves_weights_and_not_results(server: ServerProcess) -> None:
     assert "placement: 6 tensors (" in load_line(log, "cpumoe") and "(cpu_moe)" in load_line(log, "cpumoe")
     assert "placement: as n_gpu_layers puts it" in load_line(log, "plain")
     assert "gpus: none" in load_line(log, "plain")
+    assert "weights: mapped (mmap)," in load_line(log, "plain")
+    assert "weights: read into memory (mmap=false), locked (mlock)" in load_line(log, "cpumoe")
 
 
 @pytest.mark.parametrize(
