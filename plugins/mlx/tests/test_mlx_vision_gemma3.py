@@ -36,16 +36,25 @@ from typing import Any
 
 import anthropic
 import pytest
-from test_mlx_vision import _last_logits, image_block, png
-from vision_checks import AFTER, BEFORE, ids_of, prompt_of, rgb_images, runner_tokens, stacked
+from test_mlx_vision import _last_logits, png
+from vision_checks import (
+    AFTER,
+    BEFORE,
+    SYSTEM,
+    ask,
+    ids_of,
+    prompt_of,
+    rgb_images,
+    runner_tokens,
+    stacked,
+    user,
+)
 
 from missive.testing import live_server
 
 pytest.importorskip("mlx_vlm", reason="mlx-vlm (missive-mlx[vision]) is not installed")
 
 VISION = "tiny-gemma3-vl"
-GREEDY = {"temperature": 0.0}
-SYSTEM = "You look at images."
 WINDOW = 3
 
 
@@ -270,37 +279,22 @@ def client(gemma3_vl_dir: Path) -> Iterator[anthropic.Anthropic]:
         yield anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=300)
 
 
-def user(data: bytes, text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [image_block(data), {"type": "text", "text": text}]}
-
-
-def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]]) -> tuple[Any, int]:
-    """The answer and ``count_tokens``, checked equal to the usage."""
-    message = client.messages.create(
-        model=VISION, max_tokens=4, system=SYSTEM, messages=messages, extra_body=GREEDY
-    )
-    counted = client.messages.count_tokens(model=VISION, system=SYSTEM, messages=messages).input_tokens
-    usage = message.usage
-    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) == counted, (usage, counted)
-    return message, counted
-
-
 def test_served_image_counts_and_cache(client: anthropic.Anthropic) -> None:
     from tiny_vision import GEMMA_TOKENS_PER_IMAGE
 
     x, y = png(200, 140, (10, 20, 30), noise=7), png(200, 140, (10, 20, 31), noise=7)
-    first, total = ask(client, [user(x, "Which image is this?")])
+    first, total = ask(client, VISION, [user(x, "Which image is this?")])
     assert first.usage.output_tokens >= 1
-    _, small = ask(client, [user(png(20, 300, (1, 2, 3)), "Which image is this?")])
+    _, small = ask(client, VISION, [user(png(20, 300, (1, 2, 3)), "Which image is this?")])
     assert small == total  # every image takes mm_tokens_per_image soft tokens
     text_only = client.messages.count_tokens(
         model=VISION, system=SYSTEM, messages=[{"role": "user", "content": "Which image is this?"}]
     ).input_tokens
     # the soft tokens, <start_of_image>, <end_of_image>, and the "\n\n" around them
     assert total - text_only >= GEMMA_TOKENS_PER_IMAGE + 2 + 2
-    again, _ = ask(client, [user(x, "Which image is this?")])
+    again, _ = ask(client, VISION, [user(x, "Which image is this?")])
     assert again.usage.cache_read_input_tokens == total - 1  # all but the last token
-    other, other_total = ask(client, [user(y, "Which image is this?")])
+    other, other_total = ask(client, VISION, [user(y, "Which image is this?")])
     assert other_total == total
     # the prefix stops at the image: its tokens, <end_of_image> and the text after are read anew
     assert other.usage.input_tokens > GEMMA_TOKENS_PER_IMAGE + 1

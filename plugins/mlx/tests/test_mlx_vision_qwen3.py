@@ -26,16 +26,25 @@ from typing import Any
 
 import anthropic
 import pytest
-from test_mlx_vision import _last_logits, image_block, png
-from vision_checks import AFTER, BEFORE, ids_of, prompt_of, rgb_images, runner_tokens, stacked
+from test_mlx_vision import _last_logits, png
+from vision_checks import (
+    AFTER,
+    BEFORE,
+    SYSTEM,
+    ask,
+    greedy_and_cache,
+    ids_of,
+    prompt_of,
+    rgb_images,
+    stacked,
+    user,
+)
 
 from missive.testing import live_server
 
 pytest.importorskip("mlx_vlm", reason="mlx-vlm (missive-mlx[vision]) is not installed")
 
 VISION = "tiny-qwen3-vl"
-GREEDY = {"temperature": 0.0}
-SYSTEM = "You look at images."
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
@@ -131,15 +140,8 @@ def test_greedy_tokens_equal_mlx_vlm_generate_and_the_cache_reads_the_image(runn
         image_grid_thw=grids,
     )
     reference = [int(token) for token, _ in steps]
-    got, _ = runner_tokens(runner, prompt, n)
-    assert got and got == reference[: len(got)], (got, reference)
-    assert len(got) == n or got[-1] in runner.tokenizer.eos_token_ids
-    again, reused = runner_tokens(runner, prompt, n)
-    assert reused > span.end and again == got
     other = prompt_of(runner, [png(90, 70, (40, 80, 121), noise=3)])
-    assert other.tokens[: span.start] == prompt.tokens[: span.start]
-    _, reused = runner_tokens(runner, other, n)
-    assert reused <= span.start
+    greedy_and_cache(runner, prompt, other, reference, n)
 
 
 # -- served ----------------------------------------------------------------------
@@ -156,24 +158,9 @@ def client(qwen3_vl_dir: Path) -> Iterator[anthropic.Anthropic]:
         yield anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=300)
 
 
-def user(data: bytes, text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [image_block(data), {"type": "text", "text": text}]}
-
-
-def ask(client: anthropic.Anthropic, messages: list[dict[str, Any]]) -> tuple[Any, int]:
-    """The answer and ``count_tokens``, checked equal to the usage."""
-    message = client.messages.create(
-        model=VISION, max_tokens=4, system=SYSTEM, messages=messages, extra_body=GREEDY
-    )
-    counted = client.messages.count_tokens(model=VISION, system=SYSTEM, messages=messages).input_tokens
-    usage = message.usage
-    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) == counted, (usage, counted)
-    return message, counted
-
-
 def test_served_image_counts_and_cache(client: anthropic.Anthropic) -> None:
     x, y = png(200, 140, (10, 20, 30), noise=7), png(200, 140, (10, 20, 31), noise=7)
-    first, total = ask(client, [user(x, "Which image is this?")])
+    first, total = ask(client, VISION, [user(x, "Which image is this?")])
     assert first.usage.output_tokens >= 1
     text_only = client.messages.count_tokens(
         model=VISION, system=SYSTEM, messages=[{"role": "user", "content": "Which image is this?"}]
@@ -181,9 +168,9 @@ def test_served_image_counts_and_cache(client: anthropic.Anthropic) -> None:
     # 200 x 140 resized to 192 x 128 (multiples of 32): 6 x 4 tokens, the start
     # and end tokens, and the newline joining the image's part to the text
     assert total - text_only == 24 + 3
-    again, _ = ask(client, [user(x, "Which image is this?")])
+    again, _ = ask(client, VISION, [user(x, "Which image is this?")])
     assert again.usage.cache_read_input_tokens == total - 1  # all but the last token
-    other, other_total = ask(client, [user(y, "Which image is this?")])
+    other, other_total = ask(client, VISION, [user(y, "Which image is this?")])
     assert other_total == total
     assert other.usage.input_tokens > 24 + 1
     assert (other.usage.cache_read_input_tokens or 0) < total - 24 - 1

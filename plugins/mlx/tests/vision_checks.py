@@ -9,6 +9,7 @@ from typing import Any
 
 BEFORE = "<|im_start|>user\nLook:"
 AFTER = "<|im_end|>\n<|im_start|>assistant\n"
+SYSTEM = "You look at images."
 
 
 def prompt_of(runner: Any, images: list[bytes], text: str = " What is it?") -> Any:
@@ -64,3 +65,37 @@ def runner_tokens(runner: Any, prompt: Any, n: int) -> tuple[list[int], int]:
     finally:
         runner.end(seq, True)
     return out, seq.reused
+
+
+def greedy_and_cache(runner: Any, prompt: Any, other: Any, reference: list[int], n: int) -> None:
+    """The runner's greedy tokens for ``prompt`` equal ``reference`` (mlx-vlm's
+    own), a repeat reads the image from the prompt cache, and ``other`` (the
+    same text, another image) reuses nothing from the image's start on."""
+    (span,) = prompt.media.spans
+    got, _ = runner_tokens(runner, prompt, n)
+    assert got and got == reference[: len(got)], (got, reference)
+    assert len(got) == n or got[-1] in runner.tokenizer.eos_token_ids
+    again, reused = runner_tokens(runner, prompt, n)
+    assert reused > span.end and again == got
+    assert other.tokens[: span.start] == prompt.tokens[: span.start]
+    _, reused = runner_tokens(runner, other, n)
+    assert reused <= span.start
+
+
+def user(data: bytes, text: str) -> dict[str, Any]:
+    """A user turn of one image and a text."""
+    from test_mlx_vision import image_block
+
+    return {"role": "user", "content": [image_block(data), {"type": "text", "text": text}]}
+
+
+def ask(client: Any, model: str, messages: list[dict[str, Any]]) -> tuple[Any, int]:
+    """The answer (greedy, 4 tokens, :data:`SYSTEM`) and ``count_tokens``,
+    checked equal to the usage."""
+    message = client.messages.create(
+        model=model, max_tokens=4, system=SYSTEM, messages=messages, extra_body={"temperature": 0.0}
+    )
+    counted = client.messages.count_tokens(model=model, system=SYSTEM, messages=messages).input_tokens
+    usage = message.usage
+    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) == counted, (usage, counted)
+    return message, counted
