@@ -143,3 +143,38 @@ def test_the_scope_survives_another_variant() -> None:
     """``with_variant`` keeps the prompt's scope (a LoRA entry's prompt of bob's key is still bob's)."""
     prompt = Prompt([1, 2]).with_scope("key:bob").with_variant("style")
     assert prompt.cache_scope == "key:bob" and prompt.variant == "style"
+
+
+class ScopedRunner(Runner):
+    """The scripted slot, remembering the scope of the prompt its tokens came
+    from (as the llama.cpp runner's slots do): reuse only within it."""
+
+    def __init__(self, tokens: list[int], scope: str | None = None) -> None:
+        super().__init__(tokens)
+        self.scope = scope
+
+    def reusable_in(self, prompt: Prompt, slot: int) -> int:
+        return super().reusable_in(prompt, slot) if prompt.cache_scope == self.scope else 0
+
+    def save_context(self, slot: int) -> SavedContext | None:
+        state = super().save_context(slot)
+        if state is not None:
+            state.cache_scope = self.scope
+        return state
+
+    def restore_context(self, state: SavedContext, slot: int) -> None:
+        super().restore_context(state, slot)
+        self.scope = state.cache_scope
+
+
+def test_a_slot_of_another_scope_holding_the_cached_tokens_is_saved_too() -> None:
+    """Bob's slot holds the very tokens of alice's cached state: it is no
+    copy of it (another key's), so alice's restore first saves bob's, and
+    bob's next request reads his own back."""
+    main = list(range(100, 100 + 2 * MIN_SAVED_TOKENS))
+    runner, cache = ScopedRunner(list(main), "key:bob"), HostPromptCache(max_bytes=10**6)
+    cache.put(SavedContext(list(main), object(), 10, cache_scope="key:alice"))
+    assert swap_in(runner, cache, Prompt(main + [1]).with_scope("key:alice")) == len(main)
+    assert runner.scope == "key:alice" and len(cache) == 2
+    assert swap_in(runner, cache, Prompt(main + [1]).with_scope("key:bob")) == len(main)
+    assert runner.scope == "key:bob"

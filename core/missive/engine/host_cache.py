@@ -220,7 +220,10 @@ def swap_in(
         cache.disk.count_lookup(entry)
     # What the slot would lose: for a model whose state cannot be cut at any
     # position (recurrent, sliding-window), more than the tokens that differ.
-    if len(live_tokens) - live >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
+    # The entry holding the same tokens is a copy only if it serves no more
+    # than the slot: else the slot's are another scope's or variant's.
+    copy = entry is not None and entry.tokens == live_tokens and restored <= live
+    if len(live_tokens) - live >= MIN_SAVED_TOKENS and not copy:
         saved = runner.save_context(slot)
         if saved is not None and cache.put(saved, previous):
             log.debug(
