@@ -312,3 +312,12 @@ cache_scope = "alice"
     assert cache_scope_of(loaded.keys, "") is None and cache_scope_of(loaded.keys, None) is None
     with pytest.raises(ConfigError, match="cache_scope"):
         config(f'[keys.dave]\nkey_sha256 = "{hash_key("sk-d")}"\ncache_scope = "a b"\n')
+
+
+def test_missive_keys_list_shows_a_shared_cache_scope(tmp_path: Path) -> None:
+    path = tmp_path / "missive.toml"
+    path.write_text(f'[keys.bob]\nkey_sha256 = "{hash_key("sk-b")}"\ncache_scope = "team-a"\n')
+    listed = CliRunner().invoke(cli, ["keys", "list", "--config", str(path)])
+    assert listed.exit_code == 0 and listed.output.startswith("bob  user  models=*  cache_scope=team-a")
+    as_json = CliRunner().invoke(cli, ["keys", "list", "--json", "--config", str(path)]).stdout
+    assert '"cache_scope": "team-a"' in as_json
