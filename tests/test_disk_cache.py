@@ -303,3 +303,58 @@ def test_a_file_of_another_variant_is_neither_offered_nor_replaced(tmp_path: Pat
         assert found is not None and found.variant == "style" and n == len(MAIN)
         assert tier_now.best(MAIN, variant="tone") == (None, 0)
     tier_now.close()
+
+
+class Scoped(Portable):
+    """A :class:`Portable` whose saved states carry a cache scope (the
+    request's key), as the llama.cpp runner's slots record it."""
+
+    scope: str | None = None
+
+    def save_context(self, slot: int) -> SavedContext | None:
+        saved = super().save_context(slot)
+        if saved is not None:
+            saved.cache_scope = self.scope
+        return saved
+
+
+def test_a_file_of_another_cache_scope_is_neither_offered_nor_replaced(tmp_path: Path) -> None:
+    """The engine writes the state's scope in the file's header: another
+    key's prompt is never offered it, before or after a restart, nor does
+    its own state of the same tokens replace it."""
+    runner = Scoped(list(MAIN))
+    runner.scope = "key:alice"
+    disk = tier(tmp_path, runner)
+    disk.put(runner.save_context(0))  # type: ignore[arg-type]
+    disk.flush()
+    runner.scope = "key:bob"
+    disk.put(runner.save_context(0))  # type: ignore[arg-type]: the same tokens, another key
+    disk.flush()
+    for tier_now in (disk, None):
+        if tier_now is None:  # a new instance reads the scopes back from the headers
+            disk.close()
+            tier_now = tier(tmp_path, runner)
+        assert len(tier_now) == 2
+        found, n = tier_now.best(MAIN, cache_scope="key:alice")
+        assert found is not None and found.cache_scope == "key:alice" and n == len(MAIN)
+        assert tier_now.best(MAIN, cache_scope="key:carol") == (None, 0)
+        assert tier_now.best(MAIN) == (None, 0)  # nor the open server's scope
+        loaded = tier_now.load(found)
+        assert loaded is not None and loaded.cache_scope == "key:alice"
+    tier_now.close()
+
+
+def test_a_restart_restores_a_scoped_file_only_for_its_scope(tmp_path: Path) -> None:
+    """Through the host cache's lookup after a restart (:func:`swap_in`):
+    bob's prompt restores nothing of alice's file; alice's restores it."""
+    alice = Scoped(list(MAIN))
+    alice.scope = "key:alice"
+    written(tmp_path, alice)
+    runner = Scoped([])
+    cache = HostPromptCache(max_bytes=10**6)
+    cache.disk = tier(tmp_path, runner)
+    prompt = MAIN + [1]
+    assert swap_in(runner, cache, Prompt(prompt).with_scope("key:bob")) == 0 and runner.restored == []
+    assert swap_in(runner, cache, Prompt(prompt).with_scope("key:alice")) == len(MAIN)
+    assert runner.restored == [MAIN]
+    cache.disk.close()

@@ -107,3 +107,74 @@ def test_a_state_of_another_variant_is_neither_offered_nor_superseded() -> None:
     assert cache.best([1, 2, 3, 4, 5, 6], variant="style") == (other, 5)
     assert cache.best([1, 2, 3], variant="tone") == (None, 0)
     assert cache.put(SavedContext([1, 2, 3, 4, 5, 6], object(), 10, "style")) and len(cache) == 2
+
+
+def test_a_state_of_another_cache_scope_is_neither_offered_nor_superseded() -> None:
+    """``Prompt.cache_scope`` (the request's API key, docs/operations.md#prompt-cache-scopes):
+    the same tokens sent with another key read nothing of the first key's
+    state, and its own longer state does not drop the other key's."""
+    cache = HostPromptCache(max_bytes=100)
+    alice = SavedContext([1, 2, 3, 4], object(), 10, cache_scope="key:alice")
+    assert cache.put(alice)
+    assert cache.best([1, 2, 3, 4, 5], cache_scope="key:bob") == (None, 0)
+    assert cache.best([1, 2, 3, 4, 5]) == (None, 0)  # nor to the open server's scope
+    assert cache.best([1, 2, 3, 4, 5], cache_scope="key:alice") == (alice, 4)
+    bob = SavedContext([1, 2, 3, 4, 5, 6], object(), 10, cache_scope="key:bob")
+    assert cache.put(bob) and len(cache) == 2  # alice's shorter state is kept
+    assert cache.best([1, 2, 3, 4, 5, 6], cache_scope="key:alice") == (alice, 4)
+
+
+def test_swap_in_restores_only_a_state_of_the_prompt_s_scope() -> None:
+    """Through :func:`swap_in` and :func:`reusable` (``cache_read_input_tokens``):
+    bob's prompt, the tokens alice's left in the cache, reads none of them;
+    alice's own repeat reads them back."""
+    main = list(range(100, 100 + 2 * MIN_SAVED_TOKENS))
+    runner, cache = Runner([]), HostPromptCache(max_bytes=10**6)
+    cache.put(SavedContext(list(main), object(), 10, cache_scope="key:alice"))
+    bob = Prompt(main + [1]).with_scope("key:bob")
+    alice = Prompt(main + [1]).with_scope("key:alice")
+    assert reusable(runner, cache, bob) == 0
+    assert swap_in(runner, cache, bob) == 0 and runner.restored == []
+    assert reusable(runner, cache, alice) == len(main)
+    assert swap_in(runner, cache, alice) == len(main) and runner.restored == [main]
+
+
+def test_the_scope_survives_another_variant() -> None:
+    """``with_variant`` keeps the prompt's scope (a LoRA entry's prompt of bob's key is still bob's)."""
+    prompt = Prompt([1, 2]).with_scope("key:bob").with_variant("style")
+    assert prompt.cache_scope == "key:bob" and prompt.variant == "style"
+
+
+class ScopedRunner(Runner):
+    """The scripted slot, remembering the scope of the prompt its tokens came
+    from (as the llama.cpp runner's slots do): reuse only within it."""
+
+    def __init__(self, tokens: list[int], scope: str | None = None) -> None:
+        super().__init__(tokens)
+        self.scope = scope
+
+    def reusable_in(self, prompt: Prompt, slot: int) -> int:
+        return super().reusable_in(prompt, slot) if prompt.cache_scope == self.scope else 0
+
+    def save_context(self, slot: int) -> SavedContext | None:
+        state = super().save_context(slot)
+        if state is not None:
+            state.cache_scope = self.scope
+        return state
+
+    def restore_context(self, state: SavedContext, slot: int) -> None:
+        super().restore_context(state, slot)
+        self.scope = state.cache_scope
+
+
+def test_a_slot_of_another_scope_holding_the_cached_tokens_is_saved_too() -> None:
+    """Bob's slot holds the very tokens of alice's cached state: it is no
+    copy of it (another key's), so alice's restore first saves bob's, and
+    bob's next request reads his own back."""
+    main = list(range(100, 100 + 2 * MIN_SAVED_TOKENS))
+    runner, cache = ScopedRunner(list(main), "key:bob"), HostPromptCache(max_bytes=10**6)
+    cache.put(SavedContext(list(main), object(), 10, cache_scope="key:alice"))
+    assert swap_in(runner, cache, Prompt(main + [1]).with_scope("key:alice")) == len(main)
+    assert runner.scope == "key:alice" and len(cache) == 2
+    assert swap_in(runner, cache, Prompt(main + [1]).with_scope("key:bob")) == len(main)
+    assert runner.scope == "key:bob"

@@ -283,3 +283,41 @@ def test_missive_keys_list_says_when_no_key_is_configured(tmp_path: Path) -> Non
     assert listed.exit_code == 0 and listed.stdout == ""
     assert "no keys configured" in listed.stderr and "missive keys new" in listed.stderr
     assert CliRunner().invoke(cli, ["keys", "list", "--json", "--config", str(path)]).stdout.strip() == "[]"
+
+
+def test_cache_scopes_of_keys() -> None:
+    """A key's prompt-cache scope (docs/configuration.md#keysname): its own by
+    default (a table's and a plain key's alike), a named one shared by the
+    keys naming it and apart from any key's own, none on an open server."""
+    from missive.config.keys import cache_scope_of
+
+    loaded = config(
+        f"""
+[server]
+api_keys = ["sk-plain"]
+[keys.alice]
+key_sha256 = "{hash_key("sk-a")}"
+[keys.bob]
+key_sha256 = "{hash_key("sk-b")}"
+cache_scope = "alice"
+[keys.carol]
+key_sha256 = "{hash_key("sk-c")}"
+cache_scope = "alice"
+"""
+    )
+    scopes = {name: cache_scope_of(loaded.keys, name) for name in ("alice", "bob", "carol")}
+    plain = derived_name("sk-plain")
+    assert scopes["bob"] == scopes["carol"] != scopes["alice"]  # a scope named "alice" is not alice's own
+    assert cache_scope_of(loaded.keys, plain) not in (None, *scopes.values())
+    assert cache_scope_of(loaded.keys, "") is None and cache_scope_of(loaded.keys, None) is None
+    with pytest.raises(ConfigError, match="cache_scope"):
+        config(f'[keys.dave]\nkey_sha256 = "{hash_key("sk-d")}"\ncache_scope = "a b"\n')
+
+
+def test_missive_keys_list_shows_a_shared_cache_scope(tmp_path: Path) -> None:
+    path = tmp_path / "missive.toml"
+    path.write_text(f'[keys.bob]\nkey_sha256 = "{hash_key("sk-b")}"\ncache_scope = "team-a"\n')
+    listed = CliRunner().invoke(cli, ["keys", "list", "--config", str(path)])
+    assert listed.exit_code == 0 and listed.output.startswith("bob  user  models=*  cache_scope=team-a")
+    as_json = CliRunner().invoke(cli, ["keys", "list", "--json", "--config", str(path)]).stdout
+    assert '"cache_scope": "team-a"' in as_json

@@ -52,7 +52,8 @@ def key_table(name: str, key: str, scope: str = "user", models: tuple[str, ...] 
 
 
 def list_keys(config: Config) -> list[dict[str, Any]]:
-    """The configured keys: ``name``, ``scope``, ``models``, ``limits``, ``enabled``, ``source``."""
+    """The configured keys: ``name``, ``scope``, ``models``, ``limits``, ``enabled``,
+    ``cache_scope`` (None: the key's own), ``source``."""
     found: list[dict[str, Any]] = [
         {
             "name": name,
@@ -60,6 +61,7 @@ def list_keys(config: Config) -> list[dict[str, Any]]:
             "models": entry.models,
             "limits": entry.limits(),
             "enabled": entry.enabled,
+            "cache_scope": entry.cache_scope,
             "source": f"keys.{name}",
         }
         for name, entry in config.keys.items()
@@ -71,6 +73,7 @@ def list_keys(config: Config) -> list[dict[str, Any]]:
             "models": None,
             "limits": {},
             "enabled": True,
+            "cache_scope": None,
             "source": f"server.api_keys[{i}]",
         }
         for i, key in enumerate(config.server.api_keys)
@@ -168,6 +171,7 @@ def register(
             limits = ", ".join(f"{n}={key['limits'][n]}" for n in LIMIT_FIELDS if n in key["limits"])
             models = ",".join(key["models"]) if key["models"] is not None else "*"
             state = "" if key["enabled"] else " (disabled)"
+            models += f"  cache_scope={key['cache_scope']}" if key["cache_scope"] else ""
             line = f"{key['name']}  {key['scope']}{state}  models={models}  {limits}  [{key['source']}]"
             click.echo(line.rstrip())
 

@@ -68,6 +68,7 @@ Shape (every key optional)::
     scope = "user"              # or "admin": all batches, /v1/status, /metrics, /v1/usage
     models = ["qwen3-*"]        # configured model ids or globs it may use (default: all)
     requests_per_minute = 60    # also input/output_tokens_per_minute/_per_day, concurrent_requests
+    cache_scope = "team-a"      # prompt-cache scope shared with keys naming it (default: its own)
 
     [usage]                     # usage per key and model (GET /v1/usage, missive usage)
     retention = 7776000.0       # seconds kept (90 days)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
@@ -22,6 +23,7 @@ __all__ = [
     "hash_key",
     "derived_name",
     "check_key_name",
+    "cache_scope_of",
 ]
 
 #: A key's name: what owns its batches, threads and usage, and what logs and
@@ -78,6 +80,27 @@ def check_key_name(name: str) -> str:
     return name
 
 
+def cache_scope_of(keys: Mapping[str, KeyEntry], name: str | None) -> str | None:
+    """The prompt-cache scope of the key named ``name`` (``[keys.NAME]``'s
+    or a ``server.api_keys`` key's derived name): ``scope:<cache_scope>``
+    when its table names one, else ``key:<name>``, a scope of its own; None
+    for an open server (``name`` empty or None: one scope for everyone).
+
+    No cached state computed for one scope serves a request of another
+    (docs/operations.md#prompt-cache-scopes), as the Anthropic and OpenAI
+    APIs keep prompt caches apart between organizations (Anthropic,
+    "Prompt caching": "Cache isolation"; OpenAI, "Prompt caching":
+    "Prompt caches are not shared between organizations"). The two
+    prefixes keep a key's own scope apart from a named one (a key name has
+    no ``:``)."""
+    if not name:
+        return None
+    entry = keys.get(name)
+    if entry is not None and entry.cache_scope is not None:
+        return f"scope:{entry.cache_scope}"
+    return f"key:{name}"
+
+
 class KeyEntry(BaseModel):
     """One ``[keys.NAME]`` table.
 
@@ -92,6 +115,9 @@ class KeyEntry(BaseModel):
         mcp_servers: ``fnmatch`` globs of the MCP server URLs this key's
             requests may name in ``mcp_servers`` (None: the server-wide
             ``server_tools.mcp_servers``; :mod:`missive.tools.mcp`).
+        cache_scope: the prompt-cache scope the key shares with the keys
+            naming the same one (None: a scope of its own;
+            :func:`cache_scope_of`).
         enabled: false refuses the key (401) without removing its table.
         requests_per_minute, input_tokens_per_minute, output_tokens_per_minute,
             input_tokens_per_day, output_tokens_per_day, concurrent_requests:
@@ -105,6 +131,7 @@ class KeyEntry(BaseModel):
     scope: Literal["user", "admin"] = "user"
     models: list[str] | None = None
     mcp_servers: list[str] | None = None
+    cache_scope: str | None = None
     enabled: StrictBool = True
     requests_per_minute: int | None = Field(default=None, ge=1)
     input_tokens_per_minute: int | None = Field(default=None, ge=1)
@@ -123,6 +150,13 @@ class KeyEntry(BaseModel):
                     "must be the 64 hex digits of the key's SHA-256 (missive keys new NAME "
                     "prints the line; or printf %s KEY | sha256sum)"
                 )
+        return value
+
+    @field_validator("cache_scope")
+    @classmethod
+    def _scope_name(cls, value: str | None) -> str | None:
+        if value is not None and not KEY_NAME.match(value):
+            raise ValueError("use 1 to 64 letters, digits, '_', '-' or '.', starting with a letter or digit")
         return value
 
     @field_validator("models")

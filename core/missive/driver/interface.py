@@ -18,6 +18,7 @@ built once per configured model: ``factory(model_id, entry)``. The core calls:
 from __future__ import annotations
 
 import abc
+import hashlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -103,6 +104,12 @@ class GenerationRequest:
         session: the client's session id (``x-claude-code-session-id``, or
             the one in ``metadata.user_id``), for drivers that prefer the
             cache of the request's own session (:mod:`missive.messages.session`).
+        cache_scope: the prompt-cache scope of the request's API key
+            (:func:`missive.config.keys.cache_scope_of`): a driver never
+            serves it a prefix computed for a request of another scope
+            (:attr:`missive.engine.runner.Prompt.cache_scope`; a backend
+            with per-request isolation gets :meth:`cache_salt`). None: the
+            server has no key, one scope for everyone.
     """
 
     request_id: str
@@ -122,6 +129,15 @@ class GenerationRequest:
     session: str | None = None
     output_schema: dict[str, Any] | None = None
     listed_tools: tuple[ToolDefinition, ...] | None = None
+    cache_scope: str | None = None
+
+    def cache_salt(self) -> str | None:
+        """A backend's per-request cache isolation value for
+        :attr:`cache_scope` (vLLM's ``cache_salt``): a digest, so the
+        backend never sees a key's name; None without a scope."""
+        if self.cache_scope is None:
+            return None
+        return hashlib.sha256(b"missive cache scope\x00" + self.cache_scope.encode("utf-8")).hexdigest()[:32]
 
     def prompt_tools(self) -> tuple[ToolDefinition, ...]:
         """The tools a driver that renders the prompt itself lists at its top:

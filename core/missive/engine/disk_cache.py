@@ -15,7 +15,9 @@ disk, as llama-server's ``--slot-save-path`` files do (a sequence's
   gives (:meth:`~missive.engine.runner.PortableStates.state_key`: the model
   file, the llama.cpp build, the settings that change the KV layout); each
   file's header repeats the key and :data:`FORMAT`, so a file of another
-  build, model or layout is never restored;
+  build, model or layout is never restored; it also names the state's
+  cache scope (``Prompt.cache_scope``, the request's key), so a file is
+  offered to prompts of that scope only, after a restart too;
 * **checksummed**: an XXH3-64 digest of the tokens and state (xxhash: about
   3 GB/s, 5 to 8 times zlib's CRC-32 measured here on a 300 MB state);
   a file whose header, size or digest is wrong is deleted with a warning and
@@ -116,7 +118,8 @@ class DiskPromptCache:
         self.counters = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "evictions": 0}
         self._entries: list[OnDisk] = []  # least recently used first
         self._lock = threading.Lock()
-        self._pending: deque[tuple[list[int], Callable[[], tuple[bytes, list[Any]]]]] = deque()
+        # (tokens, cache scope, serializer) of each state waiting to be written
+        self._pending: deque[tuple[list[int], Any, Callable[[], tuple[bytes, list[Any]]]]] = deque()
         self._wake = threading.Condition(self._lock)
         self._busy = False
         self._closed = False
@@ -180,7 +183,14 @@ class DiskPromptCache:
             raise ValueError("truncated")
         stub = self.states.state_from_bytes(tokens.tolist(), info, None)
         return OnDisk(
-            stub.tokens, stub.state, size, stub.variant, path=path, info=info, used=path.stat().st_mtime
+            stub.tokens,
+            stub.state,
+            size,
+            stub.variant,
+            header.get("scope"),
+            path=path,
+            info=info,
+            used=path.stat().st_mtime,
         )
 
     def _refuse(self, path: Path, why: str) -> None:
@@ -191,16 +201,22 @@ class DiskPromptCache:
         return None
 
     def best(
-        self, tokens: Sequence[int], better_than: int = 0, variant: Hashable | None = None
+        self,
+        tokens: Sequence[int],
+        better_than: int = 0,
+        variant: Hashable | None = None,
+        cache_scope: Hashable | None = None,
     ) -> tuple[OnDisk | None, int]:
-        """The file of ``variant`` sharing the longest prefix with ``tokens``,
-        if longer than ``better_than``, and that prefix's length."""
+        """The file of ``variant`` and ``cache_scope`` (its header's
+        ``scope``: another key's state is never offered) sharing the longest
+        prefix with ``tokens``, if longer than ``better_than``, and that
+        prefix's length."""
         with self._lock:
             entries = list(self._entries)
         found: OnDisk | None = None
         longest = better_than
         for entry in entries:
-            common = common_prefix(entry.tokens, tokens) if entry.variant == variant else 0
+            common = common_prefix(entry.tokens, tokens) if entry.serves(variant, cache_scope) else 0
             if common > longest:
                 found, longest = entry, common
         return found, (longest if found is not None else 0)
@@ -250,6 +266,7 @@ class DiskPromptCache:
             at = start + 4 * n_tokens
             info = bytes(view[at : at + info_len])
             saved = self.states.state_from_bytes(tokens.tolist(), info, view[at + info_len :])
+            saved.cache_scope = header.get("scope")
         except FileNotFoundError:
             self._forget(entry)
             return None
@@ -298,15 +315,16 @@ class DiskPromptCache:
         if saved.nbytes > self.max_bytes or not saved.tokens or isinstance(saved, OnDisk):
             return
         tokens = list(saved.tokens)
+        scope = saved.cache_scope
         with self._lock:
-            if self._closed or any(e.tokens == tokens for e in self._entries):
+            if self._closed or any(e.tokens == tokens and e.cache_scope == scope for e in self._entries):
                 return
-            if any(t == tokens for t, _ in self._pending):
+            if any(t == tokens and p_scope == scope for t, p_scope, _ in self._pending):
                 return
             if len(self._pending) >= MAX_PENDING:
-                dropped, _ = self._pending.popleft()
+                dropped, _, _ = self._pending.popleft()
                 log.debug("prompt cache: disk writes behind, skipped a state of %d tokens", len(dropped))
-            self._pending.append((tokens, lambda: self.states.state_bytes(saved)))
+            self._pending.append((tokens, scope, lambda: self.states.state_bytes(saved)))
             self._wake.notify()
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -338,10 +356,10 @@ class DiskPromptCache:
                     self._wake.wait()
                 if not self._pending:
                     return
-                tokens, serialize = self._pending.popleft()
+                tokens, scope, serialize = self._pending.popleft()
                 self._busy = True
             try:
-                self._write(tokens, serialize)
+                self._write(tokens, scope, serialize)
             except Exception as exc:  # a full disk, a permission: the RAM tier goes on
                 log.warning(
                     "prompt cache: could not write a state of %d tokens to %s: %s",
@@ -354,7 +372,7 @@ class DiskPromptCache:
                     self._busy = False
                     self._wake.notify_all()
 
-    def _write(self, tokens: list[int], serialize: Callable[[], tuple[bytes, list[Any]]]) -> None:
+    def _write(self, tokens: list[int], scope: Any, serialize: Callable[[], tuple[bytes, list[Any]]]) -> None:
         info, parts = serialize()
         body = [array("i", tokens).tobytes(), info, *parts]
         digest = xxhash.xxh3_64()
@@ -369,6 +387,7 @@ class DiskPromptCache:
                 "info": len(info),
                 "payload": payload,
                 "digest": digest.hexdigest(),
+                "scope": scope,
             }
         ).encode()
         name = f"{int(time.time() * 1000):x}-{secrets.token_hex(6)}"
@@ -386,7 +405,7 @@ class DiskPromptCache:
             raise
         size = path.stat().st_size
         stub = self.states.state_from_bytes(tokens, info, None)
-        entry = OnDisk(tokens, stub.state, size, stub.variant, path=path, info=info, used=time.time())
+        entry = OnDisk(tokens, stub.state, size, stub.variant, scope, path=path, info=info, used=time.time())
         with self._lock:
             # A state whose tokens begin the new one's serves nothing it would not.
             for old in [
@@ -394,7 +413,7 @@ class DiskPromptCache:
                 for e in self._entries
                 if len(e.tokens) <= len(tokens)
                 and tokens[: len(e.tokens)] == e.tokens
-                and e.variant == stub.variant
+                and e.serves(stub.variant, scope)
             ]:
                 self._entries.remove(old)
                 old.path.unlink(missing_ok=True)

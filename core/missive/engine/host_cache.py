@@ -116,23 +116,28 @@ class HostPromptCache:
         return len(self._entries)
 
     def best(
-        self, tokens: list[int], session: str | None = None, variant: Hashable | None = None
+        self,
+        tokens: list[int],
+        session: str | None = None,
+        variant: Hashable | None = None,
+        cache_scope: Hashable | None = None,
     ) -> tuple[SavedContext | None, int]:
-        """The entry of ``variant`` (``Prompt.variant``) sharing the longest
-        prefix with ``tokens``, and that prefix's length (``(None, 0)`` when
-        none shares a token); of equal ones, the one saved from ``session``
-        (:mod:`missive.messages.session`)."""
+        """The entry of ``variant`` (``Prompt.variant``) and ``cache_scope``
+        (``Prompt.cache_scope``: another key's state is never offered)
+        sharing the longest prefix with ``tokens``, and that prefix's length
+        (``(None, 0)`` when none shares a token); of equal ones, the one
+        saved from ``session`` (:mod:`missive.messages.session`)."""
         with self._lock:
             found: SavedContext | None = None
             longest = 0
             own = False
             for key, entry in self._entries.items():
-                common = common_prefix(entry.tokens, tokens) if entry.variant == variant else 0
+                common = common_prefix(entry.tokens, tokens) if entry.serves(variant, cache_scope) else 0
                 mine = session is not None and self._sessions.get(key) == session
                 if common > longest or (common == longest > 0 and mine and not own):
                     found, longest, own = entry, common, mine
         if self.disk is not None:
-            on_disk, common = self.disk.best(tokens, longest, variant)
+            on_disk, common = self.disk.best(tokens, longest, variant, cache_scope)
             if on_disk is not None:
                 return on_disk, common
         return found, longest
@@ -173,7 +178,7 @@ class HostPromptCache:
                 if (
                     len(entry.tokens) <= len(saved.tokens)
                     and saved.tokens[: len(entry.tokens)] == entry.tokens
-                    and entry.variant == saved.variant
+                    and entry.serves(saved.variant, saved.cache_scope)
                 ):
                     self._drop(key)
             while self._entries and (
@@ -209,13 +214,16 @@ def swap_in(
     slot holds (recorded with them when saved)."""
     live_tokens = runner.context_tokens(slot)
     live = runner.reusable_in(prompt, slot)
-    entry, _ = cache.best(prompt.tokens, session, prompt.variant)
+    entry, _ = cache.best(prompt.tokens, session, prompt.variant, prompt.cache_scope)
     restored = runner.reusable_from(prompt, entry) if entry is not None else 0
     if cache.disk is not None:
         cache.disk.count_lookup(entry)
     # What the slot would lose: for a model whose state cannot be cut at any
     # position (recurrent, sliding-window), more than the tokens that differ.
-    if len(live_tokens) - live >= MIN_SAVED_TOKENS and (entry is None or entry.tokens != live_tokens):
+    # The entry holding the same tokens is a copy only if it serves no more
+    # than the slot: else the slot's are another scope's or variant's.
+    copy = entry is not None and entry.tokens == live_tokens and restored <= live
+    if len(live_tokens) - live >= MIN_SAVED_TOKENS and not copy:
         saved = runner.save_context(slot)
         if saved is not None and cache.put(saved, previous):
             log.debug(
@@ -301,7 +309,7 @@ def restorable(
 ) -> int:
     """The prompt tokens the best saved state would serve if restored (0
     when none shares a token); the slots are not looked at."""
-    entry, _ = cache.best(prompt.tokens, session, prompt.variant)
+    entry, _ = cache.best(prompt.tokens, session, prompt.variant, prompt.cache_scope)
     return runner.reusable_from(prompt, entry) if entry is not None else 0
 
 

@@ -306,8 +306,8 @@ class LocalDriver(Driver):
         constrained = self._constrained(request)
         pieces, marks = prompts.render(request, constrained=constrained)
         prompt = self.runner.tokenize(pieces, marks)
-        if self.variant is not None:
-            prompt = prompt.with_variant(self.variant)
+        if self.variant is not None or request.cache_scope is not None:  # the key's scope: no other's cache
+            prompt = prompt.with_variant(self.variant).with_scope(request.cache_scope)
         try:
             opened = "" if constrained else prompts.opened(pieces)
             reusable = host_reusable(self.runner, self._host_cache, prompt)

@@ -28,6 +28,7 @@ __all__ = [
     "Sequence",
     "StepResult",
     "common_prefix",
+    "same_cache",
 ]
 
 
@@ -108,15 +109,30 @@ class Prompt(_Tokens):
             LoRA adapter set of a model entry sharing another's load), set
             by :meth:`with_variant`; None: the model as loaded. A runner
             never reuses a cached prefix computed through another variant.
-            Not an item of the tuple, which still unpacks as ``tokens, media``.
+        cache_scope: the prompt-cache scope of the request's key
+            (:attr:`missive.driver.interface.GenerationRequest.cache_scope`),
+            set by :meth:`with_scope`; None: an open server's one scope.
+            No cache serves it a state computed for a prompt of another
+            scope (:func:`same_cache`). Kept apart from :attr:`variant`,
+            which groups decode steps by adapter set: scopes never split
+            a step.
+            Neither is an item of the tuple, which still unpacks as ``tokens, media``.
     """
 
     variant: Hashable | None = None
+    cache_scope: Hashable | None = None
 
     def with_variant(self, variant: Hashable | None) -> Prompt:
         """The same prompt, run through ``variant``."""
         prompt = Prompt(self.tokens, self.media)
         prompt.variant = variant
+        prompt.cache_scope = self.cache_scope
+        return prompt
+
+    def with_scope(self, cache_scope: Hashable | None) -> Prompt:
+        """The same prompt, for a request of ``cache_scope``."""
+        prompt = self.with_variant(self.variant)
+        prompt.cache_scope = cache_scope
         return prompt
 
     def close(self) -> None:
@@ -201,6 +217,19 @@ class Sequence:
     slot: int = 0
     session: str | None = None
     draft: bool = True
+
+
+def same_cache(
+    variant: Hashable | None,
+    cache_scope: Hashable | None,
+    prompt_variant: Hashable | None,
+    prompt_scope: Hashable | None,
+) -> bool:
+    """Whether a state computed through ``variant`` for ``cache_scope`` may
+    serve a prompt of ``prompt_variant`` and ``prompt_scope``: both the same
+    (another adapter set's keys and values are other numbers; another
+    scope's are another key's, :attr:`Prompt.cache_scope`)."""
+    return variant == prompt_variant and cache_scope == prompt_scope
 
 
 def common_prefix(a: abc.Sequence[int], b: abc.Sequence[int]) -> int:

@@ -15,6 +15,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .sequences import same_cache
+
 if TYPE_CHECKING:
     from .sequences import Prompt, Sequence
 
@@ -31,12 +33,20 @@ class SavedContext:
         nbytes: its size in host memory, in bytes.
         variant: the ``Prompt.variant`` it was computed through: the caches
             offer it only to prompts of the same variant.
+        cache_scope: the ``Prompt.cache_scope`` of the prompt it was
+            computed for: the caches offer it only to prompts of the same
+            scope (set by the runner that saves it, kept by the disk tier).
     """
 
     tokens: list[int]
     state: Any
     nbytes: int
     variant: Hashable | None = None
+    cache_scope: Hashable | None = None
+
+    def serves(self, prompt_variant: Hashable | None, prompt_scope: Hashable | None) -> bool:
+        """Whether it may serve a prompt of this variant and scope (:func:`~.sequences.same_cache`)."""
+        return same_cache(self.variant, self.cache_scope, prompt_variant, prompt_scope)
 
 
 @runtime_checkable

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..config.keys import cache_scope_of
 from ..default_plugins.aliases import alias_match
 from ..driver.interface import Driver, GenerationRequest
 from ..messages.extras import finish_stream
@@ -123,7 +125,7 @@ class Messages:
         async def base(
             edited: CountTokensRequest, cleared: frozenset[int], notes: Notes
         ) -> GenerationRequest:
-            return await prepare_generation(
+            generation = await prepare_generation(
                 with_mcp_tools(edited, mcp),
                 target,
                 request_id=caller.request_id,
@@ -135,6 +137,8 @@ class Messages:
                 server_tools=self.server_tools,
                 cleared_thinking=cleared,
             )
+            # The key's prompt-cache scope: no cache serves it another key's prompt.
+            return replace(generation, cache_scope=cache_scope_of(self.models.config.keys, caller.record.key))
 
         generation, extras = await prepare_in_context(
             req, model_id, driver, base, signer=self.signer, notes=caller.notes, headers=caller.headers

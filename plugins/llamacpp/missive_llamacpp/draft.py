@@ -14,7 +14,9 @@ rules (``common/speculative.cpp``, ``common/speculative.h``):
 * **drafting** (``common_speculative_gen_draft``): the draft model's cache
   keeps each sequence's tokens; before a draft, the part that differs from
   the sequence now (rejected drafts, a new conversation in the slot) is
-  removed and the rest read; then the most probable token is taken, one
+  removed and the rest read (nothing of a sequence of another cache scope,
+  ``Prompt.cache_scope``: its drafting speed would tell what it held); then
+  the most probable token is taken, one
   ``llama_decode`` a token, while its probability is at least ``p_min``
   (0.75, ``common_speculative_params``) and fewer than ``k`` are drafted.
 
@@ -26,7 +28,7 @@ drafts nothing that step: the next step reads the sequence again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import llama_cpp
@@ -61,13 +63,20 @@ class DraftModel:
         self._n_batch = n_batch
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[list[int]] = [[] for _ in range(slots)]
+        self.scopes: list[Hashable | None] = [None] * slots  # the cache scope each slot's tokens came from
 
-    def propose(self, slot: int, tokens: list[int], k: int) -> list[int]:
+    def propose(self, slot: int, tokens: list[int], k: int, scope: Hashable | None = None) -> list[int]:
         """Up to ``k`` tokens to follow ``tokens`` (the sequence of ``slot``,
-        its last token the one the target decodes this step)."""
+        its last token the one the target decodes this step, its prompt of
+        cache scope ``scope``: nothing of another scope's is reused, whose
+        speed would tell what it held)."""
         if k <= 0 or not tokens:
             return []
         have = self.tokens[slot]
+        if self.scopes[slot] != scope:  # another key's tokens: dropped, cells and all
+            llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+            have.clear()
+            self.scopes[slot] = scope
         keep = min(common_prefix(have, tokens), len(tokens) - 1)  # the last token is read again: its logits
         if keep < len(have):
             llama_cpp.llama_memory_seq_rm(self._memory, slot, keep, -1)
@@ -136,16 +145,19 @@ class ModelDrafter:
     :class:`~missive_llamacpp.speculative.NgramDrafter`): ``tokens`` gives the
     sequence as the target holds it, the token of this step last."""
 
-    def __init__(self, model: DraftModel, slot: int, tokens: Callable[[], list[int]]) -> None:
+    def __init__(
+        self, model: DraftModel, slot: int, tokens: Callable[[], list[int]], scope: Hashable | None = None
+    ) -> None:
         self.model = model
         self.slot = slot
         self._tokens = tokens
+        self.scope = scope  # the prompt's cache scope (Prompt.cache_scope)
 
     def extend(self, tokens: list[int]) -> None:
         """Nothing: the sequence is read from the target's slot at each draft."""
 
     def propose(self, k: int) -> list[int]:
-        return self.model.propose(self.slot, self._tokens(), k)
+        return self.model.propose(self.slot, self._tokens(), k, self.scope)
 
 
 def _check_vocabularies(target: Any, draft: Any, model_id: str, path: str) -> None:

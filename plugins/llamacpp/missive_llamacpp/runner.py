@@ -607,7 +607,9 @@ class LlamaCppRunner(PortableSlots):
             slot = self._slots[seq.slot]
             drafter: NgramDrafter | ModelDrafter
             if self._draft is not None:
-                drafter = ModelDrafter(self._draft, seq.slot, lambda: slot.tokens + state.pending[:1])
+                drafter = ModelDrafter(
+                    self._draft, seq.slot, lambda: slot.tokens + state.pending[:1], seq.prompt.cache_scope
+                )
             else:
                 drafter = NgramDrafter(s.prompt_lookup_min, s.prompt_lookup_max)
                 drafter.extend(seq.prompt.tokens)

@@ -10,7 +10,9 @@ sides of the runner, on its slots (one llama.cpp ``seq_id`` each).
   window still holds; an image is reused whole or not at all; nothing of a
   state computed through another adapter set than the prompt's
   (``Prompt.variant``: a slot and a saved state remember theirs; its keys
-  and values are other numbers);
+  and values are other numbers), nor of a state computed for a prompt of
+  another cache scope (``Prompt.cache_scope``: another API key's prompt,
+  docs/operations.md#prompt-cache-scopes);
 * **cut** (:meth:`SlotStates.cut`, in ``begin``): restore the checkpoint
   the plan names (its partial state), then ``llama_memory_seq_rm`` after
   the reused prefix, and forget the checkpoints beyond it;
@@ -51,6 +53,7 @@ class Slot:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     pos_min: int = -1
     variant: Hashable | None = None  # the adapter set its tokens were decoded through
+    cache_scope: Hashable | None = None  # the cache scope (Prompt.cache_scope) of the prompt they came from
 
     def clear(self) -> None:
         self.tokens.clear()
@@ -98,9 +101,12 @@ class SlotStates:
         checkpoints: list[Checkpoint] | tuple[Checkpoint, ...],
         pos_min: int,
         variant: Hashable | None,
+        cache_scope: Hashable | None,
     ) -> tuple[int, Checkpoint | None]:
         if variant != prompt.variant:
             return 0, None  # computed through other adapters: other keys and values
+        if cache_scope != prompt.cache_scope:
+            return 0, None  # another key's prompt: never served to this one
         layout = self._layout
         return plan_reuse(
             tokens,
@@ -120,7 +126,7 @@ class SlotStates:
     def reusable_in(self, prompt: Prompt, slot: int) -> int:
         """Prompt tokens slot ``slot`` would serve (module documentation)."""
         s = self._slots[slot]
-        return self._plan(prompt, list(s.tokens), list(s.checkpoints), s.pos_min, s.variant)[0]
+        return self._plan(prompt, list(s.tokens), list(s.checkpoints), s.pos_min, s.variant, s.cache_scope)[0]
 
     def context_tokens(self, slot: int) -> list[int]:
         return list(self._slots[slot].tokens)
@@ -128,14 +134,18 @@ class SlotStates:
     def reusable_from(self, prompt: Prompt, saved: SavedContext) -> int:
         """Reuse from ``saved`` restored into a slot (its checkpoints included)."""
         state: _State = saved.state
-        return self._plan(prompt, saved.tokens, state.checkpoints, state.pos_min, state.variant)[0]
+        return self._plan(
+            prompt, saved.tokens, state.checkpoints, state.pos_min, state.variant, saved.cache_scope
+        )[0]
 
     def cut(self, seq: Sequence) -> int:
         """Keep slot ``seq.slot``'s reusable prefix of ``seq.prompt`` and drop
         the rest (restoring a checkpoint first when the plan names one);
         the tokens kept (model thread)."""
         s = self._slots[seq.slot]
-        reuse, checkpoint = self._plan(seq.prompt, s.tokens, s.checkpoints, s.pos_min, s.variant)
+        reuse, checkpoint = self._plan(
+            seq.prompt, s.tokens, s.checkpoints, s.pos_min, s.variant, s.cache_scope
+        )
         if checkpoint is not None:
             if not restore(self._ctx.ctx, seq.slot, checkpoint):
                 reuse = 0
@@ -146,6 +156,7 @@ class SlotStates:
             del s.tokens[reuse:]
         s.checkpoints = [c for c in s.checkpoints if c.n_tokens <= reuse]
         s.variant = seq.prompt.variant
+        s.cache_scope = seq.prompt.cache_scope
         self._note_pos_min(seq.slot)
         return reuse
 
@@ -179,7 +190,7 @@ class SlotStates:
             # 511 tokens with n_swa 128 comes back holding positions 384..510).
             pos_min = max(pos_min, len(tokens) - self._layout.n_swa + 1)
         return SavedContext(
-            tokens, _State(buffer, written, checkpoints, pos_min, s.variant), nbytes, s.variant
+            tokens, _State(buffer, written, checkpoints, pos_min, s.variant), nbytes, s.variant, s.cache_scope
         )
 
     def restore_context(self, saved: SavedContext, slot: int) -> None:
@@ -199,6 +210,7 @@ class SlotStates:
         s.tokens.extend(saved.tokens)
         s.checkpoints = list(state.checkpoints)
         s.variant = state.variant
+        s.cache_scope = saved.cache_scope
         self._note_pos_min(slot)
 
     # -- the shared KV pool ------------------------------------------------

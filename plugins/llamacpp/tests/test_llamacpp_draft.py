@@ -136,3 +136,33 @@ def test_draft_needs_a_draft_model() -> None:
 
     with pytest.raises(ConfigError, match='speculative = "draft" needs a draft_model'):
         parse_settings("m", {"model_path": "x", "speculative": "draft"})
+
+
+def test_the_draft_cache_of_another_cache_scope_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft model's cache of a slot keeps the previous sequence's tokens;
+    a sequence of another cache scope (another API key's, ``Prompt.cache_scope``)
+    reads its whole prefix again (the drafting speed would tell what the
+    other key sent), one of the same scope only what differs."""
+    import llama_cpp
+
+    from missive_llamacpp.draft import DraftModel
+
+    removed: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(
+        llama_cpp, "llama_memory_seq_rm", lambda _m, slot, p0, p1: removed.append((slot, p0, p1))
+    )
+    model = DraftModel.__new__(DraftModel)
+    model._memory = None
+    model.tokens, model.scopes = [[1, 2, 3, 4]], ["key:alice"]
+    read: list[list[int]] = []
+
+    def _read(slot: int, tokens: list[int]) -> bool:
+        read.append(list(tokens))
+        model.tokens[slot].extend(tokens)
+        return False  # nothing drafted: only what was read matters here
+
+    model._read = _read  # type: ignore[method-assign]
+    assert model.propose(0, [1, 2, 3, 4, 5], 2, "key:bob") == []
+    assert read == [[1, 2, 3, 4, 5]] and removed == [(0, -1, -1)]
+    assert model.propose(0, [1, 2, 3, 4, 5, 6], 2, "key:bob") == []
+    assert read[-1] == [6]  # the same scope: the cached prefix is kept

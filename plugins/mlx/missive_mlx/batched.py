@@ -84,7 +84,7 @@ import copy
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,11 +118,14 @@ class _Slot:
     """What a slot keeps between sequences: ``cache`` (mlx-lm per-layer
     caches of one sequence) holding exactly ``tokens``; ``trimmable``:
     ``can_trim_prompt_cache(cache)``, read here so that tokenizing threads
-    never touch MLX objects. Replaced whole under the runner's lock."""
+    never touch MLX objects; ``scope``: the ``Prompt.cache_scope`` they
+    were computed for (served to that scope only). Replaced whole under the
+    runner's lock."""
 
     tokens: list[int] = field(default_factory=list)
     cache: list[Any] | None = None
     trimmable: bool = True
+    scope: Hashable | None = None
 
 
 @dataclass
@@ -237,7 +240,7 @@ class BatchedMlxRunner(MlxRunner):
     def reusable(self, prompt: Prompt) -> int:
         """The most a slot or the store would serve now."""
         assert self.store is not None
-        stored = self.store.reusable(prompt.tokens)
+        stored = self.store.reusable(prompt.tokens, prompt.cache_scope)
         return max([stored] + [self.reusable_in(prompt, s) for s in range(len(self._slots))])
 
     def reusable_in(self, prompt: Prompt, slot: int) -> int:
@@ -245,7 +248,7 @@ class BatchedMlxRunner(MlxRunner):
             return 0
         with self._lock:
             s = self._slots[slot]
-            return _reuse(s.tokens, s.trimmable, prompt.tokens)
+            return _reuse(s.tokens, s.trimmable, prompt.tokens) if s.scope == prompt.cache_scope else 0
 
     def context_tokens(self, slot: int) -> list[int]:
         with self._lock:
@@ -253,7 +256,9 @@ class BatchedMlxRunner(MlxRunner):
 
     def reusable_from(self, prompt: Prompt, saved: SavedContext) -> int:
         state: _Saved = saved.state
-        return _reuse(saved.tokens, state.trimmable, prompt.tokens) if self._reusing else 0
+        if not self._reusing or saved.cache_scope != prompt.cache_scope:
+            return 0
+        return _reuse(saved.tokens, state.trimmable, prompt.tokens)
 
     def save_context(self, slot: int) -> SavedContext | None:
         """A copy of slot ``slot``'s cache (``copy.deepcopy``: every layer's
@@ -264,11 +269,11 @@ class BatchedMlxRunner(MlxRunner):
             return None
         cache = copy.deepcopy(s.cache)
         nbytes = sum(int(getattr(c, "nbytes", 0)) for c in cache)
-        return SavedContext(list(s.tokens), _Saved(cache, s.trimmable), nbytes)
+        return SavedContext(list(s.tokens), _Saved(cache, s.trimmable), nbytes, cache_scope=s.scope)
 
     def restore_context(self, saved: SavedContext, slot: int) -> None:
         state: _Saved = saved.state
-        restored = _Slot(list(saved.tokens), copy.deepcopy(state.cache), state.trimmable)
+        restored = _Slot(list(saved.tokens), copy.deepcopy(state.cache), state.trimmable, saved.cache_scope)
         with self._lock:
             self._slots[slot] = restored
 
@@ -282,23 +287,25 @@ class BatchedMlxRunner(MlxRunner):
             sampler=_sampler(seq.sampling), processors=[processor] if processor is not None else []
         )
         prompt = seq.prompt.tokens
-        cache, seq.reused = self._take(seq.slot, prompt)
+        cache, seq.reused = self._take(seq.slot, prompt, seq.prompt.cache_scope)
         state.uid = self._insert(state, prompt[seq.reused :], cache, prompt[: seq.reused])
 
-    def _take(self, slot: int, prompt: list[int]) -> tuple[list[Any], int]:
-        """The cache ``slot``'s sequence starts from and the prompt tokens it holds."""
+    def _take(self, slot: int, prompt: list[int], scope: Hashable | None) -> tuple[list[Any], int]:
+        """The cache ``slot``'s sequence (of cache scope ``scope``) starts
+        from and the prompt tokens it holds."""
         from mlx_lm.models.cache import make_prompt_cache
 
         assert self.store is not None
         with self._lock:
             s = self._slots[slot]
             self._slots[slot] = _Slot()
-        live = _reuse(s.tokens, s.trimmable, prompt) if self._reusing else 0
-        if s.cache is not None and 0 < live == len(s.tokens) and self.store.reusable(prompt) <= live:
+        live = _reuse(s.tokens, s.trimmable, prompt) if self._reusing and s.scope == scope else 0
+        if s.cache is not None and 0 < live == len(s.tokens) and self.store.reusable(prompt, scope) <= live:
             return s.cache, live  # a prefix of the prompt: extended in place
         if s.cache is not None:
-            self._keep(s.cache, s.tokens)  # to the store (runner._keep checks it), which serves it as before
-        return self.store.take(prompt, lambda: make_prompt_cache(self.model))
+            # To the store (runner._keep checks it), which serves it as before, to its own scope.
+            self._keep(s.cache, s.tokens, s.scope)
+        return self.store.take(prompt, lambda: make_prompt_cache(self.model), scope)
 
     def _insert(self, state: _BatchState, tokens: list[int], cache: list[Any], held: list[int]) -> int:
         (uid,) = self._gen.insert(
@@ -332,7 +339,7 @@ class BatchedMlxRunner(MlxRunner):
                     seq.state.final = self._remove(seq.state)
                     results[id(seq)] = None
             elif r.end_of_segment and self.checkpoints and not seq.state.appended:
-                self._checkpoint_uid(r.uid)
+                self._checkpoint_uid(r.uid, seq.prompt.cache_scope)
         for r in generated:
             seq = by_uid.get(r.uid)
             if seq is None:
@@ -344,9 +351,9 @@ class BatchedMlxRunner(MlxRunner):
             results[id(seq)] = None if token in self._eos else token
         return [results[id(seq)] for seq in seqs]
 
-    def _checkpoint_uid(self, uid: int) -> None:
-        """Store a copy of the cache of sequence ``uid`` as a checkpoint (at
-        the prompt's last token but one)."""
+    def _checkpoint_uid(self, uid: int, scope: Hashable | None) -> None:
+        """Store a copy of the cache of sequence ``uid`` (of cache scope
+        ``scope``) as a checkpoint (at the prompt's last token but one)."""
         import mlx.core as mx
 
         assert self.store is not None
@@ -358,7 +365,7 @@ class BatchedMlxRunner(MlxRunner):
         if not tokens or not _holds(cache, tokens):
             return
         mx.eval([c.state for c in cache])  # extract copies the arrays out of the batch
-        self.store.put(tokens, cache, checkpoint=True)
+        self.store.put(tokens, cache, checkpoint=True, scope=scope)
 
     def _remove(self, state: _BatchState) -> tuple[list[Any], list[int]] | None:
         """Take the sequence out of the generator, with its cache and tokens."""
@@ -424,6 +431,6 @@ class BatchedMlxRunner(MlxRunner):
             return
         from mlx_lm.models.cache import can_trim_prompt_cache
 
-        kept = _Slot(tokens, cache, bool(can_trim_prompt_cache(cache)))
+        kept = _Slot(tokens, cache, bool(can_trim_prompt_cache(cache)), seq.prompt.cache_scope)
         with self._lock:
             self._slots[seq.slot] = kept

@@ -38,6 +38,10 @@ Rules (the same as mlx-lm's own server, ``mlx_lm/server.py`` +
   used are evicted. Memory is thus at most ``capacity`` caches (twice that
   with checkpoints) plus the one in use, each at most the context window.
 
+Every entry remembers the cache scope of the prompt it was computed for
+(``Prompt.cache_scope``, the request's API key: docs/operations.md#prompt-cache-scopes):
+it serves, and is replaced by, prompts of that scope only.
+
 The store is locked: :meth:`PromptCacheStore.reusable` runs in tokenizing
 threads while the generation thread takes and puts entries.
 """
@@ -46,7 +50,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +82,7 @@ class CachedPrefix:
     tokens: list[int]
     cache: list[Any]
     checkpoint: bool = False
+    scope: Hashable | None = None  # the Prompt.cache_scope it was computed for
 
 
 class PromptCacheStore:
@@ -110,7 +115,9 @@ class PromptCacheStore:
         with self._lock:
             return len(self._entries)
 
-    def _reuse(self, entry: CachedPrefix, prompt: Sequence[int]) -> int:
+    def _reuse(self, entry: CachedPrefix, prompt: Sequence[int], scope: Hashable | None) -> int:
+        if entry.scope != scope:
+            return 0  # another key's prompt
         n = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
         if self._whole_images:
             n = image_start(n, entry.tokens, prompt)
@@ -118,21 +125,24 @@ class PromptCacheStore:
             return 0
         return max(n, 0)
 
-    def _best(self, prompt: Sequence[int]) -> tuple[int, int]:
+    def _best(self, prompt: Sequence[int], scope: Hashable | None) -> tuple[int, int]:
         """(index, reused tokens) of the best entry; (-1, 0) if none helps."""
         best, best_n = -1, 0
         for i, entry in enumerate(self._entries):  # later = more recent: >= prefers it
-            n = self._reuse(entry, prompt)
+            n = self._reuse(entry, prompt, scope)
             if n > 0 and n >= best_n:
                 best, best_n = i, n
         return best, best_n
 
-    def reusable(self, prompt: Sequence[int]) -> int:
-        """Prompt tokens :meth:`take` would serve from the cache right now."""
+    def reusable(self, prompt: Sequence[int], scope: Hashable | None = None) -> int:
+        """Prompt tokens :meth:`take` would serve from the cache right now
+        to a prompt of cache scope ``scope``."""
         with self._lock:
-            return self._best(prompt)[1]
+            return self._best(prompt, scope)[1]
 
-    def take(self, prompt: Sequence[int], fresh: Callable[[], list[Any]]) -> tuple[list[Any], int]:
+    def take(
+        self, prompt: Sequence[int], fresh: Callable[[], list[Any]], scope: Hashable | None = None
+    ) -> tuple[list[Any], int]:
         """A cache to evaluate ``prompt`` into, and how many of its tokens it holds.
 
         The caller evaluates ``prompt[reused:]`` into the returned cache. ``fresh``
@@ -140,7 +150,7 @@ class PromptCacheStore:
         Runs in the generation thread (copying and trimming touch MLX arrays).
         """
         with self._lock:
-            index, n = self._best(prompt)
+            index, n = self._best(prompt, scope)
             if index < 0:
                 return fresh(), 0
             entry = self._entries[index]
@@ -155,9 +165,12 @@ class PromptCacheStore:
             return fresh(), 0
         return cache, n
 
-    def put(self, tokens: list[int], cache: list[Any], *, checkpoint: bool = False) -> None:
-        """Store ``cache`` (holding exactly ``tokens``) as the most recent
-        entry, or checkpoint (evicted only by checkpoints)."""
+    def put(
+        self, tokens: list[int], cache: list[Any], *, checkpoint: bool = False, scope: Hashable | None = None
+    ) -> None:
+        """Store ``cache`` (holding exactly ``tokens``, computed for a prompt
+        of cache scope ``scope``) as the most recent entry, or checkpoint
+        (evicted only by checkpoints)."""
         if self.capacity == 0 or not tokens:
             return
         trimmable = self._can_trim(cache)
@@ -165,12 +178,13 @@ class PromptCacheStore:
             kept = [
                 e
                 for e in self._entries
-                if not (
+                if e.scope != scope
+                or not (
                     e.tokens == tokens
                     or (trimmable and len(e.tokens) < len(tokens) and tokens[: len(e.tokens)] == e.tokens)
                 )
             ]
-            kept.append(CachedPrefix(list(tokens), cache, checkpoint))
+            kept.append(CachedPrefix(list(tokens), cache, checkpoint, scope))
             same = [e for e in kept if e.checkpoint == checkpoint]
             evicted = {id(e) for e in same[: max(0, len(same) - self.capacity)]}  # least recent of its kind
             self._entries = [e for e in kept if id(e) not in evicted]

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,7 +254,7 @@ class MlxRunner:
 
     def reusable(self, prompt: Prompt) -> int:
         assert self.store is not None
-        return self.store.reusable(prompt.tokens)
+        return self.store.reusable(prompt.tokens, prompt.cache_scope)
 
     def _tokenizer(self) -> Any:
         if self.tokenizer is None:
@@ -273,7 +273,9 @@ class MlxRunner:
         if self.settings.seed is not None:
             mx.random.seed(self.settings.seed)
         prompt = seq.prompt.tokens
-        state.cache, seq.reused = self.store.take(prompt, lambda: make_prompt_cache(self.model))
+        state.cache, seq.reused = self.store.take(
+            prompt, lambda: make_prompt_cache(self.model), seq.prompt.cache_scope
+        )
         state.held = prompt[: seq.reused]
         self._start(seq, prompt[seq.reused :], seq.max_new, checkpoint=self.checkpoints)
         if seq.max_new == 0:
@@ -296,7 +298,7 @@ class MlxRunner:
             # everything but the last token (evaluated with the first sample).
             # At 0 nothing was evaluated: the cache holds an entry's tokens (kept).
             if checkpoint and 0 < processed == total - 1:
-                self._checkpoint(state.cache, state.held + state.pending[:processed])
+                self._checkpoint(state.cache, state.held + state.pending[:processed], seq.prompt.cache_scope)
 
         state.pending = list(tokens)
         inputs, embeddings = (
@@ -359,9 +361,9 @@ class MlxRunner:
             state.gen.close()
             state.gen = None
         if state.cache is not None and ok:
-            self._keep(state.cache, state.held)
+            self._keep(state.cache, state.held, seq.prompt.cache_scope)
 
-    def _checkpoint(self, cache: list[Any] | None, held: list[int]) -> None:
+    def _checkpoint(self, cache: list[Any] | None, held: list[int], scope: Hashable | None = None) -> None:
         """Keep a copy of ``cache`` (holding ``held``) as an entry of its own.
 
         For caches that cannot be cut back, the entry kept after a request
@@ -379,9 +381,9 @@ class MlxRunner:
         assert self.store is not None
         if cache is None or not held:
             return
-        self.store.put(held, copy.deepcopy(cache), checkpoint=True)
+        self.store.put(held, copy.deepcopy(cache), checkpoint=True, scope=scope)
 
-    def _keep(self, cache: list[Any], held: list[int]) -> None:
+    def _keep(self, cache: list[Any], held: list[int], scope: Hashable | None = None) -> None:
         import mlx.core as mx
 
         assert self.store is not None
@@ -395,7 +397,7 @@ class MlxRunner:
         except Exception:  # a cache that cannot be evaluated is dropped (logged)
             log.exception("prompt cache could not be evaluated: not kept")
             return
-        self.store.put(held, cache)
+        self.store.put(held, cache, scope=scope)
 
 
 def _sampler(sampling: Sampling) -> Callable[[Any], Any]:

@@ -132,6 +132,23 @@ def test_capacity_zero_stores_nothing() -> None:
     assert len(s) == 0 and s.reusable([1, 2, 3, 4]) == 0
 
 
+def test_an_entry_serves_and_is_replaced_by_its_own_cache_scope_only() -> None:
+    """``Prompt.cache_scope`` (the request's API key, docs/operations.md#prompt-cache-scopes):
+    another key's prompt reads nothing of an entry, even the same tokens,
+    and its own entry of them does not replace the other key's."""
+    s = store()
+    alice = [FakeLayerCache(3, name="alice")]
+    s.put([1, 2, 3], alice, scope="key:alice")
+    assert s.reusable([1, 2, 3, 4], "key:bob") == 0 and s.reusable([1, 2, 3, 4]) == 0
+    cache, n = s.take([1, 2, 3, 4], fresh, "key:bob")
+    assert n == 0 and cache[0].name == "" and len(s) == 1
+    s.put([1, 2, 3, 4], [FakeLayerCache(4, name="bob")], scope="key:bob")
+    assert len(s) == 2  # bob's longer entry does not drop alice's
+    assert s.reusable([1, 2, 3, 4, 5], "key:alice") == 3
+    taken, n = s.take([1, 2, 3, 4, 5], fresh, "key:alice")
+    assert taken is alice and n == 3
+
+
 @pytest.fixture(scope="module")
 def hf_tokenizer(mlx_model_dir: Path) -> Any:
     from transformers import AutoTokenizer

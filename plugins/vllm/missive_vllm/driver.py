@@ -33,6 +33,13 @@ Source of each rule: vLLM's ``vllm/entrypoints/openai/protocol.py``
   sources, fetched by the core) are ``image_url`` parts with ``data:`` URLs;
   ``/tokenize`` gets the same parts, so image tokens are counted exactly.
 * **top_k** is sent as vLLM's extra ``top_k`` field.
+* **Cache isolation**: on a server with API keys, each request carries
+  ``cache_salt``, a digest of its key's cache scope
+  (:meth:`~missive.api.GenerationRequest.cache_salt`): vLLM (0.9 and later)
+  mixes it into the hash of the request's first prefix-cache block, so only
+  requests with the same salt share cached blocks (vLLM docs, "Automatic
+  Prefix Caching", cache isolation; ``ChatCompletionRequest.cache_salt``).
+  No key, no salt: one scope, as before.
 * **Start-up probe** (``settings.startup_probe``, on by default): when the
   model's capabilities include ``tool_choice: "auto"``, :meth:`VLLMDriver.start`
   sends one streamed chat completion with a dummy tool, ``tool_choice:
@@ -126,6 +133,9 @@ class VLLMDriver(OpenAIDriver):
         fields: dict[str, Any] = {"chat_template_kwargs": kwargs} if kwargs else {}
         if self.settings.thinking:
             fields["reasoning_effort"] = request.thinking.template_kwargs()["reasoning_effort"]
+        salt = request.cache_salt()
+        if salt is not None:
+            fields["cache_salt"] = salt  # the key's cache scope (module doc: Cache isolation)
         return fields
 
     async def prompt_tokens(self, request: GenerationRequest, body: dict[str, Any]) -> int:

@@ -697,3 +697,31 @@ def test_startup_probe_names_a_server_without_auto_tool_choice(tmp_path: Any) ->
     assert forced.stop_reason == "tool_use" and forced.content[-1].name == "get_time"
     assert auto.stop_reason in ("end_turn", "tool_use")
     assert "enable-auto-tool-choice" in passed_on.value.body["error"]["message"]  # vLLM's own 400, unprobed
+
+
+def test_each_key_s_cache_scope_is_sent_as_cache_salt(
+    fake: FakeChatServer, client: anthropic.Anthropic
+) -> None:
+    """vLLM's ``cache_salt`` (0.9+; vLLM docs, "Automatic Prefix Caching":
+    blocks are shared only between requests of the same salt) carries the
+    key's cache scope: a digest per scope, the same for keys of one
+    ``cache_scope``, never the key's name; none on a server without keys."""
+    import hashlib
+
+    keys = {
+        name: {"key_sha256": hashlib.sha256(f"sk-{name}".encode()).hexdigest(), **extra}
+        for name, extra in (("alice", {}), ("bob", {}), ("carol", {"cache_scope": "team"}))
+    }
+    keys["dave"] = {"key_sha256": hashlib.sha256(b"sk-dave").hexdigest(), "cache_scope": "team"}
+    salts = {}
+    with in_process_app({"keys": keys, "models": {"vllm": _vllm(fake)}}) as keyed:
+        for name in keys:
+            keyed.sdk(api_key=f"sk-{name}").messages.create(
+                model="vllm", max_tokens=5, messages=[{"role": "user", "content": "same words"}]
+            )
+            salts[name] = fake.requests[-1].get("cache_salt")
+    assert all(isinstance(s, str) and len(s) == 32 for s in salts.values()), salts
+    assert len({salts["alice"], salts["bob"], salts["carol"]}) == 3 and salts["carol"] == salts["dave"]
+    assert not any(name in salt for name, salt in salts.items())
+    client.messages.create(model="vllm", max_tokens=5, messages=[{"role": "user", "content": "same words"}])
+    assert "cache_salt" not in fake.requests[-1]  # an open server: one scope, no salt
