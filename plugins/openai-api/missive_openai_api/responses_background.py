@@ -149,6 +149,15 @@ class Background:
         except Exception:  # a task's failure has no one to reach but the log
             log.exception("background response %s failed", converter.shape.response_id)
 
+    async def forget(self, response_id: str) -> None:
+        """Stop ``response_id`` if it runs and drop its events: it is being
+        deleted (``DELETE /v1/responses/{id}``). OpenAI's "Delete a model
+        response" removes the response; a generation left running would
+        keep its slot and write the response back when it ends, so a
+        deleted response would come back."""
+        await self.cancel(response_id)
+        self._logs.pop(response_id, None)
+
     async def close(self) -> None:
         """Stop every running response (the app is shutting down)."""
         for response_id in list(self._running):

@@ -416,6 +416,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
 
     async def delete_response(response_id: str) -> dict[str, Any]:
         kept(response_id)
+        await background.forget(response_id)  # a running one stops first: nothing writes it back
         store.delete(gateway.key_name, response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
