@@ -92,7 +92,9 @@ def test_deleted_while_running_stays_deleted(client: openai.OpenAI, tmp_path: Pa
     back when its generation would have ended, and cancelling it is a 404."""
     go = tmp_path / "go"
     started = client.responses.create(
-        model="echo", input=script({"text": "Long"}, {"wait_file": str(go)}, {"text": " story"}), background=True
+        model="echo",
+        input=script({"text": "Long"}, {"wait_file": str(go)}, {"text": " story"}),
+        background=True,
     )
     assert client.responses.delete(started.id) is None
     go.touch()
