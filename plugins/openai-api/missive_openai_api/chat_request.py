@@ -219,7 +219,7 @@ def _messages(raw: Any, ids: ToolIds, ignored: list[str]) -> tuple[list[tuple[st
             "messages alone give the model nothing to answer",
             "messages",
         )
-    return [(t, w) for t, w in system if t], turns
+    return [(t, w) for t, w in system if t], turns.non_empty()
 
 
 def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Origin]]:
