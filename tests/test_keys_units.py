@@ -22,7 +22,7 @@ from missive.config.keys import derived_name, hash_key
 from missive.keys import limits as limits_module
 from missive.keys.buckets import SharedTable
 from missive.keys.limits import Limiter, RateLimited
-from missive.keys.ring import ANONYMOUS, KeyRing
+from missive.keys.ring import ANONYMOUS, ConflictingKeys, KeyRing
 from missive.keys.usage import UsageStore, parse_time
 from missive.protocol.errors import AuthenticationError, InvalidRequestError
 
@@ -95,9 +95,12 @@ def test_the_ring_names_each_key_and_compares_hashes() -> None:
     assert ring.identify({"x-api-key": "sk-alice"}).admin
     plain = ring.identify({"authorization": "Bearer sk-plain"})
     assert plain.name == derived_name("sk-plain") and not plain.admin
-    # Both headers: either matching is enough; both matching, x-api-key wins.
+    # Both headers: either matching is enough; the same key in both is one key;
+    # two different keys are refused (whose request is it?).
     assert ring.identify({"x-api-key": "nope", "authorization": "Bearer sk-plain"}).name == plain.name
-    assert ring.identify({"x-api-key": "sk-alice", "authorization": "Bearer sk-plain"}).name == "alice"
+    assert ring.identify({"x-api-key": "sk-alice", "authorization": "Bearer sk-alice"}).name == "alice"
+    with pytest.raises(ConflictingKeys, match="name different API keys"):
+        ring.identify({"x-api-key": "sk-alice", "authorization": "Bearer sk-plain"})
     for headers, message in (
         ({}, "x-api-key header is required"),
         ({"x-api-key": "nope"}, "invalid x-api-key"),

@@ -110,6 +110,7 @@ from .kernel.specs import (
     TokenizerSpec,
     load_object,
 )
+from .keys.ring import ConflictingKeys, MissingKey, UnknownKey
 from .media.images import rgb_image, to_8bit, upright
 from .media.tokens import conversation_image_tokens, estimate_image_tokens
 from .messages.capabilities import check_request
@@ -209,6 +210,9 @@ __all__ = [
     "CapabilityError",
     "MediaError",
     "AuthenticationError",
+    "MissingKey",
+    "UnknownKey",
+    "ConflictingKeys",
     "PermissionDeniedError",
     "NotFoundError",
     "RateLimitError",

@@ -1,8 +1,10 @@
 """The configured keys and who a request is.
 
 A request presents a key as ``x-api-key`` or ``Authorization: Bearer``
-(contract section 1; clients may send both, either matching is enough, and
-with both matching different keys the ``x-api-key`` one counts). Only the
+(contract section 1; clients may send both, and either matching is enough:
+Claude Code may send the same key in both; with both matching different
+configured keys the request is refused, :class:`ConflictingKeys`, as it
+does not say whose it is). Only the
 SHA-256 of each key is kept: the presented key is hashed once and its digest
 compared with every configured digest by :func:`hmac.compare_digest`, with
 no early exit, so the time taken depends neither on which key matched nor on
@@ -30,7 +32,16 @@ from ..protocol.errors import AuthenticationError
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["Identity", "KeyRing", "ANONYMOUS", "HeaderLookup", "presented_keys"]
+__all__ = [
+    "Identity",
+    "KeyRing",
+    "ANONYMOUS",
+    "HeaderLookup",
+    "presented_keys",
+    "MissingKey",
+    "UnknownKey",
+    "ConflictingKeys",
+]
 
 
 class HeaderLookup(Protocol):
@@ -91,6 +102,27 @@ def presented_keys(headers: HeaderLookup) -> list[str]:
     return found
 
 
+class MissingKey(AuthenticationError):
+    """401: keys are configured and the request presents none."""
+
+
+class UnknownKey(AuthenticationError):
+    """401: no configured key matches the one presented.
+
+    Attributes:
+        presented: the key presented (the ``x-api-key`` one when both are),
+            for a door that quotes it masked, as OpenAI does.
+    """
+
+    def __init__(self, message: str, presented: str) -> None:
+        super().__init__(message)
+        self.presented = presented
+
+
+class ConflictingKeys(AuthenticationError):
+    """401: ``x-api-key`` and ``Authorization: Bearer`` match different keys."""
+
+
 class KeyRing:
     """The configured keys: ``[keys.NAME]`` tables, then ``server.api_keys``
     (user keys, named by :func:`~missive.config.keys.derived_name`)."""
@@ -133,16 +165,22 @@ class KeyRing:
             return ANONYMOUS
         presented = presented_keys(headers)
         if not presented:
-            raise AuthenticationError("x-api-key header is required")
+            raise MissingKey("x-api-key header is required")
         found: Identity | None = None
         enabled = False
+        matched: set[str] = set()
         for candidate in reversed(presented):  # the x-api-key one last: it wins
             digest = hashlib.sha256(candidate.encode("utf-8")).digest()
             for known, identity, on in self._entries:
                 if hmac.compare_digest(digest, known):
                     found, enabled = identity, on
+                    matched.add(identity.name)
+        if len(matched) > 1:
+            raise ConflictingKeys(
+                "the x-api-key and Authorization: Bearer headers name different API keys; send one key"
+            )
         if found is None:
-            raise AuthenticationError("invalid x-api-key")
+            raise UnknownKey("invalid x-api-key", presented[0])
         if not enabled:
             raise AuthenticationError(f"API key '{found.name}' is disabled on this server")
         return found

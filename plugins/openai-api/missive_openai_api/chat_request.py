@@ -61,6 +61,12 @@ from .errors import CHAT_WORDS, COMMON_WORDS, Paths
 from .limits import check_metadata, check_stop, check_stream_options
 from .tool_pairs import check_chat_calls
 from .turns import Origin, ToolIds, Turns
+from .value_rules import (
+    check_format_name,
+    check_logprobs_and_penalties,
+    check_service_tier,
+    check_tool_choice_value,
+)
 
 __all__ = ["ChatRequest", "translate"]
 
@@ -213,7 +219,7 @@ def _messages(raw: Any, ids: ToolIds, ignored: list[str]) -> tuple[list[tuple[st
             "messages alone give the model nothing to answer",
             "messages",
         )
-    return [(t, w) for t, w in system if t], turns
+    return [(t, w) for t, w in system if t], turns.non_empty()
 
 
 def _tools(raw: Any, ignored: list[str]) -> tuple[list[dict[str, Any]], list[Origin]]:
@@ -261,6 +267,16 @@ def translate(raw: Any) -> ChatRequest:
     for name, kind in _ACCEPTED.items():
         optional(raw, name, kind)
     check_metadata(raw)
+    check_service_tier(raw)
+    check_logprobs_and_penalties(raw, penalties=True)
+    check_tool_choice_value(raw)
+    fmt = raw.get("response_format")
+    if (
+        isinstance(fmt, dict)
+        and fmt.get("type") == "json_schema"
+        and isinstance(fmt.get("json_schema"), dict)
+    ):
+        check_format_name({"type": "json_schema", **fmt["json_schema"]}, "response_format.json_schema")
     if raw.get("n") not in (None, 1):
         raise bad("n: only n = 1 is supported", "n")
     ignored: list[str] = []

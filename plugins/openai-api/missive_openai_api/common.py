@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .calls import input_of
 from .errors import OpenAIRequestError
 from .turns import Origin, ToolIds
 
@@ -159,14 +160,23 @@ def tool_use(
     call_id: Any, name: Any, arguments: Any, where: str, fields: dict[str, str], ids: ToolIds
 ) -> tuple[dict[str, Any], Origin]:
     """A ``tool_use`` block of a function call at ``where``; ``fields`` names
-    ``id``, ``name`` and ``arguments`` below it."""
+    ``id``, ``name`` and ``arguments`` below it.
+
+    ``arguments`` that are not whole JSON are a call cut short (the server's
+    own, ``status: "incomplete"``, sent back as Codex and the Agents SDK send
+    history with ``store: false``): its ``input`` is what the core's fold
+    makes of a cut call (:func:`.calls.input_of`: the members written in
+    full, ``{}`` when nothing is), so a conversation is never blocked by a
+    call this server wrote. Whole JSON that is not an object is still refused.
+    """
     call_id = checked(call_id, "string", f"{where}.{fields['id']}")
     name = checked(name, "string", f"{where}.{fields['name']}")
     where_args = f"{where}.{fields['input']}"
     try:
         args = json.loads(arguments or "{}") if isinstance(arguments, str) or arguments is None else None
     except ValueError:
-        args = None
+        cut = input_of(arguments)
+        args = cut if isinstance(cut, dict) else {}
     if not isinstance(args, dict):
         raise bad(f"{where_args}: expected a JSON object as a string", where_args)
     block = {"type": "tool_use", "id": ids.inward(call_id), "name": name, "input": args}

@@ -35,11 +35,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from missive.api import InvalidRequestError, MissiveError
+from missive.api import ConflictingKeys, InvalidRequestError, MissingKey, MissiveError, UnknownKey
 
 from .turns import Origin, ToolIds, Turns, bracketed
 
-__all__ = ["OpenAIRequestError", "Paths", "envelope", "status_of"]
+__all__ = ["OpenAIRequestError", "Paths", "envelope", "status_of", "masked", "NO_KEY"]
 
 #: Missive's ``error.type`` -> OpenAI's ``(type, code)``.
 _TYPES: dict[str, tuple[str, str | None]] = {
@@ -70,6 +70,36 @@ def status_of(error: MissiveError) -> int:
     return 503 if error.status == 529 else error.status
 
 
+#: OpenAI's 401 for a request with no key (its API's answer to a request
+#: without an ``Authorization`` header, quoted by its "Error codes" guide).
+NO_KEY = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization "
+    "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+)
+
+
+def masked(key: str) -> str:
+    """``key`` as OpenAI quotes a wrong one: its first 4 and last 2
+    characters (``sk-w***ng``); a key under 8 characters as ``***``."""
+    return f"{key[:4]}***{key[-2:]}" if len(key) >= 8 else "***"
+
+
+def _auth_message(error: MissiveError) -> str:
+    """``error``'s message in OpenAI's terms when it is the core's 401 for a
+    missing or unknown key (OpenAI, "Error codes": "401 - Incorrect API key
+    provided"), not about the ``x-api-key`` header an OpenAI client never sends."""
+    if isinstance(error, MissingKey):
+        return NO_KEY
+    if isinstance(error, UnknownKey):
+        return f"Incorrect API key provided: {masked(error.presented)}."
+    if isinstance(error, ConflictingKeys):
+        return (
+            "The Authorization: Bearer and x-api-key headers name different API keys; "
+            "send one key (Authorization: Bearer YOUR_KEY)."
+        )
+    return error.message
+
+
 def envelope(error: MissiveError) -> dict[str, Any]:
     """OpenAI's error body for ``error``."""
     kind, code = _TYPES.get(error.error_type, ("server_error", None))
@@ -82,7 +112,7 @@ def envelope(error: MissiveError) -> dict[str, Any]:
         code = "context_length_exceeded"
     if status_of(error) >= 500:
         kind = "server_error"
-    return {"error": {"message": error.message, "type": kind, "param": param, "code": code}}
+    return {"error": {"message": _auth_message(error), "type": kind, "param": param, "code": code}}
 
 
 #: A line of a core error that starts with a Messages path.

@@ -59,6 +59,20 @@ class EventBatches(Protocol):
     async def aclose(self) -> None: ...
 
 
+def _cancelled_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last events of a cancelled response's stream: the open items'
+    ends, then ``response.incomplete`` carrying the response, its ``status``
+    ``"cancelled"``. OpenAI's streaming events reference has no
+    ``response.cancelled`` event (its terminal events are
+    ``response.completed``, ``response.failed`` and ``response.incomplete``,
+    the ones the ``openai`` SDK's stream types know); without one a client
+    reading the stream waits for an end that never comes. ``incomplete``
+    is the one that says "stopped before its end, with what it wrote", no
+    error; the response's own ``status`` says it was cancelled."""
+    *ends, last = events
+    return [*ends, {**last, "type": "response.incomplete"}]
+
+
 class Background:
     """The background responses running in this process."""
 
@@ -140,14 +154,22 @@ class Background:
             except MissiveError as exc:
                 logged.add(converter.fail(exc))
             except asyncio.CancelledError:
-                # the items' ends; OpenAI's stream has no event of a cancelled response
-                logged.add([e for e in converter.stop("cancelled") if e["type"] != "response.cancelled"])
+                logged.add(_cancelled_events(converter.stop("cancelled")))
             finally:
                 await batches.aclose()
             if converter.final is not None and not kept:
                 finished(converter)
         except Exception:  # a task's failure has no one to reach but the log
             log.exception("background response %s failed", converter.shape.response_id)
+
+    async def forget(self, response_id: str) -> None:
+        """Stop ``response_id`` if it runs and drop its events: it is being
+        deleted (``DELETE /v1/responses/{id}``). OpenAI's "Delete a model
+        response" removes the response; a generation left running would
+        keep its slot and write the response back when it ends, so a
+        deleted response would come back."""
+        await self.cancel(response_id)
+        self._logs.pop(response_id, None)
 
     async def close(self) -> None:
         """Stop every running response (the app is shutting down)."""

@@ -44,8 +44,11 @@ _ITEM_FIELDS = {
     "function_call_output": frozenset({"type", "call_id", "output", "id", "status", "name", "namespace"}),
     "reasoning": frozenset({"type", "id", "summary", "content", "encrypted_content", "status"}),
 }
-_SYSTEM_KINDS = ("input_text", "text")
-_ASSISTANT_KINDS = ("output_text", "refusal", "input_text", "text")
+#: Text part types by role: OpenAI's input content parts are ``input_text``
+#: (and, in an assistant message sent back, ``output_text``/``refusal``); a
+#: ``text`` part is Chat's, and OpenAI refuses it in a Responses input.
+_SYSTEM_KINDS = ("input_text",)
+_ASSISTANT_KINDS = ("output_text", "refusal", "input_text")
 
 
 def _image(part: dict[str, Any], at: str, ignored: list[str]) -> tuple[dict[str, Any], Origin]:
@@ -58,7 +61,7 @@ def _image(part: dict[str, Any], at: str, ignored: list[str]) -> tuple[dict[str,
 
 
 def _user_blocks(content: Any, where: str, ignored: list[str]) -> list[tuple[dict[str, Any], Origin]]:
-    return user_blocks(content, where, ("input_text", "text"), ("input_image", _image), ignored)
+    return user_blocks(content, where, ("input_text",), ("input_image", _image), ignored)
 
 
 def _call_output(item: dict[str, Any], where: str, ids: ToolIds, ignored: list[str]) -> Any:

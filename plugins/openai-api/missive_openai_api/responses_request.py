@@ -50,6 +50,14 @@ from .responses_items import items
 from .responses_tools import tools_of
 from .tool_pairs import check_response_calls
 from .turns import ToolIds, Turns
+from .value_rules import (
+    check_format_name,
+    check_include,
+    check_item_ids,
+    check_logprobs_and_penalties,
+    check_service_tier,
+    check_tool_choice_value,
+)
 
 __all__ = ["ResponsesRequest", "translate", "Lookup"]
 
@@ -165,6 +173,13 @@ def _checked_top(raw: Any) -> str:
     check_stream_options(raw)
     check_truncation(raw)
     check_min_output_tokens(raw)
+    check_service_tier(raw)
+    check_logprobs_and_penalties(raw, penalties=False)
+    check_tool_choice_value(raw)
+    check_item_ids(raw.get("input"))
+    text = raw.get("text")
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        check_format_name(text["format"], "text.format")
     if raw.get("background") and raw.get("store") is False:
         message = "a background response is kept to be polled; it cannot be made with store false"
         raise bad(f"store: {message}", "store")
@@ -247,6 +262,7 @@ def translate(raw: Any, lookup: Lookup, *, server_tools: frozenset[str] = frozen
     include = raw.get("include") or []
     if not all(isinstance(x, str) for x in include):
         raise bad("include: expected a list of strings", "include")
+    check_include(include)
     read = {"reasoning.encrypted_content"}
     if offered.web_search:
         read.add("web_search_call.action.sources")

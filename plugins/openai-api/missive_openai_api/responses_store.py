@@ -76,6 +76,8 @@ class ResponseStore:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[str, Stored] = OrderedDict()
         self._bytes = 0
+        #: the ids deleted (``DELETE``), by their owner, the last ``max_count``
+        self._deleted: OrderedDict[str, str] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -110,34 +112,55 @@ class ResponseStore:
         """The items ``response_id`` was made from, oldest first: the input
         and output items of the responses it continued, then its own input;
         None as for :meth:`conversation`."""
-        chain = self._chain(owner, response_id, finished=False)
-        if chain is None:
+        chain, _ = self._links(owner, response_id)
+        if not chain:
             return None
+        # a link dropped (deleted): the items of the responses still kept,
+        # its own input always among them
         found: list[dict[str, Any]] = []
         for entry in chain[:-1]:
             found += [*entry.input_items, *entry.response["output"]]
         return found + chain[-1].input_items
 
-    def _chain(self, owner: str, response_id: str, *, finished: bool = True) -> list[Stored] | None:
-        """The entries of ``response_id``'s conversation, oldest first;
-        with ``finished``, None when one has no answer to continue from."""
+    def _chain(self, owner: str, response_id: str) -> list[Stored] | None:
+        """The entries of ``response_id``'s conversation, oldest first; None
+        when a link is not kept or one has no answer to continue from."""
+        chain, missing = self._links(owner, response_id)
+        if missing is not None or not chain or any(e.response["status"] not in FINISHED for e in chain):
+            return None
+        return chain
+
+    def _links(self, owner: str, response_id: str) -> tuple[list[Stored], str | None]:
+        """The kept entries of ``response_id``'s chain back to the first link
+        not kept for ``owner`` (oldest first), and that link's id (None: the
+        chain is whole)."""
         chain: list[Stored] = []
         seen: set[str] = set()
         current: str | None = response_id
         while current is not None:
             entry = self.get(owner, current)
-            if entry is None or current in seen or (finished and entry.response["status"] not in FINISHED):
-                return None
+            if entry is None or current in seen:
+                return chain[::-1], current
             seen.add(current)
             chain.append(entry)
             current = entry.previous
-        return chain[::-1]
+        return chain[::-1], None
+
+    def broken_link(self, owner: str, response_id: str) -> tuple[str, bool] | None:
+        """The link of kept ``response_id``'s chain that is not kept, and
+        whether ``owner`` deleted it (``DELETE /v1/responses/{id}``); None
+        when ``response_id`` is not kept or its chain is whole."""
+        chain, missing = self._links(owner, response_id)
+        if not chain or missing is None or missing == response_id:
+            return None
+        return missing, self._deleted.get(missing) == owner
 
     def put(self, response_id: str, entry: Stored) -> None:
         """Keep ``entry`` under ``response_id`` (ids are random: no other
         key's entry shares one) and bring the store within its bounds; an
         entry alone over ``max_bytes`` is not kept."""
-        self.delete(entry.owner, response_id)
+        if self.delete(entry.owner, response_id):  # replaced, not deleted
+            self._deleted.pop(response_id, None)
         entry.size = len(json_dumps([entry.system, entry.messages, entry.response, entry.input_items]))
         if entry.size > self.max_bytes:
             return
@@ -154,6 +177,9 @@ class ResponseStore:
             return False
         del self._entries[response_id]
         self._bytes -= entry.size
+        self._deleted[response_id] = owner
+        while len(self._deleted) > self.max_count:
+            self._deleted.popitem(last=False)
         return True
 
 
@@ -179,11 +205,25 @@ def continued(store: ResponseStore, owner: str, response_id: str) -> tuple[list[
     with nothing to continue from yet, and a cancelled (or failed) one a
     response whose answer never finished: each is a 400 of its own, naming
     ``previous_response_id``, rather than "not found" for an id that is kept.
+    So is a kept response whose chain lost a link (a response it continued
+    was deleted, or dropped from the store): the 400 names that link. Each
+    entry holds only what its request added, so the conversation cannot be
+    rebuilt without it. (OpenAI's reference documents no answer for this
+    case; "Delete a model response" only says the response is deleted.)
 
     Raises:
         OpenAIRequestError: ``response_id`` is kept but has no finished answer.
     """
     found = store.conversation(owner, response_id)
+    broken = store.broken_link(owner, response_id) if found is None else None
+    if broken is not None:
+        link, deleted = broken
+        why = "was deleted" if deleted else "is no longer stored"
+        raise OpenAIRequestError(
+            f"Previous response with id '{response_id}' continues response '{link}', which {why}; "
+            "its conversation cannot be continued: send the conversation whole.",
+            param="previous_response_id",
+        )
     entry = store.get(owner, response_id) if found is None else None
     if entry is not None and entry.response["status"] in _UNFINISHED:
         why = _UNFINISHED[entry.response["status"]].replace("{id}", response_id)

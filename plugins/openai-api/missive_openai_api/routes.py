@@ -28,7 +28,7 @@ from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Any, Protocol
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response, g, request
 from werkzeug.exceptions import MethodNotAllowed
 
 from missive.api import Gateway, MissiveError, ModelListing, NotFoundError, json_dumps
@@ -199,6 +199,7 @@ def _unrouted(error: MissiveError) -> Response:
     /v1/...)" does not: ``/v1/completions``, ``/v1/embeddings``... are not)."""
     if isinstance(error, NotFoundError):
         error = NotFoundError(f"Invalid URL ({request.method} {request.path}): {SERVED}.")
+    g.openai_door = True
     return _error_response(error)
 
 
@@ -214,6 +215,17 @@ def blueprint(gateway: Gateway) -> Blueprint:
     @bp.after_request
     async def _limits(response: Response) -> Response:
         response.headers.update(_openai_limits(gateway.rate_limits()))
+        g.openai_door = True
+        return response
+
+    @bp.after_app_request
+    async def _request_id(response: Response) -> Response:
+        """``x-request-id``, the header OpenAI sends its request id in (the
+        ``openai`` SDK reads it: ``_request_id`` of a result,
+        ``APIStatusError.request_id``), on every answer of this door, errors
+        included; the core's ``request-id`` stays."""
+        if getattr(g, "openai_door", False):
+            response.headers["x-request-id"] = gateway.request_id
         return response
 
     async def chat_completions() -> Response | dict[str, Any]:
@@ -416,6 +428,7 @@ def blueprint(gateway: Gateway) -> Blueprint:
 
     async def delete_response(response_id: str) -> dict[str, Any]:
         kept(response_id)
+        await background.forget(response_id)  # a running one stops first: nothing writes it back
         store.delete(gateway.key_name, response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
@@ -425,11 +438,19 @@ def blueprint(gateway: Gateway) -> Blueprint:
     @bp.before_app_request
     async def _models_for_openai_clients() -> Response | None:
         one = _ONE_MODEL.match(request.path)
-        if (
-            request.method != "GET"
-            or (request.path not in MODELS_PATHS and not one)
-            or not _is_openai_client()
-        ):
+        if (request.path not in MODELS_PATHS and not one) or not _is_openai_client():
+            return None
+        g.openai_door = True
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            # OpenAI's envelope for a method the models paths do not take
+            # (DELETE /v1/models/{id} deletes a fine-tuned model at OpenAI)
+            refused = MethodNotAllowed(
+                valid_methods=["GET"], description=f"method {request.method} is not allowed"
+            )
+            response = _error_response(gateway.error(refused))
+            response.headers["allow"] = "GET"
+            return response
+        if request.method != "GET":
             return None
         try:
             if one is None:

@@ -66,6 +66,12 @@ def check_chat_calls(messages: list[dict[str, Any]]) -> None:
                     "previous message.",
                     f"messages[{i}].tool_call_id",
                 )
+            if call_id in answered and calls.count(call_id) == 1:  # a doubled call id: the core's 400
+                raise bad(
+                    f"Invalid parameter: 'tool_call_id' of '{call_id}' is answered by more than one "
+                    "tool message; answer each tool call once.",
+                    f"messages[{i}].tool_call_id",
+                )
             answered.add(call_id)
             continue
         if open_at is not None:
@@ -82,6 +88,7 @@ def check_response_calls(turns: Turns, ids: ToolIds) -> None:
     Responses conversation (``turns``: the kept one of
     ``previous_response_id``, then ``input``) pair up as OpenAI requires."""
     called: dict[str, str] = {}
+    calls: dict[str, int] = {}
     answered: set[str] = set()
     for index, message in enumerate(turns.messages):
         for j, block in enumerate(message["content"]):
@@ -89,12 +96,20 @@ def check_response_calls(turns: Turns, ids: ToolIds) -> None:
             where = origin.path if origin is not None else "input"
             if block.get("type") == "tool_use":
                 called.setdefault(block["id"], where)
+                calls[block["id"]] = calls.get(block["id"], 0) + 1
             elif block.get("type") == "tool_result":
                 call_id = block["tool_use_id"]
                 if call_id not in called:
                     param = origin.at(["tool_use_id"]) if origin is not None else "input"
                     raise bad(
                         f"No tool call found for function call output with call_id {ids.outward(call_id)}.",
+                        param,
+                    )
+                if call_id in answered and calls[call_id] == 1:  # a doubled call id: the core's 400
+                    param = origin.at(["tool_use_id"]) if origin is not None else "input"
+                    raise bad(
+                        f"Duplicate function call output found for call_id {ids.outward(call_id)}; "
+                        "answer each function call once.",
                         param,
                     )
                 answered.add(call_id)

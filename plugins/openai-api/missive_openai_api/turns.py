@@ -26,7 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Origin", "Turns", "ToolIds", "bracketed"]
+__all__ = ["Origin", "Turns", "ToolIds", "bracketed", "EMPTY_TURN"]
+
+#: The text of a turn whose every message had empty (or whitespace-only)
+#: content: the least text the Messages API takes (:meth:`Turns.non_empty`).
+EMPTY_TURN = "."
 
 _ALLOWED_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 _NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_-]")
@@ -106,11 +110,28 @@ class Turns:
             self.add(message["role"], list(zip(message["content"], origins, strict=True)), start)
 
     def non_empty(self) -> Turns:
-        """These turns without those that hold no block."""
+        """These turns, empty ones sent as OpenAI reads them (its API takes
+        ``"content": ""`` and whitespace-only text, the Messages API does
+        not: "all messages must have non-empty content", "text content
+        must contain non-whitespace text"): whitespace-only text blocks left
+        out; a user turn left with no block is :data:`EMPTY_TURN`'s text (so
+        it stays the user's turn, and the conversation does not end on an
+        assistant turn the core would read as a prefill); an assistant turn
+        left with none is left out, as before (a ``reasoning`` item without
+        ``encrypted_content`` is one; the user turns around it merge). A turn
+        with any other content is sent as it was."""
         kept = Turns()
         for message, start, origins in zip(self.messages, self.starts, self.origins, strict=True):
-            if message["content"]:
-                kept.add(message["role"], list(zip(message["content"], origins, strict=True)), start)
+            blocks = [
+                (b, o)
+                for b, o in zip(message["content"], origins, strict=True)
+                if b.get("type") != "text" or b["text"].strip()
+            ]
+            if not blocks:
+                if message["role"] != "user":
+                    continue
+                blocks = [({"type": "text", "text": EMPTY_TURN}, Origin(start))]
+            kept.add(message["role"], blocks, start)
         return kept
 
     @classmethod

@@ -272,7 +272,7 @@ def test_cached_tokens(client: openai.OpenAI) -> None:
                     {
                         "role": "assistant",
                         "tool_calls": [
-                            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{"}}
+                            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}}
                         ],
                     }
                 ],

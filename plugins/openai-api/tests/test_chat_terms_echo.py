@@ -112,11 +112,6 @@ def test_tool_choice_errors(refuse: Refuse) -> None:
 
 
 def test_content_errors(refuse: Refuse) -> None:
-    error = refuse(messages=[SYSTEM, {"role": "user", "content": ""}])
-    assert error.param == "messages[1]" and "non-empty content" in error.message
-    blank = {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "   "}]}
-    error = refuse(messages=[SYSTEM, blank])
-    assert error.param == "messages[1].content[1]" and "non-whitespace" in error.message
     error = refuse(messages=[USER, {"role": "assistant", "content": "Sure "}])
     assert error.param == "messages" and "trailing whitespace" in error.message
     error = refuse(model="echo", messages=[SYSTEM, {"role": "user", "content": "word " * 1200}])
@@ -273,3 +268,25 @@ def test_unknown_fields_inside_messages(config: dict[str, Any], raw: httpx.Clien
     with in_process_app({**config, "server": {"strict": True}}) as strict:
         response = strict.http_client().post("/v1/chat/completions", json=body)
     assert response.status_code == 400 and "messages[0].name" in response.json()["error"]["message"]
+
+
+def test_empty_content_is_accepted(client: openai.OpenAI) -> None:
+    """Empty and whitespace-only content, which OpenAI takes and the Messages
+    API refuses: whitespace-only parts left out, a user turn left empty sent
+    as ``"."`` (``missive_openai_api.turns.EMPTY_TURN``), an empty assistant
+    message left out; other content as it was."""
+
+    def turns(*messages: dict[str, Any]) -> list[Any]:
+        done = client.chat.completions.create(model="echo-report", messages=list(messages))  # type: ignore[arg-type]
+        return json.loads(done.choices[0].message.content or "")["turns"]  # type: ignore[no-any-return]
+
+    for empty in ("", "   ", [{"type": "text", "text": " "}]):
+        (only,) = turns(SYSTEM, {"role": "user", "content": empty})
+        assert only["role"] == "user" and only["blocks"] == [{"type": "text", "text": "."}]
+    blank = {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "   "}]}
+    (only,) = turns(SYSTEM, blank)
+    assert only["blocks"] == [{"type": "text", "text": "x"}]
+    found = turns(USER, {"role": "assistant", "content": "yo"}, {"role": "user", "content": ""})
+    assert [t["role"] for t in found] == ["user", "assistant", "user"]  # not a prefill
+    found = turns(USER, {"role": "assistant", "content": ""}, {"role": "user", "content": "again"})
+    assert [t["role"] for t in found] == ["user"]

@@ -138,3 +138,31 @@ def test_previous_response_running_or_cancelled(client: openai.OpenAI, tmp_path:
     with pytest.raises(openai.BadRequestError) as unknown:
         client.responses.create(model="echo", previous_response_id="resp_nope", input="next")
     assert unknown.value.code == "previous_response_not_found"
+
+
+def test_cut_call_sent_back_is_accepted(client: openai.OpenAI) -> None:
+    """A call this server cut short (its ``arguments`` not whole JSON) sent
+    back in a stateless history (``store: false``, as Codex sends it) is
+    read, not refused: Responses items and Chat ``tool_calls`` alike."""
+    done = client.responses.create(model="echo-tools", input=CUT, tools=[WEATHER], store=False)  # type: ignore[list-item]
+    cut = done.output[1]
+    assert cut.type == "function_call" and cut.arguments == '{"city": "Oslo", "unit": "cel'
+    history: Any = [
+        {"role": "user", "content": CUT},
+        *(item.model_dump(exclude_none=True) for item in done.output),
+        {"type": "function_call_output", "call_id": cut.call_id, "output": "cut short"},
+        {"role": "user", "content": "again"},
+    ]
+    again = client.responses.create(model="echo-tools", input=history, tools=[WEATHER], store=False)  # type: ignore[list-item]
+    assert again.output_text == "again"
+    messages: Any = [{"role": "user", "content": CUT}]
+    first = client.chat.completions.create(model="echo-tools", messages=messages, tools=[CHAT_WEATHER])  # type: ignore[list-item]
+    reply = first.choices[0].message
+    assert reply.tool_calls is not None
+    messages += [
+        reply.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": reply.tool_calls[0].id, "content": "cut short"},
+        {"role": "user", "content": "again"},
+    ]
+    chat = client.chat.completions.create(model="echo-tools", messages=messages, tools=[CHAT_WEATHER])  # type: ignore[list-item]
+    assert chat.choices[0].message.content == "again"

@@ -145,3 +145,76 @@ def test_schema_too_deep(chat: Refuse, responses: Refuse) -> None:
             " (objects and arrays inside one another), beyond this server's limit;"
             " flatten it, or share parts with $defs and $ref"
         )
+
+
+SCHEMA = {"type": "object", "properties": {}}
+
+
+def test_format_name(chat: Refuse, responses: Refuse, client: openai.OpenAI) -> None:
+    """A JSON schema format needs a ``name`` of OpenAI's pattern (:mod:`missive_openai_api.value_rules`)."""
+    error = responses(text={"format": {"type": "json_schema", "schema": SCHEMA}})
+    assert error.param == "text.format.name" and error.code == "missing_required_parameter"
+    assert error.body["message"] == "Missing required parameter: 'text.format.name'."  # type: ignore[index]
+    error = responses(text={"format": {"type": "json_schema", "name": "a b", "schema": SCHEMA}})
+    assert error.param == "text.format.name" and error.code == "invalid_value"
+    error = chat(response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}})
+    assert error.param == "response_format.json_schema.name" and error.code == "missing_required_parameter"
+    error = chat(response_format={"type": "json_schema", "json_schema": {"name": "x" * 65, "schema": SCHEMA}})
+    assert error.param == "response_format.json_schema.name"
+    named = {"type": "json_schema", "name": "out_1", "schema": SCHEMA}
+    error = responses(model="echo", text={"format": named})  # past the name: echo has no structured output
+    assert error.param == "text.format" and "not supported by model" in error.message
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_enumerated_and_ranged_values(request: pytest.FixtureRequest, api: str) -> None:
+    refuse: Refuse = request.getfixturevalue(api)
+    error = refuse(service_tier="turbo")
+    assert error.param == "service_tier" and error.code == "invalid_value" and "'turbo'" in error.message
+    error = refuse(top_logprobs=21)
+    assert error.param == "top_logprobs" and error.code == "integer_above_max_value"
+    error = refuse(tool_choice="sometimes")
+    assert error.param == "tool_choice" and "Invalid value: 'sometimes'" in error.message
+
+
+@pytest.mark.parametrize("name", ["frequency_penalty", "presence_penalty"])
+def test_penalties(chat: Refuse, name: str) -> None:
+    error = chat(**{name: 2.5})
+    assert error.param == name and error.code == "decimal_above_max_value"
+    error = chat(**{name: -3})
+    assert error.param == name and error.code == "decimal_below_min_value"
+
+
+def test_include_values(responses: Refuse, client: openai.OpenAI) -> None:
+    error = responses(include=["reasoning.everything"])
+    assert error.param == "include[0]" and error.code == "invalid_value"
+    done = client.responses.create(model="echo", input="hi", include=["message.output_text.logprobs"])
+    assert done.output_text == "hi"  # known, not acted on
+
+
+def test_duplicate_items_and_answers(responses: Refuse, chat: Refuse) -> None:
+    message = {
+        "type": "message",
+        "role": "user",
+        "id": "msg_1",
+        "content": [{"type": "input_text", "text": "a"}],
+    }
+    error = responses(input=[message, message])
+    assert error.param == "input"
+    assert error.body["message"] == (  # type: ignore[index]
+        "Duplicate item found with id msg_1. Remove duplicate items from your input and try again."
+    )
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    error = responses(input=[call, output, output])
+    assert error.param == "input[2].call_id" and "Duplicate function call output" in error.message
+    tool_call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    answer = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    error = chat(messages=[USER, {"role": "assistant", "tool_calls": [tool_call]}, answer, answer])
+    assert error.param == "messages[3].tool_call_id" and "more than one tool message" in error.message
+
+
+def test_chat_text_part_in_responses(responses: Refuse) -> None:
+    """A ``text`` part (Chat's) is refused in a Responses input, as OpenAI does."""
+    error = responses(input=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    assert error.param == "input[0].content[0].type"

@@ -85,3 +85,23 @@ def test_failed_and_refused(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="echo", input="x", background=True, max_output_tokens=0)
     assert caught.value.param == "max_output_tokens"  # type: ignore[attr-defined]
+
+
+def test_deleted_while_running_stays_deleted(client: openai.OpenAI, tmp_path: Path) -> None:
+    """Deleting a running background response stops it: it is not written
+    back when its generation would have ended, and cancelling it is a 404."""
+    go = tmp_path / "go"
+    started = client.responses.create(
+        model="echo",
+        input=script({"text": "Long"}, {"wait_file": str(go)}, {"text": " story"}),
+        background=True,
+    )
+    assert client.responses.delete(started.id) is None
+    go.touch()
+    time.sleep(0.3)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel(started.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(started.id)
+    # the slot is free: a plain request is answered
+    assert client.responses.create(model="echo", input="free").output_text == "free"

@@ -80,3 +80,19 @@ def test_stream_of_a_response_not_in_background(client: openai.OpenAI, raw: http
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "starting_after"
     refused = raw.get(f"/v1/responses/{started.id}", params={"stream": "maybe"})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
+
+
+def test_stream_of_a_cancelled_response_ends(client: openai.OpenAI, tmp_path: Path) -> None:
+    """A cancelled background response's stream ends with a terminal event
+    the SDK knows, ``response.incomplete``, its response ``cancelled``."""
+    never = tmp_path / "never"
+    started = client.responses.create(
+        model="echo", input=script({"text": "Wait"}, {"wait_file": str(never)}), background=True
+    )
+    time.sleep(0.2)
+    assert client.responses.cancel(started.id).status == "cancelled"
+    events = list(client.responses.retrieve(started.id, stream=True))
+    last = events[-1]
+    assert last.type == "response.incomplete" and last.response.status == "cancelled"
+    assert last.response.output_text == "Wait"
+    assert [e.sequence_number for e in events] == list(range(len(events)))

@@ -347,7 +347,7 @@ def test_ignored_and_dropped_tools(raw: httpx.Client) -> None:
         (
             {
                 "model": "echo",
-                "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}],
+                "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}],
             },
             400,
             "input[0].arguments",

@@ -76,3 +76,19 @@ def test_unknown_or_unstored(client: openai.OpenAI) -> None:
     for response_id in (unstored.id, "resp_nope"):
         with pytest.raises(openai.NotFoundError):
             client.responses.input_items.list(response_id)
+
+
+def test_chain_with_a_deleted_link(client: openai.OpenAI) -> None:
+    """A response whose earlier response was deleted keeps listing its own
+    input, and continuing from it is a 400 naming the deleted one (not
+    "not found" for a response that is kept)."""
+    first = client.responses.create(model="echo", input="one")
+    second = client.responses.create(model="echo", input="two", previous_response_id=first.id)
+    client.responses.delete(first.id)
+    items = client.responses.input_items.list(second.id).data
+    assert [i.content[0].text for i in items] == ["two"]  # type: ignore[union-attr]
+    assert client.responses.retrieve(second.id).output_text == "two"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="echo", input="three", previous_response_id=second.id)
+    assert first.id in caught.value.message and "deleted" in caught.value.message
+    assert caught.value.param == "previous_response_id"
