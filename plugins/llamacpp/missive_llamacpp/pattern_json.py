@@ -20,7 +20,11 @@ out of the grammar, as any keyword it does not enforce.
 
 from __future__ import annotations
 
+import re
+
 __all__ = ["json_safe"]
+
+_QUANTIFIER = re.compile(r"\{\d*(?:,\d*)?\}")
 
 #: What a JSON string holds only escaped (RFC 8259 section 7), as the
 #: converter's ``char`` rule excludes it, written for a regex class.
@@ -38,6 +42,10 @@ _AS_CLASS = {".": "[.]", "$": "[$]"}
 _RAW_ESCAPES = set("/-,:=!<>#&~'%@ _")
 _PLAIN_ESCAPES = _KEPT_ESCAPES | set(_AS_CLASS) | _RAW_ESCAPES
 _UNSAFE = {'"', "\\"}
+#: Characters llama-cpp-python's ``_visit_pattern`` has no branch for outside
+#: a class: it loops forever on ``^]$`` or ``^a}$`` (a regex that Python's
+#: ``re`` reads as a literal ``]``/``}``), so such a pattern is left out.
+_STRAY = {"]", "}"}
 
 
 def _class_body(body: str, negated: bool) -> str | None:
@@ -49,6 +57,8 @@ def _class_body(body: str, negated: bool) -> str | None:
     out: list[str] = []
     dash = False
     i = 0
+    if not body or "[" in body.replace("\\[", ""):
+        return None  # ``[]...]``, ``[[:alpha:]]``: classes the converter misreads (its loop hung on them)
     while i < len(body):
         ch = body[i]
         if ch == "\\":
@@ -119,6 +129,11 @@ def json_safe(pattern: str) -> str | None:
             i += 1
         elif ch in _UNSAFE or ord(ch) < 0x20 or ord(ch) == 0x7F:
             return None
+        elif ch == "{" and (count := _QUANTIFIER.match(pattern, i)):
+            out.append(count.group(0))
+            i = count.end()
+        elif ch in _STRAY or ch == "{":
+            return None  # the converter's loop never advances past it (measured: a request hung)
         else:
             out.append(ch)
             i += 1

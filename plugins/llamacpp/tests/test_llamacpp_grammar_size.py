@@ -191,3 +191,23 @@ def test_llama_cpp_refusing_a_grammar_is_a_400_not_a_null_sampler(vocab_model: A
     assert grammar_refused(runner, 'root ::= "a"{2000}') is None
     with pytest.raises(InvalidRequestError):
         add_grammar(SimpleNamespace(sampler=None), vocab_model._model, bad)
+
+
+def test_patterns_the_converter_loops_on_are_left_out() -> None:
+    """llama-cpp-python's converter never returned on these (a stray ``]`` or
+    ``}``, a class opening with ``]``, a POSIX class): the request hung and
+    its thread spun after the client left. Run in a child with a time limit."""
+    script = textwrap.dedent(
+        """
+        from missive_llamacpp.grammar import json_schema_grammar, relax
+        for pattern in ["^]$", "^a]$", "^[]]$", "^[]a]$", "^[[:alpha:]]+$", "^a}$"]:
+            schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": pattern}}}
+            relaxed = []
+            relax(schema, relaxed)
+            assert relaxed == ["#/properties/x/pattern"], (pattern, relaxed)
+            json_schema_grammar(schema)
+        print("done")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
