@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from missive.testing import dump_toml, free_port, live_server
+from missive.testing import closed_port, dump_toml, live_server
 
 CONFIG: dict[str, Any] = {
     "server": {"api_keys": ["sk-k1"]},
@@ -95,8 +95,9 @@ def test_prints_the_environment_for_the_running_server(url: str, tmp_path: Path)
 
 def test_errors_name_the_problem(url: str, tmp_path: Path) -> None:
     nobody = tmp_path / "nobody.toml"
-    nobody.write_text(dump_toml({"server": {"port": free_port()}}))
-    down = _missive_claude(nobody)
+    with closed_port() as nothing:
+        nobody.write_text(dump_toml({"server": {"port": nothing.port}}))
+        down = _missive_claude(nobody)
     assert down.returncode == 1 and "no Missive server answers at http://127.0.0.1:" in down.stderr
     port = int(url.rsplit(":", 1)[1])
     bad_key = tmp_path / "bad.toml"

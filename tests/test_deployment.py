@@ -21,7 +21,7 @@ import pytest
 
 from missive.config import Config, ServerConfig
 from missive.server.shutdown import CLOSE_MARGIN
-from missive.testing import free_port
+from missive.testing import closed_port
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -267,8 +267,10 @@ def test_the_healthcheck_probes_livez(name: str, echo_url: str) -> None:
     port = echo_url.rsplit(":", 1)[1]  # the session's live echo server
     ok = subprocess.run(probe, env={"MISSIVE__SERVER__PORT": port}, capture_output=True, timeout=30)
     assert ok.returncode == 0, ok.stderr
-    unused = str(free_port())
-    nothing = subprocess.run(probe, env={"MISSIVE__SERVER__PORT": unused}, capture_output=True, timeout=30)
+    with closed_port() as unused:
+        nothing = subprocess.run(
+            probe, env={"MISSIVE__SERVER__PORT": str(unused.port)}, capture_output=True, timeout=30
+        )
     assert nothing.returncode != 0
 
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlparse
 
 import httpx
@@ -21,7 +20,7 @@ from missive.cli.main import cli
 from missive.config import Config
 from missive.server.app import create_app
 from missive.server.services import services
-from missive.testing import ServerProcess, free_port, serve_process, until
+from missive.testing import ClosedPort, ServerProcess, closed_port, serve_process, until
 from missive_echo import script
 
 KEY = "sk-probes-test-key"
@@ -44,9 +43,16 @@ class Models(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def backend_port() -> int:
-    """A port where nothing listens (until a test starts the backend on it)."""
-    return free_port()
+def backend() -> Iterator[ClosedPort]:
+    """A port where nothing listens (until a test starts the backend on it),
+    held for the module: no other server can take it meanwhile."""
+    with closed_port() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def backend_port(backend: ClosedPort) -> int:
+    return backend.port
 
 
 @pytest.fixture(scope="module")
@@ -82,45 +88,6 @@ def test_livez_answers_while_the_process_serves(server: ServerProcess) -> None:
     response = get(server.url, "/livez", None)
     assert response.status_code == 200 and response.json() == {"status": "ok"}
     assert get(server.url, "/health", None).json() == {"status": "ok", "generating": 0, "waiting": 0}
-
-
-def test_readyz_is_503_naming_a_remote_model_without_a_healthy_replica(
-    server: ServerProcess, backend_port: int
-) -> None:
-    """With the backend of ``remote`` down, /readyz (no key) is 503 and names
-    it ``unavailable`` while ``echo`` is ``ready``; the replica gauge shows
-    0 for it, under its URL without the credentials. Once the backend
-    listens, a recovery probe makes the model ready: /readyz is 200 and the
-    gauge 1."""
-    response = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 503 and r, "503")
-    assert response.json() == {
-        "status": "not_ready",
-        "models": {
-            "echo": {"status": "ready"},
-            "remote": {"status": "unavailable", "replicas_healthy": 0, "replicas_total": 1},
-        },
-    }
-    metrics = get(server.url, "/metrics").text
-    replica = f'missive:replica_healthy{{model_name="remote",replica="http://127.0.0.1:{backend_port}"}} 0.0'
-    assert replica in metrics and "hunter2" not in metrics
-
-    backend = ThreadingHTTPServer(("127.0.0.1", backend_port), Models)
-    backend.daemon_threads = True
-    threading.Thread(target=backend.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    try:
-        # A recovery probe comes at most 30 s (the backoff's cap) after the last.
-        ready = until(
-            lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again", 60
-        )
-        assert ready.json()["models"]["remote"] == {
-            "status": "ready",
-            "replicas_healthy": 1,
-            "replicas_total": 1,
-        }
-        assert replica.replace("} 0.0", "} 1.0") in get(server.url, "/metrics").text
-    finally:
-        backend.shutdown()
-        backend.server_close()
 
 
 @pytest.mark.anyio
@@ -345,3 +312,34 @@ def test_local_driver_status_reports_slots_and_host_cache() -> None:
     }
     driver._info, driver._batcher, driver._host_cache = None, None, None
     assert asyncio.run(driver.status()) == {"loaded": False}
+
+
+def test_readyz_is_503_naming_a_remote_model_without_a_healthy_replica(
+    server: ServerProcess, backend: ClosedPort, backend_port: int
+) -> None:
+    """With the backend of ``remote`` down, /readyz (no key) is 503 and names
+    it ``unavailable`` while ``echo`` is ``ready``; the replica gauge shows
+    0 for it, under its URL without the credentials. Once the backend
+    listens, a recovery probe makes the model ready: /readyz is 200 and the
+    gauge 1."""
+    response = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 503 and r, "503")
+    assert response.json() == {
+        "status": "not_ready",
+        "models": {
+            "echo": {"status": "ready"},
+            "remote": {"status": "unavailable", "replicas_healthy": 0, "replicas_total": 1},
+        },
+    }
+    metrics = get(server.url, "/metrics").text
+    replica = f'missive:replica_healthy{{model_name="remote",replica="http://127.0.0.1:{backend_port}"}} 0.0'
+    assert replica in metrics and "hunter2" not in metrics
+
+    backend.listen(Models)  # up until the module ends: the tests that need it down come first
+    # A recovery probe comes at most 30 s (the backoff's cap) after the last.
+    ready = until(lambda: (r := get(server.url, "/readyz", None)).status_code == 200 and r, "ready again", 60)
+    assert ready.json()["models"]["remote"] == {
+        "status": "ready",
+        "replicas_healthy": 1,
+        "replicas_total": 1,
+    }
+    assert replica.replace("} 0.0", "} 1.0") in get(server.url, "/metrics").text

@@ -15,7 +15,7 @@ import pytest
 
 from missive.protocol.errors import OverloadedError
 from missive.remote.replicas import Replica, ReplicaPool, redact_url
-from missive.testing import free_port
+from missive.testing import closed_port
 
 pytestmark = pytest.mark.anyio
 
@@ -117,22 +117,23 @@ async def test_least_outstanding_choice() -> None:
 
 
 async def test_failover_before_first_byte_to_a_live_replica(backends: list[Backend]) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
-    async with httpx.AsyncClient() as client:
-        pool = ReplicaPool([dead, backends[0].url], client=client, probe_interval=60)
-        live = pool.replicas[1]
-        live.outstanding = 1  # so the dead replica is the least loaded and tried first
-        replica, response = await _send(pool, client)
-        assert response.status_code == 200 and replica is live
-        assert backends[0].hits == {"/work": 1}
-        down = pool.replicas[0]
-        assert not down.healthy and down.last_error == "ConnectError"
-        # Skipped from now on, while it is unhealthy.
-        live.outstanding = 0
-        for _ in range(3):
-            replica, _ = await _send(pool, client)
-            assert replica is live
-        await pool.aclose()
+    with closed_port() as down:  # nothing listens: connection refused
+        dead = down.url
+        async with httpx.AsyncClient() as client:
+            pool = ReplicaPool([dead, backends[0].url], client=client, probe_interval=60)
+            live = pool.replicas[1]
+            live.outstanding = 1  # so the dead replica is the least loaded and tried first
+            replica, response = await _send(pool, client)
+            assert response.status_code == 200 and replica is live
+            assert backends[0].hits == {"/work": 1}
+            down = pool.replicas[0]
+            assert not down.healthy and down.last_error == "ConnectError"
+            # Skipped from now on, while it is unhealthy.
+            live.outstanding = 0
+            for _ in range(3):
+                replica, _ = await _send(pool, client)
+                assert replica is live
+            await pool.aclose()
 
 
 async def test_5xx_fails_over_and_every_replica_down_is_529(backends: list[Backend]) -> None:
@@ -192,19 +193,20 @@ async def test_check_takes_a_dead_idle_replica_out_of_rotation(backends: list[Ba
     fails (or where nothing listens) is marked failed without any request
     failing on it, and requests then go to the live one; a replica that
     answers stays healthy."""
-    dead = f"http://127.0.0.1:{free_port()}"
-    backends[1].health_status = 503
-    async with httpx.AsyncClient() as client:
-        pool = ReplicaPool([dead, backends[0].url, backends[1].url], client=client, probe_interval=60)
-        assert all(r.healthy for r in pool.replicas)  # nothing seen yet
-        await pool.check()
-        assert [r.healthy for r in pool.replicas] == [False, True, False]
-        assert pool.replicas[0].last_error == "health probe failed: ConnectError"
-        assert pool.replicas[2].last_error == "health probe answered 503"
-        assert backends[0].hits == {"/health": 1}
-        replica, _ = await _send(pool, client)
-        assert replica is pool.replicas[1]
-        await pool.aclose()
+    with closed_port() as down:
+        dead = down.url
+        backends[1].health_status = 503
+        async with httpx.AsyncClient() as client:
+            pool = ReplicaPool([dead, backends[0].url, backends[1].url], client=client, probe_interval=60)
+            assert all(r.healthy for r in pool.replicas)  # nothing seen yet
+            await pool.check()
+            assert [r.healthy for r in pool.replicas] == [False, True, False]
+            assert pool.replicas[0].last_error == "health probe failed: ConnectError"
+            assert pool.replicas[2].last_error == "health probe answered 503"
+            assert backends[0].hits == {"/health": 1}
+            replica, _ = await _send(pool, client)
+            assert replica is pool.replicas[1]
+            await pool.aclose()
 
 
 async def test_check_runs_at_most_once_per_probe_interval(backends: list[Backend]) -> None:

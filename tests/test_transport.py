@@ -22,7 +22,7 @@ from missive.protocol.errors import (
     TimeoutError_,
 )
 from missive.remote.transport import Failover, RemoteTransport
-from missive.testing import free_port
+from missive.testing import closed_port
 
 pytestmark = pytest.mark.anyio
 
@@ -182,16 +182,17 @@ async def test_dropped_twice_marks_down_and_fails_over(make) -> None:
 
 async def test_refused_connection_marks_down_at_once(make) -> None:
     transport, [backend] = make(["ok"])
-    dead = f"http://127.0.0.1:{free_port()}"
-    transport.pool.replicas.insert(0, type(transport.pool.replicas[0])(dead))
-    transport.pool.replicas[1].outstanding = 5
-    try:
-        assert (await transport.request("GET", "/work")).text == "ok"
-        assert not transport.pool.replicas[0].healthy
-        assert "ConnectError" in (transport.pool.replicas[0].last_error or "")
-    finally:
-        transport.pool.replicas[1].outstanding = 0
-        await transport.aclose()
+    with closed_port() as down:
+        dead = down.url
+        transport.pool.replicas.insert(0, type(transport.pool.replicas[0])(dead))
+        transport.pool.replicas[1].outstanding = 5
+        try:
+            assert (await transport.request("GET", "/work")).text == "ok"
+            assert not transport.pool.replicas[0].healthy
+            assert "ConnectError" in (transport.pool.replicas[0].last_error or "")
+        finally:
+            transport.pool.replicas[1].outstanding = 0
+            await transport.aclose()
 
 
 async def test_busy_replica_is_skipped_not_marked_and_all_busy_is_529(make) -> None:

@@ -25,7 +25,9 @@ from .in_process import InProcessApp, in_process_app, sdk_http
 from .poll import until, wait_until
 from .processes import open_fds, rss_mib, tcp_states
 from .servers import (
+    ClosedPort,
     ServerProcess,
+    closed_port,
     dump_toml,
     free_port,
     live_server,
@@ -45,6 +47,8 @@ __all__ = [
     "InProcessApp",
     "sdk_http",
     "free_port",
+    "closed_port",
+    "ClosedPort",
     "dump_toml",
     "live_server",
     "serve_process",

@@ -22,6 +22,8 @@ from typing import Any
 
 __all__ = [
     'free_port',
+    'ClosedPort',
+    'closed_port',
     'dump_toml',
     'ServerProcess',
     'tests_state_home',
@@ -34,10 +36,65 @@ __all__ = [
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
+    """A TCP port free on 127.0.0.1 right now, for a server about to bind it.
+
+    Released at once, so another process may take it: for a port where
+    nothing must listen for a while (a backend that is down), use
+    :func:`closed_port`."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class ClosedPort:
+    """A loopback port held bound but not listening: a connection to it is
+    refused (Linux answers the SYN with a reset), and no other process can
+    bind it meanwhile (the socket has no ``SO_REUSEADDR``), so a server that
+    a parallel test starts never answers in place of a backend that is down.
+    :meth:`listen` brings a backend up on the port (the bound socket starts
+    listening: the port is never free in between) until :meth:`close`.
+
+    Attributes:
+        port: the port number.
+        url: ``http://127.0.0.1:PORT``.
+    """
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = int(self._sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server: ThreadingHTTPServer | None = None
+
+    def listen(self, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+        """Serve ``handler`` on this port from a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError(f"port {self.port} already listens")
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = self._sock
+        server.server_activate()
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._server = server
+        return server
+
+    def close(self) -> None:
+        """Stop any server and release the port."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server = None
+        self._sock.close()
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[ClosedPort]:
+    """A :class:`ClosedPort` for the ``with`` block: a backend that is down."""
+    port = ClosedPort()
+    try:
+        yield port
+    finally:
+        port.close()
 
 
 def _toml_value(value: Any) -> str:
@@ -151,13 +208,12 @@ def serve_process(
     of a virtual environment a distribution was installed into. The server's log is in
     the error if it fails to start; it is stopped on exit (:func:`stop_process`).
     """
-    port = free_port()
     with tempfile.TemporaryDirectory(prefix="missive-test-") as tmp:
-        cmd = [str(python or sys.executable), "-m", "missive", "serve", "--port", str(port), *args]
+        config_args: list[str] = []
         if config is not None:
             config_path = Path(tmp) / "missive.toml"
             config_path.write_text(dump_toml(config))
-            cmd += ["--config", str(config_path)]
+            config_args = ["--config", str(config_path)]
         log_path = Path(tmp) / "server.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MISSIVE")}
         # No user configuration file (~/.config/missive/missive.toml) reaches a
@@ -171,14 +227,35 @@ def serve_process(
         full_env.update(env or {})
         if "MISSIVE_STATE_DIR" in (env or {}) and "MISSIVE_PROMPT_CACHE_DIR" not in (env or {}):
             del full_env["MISSIVE_PROMPT_CACHE_DIR"]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_healthy(url, proc, timeout, log_path)
-            yield ServerProcess(url, proc, log_path)
-        finally:
-            stop_process(proc, log_path)
+        for attempt in range(_PORT_ATTEMPTS):
+            # The free port is released before the server binds it: a server a
+            # parallel test starts in between may take it. Another port, then.
+            port = free_port()
+            cmd = [str(python or sys.executable), "-m", "missive", "serve", "--port", str(port), *args]
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    [*cmd, *config_args], stdout=log, stderr=subprocess.STDOUT, env=full_env
+                )
+            url = f"http://127.0.0.1:{port}"
+            try:
+                try:
+                    _wait_healthy(url, proc, timeout, log_path)
+                except RuntimeError:
+                    if attempt + 1 < _PORT_ATTEMPTS and _port_taken(proc, log_path):
+                        continue
+                    raise
+                yield ServerProcess(url, proc, log_path)
+                return
+            finally:
+                stop_process(proc, log_path)
+
+
+_PORT_ATTEMPTS = 3
+
+
+def _port_taken(proc: subprocess.Popen[bytes], log_path: Path) -> bool:
+    """Whether ``missive serve`` ended because its port was taken meanwhile."""
+    return proc.poll() is not None and "Address already in use" in log_path.read_text(errors="replace")
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import free_port, live_server
+from missive.testing import closed_port, live_server
 
 ASK = [{"role": "user", "content": "List three colours of the rainbow."}]
 GREEDY = {"temperature": 0.0}
@@ -138,16 +138,17 @@ def test_what_it_cannot_do_is_refused(
 
 
 def test_unreachable_backend_is_a_529_with_retry_after(missive_server: Any) -> None:
-    server = missive_server({"models": {"m": markov(f"http://127.0.0.1:{free_port()}", retry_after=9)}})
-    for call in (
-        lambda c: c.messages.create(model="m", max_tokens=5, messages=ASK),
-        lambda c: c.messages.count_tokens(model="m", messages=ASK),
-    ):
-        with pytest.raises(anthropic.APIStatusError) as caught:
-            call(sdk(server.url))
-        assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "9"
-        assert caught.value.body["error"]["type"] == "overloaded_error"
-        assert "is unreachable" in caught.value.body["error"]["message"]
+    with closed_port() as down:
+        server = missive_server({"models": {"m": markov(down.url, retry_after=9)}})
+        for call in (
+            lambda c: c.messages.create(model="m", max_tokens=5, messages=ASK),
+            lambda c: c.messages.count_tokens(model="m", messages=ASK),
+        ):
+            with pytest.raises(anthropic.APIStatusError) as caught:
+                call(sdk(server.url))
+            assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "9"
+            assert caught.value.body["error"]["type"] == "overloaded_error"
+            assert "is unreachable" in caught.value.body["error"]["message"]
 
 
 def test_busy_backend_is_a_529_and_a_closed_stream_frees_it(

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import free_port, in_process_app
+from missive.testing import closed_port, in_process_app
 from missive_llamaserver.testing import FakeLlamaServer
 
 N_CTX = 512
@@ -36,27 +36,28 @@ def fakes() -> Iterator[dict[str, FakeLlamaServer]]:
 
 @pytest.fixture(scope="module")
 def client(fakes: dict[str, FakeLlamaServer]) -> Iterator[anthropic.Anthropic]:
-    dead = f"http://127.0.0.1:{free_port()}"
+    with closed_port() as down:
+        dead = down.url
 
-    def model(url: str | list[str], **settings: Any) -> dict[str, Any]:
-        key = "base_urls" if isinstance(url, list) else "base_url"
-        return {"driver": "llamaserver", "settings": {key: url, **settings}}
+        def model(url: str | list[str], **settings: Any) -> dict[str, Any]:
+            key = "base_urls" if isinstance(url, list) else "base_url"
+            return {"driver": "llamaserver", "settings": {key: url, **settings}}
 
-    config: dict[str, Any] = {
-        "models": {
-            "main": model(fakes["main"].url, thinking=True),
-            "ik": model(fakes["ik"].url),
-            "plain": model(fakes["plain"].url),
-            "replicas": model([fakes["loading"].url, fakes["main"].url]),
-            "loading": model(fakes["loading"].url),
-            "down": model(dead, connect_timeout=1.0),
-            "broken": model(fakes["broken"].url),
-            "bigger": {**model(fakes["main"].url), "context_window": 4 * N_CTX},
-            "api-sampling": model(fakes["main"].url, sampling_defaults="api"),
-        },
-    }
-    with in_process_app(config) as app:
-        yield app.sdk(api_key="test", timeout=60)
+        config: dict[str, Any] = {
+            "models": {
+                "main": model(fakes["main"].url, thinking=True),
+                "ik": model(fakes["ik"].url),
+                "plain": model(fakes["plain"].url),
+                "replicas": model([fakes["loading"].url, fakes["main"].url]),
+                "loading": model(fakes["loading"].url),
+                "down": model(dead, connect_timeout=1.0),
+                "broken": model(fakes["broken"].url),
+                "bigger": {**model(fakes["main"].url), "context_window": 4 * N_CTX},
+                "api-sampling": model(fakes["main"].url, sampling_defaults="api"),
+            },
+        }
+        with in_process_app(config) as app:
+            yield app.sdk(api_key="test", timeout=60)
 
 
 def test_request_body_and_exact_usage(client: anthropic.Anthropic, fakes: dict[str, FakeLlamaServer]) -> None:

@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import DriverContract, free_port, live_server
+from missive.testing import DriverContract, closed_port, live_server
 from missive_llamaserver.testing import COMMANDS, llama_server, llama_server_binary, smollm2_gguf
 
 CTX = 2048
@@ -34,25 +34,26 @@ def server() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def url(server: str) -> Iterator[str]:
-    dead = f"http://127.0.0.1:{free_port()}"
-    config: dict[str, Any] = {
-        "server": {"ping_interval": 0.5},
-        "models": {
-            "ls": {"driver": "llamaserver", "settings": {"base_url": server}},
-            "ls-replicas": {"driver": "llamaserver", "settings": {"base_urls": [dead, server]}},
-            "ls-bigger": {
-                "driver": "llamaserver",
-                "context_window": 4 * CTX,
-                "settings": {"base_url": server},
+    with closed_port() as down:
+        dead = down.url
+        config: dict[str, Any] = {
+            "server": {"ping_interval": 0.5},
+            "models": {
+                "ls": {"driver": "llamaserver", "settings": {"base_url": server}},
+                "ls-replicas": {"driver": "llamaserver", "settings": {"base_urls": [dead, server]}},
+                "ls-bigger": {
+                    "driver": "llamaserver",
+                    "context_window": 4 * CTX,
+                    "settings": {"base_url": server},
+                },
+                "ls-noeos": {
+                    "driver": "llamaserver",
+                    "settings": {"base_url": server, "extra_body": {"ignore_eos": True}},
+                },
             },
-            "ls-noeos": {
-                "driver": "llamaserver",
-                "settings": {"base_url": server, "extra_body": {"ignore_eos": True}},
-            },
-        },
-    }
-    with live_server(config) as base:
-        yield base
+        }
+        with live_server(config) as base:
+            yield base
 
 
 @pytest.fixture(scope="module")

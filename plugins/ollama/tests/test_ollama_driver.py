@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from missive.config import ConfigError
-from missive.testing import InProcessApp, free_port, in_process_app, live_server
+from missive.testing import InProcessApp, closed_port, in_process_app, live_server
 from missive_ollama.testing import FakeModel, FakeOllama, prompt_tokens
 
 TOOLS = [
@@ -557,29 +557,30 @@ def test_done_reason_load_without_an_answer_is_a_502(client: anthropic.Anthropic
 
 
 def test_unreachable_ollama_is_a_529_with_retry_after() -> None:
-    config = {
-        "models": {
-            "q": {
-                "driver": "ollama",
-                "settings": {
-                    "model": "qwen3:8b",
-                    "base_url": f"http://127.0.0.1:{free_port()}",
-                    "retry_after": 7,
-                },
+    with closed_port() as down:
+        config = {
+            "models": {
+                "q": {
+                    "driver": "ollama",
+                    "settings": {
+                        "model": "qwen3:8b",
+                        "base_url": down.url,
+                        "retry_after": 7,
+                    },
+                }
             }
         }
-    }
-    with in_process_app(config) as app:  # start-up goes on: Ollama may come up later
-        client = app.sdk()
-        for call in (
-            lambda: client.messages.create(model="q", max_tokens=5, messages=user("hi")),
-            lambda: client.messages.count_tokens(model="q", messages=user("hi")),
-        ):
-            with pytest.raises(anthropic.APIStatusError) as caught:
-                call()
-            assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "7"
-            message = caught.value.body["error"]["message"]
-            assert "unavailable" in message and "ConnectError" in message and "127.0.0.1" in message
+        with in_process_app(config) as app:  # start-up goes on: Ollama may come up later
+            client = app.sdk()
+            for call in (
+                lambda: client.messages.create(model="q", max_tokens=5, messages=user("hi")),
+                lambda: client.messages.count_tokens(model="q", messages=user("hi")),
+            ):
+                with pytest.raises(anthropic.APIStatusError) as caught:
+                    call()
+                assert caught.value.status_code == 529 and caught.value.response.headers["retry-after"] == "7"
+                message = caught.value.body["error"]["message"]
+                assert "unavailable" in message and "ConnectError" in message and "127.0.0.1" in message
 
 
 def test_unknown_tag_fails_start_up(fake: FakeOllama) -> None:

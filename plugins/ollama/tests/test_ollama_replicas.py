@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import pytest
 
-from missive.testing import free_port, live_server
+from missive.testing import closed_port, live_server
 from missive_ollama.testing import FakeModel, FakeOllama
 
 TAG = "qwen3:8b"
@@ -38,24 +38,25 @@ def fakes() -> Iterator[tuple[FakeOllama, FakeOllama]]:
 @pytest.fixture(scope="module")
 def url(fakes: tuple[FakeOllama, FakeOllama]) -> Iterator[str]:
     a, b = fakes
-    dead = f"http://127.0.0.1:{free_port()}"
+    with closed_port() as down, closed_port() as other_down:
+        dead = down.url
 
-    def model(urls: list[str]) -> dict[str, Any]:
-        return {
-            "driver": "ollama",
-            "context_window": 2048,
-            "settings": {"model": TAG, "base_urls": urls, "connect_timeout": 1.0, "retry_after": 3},
-        }
+        def model(urls: list[str]) -> dict[str, Any]:
+            return {
+                "driver": "ollama",
+                "context_window": 2048,
+                "settings": {"model": TAG, "base_urls": urls, "connect_timeout": 1.0, "retry_after": 3},
+            }
 
-    config = {
-        "models": {
-            "pair": model([a.url, b.url]),
-            "one-down": model([dead, a.url]),
-            "all-down": model([dead, f"http://127.0.0.1:{free_port()}"]),
+        config = {
+            "models": {
+                "pair": model([a.url, b.url]),
+                "one-down": model([dead, a.url]),
+                "all-down": model([dead, other_down.url]),
+            }
         }
-    }
-    with live_server(config) as base:
-        yield base
+        with live_server(config) as base:
+            yield base
 
 
 @pytest.fixture

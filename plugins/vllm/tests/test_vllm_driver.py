@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from missive.testing import DriverContract, InProcessApp, free_port, in_process_app, live_server
+from missive.testing import DriverContract, InProcessApp, closed_port, in_process_app, live_server
 from missive_openai.testing import FakeChatServer, render_tokens
 
 MAX_MODEL_LEN = 2048
@@ -65,26 +65,27 @@ def _vllm(fake: FakeChatServer) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def app(fake: FakeChatServer) -> Iterator[InProcessApp]:
-    dead = f"http://127.0.0.1:{free_port()}"
-    base = {"driver": "vllm"}
-    config: dict[str, Any] = {
-        "server": {"ping_interval": 0.2},
-        "models": {
-            "vllm": _vllm(fake),
-            "vllm-vision": {
-                **base,
-                "settings": {"base_url": fake.url + "/v1", "model": "fake-model", "vision": True},
+    with closed_port() as down:
+        dead = down.url
+        base = {"driver": "vllm"}
+        config: dict[str, Any] = {
+            "server": {"ping_interval": 0.2},
+            "models": {
+                "vllm": _vllm(fake),
+                "vllm-vision": {
+                    **base,
+                    "settings": {"base_url": fake.url + "/v1", "model": "fake-model", "vision": True},
+                },
+                "vllm-down": {
+                    **base,
+                    "context_window": 4096,
+                    "settings": {"base_url": dead, "model": "fake-model"},
+                },
+                "vllm-replicas": {**base, "settings": {"base_urls": [dead, fake.url], "model": "fake-model"}},
             },
-            "vllm-down": {
-                **base,
-                "context_window": 4096,
-                "settings": {"base_url": dead, "model": "fake-model"},
-            },
-            "vllm-replicas": {**base, "settings": {"base_urls": [dead, fake.url], "model": "fake-model"}},
-        },
-    }
-    with in_process_app(config) as app:
-        yield app
+        }
+        with in_process_app(config) as app:
+            yield app
 
 
 @pytest.fixture(scope="module")
