@@ -26,6 +26,7 @@ gives the set of tokens that keep the output inside the grammar.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any
 
 from missive.api import ApiError, Sampling
 
-__all__ = ["Constraint", "GuidanceTokenizer", "compile_grammar", "logits_processor"]
+__all__ = ["Constraint", "GuidanceTokenizer", "compile_grammar", "logits_processor", "unenforced_keys"]
 
 
 @dataclass(frozen=True)
@@ -95,10 +96,44 @@ def compile_grammar(lark: str, tokenizer: Any) -> tuple[str | None, str]:
         return None, str(exc)
     failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
     if failed:
-        # llguidance's message: "at LINE(COL): <what failed>", then the grammar's line.
-        first = (messages[0] if messages else "the grammar does not compile").split("\n", 1)[0]
-        return None, re.sub(r"^at \d+\(\d+\): ", "", first)
+        return None, _reason(messages)
     return grammar, ""
+
+
+def _reason(messages: list[str]) -> str:
+    """llguidance's compile error in one line. Its message is "at LINE(COL):
+    <what failed>", then the grammar's line; a regex error's first line ends
+    in a colon and its reason follows on a line of its own (``error: ...``)."""
+    lines = (messages[0] if messages else "the grammar does not compile").split("\n")
+    first = re.sub(r"^at \d+\(\d+\): ", "", lines[0])
+    if first.endswith(":"):
+        detail = next((line.strip() for line in lines[1:] if line.strip().startswith("error:")), "")
+        first = f"{first} {detail.removeprefix('error:').strip()}" if detail else first.rstrip(":")
+    return first
+
+
+def unenforced_keys(lark: str, tokenizer: Any) -> tuple[list[str], str]:
+    """What llguidance leaves out of the ``%json`` schema of ``lark`` compiled
+    leniently (:func:`missive.tools.lark_grammar.json_schema_lark`): (the
+    keywords it does not implement, "") when it compiles, and it then
+    enforces the rest; ([], its error) when it does not, and any JSON object
+    is enforced instead (:meth:`missive_mlx.driver.MlxDriver.constraint`).
+
+    llguidance names the keywords, not where they stand: its lenient mode
+    warns ``Unimplemented keys: ["uniqueItems", "not"]`` (llguidance's
+    ``json/compiler.rs``) once per compile."""
+    import llguidance
+
+    grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
+    if failed:
+        return [], _reason(messages)
+    keys: list[str] = []
+    for message in messages:
+        listed = re.match(r"Unimplemented keys: (\[.*\])", message)
+        if listed:
+            keys += [k for k in json.loads(listed.group(1)) if k not in keys]
+    return keys, ""
 
 
 class _Processor:

@@ -47,7 +47,7 @@ from missive.api import (
 )
 
 from .batched import BatchedMlxRunner
-from .constrain import Constraint, GuidanceTokenizer, compile_grammar, special_tokens
+from .constrain import Constraint, GuidanceTokenizer, compile_grammar, special_tokens, unenforced_keys
 from .plugin import CAPABILITIES
 from .runner import MlxRunner
 from .settings import MlxSettings, parse_settings
@@ -88,6 +88,22 @@ class MlxDriver(LocalDriver):
             host_cache_bytes=0,
         )
         self._guidance = GuidanceTokenizer()
+
+    def unenforced(self, request: GenerationRequest) -> list[str]:
+        """The keywords of ``output_config.format`` (or ``output_format``)
+        the llguidance grammar of :meth:`constraint` leaves out, or the whole
+        schema when it does not compile (any JSON object is enforced then),
+        reported by the core as ignored. None when a forced tool call gives
+        the grammar instead."""
+        schema = request.output_schema
+        if schema is None or (request.tools and request.tool_choice.mode in ("any", "tool")):
+            return []
+        legacy = request.request.output_config is None or request.request.output_config.format is None
+        field = "output_format" if legacy else "output_config.format"
+        keys, error = unenforced_keys(json_schema_lark(schema), self._guidance.get(self.runner.tokenizer))
+        if error:
+            return [f"{field} (not enforced by the llguidance grammar, any JSON object instead: {error})"]
+        return [f"{field} {key} (not enforced by the llguidance grammar)" for key in keys]
 
     def constraint(self, request: GenerationRequest) -> Any:
         """The grammar of a forced tool call or of structured output, compiled

@@ -273,6 +273,50 @@ def test_non_strict_schema_llguidance_cannot_compile_is_still_answered(client: a
     assert reply.stop_reason == "tool_use" and [b.type for b in reply.content] == ["tool_use"]
 
 
+def test_what_llguidance_leaves_out_of_structured_output_is_reported(client: anthropic.Anthropic) -> None:
+    """The keywords llguidance does not implement (``uniqueItems``, ``not``)
+    are in ``missive-ignored`` under the field the request used; a schema it
+    cannot compile (a lookaround) is reported whole, with llguidance's
+    reason; a schema it holds whole is not reported."""
+    loose = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+        "not": {"required": ["x"]},
+    }
+    fmt = {"type": "json_schema", "schema": loose}
+    raw = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=1, messages=ASK, extra_body={"output_config": {"format": fmt}}
+    )
+    assert raw.headers["missive-ignored"] == (
+        "output_config.format not (not enforced by the llguidance grammar), "
+        "output_config.format uniqueItems (not enforced by the llguidance grammar)"
+    )
+    raw = client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=1, messages=ASK, extra_body={"output_format": fmt}
+    )
+    assert raw.headers["missive-ignored"].startswith("output_format not (")
+    lookaround = {"type": "object", "properties": {"c": {"type": "string", "pattern": "(?=P)\\w+"}}}
+    raw = client.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=1,
+        messages=ASK,
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": lookaround}}},
+    )
+    ignored = raw.headers["missive-ignored"]
+    assert ignored.startswith("output_config.format (not enforced by the llguidance grammar, any JSON object")
+    assert ignored.endswith(
+        "regex parse error: look-around, including look-ahead and look-behind, is not supported)"
+    )
+    exact = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    raw = client.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=1,
+        messages=ASK,
+        extra_body={"output_config": {"format": {"type": "json_schema", "schema": exact}}},
+    )
+    assert "missive-ignored" not in raw.headers
+
+
 @pytest.mark.anyio
 async def test_thinking_budget_with_structured_output_is_a_400(mlx_model_dir: Path) -> None:
     """A reasoning model (here SmolLM2 read with the ``think`` reasoning
