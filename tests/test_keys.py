@@ -121,6 +121,26 @@ def test_the_issues_scenario_bob_cannot_reach_alices_batch(server: InProcessApp)
     assert alice.messages.batches.retrieve(batch.id).id == batch.id  # not deleted by Bob's attempt
 
 
+def test_two_different_keys_in_repeated_headers_are_refused(server: InProcessApp) -> None:
+    """Alice's and Bob's keys in two ``x-api-key`` headers (or two Bearer
+    ``Authorization`` headers), in either order: a 401, so no batch is
+    created for whichever came first (found by a newcomer)."""
+    http = server.http_client()
+    body = {"requests": [ask("who", "hi")]}
+    for name, values in (
+        ("x-api-key", (ALICE, BOB)),
+        ("authorization", (f"Bearer {ALICE}", f"Bearer {BOB}")),
+    ):
+        for pair in (values, values[::-1]):
+            response = http.post(
+                "/v1/messages/batches", json=body, headers=[(name, pair[0]), (name, pair[1])], timeout=10
+            )
+            assert response.status_code == 401, response.text
+            error = response.json()["error"]
+            assert error["type"] == "authentication_error"
+            assert error["message"] == f"the request sends 2 different {name} headers; send one key"
+
+
 def test_listing_shows_each_key_its_own_and_cursors_stay_within_it(server: InProcessApp) -> None:
     """Each key lists its own batches only, paging included: another key's
     batch id is no cursor (an empty page, as an unknown id)."""

@@ -90,16 +90,36 @@ ANONYMOUS = Identity("", "admin")
 
 
 def presented_keys(headers: HeaderLookup) -> list[str]:
-    """The keys a request presents: ``x-api-key``, then a Bearer token."""
+    """The keys a request presents: ``x-api-key``, then a Bearer token.
+
+    Raises:
+        ConflictingKeys: a header repeated with different values (Werkzeug's
+            ``Headers`` keeps each occurrence): which key owns the request
+            would depend on header order.
+    """
     found = []
-    key = headers.get("x-api-key")
-    if key and key.strip():
-        found.append(key.strip())
-    auth = headers.get("authorization") or ""
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        found.append(token.strip())
+    for name in ("x-api-key", "authorization"):
+        values = _occurrences(headers, name)
+        if len({value.strip() for value in values}) > 1:
+            raise ConflictingKeys(f"the request sends {len(values)} different {name} headers; send one key")
+        value = values[0] if values else ""
+        if name == "authorization":
+            scheme, _, value = value.partition(" ")
+            if scheme.lower() != "bearer":
+                continue
+        if value.strip():
+            found.append(value.strip())
     return found
+
+
+def _occurrences(headers: HeaderLookup, name: str) -> list[str]:
+    """Every value of header ``name``: each occurrence where ``headers``
+    keeps them (``getlist``), else the one value."""
+    getlist = getattr(headers, "getlist", None)
+    if getlist is not None:
+        return [str(value) for value in getlist(name)]
+    value = headers.get(name)
+    return [] if value is None else [value]
 
 
 class MissingKey(AuthenticationError):
