@@ -467,7 +467,10 @@ def test_unknown_model_404(echo: anthropic.Anthropic) -> None:
 
 def test_unknown_route_and_method(echo_url: str) -> None:
     assert_envelope(httpx.post(f"{echo_url}/v1/nothing", json={}), 404, "not_found_error")
-    assert_envelope(httpx.get(f"{echo_url}/v1/messages"), 405, "invalid_request_error")
+    wrong = httpx.get(f"{echo_url}/v1/messages")
+    assert_envelope(wrong, 405, "invalid_request_error")
+    assert wrong.headers["allow"] == "OPTIONS, POST"  # a 405 names the methods (RFC 9110 15.5.6)
+    assert httpx.delete(f"{echo_url}/v1/models").headers["allow"] == "GET, HEAD, OPTIONS"
 
 
 def test_body_over_limit_is_413(echo: anthropic.Anthropic, echo_url: str) -> None:

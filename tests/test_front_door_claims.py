@@ -71,7 +71,9 @@ def test_the_door_is_mounted(raw: httpx.Client) -> None:
 
 
 def test_claimed_paths(raw: httpx.Client) -> None:
-    error = fake(raw.get("/v1/fake"), 405)
+    wrong = raw.get("/v1/fake")
+    error = fake(wrong, 405)
+    assert "POST" in wrong.headers["allow"].split(", ")  # in the door's envelope too
     assert error["message"] == "method GET is not allowed on /v1/fake"
     error = fake(raw.get("/v1/v1/fake/x/y"), 404)
     assert error["kind"] == "not_found_error" and error["message"] == "Not found: GET /v1/v1/fake/x/y"

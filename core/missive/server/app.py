@@ -243,6 +243,8 @@ def create_app(config: Config, *, kernel: Kernel | None = None, metrics_dir: str
         error.status = status  # type: ignore[misc]  # the instance keeps Quart's status
         response = _rendered(error)
         response.status_code = status
+        if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+            response.headers["allow"] = ", ".join(sorted(exc.valid_methods))  # a 405 MUST (RFC 9110 15.5.6)
         return response
 
     @app.errorhandler(Exception)
