@@ -564,6 +564,13 @@ def test_strict_mode_rejects_unknown_fields(echo_config: dict) -> None:
         )
         assert ok.status_code == 200
         assert ok.headers["missive-ignored"] == "anthropic-beta=a-beta-from-the-future"
+        # Each occurrence of the header, read as UTF-8 (found by a newcomer: only the
+        # first was read, and "föö" came back as its Latin-1 reading).
+        betas = [("anthropic-beta", "f\u00f6\u00f6".encode()), ("anthropic-beta", b"second-beta")]
+        ok = http.post(
+            "/v1/messages", json={"model": "echo", "max_tokens": 5, "messages": USER}, headers=betas
+        )
+        assert ok.headers["missive-ignored"] == "anthropic-beta=f\\u00f6\\u00f6, anthropic-beta=second-beta"
 
 
 def test_non_loopback_without_keys_refuses_to_start(echo_config: dict) -> None:

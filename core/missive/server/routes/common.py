@@ -163,15 +163,23 @@ def note_betas(ignored: list[str]) -> None:
     implements (:data:`missive.threads.HANDLED_BETAS`,
     :data:`missive.context_management.HANDLED_BETAS`) are not reported."""
     handled = THREAD_BETAS | CONTEXT_BETAS
-    betas = [
-        b.strip()
-        for b in request.headers.get("anthropic-beta", "").split(",")
-        if b.strip() and b.strip() not in handled
-    ]
+    # Every occurrence of the header, each read as UTF-8 (ASGI gives the bytes,
+    # Werkzeug decodes them as Latin-1: "föö" would come back as "fÃ¶Ã¶").
+    values = [_utf8(value) for value in request.headers.getlist("anthropic-beta")]
+    betas = [b.strip() for b in ",".join(values).split(",") if b.strip() and b.strip() not in handled]
     ignored = [*ignored, *(f"anthropic-beta={b}" for b in betas)]
     if ignored:
         log.info("ignored: %s", ", ".join(ignored))
         g.ignored = ignored
+
+
+def _utf8(value: str) -> str:
+    """A header value Werkzeug decoded as Latin-1, read as the UTF-8 it was
+    sent in (unchanged when it is not UTF-8)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def page_limit() -> int:
