@@ -209,6 +209,19 @@ def test_thinking_display_updates_is_reported_and_omitted_is_not(http: httpx.Cli
     assert not any(item.startswith("thinking.display") for item in omitted)
 
 
+def test_a_budget_beside_another_thinking_type_is_reported(http: httpx.Client) -> None:
+    """Only ``enabled`` takes ``budget_tokens``: beside ``adaptive`` or
+    ``disabled`` it is reported, not silently dropped (found by a newcomer)."""
+    for kind in ("adaptive", "disabled"):
+        found = _ignored(http, {"thinking": {"type": kind, "budget_tokens": 5}})
+        assert f'thinking.budget_tokens (type "{kind}" takes no budget: only "enabled" does)' in found
+    found = _ignored(
+        http, {"fallbacks": [{"model": "n", "thinking": {"type": "adaptive", "budget_tokens": 5}}]}
+    )
+    note = 'thinking.budget_tokens (type "adaptive" takes no budget: only "enabled" does)'
+    assert f"fallbacks.0.{note}" in found
+
+
 def test_unknown_keys_of_a_fallback_entry_are_reported(http: httpx.Client) -> None:
     entry = {
         "model": "n",

@@ -8,6 +8,8 @@ would be silently dropped; they are reported here the same way
 
 * ``thinking.display: "updates"`` (``BetaThinkingConfigAdaptiveParam``):
   thinking is returned whole, as ``summarized``;
+* ``thinking.budget_tokens`` with a type other than ``enabled`` (only
+  ``BetaThinkingConfigEnabledParam`` has it): no budget is applied;
 * ``citations: {"enabled": true}`` of a ``search_result`` block
   (``BetaSearchResultBlockParam``): no citations are produced (documents
   are reported by :mod:`missive.media.pipeline`);
@@ -49,7 +51,13 @@ def unhonoured(request: BaseModel) -> list[str]:
 
 
 def _thinking(thinking: Any, path: str, found: list[str]) -> None:
-    display = thinking.get("display") if isinstance(thinking, dict) else getattr(thinking, "display", None)
+    def field(name: str) -> Any:
+        return thinking.get(name) if isinstance(thinking, dict) else getattr(thinking, name, None)
+
+    display = field("display")
+    kind = field("type")
+    if field("budget_tokens") is not None and kind is not None and kind != "enabled":
+        found.append(f'{path}.budget_tokens (type "{kind}" takes no budget: only "enabled" does)')
     if display == "updates":
         found.append(f'{path}.display ("updates": thinking is returned whole)')
 
