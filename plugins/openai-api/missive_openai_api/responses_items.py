@@ -119,7 +119,7 @@ def items(
     if isinstance(raw, str):
         turns = Turns()
         turns.add("user", [({"type": "text", "text": raw}, Origin("input"))], "input")
-        return [], turns
+        return [], turns.non_empty()  # "" or "   ": the user turn is sent as "." (Turns.non_empty)
     if not isinstance(raw, list) or not raw:
         raise bad("input: expected a string or a non-empty list of items", "input")
     system: list[tuple[str, str]] = []

@@ -75,6 +75,8 @@ def test_content_and_format_errors(client: openai.OpenAI, refuse: Refuse) -> Non
     blank = {"role": "user", "content": [{"type": "input_text", "text": "  "}]}
     done = client.responses.create(model="echo", input=[SYSTEM, blank])  # type: ignore[list-item]
     assert done.output_text == "."  # accepted, as OpenAI does: an empty user turn is "."
+    for text in ("", "   "):  # a plain-string input too (found by a newcomer: it was a 400)
+        assert client.responses.create(model="echo", input=text).output_text == "."
     error = refuse(instructions="   ", input="x")
     assert error.param == "instructions"
     schema = {"type": "object", "properties": {"a": {"type": 3}}}
