@@ -87,3 +87,19 @@ def cut_call(content: list[dict[str, Any]], stop_reason: str | None, raw: Mappin
         return None
     index = len(content) - 1
     return None if is_whole(arguments_of(content[index], raw.get(index))) else index
+
+
+#: Blocks the answer's end cuts whatever they hold: text and reasoning have no
+#: end of their own to check (a call does: :func:`cut_call`).
+CUT_WHOLE = frozenset({"text", "thinking"})
+
+
+def cut_item(content: list[dict[str, Any]], stop_reason: str | None, raw: Mapping[int, str]) -> int | None:
+    """The index of the block of ``content`` whose output item the answer's
+    end cut (``incomplete``; OpenAI's items each have a status, and an
+    answer stopped by ``max_output_tokens`` ends its last one unfinished):
+    a cut call (:func:`cut_call`), or the last block when it is text or
+    reasoning; None when the answer was not cut."""
+    if content and stop_reason in CUT_STOPS and content[-1].get("type") in CUT_WHOLE:
+        return len(content) - 1
+    return cut_call(content, stop_reason, raw)

@@ -59,7 +59,7 @@ from typing import Any
 
 from missive.api import MissiveError
 
-from .calls import CUT_STOPS, arguments_of, cut_call, input_of, is_whole
+from .calls import CUT_STOPS, CUT_WHOLE, arguments_of, cut_item, input_of, is_whole
 from .chat_stream import REASONING_TOKENS
 from .errors import envelope, status_of
 from .responses_search import SearchEvents, call_item, sources_of
@@ -220,12 +220,12 @@ def response_of(
     """The ``response`` object of a folded ``Message``; ``raw``: the text of
     each call's argument fragments by block index (:class:`.calls.RawArguments`),
     its ``arguments`` as a stream sends them, else each call's ``input`` as
-    JSON; a call the answer's end cut is ``incomplete`` (:func:`.calls.cut_call`)."""
+    JSON; the item the answer's end cut is ``incomplete`` (:func:`.calls.cut_item`)."""
     output: list[dict[str, Any]] = []
     calls: dict[str, dict[str, Any]] = {}
     raw = raw or {}
     content = message.get("content") or []
-    cut = cut_call(content, message.get("stop_reason"), raw)
+    cut = cut_item(content, message.get("stop_reason"), raw)
     for index, block in enumerate(content):
         if shape.web_search and _is_search(block):
             sources: list[dict[str, Any]] | None = [] if shape.search_sources else None
@@ -373,9 +373,11 @@ class ResponseConverter:
         if index not in self._items:
             return []
         output_index, block = self._items.pop(index)
-        if block["type"] == "tool_use" and not is_whole(block["arguments"] or "{}"):  # as arguments_of
-            # cut if the answer ends here at its token limit (.calls): known at
-            # the next block or the message_delta, which release it (_release)
+        if block["type"] in CUT_WHOLE or (
+            block["type"] == "tool_use" and not is_whole(block["arguments"] or "{}")  # as arguments_of
+        ):
+            # cut if the answer ends here at its token limit (.calls.cut_item):
+            # known at the next block or the message_delta, which release it (_release)
             events = self._release("completed")
             self._held = (output_index, block)
             return events

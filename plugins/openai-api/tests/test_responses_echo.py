@@ -297,8 +297,10 @@ def test_incomplete_and_structured(client: openai.OpenAI) -> None:
     done = client.responses.create(model="echo", input=words, max_output_tokens=16)
     assert done.status == "incomplete" and done.incomplete_details is not None
     assert done.incomplete_details.reason == "max_output_tokens" and done.max_output_tokens == 16
+    assert [item.status for item in done.output] == ["incomplete"]  # the cut message too
     events = list(client.responses.create(model="echo", input=words, max_output_tokens=16, stream=True))
     assert events[-1].type == "response.incomplete"
+    assert [item.status for item in events[-1].response.output] == ["incomplete"]
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     fmt = {"format": {"type": "json_schema", "name": "thing", "schema": schema, "strict": True}}
     done = client.responses.create(model="echo-tools", input=script({"text": '{"a": 1}'}), text=fmt)  # type: ignore[arg-type]

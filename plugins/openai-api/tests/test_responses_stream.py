@@ -233,6 +233,32 @@ def test_a_call_cut_short_is_the_same_streamed_or_not(stop: str, status: str) ->
         assert converter.content[-1]["input"] == {"k": "v", "n": 1}  # as the core's fold parses it
 
 
+@pytest.mark.parametrize("last", ["text", "thinking"])
+@pytest.mark.parametrize(("stop", "status"), [("max_tokens", "incomplete"), ("end_turn", "completed")])
+def test_the_last_item_is_incomplete_when_the_token_limit_cut_it(last: str, stop: str, status: str) -> None:
+    """An answer the token limit ended ends its last item unfinished: the
+    message (or the reasoning, when the limit came while reasoning) is
+    ``incomplete``, streamed or not, and the items before it ``completed``
+    (found by a newcomer: the cut message said ``completed``)."""
+    drop = {"text": (2,), "thinking": (1, 2)}[last]
+    evs = [e for e in events(["Hel", "lo"], ["h", "m"], [], stop) if e.get("index") not in drop]
+    kinds = ["thinking", "text"][: 3 - len(drop)]
+    folded = {
+        "content": [
+            {"type": "thinking", "thinking": "hm", "signature": "sig"},
+            {"type": "text", "text": "Hello"},
+        ][: len(kinds)],
+        "stop_reason": stop,
+        "usage": {**USAGE, "output_tokens": 9},
+    }
+    expected = response_of(folded, shape())
+    assert [i["status"] for i in expected["output"]] == [*(["completed"] * (len(kinds) - 1)), status]
+    _, stream = run(evs)
+    assert stream[-1]["response"]["output"] == expected["output"]
+    done = [e["item"] for e in stream if e["type"] == "response.output_item.done"]
+    assert done == expected["output"]
+
+
 def test_snapshot_and_stop_of_an_answer_cut_off() -> None:
     evs = events(["Hel", "lo"], ["hm"], ['{"a"', ": 1}"])
     converter, _ = run(evs[: evs.index({"type": "content_block_stop", "index": 1})])
