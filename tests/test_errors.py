@@ -465,6 +465,32 @@ def test_unknown_model_404(echo: anthropic.Anthropic) -> None:
     assert info.value.body["error"]["message"] == "model: no-such-model"
 
 
+def test_a_compressed_body_is_refused_as_such(echo_url: str) -> None:
+    """A gzip body is a 400 that says so, not "not valid JSON: 'utf-8' codec
+    can't decode byte 0x8b" (found by a newcomer); ``identity`` is the body
+    as it is."""
+    import gzip
+    import json
+
+    body = json.dumps({"model": "echo", "max_tokens": 5, "messages": USER}).encode()
+    for path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/messages/batches"):
+        sent = httpx.post(
+            f"{echo_url}{path}",
+            content=gzip.compress(body),
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
+        error = assert_envelope(sent, 400, "invalid_request_error")["error"]
+        assert error["message"] == (
+            "Content-Encoding: gzip is not supported for request bodies; send the body uncompressed"
+        )
+    plain = httpx.post(
+        f"{echo_url}/v1/messages",
+        content=body,
+        headers={"content-type": "application/json", "content-encoding": "identity"},
+    )
+    assert plain.status_code == 200, plain.text
+
+
 def test_unknown_route_and_method(echo_url: str) -> None:
     assert_envelope(httpx.post(f"{echo_url}/v1/nothing", json={}), 404, "not_found_error")
     wrong = httpx.get(f"{echo_url}/v1/messages")

@@ -134,8 +134,15 @@ async def read_raw_body() -> bytes:
 
     Raises:
         RequestTooLargeError: via Quart, over the route's body limit.
+        InvalidRequestError: a compressed body (``Content-Encoding`` other
+            than ``identity``): said so, not read as JSON that is not valid.
     """
     config, _, _ = config_kernel_models()
+    encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise InvalidRequestError(
+            f"Content-Encoding: {encoding} is not supported for request bodies; send the body uncompressed"
+        )
     raw = await request.get_data(cache=False)
     raw = raw if isinstance(raw, bytes) else raw.encode()
     if config.server.capture_dir:
