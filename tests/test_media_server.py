@@ -187,7 +187,25 @@ def test_text_only_model_refuses_images(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         received(client, [image(PNG)], model="text")
     assert caught.value.body["error"]["message"] == (
-        "input media type image/png is not supported by model 'text' (driver 'echo'); supported: text only"
+        "messages.0.content.0: input media type image/png is not supported by model 'text' (driver 'echo'); "
+        "supported: text only"
+    )  # the block named (found by a newcomer), as the API's messages do
+    call = {"type": "tool_use", "id": "toolu_1", "name": "look", "input": {}}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [{"type": "text", "text": "x"}, image(PNG)],
+    }
+    conversation = [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+    ]
+    tool = {"name": "look", "input_schema": {"type": "object"}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="text", max_tokens=5, messages=conversation, tools=[tool])
+    assert caught.value.body["error"]["message"].startswith(
+        "messages.2.content.0.content.1: input media type"
     )
 
 

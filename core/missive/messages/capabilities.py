@@ -63,10 +63,13 @@ def check_request(
     if request.uses_tool_blocks() and not caps.tool_choice:
         fail("tool_use/tool_result content blocks", "no tool use")
     images = frozenset(m for m in caps.input_media if m.startswith("image/"))
-    if not images and not image_fallback:
-        for media in request.media_types():
-            if media == "image" or media.startswith("image/"):
-                fail(f"input media type {media}", "text only")
+    image = request.first_image() if not images and not image_fallback else None
+    if image is not None:
+        where, media = image
+        capability = f"input media type {media}"
+        raise CapabilityError(
+            capability=capability, model=model, driver=driver, supported="text only", where=where
+        )
     if request.thinking is not None and request.thinking.type == "enabled" and not caps.thinking:
         fail(
             'thinking {"type": "enabled"}',

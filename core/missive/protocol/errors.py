@@ -82,10 +82,14 @@ class CapabilityError(InvalidRequestError):
     driver does support, so the user can pick another model or drop the field.
     """
 
-    def __init__(self, *, capability: str, model: str, driver: str, supported: str) -> None:
-        super().__init__(
-            f"{capability} is not supported by model '{model}' (driver '{driver}'); supported: {supported}"
-        )
+    def __init__(
+        self, *, capability: str, model: str, driver: str, supported: str, where: str | None = None
+    ) -> None:
+        """``where``: the path of the part of the request that needs it
+        (``messages.0.content.1``), put first as in the API's messages."""
+        message = f"{capability} is not supported by model '{model}' (driver '{driver}')"
+        message += f"; supported: {supported}"
+        super().__init__(f"{where}: {message}" if where else message)
         self.capability = capability
 
 

@@ -124,7 +124,7 @@ def test_media_errors(refuse: Refuse) -> None:
     error = refuse(model="echo-report", messages=[SYSTEM, message])
     assert error.param == "messages[1].content[1].image_url.url"
     error = refuse(model="echo", messages=[message])
-    assert error.param == "messages" and "image/png" in error.message
+    assert error.param == "messages[0].content[1]" and "image/png" in error.message
     local = {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/x.png"}}
     error = refuse(model="echo-report", messages=[SYSTEM, USER, {"role": "user", "content": [local]}])
     assert error.param == "messages[2].content[0].image_url.url" and "refused to fetch" in error.message

@@ -311,6 +311,22 @@ class CountTokensRequest(Open):
                 if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
                     yield from block.content
 
+    def first_image(self) -> tuple[str, str] | None:
+        """``(its path, its media type)`` of the first image block, tool_result
+        content included (``messages.0.content.1``,
+        ``messages.2.content.0.content.1``; ``image`` for a URL or file
+        source), or None."""
+        for i, message in enumerate(self.messages):
+            for j, block in enumerate(message.blocks()):
+                inner = block.content if isinstance(block, ToolResultBlock) else None
+                candidates = [(f"messages.{i}.content.{j}", block)]
+                if isinstance(inner, list):
+                    candidates += [(f"messages.{i}.content.{j}.content.{k}", b) for k, b in enumerate(inner)]
+                for path, found in candidates:
+                    if isinstance(found, ImageBlock):
+                        return path, getattr(found.source, "media_type", None) or "image"
+        return None
+
     def uses_tool_blocks(self) -> bool:
         return any(isinstance(b, (ToolUseBlock, ToolResultBlock)) for b in self.iter_blocks())
 
