@@ -201,6 +201,38 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             {"model": "echo", "max_tokens": 5, "tool_choice": {"name": "x"}, "messages": USER},
             "tool_choice.type: Field required",
         ),
+        # Not an object where one is expected: the API's words, never a class
+        # name of Missive's, and the block's own path (found by a newcomer).
+        (
+            {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": ["hi"]}]},
+            "messages.0.content.0: Input should be a valid dictionary or object to extract fields from",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "messages": ["hi"]},
+            "messages.0: Input should be a valid dictionary or object to extract fields from",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "metadata": "x", "messages": USER},
+            "metadata: Input should be a valid dictionary or object to extract fields from",
+        ),
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "system": [{"type": "text", "text": "a"}, "b"],
+                "messages": USER,
+            },
+            "system.1: Input should be a valid dictionary or object to extract fields from",
+        ),
+        # Neither text nor a list: both named.
+        (
+            {"model": "echo", "max_tokens": 5, "system": 5, "messages": USER},
+            "system: Input should be a valid string or a list of content blocks",
+        ),
+        (
+            {"model": "echo", "max_tokens": 5, "messages": [{"role": "user", "content": 5}]},
+            "messages.0.content: Input should be a valid string or a list of content blocks",
+        ),
         (
             {"model": "echo", "max_tokens": 5, "system": [{"type": "image", "source": {}}], "messages": USER},
             "system.0.type: Input should be 'text' (got 'image'); system.0.text: Field required",

@@ -128,12 +128,39 @@ def _drop_shadowed_branches(errors: list[Any]) -> list[Any]:
     ]
 
 
+#: pydantic's words for a value that is not an object where a model is
+#: expected, as the API says it (pydantic's ``model_attributes_type``):
+#: its ``model_type`` message names the Python class ("or instance of Message").
+_NOT_AN_OBJECT = "Input should be a valid dictionary or object to extract fields from"
+
+
+_TEXT_OR_LIST = "Input should be a valid string or a list of content blocks"
+
+
+def _merge_text_or_list(errors: list[Any]) -> list[Any]:
+    """For a ``str | list[...]`` field (``system``, a message's ``content``)
+    sent as neither, one error saying both ("Input should be a valid string
+    or a list"), not the list branch's alone."""
+    merged = []
+    for err in errors:
+        loc = err["loc"]
+        if err["type"] == "list_type" and loc and str(loc[-1]).startswith("list["):
+            err = {**err, "loc": loc[:-1], "msg": _TEXT_OR_LIST}
+        merged.append(err)
+    return merged
+
+
 def format_validation_error(exc: ValidationError) -> str:
     """One line per problem: ``path: message`` (first 5, then a count)."""
     lines: list[str] = []
-    for err in _drop_shadowed_branches(exc.errors(include_url=False)):
+    for err in _merge_text_or_list(_drop_shadowed_branches(exc.errors(include_url=False))):
         message = err["msg"].removeprefix("Value error, ")
-        path = _path(tuple(err["loc"]))
+        loc = tuple(err["loc"])
+        if err["type"] == "model_type":
+            message = _NOT_AN_OBJECT
+            if len(loc) > 1 and isinstance(loc[-2], int) and loc[-1] in _BLOCK_TAGS:
+                loc = loc[:-1]  # the fallback branch's tag ("unknown"), not a field of the block
+        path = _path(loc)
         inner = _SUB_PATH.match(message)  # a model validator pointing below its model
         if inner and path:
             path, message = f"{path}.{inner.group(1)}", message[inner.end() :]
