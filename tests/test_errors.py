@@ -497,6 +497,31 @@ def test_unknown_model_404(echo: anthropic.Anthropic) -> None:
     assert info.value.body["error"]["message"] == "model: no-such-model"
 
 
+def test_forcing_a_tool_this_server_does_not_run_says_why(echo: anthropic.Anthropic) -> None:
+    """A tool in ``tools`` that is not offered (a server tool this server
+    does not run) is named with the reason, not "requires at least one tool
+    in `tools`" (found by a newcomer)."""
+    code = {"type": "code_execution_20250825", "name": "code_execution"}
+    why = 'is of type "code_execution_20250825", which this server does not run'
+    why += " (see the missive-ignored header)"
+    for choice, expected in (
+        ({"type": "tool", "name": "code_execution"}, f"tool_choice.name: tool 'code_execution' {why}"),
+        (
+            {"type": "any"},
+            f"tool_choice: \"any\" requires a tool the model can call, and none is: 'code_execution' {why}",
+        ),
+    ):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            echo.messages.create(
+                model="echo",
+                max_tokens=5,
+                messages=USER,
+                tools=[code],
+                tool_choice=choice,  # type: ignore[list-item,arg-type]
+            )
+        assert caught.value.body["error"]["message"] == expected
+
+
 def test_a_compressed_body_is_refused_as_such(echo_url: str) -> None:
     """A gzip body is a 400 that says so, not "not valid JSON: 'utf-8' codec
     can't decode byte 0x8b" (found by a newcomer); ``identity`` is the body

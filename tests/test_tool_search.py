@@ -295,7 +295,10 @@ def test_tool_loaded_in_history_can_be_forced(app: InProcessApp) -> None:
             tool_choice={"type": "tool", "name": "get_weather"},
             messages=messages,
         )
-    assert "tool 'get_weather' is not among the request's tools" in caught.value.body["error"]["message"]
+    assert caught.value.body["error"]["message"] == (  # why it is not offered (found by a newcomer)
+        "tool_choice.name: tool 'get_weather' has `defer_loading: true` "
+        "and no tool_reference has loaded it yet"
+    )
 
 
 def test_reference_to_an_unknown_tool_in_history_is_a_400(app: InProcessApp) -> None:

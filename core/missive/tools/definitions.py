@@ -171,14 +171,30 @@ def tool_choice_of(request: CountTokensRequest, tools: tuple[ToolDefinition, ...
     if choice is None:
         return ToolChoice()
     parallel = not bool(getattr(choice, "disable_parallel_tool_use", False))
-    if choice.type in ("any", "tool") and not tools:
+    if choice.type in ("any", "tool") and not request.tools:
         raise InvalidRequestError(f'tool_choice: "{choice.type}" requires at least one tool in `tools`')
     if choice.type == "tool":
         name = choice.name
         if name not in {t.name for t in tools}:
-            raise InvalidRequestError(f"tool_choice.name: tool '{name}' is not among the request's tools")
+            sent = next((t for t in request.tools or [] if t.name == name), None)
+            why = "is not among the request's tools" if sent is None else _not_offered(sent)
+            raise InvalidRequestError(f"tool_choice.name: tool '{name}' {why}")
         return ToolChoice("tool", name, parallel)
+    if choice.type == "any" and not tools:
+        held = "; ".join(f"'{t.name}' {_not_offered(t)}" for t in request.tools or [])
+        raise InvalidRequestError(
+            f'tool_choice: "any" requires a tool the model can call, and none is: {held}'
+        )
     return ToolChoice(choice.type, None, parallel)
+
+
+def _not_offered(tool: Tool) -> str:
+    """Why a tool of the request is not offered to the model: deferred and
+    not loaded yet, or of a type this server does not run (reported in
+    ``missive-ignored``, :func:`offered_tools`)."""
+    if is_deferred(tool):
+        return "has `defer_loading: true` and no tool_reference has loaded it yet"
+    return f'is of type "{tool.type}", which this server does not run (see the missive-ignored header)'
 
 
 def choice_after_server_call(
