@@ -224,6 +224,25 @@ def test_field_path_in_400(echo: anthropic.Anthropic) -> None:
             },
             "system.1: Input should be a valid dictionary or object to extract fields from",
         ),
+        # A text source is plain text, as the API's (base64 sources take other text types).
+        (
+            {
+                "model": "echo",
+                "max_tokens": 5,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "document",
+                                "source": {"type": "text", "media_type": "text/html", "data": "x"},
+                            }
+                        ],
+                    }
+                ],
+            },
+            "messages.0.content.0.source.media_type: Input should be 'text/plain' (got 'text/html')",
+        ),
         # Neither text nor a list: both named.
         (
             {"model": "echo", "max_tokens": 5, "system": 5, "messages": USER},

@@ -94,7 +94,8 @@ class FileSource(Open):
 
 class TextSource(Open):
     type: Literal["text"]
-    media_type: str = "text/plain"
+    #: The API's one type here (SDK ``PlainTextSourceParam``); another is a 400.
+    media_type: Literal["text/plain"] = "text/plain"
     data: str
 
 
