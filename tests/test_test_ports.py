@@ -10,24 +10,12 @@ from __future__ import annotations
 
 import json
 import socket
-from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
+from tests.test_probes import Models  # a backend's health path
 
 from missive.testing import closed_port, servers
-
-
-class Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        body = b"hello"
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def _refused(url: str) -> bool:
@@ -58,8 +46,8 @@ def test_a_closed_port_refuses_and_cannot_be_taken_until_released() -> None:
 
 def test_a_closed_port_comes_up_on_the_same_port() -> None:
     with closed_port() as down:
-        down.listen(Hello)
-        assert httpx.get(down.url, timeout=5).text == "hello"
+        down.listen(Models)
+        assert httpx.get(f"{down.url}/v1/models", timeout=5).json()["data"][0]["id"] == "remote"
     assert _refused(down.url)  # closed on exit
 
 
