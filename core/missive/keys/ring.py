@@ -100,8 +100,8 @@ def presented_keys(headers: HeaderLookup) -> list[str]:
     found = []
     for name in ("x-api-key", "authorization"):
         values = _occurrences(headers, name)
-        if len({value.strip() for value in values}) > 1:
-            raise ConflictingKeys(f"the request sends {len(values)} different {name} headers; send one key")
+        if (different := len({value.strip() for value in values})) > 1:
+            raise ConflictingKeys(f"the request sends {different} different {name} headers; send one key")
         value = values[0] if values else ""
         if name == "authorization":
             scheme, _, value = value.partition(" ")

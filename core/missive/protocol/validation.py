@@ -139,8 +139,8 @@ _TEXT_OR_LIST = "Input should be a valid string or a list of content blocks"
 
 def _merge_text_or_list(errors: list[Any]) -> list[Any]:
     """For a ``str | list[...]`` field (``system``, a message's ``content``)
-    sent as neither, one error saying both ("Input should be a valid string
-    or a list"), not the list branch's alone."""
+    sent as neither, one error saying both (:data:`_TEXT_OR_LIST`), not the
+    list branch's alone."""
     merged = []
     for err in errors:
         loc = err["loc"]

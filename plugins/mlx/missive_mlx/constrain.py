@@ -88,16 +88,21 @@ def special_tokens(tokenizer: Any) -> dict[str, int]:
 def compile_grammar(lark: str, tokenizer: Any) -> tuple[str | None, str]:
     """(grammar, "") for Lark text llguidance compiles for ``tokenizer``,
     else (None, its error message)."""
+    grammar, messages = _validated(lark, tokenizer)
+    return (grammar, "") if grammar is not None else (None, _reason(messages))
+
+
+def _validated(lark: str, tokenizer: Any) -> tuple[str | None, list[str]]:
+    """(grammar, llguidance's warnings) for Lark text that compiles for
+    ``tokenizer``, else (None, its error messages)."""
     import llguidance
 
     try:
         grammar = llguidance.LLMatcher.grammar_from_lark(lark)
     except ValueError as exc:  # pragma: no cover - grammar_from_lark only wraps the text
-        return None, str(exc)
+        return None, [str(exc)]
     failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
-    if failed:
-        return None, _reason(messages)
-    return grammar, ""
+    return (None, messages) if failed else (grammar, messages)
 
 
 def _reason(messages: list[str]) -> str:
@@ -122,11 +127,8 @@ def unenforced_keys(lark: str, tokenizer: Any) -> tuple[list[str], str]:
     llguidance names the keywords, not where they stand: its lenient mode
     warns ``Unimplemented keys: ["uniqueItems", "not"]`` (llguidance's
     ``json/compiler.rs``) once per compile."""
-    import llguidance
-
-    grammar = llguidance.LLMatcher.grammar_from_lark(lark)
-    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokenizer)
-    if failed:
+    grammar, messages = _validated(lark, tokenizer)
+    if grammar is None:
         return [], _reason(messages)
     keys: list[str] = []
     for message in messages:

@@ -305,26 +305,26 @@ class CountTokensRequest(Open):
 
     def iter_blocks(self) -> Iterator[Any]:
         """Every content block of every message, tool_result content included."""
-        for message in self.messages:
-            for block in message.blocks():
-                yield block
+        return (block for _, block in self.iter_blocks_at())
+
+    def iter_blocks_at(self) -> Iterator[tuple[str, Any]]:
+        """:meth:`iter_blocks` with each block's path (``messages.0.content.1``,
+        ``messages.2.content.0.content.1`` inside a tool_result)."""
+        for i, message in enumerate(self.messages):
+            for j, block in enumerate(message.blocks()):
+                yield f"messages.{i}.content.{j}", block
                 if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-                    yield from block.content
+                    for k, inner in enumerate(block.content):
+                        yield f"messages.{i}.content.{j}.content.{k}", inner
 
     def first_image(self) -> tuple[str, str] | None:
         """``(its path, its media type)`` of the first image block, tool_result
         content included (``messages.0.content.1``,
         ``messages.2.content.0.content.1``; ``image`` for a URL or file
         source), or None."""
-        for i, message in enumerate(self.messages):
-            for j, block in enumerate(message.blocks()):
-                inner = block.content if isinstance(block, ToolResultBlock) else None
-                candidates = [(f"messages.{i}.content.{j}", block)]
-                if isinstance(inner, list):
-                    candidates += [(f"messages.{i}.content.{j}.content.{k}", b) for k, b in enumerate(inner)]
-                for path, found in candidates:
-                    if isinstance(found, ImageBlock):
-                        return path, getattr(found.source, "media_type", None) or "image"
+        for path, block in self.iter_blocks_at():
+            if isinstance(block, ImageBlock):
+                return path, getattr(block.source, "media_type", None) or "image"
         return None
 
     def uses_tool_blocks(self) -> bool:
